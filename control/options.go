@@ -1,0 +1,109 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Options configure a run of the control loop.
+type Options struct {
+	Cluster   districts.Cluster
+	Districts []districts.District
+	// Infra holds one driver per district id named in Districts.
+	Infra map[string]Infrastructure
+	// Platform is nil only for work that never asks it (plan without refresh).
+	Platform Platform
+	// State is the last saved resources.json (may be empty).
+	State districts.Resources
+	// Save persists state; the loop calls it after every action.
+	Save func(districts.Resources) error
+	// Parallel bounds concurrent launches and joins (default 10).
+	Parallel int
+	// MaxRounds bounds the rounds of one apply (default 50).
+	MaxRounds int
+	// TerminationWait bounds how long a round waits for terminating
+	// machines before it can delete an emptied district's group
+	// (default 10m); polling every PollInterval (default 2s).
+	TerminationWait time.Duration
+	PollInterval    time.Duration
+	// Clock tells time and sleeps; tests inject a fake one.
+	Clock Clock
+	// NewNodeID names a node about to launch; tests make it deterministic.
+	NewNodeID func(key districts.DeploymentKey) string
+	// OnEvent receives progress events; it must not block for long.
+	OnEvent func(Event)
+	Logger  *slog.Logger
+}
+
+// Event reports progress: rounds, plans, and every action's start and
+// finish. `transit apply --json` prints them one per line.
+type Event struct {
+	Time   time.Time `json:"time"`
+	Type   string    `json:"type"`  // "round", "plan", "action", "wait", "result"
+	Phase  string    `json:"phase"` // "start", "finish", "skip"
+	Round  int       `json:"round"`
+	Action *Action   `json:"action,omitempty"`
+	Plan   *Plan     `json:"plan,omitempty"`
+	// Error is set on a failed or skipped action.
+	Error    string  `json:"error,omitempty"`
+	Seconds  float64 `json:"seconds,omitempty"`
+	Message  string  `json:"message,omitempty"`
+	Result   *Result `json:"result,omitempty"`
+}
+
+// Event types.
+const (
+	EventRound  = "round"
+	EventPlan   = "plan"
+	EventAction = "action"
+	EventWait   = "wait"
+	EventResult = "result"
+)
+
+// Event phases.
+const (
+	PhaseStart  = "start"
+	PhaseFinish = "finish"
+	PhaseSkip   = "skip"
+)
+
+// Result is the outcome of an apply.
+type Result struct {
+	Converged bool `json:"converged"`
+	Rounds    int  `json:"rounds"`
+	// Problems say why the loop did not converge: which node, what failed.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// ErrNotConverged is returned (wrapped, with the reasons) when a round made
+// no progress or the rounds ran out. The next run retries.
+var ErrNotConverged = errors.New("not converged")
+
+// Clock tells time and waits; the loop never reads the wall clock directly.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits for d or until ctx ends.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// RealClock is the wall clock.
+type RealClock struct{}
+
+// Now returns the current time.
+func (RealClock) Now() time.Time { return time.Now() }
+
+// Sleep waits for d or until ctx ends.
+func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,305 @@
+// Package districts is transit's configuration model: the intended state
+// (cluster.json), where it may run (districts.json), how to reach the clouds
+// (credentials.json) and the current state transit tracks (resources.json).
+// It loads the files with strict decoding and validates them, reporting
+// every problem at once with its file and JSON path.
+package districts
+
+import (
+	"time"
+)
+
+// Platforms transit can install, with the roles each one knows.
+var PlatformRoles = map[string][]string{
+	"kubernetes": {RoleMaster, RoleWorker},
+	"swarm":      {RoleMaster, RoleWorker},
+}
+
+// The usual two roles. A platform driver decides what a role means
+// (Swarm: manager/worker; Kubernetes: control plane/worker).
+const (
+	RoleMaster = "master"
+	RoleWorker = "worker"
+)
+
+// Addons transit knows how to install into a cluster.
+var KnownAddons = []string{"relations", "streams"}
+
+// Cluster is cluster.json: the intended state of one elastic platform.
+type Cluster struct {
+	Type        string       `json:"type"`
+	ID          string       `json:"id"`
+	Platform    string       `json:"platform"`
+	Flavors     []Flavor     `json:"flavors"`
+	Deployments []Deployment `json:"deployments"`
+	Addons      []Addon      `json:"addons,omitempty"`
+	Strategy    Strategy     `json:"strategy,omitzero"`
+}
+
+// Flavor is a user-defined machine size; districts map it to a provider
+// machine type.
+type Flavor struct {
+	Type     string  `json:"type,omitempty"`
+	Flavor   string  `json:"flavor"`
+	Cores    int     `json:"cores"`
+	MemoryGB float64 `json:"memory_gb"`
+	DiskGB   int     `json:"disk_gb"`
+}
+
+// Deployment is one line of the intended state: Quantity nodes of Flavor in
+// District with Role, labelled with Tags.
+type Deployment struct {
+	Type     string            `json:"type,omitempty"`
+	District string            `json:"district"`
+	Flavor   string            `json:"flavor"`
+	Role     string            `json:"role"`
+	Quantity int               `json:"quantity"`
+	Tags     map[string]string `json:"tags,omitempty"`
+}
+
+// Key identifies the deployment line a node belongs to.
+func (d Deployment) Key() DeploymentKey {
+	return DeploymentKey{District: d.District, Flavor: d.Flavor, Role: d.Role}
+}
+
+// DeploymentKey is the identity of a deployment line: at most one line per
+// district, flavor and role.
+type DeploymentKey struct {
+	District, Flavor, Role string
+}
+
+func (k DeploymentKey) String() string { return k.District + "/" + k.Flavor + "/" + k.Role }
+
+// Addon names an in-cluster controller transit installs after the nodes
+// converge.
+type Addon struct {
+	Type     string            `json:"type,omitempty"`
+	Name     string            `json:"name"`
+	Settings map[string]string `json:"settings,omitempty"`
+}
+
+// Strategy tunes how fast the control loop changes the cluster.
+type Strategy struct {
+	// MaxUnavailable is how many nodes may be draining or leaving at once
+	// (default 1).
+	MaxUnavailable int `json:"max_unavailable,omitempty"`
+	// MaxSurge is how many nodes above the larger of the current and the
+	// intended size a migration may add before removing old ones (default 1).
+	MaxSurge int `json:"max_surge,omitempty"`
+	// DrainTimeout bounds one node's drain (default 5m).
+	DrainTimeout Duration `json:"drain_timeout,omitzero"`
+}
+
+// Strategy defaults.
+const (
+	DefaultMaxUnavailable = 1
+	DefaultMaxSurge       = 1
+	DefaultDrainTimeout   = 5 * time.Minute
+)
+
+// WithDefaults returns s with unset fields filled in.
+func (s Strategy) WithDefaults() Strategy {
+	if s.MaxUnavailable <= 0 {
+		s.MaxUnavailable = DefaultMaxUnavailable
+	}
+	if s.MaxSurge <= 0 {
+		s.MaxSurge = DefaultMaxSurge
+	}
+	if s.DrainTimeout <= 0 {
+		s.DrainTimeout = Duration(DefaultDrainTimeout)
+	}
+	return s
+}
+
+// District is one entry of districts.json: a region or project of one
+// provider. Provider keys use the provider's own words; validation rejects
+// keys that belong to another provider.
+type District struct {
+	Type         string `json:"type"`
+	ID           string `json:"id"`
+	Provider     string `json:"provider"`
+	CredentialID string `json:"credential_id,omitempty"`
+
+	AWSRegion  string   `json:"aws_region,omitempty"`
+	AWSZones   []string `json:"aws_zones,omitempty"`
+	AWSImageID string   `json:"aws_image_id,omitempty"`
+
+	GCEProjectID string   `json:"gce_project_id,omitempty"`
+	GCERegion    string   `json:"gce_region,omitempty"`
+	GCEZones     []string `json:"gce_zones,omitempty"`
+	GCEImage     string   `json:"gce_image,omitempty"`
+
+	OSAuthURL string   `json:"os_auth_url,omitempty"`
+	OSRegion  string   `json:"os_region,omitempty"`
+	OSZones   []string `json:"os_zones,omitempty"`
+	OSImage   string   `json:"os_image,omitempty"`
+	OSNetwork string   `json:"os_network,omitempty"`
+
+	LocalSubnet string `json:"local_subnet,omitempty"`
+
+	Flavors []DistrictFlavor `json:"flavors"`
+}
+
+// DistrictFlavor maps a cluster flavor to the provider's machine type.
+type DistrictFlavor struct {
+	Type         string `json:"type,omitempty"`
+	Flavor       string `json:"flavor"`
+	InstanceType string `json:"instance_type,omitempty"` // aws
+	MachineType  string `json:"machine_type,omitempty"`  // gce
+	OSFlavor     string `json:"os_flavor,omitempty"`     // openstack
+}
+
+// MachineType returns the provider machine type for a flavor, and whether
+// the district maps it.
+func (d District) MachineType(flavor string) (string, bool) {
+	for _, f := range d.Flavors {
+		if f.Flavor == flavor {
+			switch d.Provider {
+			case ProviderAWS:
+				return f.InstanceType, true
+			case ProviderGCE:
+				return f.MachineType, true
+			case ProviderOpenStack:
+				return f.OSFlavor, true
+			default:
+				return "", true
+			}
+		}
+	}
+	return "", false
+}
+
+// Zones returns the district's zones for spreading nodes, in file order.
+func (d District) Zones() []string {
+	switch d.Provider {
+	case ProviderAWS:
+		return d.AWSZones
+	case ProviderGCE:
+		return d.GCEZones
+	case ProviderOpenStack:
+		return d.OSZones
+	}
+	return nil
+}
+
+// Providers.
+const (
+	ProviderAWS       = "aws"
+	ProviderGCE       = "gce"
+	ProviderOpenStack = "openstack"
+	ProviderLocal     = "local"
+)
+
+// Credential is one entry of credentials.json. Secret fields never print.
+type Credential struct {
+	Type     string `json:"type"`
+	ID       string `json:"id"`
+	Provider string `json:"provider"`
+
+	AWSAccessKeyID     string `json:"aws_access_key_id,omitempty"`
+	AWSSecretAccessKey Secret `json:"aws_secret_access_key,omitempty"`
+	AWSSessionToken    Secret `json:"aws_session_token,omitempty"`
+	AWSProfile         string `json:"aws_profile,omitempty"`
+
+	GCEKeyFile string `json:"gce_key_file,omitempty"`
+
+	OSCloud                       string `json:"os_cloud,omitempty"`
+	OSUsername                    string `json:"os_username,omitempty"`
+	OSPassword                    Secret `json:"os_password,omitempty"`
+	OSProjectName                 string `json:"os_project_name,omitempty"`
+	OSDomainName                  string `json:"os_domain_name,omitempty"`
+	OSApplicationCredentialID     string `json:"os_application_credential_id,omitempty"`
+	OSApplicationCredentialSecret Secret `json:"os_application_credential_secret,omitempty"`
+}
+
+// Resources is resources.json: what transit created and tracks. It is a
+// cache and a report; every run re-reads the clouds.
+type Resources struct {
+	Type    string `json:"type"` // "resources"
+	Version int    `json:"version"`
+	Cluster string `json:"cluster"`
+	// Serial increases on every write, so a reader can tell two
+	// snapshots apart.
+	Serial         int64           `json:"serial"`
+	UpdatedAt      time.Time       `json:"updated_at,omitzero"`
+	Nodes          []Node          `json:"nodes"`
+	SecurityGroups []SecurityGroup `json:"security_groups"`
+}
+
+// ResourcesVersion is the resources.json schema version this build writes.
+const ResourcesVersion = 1
+
+// Node is a machine transit launched (or adopted) for a cluster.
+type Node struct {
+	Type       string            `json:"type,omitempty"` // "node"
+	ID         string            `json:"id"`
+	Cluster    string            `json:"cluster"`
+	District   string            `json:"district"`
+	Role       string            `json:"role"`
+	Flavor     string            `json:"flavor"`
+	ProviderID string            `json:"provider_id"`
+	Zone       string            `json:"zone,omitempty"`
+	PublicIP   string            `json:"public_ip,omitempty"`
+	PrivateIP  string            `json:"private_ip,omitempty"`
+	Tags       map[string]string `json:"tags,omitempty"` // user tags, applied as node labels
+	Phase      Phase             `json:"phase"`
+	// Message says why the node is in its phase when that needs saying
+	// (a refused drain, a failed join).
+	Message   string    `json:"message,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// Key is the deployment line the node belongs to.
+func (n Node) Key() DeploymentKey {
+	return DeploymentKey{District: n.District, Flavor: n.Flavor, Role: n.Role}
+}
+
+// Addresses returns the node's distinct non-empty addresses.
+func (n Node) Addresses() []string {
+	var out []string
+	for _, a := range []string{n.PublicIP, n.PrivateIP} {
+		if a != "" && (len(out) == 0 || out[0] != a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Phase is where a node is in its life.
+type Phase string
+
+// Node phases, in order of a normal life.
+const (
+	PhaseLaunched    Phase = "launched"    // the machine runs, not yet in the platform
+	PhaseJoined      Phase = "joined"      // a healthy member of the platform
+	PhaseNotReady    Phase = "not-ready"   // a member the platform reports unhealthy
+	PhaseDraining    Phase = "draining"    // cordoned; workloads moving away
+	PhaseDrained     Phase = "drained"     // no workloads left; ready to leave
+	PhaseLeft        Phase = "left"        // removed from the platform
+	PhaseTerminating Phase = "terminating" // the cloud is deleting the machine
+)
+
+// SecurityGroup is a district's firewall for a cluster: all traffic from the
+// cluster's node addresses, SSH from the operator.
+type SecurityGroup struct {
+	Type       string    `json:"type,omitempty"` // "security_group"
+	ID         string    `json:"id"`
+	Cluster    string    `json:"cluster"`
+	District   string    `json:"district"`
+	ProviderID string    `json:"provider_id"`
+	Sources    []string  `json:"sources"`
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+}
+
+// Identity tags transit puts on everything it creates. Nothing without them
+// is ever touched.
+const (
+	TagCluster  = "transit-cluster"
+	TagDistrict = "transit-district"
+	TagRole     = "transit-role"
+	TagFlavor   = "transit-flavor"
+	TagNode     = "transit-node"
+	TagGroup    = "transit-group"
+)
