@@ -49,10 +49,10 @@ type Event struct {
 	Action *Action   `json:"action,omitempty"`
 	Plan   *Plan     `json:"plan,omitempty"`
 	// Error is set on a failed or skipped action.
-	Error    string  `json:"error,omitempty"`
-	Seconds  float64 `json:"seconds,omitempty"`
-	Message  string  `json:"message,omitempty"`
-	Result   *Result `json:"result,omitempty"`
+	Error   string  `json:"error,omitempty"`
+	Seconds float64 `json:"seconds,omitempty"`
+	Message string  `json:"message,omitempty"`
+	Result  *Result `json:"result,omitempty"`
 }
 
 // Event types.
