@@ -2,27 +2,189 @@ package control
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/cloudtransit/transit/districts"
 )
 
+// Defaults for Options.
+const (
+	DefaultParallel     = 10
+	DefaultMaxRounds    = 50
+	DefaultWaitTimeout  = 10 * time.Minute
+	DefaultPollInterval = 2 * time.Second
+)
+
+func withDefaults(o Options) Options {
+	if o.Parallel <= 0 {
+		o.Parallel = DefaultParallel
+	}
+	if o.MaxRounds <= 0 {
+		o.MaxRounds = DefaultMaxRounds
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = DefaultWaitTimeout
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.Clock == nil {
+		o.Clock = RealClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
+}
+
 // Refresh observes every district and the platform and returns the current
 // state: tagged machines missing from state are adopted, state entries the
 // clouds no longer have are dropped. It saves the result with opts.Save.
-func Refresh(ctx context.Context, opts Options) (districts.Resources, error) {
-	return districts.Resources{}, errors.New("TODO")
+func Refresh(ctx context.Context, opts Options) (districts.Resources, []string, error) {
+	opts = withDefaults(opts)
+	w, err := observe(ctx, opts)
+	if err != nil {
+		return districts.Resources{}, nil, err
+	}
+	if opts.Save != nil {
+		if err := opts.Save(w.state); err != nil {
+			return districts.Resources{}, nil, fmt.Errorf("save state: %w", err)
+		}
+	}
+	return w.state, w.notes, nil
 }
 
 // MakePlan builds the plan for the next round. With refresh false it works
 // from opts.State alone and calls no cloud and no platform.
 func MakePlan(ctx context.Context, opts Options, refresh bool) (Plan, error) {
-	return Plan{}, errors.New("TODO")
+	opts = withDefaults(opts)
+	w := stateWorld(opts.State)
+	if refresh {
+		var err error
+		if w, err = observe(ctx, opts); err != nil {
+			return Plan{}, err
+		}
+		if opts.Save != nil {
+			if err := opts.Save(w.state); err != nil {
+				return Plan{}, fmt.Errorf("save state: %w", err)
+			}
+		}
+	}
+	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w,
+		newID: nodeIDs(opts, w.state)}), nil
 }
 
 // Apply runs rounds (observe, plan, execute, persist) until the cluster
 // matches opts.Cluster or a round makes no progress. A run that ends
 // unconverged returns an error matching ErrNotConverged.
 func Apply(ctx context.Context, opts Options) (Result, error) {
-	return Result{}, errors.New("TODO")
+	opts = withDefaults(opts)
+	r := newRunner(opts)
+	var res Result
+	prevRemaining, refusedBefore := -1, 0
+	var waited time.Duration
+	for r.round = 1; ; r.round++ {
+		if r.round > opts.MaxRounds {
+			return r.finish(res, fmt.Errorf("%w: %d rounds (--max-rounds) ran out with work left: %s", ErrNotConverged, opts.MaxRounds, r.problemText()))
+		}
+		res.Rounds = r.round
+		r.emit(Event{Type: EventRound, Phase: PhaseStart})
+		o := opts
+		o.State = r.st.read()
+		w, err := observe(ctx, o)
+		if err != nil {
+			return r.finish(res, err)
+		}
+		if err := r.st.update(func(s *districts.Resources) { *s = w.state }); err != nil {
+			return r.finish(res, err)
+		}
+		r.orphans = map[string]districts.SecurityGroup{}
+		for _, g := range w.orphanGroups {
+			r.orphans[g.ID] = g
+		}
+		plan := buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, avoid: r.avoid,
+			newID: nodeIDs(opts, w.state)})
+		r.emit(Event{Type: EventPlan, Phase: PhaseStart, Plan: &plan})
+		for _, n := range plan.Notes {
+			opts.Logger.Info(n)
+		}
+		if plan.Empty() {
+			res.Converged = true
+			return r.finish(res, nil)
+		}
+		if len(plan.Actions) == 0 {
+			// Only waiting is left (terminations, readiness): not progress
+			// the loop can make, so it does not use up rounds.
+			if waited >= opts.WaitTimeout {
+				return r.finish(res, fmt.Errorf("%w: gave up after %s waiting: %s", ErrNotConverged, waited, strings.Join(plan.Waiting, "; ")))
+			}
+			r.emit(Event{Type: EventWait, Phase: PhaseStart, Message: strings.Join(plan.Waiting, "; ")})
+			if err := opts.Clock.Sleep(ctx, opts.PollInterval); err != nil {
+				return r.finish(res, err)
+			}
+			waited += opts.PollInterval
+			r.round--
+			continue
+		}
+		if prevRemaining >= 0 && plan.Remaining >= prevRemaining && r.refused == refusedBefore {
+			return r.finish(res, fmt.Errorf("%w: round %d made no progress: %s", ErrNotConverged, r.round-1, r.problemText()))
+		}
+		prevRemaining, refusedBefore = plan.Remaining, r.refused
+		r.problems = nil
+		if err := r.execute(ctx, plan); err != nil {
+			return r.finish(res, err)
+		}
+	}
+}
+
+func (r *runner) problemText() string {
+	if len(r.problems) == 0 {
+		return "no action failed, but the work left did not shrink"
+	}
+	return strings.Join(r.problems, "; ")
+}
+
+func (r *runner) finish(res Result, err error) (Result, error) {
+	if !res.Converged {
+		res.Problems = append([]string(nil), r.problems...)
+	}
+	r.emit(Event{Type: EventResult, Phase: PhaseFinish, Result: &res, Error: errString(err)})
+	return res, err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// nodeIDs names new nodes <cluster>-<role>-<n>, counting on from the
+// highest number in use, so names stay readable and plans reproducible.
+func nodeIDs(opts Options, s districts.Resources) func(districts.DeploymentKey) string {
+	if opts.NewNodeID != nil {
+		return opts.NewNodeID
+	}
+	next := map[string]int{}
+	for _, n := range s.Nodes {
+		prefix := opts.Cluster.ID + "-" + n.Role + "-"
+		if rest, ok := strings.CutPrefix(n.ID, prefix); ok {
+			if i, err := strconv.Atoi(rest); err == nil && i >= next[n.Role] {
+				next[n.Role] = i + 1
+			}
+		}
+	}
+	return func(k districts.DeploymentKey) string {
+		if next[k.Role] == 0 {
+			next[k.Role] = 1
+		}
+		id := fmt.Sprintf("%s-%s-%d", opts.Cluster.ID, k.Role, next[k.Role])
+		next[k.Role]++
+		return id
+	}
 }

@@ -25,11 +25,12 @@ type Options struct {
 	Parallel int
 	// MaxRounds bounds the rounds of one apply (default 50).
 	MaxRounds int
-	// TerminationWait bounds how long a round waits for terminating
-	// machines before it can delete an emptied district's group
-	// (default 10m); polling every PollInterval (default 2s).
-	TerminationWait time.Duration
-	PollInterval    time.Duration
+	// WaitTimeout bounds how long the loop waits for what only time fixes
+	// (machines still terminating, nodes not yet ready) once nothing else
+	// is left to do (default 10m); it re-observes every PollInterval
+	// (default 2s).
+	WaitTimeout  time.Duration
+	PollInterval time.Duration
 	// Clock tells time and sleeps; tests inject a fake one.
 	Clock Clock
 	// NewNodeID names a node about to launch; tests make it deterministic.

@@ -82,7 +82,13 @@ func (p Plan) Summary() Summary {
 		switch a.Kind {
 		case KindCreateGroup, KindLaunch:
 			s.Add++
-		case KindUpdateGroup, KindLabel, KindUncordon:
+		case KindUpdateGroup:
+			// Allowing new nodes into a group the plan creates is part
+			// of the creation.
+			if !p.has(KindCreateGroup, a.District) {
+				s.Change++
+			}
+		case KindLabel, KindUncordon:
 			s.Change++
 		case KindTerminate, KindDeleteGroup:
 			s.Remove++
@@ -101,6 +107,15 @@ func (p Plan) Summary() Summary {
 func (p Plan) launches(node string) bool {
 	for _, a := range p.Actions {
 		if a.Kind == KindLaunch && a.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+func (p Plan) has(k Kind, district string) bool {
+	for _, a := range p.Actions {
+		if a.Kind == k && a.District == district {
 			return true
 		}
 	}

@@ -1,31 +1,164 @@
 // Package state keeps resources.json safe: atomic writes and a lock so two
 // runs never interleave.
+//
+// Write replaces the file atomically (temp file, fsync, rename, fsync of the
+// directory), so a crash at any moment leaves either the old or the new
+// content, never a mix. Acquire takes an flock on the sibling file
+// "<state>.lock", which records who holds it; the kernel drops the lock when
+// its holder dies, so a lock left behind by a killed run is simply taken
+// over and reported in Lock.Previous.
 package state
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
 )
 
-// Write saves r to path atomically.
-func Write(path string, r districts.Resources) error { return errors.New("TODO") }
-
-// LockOptions configure Acquire.
-type LockOptions struct {
-	Timeout time.Duration // 0: fail at once when held
-	Command string        // recorded as the holder's command
+// Write saves r to path atomically: it writes indented JSON to a temporary
+// file in the same directory (mode 0600), fsyncs it, renames it over path
+// and fsyncs the directory. On any failure before the rename the previous
+// file is untouched and the temporary file is removed. Write does not change
+// r: the caller owns Serial and UpdatedAt (see Saver).
+func Write(path string, r districts.Resources) error {
+	// Empty lists are written as [] rather than null, so readers of the
+	// report (jq, dashboards) always see the same shape.
+	if r.Nodes == nil {
+		r.Nodes = []districts.Node{}
+	}
+	if r.SecurityGroups == nil {
+		r.SecurityGroups = []districts.SecurityGroup{}
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write %s: encode: %w", path, err)
+	}
+	data = append(data, '\n')
+	return writeFile(path, data, os.Rename)
 }
 
-// Lock is a held lock on a state file.
-type Lock struct{}
-
-// Acquire locks statePath's sibling lock file.
-func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, error) {
-	return nil, errors.New("TODO")
+// tempPrefix is how Write names its temporary files for path; a crash
+// between create and rename leaves one behind, which Acquire removes.
+func tempPrefix(path string) string {
+	return "." + filepath.Base(path) + ".tmp-"
 }
 
-// Release unlocks.
-func (l *Lock) Release() error { return errors.New("TODO") }
+// writeFile does Write's file work; rename is os.Rename except in tests
+// that make it fail.
+func writeFile(path string, data []byte, rename func(oldpath, newpath string) error) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, tempPrefix(path)+"*") // mode 0600
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	renamed := false
+	defer func() {
+		if renamed {
+			return
+		}
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("write %s: %w", path, cerr)
+		}
+		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
+			err = fmt.Errorf("write %s: remove temporary file: %w", path, rerr)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	renamed = true
+	if err := syncDir(dir); err != nil {
+		// The new content is in place but may not survive a power loss.
+		return fmt.Errorf("write %s: sync directory: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if serr != nil {
+		return serr
+	}
+	return cerr
+}
+
+// Saver returns a function that persists state to path, for the control
+// loop's Save option. Each call sets Serial to one more than the last serial
+// saved (starting after serial, the loaded state's Serial; a larger Serial
+// in the argument wins), sets UpdatedAt to now() in UTC, fills in Type and
+// Version when empty, and calls Write. Calls are serialized, so concurrent
+// callers never race on the file or the serial. A failed call does not use
+// up a serial. now nil means time.Now.
+func Saver(path string, serial int64, now func() time.Time) func(districts.Resources) error {
+	if now == nil {
+		now = time.Now
+	}
+	var mu sync.Mutex
+	last := serial
+	return func(r districts.Resources) error {
+		mu.Lock()
+		defer mu.Unlock()
+		next := max(last, r.Serial) + 1
+		r.Serial = next
+		r.UpdatedAt = now().UTC()
+		if r.Type == "" {
+			r.Type = "resources"
+		}
+		if r.Version == 0 {
+			r.Version = districts.ResourcesVersion
+		}
+		if err := Write(path, r); err != nil {
+			return err
+		}
+		last = next
+		return nil
+	}
+}
+
+// removeLeftovers deletes temporary files that a crashed Write left beside
+// statePath and returns their paths. Only the lock holder calls it, so no
+// Write of another run can be in progress.
+func removeLeftovers(statePath string) ([]string, error) {
+	dir := filepath.Dir(statePath)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	prefix := tempPrefix(statePath)
+	var removed []string
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, err
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
+}

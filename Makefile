@@ -1,0 +1,64 @@
+# transit: build, test, fuzz, bench, lint. `make help` lists the targets.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO      ?= go
+BIN     := $(CURDIR)/bin
+PKGS    ?= ./...
+
+# Version stamped into the binary (see cmd/transit/cli/version.go).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+CLI     := github.com/cloudtransit/transit/cmd/transit/cli
+LDFLAGS := -X $(CLI).version=$(VERSION) -X $(CLI).commit=$(COMMIT) -X $(CLI).date=$(DATE)
+
+# Extra flags for go test, e.g. make test GOTESTFLAGS=-race
+GOTESTFLAGS ?=
+# How long each fuzz target runs.
+FUZZTIME ?= 10s
+
+# Tools, pinned.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+.PHONY: help build test test-unit fuzz bench lint clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build bin/transit with version information
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/transit ./cmd/transit
+
+test: ## Run all tests; e2e tests run only as root
+	$(GO) test $(GOTESTFLAGS) $(PKGS)
+
+test-unit: ## Run unit tests only (go test -short), no root needed
+	$(GO) test -short $(GOTESTFLAGS) $(PKGS)
+
+fuzz: ## Run every Fuzz target for FUZZTIME each (default 10s)
+	@targets=$$($(GO) test -list '^Fuzz' $(PKGS) \
+		| awk '/^Fuzz/ {names[n++] = $$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2, names[i]; n = 0}'); \
+	if [ -z "$$targets" ]; then echo "no fuzz targets"; exit 0; fi; \
+	while read -r pkg target; do \
+		echo "--- fuzz $$pkg $$target for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null; \
+	done <<< "$$targets"
+
+bench: ## Run benchmarks (no tests) and print the results
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+lint: $(GOLANGCI_LINT) ## Run go vet and golangci-lint
+	$(GO) vet $(PKGS)
+	$(GOLANGCI_LINT) run $(PKGS)
+
+$(GOLANGCI_LINT):
+	@echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into $(BIN)"
+	GOBIN=$(BIN)/.install $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(BIN)/.install/golangci-lint $@
+	rmdir $(BIN)/.install
+
+clean: ## Remove build output and installed tools
+	rm -rf $(BIN)

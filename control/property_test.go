@@ -1,0 +1,368 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// harness runs Apply against a sim the way cron would: each run starts
+// from what the last one saved, and a crash loses everything not saved.
+type harness struct {
+	t         *testing.T
+	sim       *sim
+	districts []districts.District
+	saved     []byte
+	saves     int
+	rounds    int
+}
+
+func newHarness(t *testing.T, seed uint64, ds []districts.District) *harness {
+	return &harness{t: t, sim: newSim(seed, "paper"), districts: ds}
+}
+
+func (h *harness) load() districts.Resources {
+	var r districts.Resources
+	if h.saved == nil {
+		return r
+	}
+	if err := json.Unmarshal(h.saved, &r); err != nil {
+		h.t.Fatalf("saved state does not parse: %v", err)
+	}
+	return r
+}
+
+func (h *harness) save(r districts.Resources) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	h.saved, h.saves = b, h.saves+1
+	return nil
+}
+
+func (h *harness) options(c districts.Cluster) Options {
+	infra := map[string]Infrastructure{}
+	for _, d := range h.districts {
+		infra[d.ID] = h.sim.infra(d.ID)
+	}
+	return Options{
+		Cluster: c, Districts: h.districts, Infra: infra, Platform: h.sim.platform(),
+		State: h.load(), Save: h.save, Parallel: h.sim.parallel, Clock: h.sim.clock,
+		MaxRounds: 30,
+	}
+}
+
+// apply runs one Apply; crashAt > 0 kills it at that driver call.
+func (h *harness) apply(c districts.Cluster, crashAt int) (Result, error) {
+	ctx, cancel := context.WithCancel(h.t.Context())
+	defer cancel()
+	h.sim.mu.Lock()
+	h.sim.cancel, h.sim.crashAt, h.sim.calls, h.sim.crashed = cancel, crashAt, 0, false
+	h.sim.mu.Unlock()
+	res, err := Apply(ctx, h.options(c))
+	h.rounds += res.Rounds
+	h.sim.mu.Lock()
+	defer h.sim.mu.Unlock()
+	if !h.sim.crashed {
+		for id := range h.sim.failedJoins {
+			h.sim.violate("node %s failed to join and was not terminated", id)
+		}
+		if err != nil && !errors.Is(err, ErrNotConverged) {
+			h.t.Fatalf("apply failed without a crash: %v", err)
+		}
+	}
+	return res, err
+}
+
+// prepare sets the safety bounds for a change to c from the sim's present.
+func (h *harness) prepare(c districts.Cluster) {
+	s := h.sim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	strat := c.Strategy.WithDefaults()
+	want := map[string]int{}
+	total := 0
+	for _, d := range c.Deployments {
+		want[d.Role] += d.Quantity
+		total += d.Quantity
+	}
+	s.destroying = total == 0
+	s.maxUnavailable = strat.MaxUnavailable
+	ready, live := map[string]int{}, map[string]int{}
+	for _, m := range s.members {
+		if m.ready && !m.cordoned {
+			ready[m.role]++
+		}
+	}
+	for _, in := range s.instances {
+		if in.State != InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
+			live[in.Tags[districts.TagRole]]++
+		}
+	}
+	s.floor, s.peak = map[string]int{}, map[string]int{}
+	for _, role := range []string{districts.RoleMaster, districts.RoleWorker} {
+		s.floor[role] = min(want[role], ready[role])
+		s.peak[role] = max(live[role], want[role]) + strat.MaxSurge
+	}
+}
+
+// checkConverged: the sim's cloud and platform are exactly cluster c, and
+// the saved state says so.
+func (h *harness) checkConverged(c districts.Cluster) {
+	t, s := h.t, h.sim
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gc()
+	got := map[districts.DeploymentKey]int{}
+	var addrs []string
+	liveDistricts := map[string]bool{}
+	for _, in := range s.instances {
+		if in.Tags[districts.TagCluster] != s.cluster || in.State == InstanceTerminating {
+			continue
+		}
+		id := in.Tags[districts.TagNode]
+		k := districts.DeploymentKey{District: in.district, Flavor: in.Tags[districts.TagFlavor], Role: in.Tags[districts.TagRole]}
+		got[k]++
+		addrs = append(addrs, in.PublicIP, in.PrivateIP)
+		liveDistricts[in.district] = true
+		m, ok := s.members[id]
+		if !ok {
+			t.Errorf("machine %s (%s) runs but is not a platform member", id, in.ProviderID)
+			continue
+		}
+		if !m.ready || m.cordoned {
+			t.Errorf("member %s: ready=%v cordoned=%v", id, m.ready, m.cordoned)
+		}
+		var want map[string]string
+		for _, d := range c.Deployments {
+			if d.Key() == k {
+				want = d.Tags
+			}
+		}
+		if !tagsEqual(m.labels, want) {
+			t.Errorf("member %s labels %v, want %v", id, m.labels, want)
+		}
+	}
+	for _, d := range c.Deployments {
+		if got[d.Key()] != d.Quantity {
+			t.Errorf("%s: %d machines, want %d", d.Key(), got[d.Key()], d.Quantity)
+		}
+		delete(got, d.Key())
+	}
+	for k, n := range got {
+		t.Errorf("%s: %d machines not in cluster.json", k, n)
+	}
+	slices.Sort(addrs)
+	for _, d := range h.districts {
+		var mine []*simGroup
+		for _, g := range s.groups {
+			if g.district == d.ID && g.Tags[districts.TagCluster] == s.cluster {
+				mine = append(mine, g)
+			}
+		}
+		switch {
+		case liveDistricts[d.ID] && len(mine) != 1:
+			t.Errorf("district %s has nodes and %d groups", d.ID, len(mine))
+		case liveDistricts[d.ID] && !slices.Equal(mine[0].Sources, addrs):
+			t.Errorf("district %s group allows %v, want %v", d.ID, mine[0].Sources, addrs)
+		case !liveDistricts[d.ID] && len(mine) != 0:
+			t.Errorf("district %s has no nodes but %d groups", d.ID, len(mine))
+		}
+	}
+	for id, in := range s.instances {
+		if strings.HasPrefix(id, "i-foreign-") && in.State != InstanceRunning {
+			t.Errorf("foreign machine %s is %s", id, in.State)
+		}
+	}
+	st := h.load()
+	live := 0
+	for _, n := range st.Nodes {
+		if n.Phase == districts.PhaseTerminating {
+			continue
+		}
+		live++
+		in, ok := s.instances[n.ProviderID]
+		if !ok || in.Tags[districts.TagNode] != n.ID {
+			t.Errorf("state node %s (%s) is not in the cloud", n.ID, n.ProviderID)
+		}
+		if n.Phase != districts.PhaseJoined {
+			t.Errorf("state node %s is %s, want joined", n.ID, n.Phase)
+		}
+	}
+	if want := len(addrs) / 2; live != want {
+		t.Errorf("state has %d live nodes, the cloud %d", live, want)
+	}
+	for _, v := range s.violations {
+		t.Errorf("safety violation: %s", v)
+	}
+	s.violations = nil
+}
+
+var simDistricts = []districts.District{
+	{Type: "district", ID: "aws-europe", Provider: "aws", AWSRegion: "eu-central-1", AWSZones: []string{"eu-central-1a", "eu-central-1b"},
+		Flavors: []districts.DistrictFlavor{{Flavor: "small", InstanceType: "m3.medium"}, {Flavor: "large", InstanceType: "m4.xlarge"}}},
+	{Type: "district", ID: "gce-europe", Provider: "gce", GCEProjectID: "p", GCERegion: "europe-west1", GCEZones: []string{"europe-west1-b", "europe-west1-c"},
+		Flavors: []districts.DistrictFlavor{{Flavor: "small", MachineType: "n1-standard-1"}, {Flavor: "large", MachineType: "n1-standard-4"}}},
+	{Type: "district", ID: "os-germany", Provider: "openstack", OSAuthURL: "http://keystone:5000/v3", OSRegion: "RegionOne",
+		Flavors: []districts.DistrictFlavor{{Flavor: "small", OSFlavor: "m1.small"}, {Flavor: "large", OSFlavor: "m1.large"}}},
+}
+
+// randomCluster draws an intended state: sometimes a fresh mix, sometimes
+// a migration of one district's nodes to another, sometimes destroy.
+func randomCluster(rng *rand.Rand, prev districts.Cluster) districts.Cluster {
+	c := districts.Cluster{Type: "cluster", ID: "paper", Platform: "swarm",
+		Flavors:  []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 2}, {Flavor: "large", Cores: 4, MemoryGB: 16}},
+		Strategy: districts.Strategy{MaxSurge: 1 + rng.IntN(2), MaxUnavailable: 1 + rng.IntN(2)}}
+	tagSets := []map[string]string{nil, {"location": "Europe"}, {"location": "Germany", "policy": "Safe-Harbour"}}
+	switch r := rng.Float64(); {
+	case r < 0.1:
+		for _, d := range prev.Deployments {
+			d.Quantity = 0
+			c.Deployments = append(c.Deployments, d)
+		}
+		return c
+	case r < 0.35 && len(prev.Deployments) > 0:
+		from, to := simDistricts[rng.IntN(3)].ID, simDistricts[rng.IntN(3)].ID
+		moved := map[districts.DeploymentKey]districts.Deployment{}
+		var keys []districts.DeploymentKey
+		for _, d := range prev.Deployments {
+			if d.District == from {
+				d.District = to
+			}
+			if old, ok := moved[d.Key()]; ok {
+				old.Quantity += d.Quantity
+				moved[d.Key()] = old
+				continue
+			}
+			moved[d.Key()] = d
+			keys = append(keys, d.Key())
+		}
+		for _, k := range keys {
+			c.Deployments = append(c.Deployments, moved[k])
+		}
+		return c
+	}
+	masters := []int{1, 3}[rng.IntN(2)]
+	for _, d := range simDistricts {
+		for _, f := range []string{"small", "large"} {
+			for _, role := range []string{districts.RoleMaster, districts.RoleWorker} {
+				q := 0
+				if role == districts.RoleWorker && rng.IntN(2) == 0 {
+					q = rng.IntN(5)
+				}
+				c.Deployments = append(c.Deployments, districts.Deployment{District: d.ID, Flavor: f, Role: role, Quantity: q,
+					Tags: maps.Clone(tagSets[rng.IntN(len(tagSets))])})
+			}
+		}
+	}
+	for range masters {
+		i := rng.IntN(len(c.Deployments)/2) * 2 // the master lines
+		c.Deployments[i].Quantity++
+	}
+	return c
+}
+
+// TestConvergesUnderFaults drives random sequences of intended states
+// through crashes, failed launches and joins, refused drains, quota and
+// slow terminations, checking every safety rule at every driver call and
+// that each state is reached once the faults stop.
+func TestConvergesUnderFaults(t *testing.T) {
+	seeds := 150
+	if testing.Short() {
+		seeds = 40
+	}
+	var totalRounds atomic.Int64
+	for seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, uint64(seed), simDistricts)
+			rng := rand.New(rand.NewPCG(uint64(seed), 7))
+			h.sim.parallel = 1 + rng.IntN(4)
+			h.sim.sloppyList = rng.IntN(2) == 0
+			h.sim.terminateFor = []time.Duration{0, 5 * time.Second, time.Minute}[rng.IntN(3)]
+			for _, d := range simDistricts {
+				h.sim.addForeign(d.ID)
+			}
+			var c districts.Cluster
+			for step := range 6 {
+				c = randomCluster(rng, c)
+				h.disturb(rng, step)
+				h.prepare(c)
+				converged := false
+				var lastErr error
+				for attempt := 0; attempt < 12 && !converged; attempt++ {
+					faulty := attempt < 4
+					h.setFaults(rng, faulty)
+					crashAt := 0
+					if faulty && rng.IntN(2) == 0 {
+						crashAt = 1 + rng.IntN(80)
+					}
+					res, err := h.apply(c, crashAt)
+					converged, lastErr = err == nil && res.Converged, err
+				}
+				if !converged {
+					log := h.sim.log[max(len(h.sim.log)-40, 0):]
+					t.Fatalf("step %d: did not converge to %v after the faults stopped: %v; last calls: %v", step, c.Deployments, lastErr, log)
+				}
+				h.checkConverged(c)
+				if t.Failed() {
+					log := h.sim.log[max(len(h.sim.log)-40, 0):]
+					t.Fatalf("step %d (deployments %v) broke the rules; last calls: %v", step, c.Deployments, log)
+				}
+			}
+			totalRounds.Add(int64(h.rounds))
+		})
+	}
+	t.Cleanup(func() { t.Logf("%d seeds, %d rounds", seeds, totalRounds.Load()) })
+}
+
+// setFaults turns the random failures on or off.
+func (h *harness) setFaults(rng *rand.Rand, on bool) {
+	s := h.sim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.launchFail, s.joinFail, s.refuseProb, s.sickProb = 0, 0, 0, 0
+	clear(s.quota)
+	if on {
+		s.launchFail, s.joinFail, s.refuseProb, s.sickProb = 0.1, 0.1, 0.15, 0.05
+		if rng.IntN(4) == 0 {
+			s.quota[simDistricts[rng.IntN(3)].ID] = rng.IntN(4)
+		}
+	}
+}
+
+// disturb does what happens outside transit between runs: a lost
+// resources.json, a machine deleted by hand.
+func (h *harness) disturb(rng *rand.Rand, step int) {
+	if step == 0 {
+		return
+	}
+	switch rng.IntN(6) {
+	case 0:
+		h.saved = nil // resources.json lost: everything must be adopted
+	case 1:
+		s := h.sim
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, id := range slices.Sorted(maps.Keys(s.instances)) {
+			in := s.instances[id]
+			if in.Tags[districts.TagCluster] == s.cluster && in.Tags[districts.TagRole] == districts.RoleWorker {
+				delete(s.instances, id)
+				delete(s.members, in.Tags[districts.TagNode])
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,629 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// sim is a deterministic in-memory cloud and platform for the loop's
+// tests: every district's infrastructure and the platform share one lock,
+// one clock and one record of safety violations. It injects failures
+// (launch errors, quota, join errors, refused drains, slow terminations)
+// and crashes: at a chosen driver call it cancels the run, as if transit
+// were killed between two steps.
+type sim struct {
+	mu    sync.Mutex
+	clock *fakeClock
+	rng   *rand.Rand
+
+	cluster   string
+	instances map[string]*simInstance // by provider id
+	groups    map[string]*simGroup    // by provider id
+	members   map[string]*simMember   // by node id
+	nextID    int
+
+	// Fault knobs, read under mu.
+	launchFail   float64 // probability a launch fails
+	joinFail     float64 // probability an install or join fails
+	refuse       map[string]bool
+	refuseProb   float64
+	quota        map[string]int // district -> max live machines
+	terminateFor time.Duration  // how long a termination takes
+	sloppyList   bool           // List also returns foreign machines
+	sickProb     float64        // probability a member turns sick at a Members call
+
+	// Crash: when calls reaches crashAt, cancel is called.
+	calls   int
+	crashAt int
+	cancel  context.CancelFunc
+	crashed bool
+
+	// Safety bookkeeping.
+	destroying     bool
+	parallel       int
+	maxUnavailable int
+	inflight       int
+	peakInflight   int
+	floor          map[string]int // role -> ready members that must stay
+	peak           map[string]int // role -> live machines allowed at most
+	failedJoins    map[string]bool
+	violations     []string
+	log            []string
+}
+
+type simInstance struct {
+	Instance
+	district string
+	group    string
+	goneAt   time.Time // zero while not terminating
+}
+
+type simGroup struct {
+	Group
+	district string
+}
+
+type simMember struct {
+	role     string
+	ready    bool
+	sick     bool // unhealthy for reasons outside transit (a crashed kubelet)
+	cordoned bool
+	labels   map[string]string
+}
+
+func newSim(seed uint64, cluster string) *sim {
+	s := &sim{
+		clock:       &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)},
+		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		cluster:     cluster,
+		instances:   map[string]*simInstance{},
+		groups:      map[string]*simGroup{},
+		members:     map[string]*simMember{},
+		refuse:      map[string]bool{},
+		quota:       map[string]int{},
+		failedJoins: map[string]bool{},
+		floor:       map[string]int{},
+		peak:        map[string]int{},
+	}
+	s.clock.sim = s
+	return s
+}
+
+func (s *sim) violate(format string, args ...any) {
+	s.violations = append(s.violations, fmt.Sprintf(format, args...))
+}
+
+// step counts a driver call and crashes the run at the chosen one. The
+// effect of the crashing call happens when effectFirst is true: the cloud
+// acted, transit died before it heard back.
+func (s *sim) step(ctx context.Context, what string) (crash bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.calls++
+	s.log = append(s.log, what)
+	if s.crashAt > 0 && s.calls == s.crashAt {
+		s.crashed = true
+		s.cancel()
+		return true, context.Canceled
+	}
+	return false, nil
+}
+
+// addForeign puts a machine and a group in a district that transit must
+// never touch: no tags, or another cluster's.
+func (s *sim) addForeign(district string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	id := fmt.Sprintf("i-foreign-%d", s.nextID)
+	s.instances[id] = &simInstance{Instance: Instance{ProviderID: id, State: InstanceRunning,
+		Tags: map[string]string{"Name": "someone-elses"}}, district: district}
+	s.nextID++
+	id2 := fmt.Sprintf("i-foreign-%d", s.nextID)
+	s.instances[id2] = &simInstance{Instance: Instance{ProviderID: id2, State: InstanceRunning,
+		Tags: map[string]string{districts.TagCluster: "other-cluster", districts.TagNode: "other-1"}}, district: district}
+	gid := "sg-foreign-" + district
+	s.groups[gid] = &simGroup{Group: Group{ProviderID: gid, Name: "default"}, district: district}
+}
+
+func isForeign(id string) bool {
+	return len(id) > 10 && id[:10] == "i-foreign-" || len(id) > 11 && id[:11] == "sg-foreign-"
+}
+
+// gc forgets machines whose termination finished.
+func (s *sim) gc() {
+	now := s.clock.peek()
+	for id, in := range s.instances {
+		if in.State == InstanceTerminating && !now.Before(in.goneAt) {
+			delete(s.instances, id)
+		}
+	}
+}
+
+func (s *sim) infra(district string) Infrastructure { return &simInfra{s, district} }
+
+type simInfra struct {
+	s        *sim
+	district string
+}
+
+var _ Infrastructure = (*simInfra)(nil)
+
+func (c *simInfra) List(ctx context.Context, cluster string) ([]Instance, []Group, error) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "list "+c.district); err != nil {
+		return nil, nil, err
+	}
+	s.gc()
+	var out []Instance
+	for _, in := range s.instances {
+		if in.district != c.district {
+			continue
+		}
+		if in.Tags[districts.TagCluster] == cluster || s.sloppyList {
+			cp := in.Instance
+			cp.Tags = maps.Clone(in.Tags)
+			out = append(out, cp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ProviderID < out[j].ProviderID })
+	var gs []Group
+	for _, g := range s.groups {
+		if g.district == c.district && (g.Tags[districts.TagCluster] == cluster || s.sloppyList) {
+			cp := g.Group
+			cp.Sources = slices.Clone(g.Sources)
+			gs = append(gs, cp)
+		}
+	}
+	sort.Slice(gs, func(i, j int) bool { return gs[i].ProviderID < gs[j].ProviderID })
+	return out, gs, nil
+}
+
+func (c *simInfra) EnsureGroup(ctx context.Context, spec GroupSpec) (Group, error) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crash, err := s.step(ctx, "ensure-group "+spec.Name)
+	if err != nil && !crash {
+		return Group{}, err
+	}
+	var g *simGroup
+	for _, x := range s.groups {
+		if x.district == c.district && x.Name == spec.Name {
+			g = x
+		}
+	}
+	if g == nil {
+		s.nextID++
+		id := fmt.Sprintf("sg-%d", s.nextID)
+		g = &simGroup{Group: Group{ProviderID: id, Name: spec.Name, Tags: maps.Clone(spec.Tags)}, district: c.district}
+		s.groups[id] = g
+	}
+	if isForeign(g.ProviderID) {
+		s.violate("ensure-group touched foreign group %s", g.ProviderID)
+	}
+	g.Sources = slices.Clone(spec.Sources)
+	if crash {
+		return Group{}, err
+	}
+	cp := g.Group
+	cp.Sources = slices.Clone(g.Sources)
+	return cp, nil
+}
+
+func (c *simInfra) DeleteGroup(ctx context.Context, gr Group) error {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "delete-group "+gr.Name); err != nil {
+		return err
+	}
+	g, ok := s.groups[gr.ProviderID]
+	if !ok {
+		return nil
+	}
+	if isForeign(gr.ProviderID) || g.Tags[districts.TagCluster] != s.cluster {
+		s.violate("deleted foreign group %s", gr.ProviderID)
+	}
+	for _, in := range s.instances {
+		if in.group == gr.ProviderID {
+			return fmt.Errorf("group %s is in use by %s (DependencyViolation)", gr.Name, in.ProviderID)
+		}
+	}
+	delete(s.groups, gr.ProviderID)
+	return nil
+}
+
+func (c *simInfra) Launch(ctx context.Context, spec LaunchSpec) (Instance, error) {
+	s := c.s
+	s.mu.Lock()
+	crash, err := s.step(ctx, "launch "+spec.Node.ID)
+	if err != nil && !crash {
+		s.mu.Unlock()
+		return Instance{}, err
+	}
+	g, ok := s.groups[spec.GroupID]
+	if !ok || g.district != c.district {
+		s.violate("launch of %s in %s before its group exists", spec.Node.ID, c.district)
+	}
+	s.inflight++
+	s.peakInflight = max(s.peakInflight, s.inflight)
+	if s.inflight > s.parallel {
+		s.violate("%d launches at once, --parallel is %d", s.inflight, s.parallel)
+	}
+	fail := !crash && s.rng.Float64() < s.launchFail
+	s.mu.Unlock()
+
+	// Let other launches overlap, as a real cloud call would.
+	time.Sleep(20 * time.Microsecond)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if fail {
+		return Instance{}, errors.New("InsufficientInstanceCapacity: try another zone")
+	}
+	live := 0
+	for _, in := range s.instances {
+		if in.district == c.district && in.State != InstanceTerminating && !isForeign(in.ProviderID) {
+			live++
+		}
+	}
+	if quota, ok := s.quota[c.district]; ok && live >= quota {
+		return Instance{}, fmt.Errorf("quota exceeded: %d instances in %s", quota, c.district)
+	}
+	s.nextID++
+	id := fmt.Sprintf("i-%04d", s.nextID)
+	inst := Instance{ProviderID: id, Tags: maps.Clone(spec.Tags), Zone: spec.Node.Zone,
+		PublicIP: fmt.Sprintf("203.0.%d.%d", s.nextID/250, s.nextID%250+1), PrivateIP: fmt.Sprintf("10.0.%d.%d", s.nextID/250, s.nextID%250+1),
+		State: InstanceRunning, CreatedAt: s.clock.peek()}
+	s.instances[id] = &simInstance{Instance: inst, district: c.district, group: spec.GroupID}
+	s.checkPeak()
+	if crash {
+		return Instance{}, err
+	}
+	return inst, nil
+}
+
+func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crash, err := s.step(ctx, "terminate "+inst.ProviderID)
+	if err != nil && !crash {
+		return err
+	}
+	in, ok := s.instances[inst.ProviderID]
+	if !ok {
+		return err
+	}
+	if in.Tags[districts.TagCluster] != s.cluster {
+		s.violate("terminated foreign machine %s", inst.ProviderID)
+	}
+	node := in.Tags[districts.TagNode]
+	if m, ok := s.members[node]; ok && !s.destroying {
+		s.violate("terminated %s while it is still a platform member (cordoned=%v)", node, m.cordoned)
+	}
+	if in.State != InstanceTerminating {
+		in.State = InstanceTerminating
+		in.goneAt = s.clock.peek().Add(s.terminateFor)
+	}
+	if s.destroying {
+		delete(s.members, node)
+	}
+	delete(s.failedJoins, node)
+	return err
+}
+
+// checkPeak: a role never runs more machines than the larger of its size
+// before the change and its intended size, plus max_surge.
+func (s *sim) checkPeak() {
+	live := map[string]int{}
+	for _, in := range s.instances {
+		if in.State != InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
+			live[in.Tags[districts.TagRole]]++
+		}
+	}
+	for role, n := range live {
+		if limit, ok := s.peak[role]; ok && n > limit {
+			s.violate("%d %s machines live, more than %d (max of before and after, plus max_surge)", n, role, limit)
+		}
+	}
+}
+
+// checkFloor: a role never has fewer ready, schedulable members than the
+// smaller of its intended size and what it had when the change began.
+func (s *sim) checkFloor(when string) {
+	if s.destroying {
+		return
+	}
+	ready := map[string]int{}
+	for _, m := range s.members {
+		if m.ready && !m.cordoned {
+			ready[m.role]++
+		}
+	}
+	for role, floor := range s.floor {
+		if ready[role] < floor {
+			s.violate("%s: %d ready %s members, fewer than %d", when, ready[role], role, floor)
+		}
+	}
+}
+
+// founded: the platform exists while one of its masters does.
+func (s *sim) founded() bool {
+	for _, m := range s.members {
+		if m.role == districts.RoleMaster {
+			return true
+		}
+	}
+	return false
+}
+
+type simPlatform struct{ s *sim }
+
+var _ Platform = (*simPlatform)(nil)
+
+func (s *sim) platform() Platform { return &simPlatform{s} }
+
+func (p *simPlatform) instanceOf(n districts.Node) *simInstance {
+	in := p.s.instances[n.ProviderID]
+	if in == nil || in.State == InstanceTerminating {
+		return nil
+	}
+	return in
+}
+
+func (p *simPlatform) Install(ctx context.Context, n districts.Node) error {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "install "+n.ID); err != nil {
+		return err
+	}
+	if p.instanceOf(n) == nil {
+		return fmt.Errorf("ssh %s: connection refused", n.PublicIP)
+	}
+	if s.rng.Float64() < s.joinFail {
+		s.failedJoins[n.ID] = true
+		return errors.New("install script exited 100: apt-get: unable to fetch")
+	}
+	return nil
+}
+
+// allowedEverywhere: a node joins only when every group of the cluster
+// lets its addresses in.
+func (s *sim) allowedEverywhere(n districts.Node) {
+	inUse := map[string]bool{}
+	for _, in := range s.instances {
+		if in.Tags[districts.TagCluster] == s.cluster && in.State != InstanceTerminating {
+			inUse[in.district] = true
+		}
+	}
+	for _, g := range s.groups {
+		if g.Tags[districts.TagCluster] != s.cluster || !inUse[g.district] {
+			continue
+		}
+		for _, a := range n.Addresses() {
+			if !slices.Contains(g.Sources, a) {
+				s.violate("%s joins before %s is allowed into %s", n.ID, a, g.Name)
+			}
+		}
+	}
+}
+
+func (p *simPlatform) Init(ctx context.Context, n districts.Node) error {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crash, err := s.step(ctx, "init "+n.ID)
+	if err != nil && !crash {
+		return err
+	}
+	if s.founded() {
+		s.violate("init of %s, but the platform exists", n.ID)
+	}
+	if n.Role != districts.RoleMaster {
+		s.violate("init of %s, a %s", n.ID, n.Role)
+	}
+	s.allowedEverywhere(n)
+	s.members[n.ID] = &simMember{role: n.Role, ready: true}
+	return err
+}
+
+func (p *simPlatform) Join(ctx context.Context, n districts.Node) error {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crash, err := s.step(ctx, "join "+n.ID)
+	if err != nil && !crash {
+		return err
+	}
+	if !s.founded() {
+		return errors.New("join: no manager to join")
+	}
+	if !crash && s.rng.Float64() < s.joinFail {
+		s.failedJoins[n.ID] = true
+		return errors.New("join: timeout waiting for the manager")
+	}
+	s.allowedEverywhere(n)
+	if m, ok := s.members[n.ID]; ok {
+		m.ready = true
+	} else {
+		s.members[n.ID] = &simMember{role: n.Role, ready: true}
+	}
+	return err
+}
+
+func (p *simPlatform) Label(ctx context.Context, n districts.Node, labels map[string]string) error {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crash, err := s.step(ctx, "label "+n.ID)
+	if err != nil && !crash {
+		return err
+	}
+	m, ok := s.members[n.ID]
+	if !ok {
+		return fmt.Errorf("node %s is not a member", n.ID)
+	}
+	m.labels = maps.Clone(labels)
+	return err
+}
+
+func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.Duration) error {
+	s := p.s
+	// Evictions take a while: let other drains overlap, as they would.
+	defer time.Sleep(20 * time.Microsecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "drain "+n.ID); err != nil {
+		return err
+	}
+	m, ok := s.members[n.ID]
+	if !ok {
+		return nil
+	}
+	if s.refuse[n.ID] || s.rng.Float64() < s.refuseProb {
+		return &DrainError{Node: n.ID, Reason: "a disruption budget allows no eviction", Blocking: []string{"default/web-1"}}
+	}
+	cordoned := 0
+	for _, o := range s.members {
+		if o.cordoned {
+			cordoned++
+		}
+	}
+	if cordoned+1 > s.maxUnavailable {
+		s.violate("drain of %s with %d nodes already cordoned, max_unavailable %d", n.ID, cordoned, s.maxUnavailable)
+	}
+	if m.role == districts.RoleMaster {
+		s.checkQuorum(n.ID, "drain")
+	}
+	m.cordoned = true
+	s.checkFloor("drain " + n.ID)
+	return nil
+}
+
+func (p *simPlatform) Uncordon(ctx context.Context, n districts.Node) error {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "uncordon "+n.ID); err != nil {
+		return err
+	}
+	if m, ok := s.members[n.ID]; ok {
+		m.cordoned = false
+	}
+	return nil
+}
+
+func (p *simPlatform) Remove(ctx context.Context, n districts.Node) error {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crash, err := s.step(ctx, "remove "+n.ID)
+	if err != nil && !crash {
+		return err
+	}
+	m, ok := s.members[n.ID]
+	if !ok {
+		return err
+	}
+	if !m.cordoned && !s.destroying {
+		s.violate("remove of %s without a drain", n.ID)
+	}
+	if m.role == districts.RoleMaster {
+		s.checkQuorum(n.ID, "remove")
+	}
+	delete(s.members, n.ID)
+	s.checkFloor("remove " + n.ID)
+	return err
+}
+
+// checkQuorum: after taking master id away, the healthy masters left are a
+// majority of the masters left, and at least one is left.
+func (s *sim) checkQuorum(id, what string) {
+	total, healthy := 0, 0
+	for mid, m := range s.members {
+		if m.role != districts.RoleMaster || mid == id {
+			continue
+		}
+		total++
+		if m.ready && !m.sick {
+			healthy++
+		}
+	}
+	if total == 0 || healthy < total/2+1 {
+		s.violate("%s of master %s leaves %d healthy of %d masters", what, id, healthy, total)
+	}
+}
+
+func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Member, error) {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "members"); err != nil {
+		return nil, err
+	}
+	if !s.founded() {
+		clear(s.members) // workers of a dead platform are no members
+		return nil, ErrNoPlatform
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.members)) {
+		m := s.members[id]
+		if s.sickProb == 0 {
+			m.sick = false
+		} else if s.rng.Float64() < s.sickProb {
+			m.sick = !m.sick
+		}
+	}
+	var out []Member
+	for _, id := range slices.Sorted(maps.Keys(s.members)) {
+		m := s.members[id]
+		out = append(out, Member{NodeID: id, Role: m.role, Ready: m.ready && !m.sick, Draining: m.cordoned, Labels: maps.Clone(m.labels)})
+	}
+	return out, nil
+}
+
+// fakeClock advances a little on every read and jumps on Sleep, so waits
+// cost no real time.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+	sim *sim
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(10 * time.Millisecond)
+	return c.now
+}
+
+func (c *fakeClock) peek() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	return nil
+}
