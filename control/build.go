@@ -60,9 +60,10 @@ func buildPlan(in planInput) Plan {
 	destroying := total == 0
 
 	// Live nodes by deployment line; terminating machines no longer count.
-	byKey := map[districts.DeploymentKey][]districts.Node{}
-	var live []districts.Node
-	for _, n := range in.world.state.Nodes {
+	byKey := map[districts.DeploymentKey][]*districts.Node{}
+	live := make([]*districts.Node, 0, len(in.world.state.Nodes))
+	for i := range in.world.state.Nodes {
+		n := &in.world.state.Nodes[i]
 		if n.Phase == districts.PhaseTerminating {
 			continue
 		}
@@ -82,10 +83,10 @@ func buildPlan(in planInput) Plan {
 	type roleWork struct {
 		present, want int
 		adds          []districts.DeploymentKey // one entry per node to add
-		excess        []districts.Node
+		excess        []*districts.Node
 	}
 	roles := map[string]*roleWork{}
-	var keep []districts.Node
+	keep := make([]*districts.Node, 0, len(live))
 	for _, k := range keys {
 		nodes := byKey[k]
 		sort.Slice(nodes, func(i, j int) bool { return removeFirst(nodes[i], nodes[j], in.avoid) })
@@ -114,7 +115,7 @@ func buildPlan(in planInput) Plan {
 	// (a migration), the role grows at most MaxSurge above the larger of
 	// its current and intended size, and removals wait for the new nodes.
 	var launches []Action
-	var removals []districts.Node
+	var removals []*districts.Node
 	after := map[string][]string{} // role -> nodes a removal waits for
 	roleNames := slices.Sorted(maps.Keys(roles))
 	for _, role := range roleNames {
@@ -290,7 +291,7 @@ func buildPlan(in planInput) Plan {
 
 // removeFirst orders removal candidates: cheapest phase first, nodes whose
 // drain was refused last, then newest first.
-func removeFirst(a, b districts.Node, avoid map[string]bool) bool {
+func removeFirst(a, b *districts.Node, avoid map[string]bool) bool {
 	if avoid[a.ID] != avoid[b.ID] {
 		return !avoid[a.ID]
 	}
@@ -303,7 +304,7 @@ func removeFirst(a, b districts.Node, avoid map[string]bool) bool {
 	return a.ID > b.ID
 }
 
-func removalReason(n districts.Node, desired map[districts.DeploymentKey]districts.Deployment, byKey map[districts.DeploymentKey][]districts.Node, destroying bool) string {
+func removalReason(n *districts.Node, desired map[districts.DeploymentKey]districts.Deployment, byKey map[districts.DeploymentKey][]*districts.Node, destroying bool) string {
 	k := n.Key()
 	d, ok := desired[k]
 	switch {
@@ -316,7 +317,7 @@ func removalReason(n districts.Node, desired map[districts.DeploymentKey]distric
 	}
 }
 
-func remainsAfter(district string, live, removed []districts.Node) bool {
+func remainsAfter(district string, live, removed []*districts.Node) bool {
 	gone := map[string]bool{}
 	for _, n := range removed {
 		gone[n.ID] = true
@@ -330,7 +331,7 @@ func remainsAfter(district string, live, removed []districts.Node) bool {
 }
 
 // addressesOf returns the sorted, distinct addresses of nodes.
-func addressesOf(nodes []districts.Node) []string {
+func addressesOf(nodes []*districts.Node) []string {
 	set := map[string]bool{}
 	for _, n := range nodes {
 		for _, a := range n.Addresses() {

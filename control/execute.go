@@ -201,11 +201,11 @@ func (r *runner) infra(district string) (Infrastructure, error) {
 	return infra, nil
 }
 
-func liveNodes(s districts.Resources) []districts.Node {
-	var out []districts.Node
-	for _, n := range s.Nodes {
-		if n.Phase != districts.PhaseTerminating {
-			out = append(out, n)
+func liveNodes(s districts.Resources) []*districts.Node {
+	var out []*districts.Node
+	for i := range s.Nodes {
+		if s.Nodes[i].Phase != districts.PhaseTerminating {
+			out = append(out, &s.Nodes[i])
 		}
 	}
 	return out

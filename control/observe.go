@@ -243,7 +243,6 @@ type guarded struct {
 	mu    sync.Mutex
 	state districts.Resources
 	save  func(districts.Resources) error
-	clock Clock
 }
 
 // update applies f to the state and saves it.

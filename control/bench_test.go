@@ -1,0 +1,78 @@
+package control
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// bigWorld is a 10,000-node cluster in three districts, as resources.json
+// would describe it, with a change pending: os-germany's 2,000 workers
+// move to aws-europe, gce-europe grows by 500, and some labels changed.
+func bigWorld() (districts.Cluster, world) {
+	c := districts.Cluster{Type: "cluster", ID: "big", Platform: "kubernetes",
+		Flavors: []districts.Flavor{{Flavor: "small"}, {Flavor: "large"}},
+		Deployments: []districts.Deployment{
+			{District: "gce-europe", Flavor: "small", Role: "master", Quantity: 5, Tags: map[string]string{"tier": "control"}},
+			{District: "gce-europe", Flavor: "large", Role: "worker", Quantity: 4_495, Tags: map[string]string{"location": "Europe"}},
+			{District: "aws-europe", Flavor: "large", Role: "worker", Quantity: 6_000, Tags: map[string]string{"location": "Germany"}},
+			{District: "os-germany", Flavor: "large", Role: "worker", Quantity: 0},
+		}}
+	have := map[districts.DeploymentKey]int{
+		{District: "gce-europe", Flavor: "small", Role: "master"}: 5,
+		{District: "gce-europe", Flavor: "large", Role: "worker"}: 3_995,
+		{District: "aws-europe", Flavor: "large", Role: "worker"}: 4_000,
+		{District: "os-germany", Flavor: "large", Role: "worker"}: 2_000,
+	}
+	tags := map[string]map[string]string{}
+	for _, d := range c.Deployments {
+		tags[d.District+d.Role] = d.Tags
+	}
+	var w world
+	w.terminating = map[string]int{}
+	i := 0
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for k, n := range have {
+		for range n {
+			i++
+			node := districts.Node{ID: fmt.Sprintf("big-%s-%d", k.Role, i), Cluster: "big", District: k.District, Role: k.Role,
+				Flavor: k.Flavor, ProviderID: fmt.Sprintf("i-%08d", i), PublicIP: fmt.Sprintf("198.%d.%d.%d", i>>16, (i>>8)&255, i&255),
+				Phase: districts.PhaseJoined, Tags: tags[k.District+k.Role], CreatedAt: t0.Add(time.Duration(i) * time.Second)}
+			if i%100 == 0 {
+				node.Tags = map[string]string{"location": "stale"}
+			}
+			w.state.Nodes = append(w.state.Nodes, node)
+		}
+	}
+	sortState(&w.state)
+	for _, d := range simDistricts {
+		w.state.SecurityGroups = append(w.state.SecurityGroups, districts.SecurityGroup{ID: GroupName("big", d.ID), District: d.ID, Sources: addressesOf(liveNodes(w.state))})
+	}
+	w.platformUp = true
+	return c, w
+}
+
+// BenchmarkBuildPlan10000Nodes measures the plan of a 10,000-node cluster
+// with a migration, a scale-up and label changes pending (target < 100 ms).
+func BenchmarkBuildPlan10000Nodes(b *testing.B) {
+	c, w := bigWorld()
+	var p Plan
+	for b.Loop() {
+		p = buildPlan(planInput{cluster: c, districts: simDistricts, world: w, newID: nodeIDs(Options{Cluster: c}, w.state)})
+	}
+	b.ReportMetric(float64(len(p.Actions)), "actions")
+}
+
+// BenchmarkMakePlanWithoutRefresh10000Nodes adds what `transit plan
+// --refresh=false` does around the plan: building the world from state.
+func BenchmarkMakePlanWithoutRefresh10000Nodes(b *testing.B) {
+	c, w := bigWorld()
+	opts := Options{Cluster: c, Districts: simDistricts, State: w.state}
+	for b.Loop() {
+		if _, err := MakePlan(b.Context(), opts, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
