@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -285,5 +286,26 @@ func TestUnknownDistrictInStateIsAnError(t *testing.T) {
 	_, err := Apply(t.Context(), opts)
 	if err == nil || !strings.Contains(err.Error(), "os-gone") || !strings.Contains(err.Error(), "districts.json") {
 		t.Fatalf("err = %v, want one naming the district and districts.json", err)
+	}
+}
+
+func TestOrphanedGroupIsRemoved(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 1, 1)
+	h.mustConverge(c)
+	h.sim.groups["sg-leftover"] = &simGroup{Group: Group{ProviderID: "sg-leftover", Name: "transit-paper-aws-europe-old",
+		Tags: map[string]string{districts.TagCluster: "paper"}}, district: "aws-europe"}
+	plan, err := MakePlan(t.Context(), h.options(c), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Action{Kind: KindDeleteGroup, District: "aws-europe", Group: "transit-paper-aws-europe-old", Reason: "orphaned group with the cluster's tags"}
+	if len(plan.Actions) != 1 || !reflect.DeepEqual(plan.Actions[0], want) {
+		t.Fatalf("plan %+v, want only %+v", plan.Actions, want)
+	}
+	h.mustConverge(c)
+	if _, ok := h.sim.groups["sg-leftover"]; ok {
+		t.Error("orphaned group still exists")
 	}
 }

@@ -1,6 +1,18 @@
 package districts
 
-import "errors"
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+)
 
 // Paths names the four files; empty Credentials means none.
 type Paths struct {
@@ -10,18 +22,205 @@ type Paths struct {
 	State       string
 }
 
+// labels are the names problems carry: the base names of the paths given.
+type labels struct{ cluster, districts, credentials string }
+
+func (p Paths) labels() labels {
+	name := func(path, def string) string {
+		if path == "" {
+			return def
+		}
+		return filepath.Base(path)
+	}
+	return labels{
+		cluster:     name(p.Cluster, "cluster.json"),
+		districts:   name(p.Districts, "districts.json"),
+		credentials: name(p.Credentials, "credentials.json"),
+	}
+}
+
 // Config is the loaded, validated configuration.
 type Config struct {
 	Paths       Paths
 	Cluster     Cluster
 	Districts   []District
 	Credentials []Credential
+	// CredentialsLoaded says credentials.json existed and was read, so
+	// districts' credential_id references were checked against it.
+	CredentialsLoaded bool
 }
+
+// What each file holds, for a file whose top level has the wrong shape.
+const (
+	clusterShape     = `a cluster file holds one object: {"type": "cluster", "id": ..., "platform": ..., "flavors": [...], "deployments": [...]}`
+	districtsShape   = `a districts file holds a list: [{"type": "district", "id": ..., "provider": ..., ...}]`
+	credentialsShape = `a credentials file holds a list: [{"type": "credential", "id": ..., "provider": ..., ...}]`
+	resourcesShape   = `a resources file holds one object: {"type": "resources", "version": 1, ...}`
+)
 
 // Load reads cluster.json, districts.json and (when it exists)
 // credentials.json strictly, validates them together and returns every
 // problem at once as Problems.
-func Load(p Paths) (Config, error) { return Config{}, errors.New("TODO") }
+//
+// A file with unknown keys is still validated, so one run shows all its
+// problems; a file with malformed JSON or a value of the wrong type is not,
+// and references into it are not checked.
+func Load(p Paths) (Config, error) {
+	l := p.labels()
+	cfg := Config{Paths: p}
+
+	cc := newProblems(l.cluster, reflect.TypeFor[Cluster]())
+	clusterOK := readConfig(cc, p.Cluster, &cfg.Cluster, clusterShape, "cluster.example.json")
+	dc := newProblems(l.districts, reflect.TypeFor[[]District]())
+	districtsOK := readConfig(dc, p.Districts, &cfg.Districts, districtsShape, "districts.example.json")
+	kc := newProblems(l.credentials, reflect.TypeFor[[]Credential]())
+	if p.Credentials != "" {
+		cfg.CredentialsLoaded = readCredentials(kc, p.Credentials, &cfg.Credentials)
+	}
+
+	if clusterOK {
+		validateCluster(cc, cfg.Cluster, cfg.Districts, districtsOK, l.districts)
+	}
+	if districtsOK {
+		validateDistricts(dc, cfg.Districts, cfg.Credentials, cfg.CredentialsLoaded, l.credentials)
+	}
+	if cfg.CredentialsLoaded {
+		validateCredentials(kc, cfg.Credentials)
+	}
+	if all := collect(cc, dc, kc); len(all) > 0 {
+		return Config{Paths: p}, all
+	}
+	return cfg, nil
+}
+
+// readConfig reads and decodes a required file.
+func readConfig(c *problems, path string, v any, shape, example string) bool {
+	if path == "" {
+		c.add("", "no file given", "")
+		return false
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		c.add("", "file not found", fmt.Sprintf("start from %s", example))
+		return false
+	}
+	if err != nil {
+		c.add("", "cannot read: "+ioReason(err), "")
+		return false
+	}
+	return decodeFile(c, data, v, false, shape)
+}
+
+// readCredentials reads credentials.json unless it is missing or other
+// users could read it. It reports whether creds was filled in.
+func readCredentials(c *problems, path string, creds *[]Credential) bool {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false // ambient credentials only
+	}
+	if err != nil {
+		c.add("", "cannot read: "+ioReason(err), "")
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		c.add("", "cannot read: "+ioReason(err), "")
+		return false
+	}
+	if fi.IsDir() {
+		c.add("", "cannot read: is a directory", "")
+		return false
+	}
+	// Like ssh with a private key: refuse before reading a byte. Windows
+	// has no such mode bits.
+	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
+		c.add("", fmt.Sprintf("mode %#o lets group or others read or write it", perm), "run chmod 600 "+shellQuote(path))
+		return false
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		c.add("", "cannot read: "+ioReason(err), "")
+		return false
+	}
+	return decodeFile(c, data, creds, true, credentialsShape)
+}
+
+// ioReason is the cause of a file error without the path, which the
+// problem already names.
+func ioReason(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// shellQuote quotes a path for a command the user may paste.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
 
 // LoadResources reads resources.json; a missing file is an empty state.
-func LoadResources(path string) (Resources, error) { return Resources{}, errors.New("TODO") }
+// An empty or corrupt file is an error, never an empty state: transit
+// would otherwise forget what it created.
+func LoadResources(path string) (Resources, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Resources{Type: "resources", Version: ResourcesVersion}, nil
+	}
+	if err != nil {
+		return Resources{}, fmt.Errorf("read state: %w", err)
+	}
+	r, ps := decodeResources(filepath.Base(path), data)
+	if len(ps) > 0 {
+		return Resources{}, ps
+	}
+	return r, nil
+}
+
+const resourcesRecovery = "resources.json is a cache of what transit found in the clouds: restore it, or delete it and the next run adopts the nodes it finds by their tags"
+
+// decodeResources decodes and validates a state file.
+func decodeResources(file string, data []byte) (Resources, Problems) {
+	c := newProblems(file, reflect.TypeFor[Resources]())
+	// A newer transit may have changed the format: say so, rather than
+	// listing its new keys as unknown.
+	if v, ok := peekVersion(data); ok && v > ResourcesVersion {
+		checkVersion(c, v)
+		return Resources{}, c.sorted()
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		c.add("", "file is empty", resourcesRecovery)
+		return Resources{}, c.sorted()
+	}
+	var r Resources
+	if !decodeFile(c, data, &r, false, resourcesShape) {
+		for i := range c.list {
+			if c.list[i].Path == "" && c.list[i].Hint == "" {
+				c.list[i].Hint = resourcesRecovery
+			}
+		}
+		return Resources{}, c.sorted()
+	}
+	validateResources(c, r)
+	if len(c.list) > 0 {
+		return Resources{}, c.sorted()
+	}
+	return r, nil
+}
+
+func peekVersion(data []byte) (int, bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return 0, false
+	}
+	var v int
+	if json.Unmarshal(top["version"], &v) != nil {
+		return 0, false
+	}
+	return v, true
+}

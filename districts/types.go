@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// Platforms transit can install, with the roles each one knows.
+// PlatformRoles lists the platforms transit can install, with the roles
+// each one knows.
 var PlatformRoles = map[string][]string{
 	"kubernetes": {RoleMaster, RoleWorker},
 	"swarm":      {RoleMaster, RoleWorker},
@@ -22,7 +23,7 @@ const (
 	RoleWorker = "worker"
 )
 
-// Addons transit knows how to install into a cluster.
+// KnownAddons lists the addons transit knows how to install into a cluster.
 var KnownAddons = []string{"relations", "streams"}
 
 // Cluster is cluster.json: the intended state of one elastic platform.

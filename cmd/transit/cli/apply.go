@@ -1,0 +1,234 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+type applyFlags struct {
+	autoApprove bool
+	parallel    int
+	maxRounds   int
+	json        bool
+	watch       bool
+	interval    time.Duration
+}
+
+func (f *applyFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.autoApprove, "auto-approve", false, "apply without asking (required when stdin is not a terminal: cron, CI)")
+	fs.IntVar(&f.parallel, "parallel", 10, "how many nodes to launch and join at once")
+	fs.IntVar(&f.maxRounds, "max-rounds", 50, "give up (exit 3) after this many rounds")
+	fs.BoolVar(&f.json, "json", false, "print every progress event and the result as one JSON object per line")
+}
+
+// check refuses what cannot work before anything is loaded or locked.
+func (f *applyFlags) check(deps Deps, verb string) error {
+	if f.parallel < 1 {
+		return fmt.Errorf("--parallel %d: must be at least 1", f.parallel)
+	}
+	if f.maxRounds < 1 {
+		return fmt.Errorf("--max-rounds %d: must be at least 1", f.maxRounds)
+	}
+	if f.watch && !f.autoApprove {
+		return errors.New("--watch applies again and again without asking: pass --auto-approve too")
+	}
+	if f.watch && f.interval <= 0 {
+		return fmt.Errorf("--interval %s: must be positive", f.interval)
+	}
+	if !f.autoApprove && !deps.isTerminal(deps.In) {
+		return fmt.Errorf("%s needs confirmation but stdin is not a terminal: pass --auto-approve (or set %s=true) to %s without asking, as in cron and CI",
+			verb, envName("auto-approve"), verb)
+	}
+	return nil
+}
+
+// change is what an apply asks for: the intended state and how to confirm
+// it.
+type change struct {
+	verb    string // "apply" or "destroy"
+	destroy bool   // the intended state has no nodes
+	intend  func(districts.Cluster) districts.Cluster
+	confirm func(districts.Cluster) prompt
+}
+
+// prompt is a confirmation question and the only answer that accepts it.
+type prompt struct {
+	question string
+	answer   string
+}
+
+var applyChange = change{
+	verb:   "apply",
+	intend: func(c districts.Cluster) districts.Cluster { return c },
+	confirm: func(districts.Cluster) prompt {
+		return prompt{
+			question: "Do you want to perform these actions? Only 'yes' will be accepted:",
+			answer:   "yes",
+		}
+	},
+}
+
+// NewApplyCommand builds `transit apply`.
+func NewApplyCommand(deps Deps, g *GlobalFlags) *cobra.Command {
+	f := &applyFlags{}
+	cmd := &cobra.Command{
+		Use:   "apply",
+		Short: "Change the cluster until it matches cluster.json",
+		Long: `Apply refreshes the state, shows the plan, asks for confirmation (on a
+terminal; pass --auto-approve elsewhere) and runs the control loop until the
+cluster matches cluster.json or a round makes no progress. The state is saved
+to resources.json after every action.
+
+Exit codes: 0 converged, 1 error, 3 not converged (the reasons are printed;
+the next run retries).
+
+With --watch it applies again every --interval, re-reading cluster.json each
+time, until interrupted; an iteration's errors are reported and the loop goes
+on.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(deps, "apply"); err != nil {
+				return err
+			}
+			if f.watch {
+				return watch(cmd.Context(), deps, g, f, applyChange)
+			}
+			return applyOnce(cmd.Context(), deps, g, f, applyChange)
+		},
+	}
+	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&f.watch, "watch", false, "apply again every --interval until interrupted (needs --auto-approve)")
+	cmd.Flags().DurationVar(&f.interval, "interval", 5*time.Minute, "time between two applies with --watch")
+	return cmd
+}
+
+// applyOnce locks the state, shows the plan, confirms and runs the loop.
+func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) (err error) {
+	s, err := openSession(ctx, deps, g, "transit "+ch.verb, true)
+	if err != nil {
+		return err
+	}
+	defer s.closeInto(&err)
+	s.opts.Cluster = ch.intend(s.cfg.Cluster)
+	s.opts.Parallel = f.parallel
+	s.opts.MaxRounds = f.maxRounds
+	view, err := newProgress(deps, g, f.json, ch.verb)
+	if err != nil {
+		return err
+	}
+	s.opts.OnEvent = view.event
+
+	p, err := control.MakePlan(ctx, s.opts, true)
+	if err != nil {
+		return err
+	}
+	shown := s.show(p, true)
+	shown.destroy = ch.destroy
+	if err := view.plan(shown); err != nil {
+		return err
+	}
+	if p.Empty() {
+		return view.result(control.Result{Converged: true}, nil)
+	}
+	// Only waiting is left: nothing to confirm.
+	if !f.autoApprove && len(p.Actions) > 0 {
+		w := deps.Out
+		if f.json {
+			w = deps.Err // keep stdout JSON only
+		}
+		if err := confirm(ctx, deps.In, w, ch.confirm(s.opts.Cluster)); err != nil {
+			return fmt.Errorf("%s cancelled: %w", ch.verb, err)
+		}
+	}
+	// The plan's refresh saved the state; start from what it saved.
+	if err := s.reload(); err != nil {
+		return err
+	}
+	res, err := control.Apply(ctx, s.opts)
+	werr := view.result(res, err)
+	if err != nil {
+		return withProblems(err, res)
+	}
+	return werr
+}
+
+// withProblems makes sure a not-converged error names every reason and
+// carries exit code 3.
+func withProblems(err error, res control.Result) error {
+	if !errors.Is(err, control.ErrNotConverged) {
+		return err
+	}
+	msg := err.Error()
+	var missing []string
+	for _, p := range res.Problems {
+		if !strings.Contains(msg, p) {
+			missing = append(missing, "  "+p)
+		}
+	}
+	if len(missing) > 0 {
+		err = fmt.Errorf("%w:\n%s", err, strings.Join(missing, "\n"))
+	}
+	return &CodeError{Code: ExitNotConverged, Err: err}
+}
+
+// watch applies every interval until ctx ends; ending that way is success.
+func watch(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) error {
+	logger, err := g.logger(deps.Err)
+	if err != nil {
+		return err
+	}
+	for i := 1; ; i++ {
+		err := applyOnce(ctx, deps, g, f, ch)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			logger.Error(ch.verb+" failed; the next iteration retries", "iteration", i, "next_in", f.interval, "err", err)
+		}
+		if deps.clock().Sleep(ctx, f.interval) != nil {
+			return nil
+		}
+	}
+}
+
+// confirm asks p.question on w and reads one line from in.
+func confirm(ctx context.Context, in io.Reader, w io.Writer, p prompt) error {
+	if _, err := fmt.Fprintf(w, "\n%s\n  Enter a value: ", p.question); err != nil {
+		return err
+	}
+	type answer struct {
+		line string
+		err  error
+	}
+	// A read cannot be interrupted; on ctx's end the reader is abandoned
+	// and the command returns.
+	got := make(chan answer, 1)
+	go func() {
+		line, err := bufio.NewReader(in).ReadString('\n')
+		got <- answer{line, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case a := <-got:
+		fmt.Fprintln(w)
+		if strings.TrimSpace(a.line) == p.answer {
+			return nil
+		}
+		if a.err != nil && a.line == "" {
+			return fmt.Errorf("no answer: %w", a.err)
+		}
+		return fmt.Errorf("the answer was %q, not %q", strings.TrimSpace(a.line), p.answer)
+	}
+}

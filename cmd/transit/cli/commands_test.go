@@ -1,0 +1,527 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/state"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{}, "validate")
+	wantCode(t, r, 0)
+	if want := "configuration is valid: 3 deployments, 16 nodes in 2 districts\n"; r.out != want {
+		t.Errorf("stdout = %q, want %q", r.out, want)
+	}
+}
+
+func TestValidateInvalid(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, name := range []string{"cluster.json", "districts.json", "credentials.json"} {
+		copyFile(t, filepath.Join("../../../testdata/invalid", name), h.path(name))
+	}
+	r := h.run(t, runOpts{}, "validate")
+	wantCode(t, r, 1)
+	ps, ok := errors.AsType[districts.Problems](r.error)
+	if !ok || len(ps) < 10 {
+		t.Fatalf("error is not the list of every problem: %v", r.error)
+	}
+	// Every problem is printed, one per line, once.
+	for _, p := range ps {
+		if n := strings.Count(r.err, "\n  "+p.String()+"\n"); n != 1 {
+			t.Errorf("problem printed %d times, want once: %s", n, p)
+		}
+	}
+	if !strings.HasPrefix(r.err, "Error: ") {
+		t.Errorf("stderr does not start with the error: %q", r.err)
+	}
+	if r.out != "" {
+		t.Errorf("stdout = %q, want nothing", r.out)
+	}
+	// Secrets of the broken credentials never print.
+	if strings.Contains(r.err, "must-never-print") {
+		t.Errorf("a secret was printed:\n%s", r.err)
+	}
+}
+
+func TestPlanGolden(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		state string // copied to resources.json; "" for none
+		args  []string
+	}{
+		{name: "plan-kratzke2017-empty.golden", args: []string{"plan", "--refresh=false"}},
+		{name: "plan-kratzke2017-empty.json.golden", args: []string{"plan", "--refresh=false", "--json"}},
+		{name: "plan-kratzke2017-drift.golden", state: "testdata/drift/resources.json", args: []string{"plan", "--refresh=false"}},
+		{name: "status-kratzke2017-drift.golden", state: "testdata/drift/resources.json", args: []string{"status", "--refresh=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			if tc.state != "" {
+				copyFile(t, tc.state, h.path("resources.json"))
+			}
+			r := h.run(t, runOpts{}, tc.args...)
+			wantCode(t, r, 0)
+			golden(t, tc.name, r.out)
+			if r.err != "" {
+				t.Errorf("stderr: %s", r.err)
+			}
+			if h.cloud.built.Load() != 0 || h.platform.built.Load() != 0 {
+				t.Errorf("--refresh=false constructed drivers")
+			}
+		})
+	}
+}
+
+func TestPlanJSONIsThePlan(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{}, "plan", "--refresh=false", "--json")
+	wantCode(t, r, 0)
+	var got struct {
+		control.Plan
+		Summary control.Summary `json:"summary"`
+		Changes bool            `json:"changes"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Changes || got.Summary != got.Plan.Summary() || len(got.Actions) == 0 {
+		t.Errorf("plan JSON: changes %v, summary %+v for %d actions", got.Changes, got.Summary, len(got.Actions))
+	}
+}
+
+func TestPlanDetailedExitcode(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+
+	r := h.run(t, runOpts{}, "plan", "--detailed-exitcode")
+	wantCode(t, r, ExitChanges)
+	if r.err != "" {
+		t.Errorf("exit 2 printed an error: %s", r.err)
+	}
+	wantCode(t, h.run(t, runOpts{}, "plan"), 0) // without the flag, changes are success
+
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	r = h.run(t, runOpts{}, "plan", "--detailed-exitcode")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "No changes. The cluster matches cluster.json.") {
+		t.Errorf("no-change plan:\n%s", r.out)
+	}
+
+	if err := os.Remove(h.path("cluster.json")); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, h.run(t, runOpts{}, "plan", "--detailed-exitcode"), 1)
+}
+
+func TestApplyRefusesWithoutTTY(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, cmd := range []string{"apply", "destroy"} {
+		r := h.run(t, runOpts{stdin: "yes\n"}, cmd)
+		wantCode(t, r, 1)
+		if !strings.Contains(r.err, "--auto-approve") || !strings.Contains(r.err, "not a terminal") {
+			t.Errorf("%s without a terminal: %s", cmd, r.err)
+		}
+	}
+	if h.cloud.built.Load() != 0 {
+		t.Error("a refused apply constructed drivers")
+	}
+	if _, err := os.Stat(h.path("resources.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused apply wrote the state: %v", err)
+	}
+}
+
+func TestApplyConfirmation(t *testing.T) {
+	t.Parallel()
+	t.Run("no", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		r := h.run(t, runOpts{tty: true, stdin: "no\n"}, "apply")
+		wantCode(t, r, 1)
+		if !strings.Contains(r.out, "Do you want to perform these actions? Only 'yes' will be accepted:") {
+			t.Errorf("no prompt:\n%s", r)
+		}
+		if !strings.Contains(r.err, "apply cancelled") {
+			t.Errorf("no cancel message:\n%s", r)
+		}
+		if n, _ := h.cloud.count(); n != 0 {
+			t.Errorf("a cancelled apply launched %d machines", n)
+		}
+	})
+	t.Run("yes", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		r := h.run(t, runOpts{tty: true, stdin: "yes\n"}, "apply")
+		wantCode(t, r, 0)
+		for _, want := range []string{"Plan: 18 to add", "✓ launch swarm-europe-master-1", "✓ init swarm-europe-master-1", "Apply complete"} {
+			if !strings.Contains(r.out, want) {
+				t.Errorf("terminal output lacks %q:\n%s", want, r.out)
+			}
+		}
+	})
+	t.Run("destroy wants the cluster id", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+		r := h.run(t, runOpts{tty: true, stdin: "yes\n"}, "destroy")
+		wantCode(t, r, 1)
+		if !strings.Contains(r.out, `Do you really want to destroy cluster "swarm-europe"?`) {
+			t.Errorf("no destroy prompt:\n%s", r)
+		}
+		if n, _ := h.cloud.count(); n != 16 {
+			t.Errorf("%d machines after a cancelled destroy, want 16", n)
+		}
+		r = h.run(t, runOpts{tty: true, stdin: "swarm-europe\n"}, "destroy")
+		wantCode(t, r, 0)
+		if n, g := h.cloud.count(); n != 0 || g != 0 {
+			t.Errorf("%d machines and %d groups after destroy, want none", n, g)
+		}
+	})
+}
+
+func TestApplyAndDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{}, "apply", "--auto-approve", "--parallel", "4")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "Plan: 18 to add, ") || !strings.Contains(r.out, "apply converged") {
+		t.Errorf("apply output:\n%s", r)
+	}
+	st := h.state(t)
+	if len(st.Nodes) != 16 || len(st.SecurityGroups) != 2 {
+		t.Fatalf("state after apply: %d nodes, %d groups; want 16, 2", len(st.Nodes), len(st.SecurityGroups))
+	}
+	for _, n := range st.Nodes {
+		if n.Phase != districts.PhaseJoined {
+			t.Errorf("node %s is %s after apply", n.ID, n.Phase)
+		}
+	}
+	if n, g := h.cloud.count(); n != 16 || g != 2 {
+		t.Errorf("cloud after apply: %d machines, %d groups", n, g)
+	}
+
+	r = h.run(t, runOpts{}, "status")
+	wantCode(t, r, 0)
+	for _, want := range []string{"16 nodes and 2 security groups", "# district aws-europe", "  master (3)", "  worker (10)", "scheduling-priority=high"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.out)
+		}
+	}
+	r = h.run(t, runOpts{}, "status", "--json")
+	wantCode(t, r, 0)
+	var res districts.Resources
+	if err := json.Unmarshal([]byte(r.out), &res); err != nil || len(res.Nodes) != 16 {
+		t.Errorf("status --json: %v, %d nodes", err, len(res.Nodes))
+	}
+
+	r = h.run(t, runOpts{}, "destroy", "--auto-approve")
+	wantCode(t, r, 0)
+	if st := h.state(t); len(st.Nodes) != 0 || len(st.SecurityGroups) != 0 {
+		t.Errorf("state after destroy: %d nodes, %d groups", len(st.Nodes), len(st.SecurityGroups))
+	}
+	r = h.run(t, runOpts{}, "destroy", "--auto-approve")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, `No changes. Cluster "swarm-europe" has no nodes or security groups left.`) {
+		t.Errorf("second destroy:\n%s", r)
+	}
+	if n, g := h.cloud.count(); n != 0 || g != 0 {
+		t.Errorf("cloud after destroy: %d machines, %d groups", n, g)
+	}
+	// cluster.json is untouched: destroy only zeroes a copy.
+	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json")})
+	if err != nil || cfg.Cluster.Deployments[2].Quantity != 10 {
+		t.Errorf("cluster.json changed by destroy: %v", err)
+	}
+}
+
+func TestNotConverged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		breakIt func(h *harness)
+		why     string
+	}{
+		{
+			name: "apply with a refused drain",
+			args: []string{"apply", "--auto-approve"},
+			breakIt: func(h *harness) {
+				h.setQuantity(t, "aws-europe", districts.RoleWorker, 8)
+				h.platform.refuse(true)
+			},
+			why: "disruption budget",
+		},
+		{
+			name:    "destroy with a failing cloud",
+			args:    []string{"destroy", "--auto-approve"},
+			breakIt: func(h *harness) { h.cloud.failTerminate("instance is protected from termination") },
+			why:     "protected from termination",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+			tc.breakIt(h)
+			r := h.run(t, runOpts{}, tc.args...)
+			wantCode(t, r, ExitNotConverged)
+			if !errors.Is(r.error, control.ErrNotConverged) {
+				t.Errorf("error does not match ErrNotConverged: %v", r.error)
+			}
+			// The message names the node and why.
+			if !strings.Contains(r.err, "node swarm-europe-") || !strings.Contains(r.err, tc.why) {
+				t.Errorf("not-converged message does not say which node and why:\n%s", r.err)
+			}
+			if n, _ := h.cloud.count(); n != 16 {
+				t.Errorf("%d machines left, want 16: a refused drain must not kill its node", n)
+			}
+		})
+	}
+}
+
+func TestApplyJSONLines(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{}, "apply", "--auto-approve", "--json")
+	wantCode(t, r, 0)
+	var events []control.Event
+	sc := bufio.NewScanner(strings.NewReader(r.out))
+	for sc.Scan() {
+		var e control.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line is not one JSON object: %v\n%s", err, sc.Text())
+		}
+		events = append(events, e)
+	}
+	if len(events) < 3 {
+		t.Fatalf("%d events", len(events))
+	}
+	if first := events[0]; first.Type != control.EventPlan || first.Plan == nil || len(first.Plan.Actions) == 0 {
+		t.Errorf("first line is not the plan: %+v", first)
+	}
+	last := events[len(events)-1]
+	if last.Type != control.EventResult || last.Result == nil || !last.Result.Converged {
+		t.Errorf("last line is not a converged result: %+v", last)
+	}
+	finished := 0
+	for _, e := range events {
+		if e.Type == control.EventAction && e.Phase == control.PhaseFinish {
+			finished++
+		}
+		if e.Type == control.EventResult && e != last {
+			t.Errorf("more than one result line")
+		}
+	}
+	if finished < 16+16 { // a launch and a join per node at least
+		t.Errorf("%d finished actions reported", finished)
+	}
+}
+
+// Not parallel: t.Setenv.
+func TestEnvironmentSetsFlags(t *testing.T) {
+	h := newHarness(t)
+	elsewhere := filepath.Join(t.TempDir(), "state.json")
+	t.Setenv("TRANSIT_STATE", elsewhere)
+	t.Setenv("TRANSIT_AUTO_APPROVE", "true")
+	t.Setenv("TRANSIT_PARALLEL", "3")
+	r := h.run(t, runOpts{noState: true}, "apply")
+	wantCode(t, r, 0)
+	if _, err := os.Stat(elsewhere); err != nil {
+		t.Errorf("TRANSIT_STATE was not used: %v", err)
+	}
+	if _, err := os.Stat(h.path("resources.json")); err == nil {
+		t.Errorf("state written to the default path despite TRANSIT_STATE")
+	}
+	// A flag on the command line wins over the environment.
+	r = h.run(t, runOpts{}, "status", "--refresh=false")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "0 nodes") {
+		t.Errorf("--state did not win over TRANSIT_STATE:\n%s", r.out)
+	}
+	t.Setenv("TRANSIT_LOCK_TIMEOUT", "soon")
+	r = h.run(t, runOpts{}, "plan")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.err, `TRANSIT_LOCK_TIMEOUT="soon"`) {
+		t.Errorf("bad env value not named:\n%s", r.err)
+	}
+}
+
+func TestLockHeld(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lock.Release(); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, args := range [][]string{
+		{"plan"},
+		{"apply", "--auto-approve"},
+		{"status", "--lock-timeout", "50ms"},
+	} {
+		r := h.run(t, runOpts{}, args...)
+		wantCode(t, r, 1)
+		if !errors.Is(r.error, state.ErrLocked) || !strings.Contains(r.err, `"transit apply --watch"`) {
+			t.Errorf("%v with a held lock:\n%s", args, r)
+		}
+	}
+	// Reading the state needs no lock.
+	wantCode(t, h.run(t, runOpts{}, "plan", "--refresh=false"), 0)
+	wantCode(t, h.run(t, runOpts{}, "status", "--refresh=false"), 0)
+}
+
+func TestNoDriverInThisBuild(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.noDrivers = true
+	r := h.run(t, runOpts{}, "plan")
+	wantCode(t, r, 1)
+	for _, want := range []string{
+		`district "gce-europe": no infrastructure driver for provider "gce" in this build (available: none)`,
+		`district "aws-europe": no infrastructure driver for provider "aws" in this build (available: none)`,
+	} {
+		if !strings.Contains(r.err, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.err)
+		}
+	}
+	// Without refresh, no driver is needed.
+	wantCode(t, h.run(t, runOpts{}, "plan", "--refresh=false"), 0)
+}
+
+func TestStateOfAnotherCluster(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	writeJSONFile(t, h.path("resources.json"), districts.Resources{Type: "resources", Version: 1, Cluster: "other"})
+	r := h.run(t, runOpts{}, "plan", "--refresh=false")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.err, `holds the state of cluster "other"`) {
+		t.Errorf("stderr:\n%s", r.err)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	waits := 0
+	h.clock = &fakeClock{onWatch: func(context.Context) error {
+		waits++
+		switch waits {
+		case 1:
+			// A monitor rewrites cluster.json between two applies.
+			h.setQuantity(t, "aws-europe", districts.RoleWorker, 4)
+		case 2:
+			// A broken cluster.json: the iteration fails, the watch goes on.
+			if err := os.WriteFile(h.path("cluster.json"), []byte("{"), 0o600); err != nil {
+				t.Error(err)
+			}
+		default:
+			cancel()
+			return ctx.Err()
+		}
+		return nil
+	}}
+	r := h.run(t, runOpts{ctx: ctx}, "apply", "--watch", "--auto-approve", "--interval", watchInterval.String())
+	wantCode(t, r, 0)
+	if waits != 3 {
+		t.Errorf("%d iterations, want 3", waits)
+	}
+	if n, _ := h.cloud.count(); n != 10 {
+		t.Errorf("%d machines after the watch, want 10 (6 in gce, 4 in aws)", n)
+	}
+	if !strings.Contains(r.err, "apply failed; the next iteration retries") {
+		t.Errorf("the failed iteration was not reported:\n%s", r.err)
+	}
+}
+
+func TestWatchNeedsAutoApprove(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{tty: true}, "apply", "--watch")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.err, "--auto-approve") {
+		t.Errorf("stderr:\n%s", r.err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{}, "version", "--json")
+	wantCode(t, r, 0)
+	var v VersionInfo
+	if err := json.Unmarshal([]byte(r.out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Version == "" || !strings.HasPrefix(v.Go, "go") {
+		t.Errorf("version: %+v", v)
+	}
+	r = h.run(t, runOpts{}, "version")
+	wantCode(t, r, 0)
+	if !strings.HasPrefix(r.out, "transit "+v.Version+"\n") {
+		t.Errorf("version:\n%s", r.out)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--log-level", "loud"}, "--log-level"},
+		{[]string{"apply", "--auto-approve", "--parallel", "0"}, "--parallel 0"},
+		{[]string{"plan", "--nope"}, "unknown flag: --nope"},
+		{[]string{"plan", "extra"}, "unknown command"},
+	} {
+		r := h.run(t, runOpts{}, tc.args...)
+		wantCode(t, r, 1)
+		if !strings.Contains(r.err, tc.want) {
+			t.Errorf("%v: stderr lacks %q:\n%s", tc.args, tc.want, r.err)
+		}
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{}, "completion", "bash")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "__start_transit") {
+		t.Errorf("no bash completion script")
+	}
+}
+
+func TestNaturalCompare(t *testing.T) {
+	t.Parallel()
+	got := []string{"worker-10", "worker-2", "master-1", "worker-1", "worker-2a", "w", "worker-"}
+	want := []string{"master-1", "w", "worker-", "worker-1", "worker-2", "worker-2a", "worker-10"}
+	slices.SortFunc(got, naturalCompare)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("-want +got:\n%s", diff)
+	}
+}

@@ -1,0 +1,283 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// fakeCloud is an in-memory cloud shared by the districts of a test: every
+// CLI run of the test builds its drivers on top of the same machines, as
+// runs against a real cloud would.
+type fakeCloud struct {
+	mu        sync.Mutex
+	next      int
+	instances map[string]map[string]control.Instance // district → provider id → instance
+	groups    map[string]map[string]control.Group    // district → name → group
+	built     atomic.Int32                           // drivers constructed
+	// terminateErr, when set, fails every Terminate.
+	terminateErr string
+}
+
+func (c *fakeCloud) failTerminate(msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.terminateErr = msg
+}
+
+func newFakeCloud() *fakeCloud {
+	return &fakeCloud{instances: map[string]map[string]control.Instance{}, groups: map[string]map[string]control.Group{}}
+}
+
+// driver is an InfrastructureFunc for any provider.
+func (c *fakeCloud) driver(_ context.Context, d districts.District, _ *districts.Credential) (control.Infrastructure, error) {
+	c.built.Add(1)
+	return &fakeInfra{cloud: c, district: d.ID}, nil
+}
+
+// count returns how many machines and groups the cloud holds.
+func (c *fakeCloud) count() (instances, groups int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.instances {
+		instances += len(m)
+	}
+	for _, m := range c.groups {
+		groups += len(m)
+	}
+	return instances, groups
+}
+
+type fakeInfra struct {
+	cloud    *fakeCloud
+	district string
+}
+
+var _ control.Infrastructure = (*fakeInfra)(nil)
+
+func (f *fakeInfra) List(_ context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+	c := f.cloud
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var insts []control.Instance
+	for _, id := range slices.Sorted(maps.Keys(c.instances[f.district])) {
+		if in := c.instances[f.district][id]; in.Tags[districts.TagCluster] == cluster {
+			in.Tags = maps.Clone(in.Tags)
+			insts = append(insts, in)
+		}
+	}
+	var groups []control.Group
+	for _, name := range slices.Sorted(maps.Keys(c.groups[f.district])) {
+		if g := c.groups[f.district][name]; g.Tags[districts.TagCluster] == cluster {
+			g.Tags = maps.Clone(g.Tags)
+			g.Sources = slices.Clone(g.Sources)
+			groups = append(groups, g)
+		}
+	}
+	return insts, groups, nil
+}
+
+func (f *fakeInfra) EnsureGroup(_ context.Context, spec control.GroupSpec) (control.Group, error) {
+	c := f.cloud
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.groups[f.district] == nil {
+		c.groups[f.district] = map[string]control.Group{}
+	}
+	g, ok := c.groups[f.district][spec.Name]
+	if !ok {
+		c.next++
+		g = control.Group{ProviderID: fmt.Sprintf("sg-%d", c.next), Name: spec.Name}
+	}
+	g.Tags = maps.Clone(spec.Tags)
+	if g.Tags == nil {
+		g.Tags = map[string]string{}
+	}
+	g.Tags[districts.TagCluster] = spec.Cluster
+	g.Sources = slices.Clone(spec.Sources)
+	c.groups[f.district][spec.Name] = g
+	return g, nil
+}
+
+func (f *fakeInfra) DeleteGroup(_ context.Context, g control.Group) error {
+	c := f.cloud
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, have := range c.groups[f.district] {
+		if have.ProviderID == g.ProviderID || name == g.Name {
+			delete(c.groups[f.district], name)
+		}
+	}
+	return nil
+}
+
+func (f *fakeInfra) Launch(_ context.Context, spec control.LaunchSpec) (control.Instance, error) {
+	c := f.cloud
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	in := control.Instance{
+		ProviderID: fmt.Sprintf("i-%d", c.next),
+		Tags:       maps.Clone(spec.Tags),
+		Zone:       spec.Node.Zone,
+		PublicIP:   fmt.Sprintf("203.0.113.%d", c.next),
+		PrivateIP:  fmt.Sprintf("10.0.0.%d", c.next),
+		State:      control.InstanceRunning,
+		CreatedAt:  time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+	if c.instances[f.district] == nil {
+		c.instances[f.district] = map[string]control.Instance{}
+	}
+	c.instances[f.district][in.ProviderID] = in
+	return in, nil
+}
+
+func (f *fakeInfra) Terminate(_ context.Context, in control.Instance) error {
+	c := f.cloud
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.terminateErr != "" {
+		return fmt.Errorf("terminate %s: %s", in.ProviderID, c.terminateErr)
+	}
+	delete(c.instances[f.district], in.ProviderID)
+	return nil
+}
+
+// fakePlatform is an in-memory container platform; refuseDrain makes every
+// drain fail the way a disruption budget does.
+type fakePlatform struct {
+	mu          sync.Mutex
+	members     map[string]control.Member
+	refuseDrain bool
+	built       atomic.Int32
+}
+
+func newFakePlatform() *fakePlatform { return &fakePlatform{members: map[string]control.Member{}} }
+
+// driver is a PlatformFunc for any platform.
+func (p *fakePlatform) driver(context.Context, districts.Cluster, string) (control.Platform, error) {
+	p.built.Add(1)
+	return p, nil
+}
+
+func (p *fakePlatform) refuse(b bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuseDrain = b
+}
+
+var _ control.Platform = (*fakePlatform)(nil)
+
+func (p *fakePlatform) Install(context.Context, districts.Node) error { return nil }
+
+func (p *fakePlatform) Init(_ context.Context, n districts.Node) error {
+	return p.add(n)
+}
+
+func (p *fakePlatform) Join(_ context.Context, n districts.Node) error {
+	return p.add(n)
+}
+
+func (p *fakePlatform) add(n districts.Node) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.members[n.ID]
+	m.NodeID, m.Role, m.Ready, m.Draining = n.ID, n.Role, true, false
+	p.members[n.ID] = m
+	return nil
+}
+
+func (p *fakePlatform) Label(_ context.Context, n districts.Node, labels map[string]string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.members[n.ID]
+	if !ok {
+		return fmt.Errorf("label %s: not a member", n.ID)
+	}
+	m.Labels = maps.Clone(labels)
+	p.members[n.ID] = m
+	return nil
+}
+
+func (p *fakePlatform) Drain(_ context.Context, n districts.Node, _ time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refuseDrain {
+		return &control.DrainError{Node: n.ID, Reason: "disruption budget of web allows no eviction", Blocking: []string{"web-7d4f"}}
+	}
+	if m, ok := p.members[n.ID]; ok {
+		m.Draining = true
+		p.members[n.ID] = m
+	}
+	return nil
+}
+
+func (p *fakePlatform) Uncordon(_ context.Context, n districts.Node) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.members[n.ID]; ok {
+		m.Draining = false
+		p.members[n.ID] = m
+	}
+	return nil
+}
+
+func (p *fakePlatform) Remove(_ context.Context, n districts.Node) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.members, n.ID)
+	return nil
+}
+
+func (p *fakePlatform) Members(context.Context, []districts.Node) ([]control.Member, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []control.Member
+	master := false
+	for _, id := range slices.Sorted(maps.Keys(p.members)) {
+		m := p.members[id]
+		m.Labels = maps.Clone(m.Labels)
+		out = append(out, m)
+		master = master || m.Role == districts.RoleMaster
+	}
+	if !master {
+		return nil, control.ErrNoPlatform
+	}
+	return out, nil
+}
+
+// fakeClock never waits for the loop's short polls; a sleep of exactly
+// watchInterval calls onWatch, which decides whether the watch goes on.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	onWatch func(ctx context.Context) error
+}
+
+const watchInterval = 7 * time.Minute
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	if d == watchInterval && c.onWatch != nil {
+		return c.onWatch(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cloudtransit/transit/control"
+)
+
+type planFlags struct {
+	refresh          bool
+	detailedExitcode bool
+	json             bool
+}
+
+// NewPlanCommand builds `transit plan`.
+func NewPlanCommand(deps Deps, g *GlobalFlags) *cobra.Command {
+	f := &planFlags{}
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Show what apply would do",
+		Long: `Plan refreshes the current state from the clouds and the platform (saving it
+to resources.json) and prints the actions the next apply round would take:
++ adds, ~ changes, - removes. With --refresh=false it works from resources.json
+alone and calls no cloud.
+
+With --detailed-exitcode it exits 0 when there is nothing to do, 2 when the
+plan has changes and 1 on error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := runPlan(cmd.Context(), deps, g, f.refresh)
+			if err != nil {
+				return err
+			}
+			if err := f.render(deps.Out, p); err != nil {
+				return err
+			}
+			if f.detailedExitcode && !p.plan.Empty() {
+				return &CodeError{Code: ExitChanges}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&f.refresh, "refresh", true, "refresh the state from the clouds first (false: use resources.json alone, call no cloud)")
+	cmd.Flags().BoolVar(&f.detailedExitcode, "detailed-exitcode", false, "exit 0 without changes, 2 with changes, 1 on error")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the plan as JSON")
+	return cmd
+}
+
+// shownPlan is a plan with what its views need to know about how it was made.
+type shownPlan struct {
+	plan      control.Plan
+	platform  string
+	order     []string // district ids in districts.json order
+	refreshed bool
+	destroy   bool // the plan removes the whole cluster
+}
+
+func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ shownPlan, err error) {
+	s, err := openSession(ctx, deps, g, "transit plan", refresh)
+	if err != nil {
+		return shownPlan{}, err
+	}
+	defer s.closeInto(&err)
+	p, err := control.MakePlan(ctx, s.opts, refresh)
+	if err != nil {
+		return shownPlan{}, err
+	}
+	return s.show(p, refresh), nil
+}
+
+func (s *session) show(p control.Plan, refreshed bool) shownPlan {
+	return shownPlan{plan: p, platform: s.cfg.Cluster.Platform, order: s.districtOrder(), refreshed: refreshed}
+}
+
+func (f *planFlags) render(w io.Writer, p shownPlan) error {
+	if f.json {
+		return writeJSON(w, planJSON(p))
+	}
+	return writePlan(w, p)
+}
+
+// planView is the JSON form of a plan: the plan's own fields plus its
+// summary.
+type planView struct {
+	control.Plan
+	Summary   control.Summary `json:"summary"`
+	Changes   bool            `json:"changes"`
+	Refreshed bool            `json:"refreshed"`
+}
+
+func planJSON(p shownPlan) planView {
+	return planView{Plan: p.plan, Summary: p.plan.Summary(), Changes: !p.plan.Empty(), Refreshed: p.refreshed}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,177 @@
+// Package cli holds transit's cobra commands. Each command maps its flags to
+// an options struct, calls the library (districts, state, control) and
+// renders the result; the package owns the output streams, the libraries
+// never print.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// InfrastructureFunc builds the infrastructure driver for one district. cred
+// is the district's entry of credentials.json, nil when it names none (the
+// driver then uses its ecosystem's usual sources).
+type InfrastructureFunc func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error)
+
+// PlatformFunc builds the platform driver for a cluster; stateDir is the
+// directory of resources.json, where a driver may keep what it needs to
+// reach the platform (join tokens, kubeconfig).
+type PlatformFunc func(ctx context.Context, c districts.Cluster, stateDir string) (control.Platform, error)
+
+// Deps is everything the commands take from outside: the streams, the
+// terminal checks, time and the driver registries.
+type Deps struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+	// IsTerminal reports whether a stream (Deps.In or Deps.Out) is an
+	// interactive terminal. Nil means never.
+	IsTerminal func(stream any) bool
+	// Clock tells time and waits (apply --watch); nil is the wall clock.
+	Clock control.Clock
+	// Infrastructures maps a provider name ("aws", "gce", "openstack",
+	// "local") to its driver constructor.
+	Infrastructures map[string]InfrastructureFunc
+	// Platforms maps a platform name ("kubernetes", "swarm") to its driver
+	// constructor.
+	Platforms map[string]PlatformFunc
+}
+
+func (d Deps) isTerminal(stream any) bool {
+	return d.IsTerminal != nil && stream != nil && d.IsTerminal(stream)
+}
+
+func (d Deps) clock() control.Clock {
+	if d.Clock == nil {
+		return control.RealClock{}
+	}
+	return d.Clock
+}
+
+// GlobalFlags are the persistent flags every command shares.
+type GlobalFlags struct {
+	Cluster     string
+	Districts   string
+	Credentials string
+	State       string
+	LockTimeout time.Duration
+	LogLevel    string
+}
+
+func (g *GlobalFlags) paths() districts.Paths {
+	return districts.Paths{
+		Cluster:     g.Cluster,
+		Districts:   g.Districts,
+		Credentials: g.Credentials,
+		State:       g.State,
+	}
+}
+
+// logger returns the slog logger writing to w at the --log-level.
+func (g *GlobalFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", g.LogLevel)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
+}
+
+// EnvPrefix is the prefix of the environment variables that set flags:
+// --lock-timeout is TRANSIT_LOCK_TIMEOUT, --auto-approve TRANSIT_AUTO_APPROVE.
+const EnvPrefix = "TRANSIT"
+
+// NewRootCommand builds the transit command tree.
+func NewRootCommand(deps Deps) *cobra.Command {
+	if deps.In == nil {
+		deps.In = strings.NewReader("")
+	}
+	if deps.Out == nil {
+		deps.Out = io.Discard
+	}
+	if deps.Err == nil {
+		deps.Err = io.Discard
+	}
+	g := &GlobalFlags{}
+	v := viper.New()
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+
+	cmd := &cobra.Command{
+		Use:   "transit",
+		Short: "Provision elastic container platforms across clouds",
+		Long: `transit provisions an elastic container platform (Kubernetes or Docker Swarm)
+across several clouds. It diffs the intended state (cluster.json) against the
+current state (resources.json, refreshed from the clouds) and adds, joins,
+drains and removes nodes until they match.
+
+Every flag can also be set from the environment: --lock-timeout is
+TRANSIT_LOCK_TIMEOUT, --auto-approve is TRANSIT_AUTO_APPROVE. A flag given on
+the command line wins.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagsFromEnv(v, cmd.Flags())
+		},
+	}
+	cmd.SetIn(deps.In)
+	cmd.SetOut(deps.Out)
+	cmd.SetErr(deps.Err)
+
+	pf := cmd.PersistentFlags()
+	pf.StringVarP(&g.Cluster, "cluster", "c", "./cluster.json", "intended state of the cluster")
+	pf.StringVarP(&g.Districts, "districts", "d", "./districts.json", "districts the cluster may run in")
+	pf.StringVar(&g.Credentials, "credentials", "./credentials.json", "provider credentials (must not be readable by group or others; optional)")
+	pf.StringVar(&g.State, "state", "./resources.json", "current state transit tracks")
+	pf.DurationVar(&g.LockTimeout, "lock-timeout", 0, "how long to wait for another run's lock on the state (0: fail at once, naming the holder)")
+	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+
+	cmd.AddCommand(
+		NewValidateCommand(deps, g),
+		NewPlanCommand(deps, g),
+		NewApplyCommand(deps, g),
+		NewStatusCommand(deps, g),
+		NewDestroyCommand(deps, g),
+		NewVersionCommand(deps),
+	)
+	return cmd
+}
+
+// flagsFromEnv sets every flag not given on the command line from its
+// TRANSIT_* environment variable, so the flags structs see one value.
+func flagsFromEnv(v *viper.Viper, fs *pflag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || f.Name == "help" {
+			return
+		}
+		if err := v.BindEnv(f.Name); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		if !v.IsSet(f.Name) {
+			return
+		}
+		val := v.GetString(f.Name)
+		if err := fs.Set(f.Name, val); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q (for --%s): %w", envName(f.Name), val, f.Name, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func envName(flag string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}

@@ -1,0 +1,233 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/state"
+)
+
+// session is what a command that runs the control loop holds: the loaded
+// configuration, the state lock and the loop's options.
+type session struct {
+	cfg       districts.Config
+	opts      control.Options
+	lock      *state.Lock
+	statePath string
+}
+
+// openSession loads the configuration, and with live true (the command asks
+// the clouds and may write the state) takes the state lock and builds the
+// drivers. Without live it reads resources.json as it is, constructs no
+// driver and takes no lock. The caller must close the session.
+func openSession(ctx context.Context, deps Deps, g *GlobalFlags, command string, live bool) (_ *session, err error) {
+	logger, err := g.logger(deps.Err)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{cfg: cfg}
+	if live {
+		s.lock, err = state.Acquire(ctx, g.State, state.LockOptions{
+			Timeout: g.LockTimeout,
+			Command: command,
+			Clock:   deps.Clock,
+			Waiting: func(e *state.LockedError) {
+				logger.Info("waiting for the state lock", "state", e.Path, "holder", e.Holder, "timeout", g.LockTimeout)
+			},
+		})
+		if err != nil {
+			return nil, err // names the state file and the holder
+		}
+		defer func() {
+			if err != nil {
+				s.closeInto(&err)
+			}
+		}()
+		if p := s.lock.Previous; p != nil {
+			logger.Warn("took over the state lock of a run that ended without releasing it", "previous", p)
+		}
+		if len(s.lock.Leftovers) > 0 {
+			logger.Info("removed temporary files of an interrupted state write", "files", s.lock.Leftovers)
+		}
+	}
+	res, err := loadResources(g.State, cfg.Cluster.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.statePath = g.State
+	s.opts = control.Options{
+		Cluster:   cfg.Cluster,
+		Districts: cfg.Districts,
+		State:     res,
+		Save:      state.Saver(g.State, res.Serial, deps.clock().Now),
+		Clock:     deps.clock(),
+		Logger:    logger,
+	}
+	if !live {
+		// Nothing may write the state without the lock.
+		s.opts.Save = func(districts.Resources) error {
+			return errors.New("internal error: state written without the lock")
+		}
+		return s, nil
+	}
+	s.opts.Infra, err = buildInfrastructures(ctx, deps, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster, filepath.Dir(g.State))
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// closeInto releases the state lock and adds a failure to *err.
+func (s *session) closeInto(err *error) {
+	if cerr := s.close(); cerr != nil {
+		*err = errors.Join(*err, cerr)
+	}
+}
+
+// close releases the state lock, if held.
+func (s *session) close() error {
+	if s.lock == nil {
+		return nil
+	}
+	l := s.lock
+	s.lock = nil
+	if err := l.Release(); err != nil {
+		return fmt.Errorf("release state lock: %w", err)
+	}
+	return nil
+}
+
+func buildInfrastructures(ctx context.Context, deps Deps, cfg districts.Config) (map[string]control.Infrastructure, error) {
+	infra := make(map[string]control.Infrastructure, len(cfg.Districts))
+	var errs []error
+	for _, d := range cfg.Districts {
+		newInfra, ok := deps.Infrastructures[d.Provider]
+		if !ok || newInfra == nil {
+			errs = append(errs, fmt.Errorf("district %q: no infrastructure driver for provider %q in this build (available: %s)",
+				d.ID, d.Provider, available(deps.Infrastructures)))
+			continue
+		}
+		drv, err := newInfra(ctx, d, credential(cfg.Credentials, d.CredentialID))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("district %q: %s driver: %w", d.ID, d.Provider, err))
+			continue
+		}
+		infra[d.ID] = drv
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return infra, nil
+}
+
+func buildPlatform(ctx context.Context, deps Deps, c districts.Cluster, stateDir string) (control.Platform, error) {
+	newPlatform, ok := deps.Platforms[c.Platform]
+	if !ok || newPlatform == nil {
+		return nil, fmt.Errorf("cluster %q: no platform driver for %q in this build (available: %s)",
+			c.ID, c.Platform, available(deps.Platforms))
+	}
+	p, err := newPlatform(ctx, c, stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %s platform driver: %w", c.ID, c.Platform, err)
+	}
+	return p, nil
+}
+
+func credential(creds []districts.Credential, id string) *districts.Credential {
+	if id == "" {
+		return nil
+	}
+	for i := range creds {
+		if creds[i].ID == id {
+			return &creds[i]
+		}
+	}
+	return nil
+}
+
+func available[F any](m map[string]F) string {
+	names := slices.Sorted(maps.Keys(m))
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// districtOrder is the districts' ids in districts.json order.
+func (s *session) districtOrder() []string {
+	ids := make([]string, len(s.cfg.Districts))
+	for i, d := range s.cfg.Districts {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+// reload reads resources.json again, after a refresh saved it.
+func (s *session) reload() error {
+	res, err := loadResources(s.statePath, s.cfg.Cluster.ID)
+	if err != nil {
+		return err
+	}
+	s.opts.State = res
+	return nil
+}
+
+// loadConfig loads and validates the configuration files.
+func loadConfig(g *GlobalFlags) (districts.Config, error) {
+	cfg, err := districts.Load(g.paths())
+	return cfg, problemList(err)
+}
+
+// loadResources reads the state and makes sure it is the cluster's: a run
+// against another cluster's state would forget every node in it.
+func loadResources(path, cluster string) (districts.Resources, error) {
+	res, err := districts.LoadResources(path)
+	if err != nil {
+		return res, problemList(err)
+	}
+	if res.Cluster != "" && res.Cluster != cluster {
+		return res, fmt.Errorf("%s holds the state of cluster %q, but cluster.json describes cluster %q: point --state at %q's state file",
+			path, res.Cluster, cluster, cluster)
+	}
+	return res, nil
+}
+
+// problemsError prints several configuration problems under a count, one
+// per line.
+type problemsError struct{ ps districts.Problems }
+
+func (e problemsError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d problems:", len(e.ps))
+	for _, p := range e.ps {
+		b.WriteString("\n  " + p.String())
+	}
+	return b.String()
+}
+
+func (e problemsError) Unwrap() error { return e.ps }
+
+// problemList makes a report of several problems readable; one problem
+// stays one line.
+func problemList(err error) error {
+	ps, ok := errors.AsType[districts.Problems](err)
+	if !ok || len(ps) < 2 {
+		return err
+	}
+	return problemsError{ps}
+}

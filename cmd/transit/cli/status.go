@@ -1,0 +1,219 @@
+package cli
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+type statusFlags struct {
+	refresh bool
+	json    bool
+}
+
+// NewStatusCommand builds `transit status`.
+func NewStatusCommand(deps Deps, g *GlobalFlags) *cobra.Command {
+	f := &statusFlags{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's nodes and security groups",
+		Long: `Status refreshes the state from the clouds and the platform (saving it to
+resources.json) and prints the nodes by district and role, with their phase,
+flavor, addresses and tags, and each district's security group. With
+--refresh=false it prints resources.json as it is and calls no cloud.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := runStatus(cmd.Context(), deps, g, f.refresh)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(deps.Out, st.res)
+			}
+			return writeStatus(deps.Out, st)
+		},
+	}
+	cmd.Flags().BoolVar(&f.refresh, "refresh", true, "refresh the state from the clouds first (false: print resources.json, call no cloud)")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print resources.json's content as JSON")
+	return cmd
+}
+
+type shownStatus struct {
+	res       districts.Resources
+	cluster   districts.Cluster
+	order     []string
+	refreshed bool
+	notes     []string // what the refresh found: adopted and forgotten nodes
+}
+
+func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ shownStatus, err error) {
+	s, err := openSession(ctx, deps, g, "transit status", refresh)
+	if err != nil {
+		return shownStatus{}, err
+	}
+	defer s.closeInto(&err)
+	st := shownStatus{res: s.opts.State, cluster: s.cfg.Cluster, order: s.districtOrder(), refreshed: refresh}
+	if refresh {
+		if st.res, st.notes, err = control.Refresh(ctx, s.opts); err != nil {
+			return shownStatus{}, err
+		}
+	}
+	return st, nil
+}
+
+// writeStatus prints the nodes grouped by district and role.
+func writeStatus(w io.Writer, st shownStatus) error {
+	var b bytes.Buffer
+	r := st.res
+	fmt.Fprintf(&b, "Cluster %q (%s): %s and %s", st.cluster.ID, st.cluster.Platform,
+		plural(len(r.Nodes), "node"), plural(len(r.SecurityGroups), "security group"))
+	if r.Serial > 0 || !r.UpdatedAt.IsZero() {
+		fmt.Fprintf(&b, "; state serial %d", r.Serial)
+		if !r.UpdatedAt.IsZero() {
+			fmt.Fprintf(&b, ", updated %s", r.UpdatedAt.UTC().Format(time.RFC3339))
+		}
+	}
+	b.WriteString(".\n")
+	if !st.refreshed {
+		b.WriteString("Note: --refresh=false: this is resources.json as saved; no cloud was asked.\n")
+	}
+
+	for _, n := range st.notes {
+		fmt.Fprintf(&b, "Note: %s\n", n)
+	}
+
+	var keys []string
+	for _, n := range r.Nodes {
+		keys = append(keys, n.District)
+	}
+	for _, g := range r.SecurityGroups {
+		keys = append(keys, g.District)
+	}
+	districtsShown := groupOrder(st.order, keys, func(s string) string { return s })
+
+	// One set of column widths for the whole table.
+	w1, w2, w3, w4 := 0, 0, 0, 0
+	for _, n := range r.Nodes {
+		w1 = max(w1, len(n.ID))
+		w2 = max(w2, len(n.Phase))
+		w3 = max(w3, len(n.Flavor))
+		w4 = max(w4, len(addresses(n)))
+	}
+	for _, d := range districtsShown {
+		fmt.Fprintf(&b, "\n# district %s\n", d)
+		for _, g := range r.SecurityGroups {
+			if g.District == d {
+				fmt.Fprintf(&b, "  security group %s (%s): allows %s\n", g.ID, g.ProviderID, plural(len(g.Sources), "source"))
+			}
+		}
+		byRole := map[string][]districts.Node{}
+		for _, n := range r.Nodes {
+			if n.District == d {
+				byRole[n.Role] = append(byRole[n.Role], n)
+			}
+		}
+		for _, role := range roleOrder(slices.Collect(maps.Keys(byRole))) {
+			nodes := byRole[role]
+			slices.SortFunc(nodes, func(a, b districts.Node) int { return naturalCompare(a.ID, b.ID) })
+			fmt.Fprintf(&b, "  %s (%d)\n", role, len(nodes))
+			for _, n := range nodes {
+				line := fmt.Sprintf("    %-*s  %-*s  %-*s  %-*s  %s", w1, n.ID, w2, n.Phase, w3, n.Flavor, w4, addresses(n), tagList(n.Tags))
+				b.WriteString(strings.TrimRight(line, " ") + "\n")
+				if n.Message != "" {
+					fmt.Fprintf(&b, "      %s\n", n.Message)
+				}
+			}
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// roleOrder puts masters first, workers second, other roles by name.
+func roleOrder(roles []string) []string {
+	rank := func(r string) int {
+		switch r {
+		case districts.RoleMaster:
+			return 0
+		case districts.RoleWorker:
+			return 1
+		}
+		return 2
+	}
+	slices.SortFunc(roles, func(a, b string) int {
+		if d := rank(a) - rank(b); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	return roles
+}
+
+func addresses(n districts.Node) string {
+	pub, priv := n.PublicIP, n.PrivateIP
+	if pub == "" {
+		pub = "-"
+	}
+	if priv == "" {
+		priv = "-"
+	}
+	return pub + " / " + priv
+}
+
+func tagList(tags map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		parts = append(parts, k+"="+tags[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// naturalCompare orders strings with numbers by value: worker-2 before
+// worker-10.
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		ca, ra := chunk(a)
+		cb, rb := chunk(b)
+		if c := compareChunk(ca, cb); c != 0 {
+			return c
+		}
+		a, b = ra, rb
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// chunk splits off a leading run of digits or of non-digits.
+func chunk(s string) (string, string) {
+	digit := isDigit(s[0])
+	i := 1
+	for i < len(s) && isDigit(s[i]) == digit {
+		i++
+	}
+	return s[:i], s[i:]
+}
+
+func compareChunk(a, b string) int {
+	if isDigit(a[0]) && isDigit(b[0]) {
+		ta, tb := strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+		if c := cmp.Compare(len(ta), len(tb)); c != 0 {
+			return c
+		}
+		if c := strings.Compare(ta, tb); c != 0 {
+			return c
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/cloudtransit/transit/control"
+)
+
+// writePlan prints a plan the way terraform does: a header, the actions
+// grouped by district, notes, what waits, and a summary line.
+func writePlan(w io.Writer, p shownPlan) error {
+	var b bytes.Buffer
+	if !p.refreshed {
+		b.WriteString("Note: --refresh=false: this plan is made from resources.json alone; no cloud was asked.\n\n")
+	}
+	if p.plan.Empty() {
+		writeNotes(&b, p.plan)
+		if p.destroy {
+			fmt.Fprintf(&b, "No changes. Cluster %q has no nodes or security groups left.\n", p.plan.Cluster)
+		} else {
+			b.WriteString("No changes. The cluster matches cluster.json.\n")
+		}
+		_, err := w.Write(b.Bytes())
+		return err
+	}
+	if len(p.plan.Actions) > 0 {
+		fmt.Fprintf(&b, "transit will perform the following actions on cluster %q (%s):\n", p.plan.Cluster, p.platform)
+		b.WriteString("  + add   ~ change   - remove\n")
+		writeActions(&b, p.plan.Actions, p.order)
+		b.WriteString("\n")
+	}
+	writeNotes(&b, p.plan)
+	s := p.plan.Summary()
+	fmt.Fprintf(&b, "Plan: %d to add, %d to change, %d to remove.\n", s.Add, s.Change, s.Remove)
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func writeNotes(b *bytes.Buffer, p control.Plan) {
+	for _, sec := range []struct {
+		title string
+		lines []string
+	}{{"Notes", p.Notes}, {"Waiting", p.Waiting}} {
+		if len(sec.lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "%s:\n", sec.title)
+		for _, l := range sec.lines {
+			fmt.Fprintf(b, "  - %s\n", l)
+		}
+		b.WriteString("\n")
+	}
+}
+
+// writeActions prints actions grouped by district, in the order of
+// districts.json, each group keeping the plan's order.
+func writeActions(b *bytes.Buffer, actions []control.Action, order []string) {
+	kindW, targetW, detailW := 0, 0, 0
+	for _, a := range actions {
+		kindW = max(kindW, len(a.Kind))
+		targetW = max(targetW, len(actionTarget(a)))
+		detailW = max(detailW, len(actionDetails(a)))
+	}
+	for _, d := range groupOrder(order, actions, func(a control.Action) string { return a.District }) {
+		if d == "" {
+			b.WriteString("\n# cluster\n")
+		} else {
+			fmt.Fprintf(b, "\n# district %s\n", d)
+		}
+		for _, a := range actions {
+			if a.District != d {
+				continue
+			}
+			line := fmt.Sprintf("  %s %-*s  %-*s  %-*s", a.Kind.Symbol(), kindW, a.Kind, targetW, actionTarget(a), detailW, actionDetails(a))
+			if why := actionReason(a); why != "" {
+				line += " — " + why
+			}
+			b.WriteString(strings.TrimRight(line, " ") + "\n")
+		}
+	}
+}
+
+// actionLine is one action on one line without padding, for progress views.
+func actionLine(a control.Action) string {
+	parts := []string{string(a.Kind), actionTarget(a)}
+	if d := actionDetails(a); d != "" {
+		parts = append(parts, d)
+	}
+	return strings.Join(parts, " ")
+}
+
+func actionTarget(a control.Action) string {
+	if a.Node != "" {
+		return a.Node
+	}
+	if a.Group != "" {
+		return a.Group
+	}
+	return a.District
+}
+
+func actionDetails(a control.Action) string {
+	var parts []string
+	if a.Role != "" {
+		parts = append(parts, "role "+a.Role)
+	}
+	if a.Flavor != "" {
+		parts = append(parts, "flavor "+a.Flavor)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// actionReason is why the action is planned and what it waits for.
+func actionReason(a control.Action) string {
+	var after string
+	switch n := len(a.After); {
+	case n == 0:
+	case n <= 3:
+		after = "after " + strings.Join(a.After, ", ")
+	default:
+		after = fmt.Sprintf("after %d new nodes", n)
+	}
+	switch {
+	case a.Reason == "":
+		return after
+	case after == "":
+		return a.Reason
+	}
+	return a.Reason + "; " + after
+}
+
+// groupOrder returns the keys items fall into: those named in order first,
+// in that order, then the others in the order they appear.
+func groupOrder[T any](order []string, items []T, key func(T) string) []string {
+	seen := map[string]bool{}
+	for _, it := range items {
+		seen[key(it)] = true
+	}
+	var out []string
+	for _, k := range order {
+		if seen[k] {
+			out = append(out, k)
+			delete(seen, k)
+		}
+	}
+	for _, it := range items {
+		if k := key(it); seen[k] {
+			out = append(out, k)
+			delete(seen, k)
+		}
+	}
+	return slices.Clip(out)
+}

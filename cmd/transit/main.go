@@ -1,0 +1,36 @@
+// Command transit provisions elastic container platforms across clouds.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/term"
+
+	"github.com/cloudtransit/transit/cmd/transit/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	root := cli.NewRootCommand(cli.Deps{
+		In:  os.Stdin,
+		Out: os.Stdout,
+		Err: os.Stderr,
+		IsTerminal: func(s any) bool {
+			f, ok := s.(*os.File)
+			return ok && term.IsTerminal(int(f.Fd()))
+		},
+		// Drivers arrive with later issues.
+		Infrastructures: map[string]cli.InfrastructureFunc{},
+		Platforms:       map[string]cli.PlatformFunc{},
+	})
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil && !cli.Silent(err) {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+	}
+	os.Exit(cli.ExitCode(err))
+}

@@ -1,0 +1,613 @@
+package districts
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Providers transit has drivers for, in the order messages list them.
+var Providers = []string{ProviderAWS, ProviderGCE, ProviderOpenStack, ProviderLocal}
+
+// credentialProviders are the providers a credential can be for; local
+// districts need none.
+var credentialProviders = []string{ProviderAWS, ProviderGCE, ProviderOpenStack}
+
+// Phases lists the node phases in order of a normal life.
+var Phases = []Phase{PhaseLaunched, PhaseJoined, PhaseNotReady, PhaseDraining, PhaseDrained, PhaseLeft, PhaseTerminating}
+
+// MaxIDLength bounds cluster and district ids, which become part of
+// machine names, labels and tags.
+const MaxIDLength = 40
+
+const idHint = `use 1 to 40 lowercase letters, digits and "-", starting with a letter and not ending with "-" (ids become part of machine names and tags)`
+
+// ValidID reports whether s can be a cluster or district id: lowercase
+// letters, digits and '-', starting with a letter, at most MaxIDLength.
+func ValidID(s string) bool {
+	if s == "" || len(s) > MaxIDLength || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks a configuration as a whole: each file on its own and the
+// references between them. Credential references are checked only when
+// cfg.CredentialsLoaded. It returns Problems, or nil.
+func Validate(cfg Config) error {
+	l := cfg.Paths.labels()
+	cc := newProblems(l.cluster, reflect.TypeFor[Cluster]())
+	dc := newProblems(l.districts, reflect.TypeFor[[]District]())
+	kc := newProblems(l.credentials, reflect.TypeFor[[]Credential]())
+	validateCluster(cc, cfg.Cluster, cfg.Districts, true, l.districts)
+	validateDistricts(dc, cfg.Districts, cfg.Credentials, cfg.CredentialsLoaded, l.credentials)
+	if cfg.CredentialsLoaded {
+		validateCredentials(kc, cfg.Credentials)
+	}
+	return collect(cc, dc, kc).Err()
+}
+
+// ValidateResources checks a state as LoadResources does.
+func ValidateResources(r Resources) error {
+	c := newProblems("resources.json", reflect.TypeFor[Resources]())
+	validateResources(c, r)
+	return c.sorted().Err()
+}
+
+func collect(cs ...*problems) Problems {
+	var all Problems
+	for _, c := range cs {
+		all = append(all, c.sorted()...)
+	}
+	return all
+}
+
+// checkType checks an object's "type". Top-level objects must carry it;
+// nested ones may leave it out.
+func checkType(c *problems, path, got, want string, required bool) {
+	switch {
+	case got == want:
+	case got == "" && required:
+		c.add(path, fmt.Sprintf("missing (must be %q)", want), "")
+	case got == "":
+	case required:
+		c.add(path, fmt.Sprintf("must be %q, got %q", want, got), "")
+	default:
+		c.add(path, fmt.Sprintf("must be %q or left out, got %q", want, got), "")
+	}
+}
+
+// checkID checks a cluster or district id.
+func checkID(c *problems, path, id string) {
+	switch {
+	case id == "":
+		c.add(path, "missing", idHint)
+	case !ValidID(id):
+		c.add(path, fmt.Sprintf("%q is not a valid id", id), idHint)
+	}
+}
+
+func known(names []string) string {
+	if len(names) == 0 {
+		return "(none defined)"
+	}
+	return "(known: " + strings.Join(names, ", ") + ")"
+}
+
+func checkNotNegative[T int | float64 | Duration](c *problems, path string, v T) {
+	if v < 0 {
+		c.add(path, fmt.Sprintf("must not be negative, got %v", v), "")
+	}
+}
+
+// validateCluster checks cluster.json. District references are checked
+// only when districtsOK (districts.json decoded).
+func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, districtsFile string) {
+	checkType(c, "type", cl.Type, "cluster", true)
+	checkID(c, "id", cl.ID)
+
+	platforms := slices.Sorted(maps.Keys(PlatformRoles))
+	roles, platformOK := PlatformRoles[cl.Platform]
+	switch {
+	case cl.Platform == "":
+		c.add("platform", "missing "+known(platforms), "")
+	case !platformOK:
+		c.add("platform", fmt.Sprintf("%q is not a supported platform %s", cl.Platform, known(platforms)), "")
+	}
+
+	flavorAt := make(map[string]int)
+	var flavors []string
+	for i, f := range cl.Flavors {
+		p := joinIndex("flavors", i)
+		checkType(c, p+".type", f.Type, "flavor", false)
+		switch {
+		case f.Flavor == "":
+			c.add(p+".flavor", "missing", "")
+		case !ValidID(f.Flavor):
+			c.add(p+".flavor", fmt.Sprintf("%q is not a valid flavor name", f.Flavor), strings.Replace(idHint, "ids", "flavor names", 1))
+		}
+		if f.Flavor != "" {
+			if j, dup := flavorAt[f.Flavor]; dup {
+				c.add(p+".flavor", fmt.Sprintf("%q is defined twice (first at flavors[%d])", f.Flavor, j), "")
+			} else {
+				flavorAt[f.Flavor] = i
+				flavors = append(flavors, f.Flavor)
+			}
+		}
+		checkNotNegative(c, p+".cores", f.Cores)
+		checkNotNegative(c, p+".memory_gb", f.MemoryGB)
+		checkNotNegative(c, p+".disk_gb", f.DiskGB)
+	}
+
+	districtByID := make(map[string]District)
+	var districtIDs []string
+	for _, d := range ds {
+		if _, dup := districtByID[d.ID]; !dup && d.ID != "" {
+			districtByID[d.ID] = d
+			districtIDs = append(districtIDs, d.ID)
+		}
+	}
+
+	lineAt := make(map[DeploymentKey]int)
+	total, masters := 0, 0
+	for i, d := range cl.Deployments {
+		p := joinIndex("deployments", i)
+		checkType(c, p+".type", d.Type, "deployment", false)
+
+		district, districtFound := districtByID[d.District]
+		switch {
+		case d.District == "":
+			c.add(p+".district", "missing "+known(districtIDs), "")
+		case districtsOK && !districtFound:
+			c.add(p+".district", fmt.Sprintf("%q is not defined in %s %s", d.District, districtsFile, known(districtIDs)), didYouMean(d.District, districtIDs))
+		}
+
+		_, flavorFound := flavorAt[d.Flavor]
+		switch {
+		case d.Flavor == "":
+			c.add(p+".flavor", "missing "+known(flavors), "")
+		case !flavorFound:
+			c.add(p+".flavor", fmt.Sprintf("%q is not defined in flavors %s", d.Flavor, known(flavors)), didYouMean(d.Flavor, flavors))
+		case districtsOK && districtFound:
+			if _, mapped := district.MachineType(d.Flavor); !mapped {
+				var have []string
+				for _, f := range district.Flavors {
+					have = append(have, f.Flavor)
+				}
+				c.add(p+".flavor", fmt.Sprintf("%q is not mapped in district %q (mapped: %s)", d.Flavor, d.District, strings.Join(have, ", ")),
+					fmt.Sprintf("add it to the flavors of district %q in %s", d.District, districtsFile))
+			}
+		}
+
+		switch {
+		case d.Role == "":
+			c.add(p+".role", "missing", "")
+		case platformOK && !slices.Contains(roles, d.Role):
+			c.add(p+".role", fmt.Sprintf("%q is not a role of %s %s", d.Role, cl.Platform, known(roles)), "")
+		}
+
+		if d.Quantity < 0 {
+			c.add(p+".quantity", fmt.Sprintf("must not be negative, got %d", d.Quantity), "")
+		} else {
+			total += d.Quantity
+			if d.Role == RoleMaster {
+				masters += d.Quantity
+			}
+		}
+
+		if d.District != "" && d.Flavor != "" && d.Role != "" {
+			if j, dup := lineAt[d.Key()]; dup {
+				c.add(p, fmt.Sprintf("deployments[%d] and deployments[%d] are both %s (district/flavor/role)", j, i, d.Key()), "merge them into one line")
+			} else {
+				lineAt[d.Key()] = i
+			}
+		}
+		checkTags(c, p+".tags", d.Tags)
+	}
+	if total > 0 && masters == 0 {
+		c.add("deployments", fmt.Sprintf("no master: a cluster with nodes needs at least one node with role %q", RoleMaster), "")
+	}
+
+	addonAt := make(map[string]int)
+	for i, a := range cl.Addons {
+		p := joinIndex("addons", i)
+		checkType(c, p+".type", a.Type, "addon", false)
+		switch {
+		case a.Name == "":
+			c.add(p+".name", "missing "+known(KnownAddons), "")
+		case !slices.Contains(KnownAddons, a.Name):
+			c.add(p+".name", fmt.Sprintf("%q is not a known addon %s", a.Name, known(KnownAddons)), didYouMean(a.Name, KnownAddons))
+		}
+		if a.Name != "" {
+			if j, dup := addonAt[a.Name]; dup {
+				c.add(p+".name", fmt.Sprintf("%q is listed twice (first at addons[%d])", a.Name, j), "")
+			} else {
+				addonAt[a.Name] = i
+			}
+		}
+		if _, ok := a.Settings[""]; ok {
+			c.add(joinKey(p+".settings", ""), "empty key", "")
+		}
+	}
+
+	checkNotNegative(c, "strategy.max_unavailable", cl.Strategy.MaxUnavailable)
+	checkNotNegative(c, "strategy.max_surge", cl.Strategy.MaxSurge)
+	checkNotNegative(c, "strategy.drain_timeout", cl.Strategy.DrainTimeout)
+}
+
+// Tag limits: the tightest of the places tags go (AWS tags, Kubernetes and
+// Swarm labels) that still allows the paper's free-text values.
+const (
+	maxTagKey   = 63
+	maxTagValue = 255
+)
+
+// checkTags checks user tags, which become node labels and cloud tags.
+func checkTags(c *problems, path string, tags map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		v := tags[k]
+		p := joinKey(path, k)
+		switch {
+		case k == "":
+			c.add(p, "empty tag key", "")
+		case strings.HasPrefix(strings.ToLower(k), "transit-"):
+			c.add(p, `tag keys starting with "transit-" are reserved for transit's identity tags`, "choose another key")
+		case !validTagKey(k):
+			c.add(p, fmt.Sprintf("%q is not a valid tag key", k),
+				`use up to 63 letters, digits, "-", "_", "." and "/", starting and ending with a letter or digit`)
+		}
+		switch {
+		case len(v) > maxTagValue:
+			c.add(p, fmt.Sprintf("tag value is longer than %d bytes", maxTagValue), "")
+		case !utf8.ValidString(v):
+			c.add(p, "tag value is not valid UTF-8", "")
+		case strings.IndexFunc(v, unicode.IsControl) >= 0:
+			c.add(p, "tag value contains a control character", "")
+		}
+	}
+}
+
+func validTagKey(k string) bool {
+	alnum := func(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' }
+	if k == "" || len(k) > maxTagKey || !alnum(k[0]) || !alnum(k[len(k)-1]) {
+		return false
+	}
+	for i := range len(k) {
+		if b := k[i]; !alnum(b) && b != '-' && b != '_' && b != '.' && b != '/' {
+			return false
+		}
+	}
+	return true
+}
+
+// keyOwner says which provider a provider-specific key belongs to.
+func keyOwner(key string) string {
+	switch key {
+	case "instance_type":
+		return ProviderAWS
+	case "machine_type":
+		return ProviderGCE
+	}
+	for prefix, p := range map[string]string{"aws_": ProviderAWS, "gce_": ProviderGCE, "os_": ProviderOpenStack, "local_": ProviderLocal} {
+		if strings.HasPrefix(key, prefix) {
+			return p
+		}
+	}
+	return ""
+}
+
+// checkForeignKeys reports set keys of v (a struct) that belong to another
+// provider than provider.
+func checkForeignKeys(c *problems, path string, v any, provider, what string) {
+	rv := reflect.ValueOf(v)
+	fs := structFields(rv.Type())
+	for _, name := range fs.names {
+		owner := keyOwner(name)
+		if owner == "" || owner == provider || rv.Field(fs.byName[name].index).IsZero() {
+			continue
+		}
+		c.add(joinKey(path, name), fmt.Sprintf("belongs to provider %s, but %s is %s", owner, what, provider), "")
+	}
+}
+
+// machineKey is the district flavor key naming a provider's machine type.
+var machineKey = map[string]string{
+	ProviderAWS:       "instance_type",
+	ProviderGCE:       "machine_type",
+	ProviderOpenStack: "os_flavor",
+}
+
+func flavorMachine(f DistrictFlavor, provider string) string {
+	switch provider {
+	case ProviderAWS:
+		return f.InstanceType
+	case ProviderGCE:
+		return f.MachineType
+	case ProviderOpenStack:
+		return f.OSFlavor
+	}
+	return ""
+}
+
+// validateDistricts checks districts.json. Credential references are
+// checked only when credsOK (credentials.json was read and decoded).
+func validateDistricts(c *problems, ds []District, creds []Credential, credsOK bool, credsFile string) {
+	credByID := make(map[string]Credential)
+	var credIDs []string
+	for _, cr := range creds {
+		if _, dup := credByID[cr.ID]; !dup && cr.ID != "" {
+			credByID[cr.ID] = cr
+			credIDs = append(credIDs, cr.ID)
+		}
+	}
+
+	type subnet struct {
+		i      int
+		prefix netip.Prefix
+	}
+	var subnets []subnet
+	idAt := make(map[string]int)
+	for i, d := range ds {
+		p := joinIndex("", i)
+		checkType(c, p+".type", d.Type, "district", true)
+		checkID(c, p+".id", d.ID)
+		if d.ID != "" {
+			if j, dup := idAt[d.ID]; dup {
+				c.add(p+".id", fmt.Sprintf("%q is defined twice (first at [%d])", d.ID, j), "")
+			} else {
+				idAt[d.ID] = i
+			}
+		}
+
+		providerOK := slices.Contains(Providers, d.Provider)
+		switch {
+		case d.Provider == "":
+			c.add(p+".provider", "missing "+known(Providers), "")
+		case !providerOK:
+			c.add(p+".provider", fmt.Sprintf("%q is not a supported provider %s", d.Provider, known(Providers)), "")
+		}
+
+		if d.CredentialID != "" && providerOK {
+			cr, found := credByID[d.CredentialID]
+			switch {
+			case d.Provider == ProviderLocal:
+				c.add(p+".credential_id", "local districts take no credential", "remove credential_id")
+			case !credsOK:
+			case !found:
+				c.add(p+".credential_id", fmt.Sprintf("%q is not defined in %s %s", d.CredentialID, credsFile, known(credIDs)), didYouMean(d.CredentialID, credIDs))
+			case cr.Provider != d.Provider && slices.Contains(credentialProviders, cr.Provider):
+				c.add(p+".credential_id", fmt.Sprintf("credential %q is for %s, but district %q is %s", d.CredentialID, cr.Provider, d.ID, d.Provider), "")
+			}
+		}
+
+		if providerOK {
+			what := fmt.Sprintf("district %q", d.ID)
+			checkForeignKeys(c, p, d, d.Provider, what)
+			missing := func(key string) {
+				c.add(joinKey(p, key), fmt.Sprintf("missing (%s districts need it)", d.Provider), "")
+			}
+			switch d.Provider {
+			case ProviderAWS:
+				if d.AWSRegion == "" {
+					missing("aws_region")
+				}
+				checkZones(c, p+".aws_zones", d.AWSZones, d.AWSRegion, "")
+			case ProviderGCE:
+				if d.GCEProjectID == "" {
+					missing("gce_project_id")
+				}
+				if d.GCERegion == "" {
+					missing("gce_region")
+				}
+				if len(d.GCEZones) == 0 {
+					missing("gce_zones")
+				}
+				checkZones(c, p+".gce_zones", d.GCEZones, d.GCERegion, "-")
+			case ProviderOpenStack:
+				if d.OSAuthURL == "" {
+					missing("os_auth_url")
+				} else if u, err := url.Parse(d.OSAuthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					c.add(p+".os_auth_url", fmt.Sprintf("%q is not an http or https URL", d.OSAuthURL), "")
+				}
+				if d.OSRegion == "" {
+					missing("os_region")
+				}
+			case ProviderLocal:
+				if d.LocalSubnet == "" {
+					missing("local_subnet")
+				} else if pfx, ok := checkSubnet(c, p+".local_subnet", d.LocalSubnet); ok {
+					subnets = append(subnets, subnet{i, pfx})
+				}
+			}
+		}
+
+		flavorAt := make(map[string]int)
+		for j, f := range d.Flavors {
+			fp := joinIndex(p+".flavors", j)
+			checkType(c, fp+".type", f.Type, "flavor", false)
+			if f.Flavor == "" {
+				c.add(fp+".flavor", "missing", "")
+			} else if k, dup := flavorAt[f.Flavor]; dup {
+				c.add(fp+".flavor", fmt.Sprintf("%q is mapped twice (first at %s.flavors[%d])", f.Flavor, p, k), "")
+			} else {
+				flavorAt[f.Flavor] = j
+			}
+			if !providerOK {
+				continue
+			}
+			checkForeignKeys(c, fp, f, d.Provider, fmt.Sprintf("district %q", d.ID))
+			if key, ok := machineKey[d.Provider]; ok {
+				if flavorMachine(f, d.Provider) == "" {
+					c.add(joinKey(fp, key), fmt.Sprintf("missing (%s districts need it for every flavor)", d.Provider), "")
+				}
+			}
+		}
+	}
+
+	for b := range subnets {
+		for a := range b {
+			sa, sb := subnets[a], subnets[b]
+			if sa.prefix.Overlaps(sb.prefix) {
+				c.add(joinIndex("", sb.i)+".local_subnet",
+					fmt.Sprintf("%s overlaps %s of district %q ([%d].local_subnet)", sb.prefix, sa.prefix, ds[sa.i].ID, sa.i), "")
+			}
+		}
+	}
+}
+
+// checkZones checks a district's zones: non-empty, unique and in the
+// region (a zone's name is the region's plus a suffix).
+func checkZones(c *problems, path string, zones []string, region, sep string) {
+	seen := make(map[string]bool)
+	for i, z := range zones {
+		p := joinIndex(path, i)
+		switch {
+		case z == "":
+			c.add(p, "empty zone", "")
+		case seen[z]:
+			c.add(p, fmt.Sprintf("%q is listed twice", z), "")
+		case region != "" && (!strings.HasPrefix(z, region+sep) || len(z) == len(region+sep)):
+			c.add(p, fmt.Sprintf("%q is not a zone of region %q", z, region), "")
+		}
+		seen[z] = true
+	}
+}
+
+// Local subnets: at least /28 leaves room for a bridge and a few nodes,
+// at most /16 keeps districts from swallowing the host's address space.
+const (
+	minLocalPrefix = 16
+	maxLocalPrefix = 28
+)
+
+func checkSubnet(c *problems, path, s string) (netip.Prefix, bool) {
+	pfx, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil || !pfx.Addr().Is4():
+		c.add(path, fmt.Sprintf("%q is not an IPv4 CIDR", s), `use a private range such as "10.10.0.0/24"`)
+	case pfx.Bits() < minLocalPrefix || pfx.Bits() > maxLocalPrefix:
+		c.add(path, fmt.Sprintf("prefix length /%d is not between /%d and /%d", pfx.Bits(), minLocalPrefix, maxLocalPrefix), "")
+	case pfx != pfx.Masked():
+		c.add(path, fmt.Sprintf("%q has host bits set", s), fmt.Sprintf("did you mean %q?", pfx.Masked().String()))
+	default:
+		return pfx, true
+	}
+	return netip.Prefix{}, false
+}
+
+// validateCredentials checks credentials.json. Messages name keys, never
+// the values of secrets.
+func validateCredentials(c *problems, creds []Credential) {
+	idAt := make(map[string]int)
+	for i, cr := range creds {
+		p := joinIndex("", i)
+		checkType(c, p+".type", cr.Type, "credential", true)
+		if cr.ID == "" {
+			c.add(p+".id", "missing", "")
+		} else if j, dup := idAt[cr.ID]; dup {
+			c.add(p+".id", fmt.Sprintf("%q is defined twice (first at [%d])", cr.ID, j), "")
+		} else {
+			idAt[cr.ID] = i
+		}
+		switch {
+		case cr.Provider == "":
+			c.add(p+".provider", "missing "+known(credentialProviders), "")
+			continue
+		case cr.Provider == ProviderLocal:
+			c.add(p+".provider", "local districts need no credential", "remove this entry")
+			continue
+		case !slices.Contains(credentialProviders, cr.Provider):
+			c.add(p+".provider", fmt.Sprintf("%q is not a supported provider %s", cr.Provider, known(credentialProviders)), "")
+			continue
+		}
+		checkForeignKeys(c, p, cr, cr.Provider, fmt.Sprintf("credential %q", cr.ID))
+		pair := func(a string, aSet bool, b string, bSet bool) {
+			if aSet && !bSet {
+				c.add(joinKey(p, b), fmt.Sprintf("missing (%s is set)", a), "")
+			}
+			if bSet && !aSet {
+				c.add(joinKey(p, a), fmt.Sprintf("missing (%s is set)", b), "")
+			}
+		}
+		switch cr.Provider {
+		case ProviderAWS:
+			pair("aws_access_key_id", cr.AWSAccessKeyID != "", "aws_secret_access_key", cr.AWSSecretAccessKey != "")
+			if cr.AWSSessionToken != "" && cr.AWSAccessKeyID == "" {
+				c.add(p+".aws_access_key_id", "missing (aws_session_token is set)", "")
+			}
+		case ProviderOpenStack:
+			pair("os_username", cr.OSUsername != "", "os_password", cr.OSPassword != "")
+			pair("os_application_credential_id", cr.OSApplicationCredentialID != "",
+				"os_application_credential_secret", cr.OSApplicationCredentialSecret != "")
+		}
+	}
+}
+
+// validateResources checks resources.json.
+func validateResources(c *problems, r Resources) {
+	checkType(c, "type", r.Type, "resources", true)
+	checkVersion(c, r.Version)
+	if r.Cluster == "" && (len(r.Nodes) > 0 || len(r.SecurityGroups) > 0) {
+		c.add("cluster", "missing, but the state lists nodes or security groups", "")
+	}
+	sameCluster := func(path, cluster string) {
+		if r.Cluster != "" && cluster != r.Cluster {
+			c.add(path, fmt.Sprintf("%q does not match the state's cluster %q", cluster, r.Cluster), "")
+		}
+	}
+	nodeAt := make(map[string]int)
+	for i, n := range r.Nodes {
+		p := joinIndex("nodes", i)
+		checkType(c, p+".type", n.Type, "node", false)
+		if n.ID == "" {
+			c.add(p+".id", "missing", "")
+		} else if j, dup := nodeAt[n.ID]; dup {
+			c.add(p+".id", fmt.Sprintf("%q is listed twice (first at nodes[%d])", n.ID, j), "")
+		} else {
+			nodeAt[n.ID] = i
+		}
+		sameCluster(p+".cluster", n.Cluster)
+		if n.Phase != "" && !slices.Contains(Phases, n.Phase) {
+			names := make([]string, len(Phases))
+			for i, ph := range Phases {
+				names[i] = string(ph)
+			}
+			c.add(p+".phase", fmt.Sprintf("%q is not a node phase %s", n.Phase, known(names)), "")
+		}
+	}
+	groupAt := make(map[string]int)
+	for i, g := range r.SecurityGroups {
+		p := joinIndex("security_groups", i)
+		checkType(c, p+".type", g.Type, "security_group", false)
+		if g.ID == "" {
+			c.add(p+".id", "missing", "")
+		} else if j, dup := groupAt[g.ID]; dup {
+			c.add(p+".id", fmt.Sprintf("%q is listed twice (first at security_groups[%d])", g.ID, j), "")
+		} else {
+			groupAt[g.ID] = i
+		}
+		sameCluster(p+".cluster", g.Cluster)
+	}
+}
+
+func checkVersion(c *problems, v int) {
+	switch {
+	case v > ResourcesVersion:
+		c.add("version", fmt.Sprintf("written by a newer transit (version %d; this transit reads version %d)", v, ResourcesVersion), "upgrade transit")
+	case v == 0:
+		c.add("version", fmt.Sprintf("missing (this transit writes version %d)", ResourcesVersion), "")
+	case v < 0:
+		c.add("version", fmt.Sprintf("unsupported version %d", v), "")
+	}
+}
