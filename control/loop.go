@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +113,9 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		r.emit(Event{Type: EventPlan, Phase: PhaseStart, Plan: &plan})
 		for _, n := range plan.Notes {
 			opts.Logger.Info(n)
+		}
+		if r.round == 1 && opts.Confirmed != nil && !reflect.DeepEqual(plan.Actions, opts.Confirmed.Actions) {
+			return r.finish(res, ErrStalePlan)
 		}
 		if plan.Empty() {
 			res.Converged = true

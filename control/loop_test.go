@@ -309,3 +309,38 @@ func TestOrphanedGroupIsRemoved(t *testing.T) {
 		t.Error("orphaned group still exists")
 	}
 }
+
+func TestConfirmedPlanMustStillHold(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 1, 0)
+	h.mustConverge(c)
+	bigger := paperCluster(1, 2, 0)
+	shown, err := MakePlan(t.Context(), h.options(bigger), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While the person reads the plan, a machine disappears.
+	gone := h.load().Nodes[0]
+	delete(h.sim.instances, gone.ProviderID)
+	delete(h.sim.members, gone.ID)
+	opts := h.options(bigger)
+	opts.Confirmed = &shown
+	launches := len(h.sim.instances)
+	if _, err := Apply(t.Context(), opts); !errors.Is(err, ErrStalePlan) {
+		t.Fatalf("err = %v, want ErrStalePlan", err)
+	}
+	if len(h.sim.instances) != launches {
+		t.Error("a stale plan launched machines")
+	}
+	// Unchanged, the confirmed plan runs.
+	shown, err = MakePlan(t.Context(), h.options(bigger), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = h.options(bigger)
+	opts.Confirmed = &shown
+	if res, err := Apply(t.Context(), opts); err != nil || !res.Converged {
+		t.Fatalf("apply of a fresh confirmed plan: %v", err)
+	}
+}

@@ -35,6 +35,10 @@ type Options struct {
 	Clock Clock
 	// NewNodeID names a node about to launch; tests make it deterministic.
 	NewNodeID func(key districts.DeploymentKey) string
+	// Confirmed, when set, is the plan a person approved: the first round
+	// runs only if it would do exactly these actions, so what was shown is
+	// what is done. Otherwise Apply returns ErrStalePlan.
+	Confirmed *Plan
 	// OnEvent receives progress events; it must not block for long.
 	OnEvent func(Event)
 	Logger  *slog.Logger
@@ -79,6 +83,10 @@ type Result struct {
 	// Problems say why the loop did not converge: which node, what failed.
 	Problems []string `json:"problems,omitempty"`
 }
+
+// ErrStalePlan says the clouds or the platform changed between showing a
+// plan and applying it; nothing was done.
+var ErrStalePlan = errors.New("the plan is stale: the cluster changed since it was shown; run apply again to see the new plan")
 
 // ErrNotConverged is returned (wrapped, with the reasons) when a round made
 // no progress or the rounds ran out. The next run retries.

@@ -150,6 +150,7 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 		if err := confirm(ctx, deps.In, w, ch.confirm(s.opts.Cluster)); err != nil {
 			return fmt.Errorf("%s cancelled: %w", ch.verb, err)
 		}
+		s.opts.Confirmed = &p
 	}
 	// The plan's refresh saved the state; start from what it saved.
 	if err := s.reload(); err != nil {
