@@ -76,3 +76,25 @@ func BenchmarkMakePlanWithoutRefresh10000Nodes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkApply measures the loop itself bringing a cluster from nothing
+// to converged against the in-memory sim, saving the state as JSON after
+// every action as transit does (without the disk's fsync).
+func BenchmarkApply(b *testing.B) {
+	for _, workers := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("%d-nodes", workers+3), func(b *testing.B) {
+			c := paperCluster(3, workers/2, workers/2)
+			for b.Loop() {
+				h := newHarness(b, 1, simDistricts[:2])
+				h.sim.parallel = DefaultParallel
+				opts := h.options(c)
+				opts.MaxRounds = 5
+				res, err := Apply(b.Context(), opts)
+				if err != nil || !res.Converged {
+					b.Fatalf("converged=%v err=%v", res.Converged, err)
+				}
+				b.ReportMetric(float64(h.saves), "saves")
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -35,7 +36,7 @@ func withDefaults(o Options) Options {
 		o.PollInterval = DefaultPollInterval
 	}
 	if o.Clock == nil {
-		o.Clock = RealClock{}
+		o.Clock = clock.Real{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -344,3 +344,30 @@ func TestConfirmedPlanMustStillHold(t *testing.T) {
 		t.Fatalf("apply of a fresh confirmed plan: %v", err)
 	}
 }
+
+func TestMachinesSharingANodeIDAreToldApart(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 0, 2)
+	h.mustConverge(c)
+	// Someone cloned a worker, tags and all.
+	var orig *simInstance
+	for _, in := range h.sim.instances {
+		if in.Tags[districts.TagRole] == "worker" {
+			orig = in
+			break
+		}
+	}
+	clone := *orig
+	clone.ProviderID = "i-clone"
+	clone.PublicIP, clone.PrivateIP = "203.0.113.99", "10.9.9.9"
+	h.sim.instances["i-clone"] = &clone
+	res, err := h.apply(c, 0)
+	if err != nil || !res.Converged {
+		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
+	}
+	if err := districts.ValidateResources(h.load()); err != nil {
+		t.Fatalf("saved state is invalid: %v", err)
+	}
+	h.checkConverged(c)
+}

@@ -78,6 +78,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 		byProvider[n.District+"\x00"+n.ProviderID] = n
 	}
 	seen := map[string]bool{}
+	ids := map[string]bool{}
 	for i, d := range opts.Districts {
 		for _, inst := range listings[i].instances {
 			// Re-check the tags: a driver bug must never make transit
@@ -94,6 +95,13 @@ func observe(ctx context.Context, opts Options) (world, error) {
 					w.notes = append(w.notes, fmt.Sprintf("adopted node %s (%s) in district %s: it carries transit's tags but was missing from resources.json", n.ID, inst.ProviderID, d.ID))
 				}
 			}
+			if ids[n.ID] {
+				// Two machines claim one name (copied tags): keep both,
+				// told apart by the cloud's id, so the surplus is removed.
+				w.notes = append(w.notes, fmt.Sprintf("machine %s in district %s carries node id %s, which another machine has; tracking it as %s", inst.ProviderID, d.ID, n.ID, inst.ProviderID))
+				n.ID = inst.ProviderID
+			}
+			ids[n.ID] = true
 			n.PublicIP, n.PrivateIP = inst.PublicIP, inst.PrivateIP
 			if inst.Zone != "" {
 				n.Zone = inst.Zone

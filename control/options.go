@@ -1,11 +1,11 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
 
+	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -32,7 +32,7 @@ type Options struct {
 	WaitTimeout  time.Duration
 	PollInterval time.Duration
 	// Clock tells time and sleeps; tests inject a fake one.
-	Clock Clock
+	Clock clock.Clock
 	// NewNodeID names a node about to launch; tests make it deterministic.
 	NewNodeID func(key districts.DeploymentKey) string
 	// Confirmed, when set, is the plan a person approved: the first round
@@ -91,28 +91,3 @@ var ErrStalePlan = errors.New("the plan is stale: the cluster changed since it w
 // ErrNotConverged is returned (wrapped, with the reasons) when a round made
 // no progress or the rounds ran out. The next run retries.
 var ErrNotConverged = errors.New("not converged")
-
-// Clock tells time and waits; the loop never reads the wall clock directly.
-type Clock interface {
-	Now() time.Time
-	// Sleep waits for d or until ctx ends.
-	Sleep(ctx context.Context, d time.Duration) error
-}
-
-// RealClock is the wall clock.
-type RealClock struct{}
-
-// Now returns the current time.
-func (RealClock) Now() time.Time { return time.Now() }
-
-// Sleep waits for d or until ctx ends.
-func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}

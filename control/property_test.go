@@ -19,7 +19,7 @@ import (
 // harness runs Apply against a sim the way cron would: each run starts
 // from what the last one saved, and a crash loses everything not saved.
 type harness struct {
-	t         *testing.T
+	t         testing.TB
 	sim       *sim
 	districts []districts.District
 	saved     []byte
@@ -27,7 +27,7 @@ type harness struct {
 	rounds    int
 }
 
-func newHarness(t *testing.T, seed uint64, ds []districts.District) *harness {
+func newHarness(t testing.TB, seed uint64, ds []districts.District) *harness {
 	return &harness{t: t, sim: newSim(seed, "paper"), districts: ds}
 }
 

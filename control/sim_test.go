@@ -76,6 +76,7 @@ type simMember struct {
 	role     string
 	ready    bool
 	sick     bool // unhealthy for reasons outside transit (a crashed kubelet)
+	machine  string // provider id of the machine that joined
 	cordoned bool
 	labels   map[string]string
 }
@@ -313,7 +314,7 @@ func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
 		s.violate("terminated foreign machine %s", inst.ProviderID)
 	}
 	node := in.Tags[districts.TagNode]
-	if m, ok := s.members[node]; ok && !s.destroying {
+	if m, ok := s.members[node]; ok && m.machine == inst.ProviderID && !s.destroying {
 		s.violate("terminated %s while it is still a platform member (cordoned=%v)", node, m.cordoned)
 	}
 	if in.State != InstanceTerminating {
@@ -439,7 +440,7 @@ func (p *simPlatform) Init(ctx context.Context, n districts.Node) error {
 		s.violate("init of %s, a %s", n.ID, n.Role)
 	}
 	s.allowedEverywhere(n)
-	s.members[n.ID] = &simMember{role: n.Role, ready: true}
+	s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID}
 	return err
 }
 
@@ -462,7 +463,7 @@ func (p *simPlatform) Join(ctx context.Context, n districts.Node) error {
 	if m, ok := s.members[n.ID]; ok {
 		m.ready = true
 	} else {
-		s.members[n.ID] = &simMember{role: n.Role, ready: true}
+		s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID}
 	}
 	return err
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cloudtransit/transit/clock"
 )
 
 // ErrLocked is matched (errors.Is) by every *LockedError: another run holds
@@ -29,30 +31,7 @@ type LockOptions struct {
 	// for. It is not called when Timeout is 0.
 	Waiting func(*LockedError)
 	// Clock tells time and waits between attempts; nil is the wall clock.
-	// control.RealClock satisfies it.
-	Clock Clock
-}
-
-// Clock tells time and waits.
-type Clock interface {
-	Now() time.Time
-	// Sleep waits for d or until ctx ends, returning ctx.Err() then.
-	Sleep(ctx context.Context, d time.Duration) error
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-
-func (wallClock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	Clock clock.Clock
 }
 
 // Holder is what the lock file records about the run holding the lock.
@@ -185,9 +164,9 @@ func lockPath(statePath string) string { return statePath + ".lock" }
 // The lock descriptor is close-on-exec, so commands the holder starts do
 // not inherit the lock.
 func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, error) {
-	clock := opts.Clock
-	if clock == nil {
-		clock = wallClock{}
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", statePath, err)
@@ -198,7 +177,7 @@ func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, er
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", statePath, err)
 	}
-	if err := waitFlock(ctx, f, statePath, opts, clock); err != nil {
+	if err := waitFlock(ctx, f, statePath, opts, clk); err != nil {
 		return nil, errors.Join(err, closeErr(f))
 	}
 
@@ -212,7 +191,7 @@ func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, er
 	if err != nil {
 		host = "unknown"
 	}
-	l.Holder = Holder{PID: os.Getpid(), Host: host, Command: opts.Command, Started: clock.Now().UTC()}
+	l.Holder = Holder{PID: os.Getpid(), Host: host, Command: opts.Command, Started: clk.Now().UTC()}
 	if err := writeHolder(f, l.Holder); err != nil {
 		return nil, errors.Join(fmt.Errorf("lock %s: record holder in %s: %w", statePath, path, err), l.Release())
 	}
@@ -231,8 +210,8 @@ const (
 )
 
 // waitFlock takes the flock on f, waiting as opts say.
-func waitFlock(ctx context.Context, f *os.File, statePath string, opts LockOptions, clock Clock) error {
-	start := clock.Now()
+func waitFlock(ctx context.Context, f *os.File, statePath string, opts LockOptions, clk clock.Clock) error {
+	start := clk.Now()
 	backoff := firstBackoff
 	notified := false
 	for {
@@ -243,7 +222,7 @@ func waitFlock(ctx context.Context, f *os.File, statePath string, opts LockOptio
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return fmt.Errorf("lock %s: flock %s: %w", statePath, f.Name(), err)
 		}
-		now := clock.Now()
+		now := clk.Now()
 		lerr := heldError(f, statePath, now)
 		if opts.Timeout == 0 {
 			return lerr
@@ -261,8 +240,8 @@ func waitFlock(ctx context.Context, f *os.File, statePath string, opts LockOptio
 			notified = true
 			opts.Waiting(lerr)
 		}
-		if err := clock.Sleep(ctx, wait); err != nil {
-			lerr.Waited = clock.Now().Sub(start)
+		if err := clk.Sleep(ctx, wait); err != nil {
+			lerr.Waited = clk.Now().Sub(start)
 			lerr.Err = err
 			return lerr
 		}

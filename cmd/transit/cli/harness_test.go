@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -29,7 +30,7 @@ type harness struct {
 	dir      string
 	cloud    *fakeCloud
 	platform *fakePlatform
-	clock    control.Clock
+	clock    clock.Clock
 	// noDrivers builds the CLI with empty registries, as main does today.
 	noDrivers bool
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -41,7 +42,7 @@ type Deps struct {
 	// interactive terminal. Nil means never.
 	IsTerminal func(stream any) bool
 	// Clock tells time and waits (apply --watch); nil is the wall clock.
-	Clock control.Clock
+	Clock clock.Clock
 	// Infrastructures maps a provider name ("aws", "gce", "openstack",
 	// "local") to its driver constructor.
 	Infrastructures map[string]InfrastructureFunc
@@ -54,9 +55,9 @@ func (d Deps) isTerminal(stream any) bool {
 	return d.IsTerminal != nil && stream != nil && d.IsTerminal(stream)
 }
 
-func (d Deps) clock() control.Clock {
+func (d Deps) clock() clock.Clock {
 	if d.Clock == nil {
-		return control.RealClock{}
+		return clock.Real{}
 	}
 	return d.Clock
 }
