@@ -75,7 +75,7 @@ type simGroup struct {
 type simMember struct {
 	role     string
 	ready    bool
-	sick     bool // unhealthy for reasons outside transit (a crashed kubelet)
+	sick     bool   // unhealthy for reasons outside transit (a crashed kubelet)
 	machine  string // provider id of the machine that joined
 	cordoned bool
 	labels   map[string]string
