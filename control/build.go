@@ -25,13 +25,14 @@ type planInput struct {
 }
 
 // removalRank orders removal candidates: the cheapest and least useful
-// first.
+// first. Nodes an interrupted run left cordoned come before any healthy
+// one is cordoned, so they never add to max_unavailable.
 var removalRank = map[districts.Phase]int{
 	districts.PhaseLaunched: 0,
 	districts.PhaseLeft:     1,
-	districts.PhaseNotReady: 2,
-	districts.PhaseDrained:  3,
-	districts.PhaseDraining: 4,
+	districts.PhaseDrained:  2,
+	districts.PhaseDraining: 3,
+	districts.PhaseNotReady: 4,
 	districts.PhaseJoined:   5,
 }
 
@@ -112,9 +113,10 @@ func buildPlan(in planInput) Plan {
 	}
 
 	// Decide per role how much of the add and remove work this round does.
-	// A pure scale-up adds everything at once; when nodes are also removed
-	// (a migration), the role grows at most MaxSurge above the larger of
-	// its current and intended size, and removals wait for the new nodes.
+	// A pure scale-up adds everything at once. When nodes are also removed
+	// (a migration), the role never runs more than MaxSurge machines above
+	// its intended size (nor grows while above it), and removals wait for
+	// the new nodes; the rest is left to later rounds.
 	var launches []Action
 	var removals []*districts.Node
 	after := map[string][]string{} // role -> nodes a removal waits for

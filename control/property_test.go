@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -282,6 +284,10 @@ func TestConvergesUnderFaults(t *testing.T) {
 	seeds := 150
 	if testing.Short() {
 		seeds = 40
+	}
+	// A longer soak: TRANSIT_PROPERTY_SEEDS=5000 go test -run Converges ./control
+	if n, err := strconv.Atoi(os.Getenv("TRANSIT_PROPERTY_SEEDS")); err == nil && n > 0 {
+		seeds = n
 	}
 	var totalRounds atomic.Int64
 	for seed := range seeds {
