@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/cloudtransit/transit/districts"
@@ -304,31 +303,7 @@ func removeFirst(a, b *districts.Node, avoid map[string]bool) bool {
 	if !a.CreatedAt.Equal(b.CreatedAt) {
 		return a.CreatedAt.After(b.CreatedAt)
 	}
-	return compareIDs(a.ID, b.ID) > 0
-}
-
-// compareIDs orders node ids as a person would: worker-9 before worker-11.
-func compareIDs(a, b string) int {
-	pa, na := splitNumber(a)
-	pb, nb := splitNumber(b)
-	if pa == pb && na >= 0 && nb >= 0 {
-		return cmp.Compare(na, nb)
-	}
-	return cmp.Compare(a, b)
-}
-
-// splitNumber splits "paper-worker-12" into "paper-worker-" and 12; -1 when
-// the id does not end in a number.
-func splitNumber(id string) (string, int) {
-	i := len(id)
-	for i > 0 && id[i-1] >= '0' && id[i-1] <= '9' {
-		i--
-	}
-	n, err := strconv.Atoi(id[i:])
-	if err != nil || i == len(id) || len(id)-i > 9 {
-		return id, -1
-	}
-	return id[:i], n
+	return districts.CompareNodeIDs(a.ID, b.ID) > 0
 }
 
 func removalReason(n *districts.Node, desired map[districts.DeploymentKey]districts.Deployment, byKey map[districts.DeploymentKey][]*districts.Node, destroying bool) string {

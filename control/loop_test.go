@@ -371,21 +371,3 @@ func TestMachinesSharingANodeIDAreToldApart(t *testing.T) {
 	}
 	h.checkConverged(c)
 }
-
-func TestCompareIDs(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		a, b string
-		want int
-	}{
-		{"paper-worker-9", "paper-worker-11", -1},
-		{"paper-worker-11", "paper-worker-9", 1},
-		{"paper-worker-3", "paper-worker-3", 0},
-		{"paper-master-10", "paper-worker-2", -1},
-		{"i-0abc", "i-0abd", -1},
-	} {
-		if got := compareIDs(tc.a, tc.b); got != tc.want {
-			t.Errorf("compareIDs(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
-		}
-	}
-}

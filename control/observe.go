@@ -221,7 +221,7 @@ func hasGroup(groups []districts.SecurityGroup, district string) bool {
 }
 
 func sortState(r *districts.Resources) {
-	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].ID < r.Nodes[j].ID })
+	slices.SortFunc(r.Nodes, func(a, b districts.Node) int { return districts.CompareNodeIDs(a.ID, b.ID) })
 	sort.Slice(r.SecurityGroups, func(i, j int) bool { return r.SecurityGroups[i].District < r.SecurityGroups[j].District })
 }
 

@@ -7,11 +7,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
@@ -513,15 +510,5 @@ func TestCompletion(t *testing.T) {
 	wantCode(t, r, 0)
 	if !strings.Contains(r.out, "__start_transit") {
 		t.Errorf("no bash completion script")
-	}
-}
-
-func TestNaturalCompare(t *testing.T) {
-	t.Parallel()
-	got := []string{"worker-10", "worker-2", "master-1", "worker-1", "worker-2a", "w", "worker-"}
-	want := []string{"master-1", "w", "worker-", "worker-1", "worker-2", "worker-2a", "worker-10"}
-	slices.SortFunc(got, naturalCompare)
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("-want +got:\n%s", diff)
 	}
 }

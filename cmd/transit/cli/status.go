@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -125,7 +124,7 @@ func writeStatus(w io.Writer, st shownStatus) error {
 		}
 		for _, role := range roleOrder(slices.Collect(maps.Keys(byRole))) {
 			nodes := byRole[role]
-			slices.SortFunc(nodes, func(a, b districts.Node) int { return naturalCompare(a.ID, b.ID) })
+			slices.SortFunc(nodes, func(a, b districts.Node) int { return districts.CompareNodeIDs(a.ID, b.ID) })
 			fmt.Fprintf(&b, "  %s (%d)\n", role, len(nodes))
 			for _, n := range nodes {
 				line := fmt.Sprintf("    %-*s  %-*s  %-*s  %-*s  %s", w1, n.ID, w2, n.Phase, w3, n.Flavor, w4, addresses(n), tagList(n.Tags))
@@ -178,42 +177,3 @@ func tagList(tags map[string]string) string {
 	}
 	return strings.Join(parts, " ")
 }
-
-// naturalCompare orders strings with numbers by value: worker-2 before
-// worker-10.
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		ca, ra := chunk(a)
-		cb, rb := chunk(b)
-		if c := compareChunk(ca, cb); c != 0 {
-			return c
-		}
-		a, b = ra, rb
-	}
-	return cmp.Compare(len(a), len(b))
-}
-
-// chunk splits off a leading run of digits or of non-digits.
-func chunk(s string) (string, string) {
-	digit := isDigit(s[0])
-	i := 1
-	for i < len(s) && isDigit(s[i]) == digit {
-		i++
-	}
-	return s[:i], s[i:]
-}
-
-func compareChunk(a, b string) int {
-	if isDigit(a[0]) && isDigit(b[0]) {
-		ta, tb := strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
-		if c := cmp.Compare(len(ta), len(tb)); c != 0 {
-			return c
-		}
-		if c := strings.Compare(ta, tb); c != 0 {
-			return c
-		}
-	}
-	return strings.Compare(a, b)
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
