@@ -95,7 +95,6 @@ func newSim(seed uint64, cluster string) *sim {
 		floor:       map[string]int{},
 		peak:        map[string]int{},
 	}
-	s.clock.sim = s
 	return s
 }
 
@@ -603,7 +602,6 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Me
 type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
-	sim *sim
 }
 
 func (c *fakeClock) Now() time.Time {
