@@ -246,7 +246,7 @@ func buildPlan(in planInput) Plan {
 			changes = append(changes, Action{Kind: KindUncordon, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
 				Reason: "an interrupted drain left the wanted node cordoned"})
 		}
-		if want := desired[n.Key()].Tags; !tagsEqual(n.Tags, want) {
+		if want := desired[n.Key()].Tags; !maps.Equal(n.Tags, want) {
 			changes = append(changes, Action{Kind: KindLabel, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
 				Reason: "labels differ from the deployment's tags: " + tagDiff(n.Tags, want)})
 		}
@@ -341,10 +341,6 @@ func addressesOf(nodes []*districts.Node) []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
-}
-
-func tagsEqual(a, b map[string]string) bool {
-	return len(a) == len(b) && maps.Equal(a, b)
 }
 
 func tagDiff(have, want map[string]string) string {

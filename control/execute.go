@@ -220,6 +220,16 @@ func findNode(s districts.Resources, id string) (districts.Node, bool) {
 	return districts.Node{}, false
 }
 
+// notJoined returns the first of ids that is not a joined node.
+func notJoined(s districts.Resources, ids []string) (string, bool) {
+	for _, id := range ids {
+		if n, ok := findNode(s, id); !ok || n.Phase != districts.PhaseJoined {
+			return id, true
+		}
+	}
+	return "", false
+}
+
 func findGroup(s districts.Resources, district string) (districts.SecurityGroup, bool) {
 	for _, g := range s.SecurityGroups {
 		if g.District == district {
@@ -378,10 +388,8 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 	if !ok || n.Phase == districts.PhaseTerminating {
 		return errSkip{"the node was not launched"}
 	}
-	for _, dep := range a.After {
-		if m, ok := findNode(s, dep); !ok || m.Phase != districts.PhaseJoined {
-			return errSkip{"waits for " + dep + ", which did not join"}
-		}
+	if dep, ok := notJoined(s, a.After); ok {
+		return errSkip{"waits for " + dep + ", which did not join"}
 	}
 	addrs := n.Addresses()
 	inUse := map[string]bool{}
@@ -530,10 +538,8 @@ func (r *runner) removeStep(ctx context.Context, a Action) error {
 	if !ok || n.Phase == districts.PhaseTerminating {
 		return nil // already gone: nothing to do
 	}
-	for _, dep := range a.After {
-		if m, ok := findNode(s, dep); !ok || m.Phase != districts.PhaseJoined {
-			return errSkip{"its replacement " + dep + " did not join; node kept"}
-		}
+	if dep, ok := notJoined(s, a.After); ok {
+		return errSkip{"its replacement " + dep + " did not join; node kept"}
 	}
 	switch a.Kind {
 	case KindDrain:

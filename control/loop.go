@@ -48,33 +48,36 @@ func withDefaults(o Options) Options {
 // state: tagged machines missing from state are adopted, state entries the
 // clouds no longer have are dropped. It saves the result with opts.Save.
 func Refresh(ctx context.Context, opts Options) (districts.Resources, []string, error) {
-	opts = withDefaults(opts)
-	w, err := observe(ctx, opts)
+	w, err := refresh(ctx, withDefaults(opts))
 	if err != nil {
 		return districts.Resources{}, nil, err
-	}
-	if opts.Save != nil {
-		if err := opts.Save(w.state); err != nil {
-			return districts.Resources{}, nil, fmt.Errorf("save state: %w", err)
-		}
 	}
 	return w.state, w.notes, nil
 }
 
-// MakePlan builds the plan for the next round. With refresh false it works
+// refresh observes and saves what it found.
+func refresh(ctx context.Context, opts Options) (world, error) {
+	w, err := observe(ctx, opts)
+	if err != nil {
+		return world{}, err
+	}
+	if opts.Save != nil {
+		if err := opts.Save(w.state); err != nil {
+			return world{}, fmt.Errorf("save state: %w", err)
+		}
+	}
+	return w, nil
+}
+
+// MakePlan builds the plan for the next round. Unless refreshed, it works
 // from opts.State alone and calls no cloud and no platform.
-func MakePlan(ctx context.Context, opts Options, refresh bool) (Plan, error) {
+func MakePlan(ctx context.Context, opts Options, refreshed bool) (Plan, error) {
 	opts = withDefaults(opts)
 	w := stateWorld(opts.State)
-	if refresh {
+	if refreshed {
 		var err error
-		if w, err = observe(ctx, opts); err != nil {
+		if w, err = refresh(ctx, opts); err != nil {
 			return Plan{}, err
-		}
-		if opts.Save != nil {
-			if err := opts.Save(w.state); err != nil {
-				return Plan{}, fmt.Errorf("save state: %w", err)
-			}
 		}
 	}
 	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w,

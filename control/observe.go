@@ -125,7 +125,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 					sg.CreatedAt, sg.UpdatedAt = old.CreatedAt, old.UpdatedAt
 				}
 			}
-			if gr.Name != GroupName(cluster, d.ID) || hasGroup(w.state.SecurityGroups, d.ID) {
+			if _, dup := findGroup(w.state, d.ID); dup || gr.Name != GroupName(cluster, d.ID) {
 				w.orphanGroups = append(w.orphanGroups, sg)
 				continue
 			}
@@ -209,15 +209,6 @@ func nodeFromInstance(cluster, district string, inst Instance) districts.Node {
 		ProviderID: inst.ProviderID, Zone: inst.Zone, Phase: districts.PhaseLaunched,
 		CreatedAt: inst.CreatedAt, UpdatedAt: inst.CreatedAt,
 	}
-}
-
-func hasGroup(groups []districts.SecurityGroup, district string) bool {
-	for _, g := range groups {
-		if g.District == district {
-			return true
-		}
-	}
-	return false
 }
 
 func sortState(r *districts.Resources) {

@@ -153,7 +153,7 @@ func (h *harness) checkConverged(c districts.Cluster) {
 				want = d.Tags
 			}
 		}
-		if !tagsEqual(m.labels, want) {
+		if !maps.Equal(m.labels, want) {
 			t.Errorf("member %s labels %v, want %v", id, m.labels, want)
 		}
 	}
