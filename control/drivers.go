@@ -79,6 +79,9 @@ type LaunchSpec struct {
 	MachineType string
 	GroupID     string            // provider id of the district's group
 	Tags        map[string]string // identity tags plus the user's tags
+	// AuthorizedKey is the cluster's SSH public key in authorized_keys
+	// format; the machine must accept it for root.
+	AuthorizedKey string
 }
 
 // Platform is what the control loop needs from the container platform

@@ -334,7 +334,9 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	if err != nil {
 		return err
 	}
-	inst, err := infra.Launch(ctx, LaunchSpec{Node: n, MachineType: machine, GroupID: g.ProviderID, Tags: tags})
+	inst, err := infra.Launch(ctx, LaunchSpec{
+		Node: n, MachineType: machine, GroupID: g.ProviderID, Tags: tags, AuthorizedKey: r.opts.AuthorizedKey,
+	})
 	if err != nil {
 		return err
 	}

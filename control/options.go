@@ -21,6 +21,9 @@ type Options struct {
 	State districts.Resources
 	// Save persists state; the loop calls it after every action.
 	Save func(districts.Resources) error
+	// AuthorizedKey is the cluster's SSH public key (authorized_keys
+	// format), given to every machine launched.
+	AuthorizedKey string
 	// Parallel bounds concurrent launches and joins (default 10).
 	Parallel int
 	// MaxRounds bounds the rounds of one apply (default 50).
