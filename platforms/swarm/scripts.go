@@ -1,0 +1,214 @@
+package swarm
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+// The remote scripts, built by pure functions so they are tested as strings.
+// Each runs under `sh -s` as root on a node. Every value that comes from
+// outside transit is quoted with ssh.Quote.
+
+// imagesDir is where a machine image may carry container images to preload
+// (the local provider bind-mounts its images directory there): nodes need
+// no registry.
+const imagesDir = "/var/lib/transit/images"
+
+// installScript ensures a running Docker engine. Where dockerd is missing it
+// installs the distribution's package; where systemd runs it starts the
+// service; where no init system runs (a local node, whose init is sshd) it
+// starts dockerd itself with the default paths. The choice follows what the
+// machine has, not which provider made it. It then loads the image archives
+// found in imagesDir, once each.
+func installScript() string {
+	return `set -eu
+if ! command -v dockerd >/dev/null 2>&1; then
+	if command -v apt-get >/dev/null 2>&1; then
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -q >/dev/null
+		apt-get install -y -q docker.io >/dev/null
+	elif command -v dnf >/dev/null 2>&1; then
+		dnf install -y -q docker
+	elif command -v yum >/dev/null 2>&1; then
+		yum install -y -q docker
+	else
+		echo "no dockerd on this machine and no apt-get, dnf or yum to install it" >&2
+		exit 3
+	fi
+fi
+if ! docker info >/dev/null 2>&1; then
+	mkdir -p /run/transit
+	if [ -d /run/systemd/system ]; then
+		systemctl enable --now docker >/dev/null
+	elif ! { [ -s /run/transit/dockerd.pid ] && kill -0 "$(cat /run/transit/dockerd.pid)" 2>/dev/null; }; then
+		# No init system: run the engine detached, with its default paths.
+		setsid dockerd --pidfile /run/transit/dockerd.pid >>/run/transit/dockerd.log 2>&1 </dev/null &
+	fi
+	i=0
+	until docker info >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ "$i" -ge 600 ]; then
+			echo "the docker engine did not answer within 60s" >&2
+			tail -n 20 /run/transit/dockerd.log >&2 2>/dev/null || true
+			exit 1
+		fi
+		sleep 0.1
+	done
+fi
+if [ -d ` + imagesDir + ` ]; then
+	mkdir -p /var/lib/transit/images-loaded
+	for f in ` + imagesDir + `/*.tar; do
+		[ -e "$f" ] || continue
+		mark=/var/lib/transit/images-loaded/$(basename "$f")
+		if [ -e "$mark" ] && [ ! "$f" -nt "$mark" ]; then
+			continue
+		fi
+		docker load -i "$f" >/dev/null
+		touch "$mark"
+	done
+fi
+`
+}
+
+// localStateScript prints the node's swarm state: "none" when it is in no
+// swarm (or has no engine yet), "down" when its engine is not running but
+// it belongs to a swarm, else "<state> <control available> <node id>".
+func localStateScript() string {
+	return `set -eu
+if ! command -v docker >/dev/null 2>&1; then
+	echo none
+	exit 0
+fi
+if ! docker info >/dev/null 2>&1; then
+	if [ -e /var/lib/docker/swarm/docker-state.json ]; then echo down; else echo none; fi
+	exit 0
+fi
+docker info --format '{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}} {{.Swarm.NodeID}}'
+`
+}
+
+// inspectScript prints every swarm node as `docker node inspect` JSON; it
+// runs on a manager.
+func inspectScript() string {
+	return `set -eu
+docker node inspect $(docker node ls -q)
+`
+}
+
+// initScript makes the node the first manager of a new swarm (or finds it
+// already is one) and prints its swarm node id.
+func initScript(addr string) string {
+	a := ssh.Quote(addr)
+	return `set -eu
+state=$(docker info --format '{{.Swarm.LocalNodeState}}')
+if [ "$state" = inactive ]; then
+	docker swarm init --advertise-addr ` + a + ` --listen-addr ` + ssh.Quote(addr+":2377") + ` >/dev/null
+elif [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" != true ]; then
+	echo "the node is already in a swarm (state $state) but is not a manager" >&2
+	exit 3
+fi
+docker info --format '{{.Swarm.NodeID}}'
+`
+}
+
+// joinTokenScript prints the join token for role ("manager" or "worker");
+// it runs on a manager.
+func joinTokenScript(role string) string {
+	return "set -eu\ndocker swarm join-token -q " + ssh.Quote(role) + "\n"
+}
+
+// joinScript joins the node to the swarm a manager at managerAddr runs
+// (unless it is in a swarm already) and prints its swarm node id.
+func joinScript(token, addr, managerAddr string) string {
+	return `set -eu
+state=$(docker info --format '{{.Swarm.LocalNodeState}}')
+if [ "$state" != active ]; then
+	if [ "$state" != inactive ]; then
+		docker swarm leave --force >/dev/null 2>&1 || true
+	fi
+	docker swarm join --token ` + ssh.Quote(token) + ` --advertise-addr ` + ssh.Quote(addr) +
+		` --listen-addr ` + ssh.Quote(addr+":2377") + ` ` + ssh.Quote(managerAddr+":2377") + ` >/dev/null
+fi
+docker info --format '{{.Swarm.NodeID}}'
+`
+}
+
+// nodeUpdateScript changes one swarm node's labels, availability or role;
+// it runs on a manager. set holds labels to add or change, drop the keys to
+// remove; availability and role are left alone when empty.
+func nodeUpdateScript(swarmID string, set map[string]string, drop []string, availability, role string) string {
+	var b strings.Builder
+	b.WriteString("set -eu\n")
+	var args []string
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		args = append(args, "--label-add", ssh.Quote(k+"="+set[k]))
+	}
+	for _, k := range slices.Sorted(slices.Values(drop)) {
+		args = append(args, "--label-rm", ssh.Quote(k))
+	}
+	if availability != "" {
+		args = append(args, "--availability", ssh.Quote(availability))
+	}
+	if len(args) > 0 {
+		fmt.Fprintf(&b, "docker node update %s %s >/dev/null\n", strings.Join(args, " "), ssh.Quote(swarmID))
+	}
+	switch role {
+	case "manager":
+		fmt.Fprintf(&b, "docker node promote %s >/dev/null\n", ssh.Quote(swarmID))
+	case "worker":
+		fmt.Fprintf(&b, "docker node demote %s >/dev/null\n", ssh.Quote(swarmID))
+	}
+	return b.String()
+}
+
+// nodeTasksScript prints the tasks still alive on a node, whatever the
+// swarm wants of them: "<service id>|<task id>|<state>" per line. It runs on
+// a manager.
+func nodeTasksScript(swarmID string) string {
+	return `set -eu
+ids=$(docker node ps -q ` + ssh.Quote(swarmID) + `)
+[ -n "$ids" ] || exit 0
+docker inspect --format '{{.ServiceID}}|{{.ID}}|{{.Status.State}}' $ids
+`
+}
+
+// serviceTasksScript prints, for each service, the tasks the swarm wants
+// running: "<service name>|<node id>|<state>|<error>" per line. It runs on
+// a manager.
+func serviceTasksScript(serviceIDs []string) string {
+	quoted := make([]string, len(serviceIDs))
+	for i, id := range serviceIDs {
+		quoted[i] = ssh.Quote(id)
+	}
+	return `set -eu
+for s in ` + strings.Join(quoted, " ") + `; do
+	name=$(docker service inspect --format '{{.Spec.Name}}' "$s" 2>/dev/null) || continue
+	ids=$(docker service ps -q --filter desired-state=running "$s")
+	[ -n "$ids" ] || continue
+	docker inspect --format "$name"'|{{.NodeID}}|{{.Status.State}}|{{.Status.Err}}' $ids
+done
+`
+}
+
+// leaveScript takes the node out of its swarm; a node in none is fine.
+func leaveScript() string {
+	return `set -eu
+if ! docker info >/dev/null 2>&1; then
+	exit 0
+fi
+state=$(docker info --format '{{.Swarm.LocalNodeState}}')
+if [ "$state" != inactive ]; then
+	docker swarm leave --force >/dev/null
+fi
+`
+}
+
+// removeScript deletes a node that left from the swarm's node list; it runs
+// on a manager.
+func removeScript(swarmID string) string {
+	return "set -eu\ndocker node rm --force " + ssh.Quote(swarmID) + " >/dev/null\n"
+}

@@ -1,0 +1,593 @@
+// Package swarm is transit's Docker Swarm platform driver. It reaches every
+// node over SSH (platforms/ssh): it ensures a Docker engine, initialises the
+// swarm on the first master, joins managers and workers with their tokens,
+// keeps the deployment's tags as node labels, drains (waiting until the
+// node's tasks run elsewhere), demotes, leaves and removes nodes.
+//
+// A swarm node is tied to its transit node by the label transit-node=<id>
+// (set at join; the hostname is the fallback), and the label
+// transit-managed lists the label keys transit owns, so labels a person set
+// by hand are left alone.
+package swarm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudtransit/transit/clock"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+// Labels transit keeps on every swarm node.
+const (
+	labelNode    = districts.TagNode // the transit node id
+	labelManaged = "transit-managed" // comma-separated keys transit owns
+)
+
+// Options configure the driver.
+type Options struct {
+	// SSH says how to reach the nodes (key, pinned host keys, waits).
+	SSH ssh.Config
+	// Clock paces the waits; default the wall clock.
+	Clock clock.Clock
+	// PollInterval paces the waits for a drain or a departure; default 1s.
+	PollInterval time.Duration
+}
+
+// New returns the Swarm driver for a cluster.
+func New(c districts.Cluster, opts Options) control.Platform {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.SSH.Clock == nil {
+		opts.SSH.Clock = opts.Clock
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	return &driver{cluster: c.ID, opts: opts}
+}
+
+type driver struct {
+	cluster string
+	opts    Options
+
+	mu sync.Mutex
+	// managers are the masters that answered as swarm managers when last
+	// asked (Members, Init, Join), the first one most recently useful.
+	managers []districts.Node
+}
+
+var _ control.Platform = (*driver)(nil)
+
+// swarmNode is the part of `docker node inspect` the driver reads.
+type swarmNode struct {
+	ID   string
+	Spec struct {
+		Labels       map[string]string
+		Role         string
+		Availability string
+	}
+	Description struct {
+		Hostname string
+	}
+	Status struct {
+		State string
+		Addr  string
+	}
+	ManagerStatus *struct {
+		Leader       bool
+		Reachability string
+		Addr         string
+	}
+}
+
+func target(n districts.Node) ssh.Target {
+	addr := n.PublicIP
+	if addr == "" {
+		addr = n.PrivateIP
+	}
+	return ssh.Target{HostID: n.ProviderID, Name: n.ID, Addr: addr}
+}
+
+// advertiseAddr is the address other nodes reach n on.
+func advertiseAddr(n districts.Node) string { return target(n).Addr }
+
+func (d *driver) run(ctx context.Context, n districts.Node, name, script string) (string, error) {
+	return ssh.RunOn(ctx, d.opts.SSH, target(n), name, script)
+}
+
+// Install ensures a running Docker engine on n.
+func (d *driver) Install(ctx context.Context, n districts.Node) error {
+	_, err := d.run(ctx, n, "install docker", installScript())
+	return err
+}
+
+// Init makes n the first manager of a new swarm.
+func (d *driver) Init(ctx context.Context, n districts.Node) error {
+	out, err := d.run(ctx, n, "docker swarm init", initScript(advertiseAddr(n)))
+	if err != nil {
+		return err
+	}
+	d.rememberManager(n)
+	return d.onManager(ctx, "label the first manager", nodeUpdateScript(
+		strings.TrimSpace(out), map[string]string{labelNode: n.ID}, nil, "", ""), "")
+}
+
+// Join adds n to the swarm as a manager (master) or a worker.
+func (d *driver) Join(ctx context.Context, n districts.Node) error {
+	role := swarmRole(n.Role)
+	var token string
+	mgr, err := d.withManager(ctx, n.ID, func(m districts.Node) error {
+		out, err := d.run(ctx, m, "docker swarm join-token "+role, joinTokenScript(role))
+		token = strings.TrimSpace(out)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	out, err := d.run(ctx, n, "docker swarm join", joinScript(token, advertiseAddr(n), advertiseAddr(mgr)))
+	if err != nil {
+		return err
+	}
+	swarmID := strings.TrimSpace(out)
+	// A node that was in the swarm already may hold the other role.
+	nodes, err := d.inspect(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	fix := ""
+	for _, sn := range nodes {
+		if sn.ID == swarmID && sn.Spec.Role != role {
+			fix = role
+		}
+	}
+	err = d.onManager(ctx, "label the joined node", nodeUpdateScript(
+		swarmID, map[string]string{labelNode: n.ID}, nil, "", fix), n.ID)
+	if err == nil && role == "manager" {
+		d.rememberManager(n)
+	}
+	return err
+}
+
+// Label makes the labels transit owns on n equal to labels.
+func (d *driver) Label(ctx context.Context, n districts.Node, labels map[string]string) error {
+	sn, err := d.find(ctx, n)
+	if err != nil {
+		return err
+	}
+	set, drop := labelChanges(sn.Spec.Labels, n.ID, labels)
+	if len(set) == 0 && len(drop) == 0 {
+		return nil
+	}
+	return d.onManager(ctx, "label node "+n.ID, nodeUpdateScript(sn.ID, set, drop, "", ""), "")
+}
+
+// labelChanges returns the label updates that make a node's transit-owned
+// labels equal to want, keeping its identity label and leaving labels
+// transit does not own alone.
+func labelChanges(have map[string]string, nodeID string, want map[string]string) (set map[string]string, drop []string) {
+	set = map[string]string{}
+	for k, v := range want {
+		if cur, ok := have[k]; !ok || cur != v {
+			set[k] = v
+		}
+	}
+	for _, k := range managedKeys(have) {
+		if _, ok := want[k]; !ok {
+			if _, present := have[k]; present {
+				drop = append(drop, k)
+			}
+		}
+	}
+	if have[labelNode] != nodeID {
+		set[labelNode] = nodeID
+	}
+	managed := strings.Join(slices.Sorted(maps.Keys(want)), ",")
+	if have[labelManaged] != managed {
+		if managed == "" {
+			if _, ok := have[labelManaged]; ok {
+				drop = append(drop, labelManaged)
+			}
+		} else {
+			set[labelManaged] = managed
+		}
+	}
+	return set, drop
+}
+
+func managedKeys(labels map[string]string) []string {
+	v := labels[labelManaged]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// Drain sets n to availability drain and waits until none of its tasks runs
+// there and every service it ran has its tasks running elsewhere. When that
+// does not happen within timeout, or a service's tasks can be placed on no
+// other node, it makes n active again and returns a *control.DrainError.
+func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Duration) error {
+	sn, err := d.find(ctx, n)
+	if err != nil {
+		return err
+	}
+	before, err := d.nodeTasks(ctx, sn.ID)
+	if err != nil {
+		return err
+	}
+	var services []string
+	for _, t := range before {
+		if t.alive() && !slices.Contains(services, t.service) {
+			services = append(services, t.service)
+		}
+	}
+	if err := d.onManager(ctx, "drain node "+n.ID, nodeUpdateScript(sn.ID, nil, nil, "drain", ""), ""); err != nil {
+		return err
+	}
+	deadline := d.opts.Clock.Now().Add(timeout)
+	unplaceable := 0
+	for {
+		blocking, stuck, err := d.drainProgress(ctx, sn.ID, services)
+		if err != nil {
+			return err
+		}
+		if len(blocking) == 0 {
+			return nil
+		}
+		if stuck {
+			unplaceable++
+		} else {
+			unplaceable = 0
+		}
+		reason := ""
+		switch {
+		case unplaceable >= 3:
+			reason = "its tasks can run on no other node"
+		case !d.opts.Clock.Now().Before(deadline):
+			reason = fmt.Sprintf("its tasks did not move within %s", timeout)
+		}
+		if reason != "" {
+			if err := d.onManager(ctx, "make node "+n.ID+" active again",
+				nodeUpdateScript(sn.ID, nil, nil, "active", ""), ""); err != nil {
+				return fmt.Errorf("drain of node %s failed (%s), and so did making it active again: %w", n.ID, reason, err)
+			}
+			return &control.DrainError{Node: n.ID, Reason: reason, Blocking: blocking}
+		}
+		if err := d.opts.Clock.Sleep(ctx, d.opts.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// drainProgress reports what still keeps a drain of node swarmID from
+// finishing: tasks alive on the node, and tasks of the given services not
+// running elsewhere. stuck says some task waits because no node can take
+// it.
+func (d *driver) drainProgress(ctx context.Context, swarmID string, services []string) (blocking []string, stuck bool, err error) {
+	onNode, err := d.nodeTasks(ctx, swarmID)
+	if err != nil {
+		return nil, false, err
+	}
+	names := map[string]bool{}
+	for _, t := range onNode {
+		if t.alive() {
+			names["task "+t.id+" of service "+t.service] = true
+		}
+	}
+	if len(services) > 0 {
+		var out string
+		_, err := d.withManager(ctx, "", func(m districts.Node) error {
+			var err error
+			out, err = d.run(ctx, m, "list tasks of drained services", serviceTasksScript(services))
+			return err
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		for line := range strings.Lines(out) {
+			f := strings.SplitN(strings.TrimSpace(line), "|", 4)
+			if len(f) < 4 || f[2] == "running" {
+				continue
+			}
+			why := f[2]
+			if f[3] != "" {
+				why = f[3]
+			}
+			if strings.Contains(f[3], "no suitable node") {
+				stuck = true
+			}
+			names["service "+f[0]+" ("+why+")"] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(names)), stuck, nil
+}
+
+type task struct{ service, id, state string }
+
+// alive says the task occupies its node: it is not finished, failed or
+// shut down.
+func (t task) alive() bool {
+	switch t.state {
+	case "assigned", "accepted", "preparing", "ready", "starting", "running":
+		return true
+	}
+	return false
+}
+
+func (d *driver) nodeTasks(ctx context.Context, swarmID string) ([]task, error) {
+	var out string
+	_, err := d.withManager(ctx, "", func(m districts.Node) error {
+		var err error
+		out, err = d.run(ctx, m, "list tasks on a node", nodeTasksScript(swarmID))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var tasks []task
+	for line := range strings.Lines(out) {
+		f := strings.SplitN(strings.TrimSpace(line), "|", 3)
+		if len(f) == 3 {
+			tasks = append(tasks, task{service: f[0], id: f[1], state: f[2]})
+		}
+	}
+	return tasks, nil
+}
+
+// Uncordon makes n schedulable again.
+func (d *driver) Uncordon(ctx context.Context, n districts.Node) error {
+	sn, err := d.find(ctx, n)
+	if err != nil {
+		return err
+	}
+	if sn.Spec.Availability == "active" {
+		return nil
+	}
+	return d.onManager(ctx, "make node "+n.ID+" active", nodeUpdateScript(sn.ID, nil, nil, "active", ""), "")
+}
+
+// Remove demotes n if it is a manager, makes it leave the swarm and deletes
+// it from the node list. A node in no swarm is fine.
+func (d *driver) Remove(ctx context.Context, n districts.Node) error {
+	nodes, err := d.inspect(ctx, "")
+	if err != nil {
+		return err
+	}
+	sn, ok := match(nodes, n)
+	if !ok {
+		return d.forget(n)
+	}
+	if sn.Spec.Role == "manager" {
+		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(sn.ID, nil, nil, "", "worker"), n.ID); err != nil {
+			return err
+		}
+		d.forgetManager(n.ID)
+	}
+	if _, err := d.run(ctx, n, "docker swarm leave", leaveScript()); err != nil {
+		if !errors.Is(err, ssh.ErrUnreachable) {
+			return err
+		}
+		// A machine that is gone cannot leave; the managers forget it below.
+	}
+	if err := d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(sn.ID), n.ID); err != nil {
+		return err
+	}
+	return d.forget(n)
+}
+
+// forget drops n's pinned host key: its machine is about to go, and a
+// future machine is a different host.
+func (d *driver) forget(n districts.Node) error {
+	if d.opts.SSH.HostKeys == nil || n.ProviderID == "" {
+		return nil
+	}
+	return d.opts.SSH.HostKeys.Forget(n.ProviderID)
+}
+
+// Members asks the masters among nodes, one after another, for the swarm's
+// node list. It returns control.ErrNoPlatform only when every master
+// answered and none is in a swarm; a master that cannot be asked is an
+// error, since it may be the one holding the swarm.
+func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control.Member, error) {
+	var masters []districts.Node
+	for _, n := range nodes {
+		if n.Role == districts.RoleMaster {
+			masters = append(masters, n)
+		}
+	}
+	var errs []error
+	for _, m := range masters {
+		out, err := d.run(ctx, m, "ask for the swarm state", localStateScript())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		f := strings.Fields(out)
+		switch {
+		case len(f) == 1 && f[0] == "none":
+			continue
+		case len(f) == 1 && f[0] == "down":
+			errs = append(errs, fmt.Errorf("master %s belongs to a swarm but its docker engine is not running", m.ID))
+			continue
+		case len(f) < 2 || f[0] != "active" || f[1] != "true":
+			errs = append(errs, fmt.Errorf("master %s is not an active swarm manager (%s)", m.ID, strings.TrimSpace(out)))
+			continue
+		}
+		out, err = d.run(ctx, m, "list swarm nodes", inspectScript())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var list []swarmNode
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return nil, fmt.Errorf("master %s: read docker node inspect: %w", m.ID, err)
+		}
+		return d.members(list, nodes), nil
+	}
+	if len(errs) == 0 {
+		return nil, control.ErrNoPlatform
+	}
+	return nil, fmt.Errorf("no master answered as a swarm manager: %w", errors.Join(errs...))
+}
+
+// members maps the swarm's nodes onto transit's and remembers the managers
+// that answer.
+func (d *driver) members(list []swarmNode, nodes []districts.Node) []control.Member {
+	var out []control.Member
+	var managers []districts.Node
+	for _, n := range nodes {
+		sn, ok := match(list, n)
+		if !ok {
+			continue
+		}
+		m := control.Member{
+			NodeID:   n.ID,
+			Role:     districts.RoleWorker,
+			Ready:    sn.Status.State == "ready",
+			Draining: sn.Spec.Availability != "active",
+			Labels:   map[string]string{},
+		}
+		if sn.Spec.Role == "manager" {
+			m.Role = districts.RoleMaster
+			m.Ready = m.Ready && sn.ManagerStatus != nil && sn.ManagerStatus.Reachability == "reachable"
+			if m.Ready {
+				managers = append(managers, n)
+			}
+		}
+		for _, k := range managedKeys(sn.Spec.Labels) {
+			if v, ok := sn.Spec.Labels[k]; ok {
+				m.Labels[k] = v
+			}
+		}
+		out = append(out, m)
+	}
+	d.mu.Lock()
+	d.managers = managers
+	d.mu.Unlock()
+	return out
+}
+
+// match finds n among the swarm's nodes: by its identity label, else by
+// hostname. Of several (a node that left and joined again), a ready one on
+// n's address wins.
+func match(list []swarmNode, n districts.Node) (swarmNode, bool) {
+	best, score := swarmNode{}, -1
+	for _, sn := range list {
+		id := sn.Spec.Labels[labelNode]
+		if id == "" {
+			id = sn.Description.Hostname
+		}
+		if id != n.ID {
+			continue
+		}
+		s := 0
+		if sn.Status.State == "ready" {
+			s += 2
+		}
+		if sn.Status.Addr == advertiseAddr(n) {
+			s++
+		}
+		if s > score {
+			best, score = sn, s
+		}
+	}
+	return best, score >= 0
+}
+
+// find returns n's swarm node, or an error when n is in no swarm.
+func (d *driver) find(ctx context.Context, n districts.Node) (swarmNode, error) {
+	nodes, err := d.inspect(ctx, "")
+	if err != nil {
+		return swarmNode{}, err
+	}
+	sn, ok := match(nodes, n)
+	if !ok {
+		return swarmNode{}, fmt.Errorf("node %s is not in the swarm", n.ID)
+	}
+	return sn, nil
+}
+
+// inspect lists the swarm's nodes from a manager other than exclude.
+func (d *driver) inspect(ctx context.Context, exclude string) ([]swarmNode, error) {
+	var list []swarmNode
+	_, err := d.withManager(ctx, exclude, func(m districts.Node) error {
+		out, err := d.run(ctx, m, "list swarm nodes", inspectScript())
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return fmt.Errorf("master %s: read docker node inspect: %w", m.ID, err)
+		}
+		return nil
+	})
+	return list, err
+}
+
+// onManager runs a script on a manager other than exclude.
+func (d *driver) onManager(ctx context.Context, name, script, exclude string) error {
+	_, err := d.withManager(ctx, exclude, func(m districts.Node) error {
+		_, err := d.run(ctx, m, name, script)
+		return err
+	})
+	return err
+}
+
+// withManager calls fn with each known manager but exclude until one can be
+// reached; a script that fails on a reachable manager is not retried
+// elsewhere.
+func (d *driver) withManager(ctx context.Context, exclude string, fn func(districts.Node) error) (districts.Node, error) {
+	d.mu.Lock()
+	managers := slices.Clone(d.managers)
+	d.mu.Unlock()
+	var errs []error
+	for _, m := range managers {
+		if m.ID == exclude {
+			continue
+		}
+		err := fn(m)
+		if err == nil {
+			d.rememberManager(m)
+			return m, nil
+		}
+		if !errors.Is(err, ssh.ErrUnreachable) {
+			return m, err
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return districts.Node{}, errors.New("no swarm manager is known: the swarm has not been initialised")
+	}
+	return districts.Node{}, fmt.Errorf("no swarm manager reachable: %w", errors.Join(errs...))
+}
+
+// rememberManager puts m first among the known managers.
+func (d *driver) rememberManager(m districts.Node) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.managers = slices.DeleteFunc(d.managers, func(x districts.Node) bool { return x.ID == m.ID })
+	d.managers = slices.Insert(d.managers, 0, m)
+}
+
+func (d *driver) forgetManager(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.managers = slices.DeleteFunc(d.managers, func(x districts.Node) bool { return x.ID == id })
+}
+
+func swarmRole(role string) string {
+	if role == districts.RoleMaster {
+		return "manager"
+	}
+	return "worker"
+}

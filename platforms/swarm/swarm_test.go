@@ -1,0 +1,172 @@
+package swarm
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+func TestLabelChanges(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		have     map[string]string
+		want     map[string]string
+		wantSet  map[string]string
+		wantDrop []string
+	}{
+		{
+			name:    "fresh node gets identity, tags and the managed list",
+			have:    map[string]string{},
+			want:    map[string]string{"location": "Germany", "tier": "web"},
+			wantSet: map[string]string{"transit-node": "n1", "location": "Germany", "tier": "web", "transit-managed": "location,tier"},
+		},
+		{
+			name:    "in sync",
+			have:    map[string]string{"transit-node": "n1", "location": "Germany", "transit-managed": "location"},
+			want:    map[string]string{"location": "Germany"},
+			wantSet: map[string]string{},
+		},
+		{
+			name:     "changed value, dropped tag, hand-made label left alone",
+			have:     map[string]string{"transit-node": "n1", "location": "Germany", "tier": "web", "ops": "x", "transit-managed": "location,tier"},
+			want:     map[string]string{"location": "France"},
+			wantSet:  map[string]string{"location": "France", "transit-managed": "location"},
+			wantDrop: []string{"tier"},
+		},
+		{
+			name:     "every tag removed",
+			have:     map[string]string{"transit-node": "n1", "tier": "web", "transit-managed": "tier"},
+			want:     map[string]string{},
+			wantSet:  map[string]string{},
+			wantDrop: []string{"tier", "transit-managed"},
+		},
+		{
+			name:    "a hand-made label becomes managed",
+			have:    map[string]string{"transit-node": "n1", "ops": "x"},
+			want:    map[string]string{"ops": "x"},
+			wantSet: map[string]string{"transit-managed": "ops"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set, drop := labelChanges(tt.have, "n1", tt.want)
+			if diff := cmp.Diff(tt.wantSet, set); diff != "" {
+				t.Errorf("set (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantDrop, drop); diff != "" {
+				t.Errorf("drop (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+const inspectJSON = `[
+ {"ID":"aaa","Spec":{"Labels":{"transit-node":"c-master-1","transit-managed":"location","location":"Germany","ops":"hand"},"Role":"manager","Availability":"active"},
+  "Description":{"Hostname":"c-master-1"},"Status":{"State":"ready","Addr":"10.0.0.2"},
+  "ManagerStatus":{"Leader":true,"Reachability":"reachable","Addr":"10.0.0.2:2377"}},
+ {"ID":"old","Spec":{"Labels":{"transit-node":"c-worker-1"},"Role":"worker","Availability":"active"},
+  "Description":{"Hostname":"c-worker-1"},"Status":{"State":"down","Addr":"10.0.0.3"}},
+ {"ID":"bbb","Spec":{"Labels":{},"Role":"worker","Availability":"drain"},
+  "Description":{"Hostname":"c-worker-1"},"Status":{"State":"ready","Addr":"10.0.0.3"}},
+ {"ID":"ccc","Spec":{"Labels":{"transit-node":"c-master-2"},"Role":"manager","Availability":"active"},
+  "Description":{"Hostname":"c-master-2"},"Status":{"State":"ready","Addr":"10.0.0.4"},
+  "ManagerStatus":{"Reachability":"unreachable","Addr":"10.0.0.4:2377"}},
+ {"ID":"ghost","Spec":{"Labels":{},"Role":"worker","Availability":"active"},
+  "Description":{"Hostname":"somebody-else"},"Status":{"State":"ready","Addr":"10.0.0.9"}}
+]`
+
+func TestMembers(t *testing.T) {
+	t.Parallel()
+	var list []swarmNode
+	if err := json.Unmarshal([]byte(inspectJSON), &list); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []districts.Node{
+		{ID: "c-master-1", Role: "master", PublicIP: "10.0.0.2"},
+		{ID: "c-worker-1", Role: "worker", PublicIP: "10.0.0.3"},
+		{ID: "c-master-2", Role: "master", PublicIP: "10.0.0.4"},
+		{ID: "c-worker-2", Role: "worker", PublicIP: "10.0.0.5"},
+	}
+	d := &driver{}
+	got := d.members(list, nodes)
+	want := []control.Member{
+		{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{"location": "Germany"}},
+		// The ready entry on the node's address wins over the old, down one.
+		{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{}},
+		// A manager the others cannot reach is not ready.
+		{NodeID: "c-master-2", Role: "master", Ready: false, Labels: map[string]string{}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("members (-want +got):\n%s", diff)
+	}
+	if len(d.managers) != 1 || d.managers[0].ID != "c-master-1" {
+		t.Errorf("remembered managers %v, want only c-master-1", d.managers)
+	}
+	if sn, _ := match(list, nodes[1]); sn.ID != "bbb" {
+		t.Errorf("match(c-worker-1) = %s, want bbb", sn.ID)
+	}
+}
+
+func TestScripts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		script string
+		want   []string // lines that must appear
+	}{
+		{"init", initScript("10.0.0.2"), []string{
+			"docker swarm init --advertise-addr '10.0.0.2' --listen-addr '10.0.0.2:2377' >/dev/null",
+			"docker info --format '{{.Swarm.NodeID}}'",
+		}},
+		{"join", joinScript("SWMTKN-1-x", "10.0.0.3", "10.0.0.2"), []string{
+			`if [ "$state" != active ]; then`,
+			"docker swarm join --token 'SWMTKN-1-x' --advertise-addr '10.0.0.3' --listen-addr '10.0.0.3:2377' '10.0.0.2:2377' >/dev/null",
+		}},
+		{"token", joinTokenScript("manager"), []string{"docker swarm join-token -q 'manager'"}},
+		{"labels", nodeUpdateScript("abc", map[string]string{"b": "2", "a": "it's"}, []string{"z", "y"}, "", ""), []string{
+			`docker node update --label-add 'a=it'\''s' --label-add 'b=2' --label-rm 'y' --label-rm 'z' 'abc' >/dev/null`,
+		}},
+		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"docker node update --availability 'drain' 'abc' >/dev/null"}},
+		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote 'abc' >/dev/null"}},
+		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote 'abc' >/dev/null"}},
+		{"remove", removeScript("abc"), []string{"docker node rm --force 'abc' >/dev/null"}},
+		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')"}},
+		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in 's1' 's2'; do"}},
+		{"install", installScript(), []string{
+			"if ! command -v dockerd >/dev/null 2>&1; then",
+			"apt-get install -y -q docker.io >/dev/null",
+			"if [ -d /run/systemd/system ]; then",
+			"setsid dockerd --pidfile /run/transit/dockerd.pid >>/run/transit/dockerd.log 2>&1 </dev/null &",
+			"docker load -i \"$f\" >/dev/null",
+		}},
+		{"state", localStateScript(), []string{
+			"if [ -e /var/lib/docker/swarm/docker-state.json ]; then echo down; else echo none; fi",
+		}},
+		{"leave", leaveScript(), []string{"docker swarm leave --force >/dev/null"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.HasPrefix(tt.script, "set -eu\n") {
+				t.Errorf("script does not start with set -eu:\n%s", tt.script)
+			}
+			lines := map[string]bool{}
+			for l := range strings.Lines(tt.script) {
+				lines[strings.TrimSpace(l)] = true
+			}
+			for _, w := range tt.want {
+				if !lines[w] {
+					t.Errorf("script lacks line %q:\n%s", w, tt.script)
+				}
+			}
+		})
+	}
+	if s := nodeUpdateScript("abc", nil, nil, "", ""); s != "set -eu\n" {
+		t.Errorf("an empty update runs something: %q", s)
+	}
+}
