@@ -100,7 +100,6 @@ func TestLoadPaperAndExamples(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ name, cluster, districts, credentials string }{
 		{"kratzke2017", kratzkeDir + "/cluster.json", kratzkeDir + "/districts.json", kratzkeDir + "/credentials.json"},
-		{"examples", "../cluster.example.json", "../districts.example.json", "../credentials.example.json"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,6 +112,37 @@ func TestLoadPaperAndExamples(t *testing.T) {
 				t.Errorf("Load (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The examples at the repository root are the local Swarm the demo brings
+// up: a manager and two workers in local-a, two workers in local-b, every
+// deployment tagged.
+func TestLoadExamples(t *testing.T) {
+	t.Parallel()
+	p := stage(t, "../cluster.example.json", "../districts.example.json", "../credentials.example.json")
+	got, err := Load(p)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if got.Cluster.Platform != "swarm" {
+		t.Errorf("platform %q, want swarm", got.Cluster.Platform)
+	}
+	want := map[string]int{"local-a/master": 1, "local-a/worker": 2, "local-b/worker": 2}
+	have := map[string]int{}
+	for _, d := range got.Cluster.Deployments {
+		have[d.District+"/"+d.Role] += d.Quantity
+		if len(d.Tags) == 0 {
+			t.Errorf("deployment %s/%s has no tags", d.District, d.Role)
+		}
+	}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Errorf("nodes per district and role (-want +got):\n%s", diff)
+	}
+	for _, d := range got.Districts {
+		if d.Provider != ProviderLocal || d.LocalSubnet == "" {
+			t.Errorf("district %s: provider %q subnet %q, want a local district with a subnet", d.ID, d.Provider, d.LocalSubnet)
+		}
 	}
 }
 
