@@ -1,0 +1,403 @@
+// Package drivertest is the conformance suite every infrastructure driver
+// (control.Infrastructure) passes: groups are idempotent and replace their
+// sources, List finds a cluster's groups and instances by tag and nothing of
+// other clusters, Launch returns a running, tagged, addressed instance that
+// answers SSH, Terminate is idempotent and the instance eventually leaves
+// List, DeleteGroup is idempotent.
+package drivertest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Config describes the district the suite works in.
+type Config struct {
+	// Cluster is the cluster id everything the suite creates belongs to.
+	Cluster string
+	// District is the driver's district id.
+	District string
+	// Flavor and MachineType are what the suite launches (MachineType may
+	// be empty where the driver ignores it).
+	Flavor      string
+	MachineType string
+	// Zone is the zone nodes are launched in, if the driver has zones.
+	Zone string
+	// AuthorizedKey is an SSH public key (authorized_keys format).
+	AuthorizedKey string
+	// Sources are two different source lists the suite sets on the group
+	// in turn (default: two TEST-NET-1 lists).
+	Sources [2][]string
+	// OtherCluster is a cluster id whose List must show none of Cluster's
+	// resources (default Cluster+"-other").
+	OtherCluster string
+	// SharedDistrict says the driver lets two clusters share a district;
+	// the suite then also creates a group of OtherCluster there and checks
+	// that each cluster's List sees only its own.
+	SharedDistrict bool
+	// MissingProviderID is a provider id of no machine, which Terminate
+	// must accept; empty skips that check.
+	MissingProviderID string
+	// CheckSSH, if set, checks that a launched instance accepts
+	// AuthorizedKey's private key for root.
+	CheckSSH func(t *testing.T, inst control.Instance)
+	// Timeout bounds each wait for an eventual state (an instance leaving
+	// List after Terminate); default 2 minutes. It is a bound, not a
+	// performance assertion.
+	Timeout time.Duration
+	// Poll is the interval of those waits; default 200ms.
+	Poll time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.OtherCluster == "" {
+		c.OtherCluster = c.Cluster + "-other"
+	}
+	if c.Sources[0] == nil {
+		c.Sources[0] = []string{"192.0.2.10", "192.0.2.11"}
+	}
+	if c.Sources[1] == nil {
+		c.Sources[1] = []string{"192.0.2.11", "192.0.2.12", "192.0.2.13"}
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 2 * time.Minute
+	}
+	if c.Poll <= 0 {
+		c.Poll = 200 * time.Millisecond
+	}
+	if c.Flavor == "" {
+		c.Flavor = "small"
+	}
+	return c
+}
+
+// Run runs the suite against the driver newDriver returns (called once).
+// The subtests run in order and build on each other; whatever is left when
+// one fails is terminated and deleted at cleanup.
+func Run(t *testing.T, newDriver func(t *testing.T) control.Infrastructure, cfg Config) {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	drv := newDriver(t)
+	s := &suite{cfg: cfg, drv: drv}
+	t.Cleanup(func() { s.cleanup(t) })
+
+	steps := []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"EnsureGroup", s.ensureGroup},
+		{"ListGroups", s.listGroups},
+		{"OtherCluster", s.otherCluster},
+		{"Launch", s.launch},
+		{"ListInstances", s.listInstances},
+		{"Terminate", s.terminate},
+		{"DeleteGroup", s.deleteGroup},
+	}
+	for _, st := range steps {
+		if !t.Run(st.name, st.fn) {
+			t.Fatalf("%s failed; later steps depend on it", st.name)
+		}
+	}
+}
+
+type suite struct {
+	cfg   Config
+	drv   control.Infrastructure
+	group control.Group
+	other control.Group
+	inst  control.Instance
+}
+
+func (s *suite) spec(cluster string, sources []string) control.GroupSpec {
+	return control.GroupSpec{
+		Name:     control.GroupName(cluster, s.cfg.District),
+		Cluster:  cluster,
+		District: s.cfg.District,
+		Tags:     map[string]string{districts.TagCluster: cluster, districts.TagDistrict: s.cfg.District},
+		Sources:  slices.Sorted(slices.Values(sources)),
+	}
+}
+
+func (s *suite) ensureGroup(t *testing.T) {
+	ctx := t.Context()
+	spec := s.spec(s.cfg.Cluster, s.cfg.Sources[0])
+	g1, err := s.drv.EnsureGroup(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureGroup: %v", err)
+	}
+	if g1.ProviderID == "" {
+		t.Fatalf("EnsureGroup returned no provider id: %+v", g1)
+	}
+	if g1.Name != spec.Name {
+		t.Errorf("EnsureGroup name = %q, want %q", g1.Name, spec.Name)
+	}
+	if diff := cmp.Diff(spec.Sources, sorted(g1.Sources)); diff != "" {
+		t.Errorf("EnsureGroup sources (-want +got):\n%s", diff)
+	}
+	g2, err := s.drv.EnsureGroup(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureGroup again: %v", err)
+	}
+	if g2.ProviderID != g1.ProviderID {
+		t.Errorf("EnsureGroup is not idempotent: provider id %q, then %q", g1.ProviderID, g2.ProviderID)
+	}
+	spec2 := s.spec(s.cfg.Cluster, s.cfg.Sources[1])
+	g3, err := s.drv.EnsureGroup(ctx, spec2)
+	if err != nil {
+		t.Fatalf("EnsureGroup with new sources: %v", err)
+	}
+	if g3.ProviderID != g1.ProviderID {
+		t.Errorf("EnsureGroup with new sources made a new group: %q, then %q", g1.ProviderID, g3.ProviderID)
+	}
+	if diff := cmp.Diff(spec2.Sources, sorted(g3.Sources)); diff != "" {
+		t.Errorf("EnsureGroup did not replace the sources (-want +got):\n%s", diff)
+	}
+	s.group = g3
+}
+
+func (s *suite) listGroups(t *testing.T) {
+	_, groups, err := s.drv.List(t.Context(), s.cfg.Cluster)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	g := findGroup(groups, s.group.ProviderID)
+	if g == nil {
+		t.Fatalf("List does not show group %s: %+v", s.group.ProviderID, groups)
+	}
+	if g.Name != s.group.Name {
+		t.Errorf("listed group name = %q, want %q", g.Name, s.group.Name)
+	}
+	if diff := cmp.Diff(slices.Sorted(slices.Values(s.cfg.Sources[1])), sorted(g.Sources)); diff != "" {
+		t.Errorf("listed group sources (-want +got):\n%s", diff)
+	}
+}
+
+func (s *suite) otherCluster(t *testing.T) {
+	ctx := t.Context()
+	if s.cfg.SharedDistrict {
+		o, err := s.drv.EnsureGroup(ctx, s.spec(s.cfg.OtherCluster, s.cfg.Sources[0]))
+		if err != nil {
+			t.Fatalf("EnsureGroup for %s: %v", s.cfg.OtherCluster, err)
+		}
+		s.other = o
+		_, groups, err := s.drv.List(ctx, s.cfg.Cluster)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		if findGroup(groups, o.ProviderID) != nil {
+			t.Errorf("List(%s) shows %s's group %s", s.cfg.Cluster, s.cfg.OtherCluster, o.ProviderID)
+		}
+	}
+	insts, groups, err := s.drv.List(ctx, s.cfg.OtherCluster)
+	if err != nil {
+		t.Fatalf("List(%s): %v", s.cfg.OtherCluster, err)
+	}
+	if findGroup(groups, s.group.ProviderID) != nil {
+		t.Errorf("List(%s) shows %s's group %s", s.cfg.OtherCluster, s.cfg.Cluster, s.group.ProviderID)
+	}
+	for _, i := range insts {
+		if i.Tags[districts.TagCluster] != s.cfg.OtherCluster {
+			t.Errorf("List(%s) shows an instance of cluster %q: %+v", s.cfg.OtherCluster, i.Tags[districts.TagCluster], i)
+		}
+	}
+	if s.cfg.SharedDistrict {
+		if findGroup(groups, s.other.ProviderID) == nil {
+			t.Errorf("List(%s) does not show its own group %s", s.cfg.OtherCluster, s.other.ProviderID)
+		}
+		if err := s.drv.DeleteGroup(ctx, s.other); err != nil {
+			t.Fatalf("DeleteGroup(%s): %v", s.other.ProviderID, err)
+		}
+		s.other = control.Group{}
+	}
+}
+
+func (s *suite) node() districts.Node {
+	return districts.Node{
+		ID:       s.cfg.Cluster + "-n1",
+		Cluster:  s.cfg.Cluster,
+		District: s.cfg.District,
+		Role:     districts.RoleWorker,
+		Flavor:   s.cfg.Flavor,
+		Zone:     s.cfg.Zone,
+	}
+}
+
+func (s *suite) wantTags() map[string]string {
+	tags := control.IdentityTags(s.node())
+	tags["team"] = "conformance"
+	return tags
+}
+
+func (s *suite) launch(t *testing.T) {
+	inst, err := s.drv.Launch(t.Context(), control.LaunchSpec{
+		Node:          s.node(),
+		MachineType:   s.cfg.MachineType,
+		GroupID:       s.group.ProviderID,
+		Tags:          s.wantTags(),
+		AuthorizedKey: s.cfg.AuthorizedKey,
+	})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	s.inst = inst
+	if inst.ProviderID == "" {
+		t.Errorf("Launch returned no provider id: %+v", inst)
+	}
+	if inst.State != control.InstanceRunning {
+		t.Errorf("Launch returned state %q, want %q", inst.State, control.InstanceRunning)
+	}
+	if diff := cmp.Diff(s.wantTags(), inst.Tags); diff != "" {
+		t.Errorf("Launch tags (-want +got):\n%s", diff)
+	}
+	if inst.PublicIP == "" && inst.PrivateIP == "" {
+		t.Errorf("Launch returned no address: %+v", inst)
+	}
+	if inst.CreatedAt.IsZero() {
+		t.Errorf("Launch returned no creation time: %+v", inst)
+	}
+	if s.cfg.CheckSSH != nil {
+		s.cfg.CheckSSH(t, inst)
+	}
+}
+
+func (s *suite) listInstances(t *testing.T) {
+	insts, _, err := s.drv.List(t.Context(), s.cfg.Cluster)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	got := findInstance(insts, s.inst.ProviderID)
+	if got == nil {
+		t.Fatalf("List does not show instance %s: %+v", s.inst.ProviderID, insts)
+	}
+	if got.State != control.InstanceRunning {
+		t.Errorf("listed state = %q, want %q", got.State, control.InstanceRunning)
+	}
+	if diff := cmp.Diff(s.wantTags(), got.Tags); diff != "" {
+		t.Errorf("listed tags (-want +got):\n%s", diff)
+	}
+	if got.PublicIP != s.inst.PublicIP || got.PrivateIP != s.inst.PrivateIP {
+		t.Errorf("listed addresses %s/%s, launch said %s/%s", got.PublicIP, got.PrivateIP, s.inst.PublicIP, s.inst.PrivateIP)
+	}
+	others, _, err := s.drv.List(t.Context(), s.cfg.OtherCluster)
+	if err != nil {
+		t.Fatalf("List(%s): %v", s.cfg.OtherCluster, err)
+	}
+	if findInstance(others, s.inst.ProviderID) != nil {
+		t.Errorf("List(%s) shows %s's instance %s", s.cfg.OtherCluster, s.cfg.Cluster, s.inst.ProviderID)
+	}
+}
+
+func (s *suite) terminate(t *testing.T) {
+	ctx := t.Context()
+	if err := s.drv.Terminate(ctx, s.inst); err != nil {
+		t.Fatalf("Terminate: %v", err)
+	}
+	if err := s.drv.Terminate(ctx, s.inst); err != nil {
+		t.Fatalf("Terminate again: %v", err)
+	}
+	s.waitGone(t, s.inst.ProviderID)
+	if err := s.drv.Terminate(ctx, s.inst); err != nil {
+		t.Errorf("Terminate after the instance is gone: %v", err)
+	}
+	if s.cfg.MissingProviderID != "" {
+		missing := control.Instance{ProviderID: s.cfg.MissingProviderID, Tags: s.wantTags()}
+		if err := s.drv.Terminate(ctx, missing); err != nil {
+			t.Errorf("Terminate of a missing instance: %v", err)
+		}
+	}
+	s.inst = control.Instance{}
+}
+
+// waitGone polls List until the instance is no longer listed. While it is,
+// it must be terminating.
+func (s *suite) waitGone(t *testing.T, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), s.cfg.Timeout)
+	defer cancel()
+	for {
+		insts, _, err := s.drv.List(ctx, s.cfg.Cluster)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		got := findInstance(insts, id)
+		if got == nil {
+			return
+		}
+		if got.State != control.InstanceTerminating {
+			t.Errorf("instance %s is %q after Terminate, want %q", id, got.State, control.InstanceTerminating)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("instance %s still listed %s after Terminate", id, s.cfg.Timeout)
+		case <-time.After(s.cfg.Poll):
+		}
+	}
+}
+
+func (s *suite) deleteGroup(t *testing.T) {
+	ctx := t.Context()
+	if err := s.drv.DeleteGroup(ctx, s.group); err != nil {
+		t.Fatalf("DeleteGroup: %v", err)
+	}
+	_, groups, err := s.drv.List(ctx, s.cfg.Cluster)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if findGroup(groups, s.group.ProviderID) != nil {
+		t.Errorf("List still shows deleted group %s", s.group.ProviderID)
+	}
+	if err := s.drv.DeleteGroup(ctx, s.group); err != nil {
+		t.Errorf("DeleteGroup again: %v", err)
+	}
+	s.group = control.Group{}
+}
+
+// cleanup removes what a failed step left behind.
+func (s *suite) cleanup(t *testing.T) {
+	ctx := context.WithoutCancel(t.Context())
+	var errs []string
+	if s.inst.ProviderID != "" {
+		if err := s.drv.Terminate(ctx, s.inst); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for _, g := range []control.Group{s.other, s.group} {
+		if g.ProviderID != "" {
+			if err := s.drv.DeleteGroup(ctx, g); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
+	if len(errs) > 0 {
+		t.Errorf("drivertest cleanup: %v", fmt.Sprint(errs))
+	}
+}
+
+func findGroup(gs []control.Group, id string) *control.Group {
+	for i := range gs {
+		if gs[i].ProviderID == id {
+			return &gs[i]
+		}
+	}
+	return nil
+}
+
+func findInstance(is []control.Instance, id string) *control.Instance {
+	for i := range is {
+		if is[i].ProviderID == id {
+			return &is[i]
+		}
+	}
+	return nil
+}
+
+func sorted(xs []string) []string { return slices.Sorted(slices.Values(xs)) }
+

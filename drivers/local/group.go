@@ -1,0 +1,257 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/cloudtransit/transit/control"
+)
+
+// EnsureGroup creates the cluster's chain in the district or replaces its
+// rules atomically, creating the district bridge if it is missing.
+func (d *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (control.Group, error) {
+	if spec.District != "" && spec.District != d.district {
+		return control.Group{}, fmt.Errorf("ensure group %s: district %q is not this driver's district %q", spec.Name, spec.District, d.district)
+	}
+	if !validName(spec.Cluster) {
+		return control.Group{}, fmt.Errorf("ensure group %s: invalid cluster id %q", spec.Name, spec.Cluster)
+	}
+	sources, err := normalizeSources(spec.Sources)
+	if err != nil {
+		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+	}
+	chain := chainName(spec.Cluster, d.district)
+
+	unlock, err := lockRoot(d.root)
+	if err != nil {
+		return control.Group{}, err
+	}
+	defer unlock()
+	groups, err := readGroups(d.root, d.district)
+	if err != nil {
+		return control.Group{}, err
+	}
+	var rec *groupRecord
+	for _, g := range groups {
+		if g.Cluster != spec.Cluster {
+			return control.Group{}, fmt.Errorf("ensure group %s: local district %q already serves cluster %q (group %s); a local district holds one cluster",
+				spec.Name, d.district, g.Cluster, g.Name)
+		}
+		if g.Chain == chain {
+			rec = g
+		}
+	}
+	if rec == nil {
+		rec = &groupRecord{Chain: chain, Cluster: spec.Cluster, District: d.district, Bridge: d.bridge, CreatedAt: d.clock.Now().UTC()}
+	}
+	rec.Name = spec.Name
+	rec.Tags = maps.Clone(spec.Tags)
+	rec.Sources = sources
+	// The record first, so a crash leaves something to list and delete.
+	if err := writeJSON(groupPath(d.root, d.district, chain), rec); err != nil {
+		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+	}
+	if err := d.ensureBridge(ctx); err != nil {
+		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+	}
+	if _, err := run(ctx, groupRestore(chain, sources), "iptables-restore", "-w", "--noflush"); err != nil {
+		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+	}
+	if _, err := run(ctx, "", "iptables", "-w", "-C", "FORWARD", "-o", d.bridge, "-j", chain); err != nil {
+		if _, err := run(ctx, "", "iptables", "-w", "-I", "FORWARD", "1", "-o", d.bridge, "-j", chain); err != nil {
+			return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+		}
+	}
+	got, ok, err := chainSources(ctx, chain)
+	if err != nil {
+		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+	}
+	if !ok {
+		return control.Group{}, fmt.Errorf("ensure group %s: chain %s vanished", spec.Name, chain)
+	}
+	return control.Group{ProviderID: chain, Name: rec.Name, Tags: maps.Clone(rec.Tags), Sources: got}, nil
+}
+
+// normalizeSources checks the addresses (IPv4 addresses or subnets), sorts
+// them and drops duplicates.
+func normalizeSources(in []string) ([]string, error) {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			if !p.Addr().Is4() {
+				return nil, fmt.Errorf("source %q: the local provider only filters IPv4", s)
+			}
+			p = p.Masked()
+			if p.Bits() == 32 {
+				out = append(out, p.Addr().String())
+			} else {
+				out = append(out, p.String())
+			}
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("source %q is not an IP address or subnet", s)
+		}
+		if !a.Unmap().Is4() {
+			return nil, fmt.Errorf("source %q: the local provider only filters IPv4", s)
+		}
+		out = append(out, a.Unmap().String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// chainSources reads a chain's sources back; ok is false if the chain does
+// not exist.
+func chainSources(ctx context.Context, chain string) ([]string, bool, error) {
+	out, err := run(ctx, "", "iptables", "-w", "-S", chain)
+	if err != nil {
+		if strings.Contains(out, "No chain") || strings.Contains(out, "does not exist") {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return parseChainSources(chain, out), true, nil
+}
+
+// DeleteGroup removes the chain, its FORWARD jumps and the record.
+func (d *driver) DeleteGroup(ctx context.Context, g control.Group) error {
+	unlock, err := lockRoot(d.root)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	chain := g.ProviderID
+	if !validChain(chain) {
+		chain = ""
+		groups, err := readGroups(d.root, d.district)
+		if err != nil {
+			return err
+		}
+		for _, r := range groups {
+			if r.Name == g.Name && g.Name != "" {
+				chain = r.Chain
+			}
+		}
+		if chain == "" {
+			return nil
+		}
+	}
+	if err := deleteChain(ctx, chain); err != nil {
+		return fmt.Errorf("delete group %s: %w", g.Name, err)
+	}
+	if err := os.Remove(groupPath(d.root, d.district, chain)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete group %s: %w", g.Name, err)
+	}
+	if _, err := run(ctx, "", "bash", "-c", gcScript(d.root, d.district, d.bridge, d.cgroupParents())); err != nil {
+		return fmt.Errorf("delete group %s: %w", g.Name, err)
+	}
+	return nil
+}
+
+// deleteChain removes every FORWARD rule jumping to chain, then the chain.
+// A missing chain is not an error.
+func deleteChain(ctx context.Context, chain string) error {
+	out, err := run(ctx, "", "iptables", "-w", "-S", "FORWARD")
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "-A" || f[1] != "FORWARD" || !slices.Contains(f, chain) {
+			continue
+		}
+		args := append([]string{"-w", "-D", "FORWARD"}, f[2:]...)
+		if _, err := run(ctx, "", "iptables", args...); err != nil {
+			return err
+		}
+	}
+	if _, ok, err := chainSources(ctx, chain); err != nil || !ok {
+		return err
+	}
+	if _, err := run(ctx, "", "iptables", "-w", "-F", chain); err != nil {
+		return err
+	}
+	_, err = run(ctx, "", "iptables", "-w", "-X", chain)
+	return err
+}
+
+// ensureBridge creates the district bridge with the subnet's first address
+// (the nodes' gateway) if it is missing, and turns on IPv4 forwarding so
+// districts reach each other through the host. Call it under the root lock.
+func (d *driver) ensureBridge(ctx context.Context) error {
+	prefix := fmt.Sprintf("%s/%d", d.gateway, d.subnet.Bits())
+	ok := false
+	if ifc, err := net.InterfaceByName(d.bridge); err == nil && ifc.Flags&net.FlagUp != 0 {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if a.String() == prefix {
+				ok = true
+			}
+		}
+	} else if err != nil {
+		if _, err := run(ctx, "", "ip", "link", "add", "name", d.bridge, "type", "bridge"); err != nil {
+			if _, lerr := net.InterfaceByName(d.bridge); lerr != nil {
+				return fmt.Errorf("create bridge: %w", err)
+			}
+		}
+	}
+	if !ok {
+		if _, err := run(ctx, "", "ip", "addr", "replace", prefix, "dev", d.bridge); err != nil {
+			return fmt.Errorf("bridge address: %w", err)
+		}
+		if _, err := run(ctx, "", "ip", "link", "set", d.bridge, "up"); err != nil {
+			return fmt.Errorf("bridge up: %w", err)
+		}
+	}
+	const fwd = "/proc/sys/net/ipv4/ip_forward"
+	if b, err := os.ReadFile(fwd); err != nil || strings.TrimSpace(string(b)) != "1" {
+		if err := os.WriteFile(fwd, []byte("1\n"), 0o644); err != nil {
+			return fmt.Errorf("enable IPv4 forwarding: %w", err)
+		}
+	}
+	return nil
+}
+
+// cgroupParents are the transit/ cgroups of every hierarchy.
+func (d *driver) cgroupParents() []string {
+	out := make([]string, len(d.hierarchies))
+	for i, h := range d.hierarchies {
+		out[i] = h.Mount + "/transit"
+	}
+	return out
+}
+
+// listGroups returns the cluster's groups whose chain exists, with the
+// sources read back from the chain.
+func (d *driver) listGroups(ctx context.Context, cluster string) ([]control.Group, error) {
+	recs, err := readGroups(d.root, d.district)
+	if err != nil {
+		return nil, err
+	}
+	var out []control.Group
+	for _, r := range recs {
+		if r.Cluster != cluster {
+			continue
+		}
+		srcs, ok, err := chainSources(ctx, r.Chain)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // e.g. after a reboot: EnsureGroup makes it again
+		}
+		out = append(out, control.Group{ProviderID: r.Chain, Name: r.Name, Tags: maps.Clone(r.Tags), Sources: srcs})
+	}
+	slices.SortFunc(out, func(a, b control.Group) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}

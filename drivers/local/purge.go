@@ -1,0 +1,130 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Purge synchronously tears down everything recorded under root: every node
+// of every district, every group chain with its FORWARD jumps, every
+// bridge and the directories transit created, and removes root's records
+// (root itself, its lock and its images stay). It works on whatever a crash
+// left, half-made nodes included. A missing root is not an error.
+func Purge(ctx context.Context, root string) error {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "districts"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("purge %s: %w", root, err)
+	}
+	hs, err := cgroupHierarchies()
+	if err != nil {
+		return fmt.Errorf("purge %s: %w", root, err)
+	}
+	parents := make([]string, len(hs))
+	for i, h := range hs {
+		parents[i] = h.Mount + "/transit"
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if err := purgeDistrict(ctx, root, e.Name(), hs, parents); err != nil {
+			errs = append(errs, fmt.Errorf("purge district %s: %w", e.Name(), err))
+		}
+	}
+	// Whatever is left (records of nodes whose teardown failed) goes too.
+	if err := os.Remove(filepath.Join(root, "districts")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("purge %s: %w", root, err))
+	}
+	return errors.Join(errs...)
+}
+
+func purgeDistrict(ctx context.Context, root, district string, hs []hierarchy, parents []string) error {
+	var errs []error
+	dir := filepath.Join(districtDir(root, district), "nodes")
+	nodes, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, n := range nodes {
+		if !n.IsDir() {
+			continue
+		}
+		if !validProviderID(n.Name()) {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, n.Name())))
+			continue
+		}
+		r, err := readNode(root, district, n.Name())
+		if err != nil {
+			if _, serr := os.Stat(filepath.Join(dir, n.Name(), "record.json")); errors.Is(serr, fs.ErrNotExist) &&
+				!netnsExists(netnsName(n.Name())) {
+				// A teardown finished all but rmdir, or a launch died
+				// before its record: nothing else was made.
+				errs = append(errs, os.RemoveAll(filepath.Join(dir, n.Name())))
+				continue
+			}
+			r = guessRecord(root, district, n.Name(), hs)
+		}
+		if alive(r.TeardownPID, r.TeardownStart) {
+			_ = syscall.Kill(r.TeardownPID, syscall.SIGKILL)
+		}
+		if out, err := run(ctx, "", "bash", "-c", teardownScript(r, parents), "transit-teardown-"+r.ProviderID); err != nil {
+			errs = append(errs, fmt.Errorf("teardown %s: %w\n%s", r.ProviderID, err, out))
+		}
+	}
+	unlock, err := lockRoot(root)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer unlock()
+	groups, err := os.ReadDir(filepath.Join(districtDir(root, district), "groups"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, g := range groups {
+		path := filepath.Join(districtDir(root, district), "groups", g.Name())
+		if chain, ok := strings.CutSuffix(g.Name(), ".json"); ok && validChain(chain) {
+			if err := deleteChain(ctx, chain); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		errs = append(errs, os.RemoveAll(path))
+	}
+	if _, err := run(ctx, "", "bash", "-c", gcScript(root, district, bridgeName(district), parents)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// guessRecord rebuilds what a node's record would name when the record is
+// unreadable: every name derives from the provider id.
+func guessRecord(root, district, id string, hs []hierarchy) *nodeRecord {
+	r := &nodeRecord{
+		ProviderID: id, NodeID: id, District: district, State: stateTerminating,
+		Root: root, NodeDir: nodeDir(root, district, id),
+		Netns: netnsName(id), HostVeth: vethName(id), Bridge: bridgeName(district),
+	}
+	for _, h := range hs {
+		r.Cgroups = append(r.Cgroups, h.Mount+"/transit/"+id)
+	}
+	return r
+}
+
+func netnsExists(name string) bool {
+	_, err := os.Stat("/run/netns/" + name)
+	return err == nil
+}

@@ -1,0 +1,351 @@
+package local
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+)
+
+// The shell scripts that make and unmake a node. They are pure functions of
+// their inputs, so tests read them as strings; the Go side only runs them.
+
+// scriptPath is the PATH every script runs with, so a node behaves the same
+// whatever the caller's environment (sudo, cron).
+const scriptPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// privateDirs are the paths each node gets its own copy of, so installers
+// use their default paths and nodes never share state.
+var privateDirs = []string{
+	"/etc/cni/net.d",
+	"/etc/containerd",
+	"/etc/docker",
+	"/etc/kubernetes",
+	"/var/lib/cni",
+	"/var/lib/containerd",
+	"/var/lib/docker",
+	"/var/lib/kubelet",
+	"/var/lib/transit",
+	"/var/log/containers",
+	"/var/log/pods",
+}
+
+// imagesMount is where a node sees the provider's machine image
+// (<root>/images), read-only.
+const imagesMount = "/var/lib/transit/images"
+
+// hierarchy is one mounted cgroup hierarchy of the host.
+type hierarchy struct {
+	Mount   string `json:"mount"`   // host mount point, e.g. /sys/fs/cgroup/cpu
+	Type    string `json:"type"`    // cgroup (v1) or cgroup2
+	Options string `json:"options"` // options to mount it again, e.g. "cpu", "none,name=systemd"
+}
+
+// unified reports whether h is a cgroup v2 host's only hierarchy, mounted at
+// /sys/fs/cgroup itself.
+func (h hierarchy) unified() bool { return h.Type == "cgroup2" && h.Mount == cgroupFS }
+
+const cgroupFS = "/sys/fs/cgroup"
+
+// q quotes s for a POSIX shell.
+func q(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// bootScript runs on the host in a new session: it makes the node's network
+// namespace, veth pair and cgroups, moves itself into the cgroups and execs
+// the node's init in its own mount, UTS and cgroup namespaces. Its pid is
+// the node's init pid from the first line to sshd.
+func bootScript(r *nodeRecord, hs []hierarchy) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	ns := q(r.Netns)
+	w("#!/bin/bash")
+	w("# transit local node boot: %s (node %s)", r.ProviderID, r.NodeID)
+	w("set -eu")
+	w("export PATH=%s", scriptPath)
+	w("")
+	w("# network: a veth pair from the district bridge to eth0 in the node's netns")
+	w("ip netns add %s", ns)
+	w("ip link add %s type veth peer name eth0 netns %s", q(r.HostVeth), ns)
+	w("ip link set %s master %s up", q(r.HostVeth), q(r.Bridge))
+	w("ip -n %s addr add %s/%d dev eth0", ns, r.IP, r.Prefix)
+	w("ip -n %s link set lo up", ns)
+	w("ip -n %s link set eth0 up", ns)
+	w("ip -n %s route add default via %s", ns, r.Gateway)
+	w("")
+	w("# cgroups: transit/<provider id> in every hierarchy; cpuset needs cpus and mems")
+	w("mkcg() {")
+	w("  for i in 1 2 3 4 5; do mkdir -p \"$1\" && return 0; sleep 0.1; done")
+	w("  return 1")
+	w("}")
+	w("fillcpuset() { # dir parent")
+	w("  for f in cpuset.cpus cpuset.mems; do")
+	w("    if [ -z \"$(cat \"$1/$f\")\" ]; then cat \"$2/$f\" > \"$1/$f\"; fi")
+	w("  done")
+	w("}")
+	for i, dir := range r.Cgroups {
+		w("mkcg %s", q(dir))
+		if i < len(hs) && hs[i].Type == "cgroup" && strings.Contains(","+hs[i].Options+",", ",cpuset,") {
+			parent := path.Dir(dir)
+			w("fillcpuset %s %s", q(parent), q(path.Dir(parent)))
+			w("fillcpuset %s %s", q(dir), q(parent))
+		}
+		if i < len(hs) && hs[i].Type == "cgroup2" {
+			// Best effort: hand the controllers down to the node.
+			parent := path.Dir(dir)
+			w("for c in $(cat %s/cgroup.controllers); do", q(path.Dir(parent)))
+			w("  echo \"+$c\" > %s/cgroup.subtree_control 2>/dev/null || true", q(path.Dir(parent)))
+			w("  echo \"+$c\" > %s/cgroup.subtree_control 2>/dev/null || true", q(parent))
+			w("done")
+		}
+	}
+	for _, dir := range r.Cgroups {
+		w("echo $$ > %s/cgroup.procs", q(dir))
+	}
+	w("")
+	w("exec nsenter --net=/run/netns/%s unshare --mount --uts --cgroup --propagation private /bin/bash %s",
+		r.Netns, q(path.Join(r.NodeDir, "boot", "init.sh")))
+	return b.String()
+}
+
+// initScript is the node's init: it runs in the node's namespaces, gives the
+// node its private directories, /run, /tmp, cgroupfs and hostname, and
+// becomes sshd.
+func initScript(r *nodeRecord, hs []hierarchy) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	boot := path.Join(r.NodeDir, "boot")
+	stage := path.Join(r.NodeDir, "run")
+	w("#!/bin/bash")
+	w("# transit local node init: %s (node %s)", r.ProviderID, r.NodeID)
+	w("set -eu")
+	w("export PATH=%s", scriptPath)
+	w("BOOT=%s", q(boot))
+	w("")
+	w("# Drop the host's namespace mounts (ip netns) copied into this mount")
+	w("# namespace: they would keep deleted nodes' namespaces alive.")
+	w(`awk '{for(i=7;i<=NF;i++)if($i=="-"){if($(i+1)=="nsfs")print $5;break}}' /proc/self/mountinfo | sort -r |`)
+	w("  while read -r m; do umount -n -l \"$m\" 2>/dev/null || true; done")
+	w("")
+	w("# The node's /run, staged while every host path is still visible:")
+	w("# its boot files, its disk and the machine image.")
+	w("mount -n -t tmpfs -o mode=755,nosuid,nodev tmpfs %s", q(stage))
+	w("mkdir -m 755 %s/sshd %s/.transit-boot %s/.transit-fs", q(stage), q(stage), q(stage))
+	w("mount -n --bind \"$BOOT\" %s/.transit-boot", q(stage))
+	w("mount -n --bind %s %s/.transit-fs", q(path.Join(r.NodeDir, "fs")), q(stage))
+	w("if [ -d %s ]; then", q(path.Join(r.Root, "images")))
+	w("  mkdir %s/.transit-images", q(stage))
+	w("  mount -n --bind %s %s/.transit-images", q(path.Join(r.Root, "images")), q(stage))
+	w("  mount -n -o remount,bind,ro %s/.transit-images", q(stage))
+	w("fi")
+	w("mount -n --move %s /run", q(stage))
+	w("mount -n -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp")
+	w("")
+	w("# private directories")
+	for _, p := range privateDirs {
+		w("mount -n --bind /run/.transit-fs%s %s", p, p)
+	}
+	w("if [ -d /run/.transit-images ]; then")
+	w("  mkdir -p %s", imagesMount)
+	w("  mount -n --move /run/.transit-images %s", imagesMount)
+	w("  rmdir /run/.transit-images")
+	w("fi")
+	w("umount -n /run/.transit-fs")
+	w("rmdir /run/.transit-fs")
+	w("# the boot files at their host path, where sshd_config names them")
+	w("mkdir -p \"$BOOT\"")
+	w("mount -n --bind /run/.transit-boot \"$BOOT\"")
+	w("umount -n /run/.transit-boot")
+	w("rmdir /run/.transit-boot")
+	w("for f in hosts hostname; do")
+	w("  if [ -f /etc/$f ]; then mount -n --bind \"$BOOT/$f\" /etc/$f; fi")
+	w("done")
+	w("")
+	w("# cgroupfs as the node's cgroup namespace sees it: its cgroup is /")
+	v1 := false
+	for _, h := range hs {
+		if h.unified() {
+			w("mount -n -t cgroup2 %s cgroup2 %s", mountOpts(h.Options), cgroupFS)
+			continue
+		}
+		if !v1 {
+			w("mount -n -t tmpfs -o mode=755 cgroup_root %s", cgroupFS)
+			v1 = true
+		}
+		dir := path.Join(cgroupFS, path.Base(h.Mount))
+		w("mkdir -p %s", q(dir))
+		w("mount -n -t %s %s %s %s", h.Type, mountOpts(h.Options), h.Type, q(dir))
+	}
+	w("")
+	w("echo %s > /proc/sys/kernel/hostname", q(r.NodeID))
+	w("touch \"$BOOT/booted\"")
+	w("exec %s -D -e -f \"$BOOT/sshd_config\" 2>>\"$BOOT/sshd.log\"", q(r.SSHD))
+	return b.String()
+}
+
+func mountOpts(o string) string {
+	if o == "" {
+		return ""
+	}
+	return "-o " + q(o)
+}
+
+// sshdConfig is the node's sshd configuration: root by key only, on the
+// node's address only.
+func sshdConfig(r *nodeRecord) string {
+	boot := path.Join(r.NodeDir, "boot")
+	lines := []string{
+		"# transit local node " + r.ProviderID + " (node " + r.NodeID + ")",
+		"ListenAddress " + r.IP,
+		"Port 22",
+		"HostKey " + path.Join(boot, "ssh_host_ed25519_key"),
+		"AuthorizedKeysFile " + path.Join(boot, "authorized_keys"),
+		"PermitRootLogin prohibit-password",
+		"PubkeyAuthentication yes",
+		"PasswordAuthentication no",
+		"KbdInteractiveAuthentication no",
+		"UsePAM no",
+		"StrictModes no",
+		"UseDNS no",
+		"PrintMotd no",
+		"PidFile /run/sshd.pid",
+		"MaxStartups 100:30:200",
+		"MaxSessions 100",
+		"Subsystem sftp internal-sftp",
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// hostsFile is the node's /etc/hosts: its own name resolves to its address.
+func hostsFile(r *nodeRecord) string {
+	return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + r.IP + "\t" + r.NodeID + "\n"
+}
+
+// teardownScript unmakes a node: it kills every process in the node's
+// cgroups, removes the cgroups, the network namespace, the host veth and the
+// node's files, then, under the root lock, the record and whatever the
+// district and root no longer need (gcScript).
+func teardownScript(r *nodeRecord, cgroupParents []string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("#!/bin/bash")
+	w("# transit local node teardown: %s (node %s)", r.ProviderID, r.NodeID)
+	w("set -u")
+	w("export PATH=%s", scriptPath)
+	w("ROOT=%s", q(r.Root))
+	w("NODE=%s", q(r.NodeDir))
+	w("# wait until whoever started this teardown has recorded it")
+	w("flock \"$ROOT/lock\" true")
+	w("")
+	if r.InitPID > 0 {
+		w("# the boot process, in case it had not reached its cgroups yet")
+		w("if [ \"$(sed 's/.*) //' /proc/%d/stat 2>/dev/null | cut -d' ' -f20)\" = %d ]; then", r.InitPID, r.InitStart)
+		w("  kill -9 %d 2>/dev/null || true", r.InitPID)
+		w("fi")
+	}
+	cgs := make([]string, len(r.Cgroups))
+	for i, c := range r.Cgroups {
+		cgs[i] = q(c)
+	}
+	all := strings.Join(cgs, " ")
+	if len(cgs) > 0 {
+		w("# every process of the node (sshd, dockerd, containerd, shims, containers)")
+		w("for i in $(seq 1 400); do")
+		w("  p=$(find %s -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)", all)
+		w("  [ -z \"$p\" ] && break")
+		w("  kill -9 $p 2>/dev/null")
+		w("  sleep 0.05")
+		w("done")
+		w("# its cgroups, depth first, in every hierarchy")
+		w("for i in $(seq 1 100); do")
+		w("  left=")
+		w("  for d in %s; do", all)
+		w("    [ -d \"$d\" ] || continue")
+		w("    find \"$d\" -depth -type d -exec rmdir {} \\; 2>/dev/null")
+		w("    [ -d \"$d\" ] && left=\"$left $d\"")
+		w("  done")
+		w("  [ -z \"$left\" ] && break")
+		w("  sleep 0.1")
+		w("done")
+		w("if [ -n \"$left\" ]; then echo \"transit: cgroups still busy:$left\" >&2; exit 1; fi")
+	}
+	w("")
+	w("ip netns del %s 2>/dev/null", q(r.Netns))
+	w("ip link del %s 2>/dev/null", q(r.HostVeth))
+	w("if [ -e /run/netns/%s ]; then echo \"transit: cannot delete netns %s\" >&2; exit 1; fi", r.Netns, r.Netns)
+	w("find \"$NODE\" -mindepth 1 -maxdepth 1 ! -name record.json ! -name teardown.log -exec rm -rf {} +")
+	w("")
+	w("exec 9>>\"$ROOT/lock\"")
+	w("flock 9")
+	w("rm -f \"$NODE/record.json\" \"$NODE/teardown.log\"")
+	w("rmdir \"$NODE\"")
+	b.WriteString(gcScript(r.Root, r.District, r.Bridge, cgroupParents))
+	return b.String()
+}
+
+// gcScript removes, under the root lock held by its caller, the district's
+// bridge and records once it has no nodes and no groups, and the directories
+// transit created on the host once root has no districts left. A created
+// directory that is still a mount point in some node is left alone.
+func gcScript(root, district, bridge string, cgroupParents []string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	dd := path.Join(root, "districts", district)
+	w("# gc: district %s, root %s", district, root)
+	w("if [ -z \"$(ls -A %s 2>/dev/null)\" ] && [ -z \"$(ls -A %s 2>/dev/null)\" ]; then",
+		q(path.Join(dd, "nodes")), q(path.Join(dd, "groups")))
+	w("  ip link del %s 2>/dev/null", q(bridge))
+	w("  rm -rf %s", q(dd))
+	w("fi")
+	w("if [ -z \"$(ls -A %s 2>/dev/null)\" ]; then", q(path.Join(root, "districts")))
+	w("  if [ -f %s ]; then", q(path.Join(root, "created-dirs")))
+	w("    tac %s | while IFS= read -r d; do", q(path.Join(root, "created-dirs")))
+	w("      grep -qsF \" $d \" /proc/[0-9]*/mountinfo && continue")
+	w("      rmdir \"$d\" 2>/dev/null")
+	w("    done")
+	w("    rm -f %s", q(path.Join(root, "created-dirs")))
+	w("  fi")
+	parents := append([]string(nil), cgroupParents...)
+	sort.Strings(parents)
+	for _, p := range parents {
+		w("  rmdir %s 2>/dev/null", q(p))
+	}
+	w("  rmdir %s 2>/dev/null", q(path.Join(root, "districts")))
+	w("fi")
+	w("true")
+	return b.String()
+}
+
+// groupRestore is the iptables-restore --noflush input that declares the
+// group's chain and refills it in one transaction: established traffic, the
+// sources, then DROP. The chain is never open or empty in between.
+func groupRestore(chain string, sources []string) string {
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	b.WriteString(":" + chain + " - [0:0]\n")
+	b.WriteString("-F " + chain + "\n")
+	b.WriteString("-A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n")
+	for _, s := range sources {
+		b.WriteString("-A " + chain + " -s " + s + " -j ACCEPT\n")
+	}
+	b.WriteString("-A " + chain + " -j DROP\n")
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// parseChainSources reads the sources back from `iptables -S <chain>`.
+func parseChainSources(chain, out string) []string {
+	var srcs []string
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) == 6 && f[0] == "-A" && f[1] == chain && f[2] == "-s" && f[4] == "-j" && f[5] == "ACCEPT" {
+			srcs = append(srcs, strings.TrimSuffix(f[3], "/32"))
+		}
+	}
+	sort.Strings(srcs)
+	return srcs
+}
