@@ -1,0 +1,464 @@
+package ssh
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/clock"
+)
+
+// Defaults for Config.
+const (
+	DefaultUser        = "root"
+	DefaultWaitTimeout = 2 * time.Minute
+	DefaultDialTimeout = 10 * time.Second
+)
+
+// Backoff between Dial attempts: from minBackoff, doubling up to maxBackoff.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// killGrace is how long Run waits for a cancelled command's session to
+// close after SIGKILL before it closes the whole connection.
+const killGrace = 2 * time.Second
+
+// Config says how to reach nodes.
+type Config struct {
+	User     string // default "root"
+	Signer   gossh.Signer
+	HostKeys *HostKeys
+	// KeyPath, optional, is the private key file of Signer (Key.Path);
+	// authentication errors name its public key file.
+	KeyPath string
+	Clock   clock.Clock // default clock.Real{}
+	// WaitTimeout is how long Dial retries a host that is not answering
+	// yet; default 2m.
+	WaitTimeout time.Duration
+	// DialTimeout bounds one TCP connect plus SSH handshake; default 10s.
+	DialTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.User == "" {
+		c.User = DefaultUser
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.WaitTimeout <= 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	return c
+}
+
+// Target is one node.
+type Target struct {
+	// HostID is the machine's provider id: the key its host key is pinned
+	// under, and its name in messages when Name is empty.
+	HostID string
+	Name   string // the node's name for messages (transit node id); may be empty
+	// Addr is "host" or "host:port" (port 22 when omitted); IPv6
+	// literals may be bare, bracketed or bracketed with a port.
+	Addr string
+}
+
+// label names the target in messages.
+func (t Target) label() string {
+	switch {
+	case t.Name != "":
+		return t.Name
+	case t.HostID != "":
+		return t.HostID
+	}
+	return t.Addr
+}
+
+// hostPort returns addr with a port, 22 unless it names one.
+func hostPort(addr string) (string, error) {
+	if addr == "" {
+		return "", errors.New("empty address")
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if host == "" || port == "" {
+			return "", fmt.Errorf("address %q: missing host or port", addr)
+		}
+		return net.JoinHostPort(host, port), nil
+	}
+	host := addr
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if host == "" || strings.ContainsAny(host, "[]") {
+		return "", fmt.Errorf("address %q: malformed", addr)
+	}
+	return net.JoinHostPort(host, "22"), nil
+}
+
+// Client is a connection to one node.
+type Client struct {
+	target Target
+	clock  clock.Clock
+	conn   *gossh.Client
+}
+
+// Dial connects to t. While the machine is not answering yet (connection
+// refused, timeouts, no route, sshd closing or resetting the handshake
+// because it is still starting) it retries with exponential backoff, 100ms
+// doubling to 2s, until cfg.WaitTimeout has passed, then returns an error
+// matching ErrUnreachable that carries the last failure. Two failures are
+// permanent and returned at once: sshd refusing the key (*AuthError,
+// matching ErrAuth) and a host key other than the pinned one
+// (*HostKeyChangedError). When ctx ends, Dial returns an error wrapping
+// ctx.Err().
+func Dial(ctx context.Context, cfg Config, t Target) (*Client, error) {
+	cfg = cfg.withDefaults()
+	addr, err := hostPort(t.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.label(), err)
+	}
+	switch {
+	case cfg.Signer == nil:
+		return nil, fmt.Errorf("%s (%s): ssh config has no key", t.label(), addr)
+	case cfg.HostKeys == nil:
+		return nil, fmt.Errorf("%s (%s): ssh config has no host key store", t.label(), addr)
+	}
+	if err := checkHostID(t.HostID); err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", t.label(), addr, err)
+	}
+
+	start := cfg.Clock.Now()
+	delay := minBackoff
+	for {
+		conn, err := dialOnce(ctx, cfg, t, addr)
+		if err == nil {
+			return &Client{target: t, clock: cfg.Clock, conn: conn}, nil
+		}
+		var hostKeyErr *hostKeyError
+		switch {
+		case errors.Is(err, ErrAuth) || errors.As(err, new(*HostKeyChangedError)):
+			return nil, err
+		case errors.As(err, &hostKeyErr):
+			return nil, fmt.Errorf("%s (%s): check host key: %w", t.label(), addr, hostKeyErr.err)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s (%s): connect over SSH: %w (last error: %w)", t.label(), addr, ctx.Err(), err)
+		}
+		if permanentHandshakeError(err) {
+			return nil, fmt.Errorf("%s (%s): connect over SSH: %w", t.label(), addr, err)
+		}
+		left := cfg.WaitTimeout - cfg.Clock.Now().Sub(start)
+		if left <= 0 {
+			return nil, fmt.Errorf("%s (%s): %w after %s: %w", t.label(), addr, ErrUnreachable, cfg.WaitTimeout, err)
+		}
+		if serr := cfg.Clock.Sleep(ctx, min(delay, left)); serr != nil {
+			return nil, fmt.Errorf("%s (%s): connect over SSH: %w (last error: %w)", t.label(), addr, serr, err)
+		}
+		delay = min(2*delay, maxBackoff)
+	}
+}
+
+// permanentHandshakeError reports handshake failures that waiting does not
+// cure: the two sides share no algorithm.
+func permanentHandshakeError(err error) bool {
+	return strings.Contains(err.Error(), "no common algorithm")
+}
+
+// dialOnce makes one connection attempt, bounded by cfg.DialTimeout and
+// ctx.
+func dialOnce(ctx context.Context, cfg Config, t Target, addr string) (*gossh.Client, error) {
+	var checkErr error
+	check := cfg.HostKeys.Callback(t.HostID)
+	ccfg := &gossh.ClientConfig{
+		User: cfg.User,
+		Auth: []gossh.AuthMethod{gossh.PublicKeys(cfg.Signer)},
+		HostKeyCallback: func(hostname string, remote net.Addr, key gossh.PublicKey) error {
+			checkErr = check(hostname, remote, key)
+			return checkErr
+		},
+		Timeout: cfg.DialTimeout,
+	}
+	if pinned, ok := cfg.HostKeys.Pinned(t.HostID); ok {
+		ccfg.HostKeyAlgorithms = hostKeyAlgorithms(pinned.Type())
+	}
+
+	d := net.Dialer{Timeout: cfg.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	// The handshake has no context: bound it by a deadline, and by ctx
+	// through closing the connection.
+	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
+	if err := nc.SetDeadline(time.Now().Add(cfg.DialTimeout)); err != nil {
+		stop()
+		_ = nc.Close()
+		return nil, err
+	}
+	c, chans, reqs, err := gossh.NewClientConn(nc, addr, ccfg)
+	if !stop() && err == nil {
+		_ = c.Close()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		_ = nc.Close()
+		var changed *HostKeyChangedError
+		switch {
+		case errors.As(checkErr, &changed):
+			return nil, changed
+		case checkErr != nil:
+			return nil, &hostKeyError{checkErr}
+		case strings.Contains(err.Error(), "unable to authenticate"):
+			e := &AuthError{Target: t, Addr: addr, User: cfg.User, Key: gossh.FingerprintSHA256(cfg.Signer.PublicKey()), Err: err}
+			if cfg.KeyPath != "" {
+				e.KeyFile = cfg.KeyPath + ".pub"
+			}
+			return nil, e
+		}
+		return nil, err
+	}
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return gossh.NewClient(c, chans, reqs), nil
+}
+
+// hostKeyError is the host key store failing (not a changed key): Dial
+// does not retry it.
+type hostKeyError struct{ err error }
+
+func (e *hostKeyError) Error() string { return e.err.Error() }
+
+// hostKeyAlgorithms lists the host key algorithms this package supports,
+// those that can present a key of type pinned first, so that a server with
+// several host keys presents the pinned one.
+func hostKeyAlgorithms(pinned string) []string {
+	supported := gossh.SupportedAlgorithms().HostKeys
+	var first []string
+	switch pinned {
+	case gossh.KeyAlgoRSA:
+		first = []string{gossh.KeyAlgoRSASHA512, gossh.KeyAlgoRSASHA256}
+	case gossh.CertAlgoRSAv01:
+		first = []string{gossh.CertAlgoRSASHA512v01, gossh.CertAlgoRSASHA256v01}
+	default:
+		first = []string{pinned}
+	}
+	first = slices.DeleteFunc(first, func(a string) bool { return !slices.Contains(supported, a) })
+	rest := slices.DeleteFunc(supported, func(a string) bool { return slices.Contains(first, a) })
+	return append(first, rest...)
+}
+
+// Close closes the connection.
+func (c *Client) Close() error {
+	return c.conn.Close()
+}
+
+// RunOn dials t, runs script there (see Client.Run) and closes the
+// connection.
+func RunOn(ctx context.Context, cfg Config, t Target, name, script string) (string, error) {
+	c, err := Dial(ctx, cfg, t)
+	if err != nil {
+		return "", err
+	}
+	out, err := c.Run(ctx, name, script)
+	if cerr := c.Close(); err == nil && cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+		err = fmt.Errorf("%s: close ssh connection: %w", t.label(), cerr)
+	}
+	return out, err
+}
+
+// Run runs the POSIX sh script on the node and returns its stdout; name
+// says what it does, for messages ("install docker").
+//
+// The script goes to `sh -s` on stdin, so it needs no quoting, inside a
+// wrapper (see wrapScript): sh reads all of it before running any, runs it
+// in a subshell with stdin from /dev/null, and a watcher kills the
+// command's process group when the session's stdin closes. So when ctx
+// ends (or the connection drops) the remote command is killed: Run sends
+// SIGKILL (which OpenSSH refuses for root logins), closes the session,
+// which makes the watcher kill the command, and returns a *RunError with
+// the output so far, wrapping ctx.Err().
+//
+// A failing script returns a *RunError with its exit status, stdout and
+// stderr; Run's string result is its stdout then too.
+func (c *Client) Run(ctx context.Context, name, script string) (string, error) {
+	return c.exec(ctx, name, "sh -s", []byte(wrapScript(script)), true)
+}
+
+// wrapScript is what Run sends to `sh -s`. The outer group makes sh parse
+// the whole script before running any of it (a syntax error runs nothing,
+// and no command can read the rest of the script as its input). The
+// watcher holds the session's stdin, which the client keeps open while the
+// command runs, and kills the process group once it reads EOF: when the
+// session is closed or the connection dropped. The script runs in a
+// subshell so that its exit still stops the watcher.
+func wrapScript(script string) string {
+	return `{
+exec 3<&0 </dev/null
+(while read -r _; do :; done <&3; kill -KILL 0) >/dev/null 2>&1 &
+transit_watcher=$!
+exec 3<&-
+(
+` + script + `
+) </dev/null
+transit_status=$?
+kill "$transit_watcher" 2>/dev/null
+exit "$transit_status"
+}
+`
+}
+
+// Upload writes content to path on the node with mode (permission bits),
+// atomically: it creates the directory, writes a temporary file beside
+// path, checks its size, sets its mode and renames it over path. Content
+// streams over the stdin of a single `sh -c` command. A cancelled or broken
+// upload leaves path as it was.
+func (c *Client) Upload(ctx context.Context, path string, mode fs.FileMode, content []byte) error {
+	if path == "" {
+		return fmt.Errorf("%s: upload: empty path", c.target.label())
+	}
+	_, err := c.exec(ctx, "upload "+path, uploadCommand(path, mode, len(content)), content, false)
+	return err
+}
+
+// uploadScript writes its stdin to "$1" with mode "$2", atomically, if it
+// is "$3" bytes long.
+const uploadScript = `set -e; ` +
+	`if [ -d "$1" ]; then echo "$1 is a directory" >&2; exit 1; fi; ` +
+	`d=$(dirname -- "$1"); mkdir -p -- "$d"; ` +
+	`t=$(mktemp "$d/.transit-upload.XXXXXX"); trap 'rm -f -- "$t"' EXIT; ` +
+	`cat >"$t"; n=$(wc -c <"$t"); ` +
+	`if [ $n -ne "$3" ]; then echo "received $n of $3 bytes" >&2; exit 1; fi; ` +
+	`chmod "$2" "$t"; mv -f -- "$t" "$1"; trap - EXIT`
+
+// uploadCommand is the remote command line of Upload.
+func uploadCommand(path string, mode fs.FileMode, size int) string {
+	return fmt.Sprintf("sh -c %s sh %s %04o %d", Quote(uploadScript), Quote(path), mode.Perm(), size)
+}
+
+// exec runs cmd in a new session, sends stdin, and returns stdout. With
+// keepOpen, stdin stays open until the command ends (see wrapScript);
+// otherwise it is closed after stdin.
+func (c *Client) exec(ctx context.Context, name, cmd string, stdin []byte, keepOpen bool) (string, error) {
+	sess, err := c.conn.NewSession()
+	if err != nil {
+		return "", &RunError{Target: c.target, Name: name, ExitStatus: -1, Err: fmt.Errorf("open ssh session: %w", err)}
+	}
+	defer func() { _ = sess.Close() }() // io.EOF once the command has exited
+	var stdout, stderr syncBuffer
+	sess.Stdout = &stdout
+	sess.Stderr = &stderr
+	in, err := sess.StdinPipe()
+	if err != nil {
+		return "", &RunError{Target: c.target, Name: name, ExitStatus: -1, Err: fmt.Errorf("open stdin: %w", err)}
+	}
+	if err := sess.Start(cmd); err != nil {
+		return "", &RunError{Target: c.target, Name: name, ExitStatus: -1, Err: fmt.Errorf("start remote command: %w", err)}
+	}
+	// Writing may block on the channel's window until the command reads,
+	// so it runs beside the wait for the command.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := in.Write(stdin)
+		if err == nil && !keepOpen {
+			err = in.Close()
+		}
+		wrote <- err
+	}()
+	var werr error
+	waited := make(chan struct{})
+	go func() {
+		werr = sess.Wait()
+		close(waited)
+	}()
+
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		c.kill(ctx, sess, waited)
+		return stdout.String(), &RunError{
+			Target: c.target, Name: name, ExitStatus: -1,
+			Stdout: stdout.String(), Stderr: stderr.String(), Err: ctx.Err(),
+		}
+	}
+	if werr == nil {
+		return stdout.String(), nil
+	}
+	rerr := &RunError{Target: c.target, Name: name, ExitStatus: -1, Stdout: stdout.String(), Stderr: stderr.String()}
+	var exit *gossh.ExitError
+	switch {
+	case errors.As(werr, &exit) && exit.Signal() != "":
+		rerr.Err = fmt.Errorf("killed by signal %s", exit.Signal())
+	case errors.As(werr, &exit):
+		rerr.ExitStatus = exit.ExitStatus()
+	default:
+		rerr.Err = werr
+		// The channel is gone; if sending stdin failed, say so too.
+		select {
+		case err := <-wrote:
+			if err != nil && !errors.Is(err, io.EOF) {
+				rerr.Err = fmt.Errorf("%w (sending stdin: %w)", werr, err)
+			}
+		default:
+		}
+	}
+	return rerr.Stdout, rerr
+}
+
+// kill stops a cancelled command: SIGKILL through the session (refused by
+// OpenSSH for root logins), then the session is closed, which makes Run's
+// watcher kill the command; if the session does not end within killGrace
+// (a dead connection), the connection is closed too. It returns once the
+// session's Wait has returned.
+func (c *Client) kill(ctx context.Context, sess *gossh.Session, waited <-chan struct{}) {
+	_ = sess.Signal(gossh.SIGKILL) // best effort: the server may not support signals
+	_ = sess.Close()
+	graceCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	expired := make(chan struct{})
+	go func() {
+		if c.clock.Sleep(graceCtx, killGrace) == nil {
+			close(expired)
+		}
+	}()
+	select {
+	case <-waited:
+	case <-expired:
+		_ = c.conn.Close()
+		<-waited
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a session writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

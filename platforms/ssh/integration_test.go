@@ -1,0 +1,363 @@
+package ssh
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRunStdout(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	out, err := c.Run(t.Context(), "greet", `printf '%s\n' "hello 'world'" "$(id -un)"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff("hello 'world'\nroot\n", out); diff != "" {
+		t.Errorf("stdout (-want +got):\n%s", diff)
+	}
+	// Commands reading stdin get /dev/null, not the rest of the script.
+	out, err = c.Run(t.Context(), "cat", "cat\necho after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "after\n" {
+		t.Errorf("stdout %q, want %q", out, "after\n")
+	}
+	// Several sessions on one connection, one after the other.
+	for i := range 3 {
+		out, err := c.Run(t.Context(), "count", "echo "+strconv.Itoa(i))
+		if err != nil || out != strconv.Itoa(i)+"\n" {
+			t.Errorf("run %d: %q, %v", i, out, err)
+		}
+	}
+}
+
+func TestRunOn(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	out, err := RunOn(t.Context(), e.cfg, e.target, "hostname", "echo ok")
+	if err != nil || out != "ok\n" {
+		t.Errorf("RunOn = %q, %v", out, err)
+	}
+}
+
+func TestRunFailure(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	out, err := c.Run(t.Context(), "fail on purpose", "echo out\necho err >&2\nexit 3\necho unreachable")
+	var rerr *RunError
+	if !errors.As(err, &rerr) {
+		t.Fatalf("Run = %v, want *RunError", err)
+	}
+	want := &RunError{Target: e.target, Name: "fail on purpose", ExitStatus: 3, Stdout: "out\n", Stderr: "err\n"}
+	if diff := cmp.Diff(want, rerr); diff != "" {
+		t.Errorf("RunError (-want +got):\n%s", diff)
+	}
+	if out != "out\n" {
+		t.Errorf("stdout %q, want the failed script's stdout", out)
+	}
+	if got, wantMsg := err.Error(), "node-1: fail on purpose failed (exit 3): err"; got != wantMsg {
+		t.Errorf("message %q, want %q", got, wantMsg)
+	}
+	// A syntax error runs nothing: sh parses the whole script first.
+	marker := filepath.Join(t.TempDir(), "ran")
+	_, err = c.Run(t.Context(), "syntax", "touch "+Quote(marker)+"\nif then fi")
+	if !errors.As(err, &rerr) || rerr.ExitStatus == 0 {
+		t.Errorf("syntax error: %v, want *RunError", err)
+	}
+	if _, serr := os.Stat(marker); serr == nil {
+		t.Error("a script with a syntax error ran its first line")
+	}
+}
+
+func TestRunCancelKillsRemoteCommand(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	dir := t.TempDir()
+	shPID, sleepPID := filepath.Join(dir, "sh.pid"), filepath.Join(dir, "sleep.pid")
+	script := "echo started\necho $$ > " + Quote(shPID) + "\nsleep 30 &\necho $! > " + Quote(sleepPID) + ".tmp\nmv " +
+		Quote(sleepPID+".tmp") + " " + Quote(sleepPID) + "\nwait\necho finished"
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := c.Run(ctx, "sleep", script)
+		done <- result{out, err}
+	}()
+	pids := []int{readPID(t, sleepPID), readPID(t, shPID)}
+	cancel()
+	r := <-done
+
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", r.err)
+	}
+	var rerr *RunError
+	if !errors.As(r.err, &rerr) {
+		t.Fatalf("Run = %v, want a *RunError carrying the output", r.err)
+	}
+	if rerr.ExitStatus != -1 || rerr.Stdout != "started\n" || r.out != "started\n" {
+		t.Errorf("RunError exit %d stdout %q, Run stdout %q; want -1 and the output so far", rerr.ExitStatus, rerr.Stdout, r.out)
+	}
+	for _, pid := range pids {
+		waitGone(t, pid)
+	}
+	// The connection still works.
+	if out, err := c.Run(t.Context(), "after", "echo ok"); err != nil || out != "ok\n" {
+		t.Errorf("Run after cancel = %q, %v", out, err)
+	}
+}
+
+// readPID waits for the script to write its pid file.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			return pid
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("script never wrote %s", path)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitGone waits until process pid has exited (a zombie counts: PID 1 may
+// not reap it here), failing if it still runs after 10s; the killed
+// command would otherwise have run for 30s.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.NewTimer(10 * time.Second)
+	defer limit.Stop()
+	for {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return
+		}
+		// stat is "pid (comm) S ..."; comm may contain spaces.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && len(stat) > i+2 && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			return
+		}
+		select {
+		case <-limit.C:
+			t.Fatalf("remote process %d still running after cancel: %s", pid, stat)
+		case <-tick.C:
+		}
+	}
+}
+
+func TestUpload(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	dir := filepath.Join(t.TempDir(), "it's a dir", "sub")
+	path := filepath.Join(dir, "file.conf")
+	content := make([]byte, 0, 300)
+	for i := range 256 {
+		content = append(content, byte(i))
+	}
+	content = append(content, "\n'quoted' $HOME `id`\n"...)
+
+	if err := c.Upload(t.Context(), path, 0o640, content); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, path, content, 0o640)
+
+	// Replacing the file.
+	if err := c.Upload(t.Context(), path, 0o600, []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, path, []byte("second"), 0o600)
+
+	// An empty file.
+	if err := c.Upload(t.Context(), path, 0o644, nil); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, path, nil, 0o644)
+
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("upload left temporary files: %v", entries)
+	}
+
+	// A failed upload is a *RunError with sh's complaint.
+	err = c.Upload(t.Context(), filepath.Join(path, "under-a-file"), 0o644, []byte("x"))
+	var rerr *RunError
+	if !errors.As(err, &rerr) || rerr.Stderr == "" {
+		t.Errorf("upload below a file = %v, want *RunError with stderr", err)
+	}
+}
+
+func assertFile(t *testing.T, path string, content []byte, mode os.FileMode) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, content) {
+		t.Errorf("%s: content %q, want %q", path, got, content)
+	}
+	assertMode(t, path, mode)
+}
+
+func TestDialWaitsForSSHD(t *testing.T) {
+	t.Parallel()
+	requireSSHD(t)
+	state := t.TempDir()
+	key, err := EnsureKey(state, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hk, err := OpenHostKeys(HostKeysPath(state, "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSSHD(t, key.AuthorizedKey) // not started
+	// sshd starts only once Dial has failed and backed off four times,
+	// about a second after the first attempt.
+	clk := &hookClock{hook: func(n int) {
+		if n == 4 {
+			s.start()
+		}
+	}}
+	cfg := Config{Signer: key.Signer, HostKeys: hk, Clock: clk}
+	c, err := Dial(t.Context(), cfg, Target{HostID: "i-late", Addr: s.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if clk.n < 4 {
+		t.Errorf("Dial slept %d times, want at least 4", clk.n)
+	}
+	if out, err := c.Run(t.Context(), "echo", "echo up"); err != nil || out != "up\n" {
+		t.Errorf("Run = %q, %v", out, err)
+	}
+}
+
+func TestDialWrongKey(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	cfg := e.cfg
+	cfg.Signer = newSigner(t)
+	cfg.Clock = clk
+	cfg.WaitTimeout = 30 * time.Second
+	_, err := Dial(t.Context(), cfg, e.target)
+	if !errors.Is(err, ErrAuth) {
+		t.Fatalf("Dial = %v, want ErrAuth", err)
+	}
+	var aerr *AuthError
+	if !errors.As(err, &aerr) {
+		t.Fatalf("Dial = %v, want *AuthError", err)
+	}
+	if n := len(clk.Sleeps()); n != 0 {
+		t.Errorf("Dial retried an auth failure %d times", n)
+	}
+	for _, want := range []string{"node-1 (" + e.sshd.addr + "): sshd refused transit's key for user root: ", e.key.Path + ".pub"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+}
+
+func TestDialHostKeyChanged(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hostKeys := HostKeysPath(filepath.Dir(e.key.Path), "test")
+	before, err := os.ReadFile(hostKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, ok := e.cfg.HostKeys.Pinned(e.target.HostID)
+	if !ok {
+		t.Fatal("first Dial pinned no host key")
+	}
+
+	// The machine is rebuilt: same address, new host key.
+	e.sshd.stop()
+	e.sshd.writeHostKey()
+	e.sshd.start()
+
+	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	cfg := e.cfg
+	cfg.Clock = clk
+	_, err = Dial(t.Context(), cfg, e.target)
+	var changed *HostKeyChangedError
+	if !errors.As(err, &changed) {
+		t.Fatalf("Dial = %v, want *HostKeyChangedError", err)
+	}
+	if n := len(clk.Sleeps()); n != 0 {
+		t.Errorf("Dial retried a changed host key %d times", n)
+	}
+	if changed.HostID != e.target.HostID || changed.File != hostKeys || changed.Pinned == changed.Presented {
+		t.Errorf("HostKeyChangedError %+v", changed)
+	}
+	after, err := os.ReadFile(hostKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(before), string(after)); diff != "" {
+		t.Errorf("pin file changed (-before +after):\n%s", diff)
+	}
+	if got, _ := e.cfg.HostKeys.Pinned(e.target.HostID); !sameKey(got, pinned) {
+		t.Error("pin changed in memory")
+	}
+}
+
+func TestDialHostKeyStoreFailureNotRetried(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	hk := openHostKeys(t, path)
+	if err := os.Mkdir(path, 0o700); err != nil { // a directory where the file should be
+		t.Fatal(err)
+	}
+	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	cfg := e.cfg
+	cfg.HostKeys = hk
+	cfg.Clock = clk
+	_, err := Dial(t.Context(), cfg, e.target)
+	if err == nil || !strings.Contains(err.Error(), "check host key") {
+		t.Fatalf("Dial = %v, want a host key store error", err)
+	}
+	if n := len(clk.Sleeps()); n != 0 {
+		t.Errorf("Dial retried a host key store failure %d times", n)
+	}
+}
