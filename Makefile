@@ -26,16 +26,23 @@ FUZZTIME ?= 50000x
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: help build test test-unit fuzz bench lint clean
+# What the local provider, the Swarm driver and the e2e tests need on the
+# host (Debian/Ubuntu package names).
+DEPS_PACKAGES := iproute2 iptables openssh-server util-linux docker.io busybox-static
+
+# Where `make demo` keeps its working directory (state, cluster key).
+DEMO_DIR := $(CURDIR)/demo
+
+.PHONY: help build test test-unit fuzz bench lint clean deps demo demo-destroy
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/transit with version information
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/transit ./cmd/transit
 
 test: ## Run all tests; e2e tests run only as root
-	$(GO) test $(GOTESTFLAGS) $(PKGS)
+	$(GO) test -timeout 30m $(GOTESTFLAGS) $(PKGS)
 
 test-unit: ## Run unit tests only (go test -short), no root needed
 	$(GO) test -short $(GOTESTFLAGS) $(PKGS)
@@ -48,6 +55,30 @@ fuzz: ## Run every Fuzz target for FUZZTIME executions each (default 50000x)
 		echo "--- fuzz $$pkg $$target for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null; \
 	done <<< "$$targets"
+
+deps: ## (root) Install the host packages the local provider and the tests need
+	@[ "$$(id -u)" = 0 ] || { echo "make deps installs packages: run it as root (sudo make deps)"; exit 1; }
+	@missing=""; for p in $(DEPS_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "packages present: $(DEPS_PACKAGES)"; exit 0; fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -q; \
+	if ! apt-get install -y -q $$missing; then \
+		echo "install failed; finishing what dpkg started and retrying once"; \
+		dpkg --configure -a || true; apt-get update -q; apt-get install -y -q $$missing; \
+	fi
+
+demo: deps build ## (root) Bring up the example Swarm on local nodes, print its status
+	mkdir -p $(DEMO_DIR)
+	cp cluster.example.json $(DEMO_DIR)/cluster.json
+	cp districts.example.json $(DEMO_DIR)/districts.json
+	cd $(DEMO_DIR) && $(BIN)/transit apply --auto-approve
+	cd $(DEMO_DIR) && $(BIN)/transit status
+	@echo
+	@echo "The Swarm runs on local nodes. Look around:  cd demo && sudo ../bin/transit status"
+	@echo "Tear it down:                                sudo make demo-destroy  (or: cd demo && sudo ../bin/transit destroy)"
+
+demo-destroy: ## (root) Destroy the demo Swarm
+	cd $(DEMO_DIR) && $(BIN)/transit destroy --auto-approve
 
 bench: ## Run benchmarks (no tests) and print the results
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

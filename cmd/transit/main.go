@@ -23,9 +23,8 @@ func main() {
 			f, ok := s.(*os.File)
 			return ok && term.IsTerminal(int(f.Fd()))
 		},
-		// Drivers arrive with later issues.
-		Infrastructures: map[string]cli.InfrastructureFunc{},
-		Platforms:       map[string]cli.PlatformFunc{},
+		Infrastructures: cli.BuiltinInfrastructures(),
+		Platforms:       cli.BuiltinPlatforms(),
 	})
 	err := root.ExecuteContext(ctx)
 	stop()

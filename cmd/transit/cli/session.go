@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
 	"github.com/cloudtransit/transit/state"
 )
 
@@ -81,6 +82,13 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, command string,
 		}
 		return s, nil
 	}
+	// Every machine gets the cluster's SSH key; platform drivers log in
+	// with it.
+	key, err := ssh.EnsureKey(filepath.Dir(g.State), cfg.Cluster.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.opts.AuthorizedKey = key.AuthorizedKey
 	s.opts.Infra, err = buildInfrastructures(ctx, deps, cfg)
 	if err != nil {
 		return nil, err

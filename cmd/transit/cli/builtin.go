@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/platforms/swarm"
+)
+
+// BuiltinInfrastructures are the infrastructure drivers compiled into
+// transit, by provider name. TRANSIT_LOCAL_ROOT moves the local provider's
+// records away from /var/lib/transit/local (the e2e tests use that).
+func BuiltinInfrastructures() map[string]InfrastructureFunc {
+	return map[string]InfrastructureFunc{
+		districts.ProviderLocal: func(ctx context.Context, d districts.District, _ *districts.Credential) (control.Infrastructure, error) {
+			return local.New(ctx, d, local.Options{Root: os.Getenv("TRANSIT_LOCAL_ROOT")})
+		},
+	}
+}
+
+// BuiltinPlatforms are the platform drivers compiled into transit, by
+// platform name.
+func BuiltinPlatforms() map[string]PlatformFunc {
+	return map[string]PlatformFunc{
+		"swarm": func(_ context.Context, c districts.Cluster, stateDir string) (control.Platform, error) {
+			cfg, err := sshConfig(stateDir, c.ID)
+			if err != nil {
+				return nil, err
+			}
+			return swarm.New(c, swarm.Options{SSH: cfg}), nil
+		},
+	}
+}
+
+// sshConfig is how platform drivers reach the cluster's nodes: the cluster
+// key and the pinned host keys, both beside the state. TRANSIT_SSH_TIMEOUT
+// bounds the wait for a node that does not answer (default 2m).
+func sshConfig(stateDir, cluster string) (ssh.Config, error) {
+	key, err := ssh.EnsureKey(stateDir, cluster)
+	if err != nil {
+		return ssh.Config{}, err
+	}
+	hosts, err := ssh.OpenHostKeys(ssh.HostKeysPath(stateDir, cluster))
+	if err != nil {
+		return ssh.Config{}, err
+	}
+	cfg := ssh.Config{Signer: key.Signer, HostKeys: hosts}
+	if v := os.Getenv("TRANSIT_SSH_TIMEOUT"); v != "" {
+		if cfg.WaitTimeout, err = time.ParseDuration(v); err != nil || cfg.WaitTimeout <= 0 {
+			return ssh.Config{}, fmt.Errorf("TRANSIT_SSH_TIMEOUT=%q: want a positive duration such as 30s", v)
+		}
+	}
+	return cfg, nil
+}

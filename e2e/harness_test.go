@@ -1,0 +1,443 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+// root is where the e2e clusters' local provider keeps its records: fixed,
+// so a run cleans up what a crashed earlier run left, and apart from the
+// default root, so the tests never touch a person's demo.
+const root = "/var/lib/transit/e2e"
+
+// image is the container image the tests run; the local provider hands it
+// to every node (no registry here).
+const image = "transit-e2e/busybox:latest"
+
+var transitBin string // built once by TestMain
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if !enabled() {
+		return m.Run() // every test skips itself
+	}
+	dir, err := os.MkdirTemp("", "transit-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	transitBin = filepath.Join(dir, "transit")
+	build := exec.Command("go", "build", "-o", transitBin, "github.com/cloudtransit/transit/cmd/transit")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build transit:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// enabled says whether this run can do e2e work: not -short, as root.
+func enabled() bool {
+	return !testing.Short() && os.Geteuid() == 0
+}
+
+func requireE2E(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("e2e: skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		tb.Skip("e2e: needs root (network namespaces, bridges, iptables)")
+	}
+}
+
+// cluster is one transit working directory driving local districts under
+// root.
+type cluster struct {
+	tb  testing.TB
+	dir string
+	cfg districts.Cluster
+	ds  []districts.District
+	// seen and chains collect the provider ids of every node and group
+	// a status showed, for the leftover check.
+	seen, chains map[string]bool
+}
+
+// newCluster purges what an earlier run left under root, writes the
+// configuration and registers the teardown (destroy, purge, leftover check)
+// that runs even when the test fails.
+func newCluster(tb testing.TB, cfg districts.Cluster, ds []districts.District) *cluster {
+	tb.Helper()
+	requireE2E(tb)
+	ctx := context.Background()
+	if err := local.Purge(ctx, root); err != nil {
+		tb.Fatalf("purge %s before the test: %v", root, err)
+	}
+	if err := writeImage(filepath.Join(root, "images", "busybox.tar")); err != nil {
+		tb.Fatal(err)
+	}
+	c := &cluster{tb: tb, dir: tb.TempDir(), cfg: cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}}
+	c.writeConfig()
+	tb.Cleanup(func() {
+		if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
+			tb.Errorf("destroy at cleanup: exit %d\n%s", r.code, r.stderr)
+		}
+		if err := local.Purge(context.Background(), root); err != nil {
+			tb.Errorf("purge at cleanup: %v", err)
+		}
+		if left := c.leftovers(); len(left) > 0 {
+			tb.Errorf("left behind on the host:\n  %s", strings.Join(left, "\n  "))
+		}
+		if err := os.RemoveAll(root); err != nil {
+			tb.Errorf("remove %s: %v", root, err)
+		}
+	})
+	return c
+}
+
+func (c *cluster) writeConfig() {
+	c.tb.Helper()
+	write := func(name string, v any) {
+		data, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(c.dir, name), data, 0o644); err != nil {
+			c.tb.Fatal(err)
+		}
+	}
+	write("cluster.json", c.cfg)
+	write("districts.json", c.ds)
+}
+
+// setQuantity changes one deployment's quantity and rewrites cluster.json.
+func (c *cluster) setQuantity(district, role string, n int) {
+	c.tb.Helper()
+	for i, d := range c.cfg.Deployments {
+		if d.District == district && d.Role == role {
+			c.cfg.Deployments[i].Quantity = n
+			c.writeConfig()
+			return
+		}
+	}
+	c.tb.Fatalf("no deployment %s/%s", district, role)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, transitBin, args...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "TRANSIT_LOCAL_ROOT="+root)
+	return cmd
+}
+
+// transit runs the transit binary in the cluster's directory.
+func (c *cluster) transit(args ...string) result {
+	c.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := c.command(ctx, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		r.code = exit.ExitCode()
+	case err != nil:
+		c.tb.Fatalf("run transit %v: %v", args, err)
+	}
+	return r
+}
+
+// apply runs `transit apply` and fails the test unless it converged.
+func (c *cluster) apply() result {
+	c.tb.Helper()
+	r := c.transit("apply", "--auto-approve")
+	if r.code != 0 {
+		c.tb.Fatalf("apply: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// status is `transit status --json`.
+func (c *cluster) status() districts.Resources {
+	c.tb.Helper()
+	r := c.transit("status", "--json")
+	if r.code != 0 {
+		c.tb.Fatalf("status: exit %d\n%s", r.code, r.stderr)
+	}
+	var res districts.Resources
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		c.tb.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	for _, n := range res.Nodes {
+		c.seen[n.ProviderID] = true
+	}
+	for _, g := range res.SecurityGroups {
+		c.chains[g.ProviderID] = true
+	}
+	return res
+}
+
+// saved reads resources.json as the last run left it.
+func (c *cluster) saved() (districts.Resources, error) {
+	var res districts.Resources
+	data, err := os.ReadFile(filepath.Join(c.dir, "resources.json"))
+	if err != nil {
+		return res, err
+	}
+	err = json.Unmarshal(data, &res)
+	return res, err
+}
+
+// sshConfig is how the test reaches nodes: with the cluster key and pins
+// transit itself keeps.
+func (c *cluster) sshConfig() ssh.Config {
+	c.tb.Helper()
+	key, err := ssh.EnsureKey(c.dir, c.cfg.ID)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	hosts, err := ssh.OpenHostKeys(ssh.HostKeysPath(c.dir, c.cfg.ID))
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return ssh.Config{Signer: key.Signer, HostKeys: hosts, WaitTimeout: 20 * time.Second}
+}
+
+// on runs a script on a node over SSH.
+func (c *cluster) on(ctx context.Context, n districts.Node, script string) (string, error) {
+	return ssh.RunOn(ctx, c.sshConfig(), ssh.Target{HostID: n.ProviderID, Name: n.ID, Addr: n.PublicIP}, "e2e check", script)
+}
+
+func (c *cluster) mustOn(n districts.Node, script string) string {
+	c.tb.Helper()
+	out, err := c.on(context.Background(), n, script)
+	if err != nil {
+		c.tb.Fatalf("on %s: %v", n.ID, err)
+	}
+	return out
+}
+
+// manager returns the cluster's first master.
+func (c *cluster) manager(res districts.Resources) districts.Node {
+	c.tb.Helper()
+	for _, n := range res.Nodes {
+		if n.Role == districts.RoleMaster {
+			return n
+		}
+	}
+	c.tb.Fatal("no master in the state")
+	return districts.Node{}
+}
+
+// leftovers lists what transit's local provider made for this cluster on
+// the host and did not take away: namespaces, links, firewall chains,
+// cgroups, processes and records. It looks only at what the cluster's
+// statuses showed and at its districts' subnets, so other tests' nodes on
+// the same host do not count.
+func (c *cluster) leftovers() []string {
+	var left []string
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) > 0 && c.seen[strings.TrimPrefix(f[0], "transit-")] {
+				left = append(left, "network namespace "+f[0])
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "-o", "addr", "show").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line)
+			if len(f) < 4 || f[2] != "inet" {
+				continue
+			}
+			addr, err := netip.ParsePrefix(f[3])
+			if err != nil {
+				continue
+			}
+			for _, d := range c.ds {
+				if subnet, err := netip.ParsePrefix(d.LocalSubnet); err == nil && subnet.Contains(addr.Addr()) {
+					left = append(left, "link "+f[1]+" with "+f[3]+" of district "+d.ID)
+				}
+			}
+		}
+	}
+	if out, err := exec.Command("iptables", "-S").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			for chain := range c.chains {
+				if strings.Contains(line, chain) {
+					left = append(left, "iptables: "+strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	for id := range c.seen {
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/transit/" + id)
+		for _, d := range dirs {
+			left = append(left, "cgroup "+d)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(data), "\x00", " ")
+		if strings.Contains(cmdline, root+"/") {
+			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+cmdline)
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(root, "districts")); err == nil {
+		for _, e := range entries {
+			left = append(left, "records of district "+e.Name())
+		}
+	}
+	slices.Sort(left)
+	return slices.Compact(left)
+}
+
+// events streams `transit apply --json` lines to fn until the command
+// ends or fn returns false, which kills transit with SIGKILL.
+func (c *cluster) applyUntil(fn func(ev map[string]any) bool) (killed bool) {
+	c.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := c.command(ctx, "apply", "--auto-approve", "--json")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		c.tb.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var ev map[string]any
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		if !fn(ev) {
+			_ = cmd.Process.Kill()
+			killed = true
+			break
+		}
+	}
+	_, _ = io.Copy(io.Discard, stdout)
+	_ = cmd.Wait()
+	return killed
+}
+
+// action returns the kind, phase and node of an apply --json action event.
+func action(ev map[string]any) (kind, phase, node string) {
+	if ev["type"] != "action" {
+		return "", "", ""
+	}
+	a, _ := ev["action"].(map[string]any)
+	kind, _ = a["kind"].(string)
+	node, _ = a["node"].(string)
+	phase, _ = ev["phase"].(string)
+	return kind, phase, node
+}
+
+// writeImage writes a docker-save archive of a busybox image: the local
+// provider's nodes load it at install, as a machine image would carry it.
+func writeImage(path string) error {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return fmt.Errorf("the e2e image needs a static busybox (apt-get install busybox-static): %w", err)
+	}
+	var layer bytes.Buffer
+	lw := tar.NewWriter(&layer)
+	hdr := func(h *tar.Header) error { h.ModTime = time.Unix(0, 0); return lw.WriteHeader(h) }
+	if err := hdr(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+		return err
+	}
+	if err := hdr(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))}); err != nil {
+		return err
+	}
+	if _, err := lw.Write(bb); err != nil {
+		return err
+	}
+	for _, applet := range []string{"sh", "sleep", "true", "cat", "echo", "hostname"} {
+		if err := hdr(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}); err != nil {
+			return err
+		}
+	}
+	if err := lw.Close(); err != nil {
+		return err
+	}
+	layerSum := sha256.Sum256(layer.Bytes())
+	layerID := hex.EncodeToString(layerSum[:])
+	config, err := json.Marshal(map[string]any{
+		"architecture": "amd64", "os": "linux",
+		"config": map[string]any{"Cmd": []string{"/bin/sh"}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerID}},
+	})
+	if err != nil {
+		return err
+	}
+	configSum := sha256.Sum256(config)
+	configName := hex.EncodeToString(configSum[:]) + ".json"
+	manifest, err := json.Marshal([]map[string]any{{
+		"Config": configName, "RepoTags": []string{image}, "Layers": []string{layerID + "/layer.tar"},
+	}})
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	w := tar.NewWriter(&out)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{configName, config}, {layerID + "/layer.tar", layer.Bytes()}, {"manifest.json", manifest}} {
+		if err := w.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), ModTime: time.Unix(0, 0)}); err != nil {
+			return err
+		}
+		if _, err := w.Write(f.data); err != nil {
+			return err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, out.Bytes(), 0o644)
+}

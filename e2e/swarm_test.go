@@ -1,0 +1,541 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+// exampleCluster is the shape of the repository's example: a manager and
+// two workers in district A, two workers in district B, every deployment
+// tagged. The e2e districts and subnets differ from the example's so a
+// demo and the tests can share a host.
+func exampleCluster() (districts.Cluster, []districts.District) {
+	tags := func(location string) map[string]string { return map[string]string{"location": location} }
+	c := districts.Cluster{
+		Type: "cluster", ID: "e2e", Platform: "swarm",
+		Flavors: []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 1, DiskGB: 10}},
+		Deployments: []districts.Deployment{
+			{District: "e2e-a", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: tags("Germany")},
+			{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: tags("Germany")},
+			{District: "e2e-b", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: tags("France")},
+		},
+		Strategy: districts.Strategy{MaxSurge: 1, MaxUnavailable: 1, DrainTimeout: districts.Duration(2 * time.Minute)},
+	}
+	ds := []districts.District{
+		{Type: "district", ID: "e2e-a", Provider: "local", LocalSubnet: "10.241.1.0/24", Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
+		{Type: "district", ID: "e2e-b", Provider: "local", LocalSubnet: "10.241.2.0/24", Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
+	}
+	return c, ds
+}
+
+// TestSwarmLifecycle drives one real Swarm through everything transit does
+// to it, in order; a step that fails stops the rest, which would only
+// report the same breakage again.
+func TestSwarmLifecycle(t *testing.T) {
+	cfg, ds := exampleCluster()
+	c := newCluster(t, cfg, ds)
+	steps := []struct {
+		name string
+		fn   func(t *testing.T, c *cluster)
+	}{
+		{"launch the example from nothing", testLaunch},
+		{"a service constrained to a tag runs only on matching nodes", testConstraint},
+		{"scale workers up and down, draining before removal", testScale},
+		{"migrate the workers from one district to the other", testMigrate},
+		{"kill -9 transit during apply, then converge", testKill},
+		{"bad input gives clear errors and keeps the state", testBadInput},
+		{"destroy leaves nothing behind", testDestroy},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
+			return
+		}
+	}
+}
+
+// with returns the cluster reporting to tb (a subtest).
+func (c *cluster) with(tb testing.TB) *cluster {
+	cc := *c
+	cc.tb = tb
+	return &cc
+}
+
+// swarmNodes is `docker node ls` on the manager: hostname → "status
+// availability role".
+func (c *cluster) swarmNodes(res districts.Resources) map[string]string {
+	out := c.mustOn(c.manager(res), `docker node ls --format '{{.Hostname}} {{.Status}} {{.Availability}} {{if .ManagerStatus}}manager{{else}}worker{{end}}'`)
+	got := map[string]string{}
+	for line := range strings.Lines(out) {
+		host, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+		got[host] = rest
+	}
+	return got
+}
+
+// checkAgree asserts that docker node ls, transit status and the firewall
+// tell the same story.
+func (c *cluster) checkAgree(res districts.Resources) {
+	c.tb.Helper()
+	want := map[string]string{}
+	for _, n := range res.Nodes {
+		if n.Phase != districts.PhaseJoined {
+			c.tb.Errorf("node %s is %s, want joined", n.ID, n.Phase)
+		}
+		role := "worker"
+		if n.Role == districts.RoleMaster {
+			role = "manager"
+		}
+		want[n.ID] = "Ready Active " + role
+	}
+	if got := c.swarmNodes(res); !maps.Equal(got, want) {
+		c.tb.Errorf("docker node ls disagrees with transit status:\n got  %v\n want %v", got, want)
+	}
+	// Every node's address is allowed into every district's group.
+	var addrs []string
+	for _, n := range res.Nodes {
+		addrs = append(addrs, n.PublicIP)
+	}
+	for _, g := range res.SecurityGroups {
+		out, err := exec.Command("iptables", "-S", g.ProviderID).CombinedOutput()
+		if err != nil {
+			c.tb.Errorf("group %s: iptables -S %s: %v\n%s", g.ID, g.ProviderID, err, out)
+			continue
+		}
+		var sources []string
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line)
+			if len(f) >= 6 && f[0] == "-A" && f[2] == "-s" && f[4] == "-j" && f[5] == "ACCEPT" {
+				sources = append(sources, strings.TrimSuffix(f[3], "/32"))
+			}
+		}
+		if !sameSet(sources, addrs) {
+			c.tb.Errorf("group %s (chain %s) allows %v, want every node: %v", g.ID, g.ProviderID, sources, addrs)
+		}
+		if !strings.Contains(string(out), "-j DROP") {
+			c.tb.Errorf("chain %s does not end in DROP:\n%s", g.ProviderID, out)
+		}
+	}
+}
+
+func sameSet(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
+
+func testLaunch(t *testing.T, c *cluster) {
+	c.apply()
+	res := c.status()
+	if len(res.Nodes) != 5 {
+		t.Fatalf("%d nodes, want 5: %v", len(res.Nodes), res.Nodes)
+	}
+	c.checkAgree(res)
+	// The deployment's tags are node labels.
+	mgr := c.manager(res)
+	for _, n := range res.Nodes {
+		want := "Germany"
+		if n.District == "e2e-b" {
+			want = "France"
+		}
+		got := strings.TrimSpace(c.mustOn(mgr, "docker node inspect --format '{{index .Spec.Labels \"location\"}}' "+n.ID))
+		if got != want {
+			t.Errorf("node %s: label location=%q, want %q", n.ID, got, want)
+		}
+		if n.Tags["location"] != want {
+			t.Errorf("transit status: node %s tags %v, want location=%s", n.ID, n.Tags, want)
+		}
+	}
+	// Converged means a second apply has nothing to do.
+	if r := c.transit("plan", "--detailed-exitcode"); r.code != 0 {
+		t.Errorf("plan after apply: exit %d, want 0 (no changes)\n%s", r.code, r.stdout)
+	}
+}
+
+// service creates a service on the manager and waits until its tasks run.
+func (c *cluster) service(res districts.Resources, name string, replicas int, args ...string) {
+	c.tb.Helper()
+	mgr := c.manager(res)
+	mode := "--replicas " + strconv.Itoa(replicas)
+	if replicas == 0 {
+		mode = "--mode global"
+	}
+	c.mustOn(mgr, fmt.Sprintf("docker service create --detach --quiet --name %s %s --stop-grace-period 10s %s %s sleep 100000",
+		name, mode, strings.Join(args, " "), image))
+	c.waitRunning(res, name, replicas)
+}
+
+// running lists the nodes running name's tasks.
+func (c *cluster) running(ctx context.Context, mgr districts.Node, name string) ([]string, error) {
+	out, err := c.on(ctx, mgr, "docker service ps --filter desired-state=running --format '{{.Node}} {{.CurrentState}}' "+name)
+	if err != nil {
+		return nil, err
+	}
+	var nodes []string
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[1] == "Running" {
+			nodes = append(nodes, f[0])
+		}
+	}
+	return nodes, nil
+}
+
+func (c *cluster) waitRunning(res districts.Resources, name string, replicas int) []string {
+	c.tb.Helper()
+	mgr := c.manager(res)
+	if replicas == 0 {
+		replicas = len(res.Nodes)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		nodes, err := c.running(context.Background(), mgr, name)
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		if len(nodes) == replicas {
+			return nodes
+		}
+		if time.Now().After(deadline) {
+			out, _ := c.on(context.Background(), mgr, "docker service ps --no-trunc "+name)
+			c.tb.Fatalf("service %s: %d of %d tasks running after 90s:\n%s", name, len(nodes), replicas, out)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func testConstraint(t *testing.T, c *cluster) {
+	res := c.status()
+	c.service(res, "germany", 4, "--constraint node.labels.location==Germany")
+	nodes := c.waitRunning(res, "germany", 4)
+	for _, host := range nodes {
+		n, ok := find(res, host)
+		if !ok || n.Tags["location"] != "Germany" {
+			t.Errorf("a task of the Germany-only service runs on %s (%v)", host, n.Tags)
+		}
+	}
+	c.mustOn(c.manager(res), "docker service rm germany >/dev/null")
+}
+
+func find(res districts.Resources, id string) (districts.Node, bool) {
+	for _, n := range res.Nodes {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return districts.Node{}, false
+}
+
+// applyEvents runs apply --json to the end and returns its action events
+// as "kind phase node" strings.
+func (c *cluster) applyEvents() []string {
+	c.tb.Helper()
+	var evs []string
+	c.applyUntil(func(ev map[string]any) bool {
+		if kind, phase, node := action(ev); kind != "" {
+			evs = append(evs, kind+" "+phase+" "+node)
+		}
+		if ev["type"] == "result" {
+			if r, _ := ev["result"].(map[string]any); r != nil && r["converged"] != true {
+				c.tb.Errorf("apply did not converge: %v", r)
+			}
+		}
+		return true
+	})
+	return evs
+}
+
+func testScale(t *testing.T, c *cluster) {
+	c.setQuantity("e2e-b", districts.RoleWorker, 3)
+	c.apply()
+	res := c.status()
+	if len(res.Nodes) != 6 {
+		t.Fatalf("%d nodes after scaling up, want 6", len(res.Nodes))
+	}
+	c.checkAgree(res)
+
+	// Every node runs a task of a global service, so every drain has work
+	// to wait for.
+	c.service(res, "everywhere", 0)
+	c.setQuantity("e2e-b", districts.RoleWorker, 2)
+	evs := c.applyEvents()
+	removed := ""
+	for _, e := range evs {
+		if strings.HasPrefix(e, "terminate start ") {
+			removed = strings.TrimPrefix(e, "terminate start ")
+		}
+	}
+	if removed == "" {
+		t.Fatalf("scaling down terminated nothing; events:\n%s", strings.Join(evs, "\n"))
+	}
+	order := []string{"drain finish " + removed, "remove finish " + removed, "terminate start " + removed}
+	last := -1
+	for _, want := range order {
+		i := slices.Index(evs, want)
+		if i < last || i < 0 {
+			t.Errorf("want %q after the previous step; events:\n%s", want, strings.Join(evs, "\n"))
+		}
+		last = i
+	}
+	res = c.status()
+	if len(res.Nodes) != 5 {
+		t.Fatalf("%d nodes after scaling down, want 5", len(res.Nodes))
+	}
+	c.checkAgree(res)
+	c.mustOn(c.manager(res), "docker service rm everywhere >/dev/null")
+}
+
+func testMigrate(t *testing.T, c *cluster) {
+	res := c.status()
+	c.service(res, "web", 2, "--constraint node.role==worker")
+	mgr := c.manager(res)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	maxNodes, minRunning, samples := 0, 99, 0
+	var sampleErr error
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			if s, err := c.saved(); err == nil {
+				live := 0
+				for _, n := range s.Nodes {
+					if n.Phase != districts.PhaseTerminating {
+						live++
+					}
+				}
+				mu.Lock()
+				maxNodes = max(maxNodes, live)
+				mu.Unlock()
+			}
+			nodes, err := c.running(ctx, mgr, "web")
+			mu.Lock()
+			if err != nil && ctx.Err() == nil {
+				sampleErr = err
+			} else if err == nil {
+				samples++
+				minRunning = min(minRunning, len(nodes))
+			}
+			mu.Unlock()
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	c.setQuantity("e2e-a", districts.RoleWorker, 0)
+	c.setQuantity("e2e-b", districts.RoleWorker, 4)
+	c.apply()
+	stop()
+	wg.Wait()
+
+	if sampleErr != nil {
+		t.Errorf("sampling the service: %v", sampleErr)
+	}
+	t.Logf("migration: %d samples, at most %d nodes, at least %d running replicas", samples, maxNodes, minRunning)
+	if maxNodes > 5+1 {
+		t.Errorf("the migration ran %d nodes at once, want at most 5 + max_surge 1", maxNodes)
+	}
+	if minRunning < 1 {
+		t.Errorf("the replicated service had no running replica during the migration")
+	}
+	res = c.status()
+	for _, n := range res.Nodes {
+		if n.Role == districts.RoleWorker && n.District != "e2e-b" {
+			t.Errorf("worker %s still in %s", n.ID, n.District)
+		}
+	}
+	if len(res.Nodes) != 5 {
+		t.Errorf("%d nodes after the migration, want 5", len(res.Nodes))
+	}
+	c.checkAgree(res)
+	c.waitRunning(res, "web", 2)
+}
+
+func testKill(t *testing.T, c *cluster) {
+	res := c.status()
+	c.service(res, "everywhere", 0)
+	points := []struct {
+		name     string
+		quantity int
+		kill     func(kind, phase string) bool
+		delay    time.Duration
+	}{
+		{"after a launch", 5, func(k, p string) bool { return k == "launch" && p == "finish" }, 0},
+		{"during install", 6, func(k, p string) bool { return k == "join" && p == "start" }, 700 * time.Millisecond},
+		{"during a drain", 4, func(k, p string) bool { return k == "drain" && p == "start" }, time.Second},
+	}
+	for _, p := range points {
+		c.setQuantity("e2e-b", districts.RoleWorker, p.quantity)
+		killed := c.applyUntil(func(ev map[string]any) bool {
+			kind, phase, _ := action(ev)
+			if p.kill(kind, phase) {
+				time.Sleep(p.delay)
+				return false
+			}
+			return true
+		})
+		if !killed {
+			t.Errorf("%s: apply ended before the kill point", p.name)
+		}
+		c.apply()
+		res := c.status()
+		if len(res.Nodes) != 1+p.quantity {
+			t.Errorf("%s: %d nodes, want %d", p.name, len(res.Nodes), 1+p.quantity)
+		}
+		c.checkAgree(res)
+		c.checkNoOrphans(res)
+	}
+	c.mustOn(c.manager(c.status()), "docker service rm everywhere >/dev/null")
+}
+
+// checkNoOrphans asserts every node namespace on the host belongs to a node
+// transit knows, once terminations finished.
+func (c *cluster) checkNoOrphans(res districts.Resources) {
+	c.tb.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := exec.Command("ip", "netns", "list").Output()
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		var have []string
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "transit-") {
+				have = append(have, strings.TrimPrefix(f[0], "transit-"))
+			}
+		}
+		var want []string
+		for _, n := range res.Nodes {
+			want = append(want, n.ProviderID)
+		}
+		if sameSet(have, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.tb.Errorf("node namespaces %v, want exactly the nodes' %v", have, want)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func testBadInput(t *testing.T, c *cluster) {
+	res := c.status()
+	mgr := c.manager(res)
+	statePath := filepath.Join(c.dir, "resources.json")
+	before, err := os.ReadFile(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailure := func(name, want string) {
+		t.Helper()
+		r := c.transit("status")
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: exit %d, stderr:\n%s\nwant exit 1 and %q", name, r.code, r.stderr, want)
+		}
+		if after, err := os.ReadFile(statePath); err != nil || !bytes.Equal(after, before) {
+			t.Errorf("%s: resources.json changed or unreadable (%v)", name, err)
+		}
+	}
+
+	// A changed host key: pin another key for the manager.
+	hostsPath := ssh.HostKeysPath(c.dir, c.cfg.ID)
+	pins, err := os.ReadFile(hostsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := ssh.OpenHostKeys(hostsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hosts.Forget(mgr.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	other := newPublicKey(t)
+	if err := hosts.Callback(mgr.ProviderID)(mgr.PublicIP+":22", nil, other); err != nil {
+		t.Fatal(err)
+	}
+	expectFailure("changed host key", "host key of "+mgr.ProviderID)
+	if err := os.WriteFile(hostsPath, pins, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// sshd refusing the key: a different cluster key.
+	keyPath := ssh.KeyPath(c.dir, c.cfg.ID)
+	for _, suffix := range []string{"", ".pub"} {
+		if err := os.Rename(keyPath+suffix, keyPath+suffix+".saved"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectFailure("key refused", "refused transit's key")
+	for _, suffix := range []string{"", ".pub"} {
+		if err := os.Rename(keyPath+suffix+".saved", keyPath+suffix); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// An unreachable master: the host's SSH connections to it are reset.
+	rule := []string{"OUTPUT", "-d", mgr.PublicIP, "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"}
+	if out, err := exec.Command("iptables", append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
+		t.Fatalf("block ssh: %v\n%s", err, out)
+	}
+	t.Setenv("TRANSIT_SSH_TIMEOUT", "3s")
+	expectFailure("unreachable master", "not reachable over SSH")
+	if out, err := exec.Command("iptables", append([]string{"-D"}, rule...)...).CombinedOutput(); err != nil {
+		t.Fatalf("unblock ssh: %v\n%s", err, out)
+	}
+
+	// Everything works again.
+	c.checkAgree(c.status())
+}
+
+func newPublicKey(t *testing.T) gossh.PublicKey {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := gossh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func testDestroy(t *testing.T, c *cluster) {
+	if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
+		t.Fatalf("destroy: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	// Terminations finish in the background; give them a moment.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		left := c.leftovers()
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after destroy, left behind:\n  %s", strings.Join(left, "\n  "))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	res, err := c.saved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != 0 || len(res.SecurityGroups) != 0 {
+		t.Errorf("resources.json after destroy: %d nodes, %d groups", len(res.Nodes), len(res.SecurityGroups))
+	}
+}
