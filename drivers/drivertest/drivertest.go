@@ -400,4 +400,3 @@ func findInstance(is []control.Instance, id string) *control.Instance {
 }
 
 func sorted(xs []string) []string { return slices.Sorted(slices.Values(xs)) }
-

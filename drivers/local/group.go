@@ -113,14 +113,27 @@ func normalizeSources(in []string) ([]string, error) {
 // chainSources reads a chain's sources back; ok is false if the chain does
 // not exist.
 func chainSources(ctx context.Context, chain string) ([]string, bool, error) {
-	out, err := run(ctx, "", "iptables", "-w", "-S", chain)
+	dump, err := iptablesDump(ctx)
 	if err != nil {
-		if strings.Contains(out, "No chain") || strings.Contains(out, "does not exist") {
-			return nil, false, nil
-		}
 		return nil, false, err
 	}
-	return parseChainSources(chain, out), true, nil
+	return parseChainSources(chain, dump), chainExists(chain, dump), nil
+}
+
+// iptablesDump is `iptables -S` of the filter table. (Asking for one
+// missing chain fails with a misleading message on the nf_tables backend,
+// so the driver always reads the whole table.)
+func iptablesDump(ctx context.Context) (string, error) {
+	return run(ctx, "", "iptables", "-w", "-S")
+}
+
+func chainExists(chain, dump string) bool {
+	for line := range strings.Lines(dump) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "-N" && f[1] == chain {
+			return true
+		}
+	}
+	return false
 }
 
 // DeleteGroup removes the chain, its FORWARD jumps and the record.
@@ -161,11 +174,11 @@ func (d *driver) DeleteGroup(ctx context.Context, g control.Group) error {
 // deleteChain removes every FORWARD rule jumping to chain, then the chain.
 // A missing chain is not an error.
 func deleteChain(ctx context.Context, chain string) error {
-	out, err := run(ctx, "", "iptables", "-w", "-S", "FORWARD")
+	dump, err := iptablesDump(ctx)
 	if err != nil {
 		return err
 	}
-	for line := range strings.Lines(out) {
+	for line := range strings.Lines(dump) {
 		f := strings.Fields(line)
 		if len(f) < 3 || f[0] != "-A" || f[1] != "FORWARD" || !slices.Contains(f, chain) {
 			continue
@@ -175,8 +188,8 @@ func deleteChain(ctx context.Context, chain string) error {
 			return err
 		}
 	}
-	if _, ok, err := chainSources(ctx, chain); err != nil || !ok {
-		return err
+	if !chainExists(chain, dump) {
+		return nil
 	}
 	if _, err := run(ctx, "", "iptables", "-w", "-F", chain); err != nil {
 		return err
@@ -239,17 +252,20 @@ func (d *driver) listGroups(ctx context.Context, cluster string) ([]control.Grou
 		return nil, err
 	}
 	var out []control.Group
+	var dump string
 	for _, r := range recs {
 		if r.Cluster != cluster {
 			continue
 		}
-		srcs, ok, err := chainSources(ctx, r.Chain)
-		if err != nil {
-			return nil, err
+		if dump == "" {
+			if dump, err = iptablesDump(ctx); err != nil {
+				return nil, err
+			}
 		}
-		if !ok {
+		if !chainExists(r.Chain, dump) {
 			continue // e.g. after a reboot: EnsureGroup makes it again
 		}
+		srcs := parseChainSources(r.Chain, dump)
 		out = append(out, control.Group{ProviderID: r.Chain, Name: r.Name, Tags: maps.Clone(r.Tags), Sources: srcs})
 	}
 	slices.SortFunc(out, func(a, b control.Group) int { return strings.Compare(a.Name, b.Name) })

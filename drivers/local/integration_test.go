@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,11 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/drivertest"
 )
 
 // env is one integration test's world: its own root, districts and key.
@@ -239,11 +242,25 @@ func (e *env) leftovers(created []string) []string {
 		left = append(left, "records under "+e.root)
 	}
 	for _, d := range created {
-		if _, err := os.Stat(d); err == nil && !mountedSomewhere(d) {
+		// With other transit users on the host (their nodes mount over
+		// these dirs), the dirs are rightly left.
+		if _, err := os.Stat(d); err == nil && !mountedSomewhere(d) && !e.othersActive() {
 			left = append(left, "created dir "+d)
 		}
 	}
 	return left
+}
+
+// othersActive says whether nodes that are not this test's exist on the
+// host (another root: a concurrent e2e run, a demo).
+func (e *env) othersActive() bool {
+	entries, _ := os.ReadDir("/run/netns")
+	for _, en := range entries {
+		if id, ok := strings.CutPrefix(en.Name(), "transit-"); ok && !slices.Contains(e.nodes, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // mountedSomewhere says whether another mount namespace (someone else's
@@ -259,28 +276,389 @@ func mountedSomewhere(dir string) bool {
 	return false
 }
 
-func TestSmoke(t *testing.T) {
+func TestConformance(t *testing.T) {
 	e := newEnv(t)
-	drv := e.driver(e.district())
-	g := e.group(drv, "c1")
-	start := time.Now()
-	inst := e.launch(drv, g, "c1", "c1-n1")
-	t.Logf("launch: %s %+v", time.Since(start), inst)
-	out, err := e.ssh(inst.PrivateIP, "hostname; cat /proc/self/cgroup; ls /var/lib/transit; mount | wc -l")
-	t.Logf("ssh: %v\n%s", err, out)
-	start = time.Now()
-	if err := drv.Terminate(t.Context(), inst); err != nil {
+	d := e.district()
+	cluster := "conf-" + randHex(3)
+	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+		drv := e.driver(d)
+		e.chains = append(e.chains, chainName(cluster, d.ID))
+		return drv
+	}, drivertest.Config{
+		Cluster:           cluster,
+		District:          d.ID,
+		AuthorizedKey:     e.pubKey,
+		MissingProviderID: "ln-000000000000",
+		CheckSSH: func(t *testing.T, inst control.Instance) {
+			e.track(inst.ProviderID)
+			if out, err := e.ssh(inst.PublicIP, "true"); err != nil {
+				t.Errorf("ssh root@%s with the authorized key: %v\n%s", inst.PublicIP, err, out)
+			}
+		},
+	})
+}
+
+func TestNodeShape(t *testing.T) {
+	e := newEnv(t)
+	// The machine image: a file every node sees read-only.
+	if err := os.MkdirAll(filepath.Join(e.root, "images"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(e.root, "images", "probe.tar"), []byte("image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	drv := e.driver(e.district())
+	g := e.group(drv, "shape")
+	inst := e.launch(drv, g, "shape", "shape-n1")
+	rec, err := readNode(e.root, drv.district, inst.ProviderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := e.ssh(inst.PrivateIP, "hostname")
+	if err != nil {
+		t.Fatalf("ssh: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(out); got != "shape-n1" {
+		t.Errorf("hostname over ssh = %q, want the node id %q", got, "shape-n1")
+	}
+	if got := strings.TrimSpace(inNode(t, rec.InitPID, "hostname")); got != "shape-n1" {
+		t.Errorf("hostname in the node's namespaces = %q, want %q", got, "shape-n1")
+	}
+
+	// Private directories: what the node writes stays in the node.
+	probe := "probe-" + randHex(4)
+	for _, dir := range []string{"/var/lib/docker", "/etc/kubernetes", "/var/lib/transit", "/tmp", "/run"} {
+		if out, err := e.ssh(inst.PrivateIP, "echo node > "+dir+"/"+probe); err != nil {
+			t.Fatalf("write %s in the node: %v\n%s", dir, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, probe)); err == nil {
+			t.Errorf("%s/%s written in the node appears on the host", dir, probe)
+			_ = os.Remove(filepath.Join(dir, probe))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(rec.NodeDir, "fs", "var/lib/docker", probe)); err != nil {
+		t.Errorf("the node's /var/lib/docker is not its private dir: %v", err)
+	}
+	if got := inNode(t, rec.InitPID, "cat /var/lib/docker/"+probe); strings.TrimSpace(got) != "node" {
+		t.Errorf("nsenter sees /var/lib/docker/%s = %q", probe, got)
+	}
+
+	// cgroup root "/" inside, for every hierarchy: the init as its cgroup
+	// namespace sees it, and a login session.
+	out, err = e.ssh(inst.PrivateIP, "cat /proc/self/cgroup")
+	if err != nil {
+		t.Fatalf("ssh: %v\n%s", err, out)
+	}
+	for _, cg := range []string{inNode(t, rec.InitPID, fmt.Sprintf("cat /proc/%d/cgroup", rec.InitPID)), out} {
+		for line := range strings.Lines(cg) {
+			if !strings.HasSuffix(strings.TrimSpace(line), ":/") {
+				t.Errorf("cgroup inside the node is not /: %s", strings.TrimSpace(line))
+			}
+		}
+	}
+	if out := inNode(t, rec.InitPID, "ls /sys/fs/cgroup"); !strings.Contains(out, "memory") && !strings.Contains(out, "cgroup.procs") {
+		t.Errorf("no cgroupfs inside the node: %q", out)
+	}
+
+	// The machine image, read-only; sshd's privilege separation dir.
+	if out, err := e.ssh(inst.PrivateIP, "cat /var/lib/transit/images/probe.tar && ! touch /var/lib/transit/images/x 2>/dev/null && test -d /run/sshd"); err != nil || !strings.Contains(out, "image") {
+		t.Errorf("image dir inside the node: %v\n%s", err, out)
+	}
+
+	// Root by key only: another key is refused.
+	other := newEnv(t)
+	if out, err := other.ssh(inst.PrivateIP, "true"); err == nil {
+		t.Errorf("ssh with a key that is not authorized succeeded:\n%s", out)
+	}
+}
+
+// connects says whether a TCP connection from inside a node's netns to
+// addr:22 succeeds within 2 s.
+func connects(t *testing.T, from control.Instance, addr string) bool {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "nsenter", "--net=/run/netns/"+netnsName(from.ProviderID),
+		"timeout", "2", "bash", "-c", "exec 3<>/dev/tcp/"+addr+"/22")
+	return cmd.Run() == nil
+}
+
+func TestFirewall(t *testing.T) {
+	e := newEnv(t)
+	a := e.driver(e.district())
+	b := e.driver(e.district())
+	const cluster = "fw"
+	ga := e.group(a, cluster)
+	gb := e.group(b, cluster)
+	a1 := e.launch(a, ga, cluster, "fw-a1")
+	b1 := e.launch(b, gb, cluster, "fw-b1")
+
+	if connects(t, b1, a1.PrivateIP) {
+		t.Fatalf("b1 reaches a1:22 before its address is in A's group")
+	}
+	if err := sshBanner(t.Context(), a1.PrivateIP+":22"); err != nil {
+		t.Errorf("the host (operator) cannot reach a1:22: %v", err)
+	}
+	e.group(a, cluster, b1.PrivateIP)
+	if !connects(t, b1, a1.PrivateIP) {
+		t.Fatalf("b1 cannot reach a1:22 with its address in A's group")
+	}
+	e.group(a, cluster)
+	if connects(t, b1, a1.PrivateIP) {
+		t.Fatalf("b1 still reaches a1:22 after its address left A's group")
+	}
+	// Traffic from A to B is B's group's business.
+	if connects(t, a1, b1.PrivateIP) {
+		t.Errorf("a1 reaches b1:22 without being in B's group")
+	}
+
+	// One cluster per local district.
+	_, err := a.EnsureGroup(t.Context(), control.GroupSpec{Name: "transit-other-x", Cluster: "other", District: a.district})
+	if err == nil || !strings.Contains(err.Error(), "one cluster") {
+		t.Errorf("EnsureGroup of a second cluster in a district: err = %v, want the one-cluster error", err)
+	}
+}
+
+// waitGone polls List until none of ids is listed.
+func waitGone(t *testing.T, drv *driver, cluster string, ids ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	for {
-		insts, _, err := drv.List(t.Context(), "c1")
+		insts, _, err := drv.List(ctx, cluster)
 		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		left := 0
+		for _, i := range insts {
+			if slices.Contains(ids, i.ProviderID) {
+				left++
+				if i.State != control.InstanceTerminating {
+					t.Errorf("%s is %s while being torn down", i.ProviderID, i.State)
+				}
+			}
+		}
+		if left == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %v still listed", left, ids)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func TestResumeTeardown(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "crash")
+	inst := e.launch(drv, g, "crash", "crash-n1")
+	rec, err := readNode(e.root, drv.district, inst.ProviderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A transit that marked the node terminating and was killed with its
+	// teardown: the recorded teardown pid is a process that is gone.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.updateNode(inst.ProviderID, func(r *nodeRecord) error {
+		r.State = stateTerminating
+		r.TeardownPID, r.TeardownStart = dead.Process.Pid, 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	insts, _, err := drv.List(t.Context(), "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) != 1 || insts[0].State != control.InstanceTerminating {
+		t.Fatalf("List after the crash = %+v, want the node terminating", insts)
+	}
+	waitGone(t, drv, "crash", inst.ProviderID)
+	if alive(rec.InitPID, rec.InitStart) {
+		t.Errorf("the node's sshd (pid %d) survived the resumed teardown", rec.InitPID)
+	}
+	if netnsExists(rec.Netns) {
+		t.Errorf("netns %s survived the resumed teardown", rec.Netns)
+	}
+}
+
+func TestInterruptedLaunch(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "intr")
+	ctx := t.Context()
+
+	// Killed right after the record write: nothing made yet.
+	r1, err := drv.prepare(ctx, e.launchSpec(drv, g, "intr", "intr-n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.track(r1.ProviderID)
+	// Killed while booting: the netns and veth exist, no init.
+	r2, err := drv.prepare(ctx, e.launchSpec(drv, g, "intr", "intr-n2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.track(r2.ProviderID)
+	for _, args := range [][]string{
+		{"netns", "add", r2.Netns},
+		{"link", "add", r2.HostVeth, "type", "veth", "peer", "name", "eth0", "netns", r2.Netns},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	// Killed while waiting for SSH: the node runs, the record says pending.
+	r3, err := drv.prepare(ctx, e.launchSpec(drv, g, "intr", "intr-n3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.track(r3.ProviderID)
+	if _, err := drv.startInit(r3); err != nil {
+		t.Fatal(err)
+	}
+
+	insts, _, err := drv.List(ctx, "intr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, i := range insts {
+		if i.State != control.InstancePending {
+			t.Errorf("interrupted launch %s listed as %s, want pending", i.ProviderID, i.State)
+		}
+		ids = append(ids, i.ProviderID)
+		if err := drv.Terminate(ctx, i); err != nil {
+			t.Fatalf("Terminate %s: %v", i.ProviderID, err)
+		}
+	}
+	want := []string{r1.ProviderID, r2.ProviderID, r3.ProviderID}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("List shows %v, want the interrupted launches %v", ids, want)
+	}
+	waitGone(t, drv, "intr", ids...)
+	for _, r := range []*nodeRecord{r1, r2, r3} {
+		if netnsExists(r.Netns) {
+			t.Errorf("netns %s left after Terminate", r.Netns)
+		}
+		if _, err := os.Stat(r.NodeDir); err == nil {
+			t.Errorf("node dir %s left after Terminate", r.NodeDir)
+		}
+	}
+}
+
+func TestParallelLaunch(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "par")
+	const n = 5
+	insts := make([]control.Instance, n)
+	var eg errgroup.Group
+	start := time.Now()
+	for i := range n {
+		eg.Go(func() error {
+			inst, err := drv.Launch(t.Context(), e.launchSpec(drv, g, "par", fmt.Sprintf("par-n%d", i)))
+			if err != nil {
+				return err
+			}
+			e.track(inst.ProviderID)
+			insts[i] = inst
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d parallel launches took %s", n, time.Since(start))
+	ips := map[string]bool{}
+	for _, inst := range insts {
+		if ips[inst.PrivateIP] {
+			t.Errorf("address %s handed out twice", inst.PrivateIP)
+		}
+		ips[inst.PrivateIP] = true
+		if out, err := e.ssh(inst.PrivateIP, "hostname"); err != nil || strings.TrimSpace(out) != inst.Tags[districts.TagNode] {
+			t.Errorf("node %s: hostname over ssh = %q (%v)", inst.Tags[districts.TagNode], out, err)
+		}
+	}
+	start = time.Now()
+	var ids []string
+	for _, inst := range insts {
+		if err := drv.Terminate(t.Context(), inst); err != nil {
 			t.Fatal(err)
 		}
-		if len(insts) == 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+		ids = append(ids, inst.ProviderID)
 	}
-	t.Logf("terminate: %s", time.Since(start))
+	waitGone(t, drv, "par", ids...)
+	t.Logf("%d terminations took %s", n, time.Since(start))
+}
+
+func TestLaunchFailureReportsLog(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	// Somewhere the node sees (not /tmp: a node has its own).
+	dir, err := os.MkdirTemp("/var/tmp", "transit-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	fake := filepath.Join(dir, "sshd")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'fatal: test sshd refuses to start' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	drv.sshd = fake
+	g := e.group(drv, "fail")
+	_, err = drv.Launch(t.Context(), e.launchSpec(drv, g, "fail", "fail-n1"))
+	if err == nil {
+		t.Fatal("Launch with a broken sshd succeeded")
+	}
+	if !strings.Contains(err.Error(), "test sshd refuses to start") {
+		t.Errorf("Launch error lacks the sshd log: %v", err)
+	}
+	insts, _, lerr := drv.List(t.Context(), "fail")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if len(insts) != 0 {
+		t.Errorf("a failed launch is still listed: %+v", insts)
+	}
+}
+
+func TestLaunchValidates(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "val")
+	for name, mut := range map[string]func(*control.LaunchSpec){
+		"missing group": func(s *control.LaunchSpec) { s.GroupID = "TRANSIT-0000000000" },
+		"no key":        func(s *control.LaunchSpec) { s.AuthorizedKey = "" },
+		"bad node id":   func(s *control.LaunchSpec) { s.Node.ID = "a b" },
+		"no tags":       func(s *control.LaunchSpec) { s.Tags = nil },
+	} {
+		spec := e.launchSpec(drv, g, "val", "val-n1")
+		mut(&spec)
+		if _, err := drv.Launch(t.Context(), spec); err == nil {
+			t.Errorf("%s: Launch succeeded", name)
+		}
+	}
+	if err := drv.DeleteGroup(t.Context(), control.Group{ProviderID: "TRANSIT-0000000000"}); err != nil {
+		t.Errorf("DeleteGroup of a missing group: %v", err)
+	}
+}
+
+func TestPurgeAfterCrash(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "purge", "192.0.2.1")
+	e.launch(drv, g, "purge", "purge-n1")
+	r, err := drv.prepare(t.Context(), e.launchSpec(drv, g, "purge", "purge-n2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.track(r.ProviderID)
+	// Nothing terminated, nothing deleted: the cleanup's Purge must find
+	// and remove all of it, and assert nothing is left.
 }

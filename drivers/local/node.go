@@ -139,21 +139,11 @@ func (d *driver) boot(ctx context.Context, r *nodeRecord) error {
 	fail := func(err error) error {
 		return fmt.Errorf("launch node %s in %s: %w", r.NodeID, d.district, err)
 	}
-	proc, done, err := startDetached(filepath.Join(r.NodeDir, "boot", "init.log"), "/bin/bash", filepath.Join(r.NodeDir, "boot", "boot.sh"))
+	done, err := d.startInit(r)
 	if err != nil {
 		d.teardownNow(ctx, r.ProviderID)
 		return fail(err)
 	}
-	if err := d.updateNode(r.ProviderID, func(rec *nodeRecord) error {
-		if rec.State != statePending {
-			return fmt.Errorf("node %s was terminated while it launched", rec.ProviderID)
-		}
-		rec.InitPID, rec.InitStart = proc.pid, proc.start
-		return nil
-	}); err != nil {
-		return fail(err)
-	}
-	r.InitPID, r.InitStart = proc.pid, proc.start
 	if err := d.waitSSH(ctx, r, done); err != nil {
 		logs := nodeLogs(r)
 		d.teardownNow(ctx, r.ProviderID)
@@ -170,6 +160,27 @@ func (d *driver) boot(ctx context.Context, r *nodeRecord) error {
 	}
 	r.State = stateRunning
 	return nil
+}
+
+// startInit starts the node's boot script detached and records its pid,
+// which is the node's init pid from then on.
+func (d *driver) startInit(r *nodeRecord) (<-chan struct{}, error) {
+	boot := filepath.Join(r.NodeDir, "boot")
+	proc, done, err := startDetached(filepath.Join(boot, "init.log"), "/bin/bash", filepath.Join(boot, "boot.sh"))
+	if err != nil {
+		return nil, err
+	}
+	if err := d.updateNode(r.ProviderID, func(rec *nodeRecord) error {
+		if rec.State != statePending {
+			return fmt.Errorf("node %s was terminated while it launched", rec.ProviderID)
+		}
+		rec.InitPID, rec.InitStart = proc.pid, proc.start
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	r.InitPID, r.InitStart = proc.pid, proc.start
+	return done, nil
 }
 
 // updateNode changes a node's record under the root lock.

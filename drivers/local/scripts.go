@@ -242,9 +242,10 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 	w("flock \"$ROOT/lock\" true")
 	w("")
 	if r.InitPID > 0 {
-		w("# the boot process, in case it had not reached its cgroups yet")
+		w("# the boot process and its children (its own process group), in case")
+		w("# it had not reached its cgroups yet")
 		w("if [ \"$(sed 's/.*) //' /proc/%d/stat 2>/dev/null | cut -d' ' -f20)\" = %d ]; then", r.InitPID, r.InitStart)
-		w("  kill -9 %d 2>/dev/null || true", r.InitPID)
+		w("  kill -9 -- -%d %d 2>/dev/null", r.InitPID, r.InitPID)
 		w("fi")
 	}
 	cgs := make([]string, len(r.Cgroups))
