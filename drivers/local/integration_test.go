@@ -27,7 +27,7 @@ import (
 
 // env is one integration test's world: its own root, districts and key.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	root    string
 	keyFile string
 	pubKey  string
@@ -40,7 +40,7 @@ type env struct {
 }
 
 // requireRoot skips integration tests under -short and when not root.
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration: skipped with -short")
@@ -50,7 +50,7 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	requireRoot(t)
 	e := &env{t: t, root: t.TempDir()}
@@ -419,7 +419,7 @@ func TestFirewall(t *testing.T) {
 }
 
 // waitGone polls List until none of ids is listed.
-func waitGone(t *testing.T, drv *driver, cluster string, ids ...string) {
+func waitGone(t testing.TB, drv *driver, cluster string, ids ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -661,4 +661,49 @@ func TestPurgeAfterCrash(t *testing.T) {
 	e.track(r.ProviderID)
 	// Nothing terminated, nothing deleted: the cleanup's Purge must find
 	// and remove all of it, and assert nothing is left.
+}
+
+// BenchmarkLaunch measures launching one node until it answers SSH, and
+// its teardown until List no longer shows it.
+func BenchmarkLaunch(b *testing.B) { benchLaunch(b, 1) }
+
+// BenchmarkLaunch10 does the same for 10 nodes launched in parallel.
+func BenchmarkLaunch10(b *testing.B) { benchLaunch(b, 10) }
+
+func benchLaunch(b *testing.B, n int) {
+	e := newEnv(b)
+	drv := e.driver(e.district())
+	g := e.group(drv, "bench")
+	var launch, term time.Duration
+	for b.Loop() {
+		start := time.Now()
+		insts := make([]control.Instance, n)
+		var eg errgroup.Group
+		for i := range n {
+			eg.Go(func() error {
+				inst, err := drv.Launch(b.Context(), e.launchSpec(drv, g, "bench", fmt.Sprintf("bench-n%d", i)))
+				if err == nil {
+					e.track(inst.ProviderID)
+				}
+				insts[i] = inst
+				return err
+			})
+		}
+		if err := eg.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		launch += time.Since(start)
+		start = time.Now()
+		var ids []string
+		for _, inst := range insts {
+			if err := drv.Terminate(b.Context(), inst); err != nil {
+				b.Fatal(err)
+			}
+			ids = append(ids, inst.ProviderID)
+		}
+		waitGone(b, drv, "bench", ids...)
+		term += time.Since(start)
+	}
+	b.ReportMetric(launch.Seconds()/float64(b.N), "launch-s/op")
+	b.ReportMetric(term.Seconds()/float64(b.N), "terminate-s/op")
 }

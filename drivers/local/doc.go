@@ -1,0 +1,67 @@
+// Package local is the embedded infrastructure driver: a district of
+// provider "local" is a Linux bridge on this host, a node is a set of Linux
+// namespaces that behaves like a small VM, and the district's security group
+// is an iptables chain. Nothing is mocked: SSH, the firewall and whatever a
+// platform installs on the nodes are real. It needs root and the packages
+// iproute2, iptables, openssh-server and util-linux (Check).
+//
+// # Nodes
+//
+// A district has its own subnet (local_subnet, e.g. 10.240.1.0/24) and
+// bridge ("tb" + 8 hex digits of the district id); the host holds the
+// subnet's first address on it and is the nodes' gateway and the operator.
+// A node ("ln-" + 12 hex digits) has
+//
+//   - its own network namespace (transit-<provider id>): a veth pair ("tv" +
+//     hex) from the bridge to eth0 with an address of the subnet, lo, and a
+//     default route through the host, which forwards between districts;
+//   - its own cgroups, transit/<provider id> in every hierarchy, and a
+//     cgroup namespace rooted there, with cgroupfs mounted again inside, so
+//     dockerd or the kubelet see their cgroup as "/";
+//   - its own mount namespace: private copies of /etc/docker,
+//     /var/lib/docker, /etc/containerd, /var/lib/containerd,
+//     /etc/kubernetes, /var/lib/kubelet, /etc/cni/net.d, /var/lib/cni,
+//     /var/log/pods, /var/log/containers and /var/lib/transit, fresh tmpfs
+//     on /run and /tmp, and <root>/images (the provider's "machine image",
+//     container images to preload) read-only at /var/lib/transit/images;
+//   - its own UTS namespace: the hostname is the transit node id;
+//   - sshd as its init, listening on the node's address only, root by key
+//     only, with a host key of its own.
+//
+// The init is detached (its own session, logs in files), so nodes outlive
+// the transit process. Launch returns once the node sends its SSH banner.
+// Terminate starts a detached teardown (a shell script, like the boot and
+// init scripts built by pure functions) that kills every process in the
+// node's cgroups, removes them, the namespace and the veth, the node's files
+// and record, and the bridge once the district has no nodes and groups.
+//
+// # Records
+//
+// The host is the "cloud API". Records live under Options.Root
+// (DefaultRoot):
+//
+//	<root>/lock                                        flock: addresses, bridges, records
+//	<root>/created-dirs                                host mount points transit created
+//	<root>/images/                                     optional machine image (read-only in nodes)
+//	<root>/districts/<district>/groups/<chain>.json    a security group
+//	<root>/districts/<district>/nodes/<id>/record.json a node: tags, address, state, resource names, pids
+//	<root>/districts/<district>/nodes/<id>/boot/       boot.sh, init.sh, sshd_config, keys, logs
+//	<root>/districts/<district>/nodes/<id>/fs/         the node's private directories
+//
+// A node's record is written (state pending, with the name of every
+// resource) before anything is created, so List reports an interrupted
+// launch and Terminate cleans it up; List also resumes a teardown whose
+// process died. List reads the records, so it works after transit crashed
+// and restarted. Purge tears down everything under a root.
+//
+// # Firewall
+//
+// A cluster's group in a district is the chain "TRANSIT-" + 10 hex digits
+// (its provider id), reached from FORWARD by "-o <bridge>". It accepts
+// established traffic and the group's sources and drops the rest, so a node
+// in another district (or the same one: the host filters bridged traffic
+// too when br_netfilter is loaded) reaches a node only once its address is
+// in the group. EnsureGroup refills the chain in one iptables-restore
+// transaction. The operator's SSH from the host goes through OUTPUT and is
+// always allowed. A local district holds one cluster.
+package local
