@@ -8,8 +8,8 @@ package drivertest
 
 import (
 	"context"
-	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -377,7 +377,7 @@ func (s *suite) cleanup(t *testing.T) {
 		}
 	}
 	if len(errs) > 0 {
-		t.Errorf("drivertest cleanup: %v", fmt.Sprint(errs))
+		t.Errorf("drivertest cleanup: %s", strings.Join(errs, "; "))
 	}
 }
 

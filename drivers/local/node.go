@@ -65,6 +65,26 @@ func (d *driver) prepare(ctx context.Context, spec control.LaunchSpec) (*nodeRec
 		return fail(err)
 	}
 
+	r, err := d.record(ctx, spec, id, cluster)
+	if err == nil {
+		err = d.writeNodeFiles(r, spec.AuthorizedKey)
+	}
+	if err != nil {
+		if r != nil { // recorded: take back what was made
+			d.teardownNow(ctx, r.ProviderID)
+		}
+		return fail(err)
+	}
+	return r, nil
+}
+
+// record allocates the node's address and writes its record, under the
+// root lock; it also makes sure the bridge and the host mount points exist.
+// After the record is written it returns the record with any error, so the
+// caller can tear the node down.
+func (d *driver) record(ctx context.Context, spec control.LaunchSpec, id, cluster string) (*nodeRecord, error) {
+	n := spec.Node
+	fail := func(err error) (*nodeRecord, error) { return nil, err }
 	unlock, err := lockRoot(d.root)
 	if err != nil {
 		return fail(err)
@@ -122,13 +142,10 @@ func (d *driver) prepare(ctx context.Context, spec control.LaunchSpec) (*nodeRec
 		return fail(err)
 	}
 	if err := d.ensureBridge(ctx); err != nil {
-		return fail(err)
+		return r, err
 	}
 	if err := d.ensureMountPoints(); err != nil {
-		return fail(err)
-	}
-	if err := d.writeNodeFiles(r, spec.AuthorizedKey); err != nil {
-		return fail(err)
+		return r, err
 	}
 	return r, nil
 }
@@ -390,7 +407,7 @@ func (d *driver) waitSSH(ctx context.Context, r *nodeRecord, initDone <-chan str
 	booted := filepath.Join(r.NodeDir, "boot", "booted")
 	addr := net.JoinHostPort(r.IP, "22")
 	delay := 5 * time.Millisecond
-	var last error = errors.New("the node's init has not finished")
+	last := errors.New("the node's init has not finished")
 	for {
 		select {
 		case <-initDone:

@@ -160,10 +160,10 @@ func TestInitScriptUnifiedHost(t *testing.T) {
 	r := testRecord()
 	r.Cgroups = []string{"/sys/fs/cgroup/transit/ln-0123456789ab"}
 	hs := []hierarchy{{Mount: "/sys/fs/cgroup", Type: "cgroup2", Options: "nsdelegate"}}
-	init := initScript(r, hs)
-	inOrder(t, "init", init, []string{"mount -n -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup"})
-	if strings.Contains(init, "cgroup_root") {
-		t.Errorf("a cgroup v2 host gets no tmpfs over /sys/fs/cgroup:\n%s", init)
+	initSh := initScript(r, hs)
+	inOrder(t, "init", initSh, []string{"mount -n -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup"})
+	if strings.Contains(initSh, "cgroup_root") {
+		t.Errorf("a cgroup v2 host gets no tmpfs over /sys/fs/cgroup:\n%s", initSh)
 	}
 	boot := bootScript(r, hs)
 	inOrder(t, "boot", boot, []string{
@@ -172,7 +172,7 @@ func TestInitScriptUnifiedHost(t *testing.T) {
 		"echo $$ > /sys/fs/cgroup/transit/ln-0123456789ab/cgroup.procs",
 	})
 	syntaxOK(t, "boot", boot)
-	syntaxOK(t, "init", init)
+	syntaxOK(t, "init", initSh)
 }
 
 func TestScriptsQuote(t *testing.T) {
