@@ -175,7 +175,7 @@ func (c *cluster) service(res districts.Resources, name string, replicas int, ar
 	if replicas == 0 {
 		mode = "--mode global"
 	}
-	c.mustOn(mgr, fmt.Sprintf("docker service create --detach --quiet --name %s %s --stop-grace-period 10s %s %s sleep 100000",
+	c.mustOn(mgr, fmt.Sprintf("docker service create --detach --quiet --no-resolve-image --name %s %s --stop-grace-period 10s %s %s sleep 100000",
 		name, mode, strings.Join(args, " "), image))
 	c.waitRunning(res, name, replicas)
 }
