@@ -61,6 +61,7 @@ func TestSwarmLifecycle(t *testing.T) {
 		{"scale workers up and down, draining before removal", testScale},
 		{"migrate the workers from one district to the other", testMigrate},
 		{"kill -9 transit during apply, then converge", testKill},
+		{"a drain that would strand a service is refused", testRefusedDrain},
 		{"bad input gives clear errors and keeps the state", testBadInput},
 		{"destroy leaves nothing behind", testDestroy},
 	}
@@ -168,6 +169,8 @@ func testLaunch(t *testing.T, c *cluster) {
 }
 
 // service creates a service on the manager and waits until its tasks run.
+// Its tasks ignore SIGTERM (sleep is their pid 1), so stopping one takes
+// the stop grace period: 1s unless args say otherwise.
 func (c *cluster) service(res districts.Resources, name string, replicas int, args ...string) {
 	c.tb.Helper()
 	mgr := c.manager(res)
@@ -175,7 +178,7 @@ func (c *cluster) service(res districts.Resources, name string, replicas int, ar
 	if replicas == 0 {
 		mode = "--mode global"
 	}
-	c.mustOn(mgr, fmt.Sprintf("docker service create --detach --quiet --no-resolve-image --name %s %s --stop-grace-period 10s %s %s sleep 100000",
+	c.mustOn(mgr, fmt.Sprintf("docker service create --detach --quiet --no-resolve-image --name %s %s --stop-grace-period 1s %s %s sleep 100000",
 		name, mode, strings.Join(args, " "), image))
 	c.waitRunning(res, name, replicas)
 }
@@ -366,7 +369,8 @@ func testMigrate(t *testing.T, c *cluster) {
 
 func testKill(t *testing.T, c *cluster) {
 	res := c.status()
-	c.service(res, "everywhere", 0)
+	// Drains take 10s here, so the kill lands in the middle of one.
+	c.service(res, "everywhere", 0, "--stop-grace-period 10s")
 	points := []struct {
 		name     string
 		quantity int
@@ -429,6 +433,48 @@ func (c *cluster) checkNoOrphans(res districts.Resources) {
 			return
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// testRefusedDrain runs a service that needs every France node (one task
+// per node), then asks for one France node less: every drain would leave a
+// task with nowhere to run, so each is refused, the nodes stay schedulable
+// and apply ends not converged (exit 3), naming them.
+func testRefusedDrain(t *testing.T, c *cluster) {
+	france := func(res districts.Resources) (ids []string) {
+		for _, n := range res.Nodes {
+			if n.Tags["location"] == "France" {
+				ids = append(ids, n.ID)
+			}
+		}
+		return ids
+	}
+	res := c.status()
+	want := len(france(res))
+	c.service(res, "pinned", want, "--constraint node.labels.location==France", "--replicas-max-per-node 1")
+	c.setQuantity("e2e-b", districts.RoleWorker, want-1)
+	r := c.transit("apply", "--auto-approve")
+	if r.code != 3 {
+		t.Fatalf("apply: exit %d, want 3 (not converged)\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "drain of node") || !strings.Contains(r.stderr, "can run on no other node") {
+		t.Errorf("the message does not say which drain was refused and why:\n%s", r.stderr)
+	}
+	res = c.status()
+	if got := france(res); len(got) != want {
+		t.Errorf("France nodes %v, want all %d kept", got, want)
+	}
+	for host, state := range c.swarmNodes(res) {
+		if !strings.HasPrefix(state, "Ready Active") {
+			t.Errorf("node %s is %q after a refused drain, want Ready Active", host, state)
+		}
+	}
+	c.waitRunning(res, "pinned", want)
+	// Without the service, the same change goes through.
+	c.mustOn(c.manager(res), "docker service rm pinned >/dev/null")
+	c.apply()
+	if got := france(c.status()); len(got) != want-1 {
+		t.Errorf("France nodes %v after the service left, want %d", got, want-1)
 	}
 }
 
