@@ -36,7 +36,6 @@ type env struct {
 	districts []string
 	chains    []string
 	nodes     []string
-	created   []string // created-dirs as last seen
 }
 
 // requireRoot skips integration tests under -short and when not root.
