@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/cloudtransit/transit/state"
 )
 
 // Node states as recorded.
@@ -195,21 +195,7 @@ func lockRoot(root string) (func(), error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(root, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", root, err)
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("lock %s: %w", root, err)
-	}
-	return func() { _ = f.Close() }, nil
+	return state.Flock(filepath.Join(root, "lock"))
 }
 
 // procStart returns a process's start time (clock ticks since boot), which

@@ -14,7 +14,8 @@ import (
 	"sync"
 
 	gossh "golang.org/x/crypto/ssh"
-	"golang.org/x/sys/unix"
+
+	"github.com/cloudtransit/transit/state"
 )
 
 // HostKeysPath is where the cluster's pinned host keys live in stateDir.
@@ -125,28 +126,12 @@ func (h *HostKeys) update(change func(*hostKeysFile) bool) error {
 	return nil
 }
 
-// lockFile takes an exclusive flock on path, creating it, and returns the
-// function that releases it.
+// lockFile takes the store's inter-process lock, creating its directory.
 func lockFile(path string) (unlock func(), err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	// Closing the file releases the lock.
-	return func() { _ = f.Close() }, nil
+	return state.Flock(path)
 }
 
 // HostKeyChangedError is a machine presenting a host key other than the one
