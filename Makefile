@@ -69,8 +69,8 @@ deps: ## (root) Install the host packages the local provider and the tests need
 
 demo: deps build ## (root) Bring up the example Swarm on local nodes, print its status
 	mkdir -p $(DEMO_DIR)
-	cp cluster.example.json $(DEMO_DIR)/cluster.json
-	cp districts.example.json $(DEMO_DIR)/districts.json
+	install -m 644 cluster.example.json $(DEMO_DIR)/cluster.json
+	install -m 644 districts.example.json $(DEMO_DIR)/districts.json
 	cd $(DEMO_DIR) && $(BIN)/transit apply --auto-approve
 	cd $(DEMO_DIR) && $(BIN)/transit status
 	@echo
