@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -320,11 +321,15 @@ func (c *cluster) leftovers() []string {
 			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+cmdline)
 		}
 	}
-	if entries, err := os.ReadDir(filepath.Join(root, "districts")); err == nil {
-		for _, e := range entries {
-			left = append(left, "records of district "+e.Name())
+	_ = filepath.WalkDir(filepath.Join(root, "districts"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
 		}
-	}
+		if entries, _ := os.ReadDir(path); !d.IsDir() || len(entries) == 0 {
+			left = append(left, "record "+strings.TrimPrefix(path, root+"/"))
+		}
+		return nil
+	})
 	slices.Sort(left)
 	return slices.Compact(left)
 }

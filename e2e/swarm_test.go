@@ -405,35 +405,75 @@ func testKill(t *testing.T, c *cluster) {
 	c.mustOn(c.manager(c.status()), "docker service rm everywhere >/dev/null")
 }
 
-// checkNoOrphans asserts every node namespace on the host belongs to a node
-// transit knows, once terminations finished.
+// checkNoOrphans asserts that, once terminations finished, every node
+// namespace and every node process on the host belongs to a node transit
+// knows, and every firewall chain to one of its groups.
 func (c *cluster) checkNoOrphans(res districts.Resources) {
 	c.tb.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	want := map[string]bool{}
+	for _, n := range res.Nodes {
+		want[n.ProviderID] = true
+	}
+	var orphans []string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		orphans = nil
 		out, err := exec.Command("ip", "netns", "list").Output()
 		if err != nil {
 			c.tb.Fatal(err)
 		}
-		var have []string
+		have := map[string]bool{}
 		for line := range strings.Lines(string(out)) {
 			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "transit-") {
-				have = append(have, strings.TrimPrefix(f[0], "transit-"))
+				have[strings.TrimPrefix(f[0], "transit-")] = true
 			}
 		}
-		var want []string
-		for _, n := range res.Nodes {
-			want = append(want, n.ProviderID)
+		for id := range have {
+			if c.seen[id] && !want[id] {
+				orphans = append(orphans, "namespace of "+id)
+			}
 		}
-		if sameSet(have, want) {
+		for id := range want {
+			if !have[id] {
+				orphans = append(orphans, "node "+id+" has no namespace")
+			}
+		}
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			_, rest, ok := strings.Cut(string(data), root+"/districts/")
+			if !ok {
+				continue
+			}
+			// <district>/nodes/<provider id>/...
+			if f := strings.SplitN(rest, "/", 4); len(f) >= 3 && f[1] == "nodes" && !want[f[2]] {
+				orphans = append(orphans, "process "+filepath.Base(filepath.Dir(p))+" of node "+f[2])
+			}
+		}
+		out, err = exec.Command("iptables", "-S").Output()
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		groups := map[string]bool{}
+		for _, g := range res.SecurityGroups {
+			groups[g.ProviderID] = true
+		}
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "-N" && c.chains[f[1]] && !groups[f[1]] {
+				orphans = append(orphans, "chain "+f[1])
+			}
+		}
+		if len(orphans) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.tb.Errorf("node namespaces %v, want exactly the nodes' %v", have, want)
-			return
+			break
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
+	slices.Sort(orphans)
+	c.tb.Errorf("orphans after terminations should have finished:\n  %s", strings.Join(orphans, "\n  "))
 }
 
 // testRefusedDrain runs a service that needs every France node (one task

@@ -297,6 +297,10 @@ func gcScript(root, district, bridge string, cgroupParents []string) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	dd := path.Join(root, "districts", district)
 	w("# gc: district %s, root %s", district, root)
+	w("# a node directory without a record is a teardown that did all but rmdir")
+	w("for n in %s/*; do", q(path.Join(dd, "nodes")))
+	w("  [ -d \"$n\" ] && [ ! -e \"$n/record.json\" ] && rm -rf \"$n\" 2>/dev/null")
+	w("done")
 	w("if [ -z \"$(ls -A %s 2>/dev/null)\" ] && [ -z \"$(ls -A %s 2>/dev/null)\" ]; then",
 		q(path.Join(dd, "nodes")), q(path.Join(dd, "groups")))
 	w("  ip link del %s 2>/dev/null", q(bridge))
