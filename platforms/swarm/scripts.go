@@ -165,14 +165,15 @@ func nodeUpdateScript(swarmID string, set map[string]string, drop []string, avai
 	return b.String()
 }
 
-// nodeTasksScript prints the tasks still alive on a node, whatever the
-// swarm wants of them: "<service id>|<task id>|<state>" per line. It runs on
-// a manager.
+// nodeTasksScript prints the tasks on a node, whatever the swarm wants of
+// them, as "task|<service id>|<task id>|<state>" lines, and the services'
+// names as "service|<id>|<name>" lines. It runs on a manager.
 func nodeTasksScript(swarmID string) string {
 	return `set -eu
 ids=$(docker node ps -q ` + ssh.Quote(swarmID) + `)
 [ -n "$ids" ] || exit 0
-docker inspect --format '{{.ServiceID}}|{{.ID}}|{{.Status.State}}' $ids
+docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}' $ids
+docker service ls --no-trunc --format 'service|{{.ID}}|{{.Name}}'
 `
 }
 

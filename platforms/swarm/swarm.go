@@ -282,7 +282,7 @@ func (d *driver) drainProgress(ctx context.Context, swarmID string, services []s
 	names := map[string]bool{}
 	for _, t := range onNode {
 		if t.alive() {
-			names["task "+t.id+" of service "+t.service] = true
+			names["task "+t.id+" of service "+t.name] = true
 		}
 	}
 	if len(services) > 0 {
@@ -313,7 +313,10 @@ func (d *driver) drainProgress(ctx context.Context, swarmID string, services []s
 	return slices.Sorted(maps.Keys(names)), stuck, nil
 }
 
-type task struct{ service, id, state string }
+type task struct {
+	service, name string // id and name of its service
+	id, state     string
+}
 
 // alive says the task occupies its node: it is not finished, failed or
 // shut down.
@@ -335,14 +338,29 @@ func (d *driver) nodeTasks(ctx context.Context, swarmID string) ([]task, error) 
 	if err != nil {
 		return nil, err
 	}
+	return parseTasks(out), nil
+}
+
+// parseTasks reads nodeTasksScript's output.
+func parseTasks(out string) []task {
 	var tasks []task
+	names := map[string]string{}
 	for line := range strings.Lines(out) {
-		f := strings.SplitN(strings.TrimSpace(line), "|", 3)
-		if len(f) == 3 {
-			tasks = append(tasks, task{service: f[0], id: f[1], state: f[2]})
+		f := strings.Split(strings.TrimSpace(line), "|")
+		switch {
+		case len(f) == 4 && f[0] == "task":
+			tasks = append(tasks, task{service: f[1], id: f[2], state: f[3]})
+		case len(f) == 3 && f[0] == "service":
+			names[f[1]] = f[2]
 		}
 	}
-	return tasks, nil
+	for i, t := range tasks {
+		tasks[i].name = t.service
+		if n, ok := names[t.service]; ok {
+			tasks[i].name = n
+		}
+	}
+	return tasks
 }
 
 // Uncordon makes n schedulable again.

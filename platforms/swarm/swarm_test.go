@@ -113,6 +113,22 @@ func TestMembers(t *testing.T) {
 	}
 }
 
+func TestParseTasks(t *testing.T) {
+	t.Parallel()
+	out := "task|s1|t1|running\ntask|s2|t2|shutdown\nservice|s1|web\nservice|s3|other\n"
+	want := []task{
+		{service: "s1", name: "web", id: "t1", state: "running"},
+		// A service gone meanwhile keeps its id as its name.
+		{service: "s2", name: "s2", id: "t2", state: "shutdown"},
+	}
+	if diff := cmp.Diff(want, parseTasks(out), cmp.AllowUnexported(task{})); diff != "" {
+		t.Errorf("parseTasks (-want +got):\n%s", diff)
+	}
+	if got := []bool{want[0].alive(), want[1].alive()}; got[0] != true || got[1] != false {
+		t.Errorf("alive = %v, want [true false]", got)
+	}
+}
+
 func TestScripts(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -136,7 +152,7 @@ func TestScripts(t *testing.T) {
 		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote 'abc' >/dev/null"}},
 		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote 'abc' >/dev/null"}},
 		{"remove", removeScript("abc"), []string{"docker node rm --force 'abc' >/dev/null"}},
-		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')"}},
+		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service ls --no-trunc --format 'service|{{.ID}}|{{.Name}}'"}},
 		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in 's1' 's2'; do"}},
 		{"install", installScript(), []string{
 			"if ! command -v dockerd >/dev/null 2>&1; then",
