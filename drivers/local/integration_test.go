@@ -6,7 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -482,6 +485,30 @@ func TestResumeTeardown(t *testing.T) {
 	}
 	if netnsExists(rec.Netns) {
 		t.Errorf("netns %s survived the resumed teardown", rec.Netns)
+	}
+}
+
+// A transit killed while it wrote a group record leaves the write's
+// temporary file; the district must still go away with its last group.
+func TestStaleTempFileDoesNotKeepDistrict(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "stale")
+	stale := filepath.Join(districtDir(e.root, drv.district), "groups", "."+g.ProviderID+".json.12345")
+	if err := os.WriteFile(stale, []byte(`{"half":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, groups, err := drv.List(t.Context(), "stale"); err != nil || len(groups) != 1 {
+		t.Fatalf("List with a stale temporary file = %v, %v; want the one group", groups, err)
+	}
+	if err := drv.DeleteGroup(t.Context(), g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.InterfaceByName(drv.bridge); err == nil {
+		t.Errorf("bridge %s is still there", drv.bridge)
+	}
+	if _, err := os.Stat(districtDir(e.root, drv.district)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("district records still there: %v", err)
 	}
 }
 

@@ -301,7 +301,10 @@ func gcScript(root, district, bridge string, cgroupParents []string) string {
 	w("for n in %s/*; do", q(path.Join(dd, "nodes")))
 	w("  [ -d \"$n\" ] && [ ! -e \"$n/record.json\" ] && rm -rf \"$n\" 2>/dev/null")
 	w("done")
-	w("if [ -z \"$(ls -A %s 2>/dev/null)\" ] && [ -z \"$(ls -A %s 2>/dev/null)\" ]; then",
+	// Plain ls skips dot files: the temporary files of record writes a
+	// killed transit left. gc runs under the root lock, so no write is in
+	// progress, and rm -rf takes them along.
+	w("if [ -z \"$(ls %s 2>/dev/null)\" ] && [ -z \"$(ls %s 2>/dev/null)\" ]; then",
 		q(path.Join(dd, "nodes")), q(path.Join(dd, "groups")))
 	w("  ip link del %s 2>/dev/null", q(bridge))
 	w("  rm -rf %s", q(dd))

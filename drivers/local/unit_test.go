@@ -136,7 +136,7 @@ func TestScripts(t *testing.T) {
 			"rmdir /sys/fs/cgroup/cpuset/transit 2>/dev/null",
 		}},
 		{"gc", gcScript("/r", "home", "tb00000000", parents), []string{
-			"if [ -z \"$(ls -A /r/districts/home/nodes 2>/dev/null)\" ] && [ -z \"$(ls -A /r/districts/home/groups 2>/dev/null)\" ]; then",
+			"if [ -z \"$(ls /r/districts/home/nodes 2>/dev/null)\" ] && [ -z \"$(ls /r/districts/home/groups 2>/dev/null)\" ]; then",
 			"ip link del tb00000000 2>/dev/null",
 			"rm -rf /r/districts/home",
 			"if [ -z \"$(ls -A /r/districts 2>/dev/null)\" ]; then",
