@@ -60,6 +60,7 @@ func TestSwarmLifecycle(t *testing.T) {
 		{"a service constrained to a tag runs only on matching nodes", testConstraint},
 		{"scale workers up and down, draining before removal", testScale},
 		{"migrate the workers from one district to the other", testMigrate},
+		{"masters: grow to three across districts, then shrink back", testMasters},
 		{"kill -9 transit during apply, then converge", testKill},
 		{"a drain that would strand a service is refused", testRefusedDrain},
 		{"bad input gives clear errors and keeps the state", testBadInput},
@@ -365,6 +366,42 @@ func testMigrate(t *testing.T, c *cluster) {
 	}
 	c.checkAgree(res)
 	c.waitRunning(res, "web", 2)
+}
+
+// testMasters adds two managers in the other district (a three-manager
+// Raft quorum), then goes back to one: each leaving manager is demoted
+// first, and the swarm keeps a leader throughout.
+func testMasters(t *testing.T, c *cluster) {
+	c.cfg.Deployments = append(c.cfg.Deployments, districts.Deployment{
+		District: "e2e-b", Flavor: "small", Role: districts.RoleMaster, Quantity: 2,
+		Tags: map[string]string{"location": "France"},
+	})
+	c.writeConfig()
+	c.apply()
+	res := c.status()
+	managers := func(res districts.Resources) int {
+		n := 0
+		for _, state := range c.swarmNodes(res) {
+			if strings.HasSuffix(state, " manager") {
+				n++
+			}
+		}
+		return n
+	}
+	if got := managers(res); got != 3 {
+		t.Fatalf("%d managers, want 3", got)
+	}
+	c.checkAgree(res)
+
+	c.setQuantity("e2e-b", districts.RoleMaster, 0)
+	c.apply()
+	res = c.status()
+	if got := managers(res); got != 1 {
+		t.Errorf("%d managers after shrinking, want 1", got)
+	}
+	c.checkAgree(res)
+	c.cfg.Deployments = c.cfg.Deployments[:len(c.cfg.Deployments)-1]
+	c.writeConfig()
 }
 
 func testKill(t *testing.T, c *cluster) {

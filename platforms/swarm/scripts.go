@@ -173,7 +173,9 @@ func nodeTasksScript(swarmID string) string {
 ids=$(docker node ps -q ` + ssh.Quote(swarmID) + `)
 [ -n "$ids" ] || exit 0
 docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}' $ids
-docker service ls --no-trunc --format 'service|{{.ID}}|{{.Name}}'
+services=$(docker service ls -q)
+[ -n "$services" ] || exit 0
+docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services
 `
 }
 

@@ -152,7 +152,7 @@ func TestScripts(t *testing.T) {
 		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote 'abc' >/dev/null"}},
 		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote 'abc' >/dev/null"}},
 		{"remove", removeScript("abc"), []string{"docker node rm --force 'abc' >/dev/null"}},
-		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service ls --no-trunc --format 'service|{{.ID}}|{{.Name}}'"}},
+		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services"}},
 		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in 's1' 's2'; do"}},
 		{"install", installScript(), []string{
 			"if ! command -v dockerd >/dev/null 2>&1; then",
