@@ -126,7 +126,7 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		c.add("platform", fmt.Sprintf("%q is not a supported platform %s", cl.Platform, known(platforms)), "")
 	}
 
-	flavorAt := make(map[string]int)
+	flavorAt := newFirsts("flavors", "defined")
 	var flavors []string
 	for i, f := range cl.Flavors {
 		p := joinIndex("flavors", i)
@@ -137,13 +137,8 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		case !ValidID(f.Flavor):
 			c.add(p+".flavor", fmt.Sprintf("%q is not a valid flavor name", f.Flavor), strings.Replace(idHint, "ids", "flavor names", 1))
 		}
-		if f.Flavor != "" {
-			if j, dup := flavorAt[f.Flavor]; dup {
-				c.add(p+".flavor", fmt.Sprintf("%q is defined twice (first at flavors[%d])", f.Flavor, j), "")
-			} else {
-				flavorAt[f.Flavor] = i
-				flavors = append(flavors, f.Flavor)
-			}
+		if f.Flavor != "" && flavorAt.add(c, p+".flavor", f.Flavor, i) {
+			flavors = append(flavors, f.Flavor)
 		}
 		checkNotNegative(c, p+".cores", f.Cores)
 		checkNotNegative(c, p+".memory_gb", f.MemoryGB)
@@ -173,7 +168,7 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 			c.add(p+".district", fmt.Sprintf("%q is not defined in %s %s", d.District, districtsFile, known(districtIDs)), didYouMean(d.District, districtIDs))
 		}
 
-		_, flavorFound := flavorAt[d.Flavor]
+		_, flavorFound := flavorAt.at[d.Flavor]
 		switch {
 		case d.Flavor == "":
 			c.add(p+".flavor", "missing "+known(flavors), "")
@@ -219,7 +214,7 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		c.add("deployments", fmt.Sprintf("no master: a cluster with nodes needs at least one node with role %q", RoleMaster), "")
 	}
 
-	addonAt := make(map[string]int)
+	addonAt := newFirsts("addons", "listed")
 	for i, a := range cl.Addons {
 		p := joinIndex("addons", i)
 		checkType(c, p+".type", a.Type, "addon", false)
@@ -230,11 +225,7 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 			c.add(p+".name", fmt.Sprintf("%q is not a known addon %s", a.Name, known(KnownAddons)), didYouMean(a.Name, KnownAddons))
 		}
 		if a.Name != "" {
-			if j, dup := addonAt[a.Name]; dup {
-				c.add(p+".name", fmt.Sprintf("%q is listed twice (first at addons[%d])", a.Name, j), "")
-			} else {
-				addonAt[a.Name] = i
-			}
+			addonAt.add(c, p+".name", a.Name, i)
 		}
 		if _, ok := a.Settings[""]; ok {
 			c.add(joinKey(p+".settings", ""), "empty key", "")
@@ -357,17 +348,13 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 		prefix netip.Prefix
 	}
 	var subnets []subnet
-	idAt := make(map[string]int)
+	idAt := newFirsts("", "defined")
 	for i, d := range ds {
 		p := joinIndex("", i)
 		checkType(c, p+".type", d.Type, "district", true)
 		checkID(c, p+".id", d.ID)
 		if d.ID != "" {
-			if j, dup := idAt[d.ID]; dup {
-				c.add(p+".id", fmt.Sprintf("%q is defined twice (first at [%d])", d.ID, j), "")
-			} else {
-				idAt[d.ID] = i
-			}
+			idAt.add(c, p+".id", d.ID, i)
 		}
 
 		providerOK := slices.Contains(Providers, d.Provider)
@@ -432,16 +419,14 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 			}
 		}
 
-		flavorAt := make(map[string]int)
+		flavorAt := newFirsts(p+".flavors", "mapped")
 		for j, f := range d.Flavors {
 			fp := joinIndex(p+".flavors", j)
 			checkType(c, fp+".type", f.Type, "flavor", false)
 			if f.Flavor == "" {
 				c.add(fp+".flavor", "missing", "")
-			} else if k, dup := flavorAt[f.Flavor]; dup {
-				c.add(fp+".flavor", fmt.Sprintf("%q is mapped twice (first at %s.flavors[%d])", f.Flavor, p, k), "")
 			} else {
-				flavorAt[f.Flavor] = j
+				flavorAt.add(c, fp+".flavor", f.Flavor, j)
 			}
 			if !providerOK {
 				continue
@@ -509,16 +494,14 @@ func checkSubnet(c *problems, path, s string) (netip.Prefix, bool) {
 // validateCredentials checks credentials.json. Messages name keys, never
 // the values of secrets.
 func validateCredentials(c *problems, creds []Credential) {
-	idAt := make(map[string]int)
+	idAt := newFirsts("", "defined")
 	for i, cr := range creds {
 		p := joinIndex("", i)
 		checkType(c, p+".type", cr.Type, "credential", true)
 		if cr.ID == "" {
 			c.add(p+".id", "missing", "")
-		} else if j, dup := idAt[cr.ID]; dup {
-			c.add(p+".id", fmt.Sprintf("%q is defined twice (first at [%d])", cr.ID, j), "")
 		} else {
-			idAt[cr.ID] = i
+			idAt.add(c, p+".id", cr.ID, i)
 		}
 		switch {
 		case cr.Provider == "":
@@ -566,16 +549,14 @@ func validateResources(c *problems, r Resources) {
 			c.add(path, fmt.Sprintf("%q does not match the state's cluster %q", cluster, r.Cluster), "")
 		}
 	}
-	nodeAt := make(map[string]int)
+	nodeAt := newFirsts("nodes", "listed")
 	for i, n := range r.Nodes {
 		p := joinIndex("nodes", i)
 		checkType(c, p+".type", n.Type, "node", false)
 		if n.ID == "" {
 			c.add(p+".id", "missing", "")
-		} else if j, dup := nodeAt[n.ID]; dup {
-			c.add(p+".id", fmt.Sprintf("%q is listed twice (first at nodes[%d])", n.ID, j), "")
 		} else {
-			nodeAt[n.ID] = i
+			nodeAt.add(c, p+".id", n.ID, i)
 		}
 		sameCluster(p+".cluster", n.Cluster)
 		if n.Phase != "" && !slices.Contains(Phases, n.Phase) {
@@ -586,19 +567,40 @@ func validateResources(c *problems, r Resources) {
 			c.add(p+".phase", fmt.Sprintf("%q is not a node phase %s", n.Phase, known(names)), "")
 		}
 	}
-	groupAt := make(map[string]int)
+	groupAt := newFirsts("security_groups", "listed")
 	for i, g := range r.SecurityGroups {
 		p := joinIndex("security_groups", i)
 		checkType(c, p+".type", g.Type, "security_group", false)
 		if g.ID == "" {
 			c.add(p+".id", "missing", "")
-		} else if j, dup := groupAt[g.ID]; dup {
-			c.add(p+".id", fmt.Sprintf("%q is listed twice (first at security_groups[%d])", g.ID, j), "")
 		} else {
-			groupAt[g.ID] = i
+			groupAt.add(c, p+".id", g.ID, i)
 		}
 		sameCluster(p+".cluster", g.Cluster)
 	}
+}
+
+// firsts remembers where each name of a list was first met, so a repeat
+// is reported with the place of the first.
+type firsts struct {
+	list string // the list's JSON path
+	verb string // "defined", "listed", "mapped"
+	at   map[string]int
+}
+
+func newFirsts(list, verb string) firsts {
+	return firsts{list: list, verb: verb, at: make(map[string]int)}
+}
+
+// add records name at index i of the list. A repeat is reported at path,
+// "<name> is <verb> twice (first at <list>[j])", and returns false.
+func (f firsts) add(c *problems, path, name string, i int) bool {
+	if j, dup := f.at[name]; dup {
+		c.add(path, fmt.Sprintf("%q is %s twice (first at %s)", name, f.verb, joinIndex(f.list, j)), "")
+		return false
+	}
+	f.at[name] = i
+	return true
 }
 
 func checkVersion(c *problems, v int) {
