@@ -126,16 +126,11 @@ func (d *driver) Init(ctx context.Context, n districts.Node) error {
 // Join adds n to the swarm as a manager (master) or a worker.
 func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	role := swarmRole(n.Role)
-	var token string
-	mgr, err := d.withManager(ctx, n.ID, func(m districts.Node) error {
-		out, err := d.run(ctx, m, "docker swarm join-token "+role, joinTokenScript(role))
-		token = strings.TrimSpace(out)
-		return err
-	})
+	token, mgr, err := d.runOnManager(ctx, n.ID, "docker swarm join-token "+role, joinTokenScript(role))
 	if err != nil {
 		return err
 	}
-	out, err := d.run(ctx, n, "docker swarm join", joinScript(token, advertiseAddr(n), advertiseAddr(mgr)))
+	out, err := d.run(ctx, n, "docker swarm join", joinScript(strings.TrimSpace(token), advertiseAddr(n), advertiseAddr(mgr)))
 	if err != nil {
 		return err
 	}
@@ -286,12 +281,7 @@ func (d *driver) drainProgress(ctx context.Context, swarmID string, services []s
 		}
 	}
 	if len(services) > 0 {
-		var out string
-		_, err := d.withManager(ctx, "", func(m districts.Node) error {
-			var err error
-			out, err = d.run(ctx, m, "list tasks of drained services", serviceTasksScript(services))
-			return err
-		})
+		out, _, err := d.runOnManager(ctx, "", "list tasks of drained services", serviceTasksScript(services))
 		if err != nil {
 			return nil, false, err
 		}
@@ -329,12 +319,7 @@ func (t task) alive() bool {
 }
 
 func (d *driver) nodeTasks(ctx context.Context, swarmID string) ([]task, error) {
-	var out string
-	_, err := d.withManager(ctx, "", func(m districts.Node) error {
-		var err error
-		out, err = d.run(ctx, m, "list tasks on a node", nodeTasksScript(swarmID))
-		return err
-	})
+	out, _, err := d.runOnManager(ctx, "", "list tasks on a node", nodeTasksScript(swarmID))
 	if err != nil {
 		return nil, err
 	}
@@ -447,9 +432,9 @@ func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control
 			errs = append(errs, err)
 			continue
 		}
-		var list []swarmNode
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			return nil, fmt.Errorf("master %s: read docker node inspect: %w", m.ID, err)
+		list, err := parseNodes(m, out)
+		if err != nil {
+			return nil, err
 		}
 		return d.members(list, nodes), nil
 	}
@@ -538,33 +523,32 @@ func (d *driver) find(ctx context.Context, n districts.Node) (swarmNode, error) 
 
 // inspect lists the swarm's nodes from a manager other than exclude.
 func (d *driver) inspect(ctx context.Context, exclude string) ([]swarmNode, error) {
+	out, m, err := d.runOnManager(ctx, exclude, "list swarm nodes", inspectScript())
+	if err != nil {
+		return nil, err
+	}
+	return parseNodes(m, out)
+}
+
+// parseNodes reads inspectScript's output from manager m.
+func parseNodes(m districts.Node, out string) ([]swarmNode, error) {
 	var list []swarmNode
-	_, err := d.withManager(ctx, exclude, func(m districts.Node) error {
-		out, err := d.run(ctx, m, "list swarm nodes", inspectScript())
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			return fmt.Errorf("master %s: read docker node inspect: %w", m.ID, err)
-		}
-		return nil
-	})
-	return list, err
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		return nil, fmt.Errorf("master %s: read docker node inspect: %w", m.ID, err)
+	}
+	return list, nil
 }
 
 // onManager runs a script on a manager other than exclude.
 func (d *driver) onManager(ctx context.Context, name, script, exclude string) error {
-	_, err := d.withManager(ctx, exclude, func(m districts.Node) error {
-		_, err := d.run(ctx, m, name, script)
-		return err
-	})
+	_, _, err := d.runOnManager(ctx, exclude, name, script)
 	return err
 }
 
-// withManager calls fn with each known manager but exclude until one can be
-// reached; a script that fails on a reachable manager is not retried
-// elsewhere.
-func (d *driver) withManager(ctx context.Context, exclude string, fn func(districts.Node) error) (districts.Node, error) {
+// runOnManager runs a script on each known manager but exclude until one
+// can be reached, and returns its output and that manager; a script that
+// fails on a reachable manager is not retried elsewhere.
+func (d *driver) runOnManager(ctx context.Context, exclude, name, script string) (string, districts.Node, error) {
 	d.mu.Lock()
 	managers := slices.Clone(d.managers)
 	d.mu.Unlock()
@@ -573,20 +557,20 @@ func (d *driver) withManager(ctx context.Context, exclude string, fn func(distri
 		if m.ID == exclude {
 			continue
 		}
-		err := fn(m)
+		out, err := d.run(ctx, m, name, script)
 		if err == nil {
 			d.rememberManager(m)
-			return m, nil
+			return out, m, nil
 		}
 		if !errors.Is(err, ssh.ErrUnreachable) {
-			return m, err
+			return out, m, err
 		}
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		return districts.Node{}, errors.New("no swarm manager is known: the swarm has not been initialised")
+		return "", districts.Node{}, errors.New("no swarm manager is known: the swarm has not been initialised")
 	}
-	return districts.Node{}, fmt.Errorf("no swarm manager reachable: %w", errors.Join(errs...))
+	return "", districts.Node{}, fmt.Errorf("no swarm manager reachable: %w", errors.Join(errs...))
 }
 
 // rememberManager puts m first among the known managers.
