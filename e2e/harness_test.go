@@ -310,16 +310,8 @@ func (c *cluster) leftovers() []string {
 			left = append(left, "cgroup "+d)
 		}
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		cmdline := strings.ReplaceAll(string(data), "\x00", " ")
-		if strings.Contains(cmdline, root+"/") {
-			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+cmdline)
-		}
+	for pid, cmdline := range rootProcesses() {
+		left = append(left, "process "+pid+": "+cmdline)
 	}
 	_ = filepath.WalkDir(filepath.Join(root, "districts"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -334,7 +326,24 @@ func (c *cluster) leftovers() []string {
 	return slices.Compact(left)
 }
 
-// events streams `transit apply --json` lines to fn until the command
+// rootProcesses returns the host's processes whose command line names a
+// path under root (node inits, teardowns): pid → command line.
+func rootProcesses() map[string]string {
+	procs := map[string]string{}
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if cmdline := strings.ReplaceAll(string(data), "\x00", " "); strings.Contains(cmdline, root+"/") {
+			procs[filepath.Base(filepath.Dir(p))] = cmdline
+		}
+	}
+	return procs
+}
+
+// applyUntil streams `transit apply --json` lines to fn until the command
 // ends or fn returns false, which kills transit with SIGKILL.
 func (c *cluster) applyUntil(fn func(ev map[string]any) bool) (killed bool) {
 	c.tb.Helper()

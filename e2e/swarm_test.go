@@ -474,19 +474,14 @@ func (c *cluster) checkNoOrphans(res districts.Resources) {
 				orphans = append(orphans, "node "+id+" has no namespace")
 			}
 		}
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, p := range procs {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				continue
-			}
-			_, rest, ok := strings.Cut(string(data), root+"/districts/")
+		for pid, cmdline := range rootProcesses() {
+			_, rest, ok := strings.Cut(cmdline, root+"/districts/")
 			if !ok {
 				continue
 			}
 			// <district>/nodes/<provider id>/...
 			if f := strings.SplitN(rest, "/", 4); len(f) >= 3 && f[1] == "nodes" && !want[f[2]] {
-				orphans = append(orphans, "process "+filepath.Base(filepath.Dir(p))+" of node "+f[2])
+				orphans = append(orphans, "process "+pid+" of node "+f[2])
 			}
 		}
 		out, err = exec.Command("iptables", "-S").Output()
