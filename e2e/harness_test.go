@@ -118,6 +118,8 @@ func newCluster(tb testing.TB, cfg districts.Cluster, ds []districts.District) *
 		if err := os.RemoveAll(root); err != nil {
 			tb.Errorf("remove %s: %v", root, err)
 		}
+		// Its parent too, unless something else (a demo) lives there.
+		_ = os.Remove(filepath.Dir(root))
 	})
 	return c
 }
