@@ -49,7 +49,7 @@ func isMember(p districts.Phase) bool {
 // (drain, remove, terminate per node), revoke old addresses, delete groups.
 func buildPlan(in planInput) Plan {
 	c := in.cluster
-	strat := c.Strategy.WithDefaults()
+	strat := c.Strategy.Resolved()
 	p := Plan{Cluster: c.ID, Notes: slices.Clone(in.world.notes)}
 
 	desired := map[districts.DeploymentKey]districts.Deployment{}
@@ -122,7 +122,7 @@ func buildPlan(in planInput) Plan {
 	roleNames := slices.Sorted(maps.Keys(roles))
 	for _, role := range roleNames {
 		rw := roles[role]
-		p.Remaining += len(rw.adds) + len(rw.excess)
+		_ = 0
 		nAdd := len(rw.adds)
 		if len(rw.excess) > 0 && !destroying {
 			// Bound the peak by the intended size, not the current one:
@@ -182,7 +182,7 @@ func buildPlan(in planInput) Plan {
 				Reason: fmt.Sprintf("allow exactly the cluster's %d node addresses (has %d)", len(sources), len(g.Sources))})
 		case !needGroup[d.ID] && has && in.world.terminating[d.ID] > 0:
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d terminating machine(s) in %s to be gone before deleting group %s", in.world.terminating[d.ID], d.ID, name))
-			p.Remaining++
+			_ = 0
 		case !needGroup[d.ID] && has:
 			deletes = append(deletes, Action{Kind: KindDeleteGroup, District: d.ID, Group: name,
 				Reason: "no nodes left in the district"})
@@ -196,7 +196,7 @@ func buildPlan(in planInput) Plan {
 		deletes = append(deletes, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID,
 			Reason: "orphaned group with the cluster's tags"})
 	}
-	p.Remaining += len(pre) + len(deletes)
+	_ = 0
 
 	// Joins: launched nodes this round plus kept nodes not yet members.
 	var toJoin []Action
@@ -207,7 +207,7 @@ func buildPlan(in planInput) Plan {
 				Reason: fmt.Sprintf("node is %s, not a member of the platform", n.Phase)})
 		}
 	}
-	p.Remaining += len(toJoin)
+	_ = 0
 	for _, a := range launches {
 		toJoin = append(toJoin, Action{Kind: KindJoin, District: a.District, Node: a.Node, Role: a.Role, Flavor: a.Flavor,
 			Reason: "new node"})
@@ -240,7 +240,7 @@ func buildPlan(in planInput) Plan {
 		}
 		if n.Phase == districts.PhaseNotReady {
 			p.Waiting = append(p.Waiting, fmt.Sprintf("node %s to become ready (the platform reports it unhealthy)", n.ID))
-			p.Remaining++
+			_ = 0
 		}
 		if n.Phase == districts.PhaseDraining || n.Phase == districts.PhaseDrained {
 			changes = append(changes, Action{Kind: KindUncordon, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
@@ -251,7 +251,7 @@ func buildPlan(in planInput) Plan {
 				Reason: "labels differ from the deployment's tags: " + tagDiff(n.Tags, want)})
 		}
 	}
-	p.Remaining += len(changes)
+	_ = 0
 
 	// Removals: drain -> remove -> terminate, each waiting for the role's
 	// new nodes. A whole-cluster destroy just terminates.

@@ -86,13 +86,33 @@ type LaunchSpec struct {
 
 // Platform is what the control loop needs from the container platform
 // (Kubernetes or Swarm) spanning the cluster's nodes.
+//
+// The platform's own view is the source of truth about membership and
+// quorum; transit's records never are. Every driver keeps this contract:
+//
+//   - Members answers ErrNoPlatform only when every node it was given
+//     answered and none is in a platform, as master or worker. When the
+//     masters cannot be asked (unreachable, timed out, their engine down)
+//     or no master serves a platform that workers still belong to, it
+//     returns an error matching ErrPlatformUnreachable (an
+//     *UnreachableError naming the masters), never ErrNoPlatform: the loop
+//     then changes no node and the run ends not converged.
+//   - Members lists every member the platform has, including members whose
+//     machine is not among nodes (deleted behind transit's back): those
+//     carry the node id of their identity label and are reported down.
+//   - MayRemoveMaster judges quorum from the platform's voters (Swarm's
+//     managers and their reachability, etcd's voting members), never from
+//     transit's roles.
+//   - Remove of a node without addresses (its machine is gone) is done by
+//     the remaining masters alone.
 type Platform interface {
 	// Install prepares a node (container engine, platform binaries);
 	// idempotent.
 	Install(ctx context.Context, n districts.Node) error
 	// Init makes n the first master of a new platform.
 	Init(ctx context.Context, n districts.Node) error
-	// Join adds n to the platform in its role.
+	// Join adds n to the platform in its role, or gives a member the
+	// role it lacks (promote, demote); idempotent.
 	Join(ctx context.Context, n districts.Node) error
 	// Label makes the node's transit-managed labels equal to labels.
 	Label(ctx context.Context, n districts.Node, labels map[string]string) error
@@ -100,29 +120,93 @@ type Platform interface {
 	// drain returns an error matching ErrDrainRefused and leaves the node
 	// schedulable again.
 	Drain(ctx context.Context, n districts.Node, timeout time.Duration) error
-	// Uncordon makes a node left cordoned by an interrupted drain
-	// schedulable again.
+	// Uncordon makes n schedulable again.
 	Uncordon(ctx context.Context, n districts.Node) error
 	// Remove takes n out of the platform (demote, leave, remove); removing
 	// a node that is not a member is not an error.
 	Remove(ctx context.Context, n districts.Node) error
-	// Members reports the platform's nodes, asking any reachable master
-	// among nodes. With no master reachable it returns ErrNoPlatform.
+	// Members reports the platform's members, asking the masters among
+	// nodes (see the contract above).
 	Members(ctx context.Context, nodes []districts.Node) ([]Member, error)
+	// MayRemoveMaster says whether master n may leave the platform now
+	// without it losing quorum: nil, or an error matching ErrQuorum that
+	// says why not. nodes are the cluster's live nodes.
+	MayRemoveMaster(ctx context.Context, n districts.Node, nodes []districts.Node) error
 }
 
 // Member is a node as the platform reports it.
 type Member struct {
-	NodeID   string
+	// NodeID is transit's node id, from the member's identity label.
+	NodeID string
+	// Role is the role the platform gives the member: RoleMaster for a
+	// voter (a Swarm manager, a control-plane node with a voting etcd
+	// member), else RoleWorker.
 	Role     string
 	Ready    bool
 	Draining bool // cordoned or drained
 	Labels   map[string]string
 }
 
-// ErrNoPlatform says no master answered: the platform does not exist yet,
-// or every master is gone.
-var ErrNoPlatform = errors.New("no platform master reachable")
+// ErrNoPlatform says every node answered and none is in a platform.
+var ErrNoPlatform = errors.New("no platform exists on the nodes")
+
+// ErrPlatformUnreachable says the platform could not be asked: no master
+// answered, or none serves the platform that workers belong to.
+var ErrPlatformUnreachable = errors.New("platform unreachable")
+
+// UnreachableError names the masters that did not answer and why.
+type UnreachableError struct {
+	Masters []string // node ids; empty when no master is left at all
+	Err     error
+}
+
+func (e *UnreachableError) Error() string {
+	if len(e.Masters) == 0 {
+		return fmt.Sprintf("platform unreachable: no master is left to ask: %v", e.Err)
+	}
+	return fmt.Sprintf("platform unreachable: no master answered (%s): %v", strings.Join(e.Masters, ", "), e.Err)
+}
+
+// Is makes errors.Is(err, ErrPlatformUnreachable) true.
+func (e *UnreachableError) Is(target error) bool { return target == ErrPlatformUnreachable }
+
+// Unwrap returns the masters' errors.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// ErrQuorum marks a master that may not leave now.
+var ErrQuorum = errors.New("quorum")
+
+// QuorumError says why a master may not leave.
+type QuorumError struct {
+	Node   string
+	Reason string
+}
+
+func (e *QuorumError) Error() string { return "master " + e.Node + " may not leave: " + e.Reason }
+
+// Is makes errors.Is(err, ErrQuorum) true.
+func (e *QuorumError) Is(target error) bool { return target == ErrQuorum }
+
+// RaftQuorum is the majority rule of a Raft group (Swarm's managers,
+// etcd's voting members), for drivers to answer MayRemoveMaster: with
+// voters members of which reachable answer, may member node, reachable or
+// not, leave? The change itself needs a quorum now, and the members left
+// must still have one.
+func RaftQuorum(node string, voters, reachable int, leavingReachable bool) error {
+	after, reachAfter := voters-1, reachable
+	if leavingReachable {
+		reachAfter--
+	}
+	switch {
+	case after < 1:
+		return &QuorumError{Node: node, Reason: "it is the last master"}
+	case reachable < voters/2+1:
+		return &QuorumError{Node: node, Reason: fmt.Sprintf("the platform has no quorum now: %d of %d masters reachable, %d needed", reachable, voters, voters/2+1)}
+	case reachAfter < after/2+1:
+		return &QuorumError{Node: node, Reason: fmt.Sprintf("it would leave %d reachable of %d masters, below quorum %d", reachAfter, after, after/2+1)}
+	}
+	return nil
+}
 
 // ErrDrainRefused marks a drain the platform refused or could not finish in
 // time (a disruption budget, a stuck workload). The node is skipped, never

@@ -328,7 +328,7 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 		Type: "node", ID: a.Node, Cluster: r.opts.Cluster.ID, District: a.District, Role: a.Role, Flavor: a.Flavor,
 		Zone: r.zones[a.Node],
 	}
-	tags := IdentityTags(n)
+	tags := IdentityTags(n, "")
 	maps.Copy(tags, r.desired[n.Key()].Tags)
 	infra, err := r.infra(a.District)
 	if err != nil {
@@ -464,7 +464,7 @@ func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 	if err != nil {
 		return err
 	}
-	tags := IdentityTags(n)
+	tags := IdentityTags(n, "")
 	if err := infra.Terminate(ctx, Instance{ProviderID: n.ProviderID, Tags: tags, Zone: n.Zone}); err != nil {
 		return err
 	}
@@ -496,7 +496,7 @@ func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
 			workers = append(workers, c)
 		}
 	}
-	strat := r.opts.Cluster.Strategy.WithDefaults()
+	strat := r.opts.Cluster.Strategy.Resolved()
 	for _, set := range []struct {
 		chains [][]Action
 		limit  int
@@ -555,7 +555,7 @@ func (r *runner) removeStep(ctx context.Context, a Action) error {
 		if err := r.setNode(n); err != nil {
 			return err
 		}
-		if err := r.opts.Platform.Drain(ctx, n, r.opts.Cluster.Strategy.WithDefaults().DrainTimeout.D()); err != nil {
+		if err := r.opts.Platform.Drain(ctx, n, r.opts.Cluster.Strategy.Resolved().DrainTimeout); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}

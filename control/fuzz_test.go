@@ -44,7 +44,7 @@ func FuzzPlanFromState(f *testing.F) {
 			return
 		}
 		c := c
-		c.Strategy = districts.Strategy{MaxSurge: int(surge % 5), MaxUnavailable: int(unavailable % 5)}
+		c.Strategy = districts.Strategy{MaxSurge: districts.Int(int(surge % 5)), MaxUnavailable: districts.Int(int(unavailable % 5))}
 		p, err := MakePlan(t.Context(), Options{Cluster: c, Districts: simDistricts, State: r}, false)
 		if err != nil {
 			return

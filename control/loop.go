@@ -139,10 +139,10 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			r.round--
 			continue
 		}
-		if prevRemaining >= 0 && plan.Remaining >= prevRemaining && r.refused == refusedBefore {
+		if prevRemaining >= 0 && len(plan.Actions) >= prevRemaining && r.refused == refusedBefore {
 			return r.finish(res, fmt.Errorf("%w: round %d made no progress: %s", ErrNotConverged, r.round-1, r.problemText()))
 		}
-		prevRemaining, refusedBefore = plan.Remaining, r.refused
+		prevRemaining, refusedBefore = len(plan.Actions), r.refused
 		r.problems = nil
 		if err := r.execute(ctx, plan); err != nil {
 			return r.finish(res, err)
@@ -175,9 +175,6 @@ func errString(err error) string {
 // nodeIDs names new nodes <cluster>-<role>-<n>, counting on from the
 // highest number in use, so names stay readable and plans reproducible.
 func nodeIDs(opts Options, s districts.Resources) func(districts.DeploymentKey) string {
-	if opts.NewNodeID != nil {
-		return opts.NewNodeID
-	}
 	next := map[string]int{}
 	for _, n := range s.Nodes {
 		prefix := opts.Cluster.ID + "-" + n.Role + "-"

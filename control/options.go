@@ -15,8 +15,22 @@ type Options struct {
 	Districts []districts.District
 	// Infra holds one driver per district id named in Districts.
 	Infra map[string]Infrastructure
-	// Platform is nil only for work that never asks it (plan without refresh).
+	// Platform is nil only for work that never asks it (plan without
+	// refresh, destroy).
 	Platform Platform
+	// Destroy tears the whole cluster down: every machine is terminated
+	// without asking the platform (it goes away too) and every group
+	// deleted. transit destroy sets it.
+	Destroy bool
+	// AllowDestroy lets an apply whose cluster.json wants no node at all
+	// remove the last master. Without it such an apply is refused
+	// (ErrWouldDestroy): one bad write of cluster.json must not wipe a
+	// platform.
+	AllowDestroy bool
+	// RebuildPlatform lets the loop initialise a new platform over nodes
+	// whose platform formed once and is now lost (every master gone).
+	// Without it the run stops not converged.
+	RebuildPlatform bool
 	// State is the last saved resources.json (may be empty).
 	State districts.Resources
 	// Save persists state; the loop calls it after every action.
@@ -36,8 +50,9 @@ type Options struct {
 	PollInterval time.Duration
 	// Clock tells time and sleeps; tests inject a fake one.
 	Clock clock.Clock
-	// NewNodeID names a node about to launch; tests make it deterministic.
-	NewNodeID func(key districts.DeploymentKey) string
+	// NewLineage makes a cluster's lineage id at its first apply; default
+	// 16 random hex digits.
+	NewLineage func() string
 	// Confirmed, when set, is the plan a person approved: the first round
 	// runs only if it would do exactly these actions, so what was shown is
 	// what is done. Otherwise Apply returns ErrStalePlan.
@@ -85,11 +100,30 @@ type Result struct {
 	Rounds    int  `json:"rounds"`
 	// Problems say why the loop did not converge: which node, what failed.
 	Problems []string `json:"problems,omitempty"`
+	// Warnings are what a converged run still reports: members the
+	// platform calls not ready (not waited on, not replaced unless
+	// strategy.replace_unhealthy_after says so), deployments that stopped
+	// relaunching, foreign resources.
+	Warnings []string `json:"warnings,omitempty"`
+	// Left lists the actions an interrupted round did not finish.
+	Left []string `json:"left,omitempty"`
 }
 
 // ErrStalePlan says the clouds or the platform changed between showing a
 // plan and applying it; nothing was done.
 var ErrStalePlan = errors.New("the plan is stale: the cluster changed since it was shown; run apply again to see the new plan")
+
+// ErrWouldDestroy refuses an apply whose cluster.json wants no node while
+// the cluster has some.
+var ErrWouldDestroy = errors.New("cluster.json wants no node at all: apply never removes a cluster's last master; run `transit destroy` to tear the cluster down, or pass --allow-destroy")
+
+// ErrPlatformLost says the platform formed once and no master serves it
+// now; rebuilding it needs Options.RebuildPlatform.
+var ErrPlatformLost = errors.New("platform lost")
+
+// ErrForeign says the clouds hold resources of the cluster's name from
+// another lineage, and transit cannot tell which cluster is this one.
+var ErrForeign = errors.New("foreign resources")
 
 // ErrNotConverged is returned (wrapped, with the reasons) when a round made
 // no progress or the rounds ran out. The next run retries.

@@ -7,27 +7,75 @@ import (
 // Kind is what an action does.
 type Kind string
 
-// Action kinds, in the order a round executes them.
+// Action kinds.
 const (
 	KindCreateGroup Kind = "create-group" // + a district's security group
-	KindUpdateGroup Kind = "update-group" // ~ allow the cluster's current addresses
+	KindUpdateGroup Kind = "update-group" // ~ allow exactly the cluster's current addresses
 	KindLaunch      Kind = "launch"       // + start a machine
-	KindInit        Kind = "init"         // + install, make the first master, label
-	KindJoin        Kind = "join"         // + install, join in its role, label
+	KindAllow       Kind = "allow"        // ~ let new nodes' addresses into a group before they join
+	KindInit        Kind = "init"         // + install, make the first master
+	KindJoin        Kind = "join"         // + install, join in its role (or fix the role), label
 	KindLabel       Kind = "label"        // ~ set a node's labels to its tags
-	KindUncordon    Kind = "uncordon"     // ~ undo an interrupted drain of a wanted node
+	KindUncordon    Kind = "uncordon"     // ~ undo transit's own interrupted drain of a wanted node
+	KindForget      Kind = "forget"       // - remove a member whose machine is gone from the platform
 	KindDrain       Kind = "drain"        // - move workloads away
 	KindRemove      Kind = "remove"       // - leave the platform
 	KindTerminate   Kind = "terminate"    // - delete the machine (asynchronous)
+	KindRevoke      Kind = "revoke"       // ~ drop removed nodes' addresses from a group
 	KindDeleteGroup Kind = "delete-group" // - remove an empty district's group
 )
+
+// Stage is when in a round an action runs. A round runs its stages in
+// this order, each stage's actions together (bounded by --parallel,
+// max_unavailable, or one at a time for masters): the order is a property
+// of the kinds, not of where an action sits in the plan.
+type Stage int
+
+// Stages, in execution order.
+const (
+	StageGroups   Stage = iota // create-group, update-group
+	StageLaunch                // launch
+	StageAllow                 // allow
+	StageInit                  // init (alone)
+	StageJoin                  // join
+	StageChange                // label, uncordon
+	StageForget                // forget (one at a time, quorum checked)
+	StageRemove                // drain → remove → terminate, one chain per node
+	StageRevoke                // revoke
+	StageDelete                // delete-group
+)
+
+// Stage is the stage kind k runs in.
+func (k Kind) Stage() Stage {
+	switch k {
+	case KindCreateGroup, KindUpdateGroup:
+		return StageGroups
+	case KindLaunch:
+		return StageLaunch
+	case KindAllow:
+		return StageAllow
+	case KindInit:
+		return StageInit
+	case KindJoin:
+		return StageJoin
+	case KindLabel, KindUncordon:
+		return StageChange
+	case KindForget:
+		return StageForget
+	case KindDrain, KindRemove, KindTerminate:
+		return StageRemove
+	case KindRevoke:
+		return StageRevoke
+	}
+	return StageDelete
+}
 
 // Symbol is the terraform-style mark of a kind: + adds, ~ changes, - removes.
 func (k Kind) Symbol() string {
 	switch k {
 	case KindCreateGroup, KindLaunch, KindInit, KindJoin:
 		return "+"
-	case KindUpdateGroup, KindLabel, KindUncordon:
+	case KindUpdateGroup, KindAllow, KindRevoke, KindLabel, KindUncordon:
 		return "~"
 	default:
 		return "-"
@@ -45,8 +93,8 @@ type Action struct {
 	// Group is the security group's name for group actions.
 	Group  string `json:"group,omitempty"`
 	Reason string `json:"reason"`
-	// After lists nodes that must have joined before this action runs: a
-	// removal waits for the nodes replacing it.
+	// After lists nodes this action waits for within the round: joins
+	// wait for the node that initialises the platform.
 	After []string `json:"after,omitempty"`
 }
 
@@ -55,16 +103,19 @@ type Action struct {
 type Plan struct {
 	Cluster string   `json:"cluster"`
 	Actions []Action `json:"actions"`
-	// Waiting says what the plan cannot do yet (a group whose district
-	// still has machines terminating).
+	// Waiting says what only time fixes and the loop waits for: machines
+	// still terminating before their group goes, new members becoming
+	// ready before the nodes they replace leave.
 	Waiting []string `json:"waiting,omitempty"`
-	// Notes report what observation found: adopted and forgotten nodes,
-	// skipped drains.
+	// Blocked says what differs from cluster.json but will not be done,
+	// and why (the platform is unreachable, launches back off after
+	// failures): an apply ends not converged.
+	Blocked []string `json:"blocked,omitempty"`
+	// Warnings report what the loop does not fix and does not wait for
+	// (members not ready since before the run, foreign resources).
+	Warnings []string `json:"warnings,omitempty"`
+	// Notes report what observation found: adopted and forgotten nodes.
 	Notes []string `json:"notes,omitempty"`
-	// Remaining counts the work between the current and the intended
-	// state, including work later rounds will do (migration waves). A round
-	// that does not lower it made no progress.
-	Remaining int `json:"remaining"`
 }
 
 // Summary counts a plan's actions by symbol.
@@ -82,15 +133,15 @@ func (p Plan) Summary() Summary {
 		switch a.Kind {
 		case KindCreateGroup, KindLaunch:
 			s.Add++
-		case KindUpdateGroup:
+		case KindAllow:
 			// Allowing new nodes into a group the plan creates is part
 			// of the creation.
 			if !p.has(KindCreateGroup, a.District) {
 				s.Change++
 			}
-		case KindLabel, KindUncordon:
+		case KindUpdateGroup, KindRevoke, KindLabel, KindUncordon:
 			s.Change++
-		case KindTerminate, KindDeleteGroup:
+		case KindTerminate, KindDeleteGroup, KindForget:
 			s.Remove++
 		case KindInit, KindJoin:
 			// A join of an already-launched node is its own change.
@@ -122,21 +173,27 @@ func (p Plan) has(k Kind, district string) bool {
 	return false
 }
 
-// Empty reports whether the plan has nothing to do and nothing to wait for.
-func (p Plan) Empty() bool { return len(p.Actions) == 0 && len(p.Waiting) == 0 }
+// Empty reports whether the plan has nothing to do, nothing to wait for
+// and nothing it cannot do: the cluster matches cluster.json.
+func (p Plan) Empty() bool { return len(p.Actions) == 0 && len(p.Waiting) == 0 && len(p.Blocked) == 0 }
 
 // GroupName is the name of a cluster's security group in a district.
 func GroupName(cluster, district string) string {
 	return "transit-" + cluster + "-" + district
 }
 
-// IdentityTags are the tags that mark a node as transit's.
-func IdentityTags(n districts.Node) map[string]string {
-	return map[string]string{
+// IdentityTags are the tags that mark a node as transit's: its cluster and
+// lineage, district, role, flavor and id.
+func IdentityTags(n districts.Node, lineage string) map[string]string {
+	t := map[string]string{
 		districts.TagCluster:  n.Cluster,
 		districts.TagDistrict: n.District,
 		districts.TagRole:     n.Role,
 		districts.TagFlavor:   n.Flavor,
 		districts.TagNode:     n.ID,
 	}
+	if lineage != "" {
+		t[districts.TagLineage] = lineage
+	}
+	return t
 }

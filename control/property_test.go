@@ -92,7 +92,7 @@ func (h *harness) prepare(c districts.Cluster) {
 	s := h.sim
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	strat := c.Strategy.WithDefaults()
+	strat := c.Strategy.Resolved()
 	want := map[string]int{}
 	total := 0
 	for _, d := range c.Deployments {
@@ -226,7 +226,7 @@ var simDistricts = []districts.District{
 func randomCluster(rng *rand.Rand, prev districts.Cluster) districts.Cluster {
 	c := districts.Cluster{Type: "cluster", ID: "paper", Platform: "swarm",
 		Flavors:  []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 2}, {Flavor: "large", Cores: 4, MemoryGB: 16}},
-		Strategy: districts.Strategy{MaxSurge: 1 + rng.IntN(2), MaxUnavailable: 1 + rng.IntN(2)}}
+		Strategy: districts.Strategy{MaxSurge: districts.Int(1 + rng.IntN(2)), MaxUnavailable: districts.Int(1 + rng.IntN(2))}}
 	tagSets := []map[string]string{nil, {"location": "Europe"}, {"location": "Germany", "policy": "Safe-Harbour"}}
 	switch r := rng.Float64(); {
 	case r < 0.1:

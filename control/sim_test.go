@@ -626,3 +626,23 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.mu.Unlock()
 	return nil
 }
+
+func (p *simPlatform) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	voters, reachable := 0, 0
+	for _, m := range s.members {
+		if m.role == districts.RoleMaster {
+			voters++
+			if m.ready && !m.sick {
+				reachable++
+			}
+		}
+	}
+	m, ok := s.members[n.ID]
+	if !ok || m.role != districts.RoleMaster {
+		return nil
+	}
+	return RaftQuorum(n.ID, voters, reachable, m.ready && !m.sick)
+}

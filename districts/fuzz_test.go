@@ -114,7 +114,7 @@ func FuzzResources(f *testing.F) {
 	f.Add([]byte(`{"type": "resources", "version": 1, "cluster": "demo", "serial": 3, "updated_at": "2017-04-24T09:30:00.123456789+02:00",
 		"nodes": [{"id": "n1", "cluster": "demo", "phase": "joined", "tags": {"a": "b"}, "created_at": "0001-01-01T00:00:00Z"}],
 		"security_groups": [{"id": "g1", "cluster": "demo", "sources": ["10.0.0.1/32"]}]}`))
-	f.Add([]byte(`{"type": "resources", "version": 2, "new": true}`))
+	f.Add([]byte(`{"type": "resources", "version": 3, "new": true}`))
 	f.Add([]byte(`{"type": "resources", "version": 1, "nodes": null, "security_groups": []}`))
 	f.Add([]byte(`{"updated_at": "9999-12-31T23:59:59-23:59"}`))
 	f.Add([]byte(""))

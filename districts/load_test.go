@@ -326,10 +326,10 @@ func TestLoadResources(t *testing.T) {
 			wantErr: Problems{rs("", "invalid JSON at line 1, column 28: unexpected end of JSON input", resourcesRecovery)}},
 		{name: "not an object", content: ptr(`[]`),
 			wantErr: Problems{rs("", "expected an object, got a list", resourcesShape)}},
-		{name: "newer version with new keys", content: ptr(`{"type": "resources", "version": 2, "volumes": []}`),
-			wantErr: Problems{rs("version", "written by a newer transit (version 2; this transit reads version 1)", "upgrade transit")}},
+		{name: "newer version with new keys", content: ptr(`{"type": "resources", "version": 3, "volumes": []}`),
+			wantErr: Problems{rs("version", "written by a newer transit (version 3; this transit reads version 2)", "upgrade transit")}},
 		{name: "unknown key", content: ptr(`{"type": "resources", "version": 1, "nodez": []}`),
-			wantErr: Problems{rs("", `unknown key "nodez" (known: type, version, cluster, serial, updated_at, nodes, security_groups)`, `did you mean "nodes"?`)}},
+			wantErr: Problems{rs("", `unknown key "nodez" (known: type, version, cluster, lineage, serial, updated_at, platform_formed_at, node_numbers, failures, nodes, security_groups)`, `did you mean "nodes"?`)}},
 		{name: "node of another cluster", content: ptr(`{"type": "resources", "version": 1, "cluster": "a", "nodes": [{"id": "n", "cluster": "b", "phase": "joined"}]}`),
 			wantErr: Problems{rs("nodes[0].cluster", `"b" does not match the state's cluster "a"`, "")}},
 	}

@@ -79,16 +79,22 @@ type Addon struct {
 	Settings map[string]string `json:"settings,omitempty"`
 }
 
-// Strategy tunes how fast the control loop changes the cluster.
+// Strategy tunes how fast the control loop changes the cluster. The two
+// counts are pointers so that an explicit 0 differs from "unset": as in a
+// Kubernetes rolling update, max_surge 0 replaces in place (remove first,
+// bounded by max_unavailable) and the two may not both be 0.
 type Strategy struct {
-	// MaxUnavailable is how many nodes may be draining or leaving at once
-	// (default 1).
-	MaxUnavailable int `json:"max_unavailable,omitempty"`
-	// MaxSurge is how many nodes above the larger of the current and the
-	// intended size a migration may add before removing old ones (default 1).
-	MaxSurge int `json:"max_surge,omitempty"`
+	// MaxUnavailable is how many nodes of a role may be draining, leaving
+	// or missing at once (default 1).
+	MaxUnavailable *int `json:"max_unavailable,omitempty"`
+	// MaxSurge is how many nodes above its intended size a role may run
+	// while nodes are replaced, e.g. by a migration (default 1).
+	MaxSurge *int `json:"max_surge,omitempty"`
 	// DrainTimeout bounds one node's drain (default 5m).
 	DrainTimeout Duration `json:"drain_timeout,omitzero"`
+	// ReplaceUnhealthyAfter replaces a member the platform has reported
+	// not ready for this long (0, the default: never; transit reports it).
+	ReplaceUnhealthyAfter Duration `json:"replace_unhealthy_after,omitzero"`
 }
 
 // Strategy defaults.
@@ -98,19 +104,37 @@ const (
 	DefaultDrainTimeout   = 5 * time.Minute
 )
 
-// WithDefaults returns s with unset fields filled in.
-func (s Strategy) WithDefaults() Strategy {
-	if s.MaxUnavailable <= 0 {
-		s.MaxUnavailable = DefaultMaxUnavailable
-	}
-	if s.MaxSurge <= 0 {
-		s.MaxSurge = DefaultMaxSurge
-	}
-	if s.DrainTimeout <= 0 {
-		s.DrainTimeout = Duration(DefaultDrainTimeout)
-	}
-	return s
+// Rollout is a Strategy with its defaults filled in.
+type Rollout struct {
+	MaxUnavailable        int
+	MaxSurge              int
+	DrainTimeout          time.Duration
+	ReplaceUnhealthyAfter time.Duration
 }
+
+// Resolved returns the strategy with unset fields defaulted.
+func (s Strategy) Resolved() Rollout {
+	r := Rollout{MaxUnavailable: DefaultMaxUnavailable, MaxSurge: DefaultMaxSurge,
+		DrainTimeout: s.DrainTimeout.D(), ReplaceUnhealthyAfter: s.ReplaceUnhealthyAfter.D()}
+	if s.MaxUnavailable != nil {
+		r.MaxUnavailable = max(*s.MaxUnavailable, 0)
+	}
+	if s.MaxSurge != nil {
+		r.MaxSurge = max(*s.MaxSurge, 0)
+	}
+	if r.MaxUnavailable == 0 && r.MaxSurge == 0 {
+		// Validation refuses this; never let a bad value stall a rollout.
+		r.MaxUnavailable = 1
+	}
+	if r.DrainTimeout <= 0 {
+		r.DrainTimeout = DefaultDrainTimeout
+	}
+	r.ReplaceUnhealthyAfter = max(r.ReplaceUnhealthyAfter, 0)
+	return r
+}
+
+// Int returns a pointer to v, for Strategy's counts.
+func Int(v int) *int { return &v }
 
 // District is one entry of districts.json: a region or project of one
 // provider. Provider keys use the provider's own words; validation rejects
@@ -219,16 +243,39 @@ type Resources struct {
 	Type    string `json:"type"` // "resources"
 	Version int    `json:"version"`
 	Cluster string `json:"cluster"`
+	// Lineage tells this cluster apart from another of the same name (in
+	// one account, or one project on two laptops): it is generated at the
+	// first apply and carried by every resource as the transit-lineage tag.
+	Lineage string `json:"lineage,omitempty"`
 	// Serial increases on every write, so a reader can tell two
 	// snapshots apart.
-	Serial         int64           `json:"serial"`
-	UpdatedAt      time.Time       `json:"updated_at,omitzero"`
-	Nodes          []Node          `json:"nodes"`
-	SecurityGroups []SecurityGroup `json:"security_groups"`
+	Serial    int64     `json:"serial"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// PlatformFormedAt is when a master was first seen joined. From then
+	// on transit never initialises another platform over the nodes unless
+	// asked to rebuild it; it is cleared when the cluster has no node left.
+	PlatformFormedAt time.Time `json:"platform_formed_at,omitzero"`
+	// NodeNumbers is the highest node number used per role in this
+	// lineage, so a name is never given twice.
+	NodeNumbers map[string]int `json:"node_numbers,omitempty"`
+	// Failures counts, per deployment line ("district/flavor/role"),
+	// the launched nodes in a row that failed to install or join.
+	Failures       map[string]Failure `json:"failures,omitempty"`
+	Nodes          []Node             `json:"nodes"`
+	SecurityGroups []SecurityGroup    `json:"security_groups"`
 }
 
-// ResourcesVersion is the resources.json schema version this build writes.
-const ResourcesVersion = 1
+// ResourcesVersion is the resources.json schema version this build writes;
+// it reads every version from 1 on.
+const ResourcesVersion = 2
+
+// Failure is a deployment's run of failed joins: launches back off after
+// a few in a row.
+type Failure struct {
+	Count     int       `json:"count"`
+	LastError string    `json:"last_error"`
+	LastAt    time.Time `json:"last_at"`
+}
 
 // Node is a machine transit launched (or adopted) for a cluster.
 type Node struct {
@@ -246,9 +293,19 @@ type Node struct {
 	Phase      Phase             `json:"phase"`
 	// Message says why the node is in its phase when that needs saying
 	// (a refused drain, a failed join).
-	Message   string    `json:"message,omitempty"`
-	CreatedAt time.Time `json:"created_at,omitzero"`
-	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	Message string `json:"message,omitempty"`
+	// JoinFailed says an install or join of this machine failed; once the
+	// platform confirms it is no member, it is replaced.
+	JoinFailed bool `json:"join_failed,omitempty"`
+	// CordonedByTransit says transit's own drain cordoned the node, so
+	// transit may make it schedulable again; a cordon set by a person is
+	// left alone.
+	CordonedByTransit bool `json:"cordoned_by_transit,omitempty"`
+	// NotReadySince is when the platform first reported the member not
+	// ready (strategy.replace_unhealthy_after counts from it).
+	NotReadySince time.Time `json:"not_ready_since,omitzero"`
+	CreatedAt     time.Time `json:"created_at,omitzero"`
+	UpdatedAt     time.Time `json:"updated_at,omitzero"`
 }
 
 // Key is the deployment line the node belongs to.
@@ -275,7 +332,8 @@ const (
 	PhaseLaunched    Phase = "launched"    // the machine runs, not yet in the platform
 	PhaseJoined      Phase = "joined"      // a healthy member of the platform
 	PhaseNotReady    Phase = "not-ready"   // a member the platform reports unhealthy
-	PhaseDraining    Phase = "draining"    // cordoned; workloads moving away
+	PhaseCordoned    Phase = "cordoned"    // a member someone else made unschedulable
+	PhaseDraining    Phase = "draining"    // cordoned by transit; workloads moving away
 	PhaseDrained     Phase = "drained"     // no workloads left; ready to leave
 	PhaseLeft        Phase = "left"        // removed from the platform
 	PhaseTerminating Phase = "terminating" // the cloud is deleting the machine
@@ -303,4 +361,5 @@ const (
 	TagFlavor   = "transit-flavor"
 	TagNode     = "transit-node"
 	TagGroup    = "transit-group"
+	TagLineage  = "transit-lineage"
 )

@@ -20,7 +20,7 @@ var Providers = []string{ProviderAWS, ProviderGCE, ProviderOpenStack, ProviderLo
 var credentialProviders = []string{ProviderAWS, ProviderGCE, ProviderOpenStack}
 
 // Phases lists the node phases in order of a normal life.
-var Phases = []Phase{PhaseLaunched, PhaseJoined, PhaseNotReady, PhaseDraining, PhaseDrained, PhaseLeft, PhaseTerminating}
+var Phases = []Phase{PhaseLaunched, PhaseJoined, PhaseNotReady, PhaseCordoned, PhaseDraining, PhaseDrained, PhaseLeft, PhaseTerminating}
 
 // MaxIDLength bounds cluster and district ids, which become part of
 // machine names, labels and tags.
@@ -232,9 +232,19 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		}
 	}
 
-	checkNotNegative(c, "strategy.max_unavailable", cl.Strategy.MaxUnavailable)
-	checkNotNegative(c, "strategy.max_surge", cl.Strategy.MaxSurge)
-	checkNotNegative(c, "strategy.drain_timeout", cl.Strategy.DrainTimeout)
+	st := cl.Strategy
+	if st.MaxUnavailable != nil {
+		checkNotNegative(c, "strategy.max_unavailable", *st.MaxUnavailable)
+	}
+	if st.MaxSurge != nil {
+		checkNotNegative(c, "strategy.max_surge", *st.MaxSurge)
+	}
+	if st.MaxUnavailable != nil && st.MaxSurge != nil && *st.MaxUnavailable == 0 && *st.MaxSurge == 0 {
+		c.add("strategy", "max_surge and max_unavailable are both 0: no node could ever be replaced",
+			"allow one of them to be at least 1 (max_surge 0 replaces in place, max_unavailable nodes at a time)")
+	}
+	checkNotNegative(c, "strategy.drain_timeout", st.DrainTimeout)
+	checkNotNegative(c, "strategy.replace_unhealthy_after", st.ReplaceUnhealthyAfter)
 }
 
 // Tag limits: the tightest of the places tags go (AWS tags, Kubernetes and
@@ -567,6 +577,12 @@ func validateResources(c *problems, r Resources) {
 			c.add(p+".phase", fmt.Sprintf("%q is not a node phase %s", n.Phase, known(names)), "")
 		}
 	}
+	for role, n := range r.NodeNumbers {
+		checkNotNegative(c, joinKey("node_numbers", role), n)
+	}
+	for k, f := range r.Failures {
+		checkNotNegative(c, joinKey("failures", k)+".count", f.Count)
+	}
 	groupAt := newFirsts("security_groups", "listed")
 	for i, g := range r.SecurityGroups {
 		p := joinIndex("security_groups", i)
@@ -578,6 +594,32 @@ func validateResources(c *problems, r Resources) {
 		}
 		sameCluster(p+".cluster", g.Cluster)
 	}
+}
+
+// CheckStateDistricts refuses a districts.json that dropped a district
+// while the state still has nodes or a security group there: transit could
+// no longer reach them and would silently forget them.
+func CheckStateDistricts(r Resources, ds []District, stateFile string) error {
+	known := map[string]bool{}
+	for _, d := range ds {
+		known[d.ID] = true
+	}
+	c := newProblems(stateFile, reflect.TypeFor[Resources]())
+	const hint = "put the district back in districts.json, set its quantities to 0 and apply; remove it once transit has emptied it"
+	for i, n := range r.Nodes {
+		if !known[n.District] {
+			c.add(joinIndex("nodes", i)+".district", fmt.Sprintf("node %s is in district %q, which districts.json no longer defines", n.ID, n.District), hint)
+		}
+	}
+	for i, g := range r.SecurityGroups {
+		if !known[g.District] {
+			c.add(joinIndex("security_groups", i)+".district", fmt.Sprintf("security group %s is in district %q, which districts.json no longer defines", g.ID, g.District), hint)
+		}
+	}
+	if len(c.list) > 0 {
+		return c.sorted()
+	}
+	return nil
 }
 
 // firsts remembers where each name of a list was first met, so a repeat

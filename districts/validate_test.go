@@ -26,7 +26,7 @@ func validConfig() Config {
 				{Type: "deployment", District: "aws-europe", Flavor: "large", Role: "worker", Quantity: 2},
 			},
 			Addons:   []Addon{{Name: "relations"}},
-			Strategy: Strategy{MaxUnavailable: 2, DrainTimeout: Duration(time.Minute)},
+			Strategy: Strategy{MaxUnavailable: Int(2), DrainTimeout: Duration(time.Minute)},
 		},
 		Districts: []District{
 			{Type: "district", ID: "gce-europe", Provider: "gce", CredentialID: "gce_default",
@@ -159,7 +159,7 @@ func TestValidate(t *testing.T) {
 				cl("addons[1].name", "missing (known: relations, streams)"),
 			}},
 		{"strategy negative", func(c *Config) {
-			c.Cluster.Strategy = Strategy{MaxUnavailable: -1, MaxSurge: -2, DrainTimeout: Duration(-time.Second)}
+			c.Cluster.Strategy = Strategy{MaxUnavailable: Int(-1), MaxSurge: Int(-2), DrainTimeout: Duration(-time.Second)}
 		}, Problems{
 			cl("strategy.max_unavailable", "must not be negative, got -1"),
 			cl("strategy.max_surge", "must not be negative, got -2"),
@@ -398,10 +398,10 @@ func TestValidateResources(t *testing.T) {
 		}, nil},
 		{"type and version", Resources{Type: "cluster"}, Problems{
 			rs("type", `must be "resources", got "cluster"`),
-			rs("version", "missing (this transit writes version 1)"),
+			rs("version", "missing (this transit writes version 2)"),
 		}},
-		{"newer version", Resources{Type: "resources", Version: 2}, Problems{
-			withHint(rs("version", "written by a newer transit (version 2; this transit reads version 1)"), "upgrade transit"),
+		{"newer version", Resources{Type: "resources", Version: 3}, Problems{
+			withHint(rs("version", "written by a newer transit (version 3; this transit reads version 2)"), "upgrade transit"),
 		}},
 		{"nodes", Resources{Type: "resources", Version: 1, Cluster: "demo",
 			Nodes: []Node{
@@ -419,7 +419,7 @@ func TestValidateResources(t *testing.T) {
 			rs("nodes[1].id", `"n1" is listed twice (first at nodes[0])`),
 			rs("nodes[1].cluster", `"other" does not match the state's cluster "demo"`),
 			rs("nodes[2].id", "missing"),
-			rs("nodes[2].phase", `"dead" is not a node phase (known: launched, joined, not-ready, draining, drained, left, terminating)`),
+			rs("nodes[2].phase", `"dead" is not a node phase (known: launched, joined, not-ready, cordoned, draining, drained, left, terminating)`),
 			rs("security_groups[0].type", `must be "security_group" or left out, got "group"`),
 			rs("security_groups[1].id", `"g1" is listed twice (first at security_groups[0])`),
 			rs("security_groups[1].cluster", `"other" does not match the state's cluster "demo"`),

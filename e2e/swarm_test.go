@@ -37,7 +37,7 @@ func exampleCluster() (districts.Cluster, []districts.District) {
 			{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: tags("Germany")},
 			{District: "e2e-b", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: tags("France")},
 		},
-		Strategy: districts.Strategy{MaxSurge: 1, MaxUnavailable: 1, DrainTimeout: districts.Duration(2 * time.Minute)},
+		Strategy: districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(2 * time.Minute)},
 	}
 	ds := []districts.District{
 		{Type: "district", ID: "e2e-a", Provider: "local", LocalSubnet: "10.241.1.0/24", Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},

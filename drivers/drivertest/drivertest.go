@@ -231,7 +231,7 @@ func (s *suite) node() districts.Node {
 }
 
 func (s *suite) wantTags() map[string]string {
-	tags := control.IdentityTags(s.node())
+	tags := control.IdentityTags(s.node(), "")
 	tags["team"] = "conformance"
 	return tags
 }

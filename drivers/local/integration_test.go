@@ -138,7 +138,7 @@ func (e *env) group(drv *driver, cluster string, sources ...string) control.Grou
 
 func (e *env) launchSpec(drv *driver, g control.Group, cluster, id string) control.LaunchSpec {
 	n := districts.Node{ID: id, Cluster: cluster, District: drv.district, Role: districts.RoleWorker, Flavor: "small"}
-	return control.LaunchSpec{Node: n, GroupID: g.ProviderID, Tags: control.IdentityTags(n), AuthorizedKey: e.pubKey}
+	return control.LaunchSpec{Node: n, GroupID: g.ProviderID, Tags: control.IdentityTags(n, ""), AuthorizedKey: e.pubKey}
 }
 
 func (e *env) launch(drv *driver, g control.Group, cluster, id string) control.Instance {

@@ -593,3 +593,30 @@ func swarmRole(role string) string {
 	}
 	return "worker"
 }
+
+// MayRemoveMaster judges quorum from the swarm's managers: how many there
+// are and how many a manager reports reachable.
+func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
+	list, err := d.inspect(ctx, "")
+	if err != nil {
+		return err
+	}
+	voters, reachable, leavingReachable := 0, 0, false
+	leaving, member := match(list, n)
+	for _, sn := range list {
+		if sn.ManagerStatus == nil {
+			continue
+		}
+		voters++
+		if sn.ManagerStatus.Reachability == "reachable" {
+			reachable++
+			if member && sn.ID == leaving.ID {
+				leavingReachable = true
+			}
+		}
+	}
+	if !member || leaving.ManagerStatus == nil {
+		return nil // not a voter: its leaving changes no quorum
+	}
+	return control.RaftQuorum(n.ID, voters, reachable, leavingReachable)
+}

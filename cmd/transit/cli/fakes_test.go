@@ -281,3 +281,15 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 	return nil
 }
+
+func (p *fakePlatform) MayRemoveMaster(_ context.Context, n districts.Node, _ []districts.Node) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	voters := 0
+	for _, m := range p.members {
+		if m.Role == districts.RoleMaster {
+			voters++
+		}
+	}
+	return control.RaftQuorum(n.ID, voters, voters, true)
+}
