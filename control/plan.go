@@ -33,16 +33,16 @@ type Stage int
 
 // Stages, in execution order.
 const (
-	StageGroups   Stage = iota // create-group, update-group
-	StageLaunch                // launch
-	StageAllow                 // allow
-	StageInit                  // init (alone)
-	StageJoin                  // join
-	StageChange                // label, uncordon
-	StageForget                // forget (one at a time, quorum checked)
-	StageRemove                // drain → remove → terminate, one chain per node
-	StageRevoke                // revoke
-	StageDelete                // delete-group
+	StageGroups Stage = iota // create-group, update-group
+	StageLaunch              // launch
+	StageAllow               // allow
+	StageInit                // init (alone)
+	StageJoin                // join
+	StageChange              // label, uncordon
+	StageForget              // forget (one at a time, quorum checked)
+	StageRemove              // drain → remove → terminate, one chain per node
+	StageRevoke              // revoke
+	StageDelete              // delete-group
 )
 
 // Stage is the stage kind k runs in.
