@@ -44,15 +44,29 @@ func withDefaults(o Options) Options {
 	return o
 }
 
-// Refresh observes every district and the platform and returns the current
-// state: tagged machines missing from state are adopted, state entries the
-// clouds no longer have are dropped. It saves the result with opts.Save.
-func Refresh(ctx context.Context, opts Options) (districts.Resources, []string, error) {
-	w, err := refresh(ctx, withDefaults(opts))
+// Observation is what a refresh found.
+type Observation struct {
+	// State is the current state: the clouds' machines and groups, with
+	// each node's phase as the platform reports it.
+	State districts.Resources
+	// Notes report adopted and forgotten nodes and foreign resources.
+	Notes []string
+	// PlatformError says why the platform could not be asked (no master
+	// answered); node phases then come from resources.json. Empty when
+	// the platform answered or there was nothing to ask.
+	PlatformError string
+}
+
+// Refresh observes every district and the platform and returns the
+// current state: tagged machines missing from state are adopted, state
+// entries the clouds no longer have are dropped. It writes nothing. An
+// unreachable platform is no error: Observation.PlatformError says so.
+func Refresh(ctx context.Context, opts Options) (Observation, error) {
+	w, err := observe(ctx, withDefaults(opts))
 	if err != nil {
-		return districts.Resources{}, nil, err
+		return Observation{}, err
 	}
-	return w.state, w.notes, nil
+	return Observation{State: w.state, Notes: w.notes}, nil
 }
 
 // refresh observes and saves what it found.

@@ -64,9 +64,11 @@ func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ 
 	defer s.closeInto(&err)
 	st := shownStatus{res: s.opts.State, cluster: s.cfg.Cluster, order: s.districtOrder(), refreshed: refresh}
 	if refresh {
-		if st.res, st.notes, err = control.Refresh(ctx, s.opts); err != nil {
+		obs, err := control.Refresh(ctx, s.opts)
+		if err != nil {
 			return shownStatus{}, err
 		}
+		st.res, st.notes = obs.State, obs.Notes
 	}
 	return st, nil
 }
