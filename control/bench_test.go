@@ -50,7 +50,11 @@ func bigWorld() (districts.Cluster, world) {
 	for _, d := range simDistricts {
 		w.state.SecurityGroups = append(w.state.SecurityGroups, districts.SecurityGroup{ID: GroupName("big", d.ID), District: d.ID, Sources: addressesOf(liveNodes(w.state))})
 	}
-	w.platformUp = true
+	w.platform = platformUp
+	w.members = map[string]Member{}
+	for _, n := range w.state.Nodes {
+		w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: true, Labels: n.Tags}
+	}
 	return c, w
 }
 
@@ -60,7 +64,7 @@ func BenchmarkBuildPlan10000Nodes(b *testing.B) {
 	c, w := bigWorld()
 	var p Plan
 	for b.Loop() {
-		p = buildPlan(planInput{cluster: c, districts: simDistricts, world: w, newID: nodeIDs(Options{Cluster: c}, w.state)})
+		p = buildPlan(planInput{cluster: c, districts: simDistricts, world: w, ids: newNodeNumbers(c.ID, w)})
 	}
 	b.ReportMetric(float64(len(p.Actions)), "actions")
 }

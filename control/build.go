@@ -5,14 +5,21 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
+	"time"
 
 	"github.com/cloudtransit/transit/districts"
 )
 
-// planInput is everything buildPlan looks at; buildPlan is pure so plans
-// can be tested and benchmarked without clouds.
+// The planner is pure: buildPlan turns one observation into the actions
+// of the next round, so plans are tested and benchmarked without clouds.
+// It runs in small steps, each tested on its own: classify the nodes per
+// deployment line and role, then plan the rollout of each role (adds
+// bounded by max_surge, removals bounded by max_unavailable and by the
+// members the platform reports ready), joins, label and cordon changes,
+// forgetting members whose machines are gone, and security groups.
+
+// planInput is everything buildPlan looks at.
 type planInput struct {
 	cluster   districts.Cluster
 	districts []districts.District
@@ -20,7 +27,129 @@ type planInput struct {
 	// avoid holds nodes whose drain was refused earlier in this run; they
 	// are the last candidates for removal.
 	avoid map[string]bool
-	newID func(districts.DeploymentKey) string
+	// fresh holds nodes this run joined: the loop waits for them to
+	// become ready. A node already not ready when the run began is
+	// reported, not waited on.
+	fresh map[string]bool
+	// destroy tears everything down without the platform.
+	destroy bool
+	// rebuild allows initialising a platform over a lost one.
+	rebuild bool
+	ids     *nodeNumbers
+}
+
+// Join failures: after maxJoinFailures in a row, a deployment's launches
+// back off, from joinBackoff doubling up to maxJoinBackoff.
+const (
+	maxJoinFailures = 3
+	joinBackoff     = 5 * time.Minute
+	maxJoinBackoff  = time.Hour
+)
+
+// retryAt is when a deployment with f may launch again.
+func retryAt(f districts.Failure) time.Time {
+	if f.Count < maxJoinFailures {
+		return time.Time{}
+	}
+	d := joinBackoff
+	for i := maxJoinFailures; i < f.Count && d < maxJoinBackoff; i++ {
+		d *= 2
+	}
+	return f.LastAt.Add(min(d, maxJoinBackoff))
+}
+
+// buildPlan diffs the observed world against the intended cluster and
+// returns the actions of the next round.
+func buildPlan(in planInput) Plan {
+	p := Plan{Cluster: in.cluster.ID, Notes: slices.Clone(in.world.notes), Warnings: slices.Clone(in.world.warnings)}
+	if in.destroy {
+		planDestroy(in, &p)
+		return finishPlan(p)
+	}
+	if wantsNothing(in.cluster) && len(in.world.live()) > 0 {
+		p.Blocked = append(p.Blocked, ErrWouldDestroy.Error())
+		return finishPlan(p)
+	}
+	c := classify(in)
+	var launches, removals []Action
+	nodeWork := true
+	switch w := in.world; {
+	case w.platform == platformUnreachable:
+		p.Blocked = append(p.Blocked, fmt.Sprintf("no node is changed while the platform does not answer: %v", w.platformErr))
+		nodeWork = false
+	case w.platform == platformNone && !w.state.PlatformFormedAt.IsZero() && !in.rebuild:
+		p.Blocked = append(p.Blocked, fmt.Sprintf("%v: a master joined on %s (resources.json), but no node is a member of a platform now; transit initialises a new one over the nodes only with --rebuild-platform",
+			ErrPlatformLost, w.state.PlatformFormedAt.UTC().Format(time.RFC3339)))
+		nodeWork = false
+	}
+	if nodeWork {
+		for _, role := range slices.Sorted(maps.Keys(c.roles)) {
+			l, r := planRole(in, c, c.roles[role], &p)
+			launches = append(launches, l...)
+			removals = append(removals, r...)
+		}
+		p.Actions = append(p.Actions, launches...)
+		p.Actions = append(p.Actions, planJoins(in, c, launches, &p)...)
+		p.Actions = append(p.Actions, planChanges(in, c, &p)...)
+		p.Actions = append(p.Actions, planForget(in, &p)...)
+		if in.world.platform == platformNone && !in.world.state.PlatformFormedAt.IsZero() {
+			// Rebuilding a lost platform: its old members cannot be
+			// asked to leave yet; nothing goes before the new one answers.
+			removals = nil
+		}
+		// Workers leave before masters; masters leave last, one at a time.
+		slices.SortStableFunc(removals, func(a, b Action) int {
+			return cmp.Compare(b2i(a.Role == districts.RoleMaster), b2i(b.Role == districts.RoleMaster))
+		})
+		p.Actions = append(p.Actions, removals...)
+	}
+	p.Actions = append(p.Actions, planGroups(in, launches, removals, &p)...)
+	return finishPlan(p)
+}
+
+// finishPlan orders the actions by stage, keeping each stage's order.
+func finishPlan(p Plan) Plan {
+	slices.SortStableFunc(p.Actions, func(a, b Action) int { return cmp.Compare(a.Kind.Stage(), b.Kind.Stage()) })
+	return p
+}
+
+func wantsNothing(c districts.Cluster) bool {
+	for _, d := range c.Deployments {
+		if d.Quantity > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// classified is the live nodes sorted into deployment lines and roles.
+type classified struct {
+	desired map[districts.DeploymentKey]districts.Deployment
+	byKey   map[districts.DeploymentKey][]*districts.Node
+	roles   map[string]*roleWork
+	// keep are the nodes that stay: members to label, non-members to join.
+	keep []*districts.Node
+}
+
+// roleWork is one role's part of the change.
+type roleWork struct {
+	role    string
+	want    int
+	present int // live machines that count toward the role's size
+	ready   int // members the platform reports ready and schedulable
+	adds    []districts.DeploymentKey
+	excess  []*districts.Node // more than their line wants, cheapest first
+	// replace are removed whatever the counts: failed joins the platform
+	// confirms are no members, members unhealthy for longer than
+	// strategy.replace_unhealthy_after.
+	replace []*districts.Node
 }
 
 // removalRank orders removal candidates: the cheapest and least useful
@@ -32,131 +161,297 @@ var removalRank = map[districts.Phase]int{
 	districts.PhaseDrained:  2,
 	districts.PhaseDraining: 3,
 	districts.PhaseNotReady: 4,
-	districts.PhaseJoined:   5,
+	districts.PhaseCordoned: 5,
+	districts.PhaseJoined:   6,
 }
 
+// isMember says the platform has the node, by its observed phase.
 func isMember(p districts.Phase) bool {
 	switch p {
-	case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseDraining, districts.PhaseDrained:
+	case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
 		return true
 	}
 	return false
 }
 
-// buildPlan diffs the observed world against the intended cluster and
-// returns the actions of the next round, in execution order:
-// groups, launches, allow new addresses, init, joins, labels, removals
-// (drain, remove, terminate per node), revoke old addresses, delete groups.
-func buildPlan(in planInput) Plan {
-	c := in.cluster
-	strat := c.Strategy.Resolved()
-	p := Plan{Cluster: c.ID, Notes: slices.Clone(in.world.notes)}
-
-	desired := map[districts.DeploymentKey]districts.Deployment{}
-	total := 0
-	for _, d := range c.Deployments {
-		desired[d.Key()] = d
-		total += d.Quantity
+// classify sorts the live nodes into deployment lines and roles, and
+// picks per line the nodes to keep and the excess.
+func classify(in planInput) classified {
+	c := classified{
+		desired: map[districts.DeploymentKey]districts.Deployment{},
+		byKey:   map[districts.DeploymentKey][]*districts.Node{},
+		roles:   map[string]*roleWork{},
 	}
-	destroying := total == 0
-
-	// Live nodes by deployment line; terminating machines no longer count.
-	byKey := map[districts.DeploymentKey][]*districts.Node{}
-	live := make([]*districts.Node, 0, len(in.world.state.Nodes))
-	for i := range in.world.state.Nodes {
-		n := &in.world.state.Nodes[i]
-		if n.Phase == districts.PhaseTerminating {
-			continue
-		}
-		byKey[n.Key()] = append(byKey[n.Key()], n)
-		live = append(live, n)
+	for _, d := range in.cluster.Deployments {
+		c.desired[d.Key()] = d
 	}
-	keys := slices.Collect(maps.Keys(desired))
-	for k := range byKey {
-		if _, ok := desired[k]; !ok {
+	for _, n := range in.world.live() {
+		c.byKey[n.Key()] = append(c.byKey[n.Key()], n)
+	}
+	keys := slices.Collect(maps.Keys(c.desired))
+	for k := range c.byKey {
+		if _, ok := c.desired[k]; !ok {
 			keys = append(keys, k)
 		}
 	}
 	slices.SortFunc(keys, func(a, b districts.DeploymentKey) int {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.District, b.District), cmp.Compare(a.Flavor, b.Flavor))
 	})
-
-	type roleWork struct {
-		present, want int
-		adds          []districts.DeploymentKey // one entry per node to add
-		excess        []*districts.Node
-	}
-	roles := map[string]*roleWork{}
-	keep := make([]*districts.Node, 0, len(live))
+	unhealthyAfter := in.cluster.Strategy.Resolved().ReplaceUnhealthyAfter
 	for _, k := range keys {
-		nodes := byKey[k]
-		sort.Slice(nodes, func(i, j int) bool { return removeFirst(nodes[i], nodes[j], in.avoid) })
-		want := desired[k].Quantity
-		rw := roles[k.Role]
+		rw := c.roles[k.Role]
 		if rw == nil {
-			rw = &roleWork{}
-			roles[k.Role] = rw
+			rw = &roleWork{role: k.Role}
+			c.roles[k.Role] = rw
 		}
-		rw.present += len(nodes)
+		want := c.desired[k].Quantity
 		rw.want += want
-		n := len(nodes) - want
-		if n > 0 {
-			rw.excess = append(rw.excess, nodes[:n]...)
-			keep = append(keep, nodes[n:]...)
+		var usable []*districts.Node
+		for _, n := range c.byKey[k] {
+			switch {
+			case n.JoinFailed && !isMember(n.Phase):
+				rw.replace = append(rw.replace, n)
+			case unhealthyAfter > 0 && n.Phase == districts.PhaseNotReady && !in.fresh[n.ID] &&
+				!n.NotReadySince.IsZero() && in.world.now.Sub(n.NotReadySince) >= unhealthyAfter:
+				rw.replace = append(rw.replace, n)
+			default:
+				usable = append(usable, n)
+			}
+		}
+		slices.SortFunc(usable, func(a, b *districts.Node) int { return removeOrder(a, b, in.avoid) })
+		rw.present += len(usable)
+		for _, n := range usable {
+			if n.Phase == districts.PhaseJoined {
+				rw.ready++
+			}
+		}
+		if n := len(usable) - want; n > 0 {
+			rw.excess = append(rw.excess, usable[:n]...)
+			c.keep = append(c.keep, usable[n:]...)
 		} else {
-			keep = append(keep, nodes...)
+			c.keep = append(c.keep, usable...)
 			for range -n {
 				rw.adds = append(rw.adds, k)
 			}
 		}
 	}
-
-	// Decide per role how much of the add and remove work this round does.
-	// A pure scale-up adds everything at once. When nodes are also removed
-	// (a migration), the role never runs more than MaxSurge machines above
-	// its intended size (nor grows while above it), and removals wait for
-	// the new nodes; the rest is left to later rounds.
-	var launches []Action
-	var removals []*districts.Node
-	after := map[string][]string{} // role -> nodes a removal waits for
-	roleNames := slices.Sorted(maps.Keys(roles))
-	for _, role := range roleNames {
-		rw := roles[role]
-		_ = 0
-		nAdd := len(rw.adds)
-		if len(rw.excess) > 0 && !destroying {
-			// Bound the peak by the intended size, not the current one:
-			// nodes a crashed run launched already count as surge.
-			nAdd = min(nAdd, max(rw.want+strat.MaxSurge-rw.present, 0))
-		}
-		for _, k := range rw.adds[:nAdd] {
-			id := in.newID(k)
-			launches = append(launches, Action{
-				Kind: KindLaunch, District: k.District, Node: id, Role: k.Role, Flavor: k.Flavor,
-				Reason: fmt.Sprintf("%s wants %d, has %d", k, desired[k].Quantity, len(byKey[k])),
-			})
-			after[role] = append(after[role], id)
-		}
-		unjoined := 0
-		for _, n := range rw.excess {
-			if !isMember(n.Phase) {
-				unjoined++
-			}
-		}
-		nRemove := len(rw.excess)
-		if !destroying {
-			nRemove = min(nRemove, max(rw.present+nAdd-rw.want, unjoined))
-		}
-		sort.SliceStable(rw.excess, func(i, j int) bool { return removeFirst(rw.excess[i], rw.excess[j], in.avoid) })
-		removals = append(removals, rw.excess[:nRemove]...)
+	for _, rw := range c.roles {
+		slices.SortStableFunc(rw.excess, func(a, b *districts.Node) int { return removeOrder(a, b, in.avoid) })
 	}
-	// Workers leave before masters; masters leave last, one at a time.
-	sort.SliceStable(removals, func(i, j int) bool {
-		return removals[i].Role != districts.RoleMaster && removals[j].Role == districts.RoleMaster
-	})
+	return c
+}
 
-	// Security groups: every district with nodes, or about to get some,
-	// needs one that lets in every node of the cluster.
+// removeOrder orders removal candidates: cheapest phase first, nodes whose
+// drain was refused last, then newest first.
+func removeOrder(a, b *districts.Node, avoid map[string]bool) int {
+	return cmp.Or(
+		cmp.Compare(b2i(avoid[a.ID]), b2i(avoid[b.ID])),
+		cmp.Compare(removalRank[a.Phase], removalRank[b.Phase]),
+		b.CreatedAt.Compare(a.CreatedAt),
+		-districts.CompareNodeIDs(a.ID, b.ID),
+	)
+}
+
+// planRole plans one role's launches and removals.
+//
+// A pure scale-up launches everything at once. While nodes of the role
+// are also removed or replaced, it never runs more than max_surge
+// machines above its intended size. Removing a member that is ready needs
+// the role to keep its intended size in ready members (with max_surge 0:
+// the intended size less max_unavailable): new nodes count once the
+// platform reports them ready, in a later round, never because transit
+// joined them.
+func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, removals []Action) {
+	strat := in.cluster.Strategy.Resolved()
+	removing := len(rw.excess)+len(rw.replace) > 0
+	nAdd := len(rw.adds)
+	if removing {
+		nAdd = min(nAdd, max(rw.want+strat.MaxSurge-rw.present-len(rw.replace), 0))
+	}
+	blocked := map[districts.DeploymentKey]bool{}
+	for _, k := range rw.adds[:nAdd] {
+		f := in.world.state.Failures[k.String()]
+		if at := retryAt(f); in.world.now.Before(at) {
+			if !blocked[k] {
+				p.Blocked = append(p.Blocked, fmt.Sprintf("%s: %d launched nodes in a row failed to install or join (last: %s); no relaunch before %s",
+					k, f.Count, f.LastError, at.UTC().Format(time.RFC3339)))
+			}
+			blocked[k] = true
+			continue
+		}
+		if in.world.blocked[k.District] != "" {
+			continue
+		}
+		id := in.ids.id(k.Role)
+		launches = append(launches, Action{
+			Kind: KindLaunch, District: k.District, Node: id, Role: k.Role, Flavor: k.Flavor,
+			Reason: fmt.Sprintf("%s wants %d, has %d", k, c.desired[k].Quantity, len(c.byKey[k])),
+		})
+	}
+
+	for _, n := range rw.replace {
+		reason := "its install or join failed and the platform does not list it: replaced"
+		if isMember(n.Phase) {
+			reason = fmt.Sprintf("not ready since %s, longer than strategy.replace_unhealthy_after: replaced", n.NotReadySince.UTC().Format(time.RFC3339))
+		}
+		removals = append(removals, removalChain(n, reason)...)
+	}
+	floor := rw.want
+	if strat.MaxSurge == 0 {
+		floor = rw.want - strat.MaxUnavailable
+	}
+	if rw.role == districts.RoleMaster {
+		floor = max(floor, 1)
+	}
+	budget := rw.ready - floor
+	for _, n := range rw.excess {
+		if n.Phase == districts.PhaseJoined {
+			// Removing a ready member costs availability.
+			if budget <= 0 {
+				continue
+			}
+			budget--
+		}
+		removals = append(removals, removalChain(n, removalReason(n, c))...)
+	}
+	return launches, removals
+}
+
+// removalChain is how a node leaves: a member is drained, removed from
+// the platform and terminated; a machine the platform does not have is
+// just terminated.
+func removalChain(n *districts.Node, reason string) []Action {
+	base := Action{District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor, Reason: reason}
+	var out []Action
+	if isMember(n.Phase) {
+		if n.Phase != districts.PhaseDrained {
+			a := base
+			a.Kind = KindDrain
+			out = append(out, a)
+		}
+		a := base
+		a.Kind = KindRemove
+		out = append(out, a)
+	}
+	a := base
+	a.Kind = KindTerminate
+	return append(out, a)
+}
+
+func removalReason(n *districts.Node, c classified) string {
+	k := n.Key()
+	if d, ok := c.desired[k]; ok {
+		return fmt.Sprintf("%s wants %d, has %d", k, d.Quantity, len(c.byKey[k]))
+	}
+	return fmt.Sprintf("%s is not in cluster.json", k)
+}
+
+// planJoins joins the kept nodes the platform does not have, and the
+// nodes launched this round. When no platform exists yet (and none ever
+// formed, or a rebuild was asked for), the first master initialises it and
+// the others wait for it.
+func planJoins(in planInput, c classified, launches []Action, p *Plan) []Action {
+	var joins []Action
+	for _, n := range c.keep {
+		m, member := in.world.members[n.ID]
+		switch {
+		case !member && !isMember(n.Phase):
+			joins = append(joins, Action{Kind: KindJoin, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
+				Reason: fmt.Sprintf("node is %s, not a member of the platform", n.Phase)})
+		case member && m.Role != "" && m.Role != n.Role:
+			joins = append(joins, Action{Kind: KindJoin, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
+				Reason: fmt.Sprintf("the platform has it as a %s; cluster.json makes it a %s", m.Role, n.Role)})
+		}
+	}
+	for _, a := range launches {
+		joins = append(joins, Action{Kind: KindJoin, District: a.District, Node: a.Node, Role: a.Role, Flavor: a.Flavor, Reason: "new node"})
+	}
+	if in.world.platform != platformNone || len(joins) == 0 {
+		return joins
+	}
+	i := slices.IndexFunc(joins, func(a Action) bool { return a.Role == districts.RoleMaster })
+	if i < 0 {
+		p.Blocked = append(p.Blocked, "no platform exists and no master is there to initialise it: the other nodes cannot join yet")
+		return nil
+	}
+	first := joins[i]
+	first.Kind, first.Reason = KindInit, "first master: no platform exists yet"
+	if in.rebuild && !in.world.state.PlatformFormedAt.IsZero() {
+		first.Reason = "--rebuild-platform: the platform that formed before is lost"
+	}
+	joins = slices.Delete(joins, i, i+1)
+	for j := range joins {
+		joins[j].After = []string{first.Node}
+	}
+	return append([]Action{first}, joins...)
+}
+
+// planChanges labels kept members whose labels differ from their tags and
+// uncordons the ones transit's own interrupted drain left cordoned. A
+// cordon someone else set is left alone; members not ready are waited on
+// when this run joined them, reported otherwise.
+func planChanges(in planInput, c classified, p *Plan) []Action {
+	var out []Action
+	for _, n := range c.keep {
+		if !isMember(n.Phase) {
+			continue
+		}
+		switch n.Phase {
+		case districts.PhaseNotReady:
+			if in.fresh[n.ID] {
+				p.Waiting = append(p.Waiting, fmt.Sprintf("node %s to become ready (it joined in this run)", n.ID))
+			} else {
+				p.Warnings = append(p.Warnings, fmt.Sprintf("node %s: the platform reports it not ready since %s; not waited on%s",
+					n.ID, n.NotReadySince.UTC().Format(time.RFC3339), unhealthyHint(in.cluster)))
+			}
+		case districts.PhaseCordoned:
+			p.Warnings = append(p.Warnings, fmt.Sprintf("node %s is cordoned, and not by transit: left alone", n.ID))
+		case districts.PhaseDraining, districts.PhaseDrained:
+			out = append(out, Action{Kind: KindUncordon, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
+				Reason: "transit's own interrupted drain left the wanted node cordoned"})
+		}
+		if want := c.desired[n.Key()].Tags; !maps.Equal(n.Tags, want) {
+			out = append(out, Action{Kind: KindLabel, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
+				Reason: "labels differ from the deployment's tags: " + tagDiff(n.Tags, want)})
+		}
+	}
+	return out
+}
+
+func unhealthyHint(c districts.Cluster) string {
+	if d := c.Strategy.Resolved().ReplaceUnhealthyAfter; d > 0 {
+		return fmt.Sprintf(" (replaced once unhealthy for %s)", d)
+	}
+	return " (set strategy.replace_unhealthy_after to replace such nodes)"
+}
+
+// planForget removes from the platform the members whose machines are
+// gone (deleted behind transit's back), before they distort quorum. A
+// member the platform still calls ready is not transit's to remove.
+func planForget(in planInput, p *Plan) []Action {
+	var out []Action
+	for _, m := range in.world.strays {
+		if m.Ready {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("the platform lists %s as a ready member, but no machine of this cluster is %s: left alone", m.NodeID, m.NodeID))
+			continue
+		}
+		out = append(out, Action{Kind: KindForget, Node: m.NodeID, Role: m.Role,
+			Reason: "the platform lists it as a member that is down, and its machine is gone"})
+	}
+	// Workers first; masters one at a time, last.
+	slices.SortStableFunc(out, func(a, b Action) int {
+		return cmp.Compare(b2i(a.Role == districts.RoleMaster), b2i(b.Role == districts.RoleMaster))
+	})
+	return out
+}
+
+// planGroups keeps every district with nodes, or about to get some, behind
+// a group that lets in every node of the cluster: created before
+// launches, widened before joins, narrowed after removals, deleted once
+// the district's machines are gone.
+func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
+	c := in.cluster
+	live := in.world.live()
 	sources := addressesOf(live)
 	needGroup := map[string]bool{}
 	for _, n := range live {
@@ -169,163 +464,85 @@ func buildPlan(in planInput) Plan {
 	for _, g := range in.world.state.SecurityGroups {
 		groups[g.District] = g
 	}
-	var pre, allow, revoke, deletes []Action
+	terminated := map[string]bool{}
+	for _, a := range removals {
+		if a.Kind == KindTerminate {
+			terminated[a.Node] = true
+		}
+	}
+	var out []Action
 	for _, d := range in.districts {
 		g, has := groups[d.ID]
 		name := GroupName(c.ID, d.ID)
+		if why := in.world.blocked[d.ID]; why != "" {
+			if needGroup[d.ID] || wants(c, d.ID) {
+				p.Blocked = append(p.Blocked, why)
+			}
+			continue
+		}
 		switch {
 		case needGroup[d.ID] && !has:
-			pre = append(pre, Action{Kind: KindCreateGroup, District: d.ID, Group: name,
+			out = append(out, Action{Kind: KindCreateGroup, District: d.ID, Group: name,
 				Reason: "the district has or gets nodes and has no security group"})
 		case needGroup[d.ID] && !slices.Equal(g.Sources, sources):
-			pre = append(pre, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
+			out = append(out, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("allow exactly the cluster's %d node addresses (has %d)", len(sources), len(g.Sources))})
 		case !needGroup[d.ID] && has && in.world.terminating[d.ID] > 0:
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d terminating machine(s) in %s to be gone before deleting group %s", in.world.terminating[d.ID], d.ID, name))
-			_ = 0
 		case !needGroup[d.ID] && has:
-			deletes = append(deletes, Action{Kind: KindDeleteGroup, District: d.ID, Group: name,
-				Reason: "no nodes left in the district"})
+			out = append(out, Action{Kind: KindDeleteGroup, District: d.ID, Group: name, Reason: "no nodes left in the district"})
 		}
 		if len(launches) > 0 && needGroup[d.ID] {
-			allow = append(allow, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
+			out = append(out, Action{Kind: KindAllow, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("allow %d new node(s) before they join", len(launches))})
+		}
+		if len(terminated) > 0 && needGroup[d.ID] && remainsAfter(d.ID, live, terminated) {
+			out = append(out, Action{Kind: KindRevoke, District: d.ID, Group: name,
+				Reason: fmt.Sprintf("revoke the addresses of %d removed node(s)", len(terminated))})
 		}
 	}
 	for _, g := range in.world.orphanGroups {
-		deletes = append(deletes, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID,
-			Reason: "orphaned group with the cluster's tags"})
+		out = append(out, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID, Reason: "orphaned group with the cluster's tags"})
 	}
-	_ = 0
-
-	// Joins: launched nodes this round plus kept nodes not yet members.
-	var toJoin []Action
-	for _, n := range keep {
-		if !isMember(n.Phase) {
-			after[n.Role] = append(after[n.Role], n.ID)
-			toJoin = append(toJoin, Action{Kind: KindJoin, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
-				Reason: fmt.Sprintf("node is %s, not a member of the platform", n.Phase)})
-		}
-	}
-	_ = 0
-	for _, a := range launches {
-		toJoin = append(toJoin, Action{Kind: KindJoin, District: a.District, Node: a.Node, Role: a.Role, Flavor: a.Flavor,
-			Reason: "new node"})
-	}
-	var inits, joins []Action
-	if !in.world.platformUp && !destroying {
-		// The first master founds the platform; everyone else waits for it.
-		for i, a := range toJoin {
-			if a.Role == districts.RoleMaster {
-				a.Kind, a.Reason = KindInit, "first master: no platform exists yet"
-				inits = append(inits, a)
-				toJoin = slices.Delete(toJoin, i, i+1)
-				for j := range toJoin {
-					toJoin[j].After = []string{a.Node}
-				}
-				break
-			}
-		}
-	}
-	joins = toJoin
-	if destroying {
-		joins = nil
-	}
-
-	// Labels and uncordons of kept members.
-	var changes []Action
-	for _, n := range keep {
-		if !isMember(n.Phase) {
-			continue
-		}
-		if n.Phase == districts.PhaseNotReady {
-			p.Waiting = append(p.Waiting, fmt.Sprintf("node %s to become ready (the platform reports it unhealthy)", n.ID))
-			_ = 0
-		}
-		if n.Phase == districts.PhaseDraining || n.Phase == districts.PhaseDrained {
-			changes = append(changes, Action{Kind: KindUncordon, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
-				Reason: "an interrupted drain left the wanted node cordoned"})
-		}
-		if want := desired[n.Key()].Tags; !maps.Equal(n.Tags, want) {
-			changes = append(changes, Action{Kind: KindLabel, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
-				Reason: "labels differ from the deployment's tags: " + tagDiff(n.Tags, want)})
-		}
-	}
-	_ = 0
-
-	// Removals: drain -> remove -> terminate, each waiting for the role's
-	// new nodes. A whole-cluster destroy just terminates.
-	var remove []Action
-	for _, n := range removals {
-		base := Action{District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor}
-		reason := removalReason(n, desired, byKey, destroying)
-		if !destroying && isMember(n.Phase) {
-			if n.Phase != districts.PhaseDrained {
-				a := base
-				a.Kind, a.Reason, a.After = KindDrain, reason, after[n.Role]
-				remove = append(remove, a)
-			}
-			a := base
-			a.Kind, a.Reason, a.After = KindRemove, reason, after[n.Role]
-			remove = append(remove, a)
-		}
-		a := base
-		a.Kind, a.Reason = KindTerminate, reason
-		if !destroying && isMember(n.Phase) {
-			a.After = after[n.Role]
-		}
-		remove = append(remove, a)
-	}
-	if len(removals) > 0 {
-		for _, d := range in.districts {
-			if needGroup[d.ID] && remainsAfter(d.ID, live, removals) {
-				revoke = append(revoke, Action{Kind: KindUpdateGroup, District: d.ID, Group: GroupName(c.ID, d.ID),
-					Reason: fmt.Sprintf("revoke the addresses of %d removed node(s)", len(removals))})
-			}
-		}
-	}
-
-	for _, part := range [][]Action{pre, launches, allow, inits, joins, changes, remove, revoke, deletes} {
-		p.Actions = append(p.Actions, part...)
-	}
-	return p
+	return out
 }
 
-// removeFirst orders removal candidates: cheapest phase first, nodes whose
-// drain was refused last, then newest first.
-func removeFirst(a, b *districts.Node, avoid map[string]bool) bool {
-	if avoid[a.ID] != avoid[b.ID] {
-		return !avoid[a.ID]
+func wants(c districts.Cluster, district string) bool {
+	for _, d := range c.Deployments {
+		if d.District == district && d.Quantity > 0 {
+			return true
+		}
 	}
-	if ra, rb := removalRank[a.Phase], removalRank[b.Phase]; ra != rb {
-		return ra < rb
-	}
-	if !a.CreatedAt.Equal(b.CreatedAt) {
-		return a.CreatedAt.After(b.CreatedAt)
-	}
-	return districts.CompareNodeIDs(a.ID, b.ID) > 0
+	return false
 }
 
-func removalReason(n *districts.Node, desired map[districts.DeploymentKey]districts.Deployment, byKey map[districts.DeploymentKey][]*districts.Node, destroying bool) string {
-	k := n.Key()
-	d, ok := desired[k]
-	switch {
-	case destroying:
-		return "destroy: cluster.json wants no nodes"
-	case !ok:
-		return fmt.Sprintf("%s is not in cluster.json", k)
-	default:
-		return fmt.Sprintf("%s wants %d, has %d", k, d.Quantity, len(byKey[k]))
-	}
-}
-
-func remainsAfter(district string, live, removed []*districts.Node) bool {
-	gone := map[string]bool{}
-	for _, n := range removed {
-		gone[n.ID] = true
-	}
+// planDestroy terminates every machine (the platform goes with them, so
+// nothing is drained) and deletes each group once its district's machines
+// are gone.
+func planDestroy(in planInput, p *Plan) {
+	live := in.world.live()
+	emptied := map[string]int{}
 	for _, n := range live {
-		if n.District == district && !gone[n.ID] {
+		p.Actions = append(p.Actions, Action{Kind: KindTerminate, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
+			Reason: "destroy: the whole cluster goes"})
+		emptied[n.District]++
+	}
+	for _, g := range in.world.state.SecurityGroups {
+		switch n := emptied[g.District] + in.world.terminating[g.District]; {
+		case n > 0:
+			p.Waiting = append(p.Waiting, fmt.Sprintf("%d machine(s) in %s to be gone before deleting group %s", n, g.District, g.ID))
+		default:
+			p.Actions = append(p.Actions, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID, Reason: "destroy: no nodes left in the district"})
+		}
+	}
+	for _, g := range in.world.orphanGroups {
+		p.Actions = append(p.Actions, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID, Reason: "orphaned group with the cluster's tags"})
+	}
+}
+
+func remainsAfter(district string, live []*districts.Node, removed map[string]bool) bool {
+	for _, n := range live {
+		if n.District == district && !removed[n.ID] {
 			return true
 		}
 	}

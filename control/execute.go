@@ -7,11 +7,16 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/districts"
 )
+
+// undoTimeout bounds making a node schedulable again after an
+// interrupted drain; it runs after the run's context ended.
+const undoTimeout = 30 * time.Second
 
 // runner executes plans against the drivers, persisting after every action.
 type runner struct {
@@ -19,8 +24,7 @@ type runner struct {
 	districts map[string]districts.District
 	desired   map[districts.DeploymentKey]districts.Deployment
 	st        *guarded
-	// avoid remembers nodes whose drain was refused in this run.
-	avoid map[string]bool
+	ids       *nodeNumbers
 	// orphans are the groups the current plan deletes without state
 	// entries.
 	orphans map[string]districts.SecurityGroup
@@ -28,9 +32,17 @@ type runner struct {
 	zones map[string]string
 	round int
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// avoid remembers nodes whose drain was refused in this run; fresh
+	// the nodes this run joined.
+	avoid    map[string]bool
+	fresh    map[string]bool
 	problems []string
-	refused  int
+	// progress counts, per round, the actions that changed the world and
+	// the drains newly refused (each changes what the next round tries).
+	progress int
+	// done holds the actions of the round that finished, for Result.Left.
+	done map[string]bool
 }
 
 func newRunner(opts Options) *runner {
@@ -40,6 +52,7 @@ func newRunner(opts Options) *runner {
 		desired:   map[districts.DeploymentKey]districts.Deployment{},
 		st:        &guarded{state: opts.State, save: opts.Save},
 		avoid:     map[string]bool{},
+		fresh:     map[string]bool{},
 	}
 	for _, d := range opts.Districts {
 		r.districts[d.ID] = d
@@ -56,6 +69,12 @@ func (r *runner) problem(format string, args ...any) {
 	r.problems = append(r.problems, fmt.Sprintf(format, args...))
 }
 
+func (r *runner) changed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.progress++
+}
+
 func (r *runner) emit(e Event) {
 	if r.opts.OnEvent == nil {
 		return
@@ -65,41 +84,43 @@ func (r *runner) emit(e Event) {
 	r.opts.OnEvent(e)
 }
 
-// batchOf groups kinds that run together; a plan's actions are in batch
-// order.
-func batchOf(k Kind) string {
-	switch k {
-	case KindCreateGroup, KindUpdateGroup:
-		return "group"
-	case KindLabel, KindUncordon:
-		return "change"
-	case KindDrain, KindRemove, KindTerminate:
-		return "removal"
+func actionKey(a Action) string { return string(a.Kind) + " " + target(a) }
+
+// left lists the plan's actions that did not finish.
+func (r *runner) left(p Plan) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, a := range p.Actions {
+		if !r.done[actionKey(a)] {
+			out = append(out, actionKey(a))
+		}
 	}
-	return string(k)
+	return out
 }
 
-// execute runs one plan, batch by batch in plan order. Failures of single
-// actions become problems; only a cancelled context or a failed save stops
-// the round.
+// execute runs one plan, stage by stage. Failures of single actions become
+// problems; only a cancelled context or a failed save stops the round.
 func (r *runner) execute(ctx context.Context, p Plan) error {
-	for i := 0; i < len(p.Actions); {
-		j := i + 1
-		for j < len(p.Actions) && batchOf(p.Actions[j].Kind) == batchOf(p.Actions[i].Kind) {
-			j++
-		}
-		batch := p.Actions[i:j]
-		i = j
+	r.mu.Lock()
+	r.done = map[string]bool{}
+	r.mu.Unlock()
+	stages := map[Stage][]Action{}
+	for _, a := range p.Actions {
+		stages[a.Kind.Stage()] = append(stages[a.Kind.Stage()], a)
+	}
+	for _, stage := range slices.Sorted(maps.Keys(stages)) {
+		batch := stages[stage]
 		var err error
-		switch batchOf(batch[0].Kind) {
-		case "removal":
+		switch stage {
+		case StageRemove:
 			err = r.removeNodes(ctx, batch)
-		case string(KindInit):
-			err = r.each(ctx, batch, 1, r.joinNode)
-		case string(KindLaunch):
+		case StageInit, StageForget:
+			err = r.each(ctx, batch, 1, r.do)
+		case StageLaunch:
 			r.assignZones(batch)
 			err = r.each(ctx, batch, r.opts.Parallel, r.do)
-		case string(KindJoin), "change":
+		case StageJoin, StageChange:
 			err = r.each(ctx, batch, r.opts.Parallel, r.do)
 		default:
 			err = r.each(ctx, batch, len(batch), r.do)
@@ -126,8 +147,7 @@ func (r *runner) each(ctx context.Context, actions []Action, limit int, f func(c
 	for _, a := range actions {
 		g.Go(func() error {
 			err := r.run(gctx, a, f)
-			var fatal errFatal
-			if errors.As(err, &fatal) {
+			if _, fatal := errors.AsType[errFatal](err); fatal {
 				return err
 			}
 			return nil
@@ -141,7 +161,11 @@ type errSkip struct{ reason string }
 
 func (e errSkip) Error() string { return e.reason }
 
-// run wraps one action with its events and turns failures into problems.
+// errNoChange marks an action that found nothing to do.
+var errNoChange = errors.New("nothing to change")
+
+// run wraps one action with its events, counts progress and turns failures
+// into problems.
 func (r *runner) run(ctx context.Context, a Action, f func(context.Context, Action) error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -150,19 +174,28 @@ func (r *runner) run(ctx context.Context, a Action, f func(context.Context, Acti
 	r.emit(Event{Type: EventAction, Phase: PhaseStart, Action: &a})
 	err := f(ctx, a)
 	secs := r.opts.Clock.Now().Sub(start).Seconds()
-	var skip errSkip
+	if ctx.Err() == nil {
+		r.mu.Lock()
+		r.done[actionKey(a)] = true
+		r.mu.Unlock()
+	}
 	switch {
 	case err == nil:
+		r.changed()
 		r.emit(Event{Type: EventAction, Phase: PhaseFinish, Action: &a, Seconds: secs})
-	case errors.As(err, &skip):
-		r.emit(Event{Type: EventAction, Phase: PhaseSkip, Action: &a, Error: err.Error(), Seconds: secs})
+		return nil
+	case errors.Is(err, errNoChange):
+		r.emit(Event{Type: EventAction, Phase: PhaseFinish, Action: &a, Seconds: secs})
+		return nil
+	}
+	if skip, ok := errors.AsType[errSkip](err); ok {
+		r.emit(Event{Type: EventAction, Phase: PhaseSkip, Action: &a, Error: skip.Error(), Seconds: secs})
 		r.problem("%s %s skipped: %s", a.Kind, target(a), err)
-	default:
-		r.emit(Event{Type: EventAction, Phase: PhaseFinish, Action: &a, Error: err.Error(), Seconds: secs})
-		var fatal errFatal
-		if !errors.As(err, &fatal) && ctx.Err() == nil {
-			r.problem("%s %s: %s", a.Kind, target(a), err)
-		}
+		return err
+	}
+	r.emit(Event{Type: EventAction, Phase: PhaseFinish, Action: &a, Error: err.Error(), Seconds: secs})
+	if _, fatal := errors.AsType[errFatal](err); !fatal && ctx.Err() == nil {
+		r.problem("%s %s: %s", a.Kind, target(a), err)
 	}
 	return err
 }
@@ -177,18 +210,20 @@ func target(a Action) string {
 // do dispatches the actions that stand alone.
 func (r *runner) do(ctx context.Context, a Action) error {
 	switch a.Kind {
-	case KindCreateGroup, KindUpdateGroup:
+	case KindCreateGroup, KindUpdateGroup, KindAllow, KindRevoke:
 		return r.ensureGroup(ctx, a)
 	case KindDeleteGroup:
 		return r.deleteGroup(ctx, a)
 	case KindLaunch:
 		return r.launch(ctx, a)
-	case KindJoin:
+	case KindInit, KindJoin:
 		return r.joinNode(ctx, a)
 	case KindLabel:
 		return r.label(ctx, a)
 	case KindUncordon:
 		return r.uncordon(ctx, a)
+	case KindForget:
+		return r.forget(ctx, a)
 	}
 	return fmt.Errorf("unknown action kind %q", a.Kind)
 }
@@ -211,6 +246,14 @@ func liveNodes(s districts.Resources) []*districts.Node {
 	return out
 }
 
+func liveValues(s districts.Resources) []districts.Node {
+	var out []districts.Node
+	for _, n := range liveNodes(s) {
+		out = append(out, *n)
+	}
+	return out
+}
+
 func findNode(s districts.Resources, id string) (districts.Node, bool) {
 	for _, n := range s.Nodes {
 		if n.ID == id {
@@ -218,16 +261,6 @@ func findNode(s districts.Resources, id string) (districts.Node, bool) {
 		}
 	}
 	return districts.Node{}, false
-}
-
-// notJoined returns the first of ids that is not a joined node.
-func notJoined(s districts.Resources, ids []string) (string, bool) {
-	for _, id := range ids {
-		if n, ok := findNode(s, id); !ok || n.Phase != districts.PhaseJoined {
-			return id, true
-		}
-	}
-	return "", false
 }
 
 func findGroup(s districts.Resources, district string) (districts.SecurityGroup, bool) {
@@ -239,17 +272,54 @@ func findGroup(s districts.Resources, district string) (districts.SecurityGroup,
 	return districts.SecurityGroup{}, false
 }
 
-// setNode replaces (or adds) a node in the state and saves.
-func (r *runner) setNode(n districts.Node) error {
-	n.UpdatedAt = r.opts.Clock.Now()
+// guarded serializes access to the state while actions run in parallel, and
+// saves after every change.
+type guarded struct {
+	mu    sync.Mutex
+	state districts.Resources
+	save  func(districts.Resources) error
+}
+
+// update applies f to the state and saves it.
+func (g *guarded) update(f func(r *districts.Resources)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f(&g.state)
+	sortState(&g.state)
+	if g.save == nil {
+		return nil
+	}
+	if err := g.save(g.state); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	return nil
+}
+
+// read returns a copy of the state.
+func (g *guarded) read() districts.Resources {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.state
+	r.Nodes = slices.Clone(r.Nodes)
+	r.SecurityGroups = slices.Clone(r.SecurityGroups)
+	r.NodeNumbers = maps.Clone(r.NodeNumbers)
+	r.Failures = maps.Clone(r.Failures)
+	return r
+}
+
+// updateNode changes one node in place under the lock and saves, so two
+// actions on one node (a label and an uncordon) never overwrite each
+// other's changes.
+func (r *runner) updateNode(id string, f func(n *districts.Node, s *districts.Resources)) error {
+	now := r.opts.Clock.Now()
 	err := r.st.update(func(s *districts.Resources) {
 		for i := range s.Nodes {
-			if s.Nodes[i].ID == n.ID {
-				s.Nodes[i] = n
+			if s.Nodes[i].ID == id {
+				f(&s.Nodes[i], s)
+				s.Nodes[i].UpdatedAt = now
 				return
 			}
 		}
-		s.Nodes = append(s.Nodes, n)
 	})
 	if err != nil {
 		return errFatal{err}
@@ -264,16 +334,17 @@ func (r *runner) ensureGroup(ctx context.Context, a Action) error {
 	sources := addressesOf(liveNodes(s))
 	old, has := findGroup(s, a.District)
 	if has && slices.Equal(old.Sources, sources) {
-		return nil
+		return errNoChange
 	}
 	infra, err := r.infra(a.District)
 	if err != nil {
 		return err
 	}
-	g, err := infra.EnsureGroup(ctx, GroupSpec{
-		Name: a.Group, Cluster: r.opts.Cluster.ID, District: a.District, Sources: sources,
-		Tags: map[string]string{districts.TagCluster: r.opts.Cluster.ID, districts.TagDistrict: a.District, districts.TagGroup: a.Group},
-	})
+	tags := map[string]string{districts.TagCluster: r.opts.Cluster.ID, districts.TagDistrict: a.District, districts.TagGroup: a.Group}
+	if s.Lineage != "" {
+		tags[districts.TagLineage] = s.Lineage
+	}
+	g, err := infra.EnsureGroup(ctx, GroupSpec{Name: a.Group, Cluster: r.opts.Cluster.ID, District: a.District, Sources: sources, Tags: tags})
 	if err != nil {
 		return err
 	}
@@ -297,7 +368,7 @@ func (r *runner) deleteGroup(ctx context.Context, a Action) error {
 	g, ok := r.orphans[a.Group]
 	if !ok {
 		if g, ok = findGroup(s, a.District); !ok {
-			return nil
+			return errNoChange
 		}
 	}
 	infra, err := r.infra(a.District)
@@ -328,7 +399,7 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 		Type: "node", ID: a.Node, Cluster: r.opts.Cluster.ID, District: a.District, Role: a.Role, Flavor: a.Flavor,
 		Zone: r.zones[a.Node],
 	}
-	tags := IdentityTags(n, "")
+	tags := IdentityTags(n, s.Lineage)
 	maps.Copy(tags, r.desired[n.Key()].Tags)
 	infra, err := r.infra(a.District)
 	if err != nil {
@@ -344,8 +415,18 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	if inst.Zone != "" {
 		n.Zone = inst.Zone
 	}
-	n.Phase, n.CreatedAt = districts.PhaseLaunched, r.opts.Clock.Now()
-	return r.setNode(n)
+	now := r.opts.Clock.Now()
+	n.Phase, n.CreatedAt, n.UpdatedAt = districts.PhaseLaunched, now, now
+	if err := r.st.update(func(s *districts.Resources) {
+		s.Nodes = append(s.Nodes, n)
+		if s.NodeNumbers == nil {
+			s.NodeNumbers = map[string]int{}
+		}
+		s.NodeNumbers[n.Role] = max(s.NodeNumbers[n.Role], nodeNumber(n.ID))
+	}); err != nil {
+		return errFatal{err}
+	}
+	return nil
 }
 
 // assignZones spreads a launch batch's nodes evenly over their district's
@@ -382,16 +463,24 @@ func (r *runner) assignZones(batch []Action) {
 }
 
 // joinNode installs the node, makes it the first master or joins it, and
-// labels it. A node that fails is terminated: a later round launches a
-// fresh one.
+// labels it. It never terminates: when the join failed it is unknown
+// whether the node became a member (the connection may have dropped after
+// the join), so the node is marked and the next round's observation
+// decides. A failed label leaves a joined node joined; the next round
+// labels it again.
 func (r *runner) joinNode(ctx context.Context, a Action) error {
 	s := r.st.read()
 	n, ok := findNode(s, a.Node)
 	if !ok || n.Phase == districts.PhaseTerminating {
 		return errSkip{"the node was not launched"}
 	}
-	if dep, ok := notJoined(s, a.After); ok {
-		return errSkip{"waits for " + dep + ", which did not join"}
+	for _, dep := range a.After {
+		r.mu.Lock()
+		ok := r.fresh[dep]
+		r.mu.Unlock()
+		if !ok {
+			return errSkip{"waits for " + dep + ", which did not initialise the platform"}
+		}
 	}
 	addrs := n.Addresses()
 	inUse := map[string]bool{}
@@ -409,28 +498,56 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 		}
 	}
 	p := r.opts.Platform
-	tags := r.desired[n.Key()].Tags
 	err := p.Install(ctx, n)
 	if err == nil && a.Kind == KindInit {
 		err = p.Init(ctx, n)
 	} else if err == nil {
 		err = p.Join(ctx, n)
 	}
-	if err == nil {
-		err = p.Label(ctx, n, tags)
-	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
-		n.Message = err.Error()
-		if terr := r.terminate(ctx, n); terr != nil {
-			return fmt.Errorf("%w; terminating it also failed: %w", err, terr)
-		}
-		return fmt.Errorf("%w; node terminated, a later round launches a replacement", err)
+		return r.joinFailed(n, err)
 	}
-	n.Phase, n.Message, n.Tags = districts.PhaseJoined, "", maps.Clone(tags)
-	return r.setNode(n)
+	r.mu.Lock()
+	r.fresh[n.ID] = true
+	r.mu.Unlock()
+	now := r.opts.Clock.Now()
+	if err := r.updateNode(n.ID, func(x *districts.Node, s *districts.Resources) {
+		x.Phase, x.Message, x.JoinFailed, x.NotReadySince = districts.PhaseJoined, "", false, time.Time{}
+		delete(s.Failures, x.Key().String())
+		if x.Role == districts.RoleMaster && s.PlatformFormedAt.IsZero() {
+			s.PlatformFormedAt = now
+		}
+	}); err != nil {
+		return err
+	}
+	tags := r.desired[n.Key()].Tags
+	if err := p.Label(ctx, n, tags); err != nil {
+		return fmt.Errorf("joined, but setting its labels failed (a later round retries): %w", err)
+	}
+	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Tags = maps.Clone(tags) })
+}
+
+// joinFailed records a failed install or join on the node and its
+// deployment's run of failures.
+func (r *runner) joinFailed(n districts.Node, cause error) error {
+	now := r.opts.Clock.Now()
+	err := r.updateNode(n.ID, func(x *districts.Node, s *districts.Resources) {
+		x.JoinFailed, x.Message = true, cause.Error()
+		if s.Failures == nil {
+			s.Failures = map[string]districts.Failure{}
+		}
+		f := s.Failures[x.Key().String()]
+		f.Count++
+		f.LastError, f.LastAt = cause.Error(), now
+		s.Failures[x.Key().String()] = f
+	})
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w; the next round replaces the node once the platform confirms it is no member", cause)
 }
 
 func (r *runner) label(ctx context.Context, a Action) error {
@@ -442,8 +559,7 @@ func (r *runner) label(ctx context.Context, a Action) error {
 	if err := r.opts.Platform.Label(ctx, n, tags); err != nil {
 		return err
 	}
-	n.Tags = maps.Clone(tags)
-	return r.setNode(n)
+	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Tags = maps.Clone(tags) })
 }
 
 func (r *runner) uncordon(ctx context.Context, a Action) error {
@@ -454,8 +570,21 @@ func (r *runner) uncordon(ctx context.Context, a Action) error {
 	if err := r.opts.Platform.Uncordon(ctx, n); err != nil {
 		return err
 	}
-	n.Phase = districts.PhaseJoined
-	return r.setNode(n)
+	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) {
+		x.Phase, x.CordonedByTransit = districts.PhaseJoined, false
+	})
+}
+
+// forget takes a member whose machine is gone out of the platform, asking
+// the platform first when it is a master.
+func (r *runner) forget(ctx context.Context, a Action) error {
+	n := districts.Node{ID: a.Node, Cluster: r.opts.Cluster.ID, Role: a.Role}
+	if a.Role == districts.RoleMaster {
+		if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(r.st.read())); err != nil {
+			return errSkip{err.Error()}
+		}
+	}
+	return r.opts.Platform.Remove(ctx, n)
 }
 
 // terminate asks the cloud to delete the machine; it does not wait.
@@ -464,15 +593,14 @@ func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 	if err != nil {
 		return err
 	}
-	tags := IdentityTags(n, "")
+	tags := IdentityTags(n, r.st.read().Lineage)
 	if err := infra.Terminate(ctx, Instance{ProviderID: n.ProviderID, Tags: tags, Zone: n.Zone}); err != nil {
 		return err
 	}
-	n.Phase = districts.PhaseTerminating
-	return r.setNode(n)
+	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = districts.PhaseTerminating })
 }
 
-// removeNodes runs the removal batch as one chain per node (drain, remove,
+// removeNodes runs the removal stage as one chain per node (drain, remove,
 // terminate). Chains that only terminate run in parallel; disruptive chains
 // of workers run max_unavailable at a time; masters go one at a time, last.
 func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
@@ -496,11 +624,31 @@ func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
 			workers = append(workers, c)
 		}
 	}
+	// Nodes transit holds cordoned outside this batch (a drained master
+	// whose removal quorum refused) use up max_unavailable too.
 	strat := r.opts.Cluster.Strategy.Resolved()
+	draining := map[string]bool{}
+	for _, c := range workers {
+		draining[c[0].Node] = true
+	}
+	held := 0
+	for _, n := range liveNodes(r.st.read()) {
+		if n.CordonedByTransit && !draining[n.ID] {
+			held++
+		}
+	}
+	if limit := strat.MaxUnavailable - held; limit < 1 && len(workers) > 0 {
+		for _, c := range workers {
+			a := c[0]
+			r.emit(Event{Type: EventAction, Phase: PhaseSkip, Action: &a, Error: "max_unavailable is used up by nodes transit holds cordoned"})
+			r.problem("%s %s skipped: max_unavailable (%d) is used up by %d node(s) transit holds cordoned", a.Kind, target(a), strat.MaxUnavailable, held)
+		}
+		workers = nil
+	}
 	for _, set := range []struct {
 		chains [][]Action
 		limit  int
-	}{{quiet, r.opts.Parallel}, {workers, strat.MaxUnavailable}, {masters, 1}} {
+	}{{quiet, r.opts.Parallel}, {workers, strat.MaxUnavailable - held}, {masters, 1}} {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(max(set.limit, 1))
 		for _, c := range set.chains {
@@ -523,8 +671,7 @@ func (r *runner) removeChain(ctx context.Context, chain []Action) error {
 			continue
 		}
 		err := r.run(ctx, a, r.removeStep)
-		var fatal errFatal
-		if errors.As(err, &fatal) || ctx.Err() != nil {
+		if _, fatal := errors.AsType[errFatal](err); fatal || ctx.Err() != nil {
 			return err
 		}
 		if err != nil {
@@ -538,83 +685,80 @@ func (r *runner) removeStep(ctx context.Context, a Action) error {
 	s := r.st.read()
 	n, ok := findNode(s, a.Node)
 	if !ok || n.Phase == districts.PhaseTerminating {
-		return nil // already gone: nothing to do
-	}
-	if dep, ok := notJoined(s, a.After); ok {
-		return errSkip{"its replacement " + dep + " did not join; node kept"}
+		return errNoChange // already gone
 	}
 	switch a.Kind {
 	case KindDrain:
 		if n.Role == districts.RoleMaster {
-			if err := quorumAfterRemoving(s, n); err != nil {
-				return err
+			if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(s)); err != nil {
+				return errSkip{err.Error()}
 			}
 		}
-		observed := n.Phase
-		n.Phase = districts.PhaseDraining
-		if err := r.setNode(n); err != nil {
-			return err
-		}
-		if err := r.opts.Platform.Drain(ctx, n, r.opts.Cluster.Strategy.Resolved().DrainTimeout); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			// The platform left the node schedulable; it stays, and this
-			// run tries other candidates first.
-			n.Phase, n.Message = observed, err.Error()
-			r.mu.Lock()
-			if !r.avoid[n.ID] {
-				r.avoid[n.ID] = true
-				r.refused++
-			}
-			r.mu.Unlock()
-			if serr := r.setNode(n); serr != nil {
-				return serr
-			}
-			return err
-		}
-		n.Phase = districts.PhaseDrained
-		return r.setNode(n)
+		return r.drain(ctx, n)
 	case KindRemove:
-		if n.Role == districts.RoleMaster && n.Phase != districts.PhaseDrained {
-			if err := quorumAfterRemoving(s, n); err != nil {
-				return err
+		// Every master removal asks, whatever phase the node is in.
+		if n.Role == districts.RoleMaster {
+			if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(s)); err != nil {
+				return errSkip{err.Error()}
 			}
 		}
 		if err := r.opts.Platform.Remove(ctx, n); err != nil {
 			return err
 		}
-		n.Phase = districts.PhaseLeft
-		return r.setNode(n)
+		return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) {
+			x.Phase, x.CordonedByTransit = districts.PhaseLeft, false
+		})
 	case KindTerminate:
 		return r.terminate(ctx, n)
 	}
 	return fmt.Errorf("unknown removal step %q", a.Kind)
 }
 
-// quorumAfterRemoving refuses to take a master away when the masters left
-// could not keep a majority, or when it is the last one.
-func quorumAfterRemoving(s districts.Resources, n districts.Node) error {
-	members, healthy := 0, 0
-	for _, m := range s.Nodes {
-		if m.Role != districts.RoleMaster || !isMember(m.Phase) {
-			continue
+// drain cordons n (recording that transit did, so only transit undoes
+// it) and moves its workloads away. A refused drain leaves the node
+// schedulable and in place; an interrupted one is undone.
+func (r *runner) drain(ctx context.Context, n districts.Node) error {
+	observed := n.Phase
+	if err := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) {
+		x.Phase, x.CordonedByTransit = districts.PhaseDraining, true
+	}); err != nil {
+		return err
+	}
+	err := r.opts.Platform.Drain(ctx, n, r.opts.Cluster.Strategy.Resolved().DrainTimeout)
+	switch {
+	case err == nil:
+		return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = districts.PhaseDrained })
+	case ctx.Err() != nil:
+		// Interrupted: make the node schedulable again before giving up.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		if uerr := r.opts.Platform.Uncordon(uctx, n); uerr != nil {
+			return fmt.Errorf("%w; making %s schedulable again also failed (the next run does): %w", err, n.ID, uerr)
 		}
-		members++
-		if m.Phase == districts.PhaseJoined || m.ID == n.ID && m.Phase == districts.PhaseDrained {
-			healthy++
+		if serr := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) {
+			x.Phase, x.CordonedByTransit = observed, false
+		}); serr != nil {
+			return serr
 		}
+		return err
+	case errors.Is(err, ErrDrainRefused):
+		// The platform left the node schedulable; it stays, and this run
+		// tries other candidates first.
+		r.mu.Lock()
+		if !r.avoid[n.ID] {
+			r.avoid[n.ID] = true
+			r.progress++
+		}
+		r.mu.Unlock()
+		if serr := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) {
+			x.Phase, x.Message, x.CordonedByTransit = observed, err.Error(), false
+		}); serr != nil {
+			return serr
+		}
+		return err
 	}
-	after := members - 1
-	healthyAfter := healthy
-	if n.Phase == districts.PhaseJoined || n.Phase == districts.PhaseDrained {
-		healthyAfter--
-	}
-	if after < 1 {
-		return errSkip{"it is the last master"}
-	}
-	if healthyAfter < after/2+1 {
-		return errSkip{fmt.Sprintf("removing it would leave %d healthy of %d masters, below quorum %d", healthyAfter, after, after/2+1)}
-	}
-	return nil
+	// Anything else (the connection dropped): the node may be cordoned;
+	// the record says transit did it, so a later round finishes or undoes
+	// the drain.
+	return err
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"reflect"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,9 @@ func withDefaults(o Options) Options {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
+	if o.NewLineage == nil {
+		o.NewLineage = newLineage
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -66,47 +70,52 @@ func Refresh(ctx context.Context, opts Options) (Observation, error) {
 	if err != nil {
 		return Observation{}, err
 	}
-	return Observation{State: w.state, Notes: w.notes}, nil
-}
-
-// refresh observes and saves what it found.
-func refresh(ctx context.Context, opts Options) (world, error) {
-	w, err := observe(ctx, opts)
-	if err != nil {
-		return world{}, err
+	obs := Observation{State: w.state, Notes: append(w.notes, w.warnings...)}
+	if w.platformErr != nil {
+		obs.PlatformError = w.platformErr.Error()
 	}
-	if opts.Save != nil {
-		if err := opts.Save(w.state); err != nil {
-			return world{}, fmt.Errorf("save state: %w", err)
-		}
-	}
-	return w, nil
+	return obs, nil
 }
 
 // MakePlan builds the plan for the next round. Unless refreshed, it works
-// from opts.State alone and calls no cloud and no platform.
+// from opts.State alone and calls no cloud and no platform. It writes
+// nothing.
 func MakePlan(ctx context.Context, opts Options, refreshed bool) (Plan, error) {
 	opts = withDefaults(opts)
-	w := stateWorld(opts.State)
+	if err := districts.CheckStateDistricts(opts.State, opts.Districts, "resources.json"); err != nil {
+		return Plan{}, err
+	}
+	w := stateWorld(opts.State, opts.Clock.Now())
 	if refreshed {
 		var err error
-		if w, err = refresh(ctx, opts); err != nil {
+		if w, err = observe(ctx, opts); err != nil {
 			return Plan{}, err
 		}
 	}
 	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w,
-		newID: nodeIDs(opts, w.state)}), nil
+		destroy: opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster), rebuild: opts.RebuildPlatform,
+		ids: newNodeNumbers(opts.Cluster.ID, w)}), nil
 }
 
 // Apply runs rounds (observe, plan, execute, persist) until the cluster
 // matches opts.Cluster or a round makes no progress. A run that ends
 // unconverged returns an error matching ErrNotConverged.
+//
+// Progress is counted honestly: a round made progress when one of its
+// actions changed the world (a machine launched, a node joined, a group
+// changed) or a drain was newly refused (which changes the candidates the
+// next round tries; each node is refused at most once per run). A round
+// all of whose actions failed or found nothing to do made none, and the
+// run stops. Waiting for what only time fixes (terminations, new members
+// becoming ready) is no round at all: it is bounded by WaitTimeout.
 func Apply(ctx context.Context, opts Options) (Result, error) {
 	opts = withDefaults(opts)
 	r := newRunner(opts)
+	destroy := opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster)
 	var res Result
-	prevRemaining, refusedBefore := -1, 0
 	var waited time.Duration
+	var plan Plan
+	lastProgress := -1 // progress of the last round that executed, -1 before any
 	for r.round = 1; ; r.round++ {
 		if r.round > opts.MaxRounds {
 			return r.finish(res, fmt.Errorf("%w: %d rounds (--max-rounds) ran out with work left: %s", ErrNotConverged, opts.MaxRounds, r.problemText()))
@@ -119,18 +128,31 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		if err != nil {
 			return r.finish(res, err)
 		}
+		if w.state.Lineage == "" && len(w.state.Nodes) == 0 && len(w.state.SecurityGroups) == 0 && len(o.State.Nodes) == 0 {
+			w.state.Lineage = opts.NewLineage()
+		}
 		if err := r.st.update(func(s *districts.Resources) { *s = w.state }); err != nil {
 			return r.finish(res, err)
+		}
+		if r.ids == nil {
+			r.ids = newNodeNumbers(opts.Cluster.ID, w)
 		}
 		r.orphans = map[string]districts.SecurityGroup{}
 		for _, g := range w.orphanGroups {
 			r.orphans[g.ID] = g
 		}
-		plan := buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, avoid: r.avoid,
-			newID: nodeIDs(opts, w.state)})
+		r.mu.Lock()
+		in := planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, avoid: maps.Clone(r.avoid),
+			fresh: maps.Clone(r.fresh), destroy: destroy, rebuild: opts.RebuildPlatform, ids: r.ids}
+		r.mu.Unlock()
+		plan = buildPlan(in)
 		r.emit(Event{Type: EventPlan, Phase: PhaseStart, Plan: &plan})
 		for _, n := range plan.Notes {
 			opts.Logger.Info(n)
+		}
+		res.Warnings = plan.Warnings
+		if r.round == 1 && !destroy && wantsNothing(opts.Cluster) && len(w.live()) > 0 {
+			return r.finish(res, ErrWouldDestroy)
 		}
 		if r.round == 1 && opts.Confirmed != nil && !reflect.DeepEqual(plan.Actions, opts.Confirmed.Actions) {
 			return r.finish(res, ErrStalePlan)
@@ -139,34 +161,75 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			res.Converged = true
 			return r.finish(res, nil)
 		}
+		if len(plan.Actions) == 0 && len(plan.Blocked) > 0 {
+			r.problems = append(r.problems, plan.Blocked...)
+			return r.finish(res, blockedError(w, in, plan.Blocked))
+		}
 		if len(plan.Actions) == 0 {
-			// Only waiting is left (terminations, readiness): not progress
-			// the loop can make, so it does not use up rounds.
+			// Only waiting is left: not progress the loop can make, so it
+			// does not use up rounds.
 			if waited >= opts.WaitTimeout {
 				return r.finish(res, fmt.Errorf("%w: gave up after %s waiting: %s", ErrNotConverged, waited, strings.Join(plan.Waiting, "; ")))
 			}
 			r.emit(Event{Type: EventWait, Phase: PhaseStart, Message: strings.Join(plan.Waiting, "; ")})
 			if err := opts.Clock.Sleep(ctx, opts.PollInterval); err != nil {
+				res.Left = r.left(plan)
 				return r.finish(res, err)
 			}
 			waited += opts.PollInterval
 			r.round--
 			continue
 		}
-		if prevRemaining >= 0 && len(plan.Actions) >= prevRemaining && r.refused == refusedBefore {
+		if lastProgress == 0 {
 			return r.finish(res, fmt.Errorf("%w: round %d made no progress: %s", ErrNotConverged, r.round-1, r.problemText()))
 		}
-		prevRemaining, refusedBefore = len(plan.Actions), r.refused
 		r.problems = nil
+		r.mu.Lock()
+		r.progress = 0
+		r.mu.Unlock()
 		if err := r.execute(ctx, plan); err != nil {
+			if ctx.Err() != nil {
+				res.Left = r.left(plan)
+			}
 			return r.finish(res, err)
+		}
+		r.mu.Lock()
+		lastProgress = r.progress
+		r.mu.Unlock()
+		if len(plan.Blocked) > 0 {
+			r.problems = append(r.problems, plan.Blocked...)
 		}
 	}
 }
 
+// notConverged is ErrNotConverged with the typed reasons callers act on
+// (ErrPlatformLost, ErrPlatformUnreachable).
+type notConverged struct {
+	msg    string
+	causes []error
+}
+
+func (e *notConverged) Error() string { return ErrNotConverged.Error() + ": " + e.msg }
+
+func (e *notConverged) Is(target error) bool {
+	return target == ErrNotConverged || slices.Contains(e.causes, target)
+}
+
+// blockedError says why a round had nothing it could do.
+func blockedError(w world, in planInput, blocked []string) error {
+	e := &notConverged{msg: strings.Join(blocked, "; ")}
+	switch {
+	case w.platform == platformUnreachable:
+		e.causes = append(e.causes, ErrPlatformUnreachable)
+	case w.platform == platformNone && !w.state.PlatformFormedAt.IsZero() && !in.rebuild && len(w.live()) > 0:
+		e.causes = append(e.causes, ErrPlatformLost)
+	}
+	return e
+}
+
 func (r *runner) problemText() string {
 	if len(r.problems) == 0 {
-		return "no action failed, but the work left did not shrink"
+		return "no action changed anything"
 	}
 	return strings.Join(r.problems, "; ")
 }
@@ -184,26 +247,4 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// nodeIDs names new nodes <cluster>-<role>-<n>, counting on from the
-// highest number in use, so names stay readable and plans reproducible.
-func nodeIDs(opts Options, s districts.Resources) func(districts.DeploymentKey) string {
-	next := map[string]int{}
-	for _, n := range s.Nodes {
-		prefix := opts.Cluster.ID + "-" + n.Role + "-"
-		if rest, ok := strings.CutPrefix(n.ID, prefix); ok {
-			if i, err := strconv.Atoi(rest); err == nil && i >= next[n.Role] {
-				next[n.Role] = i + 1
-			}
-		}
-	}
-	return func(k districts.DeploymentKey) string {
-		if next[k.Role] == 0 {
-			next[k.Role] = 1
-		}
-		id := fmt.Sprintf("%s-%s-%d", opts.Cluster.ID, k.Role, next[k.Role])
-		next[k.Role]++
-		return id
-	}
 }

@@ -234,10 +234,10 @@ func TestForgottenNodeIsReplaced(t *testing.T) {
 	if !slices.ContainsFunc(plan.Notes, func(s string) bool { return strings.HasPrefix(s, "forgot node "+gone.ID) }) {
 		t.Errorf("notes %v do not report the forgotten node %s", plan.Notes, gone.ID)
 	}
-	if _, ok := findNode(h.load(), gone.ID); ok {
-		t.Errorf("refresh kept %s in state", gone.ID)
-	}
 	h.mustConverge(c)
+	if _, ok := findNode(h.load(), gone.ID); ok {
+		t.Errorf("apply kept %s in state", gone.ID)
+	}
 }
 
 func TestDestroyLeavesNothing(t *testing.T) {
@@ -295,7 +295,7 @@ func TestOrphanedGroupIsRemoved(t *testing.T) {
 	c := paperCluster(1, 1, 1)
 	h.mustConverge(c)
 	h.sim.groups["sg-leftover"] = &simGroup{Group: Group{ProviderID: "sg-leftover", Name: "transit-paper-aws-europe-old",
-		Tags: map[string]string{districts.TagCluster: "paper"}}, district: "aws-europe"}
+		Tags: map[string]string{districts.TagCluster: "paper", districts.TagLineage: h.load().Lineage}}, district: "aws-europe"}
 	plan, err := MakePlan(t.Context(), h.options(c), true)
 	if err != nil {
 		t.Fatal(err)
@@ -320,8 +320,8 @@ func TestConfirmedPlanMustStillHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// While the person reads the plan, a machine disappears.
-	gone := h.load().Nodes[0]
+	// While the person reads the plan, a worker disappears.
+	gone := h.load().Nodes[len(h.load().Nodes)-1]
 	delete(h.sim.instances, gone.ProviderID)
 	delete(h.sim.members, gone.ID)
 	opts := h.options(bigger)

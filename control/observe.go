@@ -2,16 +2,30 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/districts"
+)
+
+// platformView is what the platform said when asked.
+type platformView int
+
+const (
+	platformNotAsked    platformView = iota // no refresh, destroy, or no live node to ask
+	platformUp                              // a master answered
+	platformNone                            // every node answered: none is a member
+	platformUnreachable                     // no master answered
 )
 
 // world is what one observation found: the current state plus what the
@@ -23,31 +37,31 @@ type world struct {
 	// orphanGroups carry the cluster's tags but are not the group transit
 	// would make for a known district.
 	orphanGroups []districts.SecurityGroup
-	// platformUp is true when a master answered.
-	platformUp bool
-	notes      []string
+	platform     platformView
+	platformErr  error
+	// members are the platform's members by node id: those of live
+	// nodes, and strays, whose machine the clouds no longer have.
+	members map[string]Member
+	strays  []Member
+	// blocked holds districts where another cluster of the same name
+	// owns the group name transit would use.
+	blocked  map[string]string
+	notes    []string
+	warnings []string
+	now      time.Time
 }
+
+// live returns the nodes that are not terminating.
+func (w world) live() []*districts.Node { return liveNodes(w.state) }
 
 // observe lists every district's tagged machines and groups in parallel,
 // asks the platform which nodes are members, and merges that with the last
-// saved state: the clouds and the platform win.
+// saved state: the clouds and the platform win. It writes nothing.
 func observe(ctx context.Context, opts Options) (world, error) {
 	cluster := opts.Cluster.ID
-	known := map[string]bool{}
-	for _, d := range opts.Districts {
-		known[d.ID] = true
+	if err := districts.CheckStateDistricts(opts.State, opts.Districts, "resources.json"); err != nil {
+		return world{}, err
 	}
-	var unknown []string
-	for _, n := range opts.State.Nodes {
-		if !known[n.District] && !slices.Contains(unknown, n.District) {
-			unknown = append(unknown, n.District)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return world{}, fmt.Errorf("resources.json has nodes in district(s) %v, which districts.json no longer defines: define them again so transit can reach and remove those nodes", unknown)
-	}
-
 	type listing struct {
 		instances []Instance
 		groups    []Group
@@ -72,7 +86,52 @@ func observe(ctx context.Context, opts Options) (world, error) {
 		return world{}, err
 	}
 
-	w := world{terminating: map[string]int{}}
+	// Which lineage is this cluster? The state says; without a state
+	// (first apply, or resources.json lost) the clouds must show one.
+	lineage, legacy := opts.State.Lineage, opts.State.Lineage == "" && len(opts.State.Nodes)+len(opts.State.SecurityGroups) > 0
+	if lineage == "" && !legacy {
+		seen := map[string]int{}
+		for _, l := range listings {
+			for _, in := range l.instances {
+				if in.Tags[districts.TagCluster] == cluster && in.ProviderID != "" {
+					seen[in.Tags[districts.TagLineage]]++
+				}
+			}
+			for _, gr := range l.groups {
+				if gr.Tags[districts.TagCluster] == cluster {
+					seen[gr.Tags[districts.TagLineage]]++
+				}
+			}
+		}
+		switch len(seen) {
+		case 0:
+		case 1:
+			for l := range seen {
+				lineage = l
+			}
+		default:
+			var parts []string
+			for _, l := range slices.Sorted(maps.Keys(seen)) {
+				name := l
+				if name == "" {
+					name = "(untagged)"
+				}
+				parts = append(parts, fmt.Sprintf("%s (%d resources)", name, seen[l]))
+			}
+			return world{}, fmt.Errorf("%w: the clouds hold resources of cluster %q from %d lineages: %s; without resources.json transit cannot tell which cluster is this one: restore resources.json (it records the lineage), or rename one cluster",
+				ErrForeign, cluster, len(seen), strings.Join(parts, ", "))
+		}
+	}
+
+	w := world{terminating: map[string]int{}, blocked: map[string]string{}, now: opts.Clock.Now()}
+	w.state = districts.Resources{
+		Type: "resources", Version: districts.ResourcesVersion, Cluster: cluster, Lineage: lineage,
+		Serial: opts.State.Serial, UpdatedAt: opts.State.UpdatedAt, PlatformFormedAt: opts.State.PlatformFormedAt,
+		NodeNumbers: maps.Clone(opts.State.NodeNumbers), Failures: maps.Clone(opts.State.Failures),
+	}
+	ours := func(tags map[string]string) bool {
+		return tags[districts.TagCluster] == cluster && tags[districts.TagLineage] == lineage
+	}
 	byProvider := map[string]districts.Node{}
 	for _, n := range opts.State.Nodes {
 		byProvider[n.District+"\x00"+n.ProviderID] = n
@@ -84,6 +143,11 @@ func observe(ctx context.Context, opts Options) (world, error) {
 			// Re-check the tags: a driver bug must never make transit
 			// touch a machine it did not create.
 			if inst.Tags[districts.TagCluster] != cluster || inst.ProviderID == "" {
+				continue
+			}
+			if !ours(inst.Tags) {
+				w.warnings = append(w.warnings, fmt.Sprintf("machine %s (%s) in district %s belongs to another cluster named %q (lineage %q, this one is %q): never adopted, never touched",
+					inst.Tags[districts.TagNode], inst.ProviderID, d.ID, cluster, inst.Tags[districts.TagLineage], lineage))
 				continue
 			}
 			key := d.ID + "\x00" + inst.ProviderID
@@ -116,6 +180,14 @@ func observe(ctx context.Context, opts Options) (world, error) {
 			if gr.Tags[districts.TagCluster] != cluster {
 				continue
 			}
+			if !ours(gr.Tags) {
+				msg := fmt.Sprintf("security group %s (%s) in district %s belongs to another cluster named %q (lineage %q): never touched", gr.Name, gr.ProviderID, d.ID, cluster, gr.Tags[districts.TagLineage])
+				w.warnings = append(w.warnings, msg)
+				if gr.Name == GroupName(cluster, d.ID) {
+					w.blocked[d.ID] = msg + "; it holds the group name this cluster needs there: rename one of the two clusters"
+				}
+				continue
+			}
 			sg := districts.SecurityGroup{
 				Type: "security_group", ID: gr.Name, Cluster: cluster, District: d.ID,
 				ProviderID: gr.ProviderID, Sources: slices.Sorted(slices.Values(gr.Sources)),
@@ -138,51 +210,79 @@ func observe(ctx context.Context, opts Options) (world, error) {
 		}
 	}
 
-	if err := observePlatform(ctx, opts.Platform, &w); err != nil {
-		return world{}, err
+	if !opts.Destroy {
+		if err := observePlatform(ctx, opts.Platform, &w); err != nil {
+			return world{}, err
+		}
 	}
-	w.state.Type, w.state.Version, w.state.Cluster = "resources", districts.ResourcesVersion, cluster
-	w.state.Serial, w.state.UpdatedAt = opts.State.Serial, opts.State.UpdatedAt
+	if len(w.live()) == 0 {
+		// Nothing is left that could hold a platform.
+		w.state.PlatformFormedAt = time.Time{}
+	}
 	sortState(&w.state)
 	return w, nil
 }
 
-// observePlatform sets every live node's phase from what the platform says.
+// observePlatform sets every live node's phase from what the platform
+// says. A platform that cannot be asked is no error: the phases stay as
+// resources.json has them and the plan changes no node.
 func observePlatform(ctx context.Context, p Platform, w *world) error {
-	var live []districts.Node
-	for _, n := range w.state.Nodes {
-		if n.Phase != districts.PhaseTerminating {
-			live = append(live, n)
+	live := w.live()
+	if len(live) == 0 {
+		w.platform = platformNone // nothing to be a member of anything
+		return nil
+	}
+	if p == nil {
+		return errors.New("no platform driver to ask which nodes are members")
+	}
+	nodes := make([]districts.Node, len(live))
+	for i, n := range live {
+		nodes[i] = *n
+	}
+	list, err := p.Members(ctx, nodes)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrNoPlatform):
+		w.platform = platformNone
+	case lost(err):
+		// Every master answered, or none is left, and no master serves
+		// the platform workers still belong to: it is lost; only
+		// --rebuild-platform builds a new one.
+		w.platform, w.platformErr = platformNone, err
+		if w.state.PlatformFormedAt.IsZero() {
+			w.state.PlatformFormedAt = w.now
+		}
+	case err != nil:
+		// Whatever the reason, nobody can say who is a member: treat it
+		// as unreachable, never as "no platform".
+		w.platform, w.platformErr = platformUnreachable, err
+		return nil
+	default:
+		w.platform = platformUp
+	}
+	w.members = map[string]Member{}
+	for _, m := range list {
+		w.members[m.NodeID] = m
+	}
+	liveIDs := map[string]bool{}
+	for _, n := range live {
+		liveIDs[n.ID] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(w.members)) {
+		if !liveIDs[id] {
+			w.strays = append(w.strays, w.members[id])
 		}
 	}
-	members := map[string]Member{}
-	if len(live) > 0 {
-		if p == nil {
-			return errors.New("no platform driver to ask which nodes are members")
-		}
-		list, err := p.Members(ctx, live)
-		switch {
-		case errors.Is(err, ErrNoPlatform):
-		case err != nil:
-			return fmt.Errorf("ask the platform for its nodes: %w", err)
-		default:
-			w.platformUp = true
-			for _, m := range list {
-				members[m.NodeID] = m
-			}
-		}
-	}
-	for i := range w.state.Nodes {
-		n := &w.state.Nodes[i]
-		if n.Phase == districts.PhaseTerminating {
-			continue
-		}
-		m, ok := members[n.ID]
+	for _, n := range live {
+		m, ok := w.members[n.ID]
 		switch {
 		case !ok && (n.Phase == districts.PhaseLeft || n.Phase == districts.PhaseDrained):
 			n.Phase = districts.PhaseLeft
 		case !ok:
 			n.Phase = districts.PhaseLaunched
+		case m.Draining && !n.CordonedByTransit:
+			n.Phase = districts.PhaseCordoned
 		case m.Draining && n.Phase == districts.PhaseDrained:
 		case m.Draining:
 			n.Phase = districts.PhaseDraining
@@ -193,9 +293,31 @@ func observePlatform(ctx context.Context, p Platform, w *world) error {
 		}
 		if ok {
 			n.Tags = maps.Clone(m.Labels)
+			n.JoinFailed = false
+			if m.Role == districts.RoleMaster && m.Ready && w.state.PlatformFormedAt.IsZero() {
+				w.state.PlatformFormedAt = w.now
+			}
+		} else {
+			n.CordonedByTransit = false
+		}
+		if !m.Draining {
+			n.CordonedByTransit = false
+		}
+		switch {
+		case ok && !m.Ready && n.NotReadySince.IsZero():
+			n.NotReadySince = w.now
+		case !ok || m.Ready:
+			n.NotReadySince = time.Time{}
 		}
 	}
 	return nil
+}
+
+// lost says err reports a platform that no master serves although every
+// master answered (or none is left).
+func lost(err error) bool {
+	ue, ok := errors.AsType[*UnreachableError](err)
+	return ok && len(ue.Masters) == 0
 }
 
 func nodeFromInstance(cluster, district string, inst Instance) districts.Node {
@@ -217,18 +339,23 @@ func sortState(r *districts.Resources) {
 }
 
 // stateWorld is the world as resources.json alone describes it, for plans
-// that call no cloud.
-func stateWorld(r districts.Resources) world {
-	w := world{state: r, terminating: map[string]int{}}
+// that call no cloud. The platform counts as up when the state records a
+// joined master.
+func stateWorld(r districts.Resources, now time.Time) world {
+	w := world{state: r, terminating: map[string]int{}, blocked: map[string]string{}, now: now}
 	w.state.Nodes = slices.Clone(r.Nodes)
 	w.state.SecurityGroups = slices.Clone(r.SecurityGroups)
+	w.members = map[string]Member{}
+	w.platform = platformNone
 	for _, n := range r.Nodes {
 		switch n.Phase {
 		case districts.PhaseTerminating:
 			w.terminating[n.District]++
-		case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseDraining, districts.PhaseDrained:
+		case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
+			w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
+				Draining: n.Phase != districts.PhaseJoined && n.Phase != districts.PhaseNotReady, Labels: n.Tags}
 			if n.Role == districts.RoleMaster {
-				w.platformUp = true
+				w.platform = platformUp
 			}
 		}
 	}
@@ -236,35 +363,63 @@ func stateWorld(r districts.Resources) world {
 	return w
 }
 
-// guarded serializes access to the state while actions run in parallel, and
-// saves after every change.
-type guarded struct {
-	mu    sync.Mutex
-	state districts.Resources
-	save  func(districts.Resources) error
+// nodeNumbers hands out node ids <cluster>-<role>-<n>, counting on from the
+// highest number the lineage ever used (resources.json's node_numbers, the
+// machines, and the platform's members), so a name is never given twice.
+type nodeNumbers struct {
+	mu      sync.Mutex
+	cluster string
+	next    map[string]int
 }
 
-// update applies f to the state and saves it.
-func (g *guarded) update(f func(r *districts.Resources)) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	f(&g.state)
-	sortState(&g.state)
-	if g.save == nil {
-		return nil
+func newNodeNumbers(cluster string, w world) *nodeNumbers {
+	nn := &nodeNumbers{cluster: cluster, next: map[string]int{}}
+	for role, n := range w.state.NodeNumbers {
+		nn.see(role, n)
 	}
-	if err := g.save(g.state); err != nil {
-		return fmt.Errorf("save state: %w", err)
+	for _, n := range w.state.Nodes {
+		nn.seeID(n.Role, n.ID)
 	}
-	return nil
+	for _, m := range w.members {
+		for _, role := range []string{districts.RoleMaster, districts.RoleWorker} {
+			nn.seeID(role, m.NodeID)
+		}
+	}
+	return nn
 }
 
-// read returns a copy of the state for f to look at.
-func (g *guarded) read() districts.Resources {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	r := g.state
-	r.Nodes = slices.Clone(r.Nodes)
-	r.SecurityGroups = slices.Clone(r.SecurityGroups)
-	return r
+func (nn *nodeNumbers) see(role string, n int) {
+	if n+1 > nn.next[role] {
+		nn.next[role] = n + 1
+	}
+}
+
+func (nn *nodeNumbers) seeID(role, id string) {
+	if rest, ok := strings.CutPrefix(id, nn.cluster+"-"+role+"-"); ok {
+		if i, err := strconv.Atoi(rest); err == nil && i >= 0 {
+			nn.see(role, i)
+		}
+	}
+}
+
+// id returns the next node id of role.
+func (nn *nodeNumbers) id(role string) string {
+	nn.mu.Lock()
+	defer nn.mu.Unlock()
+	n := max(nn.next[role], 1)
+	nn.next[role] = n + 1
+	return fmt.Sprintf("%s-%s-%d", nn.cluster, role, n)
+}
+
+// newLineage is 16 random lowercase letters and digits.
+func newLineage() string { return strings.ToLower(rand.Text()[:16]) }
+
+// nodeNumber is the number at the end of a node id, or 0.
+func nodeNumber(id string) int {
+	i := strings.LastIndexByte(id, '-')
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil {
+		return 0
+	}
+	return n
 }

@@ -44,7 +44,15 @@ func (h *harness) load() districts.Resources {
 	return r
 }
 
+// save keeps what a real run would have on disk: nothing written after the
+// crash point survives (the process is dead; its goroutines are not, here).
 func (h *harness) save(r districts.Resources) error {
+	h.sim.mu.Lock()
+	crashed := h.sim.crashed
+	h.sim.mu.Unlock()
+	if crashed {
+		return nil
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -61,7 +69,7 @@ func (h *harness) options(c districts.Cluster) Options {
 	return Options{
 		Cluster: c, Districts: h.districts, Infra: infra, Platform: h.sim.platform(),
 		State: h.load(), Save: h.save, Parallel: h.sim.parallel, Clock: h.sim.clock,
-		MaxRounds: 30,
+		MaxRounds: 60, RebuildPlatform: h.sim.rebuild, Destroy: wantsNothing(c),
 	}
 }
 
@@ -77,9 +85,6 @@ func (h *harness) apply(c districts.Cluster, crashAt int) (Result, error) {
 	h.sim.mu.Lock()
 	defer h.sim.mu.Unlock()
 	if !h.sim.crashed {
-		for id := range h.sim.failedJoins {
-			h.sim.violate("node %s failed to join and was not terminated", id)
-		}
 		if err != nil && !errors.Is(err, ErrNotConverged) {
 			h.t.Fatalf("apply failed without a crash: %v", err)
 		}
@@ -103,7 +108,7 @@ func (h *harness) prepare(c districts.Cluster) {
 	s.maxUnavailable = strat.MaxUnavailable
 	ready, live := map[string]int{}, map[string]int{}
 	for _, m := range s.members {
-		if m.ready && !m.cordoned {
+		if m.ready && !m.cordoned && m.gen == s.gen && s.alive(m) {
 			ready[m.role]++
 		}
 	}
@@ -155,6 +160,11 @@ func (h *harness) checkConverged(c districts.Cluster) {
 		}
 		if !maps.Equal(m.labels, want) {
 			t.Errorf("member %s labels %v, want %v", id, m.labels, want)
+		}
+	}
+	for id, m := range s.members {
+		if m.gen == s.gen && !s.alive(m) && len(liveDistricts) > 0 {
+			t.Errorf("the platform still lists %s, whose machine is gone", id)
 		}
 	}
 	for _, d := range c.Deployments {
@@ -308,6 +318,7 @@ func TestConvergesUnderFaults(t *testing.T) {
 				h.prepare(c)
 				converged := false
 				var lastErr error
+				h.sim.rebuild = false
 				for attempt := 0; attempt < 12 && !converged; attempt++ {
 					faulty := attempt < 4
 					h.setFaults(rng, faulty)
@@ -316,7 +327,13 @@ func TestConvergesUnderFaults(t *testing.T) {
 						crashAt = 1 + rng.IntN(80)
 					}
 					res, err := h.apply(c, crashAt)
-					converged, lastErr = err == nil && res.Converged, err
+					// Converged with faults on may leave members the sim made
+					// sick reported, not waited on: only a clean run counts.
+					converged, lastErr = err == nil && res.Converged && !faulty, err
+					// What an operator does: rebuild a lost platform on
+					// purpose; cron runs again a while later.
+					h.sim.rebuild = h.sim.rebuild || errors.Is(err, ErrPlatformLost)
+					h.sim.clock.advance(30 * time.Minute)
 				}
 				if !converged {
 					log := h.sim.log[max(len(h.sim.log)-40, 0):]
@@ -340,9 +357,11 @@ func (h *harness) setFaults(rng *rand.Rand, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.launchFail, s.joinFail, s.refuseProb, s.sickProb = 0, 0, 0, 0
+	s.membersFail, s.joinDrop, s.labelFail = 0, 0, 0
 	clear(s.quota)
 	if on {
 		s.launchFail, s.joinFail, s.refuseProb, s.sickProb = 0.1, 0.1, 0.15, 0.05
+		s.membersFail, s.joinDrop, s.labelFail = 0.05, 0.1, 0.1
 		if rng.IntN(4) == 0 {
 			s.quota[simDistricts[rng.IntN(3)].ID] = rng.IntN(4)
 		}
@@ -350,25 +369,31 @@ func (h *harness) setFaults(rng *rand.Rand, on bool) {
 }
 
 // disturb does what happens outside transit between runs: a lost
-// resources.json, a machine deleted by hand.
+// resources.json, a worker or a master deleted by hand (the platform
+// keeps listing it as a member that is down).
 func (h *harness) disturb(rng *rand.Rand, step int) {
 	if step == 0 {
 		return
 	}
-	switch rng.IntN(6) {
+	role := districts.RoleWorker
+	switch rng.IntN(7) {
 	case 0:
 		h.saved = nil // resources.json lost: everything must be adopted
+		return
 	case 1:
-		s := h.sim
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, id := range slices.Sorted(maps.Keys(s.instances)) {
-			in := s.instances[id]
-			if in.Tags[districts.TagCluster] == s.cluster && in.Tags[districts.TagRole] == districts.RoleWorker {
-				delete(s.instances, id)
-				delete(s.members, in.Tags[districts.TagNode])
-				return
-			}
+	case 2:
+		role = districts.RoleMaster
+	default:
+		return
+	}
+	s := h.sim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
+		in := s.instances[id]
+		if in.Tags[districts.TagCluster] == s.cluster && in.Tags[districts.TagRole] == role && in.State == InstanceRunning {
+			delete(s.instances, id)
+			return
 		}
 	}
 }

@@ -40,6 +40,11 @@ type sim struct {
 	terminateFor time.Duration  // how long a termination takes
 	sloppyList   bool           // List also returns foreign machines
 	sickProb     float64        // probability a member turns sick at a Members call
+	membersFail  float64        // probability Members times out (no master answers)
+	joinDrop     float64        // probability a join succeeds but the connection drops before transit hears
+	labelFail    float64        // probability a label fails
+	rebuild      bool           // the run may initialise a new platform over a lost one
+	gen          int            // the platform's generation: Init over a lost platform starts a new one
 
 	// Crash: when calls reaches crashAt, cancel is called.
 	calls   int
@@ -55,7 +60,6 @@ type sim struct {
 	peakInflight   int
 	floor          map[string]int // role -> ready members that must stay
 	peak           map[string]int // role -> live machines allowed at most
-	failedJoins    map[string]bool
 	violations     []string
 	log            []string
 }
@@ -77,7 +81,9 @@ type simMember struct {
 	ready    bool
 	sick     bool   // unhealthy for reasons outside transit (a crashed kubelet)
 	machine  string // provider id of the machine that joined
+	gen      int    // the platform generation it belongs to
 	cordoned bool
+	operator bool // cordoned by a person, not by transit
 	labels   map[string]string
 }
 
@@ -91,7 +97,6 @@ func newSim(seed uint64, cluster string) *sim {
 		members:     map[string]*simMember{},
 		refuse:      map[string]bool{},
 		quota:       map[string]int{},
-		failedJoins: map[string]bool{},
 		floor:       map[string]int{},
 		peak:        map[string]int{},
 	}
@@ -99,7 +104,7 @@ func newSim(seed uint64, cluster string) *sim {
 }
 
 func (s *sim) violate(format string, args ...any) {
-	s.violations = append(s.violations, fmt.Sprintf(format, args...))
+	s.violations = append(s.violations, fmt.Sprintf(format, args...)+fmt.Sprintf(" (after %v)", s.log[max(len(s.log)-25, 0):]))
 }
 
 // step counts a driver call and crashes the run at the chosen one. The
@@ -313,7 +318,7 @@ func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
 		s.violate("terminated foreign machine %s", inst.ProviderID)
 	}
 	node := in.Tags[districts.TagNode]
-	if m, ok := s.members[node]; ok && m.machine == inst.ProviderID && !s.destroying {
+	if m, ok := s.current(node); ok && m.machine == inst.ProviderID && !s.destroying {
 		s.violate("terminated %s while it is still a platform member (cordoned=%v)", node, m.cordoned)
 	}
 	if in.State != InstanceTerminating {
@@ -323,7 +328,6 @@ func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
 	if s.destroying {
 		delete(s.members, node)
 	}
-	delete(s.failedJoins, node)
 	return err
 }
 
@@ -351,7 +355,7 @@ func (s *sim) checkFloor(when string) {
 	}
 	ready := map[string]int{}
 	for _, m := range s.members {
-		if m.ready && !m.cordoned {
+		if m.ready && !m.cordoned && m.gen == s.gen && s.alive(m) {
 			ready[m.role]++
 		}
 	}
@@ -362,14 +366,29 @@ func (s *sim) checkFloor(when string) {
 	}
 }
 
-// founded: the platform exists while one of its masters does.
+// founded: the platform exists while a master of its generation runs.
 func (s *sim) founded() bool {
 	for _, m := range s.members {
-		if m.role == districts.RoleMaster {
+		if m.role == districts.RoleMaster && m.gen == s.gen && s.alive(m) {
 			return true
 		}
 	}
 	return false
+}
+
+// alive: the member's machine exists and is not dying.
+func (s *sim) alive(m *simMember) bool {
+	in, ok := s.instances[m.machine]
+	return ok && in.State != InstanceTerminating
+}
+
+// current: a member of the platform as it is now.
+func (s *sim) current(id string) (*simMember, bool) {
+	m, ok := s.members[id]
+	if !ok || m.gen != s.gen {
+		return nil, false
+	}
+	return m, true
 }
 
 type simPlatform struct{ s *sim }
@@ -397,7 +416,6 @@ func (p *simPlatform) Install(ctx context.Context, n districts.Node) error {
 		return fmt.Errorf("ssh %s: connection refused", n.PublicIP)
 	}
 	if s.rng.Float64() < s.joinFail {
-		s.failedJoins[n.ID] = true
 		return errors.New("install script exited 100: apt-get: unable to fetch")
 	}
 	return nil
@@ -435,11 +453,18 @@ func (p *simPlatform) Init(ctx context.Context, n districts.Node) error {
 	if s.founded() {
 		s.violate("init of %s, but the platform exists", n.ID)
 	}
+	for id, m := range s.members {
+		if s.alive(m) && !s.rebuild {
+			s.violate("init of %s over a lost platform %s still belongs to, without --rebuild-platform", n.ID, id)
+			break
+		}
+	}
 	if n.Role != districts.RoleMaster {
 		s.violate("init of %s, a %s", n.ID, n.Role)
 	}
 	s.allowedEverywhere(n)
-	s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID}
+	s.gen++
+	s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID, gen: s.gen}
 	return err
 }
 
@@ -455,14 +480,17 @@ func (p *simPlatform) Join(ctx context.Context, n districts.Node) error {
 		return errors.New("join: no manager to join")
 	}
 	if !crash && s.rng.Float64() < s.joinFail {
-		s.failedJoins[n.ID] = true
 		return errors.New("join: timeout waiting for the manager")
 	}
 	s.allowedEverywhere(n)
-	if m, ok := s.members[n.ID]; ok {
-		m.ready = true
+	if m, ok := s.current(n.ID); ok {
+		m.ready, m.role = true, n.Role
 	} else {
-		s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID}
+		s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID, gen: s.gen}
+	}
+	if err == nil && s.rng.Float64() < s.joinDrop {
+		// It joined; transit never hears.
+		return errors.New("ssh: connection lost after docker swarm join")
 	}
 	return err
 }
@@ -475,9 +503,12 @@ func (p *simPlatform) Label(ctx context.Context, n districts.Node, labels map[st
 	if err != nil && !crash {
 		return err
 	}
-	m, ok := s.members[n.ID]
+	m, ok := s.current(n.ID)
 	if !ok {
 		return fmt.Errorf("node %s is not a member", n.ID)
+	}
+	if !crash && s.rng.Float64() < s.labelFail {
+		return errors.New("docker node update: rpc error: context deadline exceeded")
 	}
 	m.labels = maps.Clone(labels)
 	return err
@@ -492,7 +523,7 @@ func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.
 	if _, err := s.step(ctx, "drain "+n.ID); err != nil {
 		return err
 	}
-	m, ok := s.members[n.ID]
+	m, ok := s.current(n.ID)
 	if !ok {
 		return nil
 	}
@@ -501,7 +532,7 @@ func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.
 	}
 	cordoned := 0
 	for _, o := range s.members {
-		if o.cordoned {
+		if o.cordoned && o.gen == s.gen && s.alive(o) {
 			cordoned++
 		}
 	}
@@ -511,8 +542,11 @@ func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.
 	if m.role == districts.RoleMaster {
 		s.checkQuorum(n.ID, "drain")
 	}
-	m.cordoned = true
-	s.checkFloor("drain " + n.ID)
+	m.cordoned, m.operator = true, false
+	if !m.sick {
+		// Taking away a sick member costs no capacity.
+		s.checkFloor("drain " + n.ID)
+	}
 	return nil
 }
 
@@ -523,7 +557,10 @@ func (p *simPlatform) Uncordon(ctx context.Context, n districts.Node) error {
 	if _, err := s.step(ctx, "uncordon "+n.ID); err != nil {
 		return err
 	}
-	if m, ok := s.members[n.ID]; ok {
+	if m, ok := s.current(n.ID); ok {
+		if m.operator {
+			s.violate("uncordon of %s, which an operator cordoned", n.ID)
+		}
 		m.cordoned = false
 	}
 	return nil
@@ -537,18 +574,20 @@ func (p *simPlatform) Remove(ctx context.Context, n districts.Node) error {
 	if err != nil && !crash {
 		return err
 	}
-	m, ok := s.members[n.ID]
+	m, ok := s.current(n.ID)
 	if !ok {
 		return err
 	}
-	if !m.cordoned && !s.destroying {
+	if !m.cordoned && !s.destroying && s.alive(m) {
 		s.violate("remove of %s without a drain", n.ID)
 	}
 	if m.role == districts.RoleMaster {
 		s.checkQuorum(n.ID, "remove")
 	}
 	delete(s.members, n.ID)
-	s.checkFloor("remove " + n.ID)
+	if !m.sick && s.alive(m) {
+		s.checkFloor("remove " + n.ID)
+	}
 	return err
 }
 
@@ -557,11 +596,11 @@ func (p *simPlatform) Remove(ctx context.Context, n districts.Node) error {
 func (s *sim) checkQuorum(id, what string) {
 	total, healthy := 0, 0
 	for mid, m := range s.members {
-		if m.role != districts.RoleMaster || mid == id {
+		if m.role != districts.RoleMaster || mid == id || m.gen != s.gen {
 			continue
 		}
 		total++
-		if m.ready && !m.sick {
+		if s.healthy(m) {
 			healthy++
 		}
 	}
@@ -570,6 +609,12 @@ func (s *sim) checkQuorum(id, what string) {
 	}
 }
 
+func (s *sim) healthy(m *simMember) bool { return m.ready && !m.sick && s.alive(m) }
+
+// Members keeps the driver contract: a master of the platform answers with
+// every member, including members whose machine is gone (down); when none
+// answers, nodes still in a platform make it unreachable, never "no
+// platform".
 func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Member, error) {
 	s := p.s
 	s.mu.Lock()
@@ -577,9 +622,15 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Me
 	if _, err := s.step(ctx, "members"); err != nil {
 		return nil, err
 	}
-	if !s.founded() {
-		clear(s.members) // workers of a dead platform are no members
-		return nil, ErrNoPlatform
+	var masters []string
+	for _, n := range nodes {
+		if n.Role == districts.RoleMaster {
+			masters = append(masters, n.ID)
+		}
+	}
+	if s.rng.Float64() < s.membersFail {
+		s.clock.advance(2 * time.Minute) // the SSH timeout
+		return nil, &UnreachableError{Masters: masters, Err: errors.New("ssh: dial tcp: i/o timeout")}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.members)) {
 		m := s.members[id]
@@ -589,10 +640,39 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Me
 			m.sick = !m.sick
 		}
 	}
+	answered := false
+	for _, n := range nodes {
+		if m, ok := s.current(n.ID); ok && m.role == districts.RoleMaster && s.healthy(m) {
+			answered = true
+		}
+	}
+	if !answered {
+		// A master of the platform that is sick did not answer; a master
+		// in no platform answered "none".
+		var silent []string
+		for _, n := range nodes {
+			if m, ok := s.members[n.ID]; ok && n.Role == districts.RoleMaster && m.role == districts.RoleMaster && s.alive(m) {
+				silent = append(silent, n.ID)
+			}
+		}
+		if len(silent) > 0 {
+			return nil, &UnreachableError{Masters: silent, Err: errors.New("the docker engine does not answer")}
+		}
+		for _, n := range nodes {
+			if m, ok := s.members[n.ID]; ok && s.alive(m) {
+				// Every master answered; none serves it.
+				return nil, &UnreachableError{Err: fmt.Errorf("%s is in a swarm, but no master serves it", n.ID)}
+			}
+		}
+		return nil, ErrNoPlatform
+	}
 	var out []Member
 	for _, id := range slices.Sorted(maps.Keys(s.members)) {
 		m := s.members[id]
-		out = append(out, Member{NodeID: id, Role: m.role, Ready: m.ready && !m.sick, Draining: m.cordoned, Labels: maps.Clone(m.labels)})
+		if m.gen != s.gen {
+			continue
+		}
+		out = append(out, Member{NodeID: id, Role: m.role, Ready: s.healthy(m), Draining: m.cordoned, Labels: maps.Clone(m.labels)})
 	}
 	return out, nil
 }
@@ -617,6 +697,12 @@ func (c *fakeClock) peek() time.Time {
 	return c.now
 }
 
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -631,18 +717,21 @@ func (p *simPlatform) MayRemoveMaster(ctx context.Context, n districts.Node, _ [
 	s := p.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "may-remove "+n.ID); err != nil {
+		return err
+	}
+	m, ok := s.current(n.ID)
+	if !ok || m.role != districts.RoleMaster {
+		return nil
+	}
 	voters, reachable := 0, 0
-	for _, m := range s.members {
-		if m.role == districts.RoleMaster {
+	for _, o := range s.members {
+		if o.role == districts.RoleMaster && o.gen == s.gen {
 			voters++
-			if m.ready && !m.sick {
+			if s.healthy(o) {
 				reachable++
 			}
 		}
 	}
-	m, ok := s.members[n.ID]
-	if !ok || m.role != districts.RoleMaster {
-		return nil
-	}
-	return RaftQuorum(n.ID, voters, reachable, m.ready && !m.sick)
+	return RaftQuorum(n.ID, voters, reachable, s.healthy(m))
 }
