@@ -120,6 +120,9 @@ func (h *harness) prepare(c districts.Cluster) {
 	s.floor, s.peak = map[string]int{}, map[string]int{}
 	for _, role := range []string{districts.RoleMaster, districts.RoleWorker} {
 		s.floor[role] = min(want[role], ready[role])
+		if strat.MaxSurge == 0 {
+			s.floor[role] = max(s.floor[role]-strat.MaxUnavailable, 0)
+		}
 		s.peak[role] = max(live[role], want[role]) + strat.MaxSurge
 	}
 }

@@ -89,16 +89,16 @@ type simMember struct {
 
 func newSim(seed uint64, cluster string) *sim {
 	s := &sim{
-		clock:       &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)},
-		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		cluster:     cluster,
-		instances:   map[string]*simInstance{},
-		groups:      map[string]*simGroup{},
-		members:     map[string]*simMember{},
-		refuse:      map[string]bool{},
-		quota:       map[string]int{},
-		floor:       map[string]int{},
-		peak:        map[string]int{},
+		clock:     &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)},
+		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		cluster:   cluster,
+		instances: map[string]*simInstance{},
+		groups:    map[string]*simGroup{},
+		members:   map[string]*simMember{},
+		refuse:    map[string]bool{},
+		quota:     map[string]int{},
+		floor:     map[string]int{},
+		peak:      map[string]int{},
 	}
 	return s
 }

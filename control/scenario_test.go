@@ -1,0 +1,248 @@
+package control
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// One test per scenario of the control-loop safety issue: each failed on
+// the loop before the platform's view decided.
+
+// Scenario 1: a join that went through although the connection dropped
+// leaves a member, which is never terminated; its labels are retried.
+func TestJoinThatDroppedIsObservedNotTerminated(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 1, 0))
+	c := paperCluster(1, 2, 0)
+	h.prepare(c)
+	h.sim.joinDrop = 1
+	h.sim.labelFail = 1
+	if _, err := h.apply(c, 0); err == nil {
+		t.Fatal("apply with every join dropping and every label failing converged")
+	}
+	h.sim.joinDrop, h.sim.labelFail = 0, 0
+	h.mustConverge(c) // checkConverged fails on "terminated ... while it is still a platform member"
+	if n := len(h.sim.instances); n != 3 {
+		t.Errorf("%d machines, want 3: the joined node was replaced instead of kept", n)
+	}
+}
+
+// Scenario 2: masters that do not answer stop every node change; the run
+// is not converged and names them. A lost platform is rebuilt only when
+// asked to.
+func TestUnreachablePlatformChangesNoNode(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 2, 0))
+	before := len(h.sim.instances)
+	h.sim.membersFail = 1
+	c := paperCluster(1, 1, 2)
+	h.prepare(c)
+	_, err := h.apply(c, 0)
+	if !errors.Is(err, ErrPlatformUnreachable) || !strings.Contains(err.Error(), "paper-master-1") {
+		t.Fatalf("err = %v, want not converged, platform unreachable, naming paper-master-1", err)
+	}
+	if len(h.sim.instances) != before || len(h.sim.violations) > 0 {
+		t.Errorf("machines %d → %d, violations %v: nodes were changed", before, len(h.sim.instances), h.sim.violations)
+	}
+	h.sim.membersFail = 0
+	h.mustConverge(c)
+}
+
+func TestLostPlatformIsRebuiltOnlyOnRequest(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 2, 0)
+	h.mustConverge(c)
+	for id, in := range h.sim.instances {
+		if in.Tags[districts.TagRole] == districts.RoleMaster {
+			delete(h.sim.instances, id) // the only master, deleted by hand
+		}
+	}
+	h.prepare(c)
+	_, err := h.apply(c, 0)
+	if !errors.Is(err, ErrPlatformLost) || !strings.Contains(err.Error(), "--rebuild-platform") {
+		t.Fatalf("err = %v, want platform lost naming --rebuild-platform", err)
+	}
+	if h.sim.gen != 1 {
+		t.Fatalf("a platform was initialised without --rebuild-platform")
+	}
+	h.sim.rebuild = true
+	h.mustConverge(c)
+	if h.sim.gen != 2 {
+		t.Errorf("platform generation %d, want a rebuilt one", h.sim.gen)
+	}
+}
+
+// Scenario 3: a master deleted by hand is removed from the platform
+// (after the rest agree) and replaced; quorum comes from the platform.
+func TestDeletedMasterIsForgottenAndReplaced(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(3, 1, 0)
+	h.mustConverge(c)
+	for id, in := range h.sim.instances {
+		if in.Tags[districts.TagNode] == "paper-master-2" {
+			delete(h.sim.instances, id)
+		}
+	}
+	h.mustConverge(c) // checkConverged: no member without a machine
+	if _, ok := h.sim.members["paper-master-2"]; ok {
+		t.Error("the dead master is still a member")
+	}
+}
+
+// Scenario 5: destroy converges however long terminations take.
+func TestDestroyWaitsForSlowTerminations(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 0, 1))
+	h.sim.terminateFor = 20 * time.Minute
+	c := paperCluster(0, 0, 0)
+	h.prepare(c)
+	opts := h.options(c)
+	opts.WaitTimeout = time.Hour
+	if res, err := Apply(t.Context(), opts); err != nil || !res.Converged {
+		t.Fatalf("destroy: converged=%v err=%v", res.Converged, err)
+	}
+}
+
+// Scenario 6: a cordon an operator set is never undone.
+func TestOperatorCordonIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 2, 0)
+	h.mustConverge(c)
+	m := h.sim.members["paper-worker-1"]
+	m.cordoned, m.operator = true, true
+	res, err := h.apply(c, 0)
+	if err != nil || !res.Converged {
+		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
+	}
+	if !m.cordoned || len(h.sim.violations) > 0 {
+		t.Errorf("cordoned=%v violations=%v: transit undid an operator's cordon", m.cordoned, h.sim.violations)
+	}
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), "paper-worker-1 is cordoned, and not by transit") {
+		t.Errorf("warnings %v do not report the cordon", res.Warnings)
+	}
+}
+
+// Scenario 7: an apply that wants no node never tears the cluster down.
+func TestApplyOfNothingIsRefused(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 2, 1))
+	before := len(h.sim.instances)
+	c := paperCluster(0, 0, 0)
+	opts := h.options(c)
+	opts.Destroy = false // what `transit apply` does
+	_, err := Apply(t.Context(), opts)
+	if !errors.Is(err, ErrWouldDestroy) || !strings.Contains(err.Error(), "transit destroy") {
+		t.Fatalf("err = %v, want ErrWouldDestroy naming transit destroy", err)
+	}
+	if len(h.sim.instances) != before {
+		t.Error("machines were removed")
+	}
+	opts = h.options(c)
+	opts.Destroy, opts.AllowDestroy = false, true
+	if res, err := Apply(t.Context(), opts); err != nil || !res.Converged {
+		t.Fatalf("--allow-destroy: converged=%v err=%v", res.Converged, err)
+	}
+}
+
+// Scenario 9: a cluster of the same name from another lineage is foreign.
+func TestSameNamedClusterIsNotAdopted(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 1, 0)
+	h.mustConverge(c)
+	other := newTestHarness(t)
+	other.sim = h.sim // the same account, another laptop's resources.json
+	if err := other.save(districts.Resources{Type: "resources", Version: districts.ResourcesVersion, Cluster: "paper", Lineage: "anotherlineage01"}); err != nil {
+		t.Fatal(err)
+	}
+	other.prepare(c)
+	res, err := other.apply(c, 0)
+	// The second "paper" cannot take its group's name: it is refused,
+	// and the first cluster is untouched.
+	if err == nil || res.Converged {
+		t.Fatalf("a second cluster of the same name converged over the first")
+	}
+	if !strings.Contains(err.Error(), "another cluster named") {
+		t.Errorf("err = %v, want one naming the other cluster", err)
+	}
+	h.checkConverged(c)
+}
+
+// Scenario 10: a district dropped from districts.json while it holds nodes.
+func TestDroppedDistrictIsRefused(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 0, 1))
+	opts := h.options(paperCluster(1, 0, 0))
+	opts.Districts = simDistricts[1:2] // aws-europe is gone
+	_, err := Apply(t.Context(), opts)
+	if err == nil || !strings.Contains(err.Error(), "aws-europe") || !strings.Contains(err.Error(), "quantities to 0") {
+		t.Fatalf("err = %v, want one naming the district and saying to scale it to 0", err)
+	}
+	if _, err := MakePlan(t.Context(), opts, false); err == nil {
+		t.Fatal("plan --refresh=false accepted the dropped district")
+	}
+}
+
+// Scenario 11: a deployment that always fails to join stops relaunching
+// after maxJoinFailures and says why; node numbers are never reused.
+func TestFailingJoinsBackOff(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 0, 0))
+	h.sim.joinFail = 1
+	h.sim.log = nil
+	c := paperCluster(1, 1, 0)
+	h.prepare(c)
+	_, err := h.apply(c, 0)
+	if !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "failed to install or join") {
+		t.Fatalf("err = %v, want not converged naming the failing joins", err)
+	}
+	launches := 0
+	for _, l := range h.sim.log {
+		if strings.HasPrefix(l, "launch") {
+			launches++
+		}
+	}
+	if launches != maxJoinFailures {
+		t.Errorf("%d launches, want %d before backing off", launches, maxJoinFailures)
+	}
+	// The next cron run within the backoff launches nothing.
+	h.sim.log = nil
+	if _, err := h.apply(c, 0); err == nil || strings.Contains(strings.Join(h.sim.log, " "), "launch") {
+		t.Errorf("a run inside the backoff launched again: %v", h.sim.log)
+	}
+	h.sim.joinFail = 0
+	h.sim.clock.advance(time.Hour)
+	h.mustConverge(c)
+	if ids := h.nodeIDs("worker"); len(ids) != 1 || ids[0] != "paper-worker-4" {
+		t.Errorf("workers %v, want paper-worker-4 (numbers 1-3 are never reused)", ids)
+	}
+}
+
+// Scenario 12: max_surge 0 replaces in place.
+func TestMaxSurgeZeroReplacesInPlace(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 2, 0))
+	c := paperCluster(1, 0, 2)
+	c.Strategy = districts.Strategy{MaxSurge: districts.Int(0), MaxUnavailable: districts.Int(1)}
+	h.prepare(c)
+	h.sim.peak["worker"] = 2 // never above the intended size
+	res, err := h.apply(c, 0)
+	if err != nil || !res.Converged {
+		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
+	}
+	h.checkConverged(c)
+}
