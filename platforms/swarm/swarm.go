@@ -54,12 +54,19 @@ func New(c districts.Cluster, opts Options) control.Platform {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
-	return &driver{cluster: c.ID, opts: opts}
+	sshCfg := opts.SSH
+	exec := func(ctx context.Context, n districts.Node, name, script string) (string, error) {
+		return ssh.RunOn(ctx, sshCfg, target(n), name, script)
+	}
+	return &driver{cluster: c.ID, opts: opts, exec: exec}
 }
 
 type driver struct {
 	cluster string
 	opts    Options
+	// exec runs a script on a node over SSH; tests replace it to check
+	// which node is asked what.
+	exec func(ctx context.Context, n districts.Node, name, script string) (string, error)
 
 	mu sync.Mutex
 	// managers are the masters that answered as swarm managers when last
@@ -103,7 +110,7 @@ func target(n districts.Node) ssh.Target {
 func advertiseAddr(n districts.Node) string { return target(n).Addr }
 
 func (d *driver) run(ctx context.Context, n districts.Node, name, script string) (string, error) {
-	return ssh.RunOn(ctx, d.opts.SSH, target(n), name, script)
+	return d.exec(ctx, n, name, script)
 }
 
 // Install ensures a running Docker engine on n.
@@ -396,116 +403,6 @@ func (d *driver) forget(n districts.Node) error {
 		return nil
 	}
 	return d.opts.SSH.HostKeys.Forget(n.ProviderID)
-}
-
-// Members asks the masters among nodes, one after another, for the swarm's
-// node list. It returns control.ErrNoPlatform only when every master
-// answered and none is in a swarm; a master that cannot be asked is an
-// error, since it may be the one holding the swarm.
-func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control.Member, error) {
-	var masters []districts.Node
-	for _, n := range nodes {
-		if n.Role == districts.RoleMaster {
-			masters = append(masters, n)
-		}
-	}
-	var errs []error
-	for _, m := range masters {
-		out, err := d.run(ctx, m, "ask for the swarm state", localStateScript())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		f := strings.Fields(out)
-		switch {
-		case len(f) == 1 && f[0] == "none":
-			continue
-		case len(f) == 1 && f[0] == "down":
-			errs = append(errs, fmt.Errorf("master %s belongs to a swarm but its docker engine is not running", m.ID))
-			continue
-		case len(f) < 2 || f[0] != "active" || f[1] != "true":
-			errs = append(errs, fmt.Errorf("master %s is not an active swarm manager (%s)", m.ID, strings.TrimSpace(out)))
-			continue
-		}
-		out, err = d.run(ctx, m, "list swarm nodes", inspectScript())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		list, err := parseNodes(m, out)
-		if err != nil {
-			return nil, err
-		}
-		return d.members(list, nodes), nil
-	}
-	if len(errs) == 0 {
-		return nil, control.ErrNoPlatform
-	}
-	return nil, fmt.Errorf("no master answered as a swarm manager: %w", errors.Join(errs...))
-}
-
-// members maps the swarm's nodes onto transit's and remembers the managers
-// that answer.
-func (d *driver) members(list []swarmNode, nodes []districts.Node) []control.Member {
-	var out []control.Member
-	var managers []districts.Node
-	for _, n := range nodes {
-		sn, ok := match(list, n)
-		if !ok {
-			continue
-		}
-		m := control.Member{
-			NodeID:   n.ID,
-			Role:     districts.RoleWorker,
-			Ready:    sn.Status.State == "ready",
-			Draining: sn.Spec.Availability != "active",
-			Labels:   map[string]string{},
-		}
-		if sn.Spec.Role == "manager" {
-			m.Role = districts.RoleMaster
-			m.Ready = m.Ready && sn.ManagerStatus != nil && sn.ManagerStatus.Reachability == "reachable"
-			if m.Ready {
-				managers = append(managers, n)
-			}
-		}
-		for _, k := range managedKeys(sn.Spec.Labels) {
-			if v, ok := sn.Spec.Labels[k]; ok {
-				m.Labels[k] = v
-			}
-		}
-		out = append(out, m)
-	}
-	d.mu.Lock()
-	d.managers = managers
-	d.mu.Unlock()
-	return out
-}
-
-// match finds n among the swarm's nodes: by its identity label, else by
-// hostname. Of several (a node that left and joined again), a ready one on
-// n's address wins.
-func match(list []swarmNode, n districts.Node) (swarmNode, bool) {
-	best, score := swarmNode{}, -1
-	for _, sn := range list {
-		id := sn.Spec.Labels[labelNode]
-		if id == "" {
-			id = sn.Description.Hostname
-		}
-		if id != n.ID {
-			continue
-		}
-		s := 0
-		if sn.Status.State == "ready" {
-			s += 2
-		}
-		if sn.Status.Addr == advertiseAddr(n) {
-			s++
-		}
-		if s > score {
-			best, score = sn, s
-		}
-	}
-	return best, score >= 0
 }
 
 // find returns n's swarm node, or an error when n is in no swarm.

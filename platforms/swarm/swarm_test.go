@@ -163,6 +163,11 @@ func TestScripts(t *testing.T) {
 		}},
 		{"state", localStateScript(), []string{
 			"if [ -e /var/lib/docker/swarm/docker-state.json ]; then echo down; else echo none; fi",
+			`echo "$state"`,
+		}},
+		{"members", membersScript(), []string{
+			`echo "$state"`,
+			`"active true "*) docker node inspect $(docker node ls -q) ;;`,
 		}},
 		{"leave", leaveScript(), []string{"docker swarm leave --force >/dev/null"}},
 	}
