@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -227,61 +228,107 @@ func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
 	return nil, districts.Node{}, &control.UnreachableError{Masters: ids, Err: errors.Join(errs...)}
 }
 
-// members maps the swarm's nodes onto transit's and remembers the managers
-// that answer.
-func (d *driver) members(list []swarmNode, nodes []districts.Node) []control.Member {
+// membersOf maps the swarm's nodes onto transit's: one member per
+// identity, nodes' members first in their order, then the members whose
+// machine is not among nodes (deleted behind transit's back) by id. It also
+// returns the nodes that are ready managers, to run manager commands on.
+func membersOf(list []swarmNode, nodes []districts.Node) ([]control.Member, []districts.Node) {
 	var out []control.Member
 	var managers []districts.Node
+	known := map[string]bool{}
 	for _, n := range nodes {
+		known[n.ID] = true
 		sn, ok := match(list, n)
 		if !ok {
 			continue
 		}
-		m := control.Member{
-			NodeID:   n.ID,
-			Role:     districts.RoleWorker,
-			Ready:    sn.Status.State == "ready",
-			Draining: sn.Spec.Availability != "active",
-			Labels:   map[string]string{},
-		}
-		if sn.Spec.Role == "manager" {
-			m.Role = districts.RoleMaster
-			m.Ready = m.Ready && sn.ManagerStatus != nil && sn.ManagerStatus.Reachability == "reachable"
-			if m.Ready {
-				managers = append(managers, n)
-			}
-		}
-		for _, k := range managedKeys(sn.Spec.Labels) {
-			if v, ok := sn.Spec.Labels[k]; ok {
-				m.Labels[k] = v
-			}
+		m := member(sn, n.ID)
+		if m.Role == districts.RoleMaster && m.Ready {
+			managers = append(managers, n)
 		}
 		out = append(out, m)
 	}
+	var others []string
+	for _, sn := range list {
+		if id := identity(sn); id != "" && !known[id] {
+			known[id] = true
+			others = append(others, id)
+		}
+	}
+	slices.Sort(others)
+	for _, id := range others {
+		sn, _ := pick(list, id, "")
+		out = append(out, member(sn, id))
+	}
+	return out, managers
+}
+
+// member is swarm node sn as the member with transit node id id. Its role
+// is the swarm's: a master holds a Raft seat (a manager), whatever transit
+// meant it to be. A manager is ready only when the others reach it.
+func member(sn swarmNode, id string) control.Member {
+	m := control.Member{
+		NodeID:   id,
+		Role:     districts.RoleWorker,
+		Ready:    sn.Status.State == "ready",
+		Draining: sn.Spec.Availability != "active",
+		Labels:   map[string]string{},
+	}
+	if isVoter(sn) {
+		m.Role = districts.RoleMaster
+		m.Ready = m.Ready && sn.ManagerStatus.Reachability == "reachable"
+	}
+	for _, k := range managedKeys(sn.Spec.Labels) {
+		if v, ok := sn.Spec.Labels[k]; ok {
+			m.Labels[k] = v
+		}
+	}
+	return m
+}
+
+// members maps the swarm's nodes onto transit's (membersOf) and remembers
+// the ready managers.
+func (d *driver) members(list []swarmNode, nodes []districts.Node) []control.Member {
+	out, managers := membersOf(list, nodes)
 	d.mu.Lock()
 	d.managers = managers
 	d.mu.Unlock()
 	return out
 }
 
-// match finds n among the swarm's nodes: by its identity label, else by
-// hostname. Of several (a node that left and joined again), a ready one on
-// n's address wins.
+// isVoter says the swarm node holds a Raft seat: it is a manager,
+// reachable or not (a promotion takes effect, and a demotion ends, when
+// the seat appears or goes).
+func isVoter(sn swarmNode) bool { return sn.ManagerStatus != nil }
+
+// identity is the transit node id a swarm node carries: its identity
+// label, else its hostname; empty when it has neither.
+func identity(sn swarmNode) string {
+	if id := sn.Spec.Labels[labelNode]; id != "" {
+		return id
+	}
+	return sn.Description.Hostname
+}
+
+// match finds n among the swarm's nodes by identity (see pick).
 func match(list []swarmNode, n districts.Node) (swarmNode, bool) {
+	return pick(list, n.ID, advertiseAddr(n))
+}
+
+// pick chooses among the swarm nodes with identity id. Of several (a node
+// that left and joined again), a ready one wins, then one on addr: a stale
+// entry that is down never hides the live one.
+func pick(list []swarmNode, id, addr string) (swarmNode, bool) {
 	best, score := swarmNode{}, -1
 	for _, sn := range list {
-		id := sn.Spec.Labels[labelNode]
-		if id == "" {
-			id = sn.Description.Hostname
-		}
-		if id != n.ID {
+		if id == "" || identity(sn) != id {
 			continue
 		}
 		s := 0
 		if sn.Status.State == "ready" {
 			s += 2
 		}
-		if sn.Status.Addr == advertiseAddr(n) {
+		if addr != "" && sn.Status.Addr == addr {
 			s++
 		}
 		if s > score {

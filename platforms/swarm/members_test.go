@@ -332,3 +332,112 @@ func TestMembersUnreachableOrNoPlatform(t *testing.T) {
 		})
 	}
 }
+
+func TestMembersOf(t *testing.T) {
+	t.Parallel()
+	list, err := parseNodes(master1, inspectJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		list         []swarmNode
+		nodes        []districts.Node
+		want         []control.Member
+		wantManagers []string
+	}{
+		{
+			name:  "every swarm node is listed, machine or not",
+			list:  list,
+			nodes: []districts.Node{master1, worker1, master2, worker2},
+			want: []control.Member{
+				{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{"location": "Germany"}},
+				// The ready entry on the node's address wins over the old, down one.
+				{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{}},
+				// A manager the others cannot reach is not ready.
+				{NodeID: "c-master-2", Role: "master", Ready: false, Labels: map[string]string{}},
+				// Not among nodes: a swarm node transit did not make is
+				// still a member, named by its hostname.
+				{NodeID: "somebody-else", Role: "worker", Ready: true, Labels: map[string]string{}},
+			},
+			wantManagers: []string{"c-master-1"},
+		},
+		{
+			name: "members whose machine was deleted behind transit's back",
+			list: nodesJSON(t, `[
+ {"ID":"m1","Spec":{"Labels":{"transit-node":"c-master-1"},"Role":"manager","Availability":"active"},
+  "Status":{"State":"ready","Addr":"10.0.0.2"},"ManagerStatus":{"Leader":true,"Reachability":"reachable"}},
+ {"ID":"m3","Spec":{"Labels":{"transit-node":"c-master-3","transit-managed":"tier","tier":"db"},"Role":"manager","Availability":"active"},
+  "Status":{"State":"down","Addr":"10.0.0.7"},"ManagerStatus":{"Reachability":"unreachable"}},
+ {"ID":"w9stale","Spec":{"Labels":{"transit-node":"c-worker-9"},"Role":"worker","Availability":"drain"},
+  "Status":{"State":"down","Addr":"10.0.0.8"}},
+ {"ID":"w9","Spec":{"Labels":{"transit-node":"c-worker-9"},"Role":"worker","Availability":"active"},
+  "Status":{"State":"ready","Addr":"10.0.0.9"}},
+ {"ID":"w8","Spec":{"Labels":{"transit-node":"c-worker-8"},"Role":"worker","Availability":"active"},
+  "Status":{"State":"down","Addr":"10.0.0.6"}},
+ {"ID":"anon","Spec":{"Role":"worker","Availability":"active"},"Status":{"State":"ready"}}
+]`),
+			nodes: []districts.Node{master1},
+			want: []control.Member{
+				{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{}},
+				{NodeID: "c-master-3", Role: "master", Ready: false, Labels: map[string]string{"tier": "db"}},
+				{NodeID: "c-worker-8", Role: "worker", Ready: false, Labels: map[string]string{}},
+				// One member per id; a down duplicate does not hide
+				// the live one.
+				{NodeID: "c-worker-9", Role: "worker", Ready: true, Labels: map[string]string{}},
+			},
+			wantManagers: []string{"c-master-1"},
+		},
+		{
+			name: "the role is the swarm's, not transit's",
+			list: nodesJSON(t, `[
+ {"ID":"m1","Spec":{"Labels":{"transit-node":"c-master-1"},"Role":"worker","Availability":"active"},
+  "Status":{"State":"ready","Addr":"10.0.0.2"}},
+ {"ID":"w1","Spec":{"Labels":{"transit-node":"c-worker-1"},"Role":"manager","Availability":"active"},
+  "Status":{"State":"ready","Addr":"10.0.0.3"},"ManagerStatus":{"Leader":true,"Reachability":"reachable"}},
+ {"ID":"m2","Spec":{"Labels":{"transit-node":"c-master-2"},"Role":"manager","Availability":"active"},
+  "Status":{"State":"ready","Addr":"10.0.0.4"}}
+]`),
+			nodes: []districts.Node{master1, worker1, master2},
+			want: []control.Member{
+				{NodeID: "c-master-1", Role: "worker", Ready: true, Labels: map[string]string{}},
+				{NodeID: "c-worker-1", Role: "master", Ready: true, Labels: map[string]string{}},
+				// Promoted, but without a Raft seat yet: not a voter.
+				{NodeID: "c-master-2", Role: "worker", Ready: true, Labels: map[string]string{}},
+			},
+			wantManagers: []string{"c-worker-1"},
+		},
+		{
+			name:  "empty swarm list",
+			nodes: []districts.Node{master1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, managers := membersOf(tt.list, tt.nodes)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("members (-want +got):\n%s", diff)
+			}
+			var ids []string
+			for _, m := range managers {
+				ids = append(ids, m.ID)
+			}
+			if diff := cmp.Diff(tt.wantManagers, ids); diff != "" {
+				t.Errorf("managers (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if sn, _ := match(list, worker1); sn.ID != "bbb" {
+		t.Errorf("match(c-worker-1) = %s, want bbb", sn.ID)
+	}
+}
+
+func nodesJSON(t *testing.T, s string) []swarmNode {
+	t.Helper()
+	list, err := parseNodes(master1, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}

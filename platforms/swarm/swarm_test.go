@@ -1,14 +1,10 @@
 package swarm
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/cloudtransit/transit/control"
-	"github.com/cloudtransit/transit/districts"
 )
 
 func TestLabelChanges(t *testing.T) {
@@ -80,38 +76,6 @@ const inspectJSON = `[
  {"ID":"ghost","Spec":{"Labels":{},"Role":"worker","Availability":"active"},
   "Description":{"Hostname":"somebody-else"},"Status":{"State":"ready","Addr":"10.0.0.9"}}
 ]`
-
-func TestMembers(t *testing.T) {
-	t.Parallel()
-	var list []swarmNode
-	if err := json.Unmarshal([]byte(inspectJSON), &list); err != nil {
-		t.Fatal(err)
-	}
-	nodes := []districts.Node{
-		{ID: "c-master-1", Role: "master", PublicIP: "10.0.0.2"},
-		{ID: "c-worker-1", Role: "worker", PublicIP: "10.0.0.3"},
-		{ID: "c-master-2", Role: "master", PublicIP: "10.0.0.4"},
-		{ID: "c-worker-2", Role: "worker", PublicIP: "10.0.0.5"},
-	}
-	d := &driver{}
-	got := d.members(list, nodes)
-	want := []control.Member{
-		{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{"location": "Germany"}},
-		// The ready entry on the node's address wins over the old, down one.
-		{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{}},
-		// A manager the others cannot reach is not ready.
-		{NodeID: "c-master-2", Role: "master", Ready: false, Labels: map[string]string{}},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("members (-want +got):\n%s", diff)
-	}
-	if len(d.managers) != 1 || d.managers[0].ID != "c-master-1" {
-		t.Errorf("remembered managers %v, want only c-master-1", d.managers)
-	}
-	if sn, _ := match(list, nodes[1]); sn.ID != "bbb" {
-		t.Errorf("match(c-worker-1) = %s, want bbb", sn.ID)
-	}
-}
 
 func TestParseTasks(t *testing.T) {
 	t.Parallel()
