@@ -112,6 +112,9 @@ func parseAnswer(n districts.Node, out string) answer {
 
 // ask runs script (localStateScript or membersScript) on n.
 func (d *driver) ask(ctx context.Context, n districts.Node, name, script string) answer {
+	if !hasAddress(n) {
+		return answer{node: n, err: fmt.Errorf("%s: no address to ask it on: its machine is gone", n.ID)}
+	}
 	out, err := d.run(ctx, n, name, script)
 	if err != nil {
 		return answer{node: n, err: err}

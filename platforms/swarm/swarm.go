@@ -478,6 +478,13 @@ func (d *driver) rememberManager(m districts.Node) {
 	d.managers = slices.Insert(d.managers, 0, m)
 }
 
+// knowsManager says a manager is known to run manager commands on.
+func (d *driver) knowsManager() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.managers) > 0
+}
+
 func (d *driver) forgetManager(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -491,29 +498,82 @@ func swarmRole(role string) string {
 	return "worker"
 }
 
-// MayRemoveMaster judges quorum from the swarm's managers: how many there
-// are and how many a manager reports reachable.
-func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
-	list, err := d.inspect(ctx, "")
-	if err != nil {
-		return err
+// MayRemoveMaster judges quorum from the swarm's Raft voters (its
+// managers) and their reachability as a manager known from the last
+// Members call reports them now, never from transit's roles. A node that
+// holds no seat may always leave.
+func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, nodes []districts.Node) error {
+	if !d.knowsManager() {
+		if _, err := d.Members(ctx, nodes); err != nil {
+			return fmt.Errorf("judge quorum before master %s leaves: %w", n.ID, err)
+		}
 	}
-	voters, reachable, leavingReachable := 0, 0, false
-	leaving, member := match(list, n)
+	exclude := ""
+	if !hasAddress(n) {
+		exclude = n.ID // its machine is gone
+	}
+	list, err := d.inspect(ctx, exclude)
+	if err != nil {
+		return fmt.Errorf("judge quorum before master %s leaves: %w", n.ID, err)
+	}
+	return mayRemove(list, n.ID)
+}
+
+// raftCount is the swarm's Raft group as seen from the node leaving.
+type raftCount struct {
+	voters    int // managers, reachable or not
+	reachable int // managers the swarm reports reachable
+	// The leaving node's seats, reachable or not: a node that left and
+	// joined again may hold a stale one beside its live one.
+	leavingReachable, leavingUnreachable int
+}
+
+// countRaft counts the voters in list and the seats of the node with
+// identity id.
+func countRaft(list []swarmNode, id string) raftCount {
+	var c raftCount
 	for _, sn := range list {
-		if sn.ManagerStatus == nil {
+		if !isVoter(sn) {
 			continue
 		}
-		voters++
-		if sn.ManagerStatus.Reachability == "reachable" {
-			reachable++
-			if member && sn.ID == leaving.ID {
-				leavingReachable = true
-			}
+		c.voters++
+		up := sn.ManagerStatus.Reachability == "reachable"
+		if up {
+			c.reachable++
+		}
+		switch {
+		case identity(sn) != id:
+		case up:
+			c.leavingReachable++
+		default:
+			c.leavingUnreachable++
 		}
 	}
-	if !member || leaving.ManagerStatus == nil {
-		return nil // not a voter: its leaving changes no quorum
-	}
-	return control.RaftQuorum(n.ID, voters, reachable, leavingReachable)
+	return c
 }
+
+// mayRemove says whether the node with identity id may leave list's swarm
+// now: nil when it holds no seat, else control.RaftQuorum for each of its
+// seats in the order Remove gives them up (unreachable ones first). Taking
+// away even a dead seat needs a quorum now.
+func mayRemove(list []swarmNode, id string) error {
+	c := countRaft(list, id)
+	voters, reachable := c.voters, c.reachable
+	for range c.leavingUnreachable {
+		if err := control.RaftQuorum(id, voters, reachable, false); err != nil {
+			return err
+		}
+		voters--
+	}
+	for range c.leavingReachable {
+		if err := control.RaftQuorum(id, voters, reachable, true); err != nil {
+			return err
+		}
+		voters, reachable = voters-1, reachable-1
+	}
+	return nil
+}
+
+// hasAddress says n's machine has an address to reach it on; a node
+// without one is gone.
+func hasAddress(n districts.Node) bool { return n.PublicIP != "" || n.PrivateIP != "" }
