@@ -224,8 +224,16 @@ fi
 `
 }
 
-// removeScript deletes a node that left from the swarm's node list; it runs
-// on a manager.
+// removeScript deletes a node that left (or whose machine is gone) from the
+// swarm's node list; a node the swarm no longer has is fine. It runs on a
+// manager.
 func removeScript(swarmID string) string {
-	return "set -eu\ndocker node rm --force " + ssh.Quote(swarmID) + " >/dev/null\n"
+	return `set -eu
+if ! out=$(docker node rm --force ` + ssh.Quote(swarmID) + ` 2>&1 >/dev/null); then
+	case "$out" in
+	*"node "*" not found"*) ;;
+	*) printf '%s\n' "$out" >&2; exit 1 ;;
+	esac
+fi
+`
 }

@@ -368,32 +368,87 @@ func (d *driver) Uncordon(ctx context.Context, n districts.Node) error {
 }
 
 // Remove demotes n if it is a manager, makes it leave the swarm and deletes
-// it from the node list. A node in no swarm is fine.
+// it from the node list, every entry carrying its identity (a node that
+// left and joined again has several). A node whose machine is gone (no
+// address) is never dialed: a remaining manager demotes and deletes it. A
+// node in no swarm is fine.
 func (d *driver) Remove(ctx context.Context, n districts.Node) error {
-	nodes, err := d.inspect(ctx, "")
+	list, err := d.inspect(ctx, n.ID)
 	if err != nil {
-		return err
+		return fmt.Errorf("remove node %s: %w", n.ID, err)
 	}
-	sn, ok := match(nodes, n)
-	if !ok {
-		return d.forget(n)
-	}
-	if sn.Spec.Role == "manager" {
-		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(sn.ID, nil, nil, "", "worker"), n.ID); err != nil {
-			return err
+	r := planRemoval(list, n)
+	for _, id := range r.demote {
+		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(id, nil, nil, "", "worker"), n.ID); err != nil {
+			return fmt.Errorf("remove node %s: %w", n.ID, err)
 		}
+	}
+	if len(r.demote) > 0 {
 		d.forgetManager(n.ID)
 	}
-	if _, err := d.run(ctx, n, "docker swarm leave", leaveScript()); err != nil {
-		if !errors.Is(err, ssh.ErrUnreachable) {
-			return err
+	if r.leave {
+		if _, err := d.run(ctx, n, "docker swarm leave", leaveScript()); err != nil {
+			if !errors.Is(err, ssh.ErrUnreachable) {
+				return fmt.Errorf("remove node %s: %w", n.ID, err)
+			}
+			// A machine that died cannot leave; the managers forget it below.
 		}
-		// A machine that is gone cannot leave; the managers forget it below.
 	}
-	if err := d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(sn.ID), n.ID); err != nil {
-		return err
+	for _, id := range r.remove {
+		if err := d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(id), n.ID); err != nil {
+			return fmt.Errorf("remove node %s: %w", n.ID, err)
+		}
 	}
 	return d.forget(n)
+}
+
+// removal is how a node leaves the swarm.
+type removal struct {
+	demote []string // swarm node ids to demote first, unreachable seats first
+	leave  bool     // run docker swarm leave on the node itself
+	remove []string // swarm node ids to delete from the node list
+}
+
+// planRemoval says how n leaves: every swarm node with its identity is
+// demoted if it is a manager and deleted; n itself is asked to leave only
+// when it has an address (its machine still exists).
+func planRemoval(list []swarmNode, n districts.Node) removal {
+	var r removal
+	var seats []swarmNode
+	for _, sn := range list {
+		if identity(sn) != n.ID {
+			continue
+		}
+		r.remove = append(r.remove, sn.ID)
+		if isVoter(sn) || sn.Spec.Role == "manager" {
+			seats = append(seats, sn)
+		}
+	}
+	// A dead seat goes first, as mayRemove judged it.
+	slices.SortStableFunc(seats, func(a, b swarmNode) int {
+		return cmpBool(reachable(a), reachable(b))
+	})
+	for _, sn := range seats {
+		r.demote = append(r.demote, sn.ID)
+	}
+	r.leave = len(r.remove) > 0 && hasAddress(n)
+	return r
+}
+
+// reachable says the swarm reports manager sn reachable.
+func reachable(sn swarmNode) bool {
+	return sn.ManagerStatus != nil && sn.ManagerStatus.Reachability == "reachable"
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }
 
 // forget drops n's pinned host key: its machine is about to go, and a
@@ -451,7 +506,7 @@ func (d *driver) runOnManager(ctx context.Context, exclude, name, script string)
 	d.mu.Unlock()
 	var errs []error
 	for _, m := range managers {
-		if m.ID == exclude {
+		if m.ID == exclude || !hasAddress(m) {
 			continue
 		}
 		out, err := d.run(ctx, m, name, script)
@@ -537,7 +592,7 @@ func countRaft(list []swarmNode, id string) raftCount {
 			continue
 		}
 		c.voters++
-		up := sn.ManagerStatus.Reachability == "reachable"
+		up := reachable(sn)
 		if up {
 			c.reachable++
 		}

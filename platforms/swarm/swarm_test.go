@@ -115,7 +115,10 @@ func TestScripts(t *testing.T) {
 		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"docker node update --availability 'drain' 'abc' >/dev/null"}},
 		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote 'abc' >/dev/null"}},
 		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote 'abc' >/dev/null"}},
-		{"remove", removeScript("abc"), []string{"docker node rm --force 'abc' >/dev/null"}},
+		{"remove", removeScript("abc"), []string{
+			"if ! out=$(docker node rm --force 'abc' 2>&1 >/dev/null); then",
+			`*"node "*" not found"*) ;;`,
+		}},
 		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services"}},
 		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in 's1' 's2'; do"}},
 		{"install", installScript(), []string{
