@@ -130,33 +130,79 @@ func (d *driver) Init(ctx context.Context, n districts.Node) error {
 		strings.TrimSpace(out), map[string]string{labelNode: n.ID}, nil, "", ""), "")
 }
 
-// Join adds n to the swarm as a manager (master) or a worker.
+// Join adds n to the swarm as a manager (master) or a worker. A node that
+// is a member already keeps its membership, and gets the role it lacks:
+// promoted when transit made it a master, demoted when a worker.
 func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	role := swarmRole(n.Role)
 	token, mgr, err := d.runOnManager(ctx, n.ID, "docker swarm join-token "+role, joinTokenScript(role))
 	if err != nil {
-		return err
+		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
-	out, err := d.run(ctx, n, "docker swarm join", joinScript(strings.TrimSpace(token), advertiseAddr(n), advertiseAddr(mgr)))
+	token = strings.TrimSpace(token)
+	// The token travels inside the script, on the session's stdin, never
+	// in an SSH command line; docker swarm join takes it only as an
+	// argument, so root on the node sees it in the process list while it
+	// joins. A failed join's output is redacted, in case the engine
+	// repeats it.
+	out, err := d.run(ctx, n, "docker swarm join", joinScript(token, advertiseAddr(n), advertiseAddr(mgr)))
 	if err != nil {
-		return err
+		return redact(err, token)
 	}
 	swarmID := strings.TrimSpace(out)
-	// A node that was in the swarm already may hold the other role.
-	nodes, err := d.inspect(ctx, n.ID)
+	list, err := d.inspect(ctx, n.ID)
 	if err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	fix, err := roleChange(list, swarmID, role)
+	if err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	if err := d.onManager(ctx, "label the joined node", nodeUpdateScript(
+		swarmID, map[string]string{labelNode: n.ID}, nil, "", fix), n.ID); err != nil {
 		return err
 	}
-	fix := ""
-	for _, sn := range nodes {
-		if sn.ID == swarmID && sn.Spec.Role != role {
-			fix = role
-		}
-	}
-	err = d.onManager(ctx, "label the joined node", nodeUpdateScript(
-		swarmID, map[string]string{labelNode: n.ID}, nil, "", fix), n.ID)
-	if err == nil && role == "manager" {
+	if role == "manager" {
 		d.rememberManager(n)
+	} else {
+		d.forgetManager(n.ID)
+	}
+	return nil
+}
+
+// roleChange says what gives swarm node swarmID the role ("manager" or
+// "worker") transit wants: that role when its spec holds the other (a node
+// that was a member already: joinScript left it as it was), "" when it
+// holds it. A node the list lacks is in another swarm.
+func roleChange(list []swarmNode, swarmID, role string) (string, error) {
+	for _, sn := range list {
+		if sn.ID != swarmID {
+			continue
+		}
+		if sn.Spec.Role != role {
+			return role, nil
+		}
+		return "", nil
+	}
+	return "", fmt.Errorf("it is in another swarm (its swarm node %q is not among this swarm's nodes) and must leave that one first", swarmID)
+}
+
+// redact hides secret in err's message: the output a failed command's
+// *ssh.RunError shows.
+func redact(err error, secret string) error {
+	if err == nil || secret == "" {
+		return err
+	}
+	var re *ssh.RunError
+	if errors.As(err, &re) && error(re) == err { // d.run's own error; a wrapped one is handled below
+		c := *re
+		c.Stdout = strings.ReplaceAll(c.Stdout, secret, "<redacted>")
+		c.Stderr = strings.ReplaceAll(c.Stderr, secret, "<redacted>")
+		err = &c
+	}
+	if msg := err.Error(); strings.Contains(msg, secret) {
+		// Wrapped where the output cannot be reached: keep only the text.
+		return errors.New(strings.ReplaceAll(msg, secret, "<redacted>"))
 	}
 	return err
 }
