@@ -8,6 +8,13 @@
 // (set at join; the hostname is the fallback), and the label
 // transit-managed lists the label keys transit owns, so labels a person set
 // by hand are left alone.
+//
+// The swarm's own view decides membership, roles and quorum: a master is a
+// node holding a Raft seat (a manager), whatever transit meant it to be.
+// Only an active manager among the masters answers for the swarm; when none
+// can be asked, or workers still belong to a swarm no master serves, the
+// driver says the swarm is unreachable, never that there is none. A node
+// whose machine is gone (no address) is never dialed.
 package swarm
 
 import (
