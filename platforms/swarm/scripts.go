@@ -76,7 +76,9 @@ fi
 
 // localStateScript prints the node's swarm state: "none" when it is in no
 // swarm (or has no engine yet), "down" when its engine is not running but
-// it belongs to a swarm, else "<state> <control available> <node id>".
+// it belongs to a swarm, else "<state> <control available> <node id>"
+// (state is docker's LocalNodeState: inactive, pending, active, error or
+// locked).
 func localStateScript() string {
 	return `set -eu
 if ! command -v docker >/dev/null 2>&1; then
@@ -87,7 +89,19 @@ if ! docker info >/dev/null 2>&1; then
 	if [ -e /var/lib/docker/swarm/docker-state.json ]; then echo down; else echo none; fi
 	exit 0
 fi
-docker info --format '{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}} {{.Swarm.NodeID}}'
+state=$(docker info --format '{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}} {{.Swarm.NodeID}}')
+echo "$state"
+`
+}
+
+// membersScript prints what localStateScript prints and, on an active
+// manager, every swarm node as `docker node inspect` JSON on the lines
+// after: one session per master answers both questions, and the list comes
+// from the manager whose state was printed.
+func membersScript() string {
+	return localStateScript() + `case "$state" in
+"active true "*) docker node inspect $(docker node ls -q) ;;
+esac
 `
 }
 
@@ -210,8 +224,16 @@ fi
 `
 }
 
-// removeScript deletes a node that left from the swarm's node list; it runs
-// on a manager.
+// removeScript deletes a node that left (or whose machine is gone) from the
+// swarm's node list; a node the swarm no longer has is fine. It runs on a
+// manager.
 func removeScript(swarmID string) string {
-	return "set -eu\ndocker node rm --force " + ssh.Quote(swarmID) + " >/dev/null\n"
+	return `set -eu
+if ! out=$(docker node rm --force ` + ssh.Quote(swarmID) + ` 2>&1 >/dev/null); then
+	case "$out" in
+	*"node "*" not found"*) ;;
+	*) printf '%s\n' "$out" >&2; exit 1 ;;
+	esac
+fi
+`
 }

@@ -8,6 +8,13 @@
 // (set at join; the hostname is the fallback), and the label
 // transit-managed lists the label keys transit owns, so labels a person set
 // by hand are left alone.
+//
+// The swarm's own view decides membership, roles and quorum: a master is a
+// node holding a Raft seat (a manager), whatever transit meant it to be.
+// Only an active manager among the masters answers for the swarm; when none
+// can be asked, or workers still belong to a swarm no master serves, the
+// driver says the swarm is unreachable, never that there is none. A node
+// whose machine is gone (no address) is never dialed.
 package swarm
 
 import (
@@ -54,12 +61,19 @@ func New(c districts.Cluster, opts Options) control.Platform {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
-	return &driver{cluster: c.ID, opts: opts}
+	sshCfg := opts.SSH
+	exec := func(ctx context.Context, n districts.Node, name, script string) (string, error) {
+		return ssh.RunOn(ctx, sshCfg, target(n), name, script)
+	}
+	return &driver{cluster: c.ID, opts: opts, exec: exec}
 }
 
 type driver struct {
 	cluster string
 	opts    Options
+	// exec runs a script on a node over SSH; tests replace it to check
+	// which node is asked what.
+	exec func(ctx context.Context, n districts.Node, name, script string) (string, error)
 
 	mu sync.Mutex
 	// managers are the masters that answered as swarm managers when last
@@ -103,7 +117,7 @@ func target(n districts.Node) ssh.Target {
 func advertiseAddr(n districts.Node) string { return target(n).Addr }
 
 func (d *driver) run(ctx context.Context, n districts.Node, name, script string) (string, error) {
-	return ssh.RunOn(ctx, d.opts.SSH, target(n), name, script)
+	return d.exec(ctx, n, name, script)
 }
 
 // Install ensures a running Docker engine on n.
@@ -123,33 +137,79 @@ func (d *driver) Init(ctx context.Context, n districts.Node) error {
 		strings.TrimSpace(out), map[string]string{labelNode: n.ID}, nil, "", ""), "")
 }
 
-// Join adds n to the swarm as a manager (master) or a worker.
+// Join adds n to the swarm as a manager (master) or a worker. A node that
+// is a member already keeps its membership, and gets the role it lacks:
+// promoted when transit made it a master, demoted when a worker.
 func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	role := swarmRole(n.Role)
 	token, mgr, err := d.runOnManager(ctx, n.ID, "docker swarm join-token "+role, joinTokenScript(role))
 	if err != nil {
-		return err
+		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
-	out, err := d.run(ctx, n, "docker swarm join", joinScript(strings.TrimSpace(token), advertiseAddr(n), advertiseAddr(mgr)))
+	token = strings.TrimSpace(token)
+	// The token travels inside the script, on the session's stdin, never
+	// in an SSH command line; docker swarm join takes it only as an
+	// argument, so root on the node sees it in the process list while it
+	// joins. A failed join's output is redacted, in case the engine
+	// repeats it.
+	out, err := d.run(ctx, n, "docker swarm join", joinScript(token, advertiseAddr(n), advertiseAddr(mgr)))
 	if err != nil {
-		return err
+		return redact(err, token)
 	}
 	swarmID := strings.TrimSpace(out)
-	// A node that was in the swarm already may hold the other role.
-	nodes, err := d.inspect(ctx, n.ID)
+	list, err := d.inspect(ctx, n.ID)
 	if err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	fix, err := roleChange(list, swarmID, role)
+	if err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	if err := d.onManager(ctx, "label the joined node", nodeUpdateScript(
+		swarmID, map[string]string{labelNode: n.ID}, nil, "", fix), n.ID); err != nil {
 		return err
 	}
-	fix := ""
-	for _, sn := range nodes {
-		if sn.ID == swarmID && sn.Spec.Role != role {
-			fix = role
-		}
-	}
-	err = d.onManager(ctx, "label the joined node", nodeUpdateScript(
-		swarmID, map[string]string{labelNode: n.ID}, nil, "", fix), n.ID)
-	if err == nil && role == "manager" {
+	if role == "manager" {
 		d.rememberManager(n)
+	} else {
+		d.forgetManager(n.ID)
+	}
+	return nil
+}
+
+// roleChange says what gives swarm node swarmID the role ("manager" or
+// "worker") transit wants: that role when its spec holds the other (a node
+// that was a member already: joinScript left it as it was), "" when it
+// holds it. A node the list lacks is in another swarm.
+func roleChange(list []swarmNode, swarmID, role string) (string, error) {
+	for _, sn := range list {
+		if sn.ID != swarmID {
+			continue
+		}
+		if sn.Spec.Role != role {
+			return role, nil
+		}
+		return "", nil
+	}
+	return "", fmt.Errorf("it is in another swarm (its swarm node %q is not among this swarm's nodes) and must leave that one first", swarmID)
+}
+
+// redact hides secret in err's message: the output a failed command's
+// *ssh.RunError shows.
+func redact(err error, secret string) error {
+	if err == nil || secret == "" {
+		return err
+	}
+	var re *ssh.RunError
+	if errors.As(err, &re) && error(re) == err { // d.run's own error; a wrapped one is handled below
+		c := *re
+		c.Stdout = strings.ReplaceAll(c.Stdout, secret, "<redacted>")
+		c.Stderr = strings.ReplaceAll(c.Stderr, secret, "<redacted>")
+		err = &c
+	}
+	if msg := err.Error(); strings.Contains(msg, secret) {
+		// Wrapped where the output cannot be reached: keep only the text.
+		return errors.New(strings.ReplaceAll(msg, secret, "<redacted>"))
 	}
 	return err
 }
@@ -361,32 +421,87 @@ func (d *driver) Uncordon(ctx context.Context, n districts.Node) error {
 }
 
 // Remove demotes n if it is a manager, makes it leave the swarm and deletes
-// it from the node list. A node in no swarm is fine.
+// it from the node list, every entry carrying its identity (a node that
+// left and joined again has several). A node whose machine is gone (no
+// address) is never dialed: a remaining manager demotes and deletes it. A
+// node in no swarm is fine.
 func (d *driver) Remove(ctx context.Context, n districts.Node) error {
-	nodes, err := d.inspect(ctx, "")
+	list, err := d.inspect(ctx, n.ID)
 	if err != nil {
-		return err
+		return fmt.Errorf("remove node %s: %w", n.ID, err)
 	}
-	sn, ok := match(nodes, n)
-	if !ok {
-		return d.forget(n)
-	}
-	if sn.Spec.Role == "manager" {
-		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(sn.ID, nil, nil, "", "worker"), n.ID); err != nil {
-			return err
+	r := planRemoval(list, n)
+	for _, id := range r.demote {
+		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(id, nil, nil, "", "worker"), n.ID); err != nil {
+			return fmt.Errorf("remove node %s: %w", n.ID, err)
 		}
+	}
+	if len(r.demote) > 0 {
 		d.forgetManager(n.ID)
 	}
-	if _, err := d.run(ctx, n, "docker swarm leave", leaveScript()); err != nil {
-		if !errors.Is(err, ssh.ErrUnreachable) {
-			return err
+	if r.leave {
+		if _, err := d.run(ctx, n, "docker swarm leave", leaveScript()); err != nil {
+			if !errors.Is(err, ssh.ErrUnreachable) {
+				return fmt.Errorf("remove node %s: %w", n.ID, err)
+			}
+			// A machine that died cannot leave; the managers forget it below.
 		}
-		// A machine that is gone cannot leave; the managers forget it below.
 	}
-	if err := d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(sn.ID), n.ID); err != nil {
-		return err
+	for _, id := range r.remove {
+		if err := d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(id), n.ID); err != nil {
+			return fmt.Errorf("remove node %s: %w", n.ID, err)
+		}
 	}
 	return d.forget(n)
+}
+
+// removal is how a node leaves the swarm.
+type removal struct {
+	demote []string // swarm node ids to demote first, unreachable seats first
+	leave  bool     // run docker swarm leave on the node itself
+	remove []string // swarm node ids to delete from the node list
+}
+
+// planRemoval says how n leaves: every swarm node with its identity is
+// demoted if it is a manager and deleted; n itself is asked to leave only
+// when it has an address (its machine still exists).
+func planRemoval(list []swarmNode, n districts.Node) removal {
+	var r removal
+	var seats []swarmNode
+	for _, sn := range list {
+		if identity(sn) != n.ID {
+			continue
+		}
+		r.remove = append(r.remove, sn.ID)
+		if isVoter(sn) || sn.Spec.Role == "manager" {
+			seats = append(seats, sn)
+		}
+	}
+	// A dead seat goes first, as mayRemove judged it.
+	slices.SortStableFunc(seats, func(a, b swarmNode) int {
+		return cmpBool(reachable(a), reachable(b))
+	})
+	for _, sn := range seats {
+		r.demote = append(r.demote, sn.ID)
+	}
+	r.leave = len(r.remove) > 0 && hasAddress(n)
+	return r
+}
+
+// reachable says the swarm reports manager sn reachable.
+func reachable(sn swarmNode) bool {
+	return sn.ManagerStatus != nil && sn.ManagerStatus.Reachability == "reachable"
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }
 
 // forget drops n's pinned host key: its machine is about to go, and a
@@ -396,116 +511,6 @@ func (d *driver) forget(n districts.Node) error {
 		return nil
 	}
 	return d.opts.SSH.HostKeys.Forget(n.ProviderID)
-}
-
-// Members asks the masters among nodes, one after another, for the swarm's
-// node list. It returns control.ErrNoPlatform only when every master
-// answered and none is in a swarm; a master that cannot be asked is an
-// error, since it may be the one holding the swarm.
-func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control.Member, error) {
-	var masters []districts.Node
-	for _, n := range nodes {
-		if n.Role == districts.RoleMaster {
-			masters = append(masters, n)
-		}
-	}
-	var errs []error
-	for _, m := range masters {
-		out, err := d.run(ctx, m, "ask for the swarm state", localStateScript())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		f := strings.Fields(out)
-		switch {
-		case len(f) == 1 && f[0] == "none":
-			continue
-		case len(f) == 1 && f[0] == "down":
-			errs = append(errs, fmt.Errorf("master %s belongs to a swarm but its docker engine is not running", m.ID))
-			continue
-		case len(f) < 2 || f[0] != "active" || f[1] != "true":
-			errs = append(errs, fmt.Errorf("master %s is not an active swarm manager (%s)", m.ID, strings.TrimSpace(out)))
-			continue
-		}
-		out, err = d.run(ctx, m, "list swarm nodes", inspectScript())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		list, err := parseNodes(m, out)
-		if err != nil {
-			return nil, err
-		}
-		return d.members(list, nodes), nil
-	}
-	if len(errs) == 0 {
-		return nil, control.ErrNoPlatform
-	}
-	return nil, fmt.Errorf("no master answered as a swarm manager: %w", errors.Join(errs...))
-}
-
-// members maps the swarm's nodes onto transit's and remembers the managers
-// that answer.
-func (d *driver) members(list []swarmNode, nodes []districts.Node) []control.Member {
-	var out []control.Member
-	var managers []districts.Node
-	for _, n := range nodes {
-		sn, ok := match(list, n)
-		if !ok {
-			continue
-		}
-		m := control.Member{
-			NodeID:   n.ID,
-			Role:     districts.RoleWorker,
-			Ready:    sn.Status.State == "ready",
-			Draining: sn.Spec.Availability != "active",
-			Labels:   map[string]string{},
-		}
-		if sn.Spec.Role == "manager" {
-			m.Role = districts.RoleMaster
-			m.Ready = m.Ready && sn.ManagerStatus != nil && sn.ManagerStatus.Reachability == "reachable"
-			if m.Ready {
-				managers = append(managers, n)
-			}
-		}
-		for _, k := range managedKeys(sn.Spec.Labels) {
-			if v, ok := sn.Spec.Labels[k]; ok {
-				m.Labels[k] = v
-			}
-		}
-		out = append(out, m)
-	}
-	d.mu.Lock()
-	d.managers = managers
-	d.mu.Unlock()
-	return out
-}
-
-// match finds n among the swarm's nodes: by its identity label, else by
-// hostname. Of several (a node that left and joined again), a ready one on
-// n's address wins.
-func match(list []swarmNode, n districts.Node) (swarmNode, bool) {
-	best, score := swarmNode{}, -1
-	for _, sn := range list {
-		id := sn.Spec.Labels[labelNode]
-		if id == "" {
-			id = sn.Description.Hostname
-		}
-		if id != n.ID {
-			continue
-		}
-		s := 0
-		if sn.Status.State == "ready" {
-			s += 2
-		}
-		if sn.Status.Addr == advertiseAddr(n) {
-			s++
-		}
-		if s > score {
-			best, score = sn, s
-		}
-	}
-	return best, score >= 0
 }
 
 // find returns n's swarm node, or an error when n is in no swarm.
@@ -554,7 +559,7 @@ func (d *driver) runOnManager(ctx context.Context, exclude, name, script string)
 	d.mu.Unlock()
 	var errs []error
 	for _, m := range managers {
-		if m.ID == exclude {
+		if m.ID == exclude || !hasAddress(m) {
 			continue
 		}
 		out, err := d.run(ctx, m, name, script)
@@ -581,6 +586,13 @@ func (d *driver) rememberManager(m districts.Node) {
 	d.managers = slices.Insert(d.managers, 0, m)
 }
 
+// knowsManager says a manager is known to run manager commands on.
+func (d *driver) knowsManager() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.managers) > 0
+}
+
 func (d *driver) forgetManager(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -594,29 +606,82 @@ func swarmRole(role string) string {
 	return "worker"
 }
 
-// MayRemoveMaster judges quorum from the swarm's managers: how many there
-// are and how many a manager reports reachable.
-func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
-	list, err := d.inspect(ctx, "")
-	if err != nil {
-		return err
+// MayRemoveMaster judges quorum from the swarm's Raft voters (its
+// managers) and their reachability as a manager known from the last
+// Members call reports them now, never from transit's roles. A node that
+// holds no seat may always leave.
+func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, nodes []districts.Node) error {
+	if !d.knowsManager() {
+		if _, err := d.Members(ctx, nodes); err != nil {
+			return fmt.Errorf("judge quorum before master %s leaves: %w", n.ID, err)
+		}
 	}
-	voters, reachable, leavingReachable := 0, 0, false
-	leaving, member := match(list, n)
+	exclude := ""
+	if !hasAddress(n) {
+		exclude = n.ID // its machine is gone
+	}
+	list, err := d.inspect(ctx, exclude)
+	if err != nil {
+		return fmt.Errorf("judge quorum before master %s leaves: %w", n.ID, err)
+	}
+	return mayRemove(list, n.ID)
+}
+
+// raftCount is the swarm's Raft group as seen from the node leaving.
+type raftCount struct {
+	voters    int // managers, reachable or not
+	reachable int // managers the swarm reports reachable
+	// The leaving node's seats, reachable or not: a node that left and
+	// joined again may hold a stale one beside its live one.
+	leavingReachable, leavingUnreachable int
+}
+
+// countRaft counts the voters in list and the seats of the node with
+// identity id.
+func countRaft(list []swarmNode, id string) raftCount {
+	var c raftCount
 	for _, sn := range list {
-		if sn.ManagerStatus == nil {
+		if !isVoter(sn) {
 			continue
 		}
-		voters++
-		if sn.ManagerStatus.Reachability == "reachable" {
-			reachable++
-			if member && sn.ID == leaving.ID {
-				leavingReachable = true
-			}
+		c.voters++
+		up := reachable(sn)
+		if up {
+			c.reachable++
+		}
+		switch {
+		case identity(sn) != id:
+		case up:
+			c.leavingReachable++
+		default:
+			c.leavingUnreachable++
 		}
 	}
-	if !member || leaving.ManagerStatus == nil {
-		return nil // not a voter: its leaving changes no quorum
-	}
-	return control.RaftQuorum(n.ID, voters, reachable, leavingReachable)
+	return c
 }
+
+// mayRemove says whether the node with identity id may leave list's swarm
+// now: nil when it holds no seat, else control.RaftQuorum for each of its
+// seats in the order Remove gives them up (unreachable ones first). Taking
+// away even a dead seat needs a quorum now.
+func mayRemove(list []swarmNode, id string) error {
+	c := countRaft(list, id)
+	voters, reachable := c.voters, c.reachable
+	for range c.leavingUnreachable {
+		if err := control.RaftQuorum(id, voters, reachable, false); err != nil {
+			return err
+		}
+		voters--
+	}
+	for range c.leavingReachable {
+		if err := control.RaftQuorum(id, voters, reachable, true); err != nil {
+			return err
+		}
+		voters, reachable = voters-1, reachable-1
+	}
+	return nil
+}
+
+// hasAddress says n's machine has an address to reach it on; a node
+// without one is gone.
+func hasAddress(n districts.Node) bool { return n.PublicIP != "" || n.PrivateIP != "" }

@@ -1,14 +1,10 @@
 package swarm
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/cloudtransit/transit/control"
-	"github.com/cloudtransit/transit/districts"
 )
 
 func TestLabelChanges(t *testing.T) {
@@ -81,38 +77,6 @@ const inspectJSON = `[
   "Description":{"Hostname":"somebody-else"},"Status":{"State":"ready","Addr":"10.0.0.9"}}
 ]`
 
-func TestMembers(t *testing.T) {
-	t.Parallel()
-	var list []swarmNode
-	if err := json.Unmarshal([]byte(inspectJSON), &list); err != nil {
-		t.Fatal(err)
-	}
-	nodes := []districts.Node{
-		{ID: "c-master-1", Role: "master", PublicIP: "10.0.0.2"},
-		{ID: "c-worker-1", Role: "worker", PublicIP: "10.0.0.3"},
-		{ID: "c-master-2", Role: "master", PublicIP: "10.0.0.4"},
-		{ID: "c-worker-2", Role: "worker", PublicIP: "10.0.0.5"},
-	}
-	d := &driver{}
-	got := d.members(list, nodes)
-	want := []control.Member{
-		{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{"location": "Germany"}},
-		// The ready entry on the node's address wins over the old, down one.
-		{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{}},
-		// A manager the others cannot reach is not ready.
-		{NodeID: "c-master-2", Role: "master", Ready: false, Labels: map[string]string{}},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("members (-want +got):\n%s", diff)
-	}
-	if len(d.managers) != 1 || d.managers[0].ID != "c-master-1" {
-		t.Errorf("remembered managers %v, want only c-master-1", d.managers)
-	}
-	if sn, _ := match(list, nodes[1]); sn.ID != "bbb" {
-		t.Errorf("match(c-worker-1) = %s, want bbb", sn.ID)
-	}
-}
-
 func TestParseTasks(t *testing.T) {
 	t.Parallel()
 	out := "task|s1|t1|running\ntask|s2|t2|shutdown\nservice|s1|web\nservice|s3|other\n"
@@ -151,7 +115,10 @@ func TestScripts(t *testing.T) {
 		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"docker node update --availability 'drain' 'abc' >/dev/null"}},
 		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote 'abc' >/dev/null"}},
 		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote 'abc' >/dev/null"}},
-		{"remove", removeScript("abc"), []string{"docker node rm --force 'abc' >/dev/null"}},
+		{"remove", removeScript("abc"), []string{
+			"if ! out=$(docker node rm --force 'abc' 2>&1 >/dev/null); then",
+			`*"node "*" not found"*) ;;`,
+		}},
 		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services"}},
 		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in 's1' 's2'; do"}},
 		{"install", installScript(), []string{
@@ -163,6 +130,11 @@ func TestScripts(t *testing.T) {
 		}},
 		{"state", localStateScript(), []string{
 			"if [ -e /var/lib/docker/swarm/docker-state.json ]; then echo down; else echo none; fi",
+			`echo "$state"`,
+		}},
+		{"members", membersScript(), []string{
+			`echo "$state"`,
+			`"active true "*) docker node inspect $(docker node ls -q) ;;`,
 		}},
 		{"leave", leaveScript(), []string{"docker swarm leave --force >/dev/null"}},
 	}

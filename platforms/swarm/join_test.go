@@ -1,0 +1,184 @@
+package swarm
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+func TestRoleChange(t *testing.T) {
+	t.Parallel()
+	list := nodesJSON(t, inspectOf(manager("m", master1.ID, "reachable"), worker("w", worker1.ID),
+		// Promoted a moment ago: the seat comes, nothing to do.
+		`{"ID":"p","Spec":{"Labels":{"transit-node":"c-master-2"},"Role":"manager"},"Status":{"State":"ready"}}`))
+	tests := []struct {
+		name    string
+		swarmID string
+		role    string
+		want    string
+		wantErr bool
+	}{
+		{name: "a master that is a swarm worker is promoted", swarmID: "w", role: "manager", want: "manager"},
+		{name: "a worker that is a swarm manager is demoted", swarmID: "m", role: "worker", want: "worker"},
+		{name: "a manager stays", swarmID: "m", role: "manager"},
+		{name: "a worker stays", swarmID: "w", role: "worker"},
+		{name: "a promotion under way", swarmID: "p", role: "manager"},
+		{name: "a node in another swarm", swarmID: "x", role: "worker", wantErr: true},
+		{name: "no node id printed", swarmID: "", role: "worker", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := roleChange(list, tt.swarmID, tt.role)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("roleChange: %v, want error %t", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("roleChange = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// swarmAt answers like a swarm whose manager is master2: the join token,
+// the node list, and the node updates, recording those.
+type swarmAt struct {
+	list    string
+	updates []string
+}
+
+func (s *swarmAt) manager(_ context.Context, script string) (string, error) {
+	switch {
+	case strings.Contains(script, "join-token"):
+		return "SWMTKN-1-secret\n", nil
+	case script == inspectScript():
+		return s.list, nil
+	}
+	s.updates = append(s.updates, script)
+	return "", nil
+}
+
+func TestJoinGivesAMemberItsRole(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		node        districts.Node
+		swarmID     string
+		wantScript  string
+		known       []districts.Node // managers the driver knew before
+		wantManager bool
+	}{
+		{
+			// The control loop calls Join on a member whose swarm role
+			// differs from transit's; joinScript leaves it in the swarm.
+			name:        "a master that is a swarm worker",
+			node:        master1,
+			swarmID:     "w",
+			wantScript:  "docker node promote 'w' >/dev/null",
+			known:       []districts.Node{master2},
+			wantManager: true,
+		},
+		{
+			name:       "a worker that is a swarm manager",
+			node:       worker1,
+			swarmID:    "m",
+			wantScript: "docker node demote 'm' >/dev/null",
+			// Known as a manager: the demoted node is forgotten.
+			known: []districts.Node{worker1, master2},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := &swarmAt{list: inspectOf(manager("lead", master2.ID, "reachable"), worker("w", master1.ID), manager("m", worker1.ID, "reachable"))}
+			f := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){
+				master2.ID: s.manager,
+				tt.node.ID: replies(tt.swarmID + "\n"),
+			}}
+			d := &driver{exec: f.exec, managers: tt.known}
+			if err := d.Join(t.Context(), tt.node); err != nil {
+				t.Fatalf("Join: %v", err)
+			}
+			if len(s.updates) != 1 || !strings.Contains(s.updates[0], tt.wantScript) {
+				t.Errorf("updates on the manager %q, want one with %q", s.updates, tt.wantScript)
+			}
+			if !strings.Contains(s.updates[0], "--label-add 'transit-node="+tt.node.ID+"'") {
+				t.Errorf("the node's identity label is not kept: %q", s.updates[0])
+			}
+			var known []string
+			for _, m := range d.managers {
+				known = append(known, m.ID)
+			}
+			want := []string{master2.ID}
+			if tt.wantManager {
+				want = []string{tt.node.ID, master2.ID}
+			}
+			if diff := cmp.Diff(want, known); diff != "" {
+				t.Errorf("known managers (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestJoinErrorHidesTheToken(t *testing.T) {
+	t.Parallel()
+	s := &swarmAt{}
+	f := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){
+		master2.ID: s.manager,
+		worker1.ID: func(_ context.Context, script string) (string, error) {
+			if !strings.Contains(script, "SWMTKN-1-secret") {
+				t.Errorf("the join script lacks the token:\n%s", script)
+			}
+			return "", &ssh.RunError{
+				Target: ssh.Target{Name: worker1.ID}, Name: "docker swarm join", ExitStatus: 1,
+				Stdout: "joining with SWMTKN-1-secret\n",
+			}
+		},
+	}}
+	d := &driver{exec: f.exec, managers: []districts.Node{master2}}
+	err := d.Join(t.Context(), worker1)
+	var re *ssh.RunError
+	if !errors.As(err, &re) || re.ExitStatus != 1 {
+		t.Fatalf("Join: %v, want the *ssh.RunError with exit 1", err)
+	}
+	if strings.Contains(err.Error(), "SWMTKN") || strings.Contains(re.Stdout+re.Stderr, "SWMTKN") {
+		t.Errorf("the join token leaks into the error: %v", err)
+	}
+	if !strings.Contains(err.Error(), "joining with <redacted>") {
+		t.Errorf("the error lost the command's output: %v", err)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	run := &ssh.RunError{Target: ssh.Target{Name: "n1"}, Name: "docker swarm join", ExitStatus: 1, Stderr: "bad token SWMTKN-1-x"}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"run error", run, "n1: docker swarm join failed (exit 1): bad token <redacted>"},
+		{"wrapped", errors.Join(errors.New("join"), run), "join\nn1: docker swarm join failed (exit 1): bad token <redacted>"},
+		{"no secret in it", errors.New("dial n1: refused"), "dial n1: refused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := redact(tt.err, "SWMTKN-1-x").Error(); got != tt.want {
+				t.Errorf("redact = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if run.Stderr != "bad token SWMTKN-1-x" {
+		t.Errorf("redact changed the error it was given: %q", run.Stderr)
+	}
+	if redact(nil, "SWMTKN-1-x") != nil {
+		t.Error("redact(nil) is not nil")
+	}
+}
