@@ -115,12 +115,13 @@ on.`,
 
 // applyOnce locks the state, shows the plan, confirms and runs the loop.
 func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) (err error) {
-	s, err := openSession(ctx, deps, g, "transit "+ch.verb, true)
+	s, err := openSession(ctx, deps, g, sessionOptions{command: "transit " + ch.verb, access: mutate, noPlatform: ch.destroy})
 	if err != nil {
 		return err
 	}
 	defer s.closeInto(&err)
 	s.opts.Cluster = ch.intend(s.cfg.Cluster)
+	s.opts.Destroy = ch.destroy
 	s.opts.Parallel = f.parallel
 	s.opts.MaxRounds = f.maxRounds
 	view, err := newProgress(deps, g, f.json, ch.verb)
@@ -129,9 +130,13 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 	}
 	s.opts.OnEvent = view.event
 
-	p, err := control.MakePlan(ctx, s.opts, true)
+	// The plan shown is made in memory; the loop's first round observes
+	// again, saves, and runs only if it would do the same.
+	preview := s.opts
+	preview.Save = nil
+	p, err := control.MakePlan(ctx, preview, true)
 	if err != nil {
-		return err
+		return withKind(kindRefresh, err)
 	}
 	shown := s.show(p, true)
 	shown.destroy = ch.destroy
@@ -148,13 +153,9 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 			w = deps.Err // keep stdout JSON only
 		}
 		if err := confirm(ctx, deps.In, w, ch.confirm(s.opts.Cluster)); err != nil {
-			return fmt.Errorf("%s cancelled: %w", ch.verb, err)
+			return withKind(kindCancelled, fmt.Errorf("%s cancelled: %w", ch.verb, err))
 		}
 		s.opts.Confirmed = &p
-	}
-	// The plan's refresh saved the state; start from what it saved.
-	if err := s.reload(); err != nil {
-		return err
 	}
 	res, err := control.Apply(ctx, s.opts)
 	werr := view.result(res, err)

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -364,6 +366,15 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 func TestLockHeld(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	// A machine vanishes: a refresh sees what resources.json does not.
+	if !h.cloud.vanish("swarm-europe-worker-4") {
+		t.Fatal("no machine swarm-europe-worker-4")
+	}
+	before, err := os.ReadFile(h.path("resources.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
 	if err != nil {
 		t.Fatal(err)
@@ -373,10 +384,10 @@ func TestLockHeld(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	// Only apply and destroy take the lock.
 	for _, args := range [][]string{
-		{"plan"},
 		{"apply", "--auto-approve"},
-		{"status", "--lock-timeout", "50ms"},
+		{"destroy", "--auto-approve", "--lock-timeout", "50ms"},
 	} {
 		r := h.run(t, runOpts{}, args...)
 		wantCode(t, r, 1)
@@ -384,9 +395,40 @@ func TestLockHeld(t *testing.T) {
 			t.Errorf("%v with a held lock:\n%s", args, r)
 		}
 	}
-	// Reading the state needs no lock.
-	wantCode(t, h.run(t, runOpts{}, "plan", "--refresh=false"), 0)
-	wantCode(t, h.run(t, runOpts{}, "status", "--refresh=false"), 0)
+	// plan and status refresh in memory: they run beside the lock holder
+	// and see the vanished machine.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan"}, "+ launch        swarm-europe-worker-14"},
+		{[]string{"plan", "--json"}, `"node": "swarm-europe-worker-14"`},
+		{[]string{"plan", "--detailed-exitcode"}, "Plan: 1 to add"},
+		{[]string{"status"}, "15 nodes and 2 security groups"},
+		{[]string{"status", "--json"}, `"id": "swarm-europe-worker-3"`},
+		{[]string{"plan", "--refresh=false"}, "No changes."},
+		{[]string{"status", "--refresh=false"}, "16 nodes and 2 security groups"},
+	} {
+		r := h.run(t, runOpts{}, tc.args...)
+		if slices.Contains(tc.args, "--detailed-exitcode") {
+			wantCode(t, r, ExitChanges)
+		} else {
+			wantCode(t, r, 0)
+		}
+		if !strings.Contains(r.out, tc.want) {
+			t.Errorf("%v lacks %q:\n%s", tc.args, tc.want, r)
+		}
+		if strings.Contains(r.out, "\n    swarm-europe-worker-4 ") && tc.args[0] == "status" && !slices.Contains(tc.args, "--refresh=false") {
+			t.Errorf("%v shows the vanished machine:\n%s", tc.args, r.out)
+		}
+	}
+	after, err := os.ReadFile(h.path("resources.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Errorf("plan or status wrote resources.json")
+	}
 }
 
 func TestNoDriverInThisBuild(t *testing.T) {
@@ -510,5 +552,57 @@ func TestCompletion(t *testing.T) {
 	wantCode(t, r, 0)
 	if !strings.Contains(r.out, "__start_transit") {
 		t.Errorf("no bash completion script")
+	}
+}
+
+// destroy never asks the platform: it builds no platform driver and tears
+// down a cluster whose masters do not answer.
+func TestDestroyNeedsNoPlatform(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.platform.setUnreachable("dial tcp 203.0.113.6:22: connect: connection refused")
+	built := h.platform.built.Load()
+	r := h.run(t, runOpts{}, "destroy", "--auto-approve")
+	wantCode(t, r, 0)
+	if h.platform.built.Load() != built {
+		t.Errorf("destroy constructed the platform driver")
+	}
+	if n, g := h.cloud.count(); n != 0 || g != 0 {
+		t.Errorf("%d machines and %d groups after destroy, want none", n, g)
+	}
+	if st := h.state(t); len(st.Nodes) != 0 || len(st.SecurityGroups) != 0 {
+		t.Errorf("state after destroy: %d nodes, %d groups", len(st.Nodes), len(st.SecurityGroups))
+	}
+	// The prompt says what destroy does: no drain.
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve", "--max-rounds", "1"), 3) // unreachable platform: nothing joins
+	r = h.run(t, runOpts{tty: true, stdin: "no\n"}, "destroy")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.out, "will be terminated, without draining") || strings.Contains(r.out, "drained") {
+		t.Errorf("destroy prompt:\n%s", r.out)
+	}
+}
+
+// status works while the platform cannot be asked: it shows the machines
+// the clouds report and says why the platform did not answer.
+func TestStatusPlatformUnreachable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.platform.setUnreachable("dial tcp 203.0.113.6:22: connect: connection refused")
+	if !h.cloud.vanish("swarm-europe-worker-4") {
+		t.Fatal("no machine swarm-europe-worker-4")
+	}
+	r := h.run(t, runOpts{}, "status")
+	wantCode(t, r, 0)
+	for _, want := range []string{
+		"15 nodes and 2 security groups",
+		"Platform unreachable: no master answered (swarm-europe-master-1, swarm-europe-master-2, swarm-europe-master-3): dial tcp 203.0.113.6:22: connect: connection refused\n",
+		"phases are those resources.json last recorded",
+		"\n    swarm-europe-master-1 ",
+	} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("status lacks %q:\n%s", want, r)
+		}
 	}
 }

@@ -22,10 +22,11 @@ func NewPlanCommand(deps Deps, g *GlobalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show what apply would do",
-		Long: `Plan refreshes the current state from the clouds and the platform (saving it
-to resources.json) and prints the actions the next apply round would take:
-+ adds, ~ changes, - removes. With --refresh=false it works from resources.json
-alone and calls no cloud.
+		Long: `Plan asks the clouds and the platform for the current state and prints the
+actions the next apply round would take: + adds, ~ changes, - removes. It
+takes no lock and writes nothing (resources.json is left as it is), so it
+runs while an apply holds the lock. With --refresh=false it works from
+resources.json alone and calls no cloud.
 
 With --detailed-exitcode it exits 0 when there is nothing to do, 2 when the
 plan has changes and 1 on error.`,
@@ -59,15 +60,22 @@ type shownPlan struct {
 	destroy   bool // the plan removes the whole cluster
 }
 
+// runPlan makes the plan of the next round. It takes no lock and writes
+// nothing: with refresh the drivers ask the clouds and the platform, and
+// what they say stays in memory.
 func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ shownPlan, err error) {
-	s, err := openSession(ctx, deps, g, "transit plan", refresh)
+	so := sessionOptions{command: "transit plan", access: readState}
+	if refresh {
+		so.access = observe
+	}
+	s, err := openSession(ctx, deps, g, so)
 	if err != nil {
 		return shownPlan{}, err
 	}
 	defer s.closeInto(&err)
 	p, err := control.MakePlan(ctx, s.opts, refresh)
 	if err != nil {
-		return shownPlan{}, err
+		return shownPlan{}, withKind(kindRefresh, err)
 	}
 	return s.show(p, refresh), nil
 }
