@@ -23,6 +23,47 @@ type applyFlags struct {
 	json        bool
 	watch       bool
 	interval    time.Duration
+	safety      safetyFlags
+}
+
+// safetyFlags lift two of the loop's refusals; apply and plan share them,
+// so that plan shows what such an apply would do.
+type safetyFlags struct {
+	allowDestroy    bool
+	rebuildPlatform bool
+}
+
+func (f *safetyFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.allowDestroy, "allow-destroy", false,
+		"let a cluster.json that wants no node at all remove every node, the last master too (without it such an apply is refused: use transit destroy)")
+	fs.BoolVar(&f.rebuildPlatform, "rebuild-platform", false,
+		"initialise a new platform over the nodes when the platform was lost (no master is left); workloads and platform state are not recovered")
+}
+
+func (f *safetyFlags) apply(o *control.Options) {
+	o.AllowDestroy = f.allowDestroy
+	o.RebuildPlatform = f.rebuildPlatform
+}
+
+// refuseDestroy returns control.ErrWouldDestroy when the plan terminates
+// machines although cluster.json wants no node and nothing allows it: one
+// bad write of cluster.json must not wipe a platform. The loop refuses such
+// a run too; refusing here spares confirming a plan that would not run.
+func refuseDestroy(o control.Options, p control.Plan) error {
+	if o.Destroy || o.AllowDestroy {
+		return nil
+	}
+	for _, d := range o.Cluster.Deployments {
+		if d.Quantity > 0 {
+			return nil
+		}
+	}
+	for _, a := range p.Actions {
+		if a.Kind == control.KindTerminate {
+			return control.ErrWouldDestroy
+		}
+	}
+	return nil
 }
 
 func (f *applyFlags) register(fs *pflag.FlagSet) {
@@ -90,8 +131,15 @@ terminal; pass --auto-approve elsewhere) and runs the control loop until the
 cluster matches cluster.json or a round makes no progress. The state is saved
 to resources.json after every action.
 
+An apply whose cluster.json wants no node at all is refused (exit 1): use
+transit destroy to tear a cluster down, or pass --allow-destroy. When the
+platform was lost (every master gone while workers remain) the run stops not
+converged; --rebuild-platform initialises a new platform over the nodes
+instead (what ran on the old one is not recovered).
+
 Exit codes: 0 converged, 1 error, 3 not converged (the reasons are printed;
-the next run retries).
+the next run retries), 130 interrupted (the state is saved; run apply again
+to finish).
 
 With --watch it applies again every --interval, re-reading cluster.json each
 time, until interrupted; an iteration's errors are reported and the loop goes
@@ -110,6 +158,7 @@ on.`,
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVar(&f.watch, "watch", false, "apply again every --interval until interrupted (needs --auto-approve)")
 	cmd.Flags().DurationVar(&f.interval, "interval", 5*time.Minute, "time between two applies with --watch")
+	f.safety.register(cmd.Flags())
 	return cmd
 }
 
@@ -124,6 +173,7 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 	s.opts.Destroy = ch.destroy
 	s.opts.Parallel = f.parallel
 	s.opts.MaxRounds = f.maxRounds
+	f.safety.apply(&s.opts)
 	view, err := newProgress(deps, g, f.json, ch.verb)
 	if err != nil {
 		return err
@@ -137,6 +187,9 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 	p, err := control.MakePlan(ctx, preview, true)
 	if err != nil {
 		return withKind(kindRefresh, err)
+	}
+	if err := refuseDestroy(s.opts, p); err != nil {
+		return err
 	}
 	shown := s.show(p, true)
 	shown.destroy = ch.destroy

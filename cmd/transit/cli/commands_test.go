@@ -606,3 +606,100 @@ func TestStatusPlatformUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// setAllQuantities rewrites cluster.json with every deployment's quantity
+// set to q.
+func (h *harness) setAllQuantities(t *testing.T, q int) {
+	t.Helper()
+	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Cluster.Deployments {
+		cfg.Cluster.Deployments[i].Quantity = q
+	}
+	writeJSONFile(t, h.path("cluster.json"), cfg.Cluster)
+}
+
+// An apply of a cluster.json that wants no node is refused: one bad write
+// of cluster.json must not wipe a platform.
+func TestApplyWouldDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.setAllQuantities(t, 0)
+	for _, o := range []runOpts{{}, {tty: true, stdin: "yes\n"}} {
+		r := h.run(t, o, "apply", "--auto-approve")
+		wantCode(t, r, 1)
+		if !errors.Is(r.error, control.ErrWouldDestroy) || !strings.Contains(r.err, "`transit destroy`") || !strings.Contains(r.err, "--allow-destroy") {
+			t.Errorf("apply of an empty cluster.json:\n%s", r)
+		}
+		if n, _ := h.cloud.count(); n != 16 {
+			t.Fatalf("%d machines after a refused apply, want 16", n)
+		}
+	}
+	r := h.run(t, runOpts{}, "apply", "--auto-approve", "--allow-destroy")
+	wantCode(t, r, 0)
+	if n, g := h.cloud.count(); n != 0 || g != 0 {
+		t.Errorf("%d machines and %d groups after apply --allow-destroy, want none", n, g)
+	}
+}
+
+// Not parallel: t.Setenv.
+func TestAllowDestroyFromEnvironment(t *testing.T) {
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.setAllQuantities(t, 0)
+	t.Setenv("TRANSIT_ALLOW_DESTROY", "true")
+	t.Setenv("TRANSIT_REBUILD_PLATFORM", "true")
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	if n, g := h.cloud.count(); n != 0 || g != 0 {
+		t.Errorf("%d machines and %d groups after TRANSIT_ALLOW_DESTROY=true apply, want none", n, g)
+	}
+	t.Setenv("TRANSIT_REBUILD_PLATFORM", "maybe")
+	r := h.run(t, runOpts{}, "apply", "--auto-approve")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.err, `TRANSIT_REBUILD_PLATFORM="maybe"`) {
+		t.Errorf("bad env value not named:\n%s", r.err)
+	}
+}
+
+// A platform whose masters are all gone is lost: apply stops not converged
+// and says how to go on; --rebuild-platform builds a new one over the
+// nodes.
+func TestRebuildPlatform(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	for _, m := range []string{"swarm-europe-master-1", "swarm-europe-master-2", "swarm-europe-master-3"} {
+		if !h.cloud.vanish(m) {
+			t.Fatalf("no machine %s", m)
+		}
+	}
+	h.platform.loseMasters()
+
+	r := h.run(t, runOpts{}, "plan")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "--rebuild-platform") {
+		t.Errorf("plan of a lost platform does not name --rebuild-platform:\n%s", r)
+	}
+	r = h.run(t, runOpts{}, "apply", "--auto-approve")
+	wantCode(t, r, ExitNotConverged)
+	if !errors.Is(r.error, control.ErrPlatformLost) || !strings.Contains(r.err, "--rebuild-platform") {
+		t.Errorf("apply over a lost platform:\n%s", r)
+	}
+	if n, _ := h.cloud.count(); n != 13 {
+		t.Errorf("%d machines after apply over a lost platform, want the 13 workers", n)
+	}
+	r = h.run(t, runOpts{}, "apply", "--auto-approve", "--rebuild-platform")
+	wantCode(t, r, 0)
+	masters := 0
+	for _, n := range h.state(t).Nodes {
+		if n.Role == districts.RoleMaster && n.Phase == districts.PhaseJoined {
+			masters++
+		}
+	}
+	if masters != 3 {
+		t.Errorf("%d joined masters after apply --rebuild-platform, want 3", masters)
+	}
+}

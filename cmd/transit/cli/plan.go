@@ -14,6 +14,7 @@ type planFlags struct {
 	refresh          bool
 	detailedExitcode bool
 	json             bool
+	safety           safetyFlags
 }
 
 // NewPlanCommand builds `transit plan`.
@@ -28,11 +29,15 @@ takes no lock and writes nothing (resources.json is left as it is), so it
 runs while an apply holds the lock. With --refresh=false it works from
 resources.json alone and calls no cloud.
 
+--allow-destroy and --rebuild-platform show what an apply with those flags
+would do; without them, removing every node of a cluster.json that wants none
+and rebuilding a lost platform show under "Blocked".
+
 With --detailed-exitcode it exits 0 when there is nothing to do, 2 when the
 plan has changes and 1 on error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := runPlan(cmd.Context(), deps, g, f.refresh)
+			p, err := runPlan(cmd.Context(), deps, g, f)
 			if err != nil {
 				return err
 			}
@@ -48,6 +53,7 @@ plan has changes and 1 on error.`,
 	cmd.Flags().BoolVar(&f.refresh, "refresh", true, "refresh the state from the clouds first (false: use resources.json alone, call no cloud)")
 	cmd.Flags().BoolVar(&f.detailedExitcode, "detailed-exitcode", false, "exit 0 without changes, 2 with changes, 1 on error")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the plan as JSON")
+	f.safety.register(cmd.Flags())
 	return cmd
 }
 
@@ -63,9 +69,9 @@ type shownPlan struct {
 // runPlan makes the plan of the next round. It takes no lock and writes
 // nothing: with refresh the drivers ask the clouds and the platform, and
 // what they say stays in memory.
-func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ shownPlan, err error) {
+func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, f *planFlags) (_ shownPlan, err error) {
 	so := sessionOptions{command: "transit plan", access: readState}
-	if refresh {
+	if f.refresh {
 		so.access = observe
 	}
 	s, err := openSession(ctx, deps, g, so)
@@ -73,11 +79,12 @@ func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ sh
 		return shownPlan{}, err
 	}
 	defer s.closeInto(&err)
-	p, err := control.MakePlan(ctx, s.opts, refresh)
+	f.safety.apply(&s.opts)
+	p, err := control.MakePlan(ctx, s.opts, f.refresh)
 	if err != nil {
 		return shownPlan{}, withKind(kindRefresh, err)
 	}
-	return s.show(p, refresh), nil
+	return s.show(p, f.refresh), nil
 }
 
 func (s *session) show(p control.Plan, refreshed bool) shownPlan {
