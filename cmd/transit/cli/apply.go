@@ -146,13 +146,7 @@ time, until interrupted; an iteration's errors are reported and the loop goes
 on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(deps, "apply"); err != nil {
-				return err
-			}
-			if f.watch {
-				return watch(cmd.Context(), deps, g, f, applyChange)
-			}
-			return applyOnce(cmd.Context(), deps, g, f, applyChange)
+			return runChange(cmd.Context(), deps, g, f, applyChange)
 		},
 	}
 	f.register(cmd.Flags())
@@ -162,11 +156,34 @@ on.`,
 	return cmd
 }
 
-// applyOnce locks the state, shows the plan, confirms and runs the loop.
-func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) (err error) {
-	s, err := openSession(ctx, deps, g, sessionOptions{command: "transit " + ch.verb, access: mutate, noPlatform: ch.destroy})
+// runChange runs apply or destroy: once, or with --watch again and again.
+// Every run ends with its result in the view, also one that fails before
+// anything is loaded.
+func runChange(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) error {
+	view, err := newProgress(deps, g, f.json, ch.verb)
 	if err != nil {
 		return err
+	}
+	if err := f.check(deps, ch.verb); err != nil {
+		return view.result(control.Result{}, withKind(kindUsage, err))
+	}
+	if f.watch {
+		return watch(ctx, deps, g, f, ch, view)
+	}
+	return applyOnce(ctx, deps, g, f, ch, view)
+}
+
+// applyOnce runs one apply or destroy and shows how it ended.
+func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) error {
+	res, err := runOnce(ctx, deps, g, f, ch, view)
+	return view.result(res, explain(err, res, ch.verb))
+}
+
+// runOnce locks the state, shows the plan, confirms and runs the loop.
+func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) (_ control.Result, err error) {
+	s, err := openSession(ctx, deps, g, sessionOptions{command: "transit " + ch.verb, access: mutate, noPlatform: ch.destroy})
+	if err != nil {
+		return control.Result{}, err
 	}
 	defer s.closeInto(&err)
 	s.opts.Cluster = ch.intend(s.cfg.Cluster)
@@ -174,10 +191,6 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 	s.opts.Parallel = f.parallel
 	s.opts.MaxRounds = f.maxRounds
 	f.safety.apply(&s.opts)
-	view, err := newProgress(deps, g, f.json, ch.verb)
-	if err != nil {
-		return err
-	}
 	s.opts.OnEvent = view.event
 
 	// The plan shown is made in memory; the loop's first round observes
@@ -186,44 +199,79 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 	preview.Save = nil
 	p, err := control.MakePlan(ctx, preview, true)
 	if err != nil {
-		return withKind(kindRefresh, err)
+		return control.Result{}, withKind(kindRefresh, err)
 	}
 	if err := refuseDestroy(s.opts, p); err != nil {
-		return err
+		return control.Result{}, err
 	}
 	shown := s.show(p, true)
 	shown.destroy = ch.destroy
 	if err := view.plan(shown); err != nil {
-		return err
+		return control.Result{}, err
 	}
 	if p.Empty() {
-		return view.result(control.Result{Converged: true}, nil)
+		return control.Result{Converged: true, Warnings: p.Warnings}, nil
 	}
-	// Only waiting is left: nothing to confirm.
+	// Only waiting or blocked items: nothing to confirm.
 	if !f.autoApprove && len(p.Actions) > 0 {
 		w := deps.Out
 		if f.json {
 			w = deps.Err // keep stdout JSON only
 		}
 		if err := confirm(ctx, deps.In, w, ch.confirm(s.opts.Cluster)); err != nil {
-			return withKind(kindCancelled, fmt.Errorf("%s cancelled: %w", ch.verb, err))
+			if ctx.Err() != nil {
+				return control.Result{}, ctx.Err()
+			}
+			return control.Result{}, withKind(kindCancelled, fmt.Errorf("%s cancelled: %w", ch.verb, err))
 		}
 		s.opts.Confirmed = &p
 	}
 	res, err := control.Apply(ctx, s.opts)
-	werr := view.result(res, err)
-	if err != nil {
+	if err != nil && errors.Is(err, context.Canceled) {
+		err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
+	}
+	return res, err
+}
+
+// interruptedError is a loop that a signal stopped: the actions under way
+// finished or were abandoned, and the state records what was done.
+type interruptedError struct {
+	verb string
+	left []string // actions of the round not finished
+	err  error
+}
+
+func (e *interruptedError) Error() string {
+	msg := "interrupted: the state is saved"
+	if len(e.left) > 0 {
+		msg += "; left undone: " + strings.Join(e.left, ", ")
+	}
+	return msg + "; run " + e.verb + " again to finish"
+}
+
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// explain gives an error the exit code and the words it ends the run
+// with: a not-converged run names every reason and exits 3, an interrupted
+// one exits 130.
+func explain(err error, res control.Result, verb string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		if _, ok := errors.AsType[*interruptedError](err); !ok {
+			err = fmt.Errorf("interrupted before %s changed anything: %w", verb, err)
+		}
+		return &CodeError{Code: ExitInterrupted, Err: err}
+	case errors.Is(err, control.ErrNotConverged):
 		return withProblems(err, res)
 	}
-	return werr
+	return err
 }
 
 // withProblems makes sure a not-converged error names every reason and
-// carries exit code 3.
+// carries exit code 3; a lost platform says how to go on.
 func withProblems(err error, res control.Result) error {
-	if !errors.Is(err, control.ErrNotConverged) {
-		return err
-	}
 	msg := err.Error()
 	var missing []string
 	for _, p := range res.Problems {
@@ -234,18 +282,26 @@ func withProblems(err error, res control.Result) error {
 	if len(missing) > 0 {
 		err = fmt.Errorf("%w:\n%s", err, strings.Join(missing, "\n"))
 	}
+	if errors.Is(err, control.ErrPlatformLost) && !strings.Contains(msg, "--rebuild-platform") {
+		err = fmt.Errorf("%w\n  apply --rebuild-platform initialises a new platform over the nodes (what ran on the lost one is not recovered)", err)
+	}
 	return &CodeError{Code: ExitNotConverged, Err: err}
 }
 
-// watch applies every interval until ctx ends; ending that way is success.
-func watch(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) error {
+// watch applies every interval until ctx ends. Ending between two applies,
+// or before an apply changed anything, is success; an apply interrupted in
+// its loop exits 130.
+func watch(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) error {
 	logger, err := g.logger(deps.Err)
 	if err != nil {
 		return err
 	}
 	for i := 1; ; i++ {
-		err := applyOnce(ctx, deps, g, f, ch)
+		err := applyOnce(ctx, deps, g, f, ch, view)
 		if ctx.Err() != nil {
+			if _, ok := errors.AsType[*interruptedError](err); ok {
+				return err
+			}
 			return nil
 		}
 		if err != nil {

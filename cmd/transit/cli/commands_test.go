@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
@@ -72,6 +72,7 @@ func TestPlanGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
+			h.clock = &fakeClock{now: time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)}
 			if tc.state != "" {
 				copyFile(t, tc.state, h.path("resources.json"))
 			}
@@ -93,16 +94,17 @@ func TestPlanJSONIsThePlan(t *testing.T) {
 	h := newHarness(t)
 	r := h.run(t, runOpts{}, "plan", "--refresh=false", "--json")
 	wantCode(t, r, 0)
-	var got struct {
-		control.Plan
-		Summary control.Summary `json:"summary"`
-		Changes bool            `json:"changes"`
-	}
+	var got planJSON
 	if err := json.Unmarshal([]byte(r.out), &got); err != nil {
 		t.Fatal(err)
 	}
-	if !got.Changes || got.Summary != got.Plan.Summary() || len(got.Actions) == 0 {
-		t.Errorf("plan JSON: changes %v, summary %+v for %d actions", got.Changes, got.Summary, len(got.Actions))
+	p := control.Plan{Cluster: got.Cluster}
+	for _, a := range got.Actions {
+		p.Actions = append(p.Actions, control.Action{Kind: control.Kind(a.Kind), District: a.District, Node: a.Node,
+			Role: a.Role, Flavor: a.Flavor, Group: a.Group, Reason: a.Reason, After: a.After})
+	}
+	if s := p.Summary(); !got.Changes || got.Summary != (summaryJSON{s.Add, s.Change, s.Remove}) || len(got.Actions) == 0 || got.Refreshed {
+		t.Errorf("plan JSON: changes %v, refreshed %v, summary %+v for %d actions", got.Changes, got.Refreshed, got.Summary, len(got.Actions))
 	}
 }
 
@@ -226,9 +228,9 @@ func TestApplyAndDestroy(t *testing.T) {
 	}
 	r = h.run(t, runOpts{}, "status", "--json")
 	wantCode(t, r, 0)
-	var res districts.Resources
-	if err := json.Unmarshal([]byte(r.out), &res); err != nil || len(res.Nodes) != 16 {
-		t.Errorf("status --json: %v, %d nodes", err, len(res.Nodes))
+	var status statusJSON
+	if err := json.Unmarshal([]byte(r.out), &status); err != nil || len(status.State.Nodes) != 16 {
+		t.Errorf("status --json: %v, %d nodes", err, len(status.State.Nodes))
 	}
 
 	r = h.run(t, runOpts{}, "destroy", "--auto-approve")
@@ -301,32 +303,21 @@ func TestApplyJSONLines(t *testing.T) {
 	h := newHarness(t)
 	r := h.run(t, runOpts{}, "apply", "--auto-approve", "--json")
 	wantCode(t, r, 0)
-	var events []control.Event
-	sc := bufio.NewScanner(strings.NewReader(r.out))
-	for sc.Scan() {
-		var e control.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("line is not one JSON object: %v\n%s", err, sc.Text())
-		}
-		events = append(events, e)
+	lines, last := jsonLines(t, r)
+	if len(lines) < 3 {
+		t.Fatalf("%d lines", len(lines))
 	}
-	if len(events) < 3 {
-		t.Fatalf("%d events", len(events))
+	var first planJSON
+	if err := json.Unmarshal([]byte(strings.SplitN(r.out, "\n", 2)[0]), &first); err != nil || first.Type != typePlan || len(first.Actions) == 0 {
+		t.Errorf("first line is not the plan (%v): %+v", err, first)
 	}
-	if first := events[0]; first.Type != control.EventPlan || first.Plan == nil || len(first.Plan.Actions) == 0 {
-		t.Errorf("first line is not the plan: %+v", first)
-	}
-	last := events[len(events)-1]
-	if last.Type != control.EventResult || last.Result == nil || !last.Result.Converged {
+	if !last.Result.Converged || last.Error != "" || last.ErrorKind != "" {
 		t.Errorf("last line is not a converged result: %+v", last)
 	}
 	finished := 0
-	for _, e := range events {
-		if e.Type == control.EventAction && e.Phase == control.PhaseFinish {
+	for _, l := range lines {
+		if l["type"] == typeAction && l["phase"] == control.PhaseFinish {
 			finished++
-		}
-		if e.Type == control.EventResult && e != last {
-			t.Errorf("more than one result line")
 		}
 	}
 	if finished < 16+16 { // a launch and a join per node at least
@@ -604,6 +595,16 @@ func TestStatusPlatformUnreachable(t *testing.T) {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("status lacks %q:\n%s", want, r)
 		}
+	}
+	r = h.run(t, runOpts{}, "status", "--json")
+	wantCode(t, r, 0)
+	checkJSON(t, []byte(r.out))
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(st.PlatformError, "platform unreachable: no master answered") || len(st.State.Nodes) != 15 {
+		t.Errorf("status --json: platform_error %q, %d nodes", st.PlatformError, len(st.State.Nodes))
 	}
 }
 

@@ -50,10 +50,7 @@ Exit codes: 0 done, 1 error, 3 not converged (a cloud refused to terminate a
 machine, say; the next run retries), 130 interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(deps, "destroy"); err != nil {
-				return err
-			}
-			return applyOnce(cmd.Context(), deps, g, f, destroyChange)
+			return runChange(cmd.Context(), deps, g, f, destroyChange)
 		},
 	}
 	f.register(cmd.Flags())

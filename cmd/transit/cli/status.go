@@ -44,13 +44,13 @@ With --refresh=false it prints resources.json as it is and calls no cloud.`,
 				return err
 			}
 			if f.json {
-				return writeJSON(deps.Out, st.res)
+				return writeJSON(deps.Out, newStatusJSON(st, deps.clock().Now()))
 			}
 			return writeStatus(deps.Out, st)
 		},
 	}
 	cmd.Flags().BoolVar(&f.refresh, "refresh", true, "refresh the state from the clouds first (false: print resources.json, call no cloud)")
-	cmd.Flags().BoolVar(&f.json, "json", false, "print resources.json's content as JSON")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the state (as in resources.json) and what the refresh found as JSON")
 	return cmd
 }
 
