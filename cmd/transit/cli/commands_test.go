@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -702,5 +703,93 @@ func TestRebuildPlatform(t *testing.T) {
 	}
 	if masters != 3 {
 		t.Errorf("%d joined masters after apply --rebuild-platform, want 3", masters)
+	}
+}
+
+// A signal during apply cancels the context: the loop stops, the state is
+// saved, and the CLI exits 130 naming what was left undone.
+func TestApplyInterrupted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts runOpts
+		args []string
+	}{
+		{"terminal", runOpts{tty: true}, []string{"apply", "--auto-approve"}},
+		{"json", runOpts{}, []string{"apply", "--auto-approve", "--json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			// The operator presses Ctrl-C while the first node installs;
+			// the install gives up when its context ends.
+			h.platform.setOnInstall(func(ictx context.Context, _ districts.Node) error {
+				cancel()
+				<-ictx.Done()
+				return ictx.Err()
+			})
+			tc.opts.ctx = ctx
+			r := h.run(t, tc.opts, tc.args...)
+			wantCode(t, r, ExitInterrupted)
+			if !errors.Is(r.error, context.Canceled) {
+				t.Errorf("error does not match context.Canceled: %v", r.error)
+			}
+			for _, want := range []string{"Error: interrupted: the state is saved", "; run apply again to finish\n"} {
+				if !strings.Contains(r.err, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, r)
+				}
+			}
+			if tc.opts.tty && !strings.Contains(r.out, "\nApply interrupted in round 1; the state is saved.\n") {
+				t.Errorf("the terminal view does not say the apply was interrupted:\n%s", r.out)
+			}
+			if !tc.opts.tty {
+				_, last := jsonLines(t, r)
+				if last.ErrorKind != kindInterrupted || last.Result.Converged {
+					t.Errorf("result line: %+v", last)
+				}
+				// What is left undone is named in the message.
+				for _, l := range last.Result.Left {
+					if !strings.Contains(last.Error, l) {
+						t.Errorf("left %q is not in the message %q", l, last.Error)
+					}
+				}
+			}
+			// What was done is saved: the machines launched before the
+			// signal are in resources.json.
+			n, _ := h.cloud.count()
+			if got := len(h.state(t).Nodes); n == 0 || got != n {
+				t.Errorf("resources.json has %d nodes, the cloud %d machines", got, n)
+			}
+			// The next run finishes.
+			h.platform.setOnInstall(nil)
+			wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+			if n, _ := h.cloud.count(); n != 16 {
+				t.Errorf("%d machines after the next apply, want 16", n)
+			}
+		})
+	}
+}
+
+func TestInterruptedMessage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&interruptedError{verb: "apply", left: []string{"join node a", "join node b"}, err: context.Canceled},
+			"interrupted: the state is saved; left undone: join node a, join node b; run apply again to finish"},
+		{&interruptedError{verb: "destroy", err: context.Canceled},
+			"interrupted: the state is saved; run destroy again to finish"},
+		{explain(fmt.Errorf("list instances: %w", context.Canceled), control.Result{}, "apply"),
+			"interrupted before apply changed anything: list instances: context canceled"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("message %q, want %q", got, tc.want)
+		}
+		if ExitCode(explain(tc.err, control.Result{}, "apply")) != ExitInterrupted || errorKind(tc.err) != kindInterrupted {
+			t.Errorf("%v: exit code %d, kind %q", tc.err, ExitCode(explain(tc.err, control.Result{}, "apply")), errorKind(tc.err))
+		}
 	}
 }
