@@ -274,7 +274,7 @@ func explain(err error, res control.Result, verb string) error {
 func withProblems(err error, res control.Result) error {
 	msg := err.Error()
 	var missing []string
-	for _, p := range res.Problems {
+	for _, p := range unique(res.Problems) {
 		if !strings.Contains(msg, p) {
 			missing = append(missing, "  "+p)
 		}

@@ -194,6 +194,16 @@ func (p *fakePlatform) setOnInstall(f func(ctx context.Context, n districts.Node
 	p.onInstall = f
 }
 
+// setReady makes the platform report a member ready or not.
+func (p *fakePlatform) setReady(node string, ready bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.members[node]; ok {
+		m.Ready = ready
+		p.members[node] = m
+	}
+}
+
 // loseMasters drops every master from the platform, as if their machines
 // died with the platform's quorum.
 func (p *fakePlatform) loseMasters() {

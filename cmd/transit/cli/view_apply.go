@@ -217,11 +217,11 @@ func (v *progress) ttyResult(res control.Result, err error) {
 		fmt.Fprintf(v.out, "\n%s interrupted in round %d; the state is saved.\n", verb, res.Rounds)
 	case errors.Is(err, control.ErrNotConverged):
 		fmt.Fprintf(v.out, "\n%s stopped after %s without converging; the next run retries.\n", verb, plural(res.Rounds, "round"))
-		writeList(v.out, "Problems", res.Problems)
+		writeList(v.out, "Problems", unique(res.Problems))
 	default:
 		return // the error says it all
 	}
-	writeList(v.out, "Warnings", res.Warnings)
+	writeList(v.out, "Warnings", unique(res.Warnings))
 }
 
 // writeList prints a titled list of lines, nothing when it is empty.
@@ -243,14 +243,15 @@ func (v *progress) logResult(res control.Result, err error) {
 	case interrupted:
 		v.log.Warn(v.verb+" interrupted; the state is saved", "round", res.Rounds, "left", len(res.Left))
 	case errors.Is(err, control.ErrNotConverged):
-		v.log.Warn(v.verb+" not converged", "rounds", res.Rounds, "problems", len(res.Problems))
-		for _, p := range res.Problems {
+		problems := unique(res.Problems)
+		v.log.Warn(v.verb+" not converged", "rounds", res.Rounds, "problems", len(problems))
+		for _, p := range problems {
 			v.log.Warn("problem", "problem", p)
 		}
 	default:
 		return
 	}
-	for _, w := range res.Warnings {
+	for _, w := range unique(res.Warnings) {
 		v.log.Warn("warning", "warning", w)
 	}
 }

@@ -190,7 +190,7 @@ func newResultJSON(res control.Result, err error, t time.Time) resultJSON {
 		header: newHeader(typeResult), Time: t.UTC(), Round: res.Rounds,
 		Result: resultBody{
 			Converged: res.Converged && err == nil, Rounds: res.Rounds,
-			Problems: list(res.Problems), Warnings: list(res.Warnings), Left: list(res.Left),
+			Problems: list(unique(res.Problems)), Warnings: list(unique(res.Warnings)), Left: list(res.Left),
 		},
 		ErrorKind: errorKind(err),
 	}
@@ -233,6 +233,20 @@ func eventJSON(e control.Event) (_ any, ok bool) {
 		return waitJSON{header: newHeader(typeWait), Time: e.Time.UTC(), Round: e.Round, Message: e.Message}, true
 	}
 	return otherEventJSON{header: newHeader(e.Type), Time: e.Time.UTC(), Round: e.Round, Phase: e.Phase, Message: e.Message, Error: e.Error}, true
+}
+
+// unique is l without repeated lines, in order: a reason the loop met in
+// two rounds is one reason.
+func unique(l []string) []string {
+	seen := make(map[string]bool, len(l))
+	var out []string
+	for _, s := range l {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // list is l, or an empty list instead of nil.
