@@ -26,6 +26,34 @@ type applyFlags struct {
 	safety      safetyFlags
 }
 
+func (f *applyFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.autoApprove, "auto-approve", false, "apply without asking (required when stdin is not a terminal: cron, CI)")
+	fs.IntVar(&f.parallel, "parallel", 10, "how many nodes to launch and join at once")
+	fs.IntVar(&f.maxRounds, "max-rounds", 50, "give up (exit 3) after this many rounds")
+	fs.BoolVar(&f.json, "json", false, "print every progress event and the result as one JSON object per line")
+}
+
+// check refuses what cannot work before anything is loaded or locked.
+func (f *applyFlags) check(deps Deps, verb string) error {
+	if f.parallel < 1 {
+		return fmt.Errorf("--parallel %d: must be at least 1", f.parallel)
+	}
+	if f.maxRounds < 1 {
+		return fmt.Errorf("--max-rounds %d: must be at least 1", f.maxRounds)
+	}
+	if f.watch && !f.autoApprove {
+		return errors.New("--watch applies again and again without asking: pass --auto-approve too")
+	}
+	if f.watch && f.interval <= 0 {
+		return fmt.Errorf("--interval %s: must be positive", f.interval)
+	}
+	if !f.autoApprove && !deps.isTerminal(deps.In) {
+		return fmt.Errorf("%s needs confirmation but stdin is not a terminal: pass --auto-approve (or set %s=true) to %s without asking, as in cron and CI",
+			verb, envName("auto-approve"), verb)
+	}
+	return nil
+}
+
 // safetyFlags lift two of the loop's refusals; apply and plan share them,
 // so that plan shows what such an apply would do.
 type safetyFlags struct {
@@ -66,39 +94,11 @@ func refuseDestroy(o control.Options, p control.Plan) error {
 	return nil
 }
 
-func (f *applyFlags) register(fs *pflag.FlagSet) {
-	fs.BoolVar(&f.autoApprove, "auto-approve", false, "apply without asking (required when stdin is not a terminal: cron, CI)")
-	fs.IntVar(&f.parallel, "parallel", 10, "how many nodes to launch and join at once")
-	fs.IntVar(&f.maxRounds, "max-rounds", 50, "give up (exit 3) after this many rounds")
-	fs.BoolVar(&f.json, "json", false, "print every progress event and the result as one JSON object per line")
-}
-
-// check refuses what cannot work before anything is loaded or locked.
-func (f *applyFlags) check(deps Deps, verb string) error {
-	if f.parallel < 1 {
-		return fmt.Errorf("--parallel %d: must be at least 1", f.parallel)
-	}
-	if f.maxRounds < 1 {
-		return fmt.Errorf("--max-rounds %d: must be at least 1", f.maxRounds)
-	}
-	if f.watch && !f.autoApprove {
-		return errors.New("--watch applies again and again without asking: pass --auto-approve too")
-	}
-	if f.watch && f.interval <= 0 {
-		return fmt.Errorf("--interval %s: must be positive", f.interval)
-	}
-	if !f.autoApprove && !deps.isTerminal(deps.In) {
-		return fmt.Errorf("%s needs confirmation but stdin is not a terminal: pass --auto-approve (or set %s=true) to %s without asking, as in cron and CI",
-			verb, envName("auto-approve"), verb)
-	}
-	return nil
-}
-
 // change is what an apply asks for: the intended state and how to confirm
 // it.
 type change struct {
 	verb    string // "apply" or "destroy"
-	destroy bool   // the intended state has no nodes
+	destroy bool   // tear the cluster down (Options.Destroy): the platform is not asked
 	intend  func(districts.Cluster) districts.Cluster
 	confirm func(districts.Cluster) prompt
 }
@@ -126,10 +126,19 @@ func NewApplyCommand(deps Deps, g *GlobalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Change the cluster until it matches cluster.json",
-		Long: `Apply refreshes the state, shows the plan, asks for confirmation (on a
-terminal; pass --auto-approve elsewhere) and runs the control loop until the
-cluster matches cluster.json or a round makes no progress. The state is saved
-to resources.json after every action.
+		Long: `Apply takes the state lock, asks the clouds and the platform for the current
+state, shows the plan, asks for confirmation (on a terminal; pass
+--auto-approve elsewhere) and runs the control loop until the cluster matches
+cluster.json or a round makes no progress. The state is saved to
+resources.json after every action.
+
+With --json it prints one JSON object per line (format_version 1): the plan,
+every event of the loop, and always a last "result" line, also when the run
+fails before the loop starts.
+
+SIGINT or SIGTERM stops the loop: the actions under way end, the state is
+saved and apply exits 130 naming what is left undone; a second signal quits
+at once.
 
 An apply whose cluster.json wants no node at all is refused (exit 1): use
 transit destroy to tear a cluster down, or pass --allow-destroy. When the
@@ -143,7 +152,8 @@ to finish).
 
 With --watch it applies again every --interval, re-reading cluster.json each
 time, until interrupted; an iteration's errors are reported and the loop goes
-on.`,
+on. An interruption between two applies (or before one changed anything) ends
+it with exit 0; one during an apply's loop exits 130.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runChange(cmd.Context(), deps, g, f, applyChange)
@@ -231,61 +241,6 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 		err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
 	}
 	return res, err
-}
-
-// interruptedError is a loop that a signal stopped: the actions under way
-// finished or were abandoned, and the state records what was done.
-type interruptedError struct {
-	verb string
-	left []string // actions of the round not finished
-	err  error
-}
-
-func (e *interruptedError) Error() string {
-	msg := "interrupted: the state is saved"
-	if len(e.left) > 0 {
-		msg += "; left undone: " + strings.Join(e.left, ", ")
-	}
-	return msg + "; run " + e.verb + " again to finish"
-}
-
-func (e *interruptedError) Unwrap() error { return e.err }
-
-// explain gives an error the exit code and the words it ends the run
-// with: a not-converged run names every reason and exits 3, an interrupted
-// one exits 130.
-func explain(err error, res control.Result, verb string) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled):
-		if _, ok := errors.AsType[*interruptedError](err); !ok {
-			err = fmt.Errorf("interrupted before %s changed anything: %w", verb, err)
-		}
-		return &CodeError{Code: ExitInterrupted, Err: err}
-	case errors.Is(err, control.ErrNotConverged):
-		return withProblems(err, res)
-	}
-	return err
-}
-
-// withProblems makes sure a not-converged error names every reason and
-// carries exit code 3; a lost platform says how to go on.
-func withProblems(err error, res control.Result) error {
-	msg := err.Error()
-	var missing []string
-	for _, p := range unique(res.Problems) {
-		if !strings.Contains(msg, p) {
-			missing = append(missing, "  "+p)
-		}
-	}
-	if len(missing) > 0 {
-		err = fmt.Errorf("%w:\n%s", err, strings.Join(missing, "\n"))
-	}
-	if errors.Is(err, control.ErrPlatformLost) && !strings.Contains(msg, "--rebuild-platform") {
-		err = fmt.Errorf("%w\n  apply --rebuild-platform initialises a new platform over the nodes (what ran on the lost one is not recovered)", err)
-	}
-	return &CodeError{Code: ExitNotConverged, Err: err}
 }
 
 // watch applies every interval until ctx ends. Ending between two applies,

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/state"
@@ -73,4 +75,59 @@ func errorKind(err error) string {
 		return ke.kind
 	}
 	return kindError
+}
+
+// interruptedError is a loop that a signal stopped: the actions under way
+// finished or were abandoned, and the state records what was done.
+type interruptedError struct {
+	verb string
+	left []string // actions of the round not finished
+	err  error
+}
+
+func (e *interruptedError) Error() string {
+	msg := "interrupted: the state is saved"
+	if len(e.left) > 0 {
+		msg += "; left undone: " + strings.Join(e.left, ", ")
+	}
+	return msg + "; run " + e.verb + " again to finish"
+}
+
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// explain gives an error the exit code and the words it ends the run
+// with: a not-converged run names every reason and exits 3, an interrupted
+// one exits 130.
+func explain(err error, res control.Result, verb string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		if _, ok := errors.AsType[*interruptedError](err); !ok {
+			err = fmt.Errorf("interrupted before %s changed anything: %w", verb, err)
+		}
+		return &CodeError{Code: ExitInterrupted, Err: err}
+	case errors.Is(err, control.ErrNotConverged):
+		return withProblems(err, res)
+	}
+	return err
+}
+
+// withProblems makes sure a not-converged error names every reason and
+// carries exit code 3; a lost platform says how to go on.
+func withProblems(err error, res control.Result) error {
+	msg := err.Error()
+	var missing []string
+	for _, p := range unique(res.Problems) {
+		if !strings.Contains(msg, p) {
+			missing = append(missing, "  "+p)
+		}
+	}
+	if len(missing) > 0 {
+		err = fmt.Errorf("%w:\n%s", err, strings.Join(missing, "\n"))
+	}
+	if errors.Is(err, control.ErrPlatformLost) && !strings.Contains(msg, "--rebuild-platform") {
+		err = fmt.Errorf("%w\n  apply --rebuild-platform initialises a new platform over the nodes (what ran on the lost one is not recovered)", err)
+	}
+	return &CodeError{Code: ExitNotConverged, Err: err}
 }
