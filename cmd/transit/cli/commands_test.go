@@ -793,3 +793,23 @@ func TestInterruptedMessage(t *testing.T) {
 		}
 	}
 }
+
+// apply --watch interrupted while an apply changes the cluster exits 130,
+// like a single apply; interrupted between applies it exits 0 (TestWatch).
+func TestWatchInterruptedInApply(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	h.clock = &fakeClock{}
+	h.platform.setOnInstall(func(ictx context.Context, _ districts.Node) error {
+		cancel()
+		<-ictx.Done()
+		return ictx.Err()
+	})
+	r := h.run(t, runOpts{ctx: ctx}, "apply", "--watch", "--auto-approve", "--interval", watchInterval.String())
+	wantCode(t, r, ExitInterrupted)
+	if !strings.Contains(r.err, "Error: interrupted: the state is saved") {
+		t.Errorf("stderr:\n%s", r.err)
+	}
+}
