@@ -48,9 +48,9 @@ type sessionOptions struct {
 }
 
 // openSession loads the configuration and the state, takes the state lock
-// for a change and builds the drivers unless only the state is read.
-// Only a change can write resources.json: otherwise Options.Save is nil. The
-// caller must close the session.
+// to mutate, and builds the drivers unless it only reads the state. Only a
+// session that mutates can write resources.json: otherwise Options.Save is
+// nil and the loop writes nothing. The caller must close the session.
 func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptions) (_ *session, err error) {
 	logger, err := g.logger(deps.Err)
 	if err != nil {
