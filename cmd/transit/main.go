@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"golang.org/x/term"
@@ -14,7 +13,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM cancels ctx (the run saves its state and
+	// exits 130); a second one kills at once.
+	ctx, stop := cli.NotifyContext(context.Background(), os.Stderr, syscall.SIGINT, syscall.SIGTERM)
 	root := cli.NewRootCommand(cli.Deps{
 		In:  os.Stdin,
 		Out: os.Stdout,

@@ -23,6 +23,7 @@ type applyFlags struct {
 	json        bool
 	watch       bool
 	interval    time.Duration
+	safety      safetyFlags
 }
 
 func (f *applyFlags) register(fs *pflag.FlagSet) {
@@ -53,11 +54,51 @@ func (f *applyFlags) check(deps Deps, verb string) error {
 	return nil
 }
 
+// safetyFlags lift two of the loop's refusals; apply and plan share them,
+// so that plan shows what such an apply would do.
+type safetyFlags struct {
+	allowDestroy    bool
+	rebuildPlatform bool
+}
+
+func (f *safetyFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.allowDestroy, "allow-destroy", false,
+		"let a cluster.json that wants no node at all remove every node, the last master too (without it such an apply is refused: use transit destroy)")
+	fs.BoolVar(&f.rebuildPlatform, "rebuild-platform", false,
+		"initialise a new platform over the nodes when the platform was lost (no master is left); workloads and platform state are not recovered")
+}
+
+func (f *safetyFlags) apply(o *control.Options) {
+	o.AllowDestroy = f.allowDestroy
+	o.RebuildPlatform = f.rebuildPlatform
+}
+
+// refuseDestroy returns control.ErrWouldDestroy when the plan terminates
+// machines although cluster.json wants no node and nothing allows it: one
+// bad write of cluster.json must not wipe a platform. The loop refuses such
+// a run too; refusing here spares confirming a plan that would not run.
+func refuseDestroy(o control.Options, p control.Plan) error {
+	if o.Destroy || o.AllowDestroy {
+		return nil
+	}
+	for _, d := range o.Cluster.Deployments {
+		if d.Quantity > 0 {
+			return nil
+		}
+	}
+	for _, a := range p.Actions {
+		if a.Kind == control.KindTerminate {
+			return control.ErrWouldDestroy
+		}
+	}
+	return nil
+}
+
 // change is what an apply asks for: the intended state and how to confirm
 // it.
 type change struct {
 	verb    string // "apply" or "destroy"
-	destroy bool   // the intended state has no nodes
+	destroy bool   // tear the cluster down (Options.Destroy): the platform is not asked
 	intend  func(districts.Cluster) districts.Cluster
 	confirm func(districts.Cluster) prompt
 }
@@ -85,113 +126,137 @@ func NewApplyCommand(deps Deps, g *GlobalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Change the cluster until it matches cluster.json",
-		Long: `Apply refreshes the state, shows the plan, asks for confirmation (on a
-terminal; pass --auto-approve elsewhere) and runs the control loop until the
-cluster matches cluster.json or a round makes no progress. The state is saved
-to resources.json after every action.
+		Long: `Apply takes the state lock, asks the clouds and the platform for the current
+state, shows the plan, asks for confirmation (on a terminal; pass
+--auto-approve elsewhere) and runs the control loop until the cluster matches
+cluster.json or a round makes no progress. The state is saved to
+resources.json after every action.
+
+With --json it prints one JSON object per line (format_version 1): the plan,
+every event of the loop, and always a last "result" line, also when the run
+fails before the loop starts.
+
+SIGINT or SIGTERM stops the loop: the actions under way end, the state is
+saved and apply exits 130 naming what is left undone; a second signal quits
+at once.
+
+An apply whose cluster.json wants no node at all is refused (exit 1): use
+transit destroy to tear a cluster down, or pass --allow-destroy. When the
+platform was lost (every master gone while workers remain) the run stops not
+converged; --rebuild-platform initialises a new platform over the nodes
+instead (what ran on the old one is not recovered).
 
 Exit codes: 0 converged, 1 error, 3 not converged (the reasons are printed;
-the next run retries).
+the next run retries), 130 interrupted (the state is saved; run apply again
+to finish).
 
 With --watch it applies again every --interval, re-reading cluster.json each
 time, until interrupted; an iteration's errors are reported and the loop goes
-on.`,
+on. An interruption between two applies (or before one changed anything) ends
+it with exit 0; one during an apply's loop exits 130.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(deps, "apply"); err != nil {
-				return err
-			}
-			if f.watch {
-				return watch(cmd.Context(), deps, g, f, applyChange)
-			}
-			return applyOnce(cmd.Context(), deps, g, f, applyChange)
+			return runChange(cmd.Context(), deps, g, f, applyChange)
 		},
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVar(&f.watch, "watch", false, "apply again every --interval until interrupted (needs --auto-approve)")
 	cmd.Flags().DurationVar(&f.interval, "interval", 5*time.Minute, "time between two applies with --watch")
+	f.safety.register(cmd.Flags())
 	return cmd
 }
 
-// applyOnce locks the state, shows the plan, confirms and runs the loop.
-func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) (err error) {
-	s, err := openSession(ctx, deps, g, "transit "+ch.verb, true)
-	if err != nil {
-		return err
-	}
-	defer s.closeInto(&err)
-	s.opts.Cluster = ch.intend(s.cfg.Cluster)
-	s.opts.Parallel = f.parallel
-	s.opts.MaxRounds = f.maxRounds
+// runChange runs apply or destroy: once, or with --watch again and again.
+// Every run ends with its result in the view, also one that fails before
+// anything is loaded.
+func runChange(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) error {
 	view, err := newProgress(deps, g, f.json, ch.verb)
 	if err != nil {
 		return err
 	}
+	if err := f.check(deps, ch.verb); err != nil {
+		return view.result(control.Result{}, withKind(kindUsage, err))
+	}
+	if f.watch {
+		return watch(ctx, deps, g, f, ch, view)
+	}
+	return applyOnce(ctx, deps, g, f, ch, view)
+}
+
+// applyOnce runs one apply or destroy and shows how it ended.
+func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) error {
+	res, err := runOnce(ctx, deps, g, f, ch, view)
+	return view.result(res, explain(err, res, ch.verb))
+}
+
+// runOnce locks the state, shows the plan, confirms and runs the loop.
+func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) (_ control.Result, err error) {
+	s, err := openSession(ctx, deps, g, sessionOptions{command: "transit " + ch.verb, access: mutate, noPlatform: ch.destroy})
+	if err != nil {
+		return control.Result{}, err
+	}
+	defer s.closeInto(&err)
+	s.opts.Cluster = ch.intend(s.cfg.Cluster)
+	s.opts.Destroy = ch.destroy
+	s.opts.Parallel = f.parallel
+	s.opts.MaxRounds = f.maxRounds
+	f.safety.apply(&s.opts)
 	s.opts.OnEvent = view.event
 
-	p, err := control.MakePlan(ctx, s.opts, true)
+	// The plan shown is made in memory; the loop's first round observes
+	// again, saves, and runs only if it would do the same.
+	preview := s.opts
+	preview.Save = nil
+	p, err := control.MakePlan(ctx, preview, true)
 	if err != nil {
-		return err
+		return control.Result{}, withKind(kindRefresh, err)
+	}
+	if err := refuseDestroy(s.opts, p); err != nil {
+		return control.Result{}, err
 	}
 	shown := s.show(p, true)
 	shown.destroy = ch.destroy
 	if err := view.plan(shown); err != nil {
-		return err
+		return control.Result{}, err
 	}
 	if p.Empty() {
-		return view.result(control.Result{Converged: true}, nil)
+		return control.Result{Converged: true, Warnings: p.Warnings}, nil
 	}
-	// Only waiting is left: nothing to confirm.
+	// Only waiting or blocked items: nothing to confirm.
 	if !f.autoApprove && len(p.Actions) > 0 {
 		w := deps.Out
 		if f.json {
 			w = deps.Err // keep stdout JSON only
 		}
 		if err := confirm(ctx, deps.In, w, ch.confirm(s.opts.Cluster)); err != nil {
-			return fmt.Errorf("%s cancelled: %w", ch.verb, err)
+			if ctx.Err() != nil {
+				return control.Result{}, ctx.Err()
+			}
+			return control.Result{}, withKind(kindCancelled, fmt.Errorf("%s cancelled: %w", ch.verb, err))
 		}
 		s.opts.Confirmed = &p
 	}
-	// The plan's refresh saved the state; start from what it saved.
-	if err := s.reload(); err != nil {
-		return err
-	}
 	res, err := control.Apply(ctx, s.opts)
-	werr := view.result(res, err)
-	if err != nil {
-		return withProblems(err, res)
+	if err != nil && errors.Is(err, context.Canceled) {
+		err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
 	}
-	return werr
+	return res, err
 }
 
-// withProblems makes sure a not-converged error names every reason and
-// carries exit code 3.
-func withProblems(err error, res control.Result) error {
-	if !errors.Is(err, control.ErrNotConverged) {
-		return err
-	}
-	msg := err.Error()
-	var missing []string
-	for _, p := range res.Problems {
-		if !strings.Contains(msg, p) {
-			missing = append(missing, "  "+p)
-		}
-	}
-	if len(missing) > 0 {
-		err = fmt.Errorf("%w:\n%s", err, strings.Join(missing, "\n"))
-	}
-	return &CodeError{Code: ExitNotConverged, Err: err}
-}
-
-// watch applies every interval until ctx ends; ending that way is success.
-func watch(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change) error {
+// watch applies every interval until ctx ends. Ending between two applies,
+// or before an apply changed anything, is success; an apply interrupted in
+// its loop exits 130.
+func watch(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) error {
 	logger, err := g.logger(deps.Err)
 	if err != nil {
 		return err
 	}
 	for i := 1; ; i++ {
-		err := applyOnce(ctx, deps, g, f, ch)
+		err := applyOnce(ctx, deps, g, f, ch, view)
 		if ctx.Err() != nil {
+			if _, ok := errors.AsType[*interruptedError](err); ok {
+				return err
+			}
 			return nil
 		}
 		if err != nil {

@@ -1,14 +1,17 @@
 package cli
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
@@ -70,6 +73,7 @@ func TestPlanGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
+			h.clock = &fakeClock{now: time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)}
 			if tc.state != "" {
 				copyFile(t, tc.state, h.path("resources.json"))
 			}
@@ -91,16 +95,17 @@ func TestPlanJSONIsThePlan(t *testing.T) {
 	h := newHarness(t)
 	r := h.run(t, runOpts{}, "plan", "--refresh=false", "--json")
 	wantCode(t, r, 0)
-	var got struct {
-		control.Plan
-		Summary control.Summary `json:"summary"`
-		Changes bool            `json:"changes"`
-	}
+	var got planJSON
 	if err := json.Unmarshal([]byte(r.out), &got); err != nil {
 		t.Fatal(err)
 	}
-	if !got.Changes || got.Summary != got.Plan.Summary() || len(got.Actions) == 0 {
-		t.Errorf("plan JSON: changes %v, summary %+v for %d actions", got.Changes, got.Summary, len(got.Actions))
+	p := control.Plan{Cluster: got.Cluster}
+	for _, a := range got.Actions {
+		p.Actions = append(p.Actions, control.Action{Kind: control.Kind(a.Kind), District: a.District, Node: a.Node,
+			Role: a.Role, Flavor: a.Flavor, Group: a.Group, Reason: a.Reason, After: a.After})
+	}
+	if s := p.Summary(); !got.Changes || got.Summary != (summaryJSON{s.Add, s.Change, s.Remove}) || len(got.Actions) == 0 || got.Refreshed {
+		t.Errorf("plan JSON: changes %v, refreshed %v, summary %+v for %d actions", got.Changes, got.Refreshed, got.Summary, len(got.Actions))
 	}
 }
 
@@ -224,9 +229,9 @@ func TestApplyAndDestroy(t *testing.T) {
 	}
 	r = h.run(t, runOpts{}, "status", "--json")
 	wantCode(t, r, 0)
-	var res districts.Resources
-	if err := json.Unmarshal([]byte(r.out), &res); err != nil || len(res.Nodes) != 16 {
-		t.Errorf("status --json: %v, %d nodes", err, len(res.Nodes))
+	var status statusJSON
+	if err := json.Unmarshal([]byte(r.out), &status); err != nil || len(status.State.Nodes) != 16 {
+		t.Errorf("status --json: %v, %d nodes", err, len(status.State.Nodes))
 	}
 
 	r = h.run(t, runOpts{}, "destroy", "--auto-approve")
@@ -299,32 +304,21 @@ func TestApplyJSONLines(t *testing.T) {
 	h := newHarness(t)
 	r := h.run(t, runOpts{}, "apply", "--auto-approve", "--json")
 	wantCode(t, r, 0)
-	var events []control.Event
-	sc := bufio.NewScanner(strings.NewReader(r.out))
-	for sc.Scan() {
-		var e control.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("line is not one JSON object: %v\n%s", err, sc.Text())
-		}
-		events = append(events, e)
+	lines, last := jsonLines(t, r)
+	if len(lines) < 3 {
+		t.Fatalf("%d lines", len(lines))
 	}
-	if len(events) < 3 {
-		t.Fatalf("%d events", len(events))
+	var first planJSON
+	if err := json.Unmarshal([]byte(strings.SplitN(r.out, "\n", 2)[0]), &first); err != nil || first.Type != typePlan || len(first.Actions) == 0 {
+		t.Errorf("first line is not the plan (%v): %+v", err, first)
 	}
-	if first := events[0]; first.Type != control.EventPlan || first.Plan == nil || len(first.Plan.Actions) == 0 {
-		t.Errorf("first line is not the plan: %+v", first)
-	}
-	last := events[len(events)-1]
-	if last.Type != control.EventResult || last.Result == nil || !last.Result.Converged {
+	if !last.Result.Converged || last.Error != "" || last.ErrorKind != "" {
 		t.Errorf("last line is not a converged result: %+v", last)
 	}
 	finished := 0
-	for _, e := range events {
-		if e.Type == control.EventAction && e.Phase == control.PhaseFinish {
+	for _, l := range lines {
+		if l["type"] == typeAction && l["phase"] == control.PhaseFinish {
 			finished++
-		}
-		if e.Type == control.EventResult && e != last {
-			t.Errorf("more than one result line")
 		}
 	}
 	if finished < 16+16 { // a launch and a join per node at least
@@ -364,6 +358,15 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 func TestLockHeld(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	// A machine vanishes: a refresh sees what resources.json does not.
+	if !h.cloud.vanish("swarm-europe-worker-4") {
+		t.Fatal("no machine swarm-europe-worker-4")
+	}
+	before, err := os.ReadFile(h.path("resources.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
 	if err != nil {
 		t.Fatal(err)
@@ -373,10 +376,10 @@ func TestLockHeld(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	// Only apply and destroy take the lock.
 	for _, args := range [][]string{
-		{"plan"},
 		{"apply", "--auto-approve"},
-		{"status", "--lock-timeout", "50ms"},
+		{"destroy", "--auto-approve", "--lock-timeout", "50ms"},
 	} {
 		r := h.run(t, runOpts{}, args...)
 		wantCode(t, r, 1)
@@ -384,9 +387,40 @@ func TestLockHeld(t *testing.T) {
 			t.Errorf("%v with a held lock:\n%s", args, r)
 		}
 	}
-	// Reading the state needs no lock.
-	wantCode(t, h.run(t, runOpts{}, "plan", "--refresh=false"), 0)
-	wantCode(t, h.run(t, runOpts{}, "status", "--refresh=false"), 0)
+	// plan and status refresh in memory: they run beside the lock holder
+	// and see the vanished machine.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan"}, "+ launch        swarm-europe-worker-14"},
+		{[]string{"plan", "--json"}, `"node": "swarm-europe-worker-14"`},
+		{[]string{"plan", "--detailed-exitcode"}, "Plan: 1 to add"},
+		{[]string{"status"}, "15 nodes and 2 security groups"},
+		{[]string{"status", "--json"}, `"id": "swarm-europe-worker-3"`},
+		{[]string{"plan", "--refresh=false"}, "No changes."},
+		{[]string{"status", "--refresh=false"}, "16 nodes and 2 security groups"},
+	} {
+		r := h.run(t, runOpts{}, tc.args...)
+		if slices.Contains(tc.args, "--detailed-exitcode") {
+			wantCode(t, r, ExitChanges)
+		} else {
+			wantCode(t, r, 0)
+		}
+		if !strings.Contains(r.out, tc.want) {
+			t.Errorf("%v lacks %q:\n%s", tc.args, tc.want, r)
+		}
+		if strings.Contains(r.out, "\n    swarm-europe-worker-4 ") && tc.args[0] == "status" && !slices.Contains(tc.args, "--refresh=false") {
+			t.Errorf("%v shows the vanished machine:\n%s", tc.args, r.out)
+		}
+	}
+	after, err := os.ReadFile(h.path("resources.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Errorf("plan or status wrote resources.json")
+	}
 }
 
 func TestNoDriverInThisBuild(t *testing.T) {
@@ -510,5 +544,272 @@ func TestCompletion(t *testing.T) {
 	wantCode(t, r, 0)
 	if !strings.Contains(r.out, "__start_transit") {
 		t.Errorf("no bash completion script")
+	}
+}
+
+// destroy never asks the platform: it builds no platform driver and tears
+// down a cluster whose masters do not answer.
+func TestDestroyNeedsNoPlatform(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.platform.setUnreachable("dial tcp 203.0.113.6:22: connect: connection refused")
+	built := h.platform.built.Load()
+	r := h.run(t, runOpts{}, "destroy", "--auto-approve")
+	wantCode(t, r, 0)
+	if h.platform.built.Load() != built {
+		t.Errorf("destroy constructed the platform driver")
+	}
+	if n, g := h.cloud.count(); n != 0 || g != 0 {
+		t.Errorf("%d machines and %d groups after destroy, want none", n, g)
+	}
+	if st := h.state(t); len(st.Nodes) != 0 || len(st.SecurityGroups) != 0 {
+		t.Errorf("state after destroy: %d nodes, %d groups", len(st.Nodes), len(st.SecurityGroups))
+	}
+	// The prompt says what destroy does: no drain.
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve", "--max-rounds", "1"), 3) // unreachable platform: nothing joins
+	r = h.run(t, runOpts{tty: true, stdin: "no\n"}, "destroy")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.out, "will be terminated, without draining") || strings.Contains(r.out, "drained") {
+		t.Errorf("destroy prompt:\n%s", r.out)
+	}
+}
+
+// status works while the platform cannot be asked: it shows the machines
+// the clouds report and says why the platform did not answer.
+func TestStatusPlatformUnreachable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.platform.setUnreachable("dial tcp 203.0.113.6:22: connect: connection refused")
+	if !h.cloud.vanish("swarm-europe-worker-4") {
+		t.Fatal("no machine swarm-europe-worker-4")
+	}
+	r := h.run(t, runOpts{}, "status")
+	wantCode(t, r, 0)
+	for _, want := range []string{
+		"15 nodes and 2 security groups",
+		"Platform unreachable: no master answered (swarm-europe-master-1, swarm-europe-master-2, swarm-europe-master-3): dial tcp 203.0.113.6:22: connect: connection refused\n",
+		"phases are those resources.json last recorded",
+		"\n    swarm-europe-master-1 ",
+	} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("status lacks %q:\n%s", want, r)
+		}
+	}
+	r = h.run(t, runOpts{}, "status", "--json")
+	wantCode(t, r, 0)
+	checkJSON(t, []byte(r.out))
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(st.PlatformError, "platform unreachable: no master answered") || len(st.State.Nodes) != 15 {
+		t.Errorf("status --json: platform_error %q, %d nodes", st.PlatformError, len(st.State.Nodes))
+	}
+}
+
+// setAllQuantities rewrites cluster.json with every deployment's quantity
+// set to q.
+func (h *harness) setAllQuantities(t *testing.T, q int) {
+	t.Helper()
+	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Cluster.Deployments {
+		cfg.Cluster.Deployments[i].Quantity = q
+	}
+	writeJSONFile(t, h.path("cluster.json"), cfg.Cluster)
+}
+
+// An apply of a cluster.json that wants no node is refused: one bad write
+// of cluster.json must not wipe a platform.
+func TestApplyWouldDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.setAllQuantities(t, 0)
+	for _, o := range []runOpts{{}, {tty: true, stdin: "yes\n"}} {
+		r := h.run(t, o, "apply", "--auto-approve")
+		wantCode(t, r, 1)
+		if !errors.Is(r.error, control.ErrWouldDestroy) || !strings.Contains(r.err, "`transit destroy`") || !strings.Contains(r.err, "--allow-destroy") {
+			t.Errorf("apply of an empty cluster.json:\n%s", r)
+		}
+		if n, _ := h.cloud.count(); n != 16 {
+			t.Fatalf("%d machines after a refused apply, want 16", n)
+		}
+	}
+	r := h.run(t, runOpts{}, "apply", "--auto-approve", "--allow-destroy")
+	wantCode(t, r, 0)
+	if n, g := h.cloud.count(); n != 0 || g != 0 {
+		t.Errorf("%d machines and %d groups after apply --allow-destroy, want none", n, g)
+	}
+}
+
+// Not parallel: t.Setenv.
+func TestAllowDestroyFromEnvironment(t *testing.T) {
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	h.setAllQuantities(t, 0)
+	t.Setenv("TRANSIT_ALLOW_DESTROY", "true")
+	t.Setenv("TRANSIT_REBUILD_PLATFORM", "true")
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	if n, g := h.cloud.count(); n != 0 || g != 0 {
+		t.Errorf("%d machines and %d groups after TRANSIT_ALLOW_DESTROY=true apply, want none", n, g)
+	}
+	t.Setenv("TRANSIT_REBUILD_PLATFORM", "maybe")
+	r := h.run(t, runOpts{}, "apply", "--auto-approve")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.err, `TRANSIT_REBUILD_PLATFORM="maybe"`) {
+		t.Errorf("bad env value not named:\n%s", r.err)
+	}
+}
+
+// A platform whose masters are all gone is lost: apply stops not converged
+// and says how to go on; --rebuild-platform builds a new one over the
+// nodes.
+func TestRebuildPlatform(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	for _, m := range []string{"swarm-europe-master-1", "swarm-europe-master-2", "swarm-europe-master-3"} {
+		if !h.cloud.vanish(m) {
+			t.Fatalf("no machine %s", m)
+		}
+	}
+	h.platform.loseMasters()
+
+	r := h.run(t, runOpts{}, "plan")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "--rebuild-platform") {
+		t.Errorf("plan of a lost platform does not name --rebuild-platform:\n%s", r)
+	}
+	r = h.run(t, runOpts{}, "apply", "--auto-approve")
+	wantCode(t, r, ExitNotConverged)
+	if !errors.Is(r.error, control.ErrPlatformLost) || !strings.Contains(r.err, "--rebuild-platform") {
+		t.Errorf("apply over a lost platform:\n%s", r)
+	}
+	if n, _ := h.cloud.count(); n != 13 {
+		t.Errorf("%d machines after apply over a lost platform, want the 13 workers", n)
+	}
+	r = h.run(t, runOpts{}, "apply", "--auto-approve", "--rebuild-platform")
+	wantCode(t, r, 0)
+	masters := 0
+	for _, n := range h.state(t).Nodes {
+		if n.Role == districts.RoleMaster && n.Phase == districts.PhaseJoined {
+			masters++
+		}
+	}
+	if masters != 3 {
+		t.Errorf("%d joined masters after apply --rebuild-platform, want 3", masters)
+	}
+}
+
+// A signal during apply cancels the context: the loop stops, the state is
+// saved, and the CLI exits 130 naming what was left undone.
+func TestApplyInterrupted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts runOpts
+		args []string
+	}{
+		{"terminal", runOpts{tty: true}, []string{"apply", "--auto-approve"}},
+		{"json", runOpts{}, []string{"apply", "--auto-approve", "--json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			// The operator presses Ctrl-C while the first node installs;
+			// the install gives up when its context ends.
+			h.platform.setOnInstall(func(ictx context.Context, _ districts.Node) error {
+				cancel()
+				<-ictx.Done()
+				return ictx.Err()
+			})
+			tc.opts.ctx = ctx
+			r := h.run(t, tc.opts, tc.args...)
+			wantCode(t, r, ExitInterrupted)
+			if !errors.Is(r.error, context.Canceled) {
+				t.Errorf("error does not match context.Canceled: %v", r.error)
+			}
+			for _, want := range []string{"Error: interrupted: the state is saved", "; run apply again to finish\n"} {
+				if !strings.Contains(r.err, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, r)
+				}
+			}
+			if tc.opts.tty && !strings.Contains(r.out, "\nApply interrupted in round 1; the state is saved.\n") {
+				t.Errorf("the terminal view does not say the apply was interrupted:\n%s", r.out)
+			}
+			if !tc.opts.tty {
+				_, last := jsonLines(t, r)
+				if last.ErrorKind != kindInterrupted || last.Result.Converged {
+					t.Errorf("result line: %+v", last)
+				}
+				// What is left undone is named in the message.
+				for _, l := range last.Result.Left {
+					if !strings.Contains(last.Error, l) {
+						t.Errorf("left %q is not in the message %q", l, last.Error)
+					}
+				}
+			}
+			// What was done is saved: the machines launched before the
+			// signal are in resources.json.
+			n, _ := h.cloud.count()
+			if got := len(h.state(t).Nodes); n == 0 || got != n {
+				t.Errorf("resources.json has %d nodes, the cloud %d machines", got, n)
+			}
+			// The next run finishes.
+			h.platform.setOnInstall(nil)
+			wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+			if n, _ := h.cloud.count(); n != 16 {
+				t.Errorf("%d machines after the next apply, want 16", n)
+			}
+		})
+	}
+}
+
+func TestInterruptedMessage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&interruptedError{verb: "apply", left: []string{"join node a", "join node b"}, err: context.Canceled},
+			"interrupted: the state is saved; left undone: join node a, join node b; run apply again to finish"},
+		{&interruptedError{verb: "destroy", err: context.Canceled},
+			"interrupted: the state is saved; run destroy again to finish"},
+		{explain(fmt.Errorf("list instances: %w", context.Canceled), control.Result{}, "apply"),
+			"interrupted before apply changed anything: list instances: context canceled"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("message %q, want %q", got, tc.want)
+		}
+		if ExitCode(explain(tc.err, control.Result{}, "apply")) != ExitInterrupted || errorKind(tc.err) != kindInterrupted {
+			t.Errorf("%v: exit code %d, kind %q", tc.err, ExitCode(explain(tc.err, control.Result{}, "apply")), errorKind(tc.err))
+		}
+	}
+}
+
+// apply --watch interrupted while an apply changes the cluster exits 130,
+// like a single apply; interrupted between applies it exits 0 (TestWatch).
+func TestWatchInterruptedInApply(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	h.clock = &fakeClock{}
+	h.platform.setOnInstall(func(ictx context.Context, _ districts.Node) error {
+		cancel()
+		<-ictx.Done()
+		return ictx.Err()
+	})
+	r := h.run(t, runOpts{ctx: ctx}, "apply", "--watch", "--auto-approve", "--interval", watchInterval.String())
+	wantCode(t, r, ExitInterrupted)
+	if !strings.Contains(r.err, "Error: interrupted: the state is saved") {
+		t.Errorf("stderr:\n%s", r.err)
 	}
 }

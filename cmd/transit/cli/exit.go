@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -9,10 +10,11 @@ import (
 
 // Exit codes of the transit command.
 const (
-	ExitOK           = 0 // success; plan --detailed-exitcode: no changes
-	ExitError        = 1 // any error
-	ExitChanges      = 2 // plan --detailed-exitcode: the plan has changes
-	ExitNotConverged = 3 // apply or destroy ended with the cluster not converged
+	ExitOK           = 0   // success; plan --detailed-exitcode: the plan has no actions
+	ExitError        = 1   // any error
+	ExitChanges      = 2   // plan --detailed-exitcode: the plan has actions
+	ExitNotConverged = 3   // apply or destroy ended with the cluster not converged
+	ExitInterrupted  = 130 // interrupted (SIGINT, SIGTERM); the state is saved, the next run finishes
 )
 
 // CodeError carries the exit code a command ends with. A CodeError without
@@ -40,7 +42,10 @@ func ExitCode(err error) int {
 	if ce, ok := errors.AsType[*CodeError](err); ok {
 		return ce.Code
 	}
-	if errors.Is(err, control.ErrNotConverged) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return ExitInterrupted
+	case errors.Is(err, control.ErrNotConverged):
 		return ExitNotConverged
 	}
 	return ExitError

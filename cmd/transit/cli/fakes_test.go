@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -53,6 +54,22 @@ func (c *fakeCloud) count() (instances, groups int) {
 		groups += len(m)
 	}
 	return instances, groups
+}
+
+// vanish deletes node's machine behind transit's back, as a person in the
+// cloud's console or a spot reclaim would.
+func (c *fakeCloud) vanish(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.instances {
+		for id, in := range m {
+			if in.Tags[districts.TagNode] == node {
+				delete(m, id)
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type fakeInfra struct {
@@ -156,7 +173,47 @@ type fakePlatform struct {
 	mu          sync.Mutex
 	members     map[string]control.Member
 	refuseDrain bool
-	built       atomic.Int32
+	// unreachable, when set, is why no master answers: Members fails
+	// with an *control.UnreachableError naming the masters.
+	unreachable string
+	// onInstall, when set, runs in every Install (a test blocks it until
+	// the run is interrupted).
+	onInstall func(ctx context.Context, n districts.Node) error
+	built     atomic.Int32
+}
+
+func (p *fakePlatform) setUnreachable(why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unreachable = why
+}
+
+func (p *fakePlatform) setOnInstall(f func(ctx context.Context, n districts.Node) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onInstall = f
+}
+
+// setReady makes the platform report a member ready or not.
+func (p *fakePlatform) setReady(node string, ready bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.members[node]; ok {
+		m.Ready = ready
+		p.members[node] = m
+	}
+}
+
+// loseMasters drops every master from the platform, as if their machines
+// died with the platform's quorum.
+func (p *fakePlatform) loseMasters() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, m := range p.members {
+		if m.Role == districts.RoleMaster {
+			delete(p.members, id)
+		}
+	}
 }
 
 func newFakePlatform() *fakePlatform { return &fakePlatform{members: map[string]control.Member{}} }
@@ -175,7 +232,15 @@ func (p *fakePlatform) refuse(b bool) {
 
 var _ control.Platform = (*fakePlatform)(nil)
 
-func (p *fakePlatform) Install(context.Context, districts.Node) error { return nil }
+func (p *fakePlatform) Install(ctx context.Context, n districts.Node) error {
+	p.mu.Lock()
+	f := p.onInstall
+	p.mu.Unlock()
+	if f != nil {
+		return f(ctx, n)
+	}
+	return nil
+}
 
 func (p *fakePlatform) Init(_ context.Context, n districts.Node) error {
 	return p.add(n)
@@ -236,9 +301,22 @@ func (p *fakePlatform) Remove(_ context.Context, n districts.Node) error {
 	return nil
 }
 
-func (p *fakePlatform) Members(context.Context, []districts.Node) ([]control.Member, error) {
+// Members keeps the Platform contract: no platform only when no node is a
+// member; workers without a master are a platform nobody can be asked
+// about.
+func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]control.Member, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var masters []string
+	for _, n := range nodes {
+		if n.Role == districts.RoleMaster {
+			masters = append(masters, n.ID)
+		}
+	}
+	slices.SortFunc(masters, districts.CompareNodeIDs)
+	if p.unreachable != "" {
+		return nil, &control.UnreachableError{Masters: masters, Err: errors.New(p.unreachable)}
+	}
 	var out []control.Member
 	master := false
 	for _, id := range slices.Sorted(maps.Keys(p.members)) {
@@ -247,8 +325,11 @@ func (p *fakePlatform) Members(context.Context, []districts.Node) ([]control.Mem
 		out = append(out, m)
 		master = master || m.Role == districts.RoleMaster
 	}
-	if !master {
+	switch {
+	case len(out) == 0:
 		return nil, control.ErrNoPlatform
+	case !master:
+		return nil, &control.UnreachableError{Masters: masters, Err: errors.New("no master serves the platform the workers belong to")}
 	}
 	return out, nil
 }

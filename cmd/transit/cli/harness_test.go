@@ -197,6 +197,9 @@ func TestExitCode(t *testing.T) {
 		{&CodeError{Code: ExitChanges}, 2, true},
 		{fmt.Errorf("apply: %w", control.ErrNotConverged), 3, false},
 		{&CodeError{Code: ExitNotConverged, Err: control.ErrNotConverged}, 3, false},
+		{fmt.Errorf("launch node x: %w", context.Canceled), ExitInterrupted, false},
+		{&CodeError{Code: ExitInterrupted, Err: context.Canceled}, 130, false},
+		{context.DeadlineExceeded, 1, false},
 	} {
 		if got := ExitCode(tc.err); got != tc.want {
 			t.Errorf("ExitCode(%v) = %d, want %d", tc.err, got, tc.want)

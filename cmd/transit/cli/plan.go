@@ -2,8 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +14,7 @@ type planFlags struct {
 	refresh          bool
 	detailedExitcode bool
 	json             bool
+	safety           safetyFlags
 }
 
 // NewPlanCommand builds `transit plan`.
@@ -22,82 +23,83 @@ func NewPlanCommand(deps Deps, g *GlobalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show what apply would do",
-		Long: `Plan refreshes the current state from the clouds and the platform (saving it
-to resources.json) and prints the actions the next apply round would take:
-+ adds, ~ changes, - removes. With --refresh=false it works from resources.json
-alone and calls no cloud.
+		Long: `Plan asks the clouds and the platform for the current state and prints the
+actions the next apply round would take: + adds, ~ changes, - removes. It
+takes no lock and writes nothing (resources.json is left as it is), so it
+runs while an apply holds the lock. With --refresh=false it works from
+resources.json alone and calls no cloud.
 
-With --detailed-exitcode it exits 0 when there is nothing to do, 2 when the
-plan has changes and 1 on error.`,
+--allow-destroy and --rebuild-platform show what an apply with those flags
+would do; without them, removing every node of a cluster.json that wants none
+and rebuilding a lost platform show under "Blocked".
+
+With --detailed-exitcode it exits 2 when the plan has actions, 0 when it has
+none (also when it only waits, or shows blocked items) and 1 on error.
+
+With --json it prints the plan as one JSON object (format_version 1), the same
+object apply --json prints first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := runPlan(cmd.Context(), deps, g, f.refresh)
+			p, err := runPlan(cmd.Context(), deps, g, f)
 			if err != nil {
 				return err
 			}
 			if err := f.render(deps.Out, p); err != nil {
 				return err
 			}
-			if f.detailedExitcode && !p.plan.Empty() {
+			// Waiting and blocked items are no changes: apply would
+			// not act on them.
+			if f.detailedExitcode && len(p.plan.Actions) > 0 {
 				return &CodeError{Code: ExitChanges}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&f.refresh, "refresh", true, "refresh the state from the clouds first (false: use resources.json alone, call no cloud)")
-	cmd.Flags().BoolVar(&f.detailedExitcode, "detailed-exitcode", false, "exit 0 without changes, 2 with changes, 1 on error")
+	cmd.Flags().BoolVar(&f.detailedExitcode, "detailed-exitcode", false, "exit 2 when the plan has actions, 0 when it has none, 1 on error")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the plan as JSON")
+	f.safety.register(cmd.Flags())
 	return cmd
 }
 
 // shownPlan is a plan with what its views need to know about how it was made.
 type shownPlan struct {
 	plan      control.Plan
+	made      time.Time
 	platform  string
 	order     []string // district ids in districts.json order
 	refreshed bool
 	destroy   bool // the plan removes the whole cluster
 }
 
-func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ shownPlan, err error) {
-	s, err := openSession(ctx, deps, g, "transit plan", refresh)
+// runPlan makes the plan of the next round. It takes no lock and writes
+// nothing: with refresh the drivers ask the clouds and the platform, and
+// what they say stays in memory.
+func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, f *planFlags) (_ shownPlan, err error) {
+	so := sessionOptions{command: "transit plan", access: readState}
+	if f.refresh {
+		so.access = observe
+	}
+	s, err := openSession(ctx, deps, g, so)
 	if err != nil {
 		return shownPlan{}, err
 	}
 	defer s.closeInto(&err)
-	p, err := control.MakePlan(ctx, s.opts, refresh)
+	f.safety.apply(&s.opts)
+	p, err := control.MakePlan(ctx, s.opts, f.refresh)
 	if err != nil {
-		return shownPlan{}, err
+		return shownPlan{}, withKind(kindRefresh, err)
 	}
-	return s.show(p, refresh), nil
+	return s.show(p, f.refresh), nil
 }
 
 func (s *session) show(p control.Plan, refreshed bool) shownPlan {
-	return shownPlan{plan: p, platform: s.cfg.Cluster.Platform, order: s.districtOrder(), refreshed: refreshed}
+	return shownPlan{plan: p, made: s.opts.Clock.Now(), platform: s.cfg.Cluster.Platform, order: s.districtOrder(), refreshed: refreshed}
 }
 
 func (f *planFlags) render(w io.Writer, p shownPlan) error {
 	if f.json {
-		return writeJSON(w, planJSON(p))
+		return writeJSON(w, newPlanJSON(p.plan, 0, p.made, p.refreshed))
 	}
 	return writePlan(w, p)
-}
-
-// planView is the JSON form of a plan: the plan's own fields plus its
-// summary.
-type planView struct {
-	control.Plan
-	Summary   control.Summary `json:"summary"`
-	Changes   bool            `json:"changes"`
-	Refreshed bool            `json:"refreshed"`
-}
-
-func planJSON(p shownPlan) planView {
-	return planView{Plan: p.plan, Summary: p.plan.Summary(), Changes: !p.plan.Empty(), Refreshed: p.refreshed}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

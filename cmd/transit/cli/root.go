@@ -85,7 +85,7 @@ func (g *GlobalFlags) paths() districts.Paths {
 func (g *GlobalFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.LogLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", g.LogLevel)
+		return nil, withKind(kindUsage, fmt.Errorf("--log-level %q: use debug, info, warn or error", g.LogLevel))
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
 }

@@ -18,30 +18,53 @@ import (
 // session is what a command that runs the control loop holds: the loaded
 // configuration, the state lock and the loop's options.
 type session struct {
-	cfg       districts.Config
-	opts      control.Options
-	lock      *state.Lock
-	statePath string
+	cfg  districts.Config
+	opts control.Options
+	lock *state.Lock
 }
 
-// openSession loads the configuration, and with live true (the command asks
-// the clouds and may write the state) takes the state lock and builds the
-// drivers. Without live it reads resources.json as it is, constructs no
-// driver and takes no lock. The caller must close the session.
-func openSession(ctx context.Context, deps Deps, g *GlobalFlags, command string, live bool) (_ *session, err error) {
+// access says what a command does with the clouds and the state.
+type access int
+
+const (
+	// readState reads resources.json as it is: no driver, no lock, no
+	// write (plan and status with --refresh=false).
+	readState access = iota
+	// observe asks the clouds and the platform and writes nothing: the
+	// drivers, no lock (plan and status).
+	observe
+	// mutate may change the cluster and writes resources.json: the lock,
+	// the cluster's SSH key and the drivers (apply and destroy).
+	mutate
+)
+
+// sessionOptions say how to open a session.
+type sessionOptions struct {
+	command string // recorded in the lock: "transit apply"
+	access  access
+	// noPlatform builds no platform driver: destroy never asks the
+	// platform, so it works when the masters are unreachable.
+	noPlatform bool
+}
+
+// openSession loads the configuration and the state, takes the state lock
+// to mutate, and builds the drivers unless it only reads the state. Only a
+// session that mutates can write resources.json: otherwise Options.Save is
+// nil and the loop writes nothing. The caller must close the session.
+func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptions) (_ *session, err error) {
 	logger, err := g.logger(deps.Err)
 	if err != nil {
 		return nil, err
 	}
 	cfg, err := loadConfig(g)
 	if err != nil {
-		return nil, err
+		return nil, configError(err)
 	}
 	s := &session{cfg: cfg}
-	if live {
+	if so.access == mutate {
 		s.lock, err = state.Acquire(ctx, g.State, state.LockOptions{
 			Timeout: g.LockTimeout,
-			Command: command,
+			Command: so.command,
 			Clock:   deps.Clock,
 			Waiting: func(e *state.LockedError) {
 				logger.Info("waiting for the state lock", "state", e.Path, "holder", e.Holder, "timeout", g.LockTimeout)
@@ -64,38 +87,37 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, command string,
 	}
 	res, err := loadResources(g.State, cfg.Cluster.ID)
 	if err != nil {
-		return nil, err
+		return nil, configError(err)
 	}
-	s.statePath = g.State
 	s.opts = control.Options{
 		Cluster:   cfg.Cluster,
 		Districts: cfg.Districts,
 		State:     res,
-		Save:      state.Saver(g.State, res.Serial, deps.clock().Now),
 		Clock:     deps.clock(),
 		Logger:    logger,
 	}
-	if !live {
-		// Nothing may write the state without the lock.
-		s.opts.Save = func(districts.Resources) error {
-			return errors.New("internal error: state written without the lock")
-		}
+	if so.access == readState {
 		return s, nil
 	}
-	// Every machine gets the cluster's SSH key; platform drivers log in
-	// with it.
-	key, err := ssh.EnsureKey(filepath.Dir(g.State), cfg.Cluster.ID)
-	if err != nil {
-		return nil, err
+	if so.access == mutate {
+		s.opts.Save = state.Saver(g.State, res.Serial, deps.clock().Now)
+		// Every machine gets the cluster's SSH key; platform drivers log
+		// in with it.
+		key, err := ssh.EnsureKey(filepath.Dir(g.State), cfg.Cluster.ID)
+		if err != nil {
+			return nil, err
+		}
+		s.opts.AuthorizedKey = key.AuthorizedKey
 	}
-	s.opts.AuthorizedKey = key.AuthorizedKey
 	s.opts.Infra, err = buildInfrastructures(ctx, deps, cfg)
 	if err != nil {
-		return nil, err
+		return nil, configError(err)
 	}
-	s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster, filepath.Dir(g.State))
-	if err != nil {
-		return nil, err
+	if !so.noPlatform {
+		s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster, filepath.Dir(g.State))
+		if err != nil {
+			return nil, configError(err)
+		}
 	}
 	return s, nil
 }
@@ -183,16 +205,6 @@ func (s *session) districtOrder() []string {
 		ids[i] = d.ID
 	}
 	return ids
-}
-
-// reload reads resources.json again, after a refresh saved it.
-func (s *session) reload() error {
-	res, err := loadResources(s.statePath, s.cfg.Cluster.ID)
-	if err != nil {
-		return err
-	}
-	s.opts.State = res
-	return nil
 }
 
 // loadConfig loads and validates the configuration files.

@@ -27,10 +27,16 @@ func NewStatusCommand(deps Deps, g *GlobalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster's nodes and security groups",
-		Long: `Status refreshes the state from the clouds and the platform (saving it to
-resources.json) and prints the nodes by district and role, with their phase,
-flavor, addresses and tags, and each district's security group. With
---refresh=false it prints resources.json as it is and calls no cloud.`,
+		Long: `Status asks the clouds and the platform for the current state and prints the
+nodes by district and role, with their phase, flavor, addresses and tags, and
+each district's security group. It takes no lock and writes nothing
+(resources.json is left as it is), so it runs while an apply holds the lock.
+
+When the platform cannot be asked (no master answers), status still prints
+the machines the clouds report, with the phases resources.json last recorded,
+and a line saying the platform is unreachable and why.
+
+With --refresh=false it prints resources.json as it is and calls no cloud.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := runStatus(cmd.Context(), deps, g, f.refresh)
@@ -38,13 +44,13 @@ flavor, addresses and tags, and each district's security group. With
 				return err
 			}
 			if f.json {
-				return writeJSON(deps.Out, st.res)
+				return writeJSON(deps.Out, newStatusJSON(st, deps.clock().Now()))
 			}
 			return writeStatus(deps.Out, st)
 		},
 	}
 	cmd.Flags().BoolVar(&f.refresh, "refresh", true, "refresh the state from the clouds first (false: print resources.json, call no cloud)")
-	cmd.Flags().BoolVar(&f.json, "json", false, "print resources.json's content as JSON")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the state (as in resources.json) and what the refresh found as JSON")
 	return cmd
 }
 
@@ -54,10 +60,19 @@ type shownStatus struct {
 	order     []string
 	refreshed bool
 	notes     []string // what the refresh found: adopted and forgotten nodes
+	// platformError says why the platform could not be asked; the
+	// nodes' phases are then those resources.json last recorded.
+	platformError string
 }
 
+// runStatus reads the state, and with refresh asks the clouds and the
+// platform. It takes no lock and writes nothing.
 func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ shownStatus, err error) {
-	s, err := openSession(ctx, deps, g, "transit status", refresh)
+	so := sessionOptions{command: "transit status", access: readState}
+	if refresh {
+		so.access = observe
+	}
+	s, err := openSession(ctx, deps, g, so)
 	if err != nil {
 		return shownStatus{}, err
 	}
@@ -66,9 +81,9 @@ func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ 
 	if refresh {
 		obs, err := control.Refresh(ctx, s.opts)
 		if err != nil {
-			return shownStatus{}, err
+			return shownStatus{}, withKind(kindRefresh, err)
 		}
-		st.res, st.notes = obs.State, obs.Notes
+		st.res, st.notes, st.platformError = obs.State, obs.Notes, obs.PlatformError
 	}
 	return st, nil
 }
@@ -90,6 +105,11 @@ func writeStatus(w io.Writer, st shownStatus) error {
 		b.WriteString("Note: --refresh=false: this is resources.json as saved; no cloud was asked.\n")
 	}
 
+	if st.platformError != "" {
+		reason := strings.TrimPrefix(st.platformError, "platform unreachable: ")
+		fmt.Fprintf(&b, "Platform unreachable: %s\n", reason)
+		b.WriteString("Note: the machines are those the clouds report now; their phases are those resources.json last recorded.\n")
+	}
 	for _, n := range st.notes {
 		fmt.Fprintf(&b, "Note: %s\n", n)
 	}

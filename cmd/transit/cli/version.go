@@ -71,7 +71,7 @@ func NewVersionCommand(deps Deps) *cobra.Command {
 		RunE: func(*cobra.Command, []string) error {
 			v := BuildVersion()
 			if f.json {
-				return writeJSON(deps.Out, v)
+				return writeJSON(deps.Out, versionJSON{header: newHeader(typeVersion), VersionInfo: v})
 			}
 			_, err := fmt.Fprintf(deps.Out, "transit %s\n  commit: %s\n  built:  %s\n  go:     %s %s\n",
 				v.Version, v.Commit, v.Date, v.Go, v.Platform)

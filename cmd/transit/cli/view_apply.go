@@ -23,12 +23,11 @@ type progress struct {
 	verb string
 	now  func() time.Time
 
-	json       *json.Encoder
-	sawResult  bool         // the loop sent its own result event
-	tty        bool         // human view with a status line
-	log        *slog.Logger // plain log lines
-	running    []string     // actions under way, for the status line
-	statusLine bool         // a status line is on screen
+	json       *json.Encoder // one compact object per line
+	tty        bool          // human view with a status line
+	log        *slog.Logger  // plain log lines
+	running    []string      // actions under way, for the status line
+	statusLine bool          // a status line is on screen
 	// writeErr is the first failed write of a JSON line; the loop goes
 	// on (the state file is the record) and result reports it.
 	writeErr error
@@ -56,13 +55,7 @@ func (v *progress) plan(p shownPlan) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.json != nil {
-		return v.json.Encode(control.Event{
-			Time:    v.now(),
-			Type:    control.EventPlan,
-			Phase:   control.PhaseStart,
-			Plan:    &p.plan,
-			Message: fmt.Sprintf("the plan to %s, made before round 1", v.verb),
-		})
+		return v.json.Encode(newPlanJSON(p.plan, 0, p.made, p.refreshed))
 	}
 	return writePlan(v.out, p)
 }
@@ -73,10 +66,9 @@ func (v *progress) event(e control.Event) {
 	defer v.mu.Unlock()
 	switch {
 	case v.json != nil:
-		if e.Type == control.EventResult {
-			v.sawResult = true
+		if line, ok := eventJSON(e); ok {
+			v.encode(line)
 		}
-		v.encode(e)
 	case v.tty:
 		v.ttyEvent(e)
 	default:
@@ -182,45 +174,86 @@ func (v *progress) logEvent(e control.Event) {
 	}
 }
 
-func (v *progress) encode(e control.Event) {
-	if err := v.json.Encode(e); err != nil && v.writeErr == nil {
+func (v *progress) encode(line any) {
+	if err := v.json.Encode(line); err != nil && v.writeErr == nil {
 		v.writeErr = fmt.Errorf("write progress: %w", err)
 	}
 }
 
-// result shows how the run ended and reports a failed write of the JSON
-// lines.
+// result shows how the run ended, in every view: with --json it is the
+// last line, also when the run failed before the loop started. It returns
+// err, or else a failed write of the JSON lines.
 func (v *progress) result(res control.Result, err error) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	switch {
 	case v.json != nil:
-		if !v.sawResult {
-			e := control.Event{Time: v.now(), Type: control.EventResult, Round: res.Rounds, Result: &res}
-			if err != nil {
-				e.Error = err.Error()
-			}
-			v.encode(e)
-		}
+		v.encode(newResultJSON(res, err, v.now()))
 	case v.tty:
 		v.running = nil
 		v.clearStatus()
-		switch {
-		case err == nil && res.Rounds == 0:
-		case err == nil:
-			fmt.Fprintf(v.out, "\n%s complete: the cluster matches the intended state after %s.\n", capitalize(v.verb), plural(res.Rounds, "round"))
-		case errors.Is(err, control.ErrNotConverged):
-			fmt.Fprintf(v.out, "\n%s stopped after %s without converging; the next run retries.\n", capitalize(v.verb), plural(res.Rounds, "round"))
-		}
+		v.ttyResult(res, err)
 	default:
-		switch {
-		case err == nil:
-			v.log.Info(v.verb+" converged", "rounds", res.Rounds)
-		case errors.Is(err, control.ErrNotConverged):
-			v.log.Warn(v.verb+" not converged", "rounds", res.Rounds, "problems", len(res.Problems))
-		}
+		v.logResult(res, err)
+	}
+	if err != nil {
+		return err
 	}
 	return v.writeErr
+}
+
+func (v *progress) ttyResult(res control.Result, err error) {
+	verb := capitalize(v.verb)
+	_, interrupted := errors.AsType[*interruptedError](err)
+	switch {
+	case err == nil && res.Rounds == 0:
+		// Nothing to do: the plan said so, with its warnings.
+		return
+	case err == nil && v.verb == "destroy":
+		fmt.Fprintf(v.out, "\n%s complete: the cluster's machines and security groups are gone after %s.\n", verb, plural(res.Rounds, "round"))
+	case err == nil:
+		fmt.Fprintf(v.out, "\n%s complete: the cluster matches the intended state after %s.\n", verb, plural(res.Rounds, "round"))
+	case interrupted:
+		fmt.Fprintf(v.out, "\n%s interrupted in round %d; the state is saved.\n", verb, res.Rounds)
+	case errors.Is(err, control.ErrNotConverged):
+		fmt.Fprintf(v.out, "\n%s stopped after %s without converging; the next run retries.\n", verb, plural(res.Rounds, "round"))
+		writeList(v.out, "Problems", unique(res.Problems))
+	default:
+		return // the error says it all
+	}
+	writeList(v.out, "Warnings", unique(res.Warnings))
+}
+
+// writeList prints a titled list of lines, nothing when it is empty.
+func writeList(w io.Writer, title string, lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s:\n", title)
+	for _, l := range lines {
+		fmt.Fprintf(w, "  - %s\n", l)
+	}
+}
+
+func (v *progress) logResult(res control.Result, err error) {
+	_, interrupted := errors.AsType[*interruptedError](err)
+	switch {
+	case err == nil:
+		v.log.Info(v.verb+" converged", "rounds", res.Rounds, "warnings", len(res.Warnings))
+	case interrupted:
+		v.log.Warn(v.verb+" interrupted; the state is saved", "round", res.Rounds, "left", len(res.Left))
+	case errors.Is(err, control.ErrNotConverged):
+		problems := unique(res.Problems)
+		v.log.Warn(v.verb+" not converged", "rounds", res.Rounds, "problems", len(problems))
+		for _, p := range problems {
+			v.log.Warn("problem", "problem", p)
+		}
+	default:
+		return
+	}
+	for _, w := range unique(res.Warnings) {
+		v.log.Warn("warning", "warning", w)
+	}
 }
 
 func seconds(s float64) string {

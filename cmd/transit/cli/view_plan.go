@@ -11,46 +11,60 @@ import (
 )
 
 // writePlan prints a plan the way terraform does: a header, the actions
-// grouped by district, notes, what waits, and a summary line.
+// grouped by district, what observation found, what only time fixes, what
+// apply cannot do now, and a summary line.
 func writePlan(w io.Writer, p shownPlan) error {
 	var b bytes.Buffer
+	pl := p.plan
 	if !p.refreshed {
 		b.WriteString("Note: --refresh=false: this plan is made from resources.json alone; no cloud was asked.\n\n")
 	}
-	if p.plan.Empty() {
-		writeNotes(&b, p.plan)
-		if p.destroy {
-			fmt.Fprintf(&b, "No changes. Cluster %q has no nodes or security groups left.\n", p.plan.Cluster)
-		} else {
-			b.WriteString("No changes. The cluster matches cluster.json.\n")
-		}
-		_, err := w.Write(b.Bytes())
-		return err
-	}
-	if len(p.plan.Actions) > 0 {
-		fmt.Fprintf(&b, "transit will perform the following actions on cluster %q (%s):\n", p.plan.Cluster, p.platform)
+	if len(pl.Actions) > 0 {
+		fmt.Fprintf(&b, "transit will perform the following actions on cluster %q (%s):\n", pl.Cluster, p.platform)
 		b.WriteString("  + add   ~ change   - remove\n")
-		writeActions(&b, p.plan.Actions, p.order)
+		writeActions(&b, pl.Actions, p.order)
 		b.WriteString("\n")
 	}
-	writeNotes(&b, p.plan)
-	s := p.plan.Summary()
-	fmt.Fprintf(&b, "Plan: %d to add, %d to change, %d to remove.\n", s.Add, s.Change, s.Remove)
+	writeNotes(&b, pl)
+	switch s := pl.Summary(); {
+	case len(pl.Actions) > 0:
+		fmt.Fprintf(&b, "Plan: %d to add, %d to change, %d to remove", s.Add, s.Change, s.Remove)
+		if n := len(pl.Blocked); n > 0 {
+			fmt.Fprintf(&b, "; %d blocked", n)
+		}
+		b.WriteString(".\n")
+	case len(pl.Blocked) > 0:
+		b.WriteString("No actions, but the cluster does not match cluster.json: what is blocked above is not done now, and apply would end not converged.\n")
+	case len(pl.Waiting) > 0:
+		b.WriteString("No actions: apply would wait for what is listed above.\n")
+	case p.destroy:
+		fmt.Fprintf(&b, "No changes. Cluster %q has no nodes or security groups left.\n", pl.Cluster)
+	default:
+		b.WriteString("No changes. The cluster matches cluster.json.\n")
+	}
 	_, err := w.Write(b.Bytes())
 	return err
 }
 
+// writeNotes prints the plan's lists: notes and waits marked "-",
+// warnings and blocked items "!".
 func writeNotes(b *bytes.Buffer, p control.Plan) {
 	for _, sec := range []struct {
 		title string
+		mark  string
 		lines []string
-	}{{"Notes", p.Notes}, {"Waiting", p.Waiting}} {
+	}{
+		{"Notes", "-", p.Notes},
+		{"Warnings (not fixed and not waited for)", "!", p.Warnings},
+		{"Waiting", "-", p.Waiting},
+		{"Blocked (differs from cluster.json, but will not be done now)", "!", p.Blocked},
+	} {
 		if len(sec.lines) == 0 {
 			continue
 		}
 		fmt.Fprintf(b, "%s:\n", sec.title)
 		for _, l := range sec.lines {
-			fmt.Fprintf(b, "  - %s\n", l)
+			fmt.Fprintf(b, "  %s %s\n", sec.mark, l)
 		}
 		b.WriteString("\n")
 	}

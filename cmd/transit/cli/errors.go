@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/state"
+)
+
+// Error kinds: the error_kind of a --json result line, so that a script
+// can act on how a run failed without reading the message.
+const (
+	kindUsage               = "usage"                // a flag, or --auto-approve missing without a terminal
+	kindConfig              = "config"               // configuration, state file or driver set-up
+	kindLocked              = "locked"               // another run holds the state lock
+	kindRefresh             = "refresh"              // asking the clouds before the loop failed
+	kindCancelled           = "cancelled"            // the confirmation was not given
+	kindWouldDestroy        = "would_destroy"        // apply of a cluster.json that wants no node
+	kindStalePlan           = "stale_plan"           // the cluster changed since the plan was shown
+	kindInterrupted         = "interrupted"          // SIGINT or SIGTERM
+	kindPlatformUnreachable = "platform_unreachable" // no master answered
+	kindPlatformLost        = "platform_lost"        // no master is left; see --rebuild-platform
+	kindForeign             = "foreign"              // resources of the cluster's name from another lineage
+	kindNotConverged        = "not_converged"        // a round made no progress or the rounds ran out
+	kindError               = "error"                // anything else
+)
+
+// stageError marks an error with the stage it happened in, for errors that
+// carry no sentinel of their own.
+type stageError struct {
+	kind string
+	err  error
+}
+
+func (e *stageError) Error() string { return e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+func withKind(kind string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stageError{kind: kind, err: err}
+}
+
+func configError(err error) error { return withKind(kindConfig, err) }
+
+// errorKind says how a command failed; "" for no error. What the error
+// says of itself wins over the stage it happened in: an unreachable
+// platform during the refresh is platform_unreachable.
+func errorKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.Canceled):
+		return kindInterrupted
+	case errors.Is(err, state.ErrLocked):
+		return kindLocked
+	case errors.Is(err, control.ErrWouldDestroy):
+		return kindWouldDestroy
+	case errors.Is(err, control.ErrStalePlan):
+		return kindStalePlan
+	case errors.Is(err, control.ErrPlatformLost):
+		return kindPlatformLost
+	case errors.Is(err, control.ErrPlatformUnreachable):
+		return kindPlatformUnreachable
+	case errors.Is(err, control.ErrForeign):
+		return kindForeign
+	case errors.Is(err, control.ErrNotConverged):
+		return kindNotConverged
+	}
+	if ke, ok := errors.AsType[*stageError](err); ok {
+		return ke.kind
+	}
+	return kindError
+}
+
+// interruptedError is a loop that a signal stopped: the actions under way
+// finished or were abandoned, and the state records what was done.
+type interruptedError struct {
+	verb string
+	left []string // actions of the round not finished
+	err  error
+}
+
+func (e *interruptedError) Error() string {
+	msg := "interrupted: the state is saved"
+	if len(e.left) > 0 {
+		msg += "; left undone: " + strings.Join(e.left, ", ")
+	}
+	return msg + "; run " + e.verb + " again to finish"
+}
+
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// explain gives an error the exit code and the words it ends the run
+// with: a not-converged run names every reason and exits 3, an interrupted
+// one exits 130.
+func explain(err error, res control.Result, verb string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		if _, ok := errors.AsType[*interruptedError](err); !ok {
+			err = fmt.Errorf("interrupted before %s changed anything: %w", verb, err)
+		}
+		return &CodeError{Code: ExitInterrupted, Err: err}
+	case errors.Is(err, control.ErrNotConverged):
+		return withProblems(err, res)
+	}
+	return err
+}
+
+// withProblems makes sure a not-converged error names every reason and
+// carries exit code 3; a lost platform says how to go on.
+func withProblems(err error, res control.Result) error {
+	msg := err.Error()
+	var missing []string
+	for _, p := range unique(res.Problems) {
+		if !strings.Contains(msg, p) {
+			missing = append(missing, "  "+p)
+		}
+	}
+	if len(missing) > 0 {
+		err = fmt.Errorf("%w:\n%s", err, strings.Join(missing, "\n"))
+	}
+	if errors.Is(err, control.ErrPlatformLost) && !strings.Contains(msg, "--rebuild-platform") {
+		err = fmt.Errorf("%w\n  apply --rebuild-platform initialises a new platform over the nodes (what ran on the lost one is not recovered)", err)
+	}
+	return &CodeError{Code: ExitNotConverged, Err: err}
+}

@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// FormatVersion is the version of every JSON object transit prints: plan,
+// status and version --json, and each line of apply and destroy --json.
+// It changes when a field is removed or changes meaning; new fields and
+// new line types may appear without a change, so readers ignore what they
+// do not know.
+const FormatVersion = 1
+
+// Types of the JSON objects.
+const (
+	typePlan    = "plan"
+	typeStatus  = "status"
+	typeVersion = "version"
+	typeRound   = "round"
+	typeAction  = "action"
+	typeWait    = "wait"
+	typeResult  = "result"
+)
+
+// header starts every JSON object transit prints.
+type header struct {
+	FormatVersion int    `json:"format_version"`
+	Type          string `json:"type"`
+}
+
+func newHeader(typ string) header { return header{FormatVersion: FormatVersion, Type: typ} }
+
+// The JSON objects are views of the library's values: each names its
+// fields here, so what the library keeps for itself stays out and the
+// format changes only on purpose. Lists are never null.
+
+// planJSON is a plan: what plan --json prints, and the "plan" lines of
+// apply and destroy --json. Round 0 is the plan made before the loop (the
+// one plan prints and apply asks to confirm); round n ≥ 1 the plan of round
+// n.
+type planJSON struct {
+	header
+	Time     time.Time    `json:"time"`
+	Round    int          `json:"round"`
+	Cluster  string       `json:"cluster"`
+	Actions  []actionJSON `json:"actions"`
+	Waiting  []string     `json:"waiting"`
+	Blocked  []string     `json:"blocked"`
+	Warnings []string     `json:"warnings"`
+	Notes    []string     `json:"notes"`
+	Summary  summaryJSON  `json:"summary"`
+	// Changes says the plan has actions (plan --detailed-exitcode exits 2).
+	Changes bool `json:"changes"`
+	// Refreshed says the clouds and the platform were asked; false for
+	// plan --refresh=false.
+	Refreshed bool `json:"refreshed"`
+}
+
+type actionJSON struct {
+	Kind     string   `json:"kind"`
+	District string   `json:"district"`
+	Node     string   `json:"node,omitempty"`
+	Role     string   `json:"role,omitempty"`
+	Flavor   string   `json:"flavor,omitempty"`
+	Group    string   `json:"group,omitempty"`
+	Reason   string   `json:"reason"`
+	After    []string `json:"after,omitempty"`
+}
+
+type summaryJSON struct {
+	Add    int `json:"add"`
+	Change int `json:"change"`
+	Remove int `json:"remove"`
+}
+
+func newPlanJSON(p control.Plan, round int, t time.Time, refreshed bool) planJSON {
+	s := p.Summary()
+	v := planJSON{
+		header:    newHeader(typePlan),
+		Time:      t.UTC(),
+		Round:     round,
+		Cluster:   p.Cluster,
+		Actions:   make([]actionJSON, 0, len(p.Actions)),
+		Waiting:   list(p.Waiting),
+		Blocked:   list(p.Blocked),
+		Warnings:  list(p.Warnings),
+		Notes:     list(p.Notes),
+		Summary:   summaryJSON{Add: s.Add, Change: s.Change, Remove: s.Remove},
+		Changes:   len(p.Actions) > 0,
+		Refreshed: refreshed,
+	}
+	for _, a := range p.Actions {
+		v.Actions = append(v.Actions, newActionJSON(a))
+	}
+	return v
+}
+
+func newActionJSON(a control.Action) actionJSON {
+	return actionJSON{
+		Kind: string(a.Kind), District: a.District, Node: a.Node, Role: a.Role, Flavor: a.Flavor,
+		Group: a.Group, Reason: a.Reason, After: a.After,
+	}
+}
+
+// statusJSON is what status --json prints: the state with what the refresh
+// found.
+type statusJSON struct {
+	header
+	Time      time.Time `json:"time"`
+	Cluster   string    `json:"cluster"`
+	Platform  string    `json:"platform"`
+	Refreshed bool      `json:"refreshed"`
+	// PlatformError says why the platform could not be asked; "" when it
+	// answered (or was not asked).
+	PlatformError string   `json:"platform_error"`
+	Notes         []string `json:"notes"`
+	// State is the current state in the format of resources.json.
+	State districts.Resources `json:"state"`
+}
+
+func newStatusJSON(st shownStatus, t time.Time) statusJSON {
+	return statusJSON{
+		header: newHeader(typeStatus), Time: t.UTC(), Cluster: st.cluster.ID, Platform: st.cluster.Platform,
+		Refreshed: st.refreshed, PlatformError: st.platformError, Notes: list(st.notes), State: st.res,
+	}
+}
+
+// versionJSON is what version --json prints.
+type versionJSON struct {
+	header
+	VersionInfo
+}
+
+// roundJSON starts a round of the loop.
+type roundJSON struct {
+	header
+	Time  time.Time `json:"time"`
+	Round int       `json:"round"`
+	Phase string    `json:"phase"` // "start"
+}
+
+// actionEventJSON is an action starting, finishing (with Error when it
+// failed) or skipped (Error says why).
+type actionEventJSON struct {
+	header
+	Time    time.Time  `json:"time"`
+	Round   int        `json:"round"`
+	Phase   string     `json:"phase"` // "start", "finish", "skip"
+	Action  actionJSON `json:"action"`
+	Error   string     `json:"error,omitempty"`
+	Seconds float64    `json:"seconds"`
+}
+
+// waitJSON says the loop waits for what only time fixes.
+type waitJSON struct {
+	header
+	Time    time.Time `json:"time"`
+	Round   int       `json:"round"`
+	Message string    `json:"message"`
+}
+
+// resultJSON is the last line of apply and destroy --json, however the run
+// ended: converged, not converged, or failed before or in the loop.
+type resultJSON struct {
+	header
+	Time   time.Time  `json:"time"`
+	Round  int        `json:"round"`
+	Result resultBody `json:"result"`
+	// Error is the message transit prints on stderr, ErrorKind how the
+	// run failed; both are absent when it converged.
+	Error     string `json:"error,omitempty"`
+	ErrorKind string `json:"error_kind,omitempty"`
+}
+
+type resultBody struct {
+	Converged bool     `json:"converged"`
+	Rounds    int      `json:"rounds"`
+	Problems  []string `json:"problems"`
+	Warnings  []string `json:"warnings"`
+	Left      []string `json:"left"`
+}
+
+func newResultJSON(res control.Result, err error, t time.Time) resultJSON {
+	v := resultJSON{
+		header: newHeader(typeResult), Time: t.UTC(), Round: res.Rounds,
+		Result: resultBody{
+			Converged: res.Converged && err == nil, Rounds: res.Rounds,
+			Problems: list(unique(res.Problems)), Warnings: list(unique(res.Warnings)), Left: list(res.Left),
+		},
+		ErrorKind: errorKind(err),
+	}
+	if err != nil {
+		v.Error = err.Error()
+	}
+	return v
+}
+
+// otherEventJSON carries an event type this build does not know.
+type otherEventJSON struct {
+	header
+	Time    time.Time `json:"time"`
+	Round   int       `json:"round"`
+	Phase   string    `json:"phase,omitempty"`
+	Message string    `json:"message,omitempty"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// eventJSON is the JSON line of a loop event; ok is false for events that
+// print no line (the loop's own result: the command prints the result).
+func eventJSON(e control.Event) (_ any, ok bool) {
+	switch e.Type {
+	case control.EventResult:
+		return nil, false
+	case control.EventRound:
+		return roundJSON{header: newHeader(typeRound), Time: e.Time.UTC(), Round: e.Round, Phase: e.Phase}, true
+	case control.EventPlan:
+		if e.Plan == nil {
+			return nil, false
+		}
+		return newPlanJSON(*e.Plan, e.Round, e.Time, true), true
+	case control.EventAction:
+		if e.Action == nil {
+			return nil, false
+		}
+		return actionEventJSON{header: newHeader(typeAction), Time: e.Time.UTC(), Round: e.Round, Phase: e.Phase,
+			Action: newActionJSON(*e.Action), Error: e.Error, Seconds: e.Seconds}, true
+	case control.EventWait:
+		return waitJSON{header: newHeader(typeWait), Time: e.Time.UTC(), Round: e.Round, Message: e.Message}, true
+	}
+	return otherEventJSON{header: newHeader(e.Type), Time: e.Time.UTC(), Round: e.Round, Phase: e.Phase, Message: e.Message, Error: e.Error}, true
+}
+
+// unique is l without repeated lines, in order: a reason the loop met in
+// two rounds is one reason.
+func unique(l []string) []string {
+	seen := make(map[string]bool, len(l))
+	var out []string
+	for _, s := range l {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// list is l, or an empty list instead of nil.
+func list(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
+
+// writeJSON prints one JSON document, indented.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
