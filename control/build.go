@@ -401,8 +401,12 @@ func planChanges(in planInput, c classified, p *Plan) []Action {
 			if in.fresh[n.ID] {
 				p.Waiting = append(p.Waiting, fmt.Sprintf("node %s to become ready (it joined in this run)", n.ID))
 			} else {
-				p.Warnings = append(p.Warnings, fmt.Sprintf("node %s: the platform reports it not ready since %s; not waited on%s",
-					n.ID, n.NotReadySince.UTC().Format(time.RFC3339), unhealthyHint(in.cluster)))
+				since := ""
+				if !n.NotReadySince.IsZero() {
+					since = " since " + n.NotReadySince.UTC().Format(time.RFC3339)
+				}
+				p.Warnings = append(p.Warnings, fmt.Sprintf("node %s: the platform reports it not ready%s; not waited on%s",
+					n.ID, since, unhealthyHint(in.cluster)))
 			}
 		case districts.PhaseCordoned:
 			p.Warnings = append(p.Warnings, fmt.Sprintf("node %s is cordoned, and not by transit: left alone", n.ID))

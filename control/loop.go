@@ -196,9 +196,6 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		r.mu.Lock()
 		lastProgress = r.progress
 		r.mu.Unlock()
-		if len(plan.Blocked) > 0 {
-			r.problems = append(r.problems, plan.Blocked...)
-		}
 	}
 }
 

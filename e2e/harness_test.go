@@ -201,10 +201,13 @@ func (c *cluster) status() districts.Resources {
 	if r.code != 0 {
 		c.tb.Fatalf("status: exit %d\n%s", r.code, r.stderr)
 	}
-	var res districts.Resources
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+	var out struct {
+		State districts.Resources `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 		c.tb.Fatalf("status --json: %v\n%s", err, r.stdout)
 	}
+	res := out.State
 	for _, n := range res.Nodes {
 		c.seen[n.ProviderID] = true
 	}
