@@ -98,9 +98,7 @@ func buildPlan(in planInput) Plan {
 			removals = nil
 		}
 		// Workers leave before masters; masters leave last, one at a time.
-		slices.SortStableFunc(removals, func(a, b Action) int {
-			return cmp.Compare(b2i(a.Role == districts.RoleMaster), b2i(b.Role == districts.RoleMaster))
-		})
+		slices.SortStableFunc(removals, mastersLast)
 		p.Actions = append(p.Actions, removals...)
 	}
 	p.Actions = append(p.Actions, planGroups(in, launches, removals, &p)...)
@@ -120,6 +118,12 @@ func wantsNothing(c districts.Cluster) bool {
 		}
 	}
 	return true
+}
+
+// mastersLast orders actions on workers before those on masters, which
+// leave last, one at a time.
+func mastersLast(a, b Action) int {
+	return cmp.Compare(b2i(a.Role == districts.RoleMaster), b2i(b.Role == districts.RoleMaster))
 }
 
 func b2i(b bool) int {
@@ -442,10 +446,7 @@ func planForget(in planInput, p *Plan) []Action {
 		out = append(out, Action{Kind: KindForget, Node: m.NodeID, Role: m.Role,
 			Reason: "the platform lists it as a member that is down, and its machine is gone"})
 	}
-	// Workers first; masters one at a time, last.
-	slices.SortStableFunc(out, func(a, b Action) int {
-		return cmp.Compare(b2i(a.Role == districts.RoleMaster), b2i(b.Role == districts.RoleMaster))
-	})
+	slices.SortStableFunc(out, mastersLast)
 	return out
 }
 

@@ -422,7 +422,9 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 		if s.NodeNumbers == nil {
 			s.NodeNumbers = map[string]int{}
 		}
-		s.NodeNumbers[n.Role] = max(s.NodeNumbers[n.Role], nodeNumber(n.ID))
+		if i, ok := nodeNumber(n.Cluster, n.Role, n.ID); ok {
+			s.NodeNumbers[n.Role] = max(s.NodeNumbers[n.Role], i)
+		}
 	}); err != nil {
 		return errFatal{err}
 	}

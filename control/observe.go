@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -348,10 +347,10 @@ func stateWorld(r districts.Resources, now time.Time) world {
 	w.members = map[string]Member{}
 	w.platform = platformNone
 	for _, n := range r.Nodes {
-		switch n.Phase {
-		case districts.PhaseTerminating:
+		switch {
+		case n.Phase == districts.PhaseTerminating:
 			w.terminating[n.District]++
-		case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
+		case isMember(n.Phase):
 			w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
 				Draining: n.Phase != districts.PhaseJoined && n.Phase != districts.PhaseNotReady, Labels: n.Tags}
 			if n.Role == districts.RoleMaster {
@@ -367,7 +366,6 @@ func stateWorld(r districts.Resources, now time.Time) world {
 // highest number the lineage ever used (resources.json's node_numbers, the
 // machines, and the platform's members), so a name is never given twice.
 type nodeNumbers struct {
-	mu      sync.Mutex
 	cluster string
 	next    map[string]int
 }
@@ -395,17 +393,13 @@ func (nn *nodeNumbers) see(role string, n int) {
 }
 
 func (nn *nodeNumbers) seeID(role, id string) {
-	if rest, ok := strings.CutPrefix(id, nn.cluster+"-"+role+"-"); ok {
-		if i, err := strconv.Atoi(rest); err == nil && i >= 0 {
-			nn.see(role, i)
-		}
+	if i, ok := nodeNumber(nn.cluster, role, id); ok {
+		nn.see(role, i)
 	}
 }
 
 // id returns the next node id of role.
 func (nn *nodeNumbers) id(role string) string {
-	nn.mu.Lock()
-	defer nn.mu.Unlock()
 	n := max(nn.next[role], 1)
 	nn.next[role] = n + 1
 	return fmt.Sprintf("%s-%s-%d", nn.cluster, role, n)
@@ -414,12 +408,12 @@ func (nn *nodeNumbers) id(role string) string {
 // newLineage is 16 random lowercase letters and digits.
 func newLineage() string { return strings.ToLower(rand.Text()[:16]) }
 
-// nodeNumber is the number at the end of a node id, or 0.
-func nodeNumber(id string) int {
-	i := strings.LastIndexByte(id, '-')
-	n, err := strconv.Atoi(id[i+1:])
-	if err != nil {
-		return 0
+// nodeNumber is n of a node id <cluster>-<role>-<n>.
+func nodeNumber(cluster, role, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, cluster+"-"+role+"-")
+	if !ok {
+		return 0, false
 	}
-	return n
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0
 }

@@ -367,15 +367,7 @@ func TestLockHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lock.Release(); err != nil {
-			t.Error(err)
-		}
-	})
+	h.holdLock(t)
 	// Only apply and destroy take the lock.
 	for _, args := range [][]string{
 		{"apply", "--auto-approve"},

@@ -16,6 +16,7 @@ import (
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/state"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -208,4 +209,19 @@ func TestExitCode(t *testing.T) {
 			t.Errorf("Silent(%v) = %v, want %v", tc.err, got, tc.silent)
 		}
 	}
+}
+
+// holdLock holds the state lock, as a running `transit apply --watch`
+// would, until the test ends.
+func (h *harness) holdLock(t *testing.T) {
+	t.Helper()
+	lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lock.Release(); err != nil {
+			t.Error(err)
+		}
+	})
 }

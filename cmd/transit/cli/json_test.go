@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/state"
 )
 
 // jsonSchema is the JSON output contract: each object type and the view
@@ -213,15 +212,7 @@ func TestApplyJSONContract(t *testing.T) {
 		{
 			name: "lock held",
 			prepare: func(t *testing.T, h *harness) {
-				lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					if err := lock.Release(); err != nil {
-						t.Error(err)
-					}
-				})
+				h.holdLock(t)
 			},
 			args: []string{"apply", "--auto-approve"}, code: 1, kind: kindLocked, lines: 0,
 		},
