@@ -34,7 +34,7 @@ func inspectOf(entries ...string) string { return "[" + strings.Join(entries, ",
 
 func TestQuorum(t *testing.T) {
 	t.Parallel()
-	real, err := os.ReadFile("testdata/inspect-managers-one-down.json")
+	fixture, err := os.ReadFile("testdata/inspect-managers-one-down.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestQuorum(t *testing.T) {
 		},
 		{
 			name:      "a reachable manager may not leave when another is down",
-			inspect:   string(real),
+			inspect:   string(fixture),
 			leaving:   "e2e-master-1",
 			wantCount: raftCount{voters: 3, reachable: 2, leavingReachable: 1},
 			wantWhy:   "it would leave 1 reachable of 2 masters, below quorum 2",
@@ -63,7 +63,7 @@ func TestQuorum(t *testing.T) {
 		{
 			// Taking away a dead seat needs only a quorum now.
 			name:      "the down manager may leave while two of three answer",
-			inspect:   string(real),
+			inspect:   string(fixture),
 			leaving:   "e2e-master-2",
 			wantCount: raftCount{voters: 3, reachable: 2, leavingUnreachable: 1},
 			wantOK:    true,

@@ -201,7 +201,8 @@ func redact(err error, secret string) error {
 		return err
 	}
 	var re *ssh.RunError
-	if errors.As(err, &re) && error(re) == err { // d.run's own error; a wrapped one is handled below
+	//nolint:errorlint // identity on purpose: only d.run's own error may be replaced by a redacted copy; a wrapped one is handled below
+	if errors.As(err, &re) && error(re) == err {
 		c := *re
 		c.Stdout = strings.ReplaceAll(c.Stdout, secret, "<redacted>")
 		c.Stderr = strings.ReplaceAll(c.Stderr, secret, "<redacted>")

@@ -20,7 +20,7 @@ func NotifyContext(parent context.Context, w io.Writer, sigs ...os.Signal) (ctx 
 		stop() // default handling again: the next signal kills
 		// Cancelled by stop or the parent, the cause is the parent's or
 		// context.Canceled itself; a signal leaves its own.
-		if cause := context.Cause(ctx); cause != context.Canceled && parent.Err() == nil {
+		if cause := context.Cause(ctx); cause != context.Canceled && parent.Err() == nil { //nolint:errorlint // a signal's cause is Is(context.Canceled) too
 			fmt.Fprintf(w, "transit: %v: finishing the actions under way and saving the state; send it again to quit at once\n", cause)
 		}
 	}()
