@@ -94,8 +94,13 @@ func buildPlan(in planInput) Plan {
 		p.Actions = append(p.Actions, planForget(in, &p)...)
 		if in.world.platform == platformNone && !in.world.state.PlatformFormedAt.IsZero() {
 			// Rebuilding a lost platform: its old members cannot be
-			// asked to leave yet; nothing goes before the new one answers.
-			removals = nil
+			// asked to leave yet; nothing goes before the new one
+			// answers, except machines whose install or join failed in
+			// the rebuild, which would otherwise hold back new masters.
+			removals = slices.DeleteFunc(removals, func(a Action) bool {
+				n, ok := in.world.node(a.Node)
+				return !ok || !n.JoinFailed || isMember(n.Phase)
+			})
 		}
 		// Workers leave before masters; masters leave last, one at a time.
 		slices.SortStableFunc(removals, mastersLast)
@@ -308,17 +313,38 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 		floor = max(floor, 1)
 	}
 	budget := rw.ready - floor
+	var held []string
 	for _, n := range rw.excess {
 		if n.Phase == districts.PhaseJoined {
 			// Removing a ready member costs availability.
 			if budget <= 0 {
+				held = append(held, n.ID)
 				continue
 			}
 			budget--
 		}
 		removals = append(removals, removalChain(n, removalReason(n, c))...)
 	}
+	if len(held) > 0 {
+		p.Blocked = append(p.Blocked, fmt.Sprintf("%s stays for now: the %ss have %d ready member(s); removing a ready one needs at least %d%s",
+			strings.Join(held, ", "), rw.role, rw.ready, floor+1, unavailableHint(in.world, rw.role)))
+	}
 	return launches, removals
+}
+
+// unavailableHint names the members of role that are not ready or
+// cordoned, which is why a role lacks ready members.
+func unavailableHint(w world, role string) string {
+	var ids []string
+	for _, n := range w.live() {
+		if n.Role == role && isMember(n.Phase) && n.Phase != districts.PhaseJoined {
+			ids = append(ids, fmt.Sprintf("%s (%s)", n.ID, n.Phase))
+		}
+	}
+	if len(ids) == 0 {
+		return " (new nodes count once the platform reports them ready)"
+	}
+	return "; not ready or cordoned: " + strings.Join(ids, ", ")
 }
 
 // removalChain is how a node leaves: a member is drained, removed from
@@ -435,7 +461,8 @@ func unhealthyHint(c districts.Cluster) string {
 
 // planForget removes from the platform the members whose machines are
 // gone (deleted behind transit's back), before they distort quorum. A
-// member the platform still calls ready is not transit's to remove.
+// member the platform still calls ready, or one transit did not name, is
+// not transit's to remove.
 func planForget(in planInput, p *Plan) []Action {
 	var out []Action
 	for _, m := range in.world.strays {
@@ -443,11 +470,23 @@ func planForget(in planInput, p *Plan) []Action {
 			p.Warnings = append(p.Warnings, fmt.Sprintf("the platform lists %s as a ready member, but no machine of this cluster is %s: left alone", m.NodeID, m.NodeID))
 			continue
 		}
+		if !transitName(in.cluster.ID, m.NodeID) {
+			// Someone joined it by hand; it may only be rebooting.
+			p.Warnings = append(p.Warnings, fmt.Sprintf("the platform lists %s as a member that is down; transit did not make it: left alone", m.NodeID))
+			continue
+		}
 		out = append(out, Action{Kind: KindForget, Node: m.NodeID, Role: m.Role,
 			Reason: "the platform lists it as a member that is down, and its machine is gone"})
 	}
 	slices.SortStableFunc(out, mastersLast)
 	return out
+}
+
+// transitName says id is a node name transit gives in cluster.
+func transitName(cluster, id string) bool {
+	_, master := nodeNumber(cluster, districts.RoleMaster, id)
+	_, worker := nodeNumber(cluster, districts.RoleWorker, id)
+	return master || worker
 }
 
 // planGroups keeps every district with nodes, or about to get some, behind

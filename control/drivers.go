@@ -156,13 +156,17 @@ var ErrPlatformUnreachable = errors.New("platform unreachable")
 
 // UnreachableError names the masters that did not answer and why.
 type UnreachableError struct {
-	Masters []string // node ids; empty when no master is left at all
+	// Masters are the node ids of the masters that could not be asked or
+	// cannot serve the platform now (down, locked, without quorum). Empty
+	// means every master answered that it serves no platform (or none is
+	// left) while other nodes are in one: the platform is lost.
+	Masters []string
 	Err     error
 }
 
 func (e *UnreachableError) Error() string {
 	if len(e.Masters) == 0 {
-		return fmt.Sprintf("platform unreachable: no master is left to ask: %v", e.Err)
+		return fmt.Sprintf("platform unreachable: no master serves it: %v", e.Err)
 	}
 	return fmt.Sprintf("platform unreachable: no master answered (%s): %v", strings.Join(e.Masters, ", "), e.Err)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -603,8 +604,8 @@ func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 }
 
 // removeNodes runs the removal stage as one chain per node (drain, remove,
-// terminate). Chains that only terminate run in parallel; disruptive chains
-// of workers run max_unavailable at a time; masters go one at a time, last.
+// terminate). Chains that only terminate run in parallel; members go in
+// waves bounded by max_unavailable; masters go one at a time, last.
 func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
 	var order []string
 	chains := map[string][]Action{}
@@ -614,53 +615,89 @@ func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
 		}
 		chains[a.Node] = append(chains[a.Node], a)
 	}
-	var quiet, workers, masters [][]Action
+	var quiet, drains [][]Action
 	for _, id := range order {
-		c := chains[id]
-		switch {
-		case len(c) == 1:
+		if c := chains[id]; len(c) == 1 {
 			quiet = append(quiet, c)
-		case c[0].Role == districts.RoleMaster:
-			masters = append(masters, c)
-		default:
-			workers = append(workers, c)
+		} else {
+			drains = append(drains, c)
 		}
 	}
-	// Nodes transit holds cordoned outside this batch (a drained master
-	// whose removal quorum refused) use up max_unavailable too.
-	strat := r.opts.Cluster.Strategy.Resolved()
-	draining := map[string]bool{}
-	for _, c := range workers {
-		draining[c[0].Node] = true
+	// Machines the platform does not have just go.
+	if err := r.chainsAtOnce(ctx, quiet, r.opts.Parallel); err != nil {
+		return err
 	}
-	held := 0
-	for _, n := range liveNodes(r.st.read()) {
-		if n.CordonedByTransit && !draining[n.ID] {
-			held++
+	// Members go in waves. A wave takes as many nodes as max_unavailable
+	// leaves room for, counting every node cordoned now, whoever cordoned
+	// it and whether a drain or a removal failed: the next wave counts
+	// again. A node already cordoned holds its own place. Workers go
+	// before masters; masters go one at a time.
+	// With max_unavailable 0 (replacements surge first) one node still goes
+	// at a time: the ready-member floor is what keeps the role whole.
+	limit := max(r.opts.Cluster.Strategy.Resolved().MaxUnavailable, 1)
+	for len(drains) > 0 {
+		s := r.st.read()
+		cordoned := map[string]bool{}
+		for _, n := range liveNodes(s) {
+			if isCordoned(n) {
+				cordoned[n.ID] = true
+			}
 		}
-	}
-	if limit := strat.MaxUnavailable - held; limit < 1 && len(workers) > 0 {
-		for _, c := range workers {
-			a := c[0]
-			r.emit(Event{Type: EventAction, Phase: PhaseSkip, Action: &a, Error: "max_unavailable is used up by nodes transit holds cordoned"})
-			r.problem("%s %s skipped: max_unavailable (%d) is used up by %d node(s) transit holds cordoned", a.Kind, target(a), strat.MaxUnavailable, held)
+		free := limit - len(cordoned)
+		var wave, rest [][]Action
+		workersLeft := slices.ContainsFunc(drains, isWorkerChain)
+		masterIn := false
+		for _, c := range drains {
+			master := c[0].Role == districts.RoleMaster
+			switch {
+			case master && masterIn:
+				rest = append(rest, c)
+			case cordoned[c[0].Node]:
+				wave = append(wave, c)
+			case master && workersLeft, free <= 0:
+				rest = append(rest, c)
+			default:
+				wave = append(wave, c)
+				free--
+			}
+			masterIn = masterIn || master && len(wave) > 0 && wave[len(wave)-1][0].Node == c[0].Node
 		}
-		workers = nil
-	}
-	for _, set := range []struct {
-		chains [][]Action
-		limit  int
-	}{{quiet, r.opts.Parallel}, {workers, strat.MaxUnavailable - held}, {masters, 1}} {
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(max(set.limit, 1))
-		for _, c := range set.chains {
-			g.Go(func() error { return r.removeChain(gctx, c) })
+		if len(wave) == 0 {
+			for _, c := range rest {
+				a := c[0]
+				r.emit(Event{Type: EventAction, Phase: PhaseSkip, Action: &a, Error: "max_unavailable is used up by cordoned nodes"})
+				r.problem("%s %s skipped: max_unavailable (%d) is used up by %d cordoned node(s): %s",
+					a.Kind, target(a), limit, len(cordoned), strings.Join(slices.Sorted(maps.Keys(cordoned)), ", "))
+			}
+			return nil
 		}
-		if err := g.Wait(); err != nil {
+		if err := r.chainsAtOnce(ctx, wave, len(wave)); err != nil {
 			return err
 		}
+		drains = rest
 	}
 	return nil
+}
+
+func isWorkerChain(c []Action) bool { return c[0].Role != districts.RoleMaster }
+
+// isCordoned: the platform or transit's record says n takes no work.
+func isCordoned(n *districts.Node) bool {
+	switch n.Phase {
+	case districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
+		return true
+	}
+	return n.CordonedByTransit && isMember(n.Phase)
+}
+
+// chainsAtOnce runs removal chains, at most limit at once.
+func (r *runner) chainsAtOnce(ctx context.Context, chains [][]Action, limit int) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(limit, 1))
+	for _, c := range chains {
+		g.Go(func() error { return r.removeChain(gctx, c) })
+	}
+	return g.Wait()
 }
 
 // removeChain runs one node's removal steps in order; when a step fails or
@@ -744,16 +781,29 @@ func (r *runner) drain(ctx context.Context, n districts.Node) error {
 		}
 		return err
 	case errors.Is(err, ErrDrainRefused):
-		// The platform left the node schedulable; it stays, and this run
-		// tries other candidates first.
+		// The node stays, and this run tries other candidates first. The
+		// driver should have left it schedulable; transit makes sure,
+		// since an earlier interrupted drain may have cordoned it.
 		r.mu.Lock()
 		if !r.avoid[n.ID] {
 			r.avoid[n.ID] = true
 			r.progress++
 		}
 		r.mu.Unlock()
+		phase := observed
+		switch observed {
+		case districts.PhaseCordoned:
+			// Someone else's cordon stays.
+		case districts.PhaseDraining, districts.PhaseDrained:
+			phase = districts.PhaseJoined
+			fallthrough
+		default:
+			if uerr := r.opts.Platform.Uncordon(ctx, n); uerr != nil {
+				return fmt.Errorf("%w; making %s schedulable again also failed (the next run does): %w", err, n.ID, uerr)
+			}
+		}
 		if serr := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) {
-			x.Phase, x.Message, x.CordonedByTransit = observed, err.Error(), false
+			x.Phase, x.Message, x.CordonedByTransit = phase, err.Error(), false
 		}); serr != nil {
 			return serr
 		}

@@ -161,7 +161,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			res.Converged = true
 			return r.finish(res, nil)
 		}
-		if len(plan.Actions) == 0 && len(plan.Blocked) > 0 {
+		if len(plan.Actions) == 0 && len(plan.Waiting) == 0 {
 			r.problems = append(r.problems, plan.Blocked...)
 			return r.finish(res, blockedError(w, in, plan.Blocked))
 		}
@@ -169,7 +169,8 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			// Only waiting is left: not progress the loop can make, so it
 			// does not use up rounds.
 			if waited >= opts.WaitTimeout {
-				return r.finish(res, fmt.Errorf("%w: gave up after %s waiting: %s", ErrNotConverged, waited, strings.Join(plan.Waiting, "; ")))
+				r.problems = append(r.problems, plan.Blocked...)
+				return r.finish(res, fmt.Errorf("%w: gave up after %s waiting: %s", ErrNotConverged, waited, strings.Join(append(plan.Waiting, plan.Blocked...), "; ")))
 			}
 			r.emit(Event{Type: EventWait, Phase: PhaseStart, Message: strings.Join(plan.Waiting, "; ")})
 			if err := opts.Clock.Sleep(ctx, opts.PollInterval); err != nil {

@@ -53,6 +53,16 @@ type world struct {
 // live returns the nodes that are not terminating.
 func (w world) live() []*districts.Node { return liveNodes(w.state) }
 
+// node is the live node id.
+func (w world) node(id string) (*districts.Node, bool) {
+	for _, n := range w.live() {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return nil, false
+}
+
 // observe lists every district's tagged machines and groups in parallel,
 // asks the platform which nodes are members, and merges that with the last
 // saved state: the clouds and the platform win. It writes nothing.

@@ -81,6 +81,13 @@ func (h *harness) apply(c districts.Cluster, crashAt int) (Result, error) {
 	h.sim.cancel, h.sim.crashAt, h.sim.calls, h.sim.crashed = cancel, crashAt, 0, false
 	h.sim.mu.Unlock()
 	res, err := Apply(ctx, h.options(c))
+	if os.Getenv("SIMTRACE") != "" { // debugging a seed: every run's result and saved nodes
+
+		h.t.Logf("apply crashAt=%d: %+v err=%v", crashAt, res, err)
+		for _, n := range h.load().Nodes {
+			h.t.Logf("  %s %s %s %s %s cbt=%v", n.ID, n.District, n.Flavor, n.Role, n.Phase, n.CordonedByTransit)
+		}
+	}
 	h.rounds += res.Rounds
 	h.sim.mu.Lock()
 	defer h.sim.mu.Unlock()

@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -245,4 +246,76 @@ func TestMaxSurgeZeroReplacesInPlace(t *testing.T) {
 		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
 	}
 	h.checkConverged(c)
+}
+
+// max_unavailable counts every cordoned node, an operator's too: with a
+// kept node cordoned by hand and max_unavailable 2, one more node at a
+// time is drained.
+func TestOperatorCordonCountsAgainstMaxUnavailable(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 5, 1))
+	for id, m := range h.sim.members {
+		if strings.HasPrefix(id, "paper-worker-") && h.sim.instances[m.machine].district == "aws-europe" {
+			m.cordoned, m.operator = true, true
+		}
+	}
+	c := paperCluster(1, 1, 1)
+	c.Strategy = districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(2)}
+	h.prepare(c)
+	// Three gce workers may go (five ready, two wanted); the fourth
+	// stays while the aws one is cordoned.
+	if _, err := h.apply(c, 0); !errors.Is(err, ErrNotConverged) {
+		t.Fatalf("err = %v, want not converged", err)
+	}
+	if len(h.sim.violations) > 0 {
+		t.Errorf("violations: %v", h.sim.violations) // a drain beyond max_unavailable
+	}
+	if got := len(h.nodeIDs("worker")); got != 3 {
+		t.Errorf("%d workers left, want 3", got)
+	}
+}
+
+// A refused drain leaves the node schedulable even when an earlier,
+// interrupted drain had cordoned it; an operator's cordon stays.
+func TestRefusedDrainUndoesOnlyTransitsCordon(t *testing.T) {
+	t.Parallel()
+	for _, operator := range []bool{false, true} {
+		t.Run(fmt.Sprintf("operator=%v", operator), func(t *testing.T) {
+			t.Parallel()
+			h := newTestHarness(t)
+			h.mustConverge(paperCluster(1, 2, 0))
+			st := h.load()
+			for i := range st.Nodes {
+				if st.Nodes[i].ID == "paper-worker-2" {
+					st.Nodes[i].CordonedByTransit = !operator // the run that cordoned it was killed
+				}
+			}
+			if err := h.save(st); err != nil {
+				t.Fatal(err)
+			}
+			m := h.sim.members["paper-worker-2"]
+			m.cordoned, m.operator = true, operator
+			h.sim.refuse["paper-worker-2"] = true
+			c := paperCluster(1, 1, 0)
+			h.prepare(c)
+			_, err := h.apply(c, 0)
+			// Without transit's cordon, paper-worker-1 goes instead. With
+			// the operator's, the one ready worker must stay.
+			if operator != errors.Is(err, ErrNotConverged) {
+				t.Fatalf("err = %v", err)
+			}
+			if operator && !strings.Contains(err.Error(), "paper-worker-1 stays for now") {
+				t.Errorf("err = %v, want one saying paper-worker-1 stays", err)
+			}
+			if m.cordoned != operator || len(h.sim.violations) > 0 {
+				t.Errorf("cordoned=%v, violations %v; want cordoned only by an operator", m.cordoned, h.sim.violations)
+			}
+			for _, n := range h.load().Nodes {
+				if n.ID == "paper-worker-2" && (n.CordonedByTransit || operator != (n.Phase == districts.PhaseCordoned)) {
+					t.Errorf("state: phase %s, cordoned by transit %v", n.Phase, n.CordonedByTransit)
+				}
+			}
+		})
+	}
 }

@@ -347,22 +347,26 @@ func (s *sim) checkPeak() {
 	}
 }
 
-// checkFloor: a role never has fewer ready, schedulable members than the
-// smaller of its intended size and what it had when the change began.
-func (s *sim) checkFloor(when string) {
+// checkFloor: transit never takes a healthy member of role away while
+// that leaves the role fewer healthy, schedulable members than the smaller
+// of its intended size and what it had when the change began. Members
+// nature made sick count for nothing: transit saw them not ready.
+func (s *sim) checkFloor(role, when string) {
 	if s.destroying {
 		return
 	}
-	ready := map[string]int{}
+	floor, ok := s.floor[role]
+	if !ok {
+		return
+	}
+	ready := 0
 	for _, m := range s.members {
-		if m.ready && !m.cordoned && m.gen == s.gen && s.alive(m) {
-			ready[m.role]++
+		if m.role == role && s.healthy(m) && !m.cordoned && m.gen == s.gen {
+			ready++
 		}
 	}
-	for role, floor := range s.floor {
-		if ready[role] < floor {
-			s.violate("%s: %d ready %s members, fewer than %d", when, ready[role], role, floor)
-		}
+	if ready < floor {
+		s.violate("%s: %d ready %s members, fewer than %d", when, ready, role, floor)
 	}
 }
 
@@ -530,22 +534,23 @@ func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.
 	if s.refuse[n.ID] || s.rng.Float64() < s.refuseProb {
 		return &DrainError{Node: n.ID, Reason: "a disruption budget allows no eviction", Blocking: []string{"default/web-1"}}
 	}
+	wasCordoned := m.cordoned
 	cordoned := 0
-	for _, o := range s.members {
-		if o.cordoned && o.gen == s.gen && s.alive(o) {
+	for id, o := range s.members {
+		if id != n.ID && o.cordoned && o.gen == s.gen && s.alive(o) {
 			cordoned++
 		}
 	}
-	if cordoned+1 > s.maxUnavailable {
+	if !wasCordoned && cordoned+1 > s.maxUnavailable {
 		s.violate("drain of %s with %d nodes already cordoned, max_unavailable %d", n.ID, cordoned, s.maxUnavailable)
 	}
 	if m.role == districts.RoleMaster {
 		s.checkQuorum(n.ID, "drain")
 	}
 	m.cordoned, m.operator = true, false
-	if !m.sick {
-		// Taking away a sick member costs no capacity.
-		s.checkFloor("drain " + n.ID)
+	if s.healthy(m) && !wasCordoned {
+		// Taking away a sick or already cordoned member costs no capacity.
+		s.checkFloor(m.role, "drain "+n.ID)
 	}
 	return nil
 }
@@ -585,8 +590,8 @@ func (p *simPlatform) Remove(ctx context.Context, n districts.Node) error {
 		s.checkQuorum(n.ID, "remove")
 	}
 	delete(s.members, n.ID)
-	if !m.sick && s.alive(m) {
-		s.checkFloor("remove " + n.ID)
+	if s.healthy(m) && !m.cordoned {
+		s.checkFloor(m.role, "remove "+n.ID)
 	}
 	return err
 }

@@ -558,14 +558,28 @@ func testBadInput(t *testing.T, c *cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The platform cannot be asked: status still shows the machines and
+	// says why, without writing; apply changes no node and ends not
+	// converged (exit 3), naming the node.
 	expectFailure := func(name, want string) {
 		t.Helper()
 		r := c.transit("status")
-		if r.code != 1 || !strings.Contains(r.stderr, want) {
-			t.Errorf("%s: exit %d, stderr:\n%s\nwant exit 1 and %q", name, r.code, r.stderr, want)
+		if r.code != 0 || !strings.Contains(r.stdout, "Platform unreachable") || !strings.Contains(r.stdout, want) {
+			t.Errorf("%s: status exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0, \"Platform unreachable\" and %q", name, r.code, r.stdout, r.stderr, want)
 		}
 		if after, err := os.ReadFile(statePath); err != nil || !bytes.Equal(after, before) {
-			t.Errorf("%s: resources.json changed or unreadable (%v)", name, err)
+			t.Errorf("%s: status changed resources.json or it is unreadable (%v)", name, err)
+		}
+		r = c.transit("apply", "--auto-approve")
+		if r.code != 3 || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: apply exit %d, stderr:\n%s\nwant exit 3 and %q", name, r.code, r.stderr, want)
+		}
+		after, err := c.saved()
+		if err != nil {
+			t.Fatalf("%s: resources.json after apply: %v", name, err)
+		}
+		if got, want := nodePhases(after), nodePhases(res); !maps.Equal(got, want) {
+			t.Errorf("%s: apply changed nodes %v, want %v", name, got, want)
 		}
 	}
 
@@ -618,6 +632,15 @@ func testBadInput(t *testing.T, c *cluster) {
 
 	// Everything works again.
 	c.checkAgree(c.status())
+}
+
+// nodePhases maps each node of res to its phase.
+func nodePhases(res districts.Resources) map[string]districts.Phase {
+	out := map[string]districts.Phase{}
+	for _, n := range res.Nodes {
+		out[n.ID] = n.Phase
+	}
+	return out
 }
 
 func newPublicKey(t *testing.T) gossh.PublicKey {

@@ -181,8 +181,11 @@ func (d *driver) askWorkers(ctx context.Context, workers []districts.Node) []ans
 
 // judge decides from the nodes' answers: the swarm's node list and the
 // master that gave it, control.ErrNoPlatform when every node answered and
-// none is in a swarm, else a *control.UnreachableError naming the masters
-// (all of them: none served the swarm) with each node's reason.
+// none is in a swarm, else a *control.UnreachableError with each node's
+// reason, naming the masters that could not serve now (unreachable,
+// engine down, locked, joining, listing nothing). When every master
+// answered that it is in no swarm or a mere worker while nodes are in a
+// swarm, it names none: that swarm is lost.
 func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
 	for _, a := range masters {
 		if a.err == nil && a.state.serves() && a.list != nil {
@@ -190,26 +193,28 @@ func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
 		}
 	}
 	var errs []error
-	var ids []string
+	var silent []string
 	doubt := false // some node is in a swarm, or could not be asked
 	for _, a := range masters {
-		ids = append(ids, a.node.ID)
 		switch {
 		case a.err != nil:
 			errs = append(errs, a.err)
-			doubt = true
 		case a.state.State == "down":
 			errs = append(errs, fmt.Errorf("master %s belongs to a swarm but its docker engine is not running", a.node.ID))
-			doubt = true
 		case a.state.serves():
 			errs = append(errs, fmt.Errorf("master %s is a swarm manager but listed no nodes", a.node.ID))
+		case a.state.State == "active":
+			errs = append(errs, fmt.Errorf("master %s is only a worker of its swarm", a.node.ID))
 			doubt = true
+			continue
 		case a.state.inSwarm():
-			errs = append(errs, fmt.Errorf("master %s is not an active swarm manager (state %s, manager %t)", a.node.ID, a.state.State, a.state.Manager))
-			doubt = true
+			errs = append(errs, fmt.Errorf("master %s cannot serve its swarm now (state %s)", a.node.ID, a.state.State))
 		default:
 			errs = append(errs, fmt.Errorf("master %s is in no swarm", a.node.ID))
+			continue
 		}
+		silent = append(silent, a.node.ID)
+		doubt = true
 	}
 	var inSwarm []string
 	for _, a := range workers {
@@ -228,7 +233,7 @@ func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
 	if !doubt {
 		return nil, districts.Node{}, control.ErrNoPlatform
 	}
-	return nil, districts.Node{}, &control.UnreachableError{Masters: ids, Err: errors.Join(errs...)}
+	return nil, districts.Node{}, &control.UnreachableError{Masters: silent, Err: errors.Join(errs...)}
 }
 
 // membersOf maps the swarm's nodes onto transit's: one member per

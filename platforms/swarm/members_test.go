@@ -118,14 +118,21 @@ func TestJudge(t *testing.T) {
 		{
 			name:        "a master's engine is down",
 			masters:     []answer{said("m1", "down\n"), said("m2", "none\n")},
-			wantMasters: []string{"m1", "m2"},
+			wantMasters: []string{"m1"}, // m2 answered
 			wantSays:    []string{"master m1 belongs to a swarm but its docker engine is not running"},
 		},
 		{
 			name:        "a master is a swarm worker, or pending",
 			masters:     []answer{said("m1", "active false x\n"), said("m2", "pending false y\n")},
-			wantMasters: []string{"m1", "m2"},
-			wantSays:    []string{"master m1 is not an active swarm manager (state active", "master m2 is not an active swarm manager (state pending"},
+			wantMasters: []string{"m2"}, // m1 answered: it is a worker
+			wantSays:    []string{"master m1 is only a worker of its swarm", "master m2 cannot serve its swarm now (state pending)"},
+		},
+		{
+			// Every master answered: the swarm the nodes are in is lost.
+			name:     "the masters are workers of a swarm no manager serves",
+			masters:  []answer{said("m1", "active false x\n")},
+			workers:  []answer{said("w1", "active false a\n")},
+			wantSays: []string{"master m1 is only a worker of its swarm", "workers in a swarm no master serves: w1 (active)"},
 		},
 		{
 			name:        "a locked manager cannot list",
@@ -137,7 +144,7 @@ func TestJudge(t *testing.T) {
 			name:        "masters in no swarm, workers still are",
 			masters:     []answer{said("m1", "none\n")},
 			workers:     []answer{said("w1", "error false a\n"), said("w2", "locked false b\n"), said("w3", "down\n")},
-			wantMasters: []string{"m1"},
+			wantMasters: nil, // m1 answered: the swarm is lost
 			wantSays:    []string{"master m1 is in no swarm", "workers in a swarm no master serves: w1 (error), w2 (locked), w3 (down)"},
 		},
 		{
