@@ -37,6 +37,21 @@ func FuzzPlanFromState(f *testing.F) {
 		}
 	}
 	seed(st)
+	// What a killed run and a failing deployment leave behind.
+	st = h.load()
+	st.Failures = map[string]districts.Failure{"gce-europe/small/worker": {Count: 4, LastError: "join: timeout", LastAt: h.sim.clock.peek()}}
+	for i := range st.Nodes {
+		n := &st.Nodes[i]
+		switch i % 4 {
+		case 0:
+			n.Phase, n.CordonedByTransit = districts.PhaseDraining, true
+		case 1:
+			n.Phase, n.JoinFailed = districts.PhaseLaunched, true
+		case 2:
+			n.Phase, n.NotReadySince = districts.PhaseNotReady, h.sim.clock.peek()
+		}
+	}
+	seed(st)
 
 	f.Fuzz(func(t *testing.T, data []byte, surge, unavailable uint8) {
 		var r districts.Resources

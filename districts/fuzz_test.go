@@ -114,6 +114,12 @@ func FuzzResources(f *testing.F) {
 	f.Add([]byte(`{"type": "resources", "version": 1, "cluster": "demo", "serial": 3, "updated_at": "2017-04-24T09:30:00.123456789+02:00",
 		"nodes": [{"id": "n1", "cluster": "demo", "phase": "joined", "tags": {"a": "b"}, "created_at": "0001-01-01T00:00:00Z"}],
 		"security_groups": [{"id": "g1", "cluster": "demo", "sources": ["10.0.0.1/32"]}]}`))
+	f.Add([]byte(`{"type": "resources", "version": 2, "cluster": "demo", "lineage": "k3x9q2m7p4z8w1v6", "serial": 9,
+		"platform_formed_at": "2026-11-22T10:00:00Z", "node_numbers": {"master": 3, "worker": 12},
+		"failures": {"a/small/worker": {"count": 3, "last_error": "apt-get: unable to fetch", "last_at": "2026-11-22T10:05:00Z"}},
+		"nodes": [{"id": "demo-worker-12", "cluster": "demo", "phase": "draining", "cordoned_by_transit": true, "join_failed": true,
+			"not_ready_since": "2026-11-22T10:01:00Z", "created_at": "2026-11-22T09:00:00Z"},
+			{"id": "demo-worker-11", "cluster": "demo", "phase": "cordoned", "created_at": "2026-11-22T09:00:00Z"}]}`))
 	f.Add([]byte(`{"type": "resources", "version": 3, "new": true}`))
 	f.Add([]byte(`{"type": "resources", "version": 1, "nodes": null, "security_groups": []}`))
 	f.Add([]byte(`{"updated_at": "9999-12-31T23:59:59-23:59"}`))
