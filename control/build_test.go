@@ -404,3 +404,29 @@ func TestPlanIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// Destroy terminates every machine at once, drains nothing, asks no
+// platform, and deletes each group once its district's machines are gone.
+func TestPlanDestroy(t *testing.T) {
+	t.Parallel()
+	nodes := []districts.Node{master1, pnode("paper-worker-1", gce, "worker", districts.PhaseDraining), pnode("paper-worker-2", aws, "worker", joined)}
+	w := worldSpec{nodes: nodes, platform: platformNotAsked, formed: true}.world()
+	p := buildPlan(planInput{cluster: paperCluster(0, 0, 0), districts: simDistricts[:2], world: w, destroy: true, ids: newNodeNumbers("paper", w)})
+	want := []string{"terminate paper-master-1", "terminate paper-worker-1", "terminate paper-worker-2"}
+	if diff := cmp.Diff(want, nodeActions(p)); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+	checkContains(t, "waiting", p.Waiting, "1 machine(s) in aws-europe to be gone before deleting group transit-paper-aws-europe")
+	checkContains(t, "waiting", p.Waiting, "2 machine(s) in gce-europe to be gone before deleting group transit-paper-gce-europe")
+
+	// Once the machines are gone, the groups go.
+	w = worldSpec{platform: platformNotAsked, formed: true}.world()
+	p = buildPlan(planInput{cluster: paperCluster(0, 0, 0), districts: simDistricts[:2], world: w, destroy: true, ids: newNodeNumbers("paper", w)})
+	var kinds []string
+	for _, a := range p.Actions {
+		kinds = append(kinds, string(a.Kind)+" "+a.Group)
+	}
+	if diff := cmp.Diff([]string{"delete-group transit-paper-aws-europe", "delete-group transit-paper-gce-europe"}, kinds); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+}

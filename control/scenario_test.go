@@ -319,3 +319,47 @@ func TestRefusedDrainUndoesOnlyTransitsCordon(t *testing.T) {
 		})
 	}
 }
+
+// Scenario 8: destroy never asks the platform, so it works while no
+// master answers.
+func TestDestroyWithoutAPlatform(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 1, 1))
+	h.sim.membersFail = 1
+	h.sim.log = nil
+	h.mustConverge(paperCluster(0, 0, 0))
+	for _, call := range h.sim.log {
+		if call == "members" || strings.HasPrefix(call, "drain") || strings.HasPrefix(call, "remove") {
+			t.Errorf("destroy called the platform: %s", call)
+		}
+	}
+}
+
+// Scenario 12: a label and an uncordon of one node in the same batch both
+// land in resources.json.
+func TestLabelAndUncordonOfOneNodeBothSaved(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 1, 0))
+	m := h.sim.members["paper-worker-1"]
+	m.cordoned, m.labels = true, nil // an interrupted drain, labels gone
+	st := h.load()
+	for i := range st.Nodes {
+		if st.Nodes[i].ID == "paper-worker-1" {
+			st.Nodes[i].CordonedByTransit = true
+		}
+	}
+	if err := h.save(st); err != nil {
+		t.Fatal(err)
+	}
+	c := paperCluster(1, 1, 0)
+	opts := h.options(c)
+	opts.MaxRounds = 1 // the saved state after one round, before any re-observation
+	_, _ = Apply(t.Context(), opts)
+	for _, n := range h.load().Nodes {
+		if n.ID == "paper-worker-1" && (n.Phase != districts.PhaseJoined || n.CordonedByTransit || n.Tags["location"] != "Europe") {
+			t.Errorf("saved node: phase %s, cordoned by transit %v, tags %v; want joined, false, location=Europe", n.Phase, n.CordonedByTransit, n.Tags)
+		}
+	}
+}

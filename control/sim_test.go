@@ -501,6 +501,8 @@ func (p *simPlatform) Join(ctx context.Context, n districts.Node) error {
 
 func (p *simPlatform) Label(ctx context.Context, n districts.Node, labels map[string]string) error {
 	s := p.s
+	// An update RPC takes a while: other changes of the node overlap.
+	defer time.Sleep(200 * time.Microsecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	crash, err := s.step(ctx, "label "+n.ID)

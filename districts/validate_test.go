@@ -165,6 +165,10 @@ func TestValidate(t *testing.T) {
 			cl("strategy.max_surge", "must not be negative, got -2"),
 			cl("strategy.drain_timeout", "must not be negative, got -1s"),
 		}},
+		{"strategy both 0", func(c *Config) { c.Cluster.Strategy = Strategy{MaxUnavailable: Int(0), MaxSurge: Int(0)} },
+			Problems{withHint(cl("strategy", "max_surge and max_unavailable are both 0: no node could ever be replaced"),
+				"allow one of them to be at least 1 (max_surge 0 replaces in place, max_unavailable nodes at a time)")}},
+		{"strategy max_surge 0 alone is replace-in-place", func(c *Config) { c.Cluster.Strategy = Strategy{MaxSurge: Int(0)} }, nil},
 
 		// districts.json
 		{"district type", func(c *Config) { c.Districts[0].Type = ""; c.Districts[1].Type = "cluster" },
@@ -440,5 +444,26 @@ func TestValidateResources(t *testing.T) {
 				t.Errorf("ValidateResources problems (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// An explicit 0 is kept; only unset fields get defaults.
+func TestStrategyResolved(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		s              Strategy
+		surge, unavail int
+	}{
+		{Strategy{}, DefaultMaxSurge, DefaultMaxUnavailable},
+		{Strategy{MaxSurge: Int(0)}, 0, DefaultMaxUnavailable},
+		{Strategy{MaxUnavailable: Int(0)}, DefaultMaxSurge, 0},
+		{Strategy{MaxSurge: Int(3), MaxUnavailable: Int(2)}, 3, 2},
+		{Strategy{MaxSurge: Int(0), MaxUnavailable: Int(0)}, 0, 1}, // refused by validation; never stalls
+	}
+	for _, tt := range tests {
+		r := tt.s.Resolved()
+		if r.MaxSurge != tt.surge || r.MaxUnavailable != tt.unavail {
+			t.Errorf("%+v: surge %d unavailable %d, want %d %d", tt.s, r.MaxSurge, r.MaxUnavailable, tt.surge, tt.unavail)
+		}
 	}
 }
