@@ -630,10 +630,10 @@ func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
 	// Members go in waves. A wave takes as many nodes as max_unavailable
 	// leaves room for, counting every node cordoned now, whoever cordoned
 	// it and whether a drain or a removal failed: the next wave counts
-	// again. A node already cordoned holds its own place. Workers go
-	// before masters; masters go one at a time.
-	// With max_unavailable 0 (replacements surge first) one node still goes
-	// at a time: the ready-member floor is what keeps the role whole.
+	// again. A node already cordoned holds its own place. Masters go one
+	// at a time, after the workers unless already cordoned. With
+	// max_unavailable 0 (replacements surge first) one node still goes at
+	// a time: the ready-member floor is what keeps the role whole.
 	limit := max(r.opts.Cluster.Strategy.Resolved().MaxUnavailable, 1)
 	for len(drains) > 0 {
 		s := r.st.read()
@@ -648,19 +648,16 @@ func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
 		workersLeft := slices.ContainsFunc(drains, isWorkerChain)
 		masterIn := false
 		for _, c := range drains {
-			master := c[0].Role == districts.RoleMaster
-			switch {
-			case master && masterIn:
+			master, held := c[0].Role == districts.RoleMaster, cordoned[c[0].Node]
+			if !held && free <= 0 || master && (masterIn || workersLeft && !held) {
 				rest = append(rest, c)
-			case cordoned[c[0].Node]:
-				wave = append(wave, c)
-			case master && workersLeft, free <= 0:
-				rest = append(rest, c)
-			default:
-				wave = append(wave, c)
+				continue
+			}
+			if !held {
 				free--
 			}
-			masterIn = masterIn || master && len(wave) > 0 && wave[len(wave)-1][0].Node == c[0].Node
+			masterIn = masterIn || master
+			wave = append(wave, c)
 		}
 		if len(wave) == 0 {
 			for _, c := range rest {
