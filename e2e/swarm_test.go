@@ -60,7 +60,9 @@ func TestSwarmLifecycle(t *testing.T) {
 		{"a service constrained to a tag runs only on matching nodes", testConstraint},
 		{"scale workers up and down, draining before removal", testScale},
 		{"migrate the workers from one district to the other", testMigrate},
-		{"masters: grow to three across districts, then shrink back", testMasters},
+		{"masters: 1 → 2 → 1 → 3 → 1, one leader throughout", testMasters},
+		{"a node killed behind transit's back is replaced", testKilledNode},
+		{"a flushed FORWARD jump is repaired", testFirewallRepair},
 		{"kill -9 transit during apply, then converge", testKill},
 		{"a drain that would strand a service is refused", testRefusedDrain},
 		{"bad input gives clear errors and keeps the state", testBadInput},
@@ -368,17 +370,15 @@ func testMigrate(t *testing.T, c *cluster) {
 	c.waitRunning(res, "web", 2)
 }
 
-// testMasters adds two managers in the other district (a three-manager
-// Raft quorum), then goes back to one: each leaving manager is demoted
-// first, and the swarm keeps a leader throughout.
+// testMasters grows the swarm to two managers and back to one, then to
+// three and back to one (3 → 2 → 1): each leaving manager is demoted and
+// leaves only once the swarm agrees, and while transit works the first
+// manager, which stays, always sees exactly one leader.
 func testMasters(t *testing.T, c *cluster) {
 	c.cfg.Deployments = append(c.cfg.Deployments, districts.Deployment{
-		District: "e2e-b", Flavor: "small", Role: districts.RoleMaster, Quantity: 2,
+		District: "e2e-b", Flavor: "small", Role: districts.RoleMaster, Quantity: 0,
 		Tags: map[string]string{"location": "France"},
 	})
-	c.writeConfig()
-	c.apply()
-	res := c.status()
 	managers := func(res districts.Resources) int {
 		n := 0
 		for _, state := range c.swarmNodes(res) {
@@ -388,20 +388,143 @@ func testMasters(t *testing.T, c *cluster) {
 		}
 		return n
 	}
-	if got := managers(res); got != 3 {
-		t.Fatalf("%d managers, want 3", got)
+	first := c.manager(c.status())
+	for _, extra := range []int{1, 2} {
+		for _, q := range []int{extra, 0} {
+			c.setQuantity("e2e-b", districts.RoleMaster, q)
+			samples, problems := c.whileApplying(func(ctx context.Context) error { return c.oneLeader(ctx, first) })
+			t.Logf("%d → %d extra managers: %d leader samples", extra-q, q, samples)
+			for _, p := range problems {
+				t.Errorf("%d extra managers → %d: %v", extra-q, q, p)
+			}
+			res := c.status()
+			if got := managers(res); got != 1+q {
+				t.Errorf("%d managers, want %d", got, 1+q)
+			}
+			c.checkAgree(res)
+		}
 	}
-	c.checkAgree(res)
-
-	c.setQuantity("e2e-b", districts.RoleMaster, 0)
-	c.apply()
-	res = c.status()
-	if got := managers(res); got != 1 {
-		t.Errorf("%d managers after shrinking, want 1", got)
-	}
-	c.checkAgree(res)
 	c.cfg.Deployments = c.cfg.Deployments[:len(c.cfg.Deployments)-1]
 	c.writeConfig()
+}
+
+// oneLeader asks mgr's `docker node ls` for the managers: it must answer
+// (a swarm without a leader refuses) and name exactly one leader.
+func (c *cluster) oneLeader(ctx context.Context, mgr districts.Node) error {
+	out, err := c.on(ctx, mgr, `docker node ls --format '{{.Hostname}} {{.ManagerStatus}}'`)
+	if err != nil {
+		return err
+	}
+	leaders := 0
+	for line := range strings.Lines(out) {
+		if strings.HasSuffix(strings.TrimSpace(line), " Leader") {
+			leaders++
+		}
+	}
+	if leaders != 1 {
+		return fmt.Errorf("%d leaders:\n%s", leaders, out)
+	}
+	return nil
+}
+
+// whileApplying runs apply to convergence while sample runs over and
+// over; it returns how often sample ran and the distinct problems it saw.
+func (c *cluster) whileApplying(sample func(ctx context.Context) error) (int, []string) {
+	c.tb.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	samples, seen := 0, map[string]bool{}
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err := sample(sctx)
+			cancel()
+			mu.Lock()
+			if ctx.Err() == nil {
+				samples++
+				if err != nil {
+					seen[err.Error()] = true
+				}
+			}
+			mu.Unlock()
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	c.apply()
+	stop()
+	wg.Wait()
+	return samples, slices.Sorted(maps.Keys(seen))
+}
+
+// testKilledNode kills every process of a worker (its machine crashed
+// behind transit's back): the next apply replaces it, and the swarm no
+// longer lists it.
+func testKilledNode(t *testing.T, c *cluster) {
+	res := c.status()
+	var victim districts.Node
+	for _, n := range res.Nodes {
+		if n.Role == districts.RoleWorker {
+			victim = n
+		}
+	}
+	out, err := exec.Command("ip", "netns", "pids", "transit-"+victim.ProviderID).Output()
+	if err != nil {
+		t.Fatalf("pids of %s: %v", victim.ID, err)
+	}
+	pids := strings.Fields(string(out))
+	if len(pids) == 0 {
+		t.Fatalf("node %s runs no process", victim.ID)
+	}
+	if out, err := exec.Command("kill", append([]string{"-9"}, pids...)...).CombinedOutput(); err != nil {
+		t.Fatalf("kill %s: %v\n%s", victim.ID, err, out)
+	}
+	c.apply()
+	res = c.status()
+	for _, n := range res.Nodes {
+		if n.ProviderID == victim.ProviderID {
+			t.Errorf("the killed node %s (%s) is still in the state as %s", n.ID, n.ProviderID, n.Phase)
+		}
+	}
+	if len(res.Nodes) != 5 {
+		t.Errorf("%d nodes, want 5: the killed node was not replaced", len(res.Nodes))
+	}
+	c.checkAgree(res) // docker node ls no longer lists the dead node
+	c.checkNoOrphans(res)
+}
+
+// testFirewallRepair deletes the FORWARD jumps to the cluster's chains (a
+// firewalld reload does that): the next apply puts them back.
+func testFirewallRepair(t *testing.T, c *cluster) {
+	jumps := func() []string {
+		out, err := exec.Command("iptables", "-S", "FORWARD").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rules []string
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "-A" && c.chains[f[len(f)-1]] {
+				rules = append(rules, strings.TrimSpace(line))
+			}
+		}
+		return rules
+	}
+	before := jumps()
+	if len(before) == 0 {
+		t.Fatal("no FORWARD jump to the cluster's chains")
+	}
+	for _, rule := range before {
+		args := append([]string{"-D"}, strings.Fields(rule)[1:]...)
+		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %v: %v\n%s", args, err, out)
+		}
+	}
+	c.apply()
+	if after := jumps(); !sameSet(after, before) {
+		t.Errorf("FORWARD jumps after apply:\n  %s\nwant:\n  %s", strings.Join(after, "\n  "), strings.Join(before, "\n  "))
+	}
+	c.checkAgree(c.status())
 }
 
 func testKill(t *testing.T, c *cluster) {
