@@ -28,8 +28,8 @@ func BuiltinInfrastructures() map[string]InfrastructureFunc {
 // platform name.
 func BuiltinPlatforms() map[string]PlatformFunc {
 	return map[string]PlatformFunc{
-		"swarm": func(_ context.Context, c districts.Cluster, stateDir string) (control.Platform, error) {
-			cfg, err := sshConfig(stateDir, c.ID)
+		"swarm": func(_ context.Context, c districts.Cluster, stateDir string, key *ssh.Key) (control.Platform, error) {
+			cfg, err := sshConfig(stateDir, c.ID, key)
 			if err != nil {
 				return nil, err
 			}
@@ -41,11 +41,7 @@ func BuiltinPlatforms() map[string]PlatformFunc {
 // sshConfig is how platform drivers reach the cluster's nodes: the cluster
 // key and the pinned host keys, both beside the state. TRANSIT_SSH_TIMEOUT
 // bounds the wait for a node that does not answer (default 2m).
-func sshConfig(stateDir, cluster string) (ssh.Config, error) {
-	key, err := ssh.EnsureKey(stateDir, cluster)
-	if err != nil {
-		return ssh.Config{}, err
-	}
+func sshConfig(stateDir, cluster string, key *ssh.Key) (ssh.Config, error) {
 	hosts, err := ssh.OpenHostKeys(ssh.HostKeysPath(stateDir, cluster))
 	if err != nil {
 		return ssh.Config{}, err

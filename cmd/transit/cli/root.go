@@ -20,6 +20,7 @@ import (
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
 )
 
 // InfrastructureFunc builds the infrastructure driver for one district. cred
@@ -29,8 +30,9 @@ type InfrastructureFunc func(ctx context.Context, d districts.District, cred *di
 
 // PlatformFunc builds the platform driver for a cluster; stateDir is the
 // directory of resources.json, where a driver may keep what it needs to
-// reach the platform (join tokens, kubeconfig).
-type PlatformFunc func(ctx context.Context, c districts.Cluster, stateDir string) (control.Platform, error)
+// reach the platform (join tokens, kubeconfig); key is the cluster's SSH
+// key, read once per command.
+type PlatformFunc func(ctx context.Context, c districts.Cluster, stateDir string, key *ssh.Key) (control.Platform, error)
 
 // Deps is everything the commands take from outside: the streams, the
 // terminal checks, time and the driver registries.

@@ -99,14 +99,16 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 	if so.access == readState {
 		return s, nil
 	}
-	if so.access == mutate {
-		s.opts.Save = state.Saver(g.State, res.Serial, deps.clock().Now)
-		// Every machine gets the cluster's SSH key; platform drivers log
-		// in with it.
-		key, err := ssh.EnsureKey(filepath.Dir(g.State), cfg.Cluster.ID)
-		if err != nil {
+	// Every machine gets the cluster's SSH key; platform drivers log in
+	// with it. It is read once per command.
+	var key *ssh.Key
+	if so.access == mutate || !so.noPlatform {
+		if key, err = ssh.EnsureKey(filepath.Dir(g.State), cfg.Cluster.ID); err != nil {
 			return nil, err
 		}
+	}
+	if so.access == mutate {
+		s.opts.Save = state.Saver(g.State, res.Serial, deps.clock().Now)
 		s.opts.AuthorizedKey = key.AuthorizedKey
 	}
 	s.opts.Infra, err = buildInfrastructures(ctx, deps, cfg)
@@ -114,7 +116,7 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 		return nil, configError(err)
 	}
 	if !so.noPlatform {
-		s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster, filepath.Dir(g.State))
+		s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster, filepath.Dir(g.State), key)
 		if err != nil {
 			return nil, configError(err)
 		}
@@ -165,13 +167,13 @@ func buildInfrastructures(ctx context.Context, deps Deps, cfg districts.Config) 
 	return infra, nil
 }
 
-func buildPlatform(ctx context.Context, deps Deps, c districts.Cluster, stateDir string) (control.Platform, error) {
+func buildPlatform(ctx context.Context, deps Deps, c districts.Cluster, stateDir string, key *ssh.Key) (control.Platform, error) {
 	newPlatform, ok := deps.Platforms[c.Platform]
 	if !ok || newPlatform == nil {
 		return nil, fmt.Errorf("cluster %q: no platform driver for %q in this build (available: %s)",
 			c.ID, c.Platform, available(deps.Platforms))
 	}
-	p, err := newPlatform(ctx, c, stateDir)
+	p, err := newPlatform(ctx, c, stateDir, key)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %s platform driver: %w", c.ID, c.Platform, err)
 	}
