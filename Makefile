@@ -28,7 +28,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 # What the local provider, the Swarm driver and the e2e tests need on the
 # host (Debian/Ubuntu package names).
-DEPS_PACKAGES := iproute2 iptables openssh-server util-linux docker.io busybox-static
+DEPS_PACKAGES := iproute2 iptables openssh-server util-linux docker.io busybox-static curl
 
 # Where `make demo` keeps its working directory (state, cluster key).
 DEMO_DIR := $(CURDIR)/demo
