@@ -214,3 +214,32 @@ func TestRedact(t *testing.T) {
 		t.Error("redact(nil) is not nil")
 	}
 }
+
+// A rotation that failed after a manager left is done before the next
+// join hands out a token the former manager knows.
+func TestJoinRotatesPendingTokensFirst(t *testing.T) {
+	t.Parallel()
+	s := &swarmAt{list: inspectOf(manager("lead", master2.ID, "reachable"), worker("w", worker1.ID))}
+	f := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){
+		master2.ID: s.manager,
+		worker1.ID: replies("w\n"),
+	}}
+	d := testDriver(f, master2)
+	d.rotate = true
+	if err := d.Join(t.Context(), worker1); err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	want := []string{
+		master2.ID + ": rotate the join tokens",
+		master2.ID + ": docker swarm join-token worker",
+		worker1.ID + ": docker swarm join",
+		master2.ID + ": list swarm nodes",
+		master2.ID + ": label the joined node",
+	}
+	if diff := cmp.Diff(want, f.calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	if d.rotate {
+		t.Error("the rotation is still pending")
+	}
+}
