@@ -101,7 +101,7 @@ func TestJoinGivesAMemberItsRole(t *testing.T) {
 				master2.ID: s.manager,
 				tt.node.ID: replies(tt.swarmID + "\n"),
 			}}
-			d := &driver{exec: f.exec, managers: tt.known}
+			d := testDriver(f, tt.known...)
 			if err := d.Join(t.Context(), tt.node); err != nil {
 				t.Fatalf("Join: %v", err)
 			}
@@ -132,8 +132,8 @@ func TestJoinErrorHidesTheToken(t *testing.T) {
 	f := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){
 		master2.ID: s.manager,
 		worker1.ID: func(_ context.Context, script string) (string, error) {
-			if !strings.Contains(script, "SWMTKN-1-secret") {
-				t.Errorf("the join script lacks the token:\n%s", script)
+			if strings.Contains(script, "SWMTKN") {
+				t.Errorf("the join token is in the script, so in a command line:\n%s", script)
 			}
 			return "", &ssh.RunError{
 				Target: ssh.Target{Name: worker1.ID}, Name: "docker swarm join", ExitStatus: 1,
@@ -141,7 +141,7 @@ func TestJoinErrorHidesTheToken(t *testing.T) {
 			}
 		},
 	}}
-	d := &driver{exec: f.exec, managers: []districts.Node{master2}}
+	d := testDriver(f, master2)
 	err := d.Join(t.Context(), worker1)
 	var re *ssh.RunError
 	if !errors.As(err, &re) || re.ExitStatus != 1 {
@@ -152,6 +152,38 @@ func TestJoinErrorHidesTheToken(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "joining with <redacted>") {
 		t.Errorf("the error lost the command's output: %v", err)
+	}
+	// The token reaches the node only on the script's stdin, in the
+	// engine's join request.
+	want := []string{worker1.ID + `: docker swarm join: {"ListenAddr":"10.0.0.3:2377","AdvertiseAddr":"10.0.0.3","RemoteAddrs":["10.0.0.4:2377"],"JoinToken":"SWMTKN-1-secret"}`}
+	if diff := cmp.Diff(want, f.stdins); diff != "" {
+		t.Errorf("stdin given to scripts (-want +got):\n%s", diff)
+	}
+}
+
+// A connection that drops right after the manager printed the token: the
+// failed step's stdout must not carry it into the error (and from there
+// into resources.json and JSON events).
+func TestJoinTokenFetchFailureHidesTheToken(t *testing.T) {
+	t.Parallel()
+	f := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){
+		master2.ID: func(context.Context, string) (string, error) {
+			return "SWMTKN-1-3pu6hszjas19xyp7ghgosyx9k8atbfcr8p2is99znpy26u2lkl-1awxwuwd3z9j1z3puu7rcgdbx\n", &ssh.RunError{
+				Target: ssh.Target{Name: master2.ID}, Name: "docker swarm join-token worker", ExitStatus: -1,
+				Stdout: "SWMTKN-1-3pu6hszjas19xyp7ghgosyx9k8atbfcr8p2is99znpy26u2lkl-1awxwuwd3z9j1z3puu7rcgdbx\n",
+				Err:    errors.New("connection lost"),
+			}
+		},
+	}}
+	err := testDriver(f, master2).Join(t.Context(), worker1)
+	if err == nil {
+		t.Fatal("Join succeeded without a token")
+	}
+	if strings.Contains(err.Error(), "SWMTKN") || strings.Contains(err.Error(), "1awxwuwd") {
+		t.Errorf("the join token leaks into the error: %v", err)
+	}
+	if !strings.Contains(err.Error(), "connection lost") || !strings.Contains(err.Error(), worker1.ID) {
+		t.Errorf("the error lost why and which node: %v", err)
 	}
 }
 
@@ -180,5 +212,34 @@ func TestRedact(t *testing.T) {
 	}
 	if redact(nil, "SWMTKN-1-x") != nil {
 		t.Error("redact(nil) is not nil")
+	}
+}
+
+// A rotation that failed after a manager left is done before the next
+// join hands out a token the former manager knows.
+func TestJoinRotatesPendingTokensFirst(t *testing.T) {
+	t.Parallel()
+	s := &swarmAt{list: inspectOf(manager("lead", master2.ID, "reachable"), worker("w", worker1.ID))}
+	f := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){
+		master2.ID: s.manager,
+		worker1.ID: replies("w\n"),
+	}}
+	d := testDriver(f, master2)
+	d.rotate = true
+	if err := d.Join(t.Context(), worker1); err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	want := []string{
+		master2.ID + ": rotate the join tokens",
+		master2.ID + ": docker swarm join-token worker",
+		worker1.ID + ": docker swarm join",
+		master2.ID + ": list swarm nodes",
+		master2.ID + ": label the joined node",
+	}
+	if diff := cmp.Diff(want, f.calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	if d.rotate {
+		t.Error("the rotation is still pending")
 	}
 }

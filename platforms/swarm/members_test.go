@@ -200,16 +200,22 @@ func TestJudge(t *testing.T) {
 }
 
 // fakeNodes stands in for SSH: it answers each script from a node by the
-// node's function and records what ran where.
+// node's function and records what ran where, and with which stdin.
 type fakeNodes struct {
-	mu    sync.Mutex
-	ran   []string // "<node id>: <name>"
-	nodes map[string]func(ctx context.Context, script string) (string, error)
+	mu     sync.Mutex
+	ran    []string // "<node id>: <name>"
+	stdins []string // "<node id>: <name>: <stdin>" for runs given one
+	nodes  map[string]func(ctx context.Context, script string) (string, error)
 }
 
-func (f *fakeNodes) exec(ctx context.Context, n districts.Node, name, script string) (string, error) {
+var _ runner = (*fakeNodes)(nil)
+
+func (f *fakeNodes) Run(ctx context.Context, n districts.Node, name, script string, stdin []byte) (string, error) {
 	f.mu.Lock()
 	f.ran = append(f.ran, n.ID+": "+name)
+	if stdin != nil {
+		f.stdins = append(f.stdins, n.ID+": "+name+": "+string(stdin))
+	}
 	answer, ok := f.nodes[n.ID]
 	f.mu.Unlock()
 	if !ok {
@@ -222,6 +228,37 @@ func (f *fakeNodes) calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.ran)
+}
+
+// testDriver is a driver on r with a fake clock, knowing managers.
+func testDriver(r runner, managers ...districts.Node) *driver {
+	d := newDriver("c", Options{Clock: &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}}, r)
+	d.managers = managers
+	return d
+}
+
+// fakeClock's Sleep returns at once and moves Now forward.
+type fakeClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	slept time.Duration
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.slept += d
+	return nil
 }
 
 // replies answers out, unless ctx ended first (as a session would).
@@ -255,7 +292,7 @@ func TestMembersDoesNotWaitForADeadMaster(t *testing.T) {
 		master1.ID: dead(master1.ID),
 		master2.ID: replies("active true ccc\n" + inspectJSON),
 	}}
-	d := &driver{exec: f.exec}
+	d := testDriver(f)
 	// The deadline only keeps a driver that asks one master after the
 	// other from hanging the test; asking at once answers long before.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -319,7 +356,7 @@ func TestMembersUnreachableOrNoPlatform(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := &fakeNodes{nodes: tt.answers}
-			d := &driver{exec: f.exec}
+			d := testDriver(f)
 			_, err := d.Members(t.Context(), tt.nodes)
 			switch {
 			case tt.wantNone && !errors.Is(err, control.ErrNoPlatform):

@@ -158,7 +158,7 @@ func TestMayRemoveMasterAsksALiveManager(t *testing.T) {
 			return list, nil
 		},
 	}}
-	d := &driver{exec: f.exec}
+	d := testDriver(f)
 	gone := master2
 	gone.PublicIP = "" // its machine was deleted
 	// No Members call yet: the driver asks the nodes which manager serves.

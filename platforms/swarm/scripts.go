@@ -1,6 +1,7 @@
 package swarm
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,7 +19,12 @@ import (
 // no registry.
 const imagesDir = "/var/lib/transit/images"
 
-// installScript ensures a running Docker engine. Where dockerd is missing it
+// aptLockWait is how many seconds apt-get waits for the package manager's
+// lock.
+const aptLockWait = "600"
+
+// installScript ensures a running Docker engine and curl (joinScript needs
+// it). Where dockerd is missing it
 // installs the distribution's package; where systemd runs it starts the
 // service; where no init system runs (a local node, whose init is sshd) it
 // starts dockerd itself with the default paths. The choice follows what the
@@ -26,17 +32,25 @@ const imagesDir = "/var/lib/transit/images"
 // found in imagesDir, once each.
 func installScript() string {
 	return `set -eu
-if ! command -v dockerd >/dev/null 2>&1; then
+missing=
+command -v dockerd >/dev/null 2>&1 || missing=docker
+command -v curl >/dev/null 2>&1 || missing="$missing curl"
+if [ -n "$missing" ]; then
 	if command -v apt-get >/dev/null 2>&1; then
 		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -q >/dev/null
-		apt-get install -y -q docker.io >/dev/null
+		# On first boot cloud-init or unattended-upgrades may hold the
+		# package manager's lock for minutes: wait for it, not fail.
+		apt-get -o DPkg::Lock::Timeout=` + aptLockWait + ` update -q >/dev/null
+		pkgs=
+		case "$missing" in *docker*) pkgs=docker.io ;; esac
+		case "$missing" in *curl*) pkgs="$pkgs curl" ;; esac
+		apt-get -o DPkg::Lock::Timeout=` + aptLockWait + ` install -y -q $pkgs >/dev/null
 	elif command -v dnf >/dev/null 2>&1; then
-		dnf install -y -q docker
+		dnf install -y -q docker curl
 	elif command -v yum >/dev/null 2>&1; then
-		yum install -y -q docker
+		yum install -y -q docker curl
 	else
-		echo "no dockerd on this machine and no apt-get, dnf or yum to install it" >&2
+		echo "missing:$missing; and no apt-get, dnf or yum to install it" >&2
 		exit 3
 	fi
 fi
@@ -135,19 +149,40 @@ func joinTokenScript(role string) string {
 	return "set -eu\ndocker swarm join-token -q " + ssh.Quote(role) + "\n"
 }
 
-// joinScript joins the node to the swarm a manager at managerAddr runs
-// (unless it is in a swarm already) and prints its swarm node id.
-func joinScript(token, addr, managerAddr string) string {
+// joinRequest is the body of the engine's POST /swarm/join that joins the
+// node at addr to the swarm a manager at managerAddr runs.
+func joinRequest(token, addr, managerAddr string) ([]byte, error) {
+	return json.Marshal(struct {
+		ListenAddr    string
+		AdvertiseAddr string
+		RemoteAddrs   []string
+		JoinToken     string
+	}{addr + ":2377", addr, []string{managerAddr + ":2377"}, token})
+}
+
+// joinScript joins the node to a swarm (unless it is in a swarm already)
+// with the joinRequest on its stdin, and prints its swarm node id. docker
+// swarm join takes the token only as an argument, which every user of the
+// node could read in the process list; the engine's API takes it from
+// curl's stdin.
+func joinScript() string {
 	return `set -eu
 state=$(docker info --format '{{.Swarm.LocalNodeState}}')
 if [ "$state" != active ]; then
 	if [ "$state" != inactive ]; then
-		docker swarm leave --force >/dev/null 2>&1 || true
+		docker swarm leave --force >/dev/null 2>&1 </dev/null || true
 	fi
-	docker swarm join --token ` + ssh.Quote(token) + ` --advertise-addr ` + ssh.Quote(addr) +
-		` --listen-addr ` + ssh.Quote(addr+":2377") + ` ` + ssh.Quote(managerAddr+":2377") + ` >/dev/null
+	command -v curl >/dev/null 2>&1 || { echo "curl is missing: install the node again" >&2; exit 3; }
+	resp=$(mktemp)
+	trap 'rm -f "$resp"' EXIT
+	code=$(curl -sS -o "$resp" -w '%{http_code}' --unix-socket /var/run/docker.sock \
+		-H 'Content-Type: application/json' --data-binary @- http://localhost/swarm/join)
+	case "$code" in
+	2??) ;;
+	*) echo "docker swarm join: the engine answered HTTP $code: $(cat "$resp")" >&2; exit 1 ;;
+	esac
 fi
-docker info --format '{{.Swarm.NodeID}}'
+docker info --format '{{.Swarm.NodeID}}' </dev/null
 `
 }
 
@@ -179,23 +214,26 @@ func nodeUpdateScript(swarmID string, set map[string]string, drop []string, avai
 	return b.String()
 }
 
-// nodeTasksScript prints the tasks on a node, whatever the swarm wants of
-// them, as "task|<service id>|<task id>|<state>" lines, and the services'
-// names as "service|<id>|<name>" lines. It runs on a manager.
+// nodeTasksScript prints the tasks on a node, shut down ones included
+// (its task history), as "task|<service id>|<task id>|<state>|<desired
+// state>" lines, and the services' names as "service|<id>|<name>" lines.
+// It runs on a manager.
 func nodeTasksScript(swarmID string) string {
 	return `set -eu
 ids=$(docker node ps -q ` + ssh.Quote(swarmID) + `)
 [ -n "$ids" ] || exit 0
-docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}' $ids
+docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids
 services=$(docker service ls -q)
 [ -n "$services" ] || exit 0
 docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services
 `
 }
 
-// serviceTasksScript prints, for each service, the tasks the swarm wants
-// running: "<service name>|<node id>|<state>|<error>" per line. It runs on
-// a manager.
+// serviceTasksScript prints, for each service that still exists, a line
+// "service|<id>|<name>|<mode>|<replicas>" (mode replicated, global or job;
+// replicas only for replicated) and the tasks the swarm wants running as
+// "task|<service id>|<node id>|<state>|<error>" lines. It runs on a
+// manager.
 func serviceTasksScript(serviceIDs []string) string {
 	quoted := make([]string, len(serviceIDs))
 	for i, id := range serviceIDs {
@@ -203,37 +241,58 @@ func serviceTasksScript(serviceIDs []string) string {
 	}
 	return `set -eu
 for s in ` + strings.Join(quoted, " ") + `; do
-	name=$(docker service inspect --format '{{.Spec.Name}}' "$s" 2>/dev/null) || continue
+	docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}|{{if .Spec.Mode.Replicated}}replicated|{{.Spec.Mode.Replicated.Replicas}}{{else if .Spec.Mode.Global}}global|{{else}}job|{{end}}' "$s" 2>/dev/null || continue
 	ids=$(docker service ps -q --filter desired-state=running "$s")
 	[ -n "$ids" ] || continue
-	docker inspect --format "$name"'|{{.NodeID}}|{{.Status.State}}|{{.Status.Err}}' $ids
+	docker inspect --format "task|$s"'|{{.NodeID}}|{{.Status.State}}|{{.Status.Err}}' $ids
 done
 `
 }
 
-// leaveScript takes the node out of its swarm; a node in none is fine.
+// leaveScript takes the node out of its swarm, without --force: the engine
+// refuses when leaving would hurt the swarm. A node that still runs as a
+// manager (its demotion not through yet) exits with exitRetry; a node in no
+// swarm, or whose engine is not running, is fine.
 func leaveScript() string {
 	return `set -eu
 if ! docker info >/dev/null 2>&1; then
 	exit 0
 fi
 state=$(docker info --format '{{.Swarm.LocalNodeState}}')
-if [ "$state" != inactive ]; then
-	docker swarm leave --force >/dev/null
+[ "$state" != inactive ] || exit 0
+if [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" = true ]; then
+	echo "the node still runs as a swarm manager" >&2
+	exit ` + fmt.Sprint(exitRetry) + `
+fi
+docker swarm leave >/dev/null
+`
+}
+
+// removeScript deletes a node that left from the swarm's node list; with
+// force also one that could not leave (its machine is gone or does not
+// answer). A node the swarm no longer has is fine; one the swarm does not
+// report down yet exits with exitRetry. It runs on a manager.
+func removeScript(swarmID string, force bool) string {
+	flag := ""
+	if force {
+		flag = "--force "
+	}
+	return `set -eu
+if ! out=$(docker node rm ` + flag + ssh.Quote(swarmID) + ` 2>&1 >/dev/null); then
+	case "$out" in
+	*"node "*" not found"*) ;;
+	*"is not down"*) printf '%s\n' "$out" >&2; exit ` + fmt.Sprint(exitRetry) + ` ;;
+	*) printf '%s\n' "$out" >&2; exit 1 ;;
+	esac
 fi
 `
 }
 
-// removeScript deletes a node that left (or whose machine is gone) from the
-// swarm's node list; a node the swarm no longer has is fine. It runs on a
-// manager.
-func removeScript(swarmID string) string {
+// rotateTokensScript replaces the worker and manager join tokens, printing
+// neither. It runs on a manager.
+func rotateTokensScript() string {
 	return `set -eu
-if ! out=$(docker node rm --force ` + ssh.Quote(swarmID) + ` 2>&1 >/dev/null); then
-	case "$out" in
-	*"node "*" not found"*) ;;
-	*) printf '%s\n' "$out" >&2; exit 1 ;;
-	esac
-fi
+docker swarm join-token --rotate -q worker >/dev/null
+docker swarm join-token --rotate -q manager >/dev/null
 `
 }

@@ -22,6 +22,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -46,11 +48,21 @@ type Options struct {
 	SSH ssh.Config
 	// Clock paces the waits; default the wall clock.
 	Clock clock.Clock
+	// Logger gets the progress of long waits (a drain, a demotion);
+	// default none.
+	Logger *slog.Logger
 	// PollInterval paces the waits for a drain or a departure; default 1s.
 	PollInterval time.Duration
+	// DemoteTimeout bounds the wait for a demoted manager to give up its
+	// Raft seat; default 2m.
+	DemoteTimeout time.Duration
 }
 
-// New returns the Swarm driver for a cluster.
+// progressEvery is how often a long wait logs its progress.
+const progressEvery = 30 * time.Second
+
+// New returns the Swarm driver for a cluster. It keeps one SSH connection
+// per node; close it (it is an io.Closer) when the run ends.
 func New(c districts.Cluster, opts Options) control.Platform {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
@@ -58,27 +70,38 @@ func New(c districts.Cluster, opts Options) control.Platform {
 	if opts.SSH.Clock == nil {
 		opts.SSH.Clock = opts.Clock
 	}
+	return newDriver(c.ID, opts, newSSHRunner(opts.SSH))
+}
+
+// newDriver fills opts' defaults; tests give it a fake runner.
+func newDriver(cluster string, opts Options, r runner) *driver {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
-	sshCfg := opts.SSH
-	exec := func(ctx context.Context, n districts.Node, name, script string) (string, error) {
-		return ssh.RunOn(ctx, sshCfg, target(n), name, script)
+	if opts.DemoteTimeout <= 0 {
+		opts.DemoteTimeout = 2 * time.Minute
 	}
-	return &driver{cluster: c.ID, opts: opts, exec: exec}
+	return &driver{cluster: cluster, opts: opts, r: r}
 }
 
 type driver struct {
 	cluster string
 	opts    Options
-	// exec runs a script on a node over SSH; tests replace it to check
-	// which node is asked what.
-	exec func(ctx context.Context, n districts.Node, name, script string) (string, error)
+	r       runner
 
 	mu sync.Mutex
 	// managers are the masters that answered as swarm managers when last
 	// asked (Members, Init, Join), the first one most recently useful.
 	managers []districts.Node
+	// rotate says a manager left but the join tokens it knew are not
+	// rotated yet.
+	rotate bool
 }
 
 var _ control.Platform = (*driver)(nil)
@@ -116,8 +139,18 @@ func target(n districts.Node) ssh.Target {
 // advertiseAddr is the address other nodes reach n on.
 func advertiseAddr(n districts.Node) string { return target(n).Addr }
 
+// run runs script on n; no join token survives in its error.
 func (d *driver) run(ctx context.Context, n districts.Node, name, script string) (string, error) {
-	return d.exec(ctx, n, name, script)
+	out, err := d.r.Run(ctx, n, name, script, nil)
+	return out, redactTokens(err)
+}
+
+// Close closes the driver's SSH connections.
+func (d *driver) Close() error {
+	if c, ok := d.r.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // Install ensures a running Docker engine on n.
@@ -142,19 +175,28 @@ func (d *driver) Init(ctx context.Context, n districts.Node) error {
 // promoted when transit made it a master, demoted when a worker.
 func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	role := swarmRole(n.Role)
+	if err := d.rotateTokens(ctx, n.ID); err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
 	token, mgr, err := d.runOnManager(ctx, n.ID, "docker swarm join-token "+role, joinTokenScript(role))
 	if err != nil {
 		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
 	token = strings.TrimSpace(token)
-	// The token travels inside the script, on the session's stdin, never
-	// in an SSH command line; docker swarm join takes it only as an
-	// argument, so root on the node sees it in the process list while it
-	// joins. A failed join's output is redacted, in case the engine
-	// repeats it.
-	out, err := d.run(ctx, n, "docker swarm join", joinScript(token, advertiseAddr(n), advertiseAddr(mgr)))
+	if token == "" {
+		return fmt.Errorf("join node %s: manager %s printed no %s join token", n.ID, mgr.ID, role)
+	}
+	// The token goes to the node on the script's stdin and from there to
+	// the engine's API in a request body: never in a command line, so not
+	// in the node's process list. A failed join's output is redacted, in
+	// case the engine repeats it.
+	body, err := joinRequest(token, advertiseAddr(n), advertiseAddr(mgr))
 	if err != nil {
-		return redact(err, token)
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	out, err := d.r.Run(ctx, n, "docker swarm join", joinScript(), body)
+	if err != nil {
+		return redact(redactTokens(err), token)
 	}
 	swarmID := strings.TrimSpace(out)
 	list, err := d.inspect(ctx, n.ID)
@@ -269,56 +311,102 @@ func managedKeys(labels map[string]string) []string {
 	return strings.Split(v, ",")
 }
 
-// Drain sets n to availability drain and waits until none of its tasks runs
-// there and every service it ran has its tasks running elsewhere. When that
-// does not happen within timeout, or a service's tasks can be placed on no
-// other node, it makes n active again and returns a *control.DrainError.
-func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Duration) error {
+// Uncordon makes n schedulable again.
+func (d *driver) Uncordon(ctx context.Context, n districts.Node) error {
 	sn, err := d.find(ctx, n)
 	if err != nil {
 		return err
 	}
-	before, err := d.nodeTasks(ctx, sn.ID)
+	var drop []string
+	if _, ok := sn.Spec.Labels[labelDrain]; ok {
+		drop = []string{labelDrain}
+	}
+	if sn.Spec.Availability == "active" && drop == nil {
+		return nil
+	}
+	return d.onManager(ctx, "make node "+n.ID+" active", nodeUpdateScript(sn.ID, nil, drop, "active", ""), "")
+}
+
+// Remove takes n out of the swarm, every entry carrying its identity (a
+// node that left and joined again has several). A manager is demoted
+// first, from another manager, and n is asked to leave only once the swarm
+// reports it holds no Raft seat any more: leaving earlier, or with
+// --force, can cost the swarm its leader. The join tokens it knew are then
+// rotated. n leaves by itself, without --force, and a remaining manager
+// deletes its entries; only when n cannot be reached (its machine is gone
+// or does not answer) does a manager delete it with --force. A node in no
+// swarm is fine.
+func (d *driver) Remove(ctx context.Context, n districts.Node) error {
+	if err := d.remove(ctx, n); err != nil {
+		return fmt.Errorf("remove node %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+func (d *driver) remove(ctx context.Context, n districts.Node) error {
+	list, err := d.inspect(ctx, n.ID)
 	if err != nil {
 		return err
 	}
-	var services []string
-	for _, t := range before {
-		if t.alive() && !slices.Contains(services, t.service) {
-			services = append(services, t.service)
+	r := planRemoval(list, n)
+	for _, id := range r.demote {
+		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(id, nil, nil, "", "worker"), n.ID); err != nil {
+			return err
+		}
+		if err := d.waitDemoted(ctx, n, id); err != nil {
+			return err
 		}
 	}
-	if err := d.onManager(ctx, "drain node "+n.ID, nodeUpdateScript(sn.ID, nil, nil, "drain", ""), ""); err != nil {
+	if len(r.demote) > 0 {
+		d.forgetManager(n.ID)
+		d.mu.Lock()
+		d.rotate = true
+		d.mu.Unlock()
+	}
+	if err := d.rotateTokens(ctx, n.ID); err != nil {
 		return err
 	}
-	deadline := d.opts.Clock.Now().Add(timeout)
-	unplaceable := 0
-	for {
-		blocking, stuck, err := d.drainProgress(ctx, sn.ID, services)
+	force := !r.leave // its machine is gone
+	if r.leave {
+		err := d.retry(ctx, n, "leaving the swarm", func() error {
+			_, err := d.run(ctx, n, "docker swarm leave", leaveScript())
+			return err
+		})
+		switch {
+		case errors.Is(err, ssh.ErrUnreachable):
+			force = true // a machine that died cannot leave; the managers forget it
+		case err != nil:
+			return err
+		}
+	}
+	for _, id := range r.remove {
+		err := d.retry(ctx, n, "deleting it from the node list", func() error {
+			return d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(id, force), n.ID)
+		})
 		if err != nil {
 			return err
 		}
-		if len(blocking) == 0 {
-			return nil
+	}
+	return d.forget(n)
+}
+
+// exitRetry is the exit status of a script that found the swarm not ready
+// for its step yet (a demoted node still running as a manager, a node that
+// left still reported up): it is run again after PollInterval.
+const exitRetry = 75
+
+// retry runs step until it does not exit with exitRetry, for at most
+// DemoteTimeout.
+func (d *driver) retry(ctx context.Context, n districts.Node, what string, step func() error) error {
+	deadline := d.opts.Clock.Now().Add(d.opts.DemoteTimeout)
+	for {
+		err := step()
+		var re *ssh.RunError
+		if !errors.As(err, &re) || re.ExitStatus != exitRetry {
+			return err
 		}
-		if stuck {
-			unplaceable++
-		} else {
-			unplaceable = 0
-		}
-		reason := ""
-		switch {
-		case unplaceable >= 3:
-			reason = "its tasks can run on no other node"
-		case !d.opts.Clock.Now().Before(deadline):
-			reason = fmt.Sprintf("its tasks did not move within %s", timeout)
-		}
-		if reason != "" {
-			if err := d.onManager(ctx, "make node "+n.ID+" active again",
-				nodeUpdateScript(sn.ID, nil, nil, "active", ""), ""); err != nil {
-				return fmt.Errorf("drain of node %s failed (%s), and so did making it active again: %w", n.ID, reason, err)
-			}
-			return &control.DrainError{Node: n.ID, Reason: reason, Blocking: blocking}
+		if !d.opts.Clock.Now().Before(deadline) {
+			return fmt.Errorf("node %s: %s still refused after %s: %w", n.ID, what, d.opts.DemoteTimeout, err)
 		}
 		if err := d.opts.Clock.Sleep(ctx, d.opts.PollInterval); err != nil {
 			return err
@@ -326,134 +414,71 @@ func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Durat
 	}
 }
 
-// drainProgress reports what still keeps a drain of node swarmID from
-// finishing: tasks alive on the node, and tasks of the given services not
-// running elsewhere. stuck says some task waits because no node can take
-// it.
-func (d *driver) drainProgress(ctx context.Context, swarmID string, services []string) (blocking []string, stuck bool, err error) {
-	onNode, err := d.nodeTasks(ctx, swarmID)
-	if err != nil {
-		return nil, false, err
-	}
-	names := map[string]bool{}
-	for _, t := range onNode {
-		if t.alive() {
-			names["task "+t.id+" of service "+t.name] = true
-		}
-	}
-	if len(services) > 0 {
-		out, _, err := d.runOnManager(ctx, "", "list tasks of drained services", serviceTasksScript(services))
+// waitDemoted waits until a manager other than n reports that swarm node
+// id (n's) holds no Raft seat and another manager leads: a demotion only
+// changes the spec, and Swarm takes the seat away in the background.
+func (d *driver) waitDemoted(ctx context.Context, n districts.Node, id string) error {
+	start := d.opts.Clock.Now()
+	lastLog := start
+	for {
+		list, err := d.inspect(ctx, n.ID)
 		if err != nil {
-			return nil, false, err
+			return fmt.Errorf("wait for the demotion: %w", err)
 		}
-		for line := range strings.Lines(out) {
-			f := strings.SplitN(strings.TrimSpace(line), "|", 4)
-			if len(f) < 4 || f[2] == "running" {
-				continue
-			}
-			why := f[2]
-			if f[3] != "" {
-				why = f[3]
-			}
-			if strings.Contains(f[3], "no suitable node") {
-				stuck = true
-			}
-			names["service "+f[0]+" ("+why+")"] = true
+		why := seatState(list, id)
+		if why == "" {
+			return nil
+		}
+		now := d.opts.Clock.Now()
+		waited := now.Sub(start)
+		if waited >= d.opts.DemoteTimeout {
+			return fmt.Errorf("demoted node %s (swarm node %s) %s after %s; it was not asked to leave", n.ID, id, why, d.opts.DemoteTimeout)
+		}
+		if now.Sub(lastLog) >= progressEvery {
+			d.opts.Logger.InfoContext(ctx, "waiting for a demoted manager to give up its seat", "node", n.ID, "state", why, "waited", waited.Round(time.Second))
+			lastLog = now
+		}
+		if err := d.opts.Clock.Sleep(ctx, d.opts.PollInterval); err != nil {
+			return err
 		}
 	}
-	return slices.Sorted(maps.Keys(names)), stuck, nil
 }
 
-type task struct {
-	service, name string // id and name of its service
-	id, state     string
-}
-
-// alive says the task occupies its node: it is not finished, failed or
-// shut down.
-func (t task) alive() bool {
-	switch t.state {
-	case "assigned", "accepted", "preparing", "ready", "starting", "running":
-		return true
-	}
-	return false
-}
-
-func (d *driver) nodeTasks(ctx context.Context, swarmID string) ([]task, error) {
-	out, _, err := d.runOnManager(ctx, "", "list tasks on a node", nodeTasksScript(swarmID))
-	if err != nil {
-		return nil, err
-	}
-	return parseTasks(out), nil
-}
-
-// parseTasks reads nodeTasksScript's output.
-func parseTasks(out string) []task {
-	var tasks []task
-	names := map[string]string{}
-	for line := range strings.Lines(out) {
-		f := strings.Split(strings.TrimSpace(line), "|")
+// seatState says why swarm node id may not leave yet ("" when it may): it
+// still holds a Raft seat, or no other manager leads.
+func seatState(list []swarmNode, id string) string {
+	leader := false
+	for _, sn := range list {
 		switch {
-		case len(f) == 4 && f[0] == "task":
-			tasks = append(tasks, task{service: f[1], id: f[2], state: f[3]})
-		case len(f) == 3 && f[0] == "service":
-			names[f[1]] = f[2]
+		case sn.ID == id && isVoter(sn):
+			return "still holds a manager seat"
+		case sn.ID != id && isVoter(sn) && sn.ManagerStatus.Leader:
+			leader = true
 		}
 	}
-	for i, t := range tasks {
-		tasks[i].name = t.service
-		if n, ok := names[t.service]; ok {
-			tasks[i].name = n
-		}
+	if !leader {
+		return "left no leader among the other managers"
 	}
-	return tasks
+	return ""
 }
 
-// Uncordon makes n schedulable again.
-func (d *driver) Uncordon(ctx context.Context, n districts.Node) error {
-	sn, err := d.find(ctx, n)
-	if err != nil {
-		return err
-	}
-	if sn.Spec.Availability == "active" {
+// rotateTokens rotates the worker and manager join tokens on a manager
+// other than exclude when a manager left since they were last rotated: a
+// former manager has them in its Raft log.
+func (d *driver) rotateTokens(ctx context.Context, exclude string) error {
+	d.mu.Lock()
+	pending := d.rotate
+	d.mu.Unlock()
+	if !pending {
 		return nil
 	}
-	return d.onManager(ctx, "make node "+n.ID+" active", nodeUpdateScript(sn.ID, nil, nil, "active", ""), "")
-}
-
-// Remove demotes n if it is a manager, makes it leave the swarm and deletes
-// it from the node list, every entry carrying its identity (a node that
-// left and joined again has several). A node whose machine is gone (no
-// address) is never dialed: a remaining manager demotes and deletes it. A
-// node in no swarm is fine.
-func (d *driver) Remove(ctx context.Context, n districts.Node) error {
-	list, err := d.inspect(ctx, n.ID)
-	if err != nil {
-		return fmt.Errorf("remove node %s: %w", n.ID, err)
+	if err := d.onManager(ctx, "rotate the join tokens", rotateTokensScript(), exclude); err != nil {
+		return err
 	}
-	r := planRemoval(list, n)
-	for _, id := range r.demote {
-		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(id, nil, nil, "", "worker"), n.ID); err != nil {
-			return fmt.Errorf("remove node %s: %w", n.ID, err)
-		}
-	}
-	if len(r.demote) > 0 {
-		d.forgetManager(n.ID)
-	}
-	if r.leave {
-		if _, err := d.run(ctx, n, "docker swarm leave", leaveScript()); err != nil {
-			if !errors.Is(err, ssh.ErrUnreachable) {
-				return fmt.Errorf("remove node %s: %w", n.ID, err)
-			}
-			// A machine that died cannot leave; the managers forget it below.
-		}
-	}
-	for _, id := range r.remove {
-		if err := d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(id), n.ID); err != nil {
-			return fmt.Errorf("remove node %s: %w", n.ID, err)
-		}
-	}
-	return d.forget(n)
+	d.mu.Lock()
+	d.rotate = false
+	d.mu.Unlock()
+	return nil
 }
 
 // removal is how a node leaves the swarm.

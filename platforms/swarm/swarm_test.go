@@ -104,9 +104,9 @@ func TestScripts(t *testing.T) {
 			"docker swarm init --advertise-addr '10.0.0.2' --listen-addr '10.0.0.2:2377' >/dev/null",
 			"docker info --format '{{.Swarm.NodeID}}'",
 		}},
-		{"join", joinScript("SWMTKN-1-x", "10.0.0.3", "10.0.0.2"), []string{
+		{"join", joinScript(), []string{
 			`if [ "$state" != active ]; then`,
-			"docker swarm join --token 'SWMTKN-1-x' --advertise-addr '10.0.0.3' --listen-addr '10.0.0.3:2377' '10.0.0.2:2377' >/dev/null",
+			"-H 'Content-Type: application/json' --data-binary @- http://localhost/swarm/join)",
 		}},
 		{"token", joinTokenScript("manager"), []string{"docker swarm join-token -q 'manager'"}},
 		{"labels", nodeUpdateScript("abc", map[string]string{"b": "2", "a": "it's"}, []string{"z", "y"}, "", ""), []string{
@@ -115,15 +115,26 @@ func TestScripts(t *testing.T) {
 		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"docker node update --availability 'drain' 'abc' >/dev/null"}},
 		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote 'abc' >/dev/null"}},
 		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote 'abc' >/dev/null"}},
-		{"remove", removeScript("abc"), []string{
-			"if ! out=$(docker node rm --force 'abc' 2>&1 >/dev/null); then",
+		{"remove", removeScript("abc", false), []string{
+			"if ! out=$(docker node rm 'abc' 2>&1 >/dev/null); then",
 			`*"node "*" not found"*) ;;`,
+			`*"is not down"*) printf '%s\n' "$out" >&2; exit 75 ;;`,
 		}},
-		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services"}},
+		{"remove by force", removeScript("abc", true), []string{
+			"if ! out=$(docker node rm --force 'abc' 2>&1 >/dev/null); then",
+		}},
+		{"rotate", rotateTokensScript(), []string{
+			"docker swarm join-token --rotate -q worker >/dev/null",
+			"docker swarm join-token --rotate -q manager >/dev/null",
+		}},
+		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services",
+			"docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids"}},
 		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in 's1' 's2'; do"}},
 		{"install", installScript(), []string{
-			"if ! command -v dockerd >/dev/null 2>&1; then",
-			"apt-get install -y -q docker.io >/dev/null",
+			`if [ -n "$missing" ]; then`,
+			"apt-get -o DPkg::Lock::Timeout=" + aptLockWait + " install -y -q $pkgs >/dev/null",
+			"apt-get -o DPkg::Lock::Timeout=" + aptLockWait + " update -q >/dev/null",
+			"command -v curl >/dev/null 2>&1 || missing=\"$missing curl\"",
 			"if [ -d /run/systemd/system ]; then",
 			"setsid dockerd --pidfile /run/transit/dockerd.pid >>/run/transit/dockerd.log 2>&1 </dev/null &",
 			"docker load -i \"$f\" >/dev/null",
@@ -136,7 +147,7 @@ func TestScripts(t *testing.T) {
 			`echo "$state"`,
 			`"active true "*) docker node inspect $(docker node ls -q) ;;`,
 		}},
-		{"leave", leaveScript(), []string{"docker swarm leave --force >/dev/null"}},
+		{"leave", leaveScript(), []string{"docker swarm leave >/dev/null", "exit 75"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
