@@ -28,12 +28,12 @@ func BuiltinInfrastructures() map[string]InfrastructureFunc {
 // platform name.
 func BuiltinPlatforms() map[string]PlatformFunc {
 	return map[string]PlatformFunc{
-		"swarm": func(_ context.Context, c districts.Cluster, stateDir string, key *ssh.Key) (control.Platform, error) {
-			cfg, err := sshConfig(stateDir, c.ID, key)
+		"swarm": func(_ context.Context, c districts.Cluster, env PlatformEnv) (control.Platform, error) {
+			cfg, err := sshConfig(env.StateDir, c.ID, env.Key)
 			if err != nil {
 				return nil, err
 			}
-			return swarm.New(c, swarm.Options{SSH: cfg}), nil
+			return swarm.New(c, swarm.Options{SSH: cfg, Clock: env.Clock, Logger: env.Logger}), nil
 		},
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/platforms/ssh"
 )
 
 // fakeCloud is an in-memory cloud shared by the districts of a test: every
@@ -220,7 +219,7 @@ func (p *fakePlatform) loseMasters() {
 func newFakePlatform() *fakePlatform { return &fakePlatform{members: map[string]control.Member{}} }
 
 // driver is a PlatformFunc for any platform.
-func (p *fakePlatform) driver(context.Context, districts.Cluster, string, *ssh.Key) (control.Platform, error) {
+func (p *fakePlatform) driver(context.Context, districts.Cluster, PlatformEnv) (control.Platform, error) {
 	p.built.Add(1)
 	return p, nil
 }

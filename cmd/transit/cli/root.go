@@ -28,11 +28,21 @@ import (
 // driver then uses its ecosystem's usual sources).
 type InfrastructureFunc func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error)
 
-// PlatformFunc builds the platform driver for a cluster; stateDir is the
-// directory of resources.json, where a driver may keep what it needs to
-// reach the platform (join tokens, kubeconfig); key is the cluster's SSH
-// key, read once per command.
-type PlatformFunc func(ctx context.Context, c districts.Cluster, stateDir string, key *ssh.Key) (control.Platform, error)
+// PlatformFunc builds the platform driver for a cluster. A driver that
+// holds connections may be an io.Closer: it is closed when the command
+// ends.
+type PlatformFunc func(ctx context.Context, c districts.Cluster, env PlatformEnv) (control.Platform, error)
+
+// PlatformEnv is what a platform driver gets from the command.
+type PlatformEnv struct {
+	// StateDir is the directory of resources.json, where a driver may
+	// keep what it needs to reach the platform (host keys, kubeconfig).
+	StateDir string
+	// Key is the cluster's SSH key, read once per command.
+	Key    *ssh.Key
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
 
 // Deps is everything the commands take from outside: the streams, the
 // terminal checks, time and the driver registries.

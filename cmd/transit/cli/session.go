@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -116,7 +117,8 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 		return nil, configError(err)
 	}
 	if !so.noPlatform {
-		s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster, filepath.Dir(g.State), key)
+		s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster,
+			PlatformEnv{StateDir: filepath.Dir(g.State), Key: key, Clock: deps.clock(), Logger: logger})
 		if err != nil {
 			return nil, configError(err)
 		}
@@ -131,17 +133,24 @@ func (s *session) closeInto(err *error) {
 	}
 }
 
-// close releases the state lock, if held.
+// close closes the platform driver's connections and releases the state
+// lock, if held.
 func (s *session) close() error {
-	if s.lock == nil {
-		return nil
+	var errs []error
+	if c, ok := s.opts.Platform.(io.Closer); ok {
+		s.opts.Platform = nil
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the platform driver: %w", err))
+		}
 	}
-	l := s.lock
-	s.lock = nil
-	if err := l.Release(); err != nil {
-		return fmt.Errorf("release state lock: %w", err)
+	if s.lock != nil {
+		l := s.lock
+		s.lock = nil
+		if err := l.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("release state lock: %w", err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func buildInfrastructures(ctx context.Context, deps Deps, cfg districts.Config) (map[string]control.Infrastructure, error) {
@@ -167,13 +176,13 @@ func buildInfrastructures(ctx context.Context, deps Deps, cfg districts.Config) 
 	return infra, nil
 }
 
-func buildPlatform(ctx context.Context, deps Deps, c districts.Cluster, stateDir string, key *ssh.Key) (control.Platform, error) {
+func buildPlatform(ctx context.Context, deps Deps, c districts.Cluster, env PlatformEnv) (control.Platform, error) {
 	newPlatform, ok := deps.Platforms[c.Platform]
 	if !ok || newPlatform == nil {
 		return nil, fmt.Errorf("cluster %q: no platform driver for %q in this build (available: %s)",
 			c.ID, c.Platform, available(deps.Platforms))
 	}
-	p, err := newPlatform(ctx, c, stateDir, key)
+	p, err := newPlatform(ctx, c, env)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %s platform driver: %w", c.ID, c.Platform, err)
 	}
