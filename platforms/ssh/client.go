@@ -183,7 +183,7 @@ func permanentHandshakeError(err error) bool {
 // ctx.
 func dialOnce(ctx context.Context, cfg Config, t Target, addr string) (*gossh.Client, error) {
 	var checkErr error
-	check := cfg.HostKeys.Callback(t.HostID)
+	check := cfg.HostKeys.callback(ctx, t.HostID)
 	ccfg := &gossh.ClientConfig{
 		User: cfg.User,
 		Auth: []gossh.AuthMethod{gossh.PublicKeys(cfg.Signer)},
