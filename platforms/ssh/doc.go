@@ -35,8 +35,10 @@
 //
 // # Running commands
 //
-// Dial waits for a booting machine's sshd and fails at once when the key is
-// refused or the host key changed. Client.Run sends a sh script to `sh -s`
+// Dial waits for a booting machine's sshd, and for a refused key while the
+// machine is within Config.AuthWindow of its launch (cloud-init may
+// install the key after sshd starts); it fails at once when the host key
+// changed, or the key is refused later. Client.Run sends a sh script to `sh -s`
 // on stdin and returns its stdout, or a *RunError carrying the exit status
 // and both output streams. Cancelling its context, or losing the
 // connection, kills the remote command: a watcher in the script's wrapper
