@@ -52,6 +52,12 @@ type Instance struct {
 	PrivateIP  string
 	State      InstanceState
 	CreatedAt  time.Time
+	// HostKeys are the machine's SSH host public keys in authorized_keys
+	// format ("ssh-ed25519 AAAA..."), when the provider knows them (it
+	// made them, or read them from the machine's console or guest
+	// attributes); they are pinned before first contact. Empty when the
+	// provider cannot say: the first key presented is trusted then.
+	HostKeys []string
 }
 
 // Group is a security group as its cloud reports it.

@@ -20,7 +20,7 @@ import (
 // writes state until it is killed. The helper's role comes from these
 // environment variables.
 const (
-	helperEnv     = "TRANSIT_STATE_TEST_HELPER" // hold | write | exit
+	helperEnv     = "TRANSIT_STATE_TEST_HELPER" // hold | flock | write | exit
 	helperPathEnv = "TRANSIT_STATE_TEST_PATH"
 )
 
@@ -52,6 +52,18 @@ func runHelper(role, path string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		return 0
+	case "flock":
+		ctx, cancel := context.WithTimeout(context.Background(), helperLifetime)
+		defer cancel()
+		unlock, err := FlockContext(ctx, path, FlockOptions{Command: "helper flock"})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("locked")
+		<-ctx.Done()
+		unlock()
 		return 0
 	case "write":
 		serial := int64(0)

@@ -304,11 +304,10 @@ func readHolder(f *os.File) (*Holder, error) {
 
 // writeHolder records h in f, replacing what was there, durably.
 func writeHolder(f *os.File, h Holder) error {
-	data, err := json.Marshal(h)
+	data, err := jsonLine(h)
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
 	if _, err := f.WriteAt(data, 0); err != nil {
 		return err
 	}
@@ -316,6 +315,15 @@ func writeHolder(f *os.File, h Holder) error {
 		return err
 	}
 	return f.Sync()
+}
+
+// jsonLine is h as one line of JSON.
+func jsonLine(h Holder) ([]byte, error) {
+	data, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
 }
 
 // Release clears the holder from the lock file and unlocks it. It is safe

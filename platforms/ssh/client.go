@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -23,6 +24,7 @@ const (
 	DefaultUser        = "root"
 	DefaultWaitTimeout = 2 * time.Minute
 	DefaultDialTimeout = 10 * time.Second
+	DefaultAuthWindow  = 5 * time.Minute
 )
 
 // Backoff between Dial attempts: from minBackoff, doubling up to maxBackoff.
@@ -49,6 +51,11 @@ type Config struct {
 	WaitTimeout time.Duration
 	// DialTimeout bounds one TCP connect plus SSH handshake; default 10s.
 	DialTimeout time.Duration
+	// AuthWindow is how long after a machine's launch (Target.LaunchedAt)
+	// sshd refusing the key is retried like an unreachable port: cloud
+	// images often start sshd before cloud-init installs the key. Default
+	// 5m.
+	AuthWindow time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -64,6 +71,9 @@ func (c Config) withDefaults() Config {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
 	}
+	if c.AuthWindow <= 0 {
+		c.AuthWindow = DefaultAuthWindow
+	}
 	return c
 }
 
@@ -76,6 +86,10 @@ type Target struct {
 	// Addr is "host" or "host:port" (port 22 when omitted); IPv6
 	// literals may be bare, bracketed or bracketed with a port.
 	Addr string
+	// LaunchedAt is when the machine was launched (districts.Node's
+	// CreatedAt). Within Config.AuthWindow of it, a refused key is
+	// retried; zero (unknown) fails at once.
+	LaunchedAt time.Time
 }
 
 // label names the target in messages.
@@ -121,11 +135,12 @@ type Client struct {
 // refused, timeouts, no route, sshd closing or resetting the handshake
 // because it is still starting) it retries with exponential backoff, 100ms
 // doubling to 2s, until cfg.WaitTimeout has passed, then returns an error
-// matching ErrUnreachable that carries the last failure. Two failures are
-// permanent and returned at once: sshd refusing the key (*AuthError,
-// matching ErrAuth) and a host key other than the pinned one
-// (*HostKeyChangedError). When ctx ends, Dial returns an error wrapping
-// ctx.Err().
+// matching ErrUnreachable that carries the last failure. sshd refusing the
+// key (*AuthError, matching ErrAuth) is retried the same way while the
+// machine is within cfg.AuthWindow of its launch (t.LaunchedAt), and
+// returned at once after it. A host key other than the pinned one
+// (*HostKeyChangedError) is returned at once. When ctx ends, Dial returns
+// an error wrapping ctx.Err().
 func Dial(ctx context.Context, cfg Config, t Target) (*Client, error) {
 	cfg = cfg.withDefaults()
 	addr, err := hostPort(t.Addr)
@@ -149,20 +164,34 @@ func Dial(ctx context.Context, cfg Config, t Target) (*Client, error) {
 		if err == nil {
 			return &Client{target: t, clock: cfg.Clock, conn: conn}, nil
 		}
+		now := cfg.Clock.Now()
+		left := cfg.WaitTimeout - now.Sub(start)
 		var hostKeyErr *hostKeyError
+		var authErr *AuthError
 		switch {
-		case errors.Is(err, ErrAuth) || errors.As(err, new(*HostKeyChangedError)):
+		case errors.As(err, new(*HostKeyChangedError)):
 			return nil, err
 		case errors.As(err, &hostKeyErr):
 			return nil, fmt.Errorf("%s (%s): check host key: %w", t.label(), addr, hostKeyErr.err)
+		case errors.As(err, &authErr):
+			// Refused keys wait only inside the launch window.
+			if !t.LaunchedAt.IsZero() {
+				authErr.SinceLaunch = now.Sub(t.LaunchedAt)
+				left = min(left, cfg.AuthWindow-authErr.SinceLaunch)
+			} else {
+				left = 0
+			}
+			if left <= 0 {
+				return nil, authErr
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s (%s): connect over SSH: %w (last error: %w)", t.label(), addr, ctx.Err(), err)
 		}
-		if permanentHandshakeError(err) {
+		if errors.As(err, new(*gossh.AlgorithmNegotiationError)) {
+			// Waiting does not cure sharing no algorithm.
 			return nil, fmt.Errorf("%s (%s): connect over SSH: %w", t.label(), addr, err)
 		}
-		left := cfg.WaitTimeout - cfg.Clock.Now().Sub(start)
 		if left <= 0 {
 			return nil, fmt.Errorf("%s (%s): %w after %s: %w", t.label(), addr, ErrUnreachable, cfg.WaitTimeout, err)
 		}
@@ -173,22 +202,18 @@ func Dial(ctx context.Context, cfg Config, t Target) (*Client, error) {
 	}
 }
 
-// permanentHandshakeError reports handshake failures that waiting does not
-// cure: the two sides share no algorithm.
-func permanentHandshakeError(err error) bool {
-	return strings.Contains(err.Error(), "no common algorithm")
-}
-
 // dialOnce makes one connection attempt, bounded by cfg.DialTimeout and
 // ctx.
 func dialOnce(ctx context.Context, cfg Config, t Target, addr string) (*gossh.Client, error) {
 	var checkErr error
-	check := cfg.HostKeys.Callback(t.HostID)
+	hostKeyOK := false // key exchange done: later failures are authentication
+	check := cfg.HostKeys.callback(ctx, t.HostID)
 	ccfg := &gossh.ClientConfig{
 		User: cfg.User,
 		Auth: []gossh.AuthMethod{gossh.PublicKeys(cfg.Signer)},
 		HostKeyCallback: func(hostname string, remote net.Addr, key gossh.PublicKey) error {
 			checkErr = check(hostname, remote, key)
+			hostKeyOK = checkErr == nil
 			return checkErr
 		},
 		Timeout: cfg.DialTimeout,
@@ -223,7 +248,10 @@ func dialOnce(ctx context.Context, cfg Config, t Target, addr string) (*gossh.Cl
 			return nil, changed
 		case checkErr != nil:
 			return nil, &hostKeyError{checkErr}
-		case strings.Contains(err.Error(), "unable to authenticate"):
+		case hostKeyOK && !transportError(err):
+			// x/crypto reports a refused key as a plain error; what
+			// identifies it is where it happened: after the server proved
+			// its identity, on a connection that is still up.
 			e := &AuthError{Target: t, Addr: addr, User: cfg.User, Key: gossh.FingerprintSHA256(cfg.Signer.PublicKey()), Err: err}
 			if cfg.KeyPath != "" {
 				e.KeyFile = cfg.KeyPath + ".pub"
@@ -237,6 +265,14 @@ func dialOnce(ctx context.Context, cfg Config, t Target, addr string) (*gossh.Cl
 		return nil, err
 	}
 	return gossh.NewClient(c, chans, reqs), nil
+}
+
+// transportError reports a handshake failure of the connection itself
+// (closed, reset, timed out), as a still starting sshd causes.
+func transportError(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.As(err, &netErr)
 }
 
 // hostKeyError is the host key store failing (not a changed key): Dial

@@ -14,23 +14,31 @@
 //
 // # Host keys
 //
-// Machines' host keys are trusted on first use: the first key a machine
-// presents is pinned, later connections accept only that key and fail with
-// *HostKeyChangedError otherwise. Pins are keyed by the machine's provider
-// id, not its address, because clouds hand addresses to new machines. They
-// live in transit-<cluster>.known_hosts (mode 0600), one line per machine:
+// A machine's host key is pinned before transit first connects when its
+// provider reports it (control.Instance.HostKeys; PinHostKeys wraps a
+// driver to pin at Launch and List, and to forget at Terminate). A
+// machine whose provider cannot say has the first key it presents pinned
+// (trust on first use). Later connections accept only the pinned key and
+// fail with *HostKeyChangedError otherwise. Pins are keyed by the
+// machine's provider id, not its address, because clouds hand addresses to
+// new machines. They live in transit-<cluster>.known_hosts (mode 0600), one
+// line per machine:
 //
 //	# comments and blank lines are kept
 //	i-0abc123 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA...
 //
 // The file is rewritten atomically under a flock of
 // transit-<cluster>.known_hosts.lock, after re-reading it, so concurrent
-// transit processes keep each other's pins. Deleting a line forgets a pin.
+// transit processes keep each other's pins; waiting for that lock ends
+// with the caller's context. Checking a pinned key takes no lock and
+// re-reads the file only when it changed. Deleting a line forgets a pin.
 //
 // # Running commands
 //
-// Dial waits for a booting machine's sshd and fails at once when the key is
-// refused or the host key changed. Client.Run sends a sh script to `sh -s`
+// Dial waits for a booting machine's sshd, and for a refused key while the
+// machine is within Config.AuthWindow of its launch (cloud-init may
+// install the key after sshd starts); it fails at once when the host key
+// changed, or the key is refused later. Client.Run sends a sh script to `sh -s`
 // on stdin and returns its stdout, or a *RunError carrying the exit status
 // and both output streams. Cancelling its context, or losing the
 // connection, kills the remote command: a watcher in the script's wrapper

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrUnreachable is matched (errors.Is) by Dial's error when it gave up
@@ -14,8 +15,8 @@ var ErrUnreachable = errors.New("not reachable over SSH")
 // cluster key.
 var ErrAuth = errors.New("sshd refused transit's key")
 
-// AuthError is sshd refusing the cluster key. Dial returns it at once,
-// without retrying.
+// AuthError is sshd refusing the cluster key. Dial retries it only within
+// Config.AuthWindow of the machine's launch.
 type AuthError struct {
 	Target Target
 	Addr   string // host:port dialed
@@ -24,17 +25,26 @@ type AuthError struct {
 	// known, is the public key file holding it.
 	Key     string
 	KeyFile string
-	Err     error // from the SSH handshake
+	// SinceLaunch is how long after the machine's launch the key was last
+	// refused; 0 when the launch time is unknown.
+	SinceLaunch time.Duration
+	Err         error // from the SSH handshake
 }
 
-// Error says which machine refused which key, and what to check.
+// Error says which machine refused which key, and what to do.
 func (e *AuthError) Error() string {
 	key := e.Key
 	if e.KeyFile != "" {
 		key += " (" + e.KeyFile + ")"
 	}
-	return fmt.Sprintf("%s (%s): %s for user %s: %v; the machine does not have the cluster key %s in %s's authorized_keys",
-		e.Target.label(), e.Addr, ErrAuth, e.User, e.Err, key, e.User)
+	still := ""
+	if e.SinceLaunch > 0 {
+		still = fmt.Sprintf(", still %s after launch", e.SinceLaunch.Round(time.Second))
+	}
+	return fmt.Sprintf("%s (%s): %s for user %s%s: %v; the machine does not have the cluster key %s in %s's authorized_keys: "+
+		"check that its image installs the launch key for %s (cloud-init's log on the machine says why not), "+
+		"or terminate the machine so that transit launches another",
+		e.Target.label(), e.Addr, ErrAuth, e.User, still, e.Err, key, e.User, e.User)
 }
 
 // Is makes errors.Is(err, ErrAuth) true.

@@ -1,7 +1,10 @@
 package ssh
 
 import (
+	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -10,9 +13,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/state"
 )
 
 func newPublicKey(t *testing.T) gossh.PublicKey {
@@ -247,5 +253,198 @@ func TestHostKeysTwoStoresOneFile(t *testing.T) {
 		if !errors.As(err, new(*HostKeyChangedError)) {
 			t.Errorf("b accepted a changed key for %s: %v", id, err)
 		}
+	}
+}
+
+// authorizedLine is k in authorized_keys format, as a provider reports it.
+func authorizedLine(k gossh.PublicKey) string {
+	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k)))
+}
+
+// Checking a pinned key neither waits for the file lock nor parses the
+// file again: another process holding the lock (a slow write, a hung
+// transit) must not stall every connection.
+func TestHostKeysCheckTakesNoLock(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	h := openHostKeys(t, path)
+	k := newPublicKey(t)
+	if err := h.Callback("i-1")("h:22", nil, k); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := state.FlockContext(t.Context(), path+".lock", state.FlockOptions{Command: "test holds the pins"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	h.Pinned("i-1") // reads the file once after the pin changed it
+	h.mu.Lock()
+	loads := h.loads
+	h.mu.Unlock()
+
+	done := make(chan error, 1)
+	go func() {
+		for range 100 {
+			if err := h.Callback("i-1")("h:22", nil, k); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("checking a pinned key waits for the file lock")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loads != loads {
+		t.Errorf("100 checks parsed the unchanged file %d times", h.loads-loads)
+	}
+}
+
+// A store sees changes other stores (other processes) made to the file.
+func TestHostKeysReloadOnChange(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	a, b := openHostKeys(t, path), openHostKeys(t, path)
+	k1, k2 := newPublicKey(t), newPublicKey(t)
+	if err := a.Callback("i-1")("h:22", nil, k1); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := b.Pinned("i-1"); !ok || !sameKey(got, k1) {
+		t.Error("b does not see a's pin")
+	}
+	if err := b.Forget("i-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Pinned("i-1"); ok {
+		t.Error("a still has the pin b forgot")
+	}
+	// A machine rebuilt under the same id is a new host for a too.
+	if err := a.Callback("i-1")("h:22", nil, k2); err != nil {
+		t.Errorf("a refused the new machine after b forgot the old one: %v", err)
+	}
+	// A person edits the file in place.
+	if err := os.WriteFile(path, []byte("i-1 "+authorizedLine(k1)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Callback("i-1")("h:22", nil, k2); !errors.As(err, new(*HostKeyChangedError)) {
+		t.Errorf("a ignored the edited pin: %v", err)
+	}
+	// And deletes it.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Pinned("i-1"); ok {
+		t.Error("a keeps a pin whose file was deleted")
+	}
+}
+
+func TestHostKeysPin(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	h := openHostKeys(t, path)
+	ed := newPublicKey(t)
+	ecdsaKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, err := gossh.NewPublicKey(&ecdsaKey.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported := []string{authorizedLine(ec) + " root@node", "", authorizedLine(ed)}
+
+	// Pinned before first contact: the strongest key, and nothing else.
+	if err := h.Pin(t.Context(), "i-1", reported); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := h.Pinned("i-1"); !ok || !sameKey(got, ed) {
+		t.Fatalf("pinned %v, want the ed25519 key", got)
+	}
+	if err := h.Callback("i-1")("h:22", nil, newPublicKey(t)); !errors.As(err, new(*HostKeyChangedError)) {
+		t.Errorf("first contact with a key the provider did not report: %v, want *HostKeyChangedError", err)
+	}
+	if err := h.Callback("i-1")("h:22", nil, ed); err != nil {
+		t.Errorf("first contact with the reported key: %v", err)
+	}
+
+	// Pinning again what is pinned writes nothing.
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Pin(t.Context(), "i-1", reported); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := os.Stat(path); err != nil || !os.SameFile(before, after) {
+		t.Errorf("pinning the same keys rewrote the file (%v)", err)
+	}
+
+	// A pin made on first contact that the provider confirms is kept; one
+	// it contradicts is replaced.
+	if err := h.Callback("i-2")("h:22", nil, ec); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Pin(t.Context(), "i-2", reported); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := h.Pinned("i-2"); !sameKey(got, ec) {
+		t.Error("a confirmed pin was replaced")
+	}
+	impostor := newPublicKey(t)
+	if err := h.Callback("i-3")("h:22", nil, impostor); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Pin(t.Context(), "i-3", reported); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := h.Pinned("i-3"); !sameKey(got, ed) {
+		t.Error("a pin the provider contradicts was kept")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "i-3 "); n != 1 {
+		t.Errorf("i-3 has %d lines:\n%s", n, data)
+	}
+
+	// No keys: nothing to pin. Bad keys: an error naming the machine.
+	if err := h.Pin(t.Context(), "i-4", nil); err != nil {
+		t.Error(err)
+	}
+	if _, ok := h.Pinned("i-4"); ok {
+		t.Error("pinned without keys")
+	}
+	if err := h.Pin(t.Context(), "i-4", []string{"ssh-ed25519 notbase64"}); err == nil || !strings.Contains(err.Error(), "i-4") {
+		t.Errorf("bad key: %v, want an error naming i-4", err)
+	}
+}
+
+// A first contact while another process holds the pins' lock stops
+// waiting when the caller's context ends, and says who holds it.
+func TestHostKeysFirstContactHonoursContext(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	h := openHostKeys(t, path)
+	unlock, err := state.FlockContext(t.Context(), path+".lock", state.FlockOptions{Command: "stuck transit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	err = h.callback(ctx, "i-1")("h:22", nil, newPublicKey(t))
+	if !errors.Is(err, state.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"stuck transit"`) {
+		t.Errorf("got %v, want the lock holder and context.DeadlineExceeded", err)
+	}
+	if err := h.ForgetContext(ctx, "i-1"); err != nil {
+		t.Errorf("forgetting an unknown host needs no lock: %v", err)
 	}
 }

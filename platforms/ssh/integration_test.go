@@ -361,3 +361,97 @@ func TestDialHostKeyStoreFailureNotRetried(t *testing.T) {
 		t.Errorf("Dial retried a host key store failure %d times", n)
 	}
 }
+
+// A cloud image starts sshd before cloud-init installs the key: a freshly
+// launched machine refuses the key for a while, then accepts it.
+func TestDialRetriesRefusedKeyAfterLaunch(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	keys := filepath.Join(e.sshd.dir, "authorized_keys")
+	if err := os.Remove(keys); err != nil { // cloud-init has not run yet
+		t.Fatal(err)
+	}
+	// The key arrives after Dial was refused four times.
+	clk := &hookClock{hook: func(n int) {
+		if n == 4 {
+			if err := os.WriteFile(keys, []byte(e.key.AuthorizedKey+"\n"), 0o600); err != nil {
+				t.Error(err)
+			}
+		}
+	}}
+	cfg := e.cfg
+	cfg.Clock = clk
+	target := e.target
+	target.LaunchedAt = time.Now().Add(-10 * time.Second)
+	c, err := Dial(t.Context(), cfg, target)
+	if err != nil {
+		t.Fatalf("Dial = %v, want a connection once the key is installed", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if clk.n < 4 {
+		t.Errorf("Dial slept %d times, want at least 4", clk.n)
+	}
+	if out, err := c.Run(t.Context(), "echo", "echo in"); err != nil || out != "in\n" {
+		t.Errorf("Run = %q, %v", out, err)
+	}
+}
+
+// After the window, a refused key fails, saying for how long and what to
+// do; a machine launched long ago fails at once.
+func TestDialRefusedKeyWindowEnds(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	now := time.Unix(1e9, 0)
+	cfg := e.cfg
+	cfg.Signer = newSigner(t) // never accepted
+	cfg.AuthWindow = 20 * time.Second
+	cfg.WaitTimeout = time.Hour
+
+	clk := &fakeClock{now: now}
+	cfg.Clock = clk
+	target := e.target
+	target.LaunchedAt = now.Add(-5 * time.Second)
+	_, err := Dial(t.Context(), cfg, target)
+	var aerr *AuthError
+	if !errors.As(err, &aerr) || !errors.Is(err, ErrAuth) {
+		t.Fatalf("Dial = %v, want *AuthError", err)
+	}
+	var slept time.Duration
+	for _, d := range clk.Sleeps() {
+		slept += d
+	}
+	if slept != 15*time.Second {
+		t.Errorf("retried for %v, want the 15s left of the window", slept)
+	}
+	for _, want := range []string{"node-1 (" + e.sshd.addr + "): sshd refused transit's key for user root, still 20s after launch: ", "terminate the machine"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+
+	clk = &fakeClock{now: now}
+	cfg.Clock = clk
+	target.LaunchedAt = now.Add(-time.Minute)
+	if _, err := Dial(t.Context(), cfg, target); !errors.Is(err, ErrAuth) {
+		t.Errorf("Dial = %v, want ErrAuth", err)
+	}
+	if n := len(clk.Sleeps()); n != 0 {
+		t.Errorf("Dial retried a machine launched before the window %d times", n)
+	}
+
+	// The window never stretches Dial beyond its wait timeout.
+	clk = &fakeClock{now: now}
+	cfg.Clock = clk
+	cfg.WaitTimeout = 3 * time.Second
+	target.LaunchedAt = now
+	if _, err := Dial(t.Context(), cfg, target); !errors.Is(err, ErrAuth) {
+		t.Errorf("Dial = %v, want ErrAuth", err)
+	}
+	slept = 0
+	for _, d := range clk.Sleeps() {
+		slept += d
+	}
+	if slept != 3*time.Second {
+		t.Errorf("retried for %v, want the 3s wait timeout", slept)
+	}
+}

@@ -105,10 +105,18 @@ func TestAuthErrorMessage(t *testing.T) {
 		Target: Target{HostID: "i-1", Name: "w1"}, Addr: "10.0.0.1:22", User: "root",
 		Key: "SHA256:abc", KeyFile: "/s/transit-c.key.pub", Err: errors.New("ssh: handshake failed: ssh: unable to authenticate"),
 	}
+	const todo = ": check that its image installs the launch key for root (cloud-init's log on the machine says why not), " +
+		"or terminate the machine so that transit launches another"
 	want := "w1 (10.0.0.1:22): sshd refused transit's key for user root: ssh: handshake failed: ssh: unable to authenticate; " +
-		"the machine does not have the cluster key SHA256:abc (/s/transit-c.key.pub) in root's authorized_keys"
+		"the machine does not have the cluster key SHA256:abc (/s/transit-c.key.pub) in root's authorized_keys" + todo
 	if diff := cmp.Diff(want, e.Error()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+	e.SinceLaunch = 5*time.Minute + 300*time.Millisecond
+	want = "w1 (10.0.0.1:22): sshd refused transit's key for user root, still 5m0s after launch: ssh: handshake failed: ssh: unable to authenticate; " +
+		"the machine does not have the cluster key SHA256:abc (/s/transit-c.key.pub) in root's authorized_keys" + todo
+	if diff := cmp.Diff(want, e.Error()); diff != "" {
+		t.Errorf("after the window (-want +got):\n%s", diff)
 	}
 	if !errors.Is(fmt.Errorf("wrapped: %w", e), ErrAuth) {
 		t.Error("AuthError does not match ErrAuth")
@@ -324,5 +332,46 @@ func TestDialInvalidConfig(t *testing.T) {
 		if _, err := Dial(t.Context(), tc.cfg, tc.t); err == nil || errors.Is(err, ErrUnreachable) {
 			t.Errorf("%s: Dial = %v, want an immediate error", name, err)
 		}
+	}
+}
+
+// A server that proves its host key and then drops the connection during
+// authentication (sshd restarting as cloud-init reconfigures it) is not
+// answering yet: it is retried, never reported as a refused key.
+func TestDialDropDuringAuthIsRetried(t *testing.T) {
+	t.Parallel()
+	hostSigner := newSigner(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			cfg := &gossh.ServerConfig{PublicKeyCallback: func(gossh.ConnMetadata, gossh.PublicKey) (*gossh.Permissions, error) {
+				_ = nc.Close()
+				return nil, errors.New("dropped")
+			}}
+			cfg.AddHostKey(hostSigner)
+			go func() { _, _, _, _ = gossh.NewServerConn(nc, cfg) }()
+		}
+	}()
+	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	cfg := Config{
+		Signer:      newSigner(t),
+		HostKeys:    openHostKeys(t, filepath.Join(t.TempDir(), "known_hosts")),
+		Clock:       clk,
+		WaitTimeout: time.Second,
+	}
+	_, err = Dial(t.Context(), cfg, Target{HostID: "i-1", Addr: l.Addr().String(), LaunchedAt: time.Unix(1e9, 0)})
+	if !errors.Is(err, ErrUnreachable) || errors.Is(err, ErrAuth) {
+		t.Fatalf("Dial = %v, want ErrUnreachable", err)
+	}
+	if len(clk.Sleeps()) == 0 {
+		t.Error("Dial did not retry")
 	}
 }
