@@ -300,7 +300,7 @@ func testScale(t *testing.T, c *cluster) {
 	}
 	res = c.status()
 	if len(res.Nodes) != 5 {
-		t.Fatalf("%d nodes after scaling down, want 5", len(res.Nodes))
+		t.Fatalf("%d nodes after scaling down, want 5; events:\n%s", len(res.Nodes), strings.Join(evs, "\n"))
 	}
 	c.checkAgree(res)
 	c.mustOn(c.manager(res), "docker service rm everywhere >/dev/null")

@@ -133,7 +133,9 @@ func target(n districts.Node) ssh.Target {
 	if addr == "" {
 		addr = n.PrivateIP
 	}
-	return ssh.Target{HostID: n.ProviderID, Name: n.ID, Addr: addr}
+	// LaunchedAt lets a refused key be retried while cloud-init may still
+	// be writing authorized_keys.
+	return ssh.Target{HostID: n.ProviderID, Name: n.ID, Addr: addr, LaunchedAt: n.CreatedAt}
 }
 
 // advertiseAddr is the address other nodes reach n on.
@@ -387,7 +389,9 @@ func (d *driver) remove(ctx context.Context, n districts.Node) error {
 			return err
 		}
 	}
-	return d.forget(n)
+	// The pin goes with the machine (ssh.PinHostKeys forgets it at
+	// Terminate): a retried Remove still verifies the node.
+	return nil
 }
 
 // exitRetry is the exit status of a script that found the swarm not ready
@@ -530,14 +534,6 @@ func cmpBool(a, b bool) int {
 	return 1
 }
 
-// forget drops n's pinned host key: its machine is about to go, and a
-// future machine is a different host.
-func (d *driver) forget(n districts.Node) error {
-	if d.opts.SSH.HostKeys == nil || n.ProviderID == "" {
-		return nil
-	}
-	return d.opts.SSH.HostKeys.Forget(n.ProviderID)
-}
 
 // find returns n's swarm node, or an error when n is in no swarm.
 func (d *driver) find(ctx context.Context, n districts.Node) (swarmNode, error) {

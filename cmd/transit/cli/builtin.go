@@ -29,7 +29,7 @@ func BuiltinInfrastructures() map[string]InfrastructureFunc {
 func BuiltinPlatforms() map[string]PlatformFunc {
 	return map[string]PlatformFunc{
 		"swarm": func(_ context.Context, c districts.Cluster, env PlatformEnv) (control.Platform, error) {
-			cfg, err := sshConfig(env.StateDir, c.ID, env.Key)
+			cfg, err := sshConfig(env.Key, env.HostKeys)
 			if err != nil {
 				return nil, err
 			}
@@ -39,18 +39,16 @@ func BuiltinPlatforms() map[string]PlatformFunc {
 }
 
 // sshConfig is how platform drivers reach the cluster's nodes: the cluster
-// key and the pinned host keys, both beside the state. TRANSIT_SSH_TIMEOUT
+// key and the pinned host keys. TRANSIT_SSH_TIMEOUT
 // bounds the wait for a node that does not answer (default 2m).
-func sshConfig(stateDir, cluster string, key *ssh.Key) (ssh.Config, error) {
-	hosts, err := ssh.OpenHostKeys(ssh.HostKeysPath(stateDir, cluster))
-	if err != nil {
-		return ssh.Config{}, err
-	}
+func sshConfig(key *ssh.Key, hosts *ssh.HostKeys) (ssh.Config, error) {
 	cfg := ssh.Config{Signer: key.Signer, HostKeys: hosts}
 	if v := os.Getenv("TRANSIT_SSH_TIMEOUT"); v != "" {
-		if cfg.WaitTimeout, err = time.ParseDuration(v); err != nil || cfg.WaitTimeout <= 0 {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
 			return ssh.Config{}, fmt.Errorf("TRANSIT_SSH_TIMEOUT=%q: want a positive duration such as 30s", v)
 		}
+		cfg.WaitTimeout = d
 	}
 	return cfg, nil
 }

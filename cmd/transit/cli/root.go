@@ -38,10 +38,12 @@ type PlatformEnv struct {
 	// StateDir is the directory of resources.json, where a driver may
 	// keep what it needs to reach the platform (host keys, kubeconfig).
 	StateDir string
-	// Key is the cluster's SSH key, read once per command.
-	Key    *ssh.Key
-	Clock  clock.Clock
-	Logger *slog.Logger
+	// Key is the cluster's SSH key and HostKeys its nodes' pinned host
+	// keys, both read once per command.
+	Key      *ssh.Key
+	HostKeys *ssh.HostKeys
+	Clock    clock.Clock
+	Logger   *slog.Logger
 }
 
 // Deps is everything the commands take from outside: the streams, the

@@ -101,24 +101,35 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 		return s, nil
 	}
 	// Every machine gets the cluster's SSH key; platform drivers log in
-	// with it. It is read once per command.
+	// with it and check the pinned host keys. Both are read once per
+	// command.
+	stateDir := filepath.Dir(g.State)
 	var key *ssh.Key
+	var hosts *ssh.HostKeys
 	if so.access == mutate || !so.noPlatform {
-		if key, err = ssh.EnsureKey(filepath.Dir(g.State), cfg.Cluster.ID); err != nil {
+		if key, err = ssh.EnsureKey(stateDir, cfg.Cluster.ID); err != nil {
 			return nil, err
 		}
-	}
-	if so.access == mutate {
-		s.opts.Save = state.Saver(g.State, res.Serial, deps.clock().Now)
-		s.opts.AuthorizedKey = key.AuthorizedKey
+		if hosts, err = ssh.OpenHostKeys(ssh.HostKeysPath(stateDir, cfg.Cluster.ID)); err != nil {
+			return nil, err
+		}
 	}
 	s.opts.Infra, err = buildInfrastructures(ctx, deps, cfg)
 	if err != nil {
 		return nil, configError(err)
 	}
+	if so.access == mutate {
+		s.opts.Save = state.Saver(g.State, res.Serial, deps.clock().Now)
+		s.opts.AuthorizedKey = key.AuthorizedKey
+		// Host keys a provider reports are pinned at launch; a machine's
+		// pin goes when transit terminates it.
+		for id, drv := range s.opts.Infra {
+			s.opts.Infra[id] = ssh.PinHostKeys(drv, hosts)
+		}
+	}
 	if !so.noPlatform {
 		s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster,
-			PlatformEnv{StateDir: filepath.Dir(g.State), Key: key, Clock: deps.clock(), Logger: logger})
+			PlatformEnv{StateDir: stateDir, Key: key, HostKeys: hosts, Clock: deps.clock(), Logger: logger})
 		if err != nil {
 			return nil, configError(err)
 		}
