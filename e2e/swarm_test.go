@@ -479,6 +479,13 @@ func testKilledNode(t *testing.T, c *cluster) {
 	if out, err := exec.Command("kill", append([]string{"-9"}, pids...)...).CombinedOutput(); err != nil {
 		t.Fatalf("kill %s: %v\n%s", victim.ID, err, out)
 	}
+	// The swarm notices a few heartbeats later; a member it still calls
+	// ready is not transit's to remove.
+	for deadline := time.Now().Add(2 * time.Minute); !strings.HasPrefix(c.swarmNodes(res)[victim.ID], "Down"); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the swarm still lists %s as %q", victim.ID, c.swarmNodes(res)[victim.ID])
+		}
+	}
 	c.apply()
 	res = c.status()
 	for _, n := range res.Nodes {

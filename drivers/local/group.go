@@ -136,6 +136,17 @@ func chainExists(chain, dump string) bool {
 	return false
 }
 
+// jumpExists says FORWARD sends the bridge's traffic through chain.
+func jumpExists(bridge, chain, dump string) bool {
+	want := "-A FORWARD -o " + bridge + " -j " + chain
+	for line := range strings.Lines(dump) {
+		if strings.TrimSpace(line) == want {
+			return true
+		}
+	}
+	return false
+}
+
 // DeleteGroup removes the chain, its FORWARD jumps and the record.
 func (d *driver) DeleteGroup(ctx context.Context, g control.Group) error {
 	unlock, err := lockRoot(d.root)
@@ -266,6 +277,12 @@ func (d *driver) listGroups(ctx context.Context, cluster string) ([]control.Grou
 			continue // e.g. after a reboot: EnsureGroup makes it again
 		}
 		srcs := parseChainSources(r.Chain, dump)
+		if !jumpExists(d.bridge, r.Chain, dump) {
+			// A firewalld reload flushed FORWARD: the chain filters
+			// nothing. Listed as allowing nothing, the loop updates the
+			// group, and EnsureGroup puts the jump back.
+			srcs = nil
+		}
 		out = append(out, control.Group{ProviderID: r.Chain, Name: r.Name, Tags: maps.Clone(r.Tags), Sources: srcs})
 	}
 	slices.SortFunc(out, func(a, b control.Group) int { return strings.Compare(a.Name, b.Name) })

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -732,4 +733,62 @@ func benchLaunch(b *testing.B, n int) {
 	}
 	b.ReportMetric(launch.Seconds()/float64(b.N), "launch-s/op")
 	b.ReportMetric(term.Seconds()/float64(b.N), "terminate-s/op")
+}
+
+// A node whose init died (a crash, a host reboot) is a dead machine: List
+// tears it down and reports it terminating, then gone.
+func TestDeadNodeIsListedGone(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "dead")
+	inst := e.launch(drv, g, "dead", "dead-n1")
+	rec, err := readNode(e.root, drv.district, inst.ProviderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(rec.InitPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive(rec.InitPID, rec.InitStart); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the node's init does not die")
+		}
+	}
+	insts, _, err := drv.List(t.Context(), "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) == 1 && insts[0].State == control.InstanceRunning {
+		t.Fatalf("List = %+v: a node whose init died is listed running", insts)
+	}
+	waitGone(t, drv, "dead", inst.ProviderID)
+	if netnsExists(rec.Netns) {
+		t.Errorf("netns %s survived", rec.Netns)
+	}
+}
+
+// A FORWARD jump flushed behind transit's back (a firewalld reload) makes
+// the group list as allowing nothing; EnsureGroup puts the jump back.
+func TestFlushedJumpIsRepaired(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "jump", "192.0.2.7")
+	if out, err := exec.Command("iptables", "-w", "-D", "FORWARD", "-o", drv.bridge, "-j", g.ProviderID).CombinedOutput(); err != nil {
+		t.Fatalf("delete the jump: %v\n%s", err, out)
+	}
+	_, groups, err := drv.List(t.Context(), "jump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 1 || len(groups[0].Sources) != 0 {
+		t.Fatalf("List = %+v, want the group allowing nothing while its jump is missing", groups)
+	}
+	e.group(drv, "jump", "192.0.2.7")
+	_, groups, err = drv.List(t.Context(), "jump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 1 || !slices.Equal(groups[0].Sources, []string{"192.0.2.7"}) {
+		t.Fatalf("List after EnsureGroup = %+v, want the jump back and the source listed", groups)
+	}
 }

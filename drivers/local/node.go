@@ -534,7 +534,9 @@ func (d *driver) teardownNow(ctx context.Context, id string) {
 
 // List returns the cluster's nodes and groups in the district. It resumes
 // teardowns whose process died (transit was killed); their nodes stay listed
-// as terminating until the teardown is done.
+// as terminating until the teardown is done. A running node whose init
+// died (it crashed, or the host rebooted) is a dead machine: it is torn
+// down and listed as terminating, so the loop replaces it.
 func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
 	recs, err := readNodes(d.root, d.district)
 	if err != nil {
@@ -546,8 +548,10 @@ func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, 
 		if r.Tags[districts.TagCluster] != cluster {
 			continue
 		}
-		if r.State == stateTerminating && !alive(r.TeardownPID, r.TeardownStart) {
+		dead := r.State == stateRunning && !alive(r.InitPID, r.InitStart)
+		if dead || r.State == stateTerminating && !alive(r.TeardownPID, r.TeardownStart) {
 			resume = append(resume, r.ProviderID)
+			r.State = stateTerminating
 		}
 		insts = append(insts, instance(r))
 	}
@@ -578,7 +582,9 @@ func (d *driver) resumeTeardowns(ids []string) error {
 		if err != nil {
 			return err
 		}
-		if r.State != stateTerminating {
+		// Read again under the lock: a teardown to resume, or a running
+		// node whose init is still dead.
+		if r.State != stateTerminating && (r.State != stateRunning || alive(r.InitPID, r.InitStart)) {
 			continue
 		}
 		if _, err := d.startTeardown(r); err != nil {
