@@ -534,7 +534,6 @@ func cmpBool(a, b bool) int {
 	return 1
 }
 
-
 // find returns n's swarm node, or an error when n is in no swarm.
 func (d *driver) find(ctx context.Context, n districts.Node) (swarmNode, error) {
 	nodes, err := d.inspect(ctx, "")
