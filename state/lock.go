@@ -304,14 +304,7 @@ func readHolder(f *os.File) (*Holder, error) {
 
 // writeHolder records h in f, replacing what was there, durably.
 func writeHolder(f *os.File, h Holder) error {
-	data, err := jsonLine(h)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteAt(data, 0); err != nil {
-		return err
-	}
-	if err := f.Truncate(int64(len(data))); err != nil {
+	if err := recordHolder(f, h); err != nil {
 		return err
 	}
 	return f.Sync()
