@@ -28,7 +28,7 @@ func (d *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (contr
 	if err != nil {
 		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
-	chain := chainName(spec.Cluster, d.district)
+	chain := chainName(d.root, spec.Cluster, d.district)
 
 	unlock, err := lockRoot(d.root)
 	if err != nil {
@@ -50,7 +50,7 @@ func (d *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (contr
 		}
 	}
 	if rec == nil {
-		rec = &groupRecord{Chain: chain, Cluster: spec.Cluster, District: d.district, Bridge: d.bridge, CreatedAt: d.clock.Now().UTC()}
+		rec = &groupRecord{Chain: chain, Cluster: spec.Cluster, District: d.district, CreatedAt: d.clock.Now().UTC()}
 	}
 	rec.Name = spec.Name
 	rec.Tags = maps.Clone(spec.Tags)

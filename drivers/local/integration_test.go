@@ -221,8 +221,8 @@ func (e *env) leftovers(created []string) []string {
 		}
 	}
 	for _, d := range e.districts {
-		if strings.Contains(links, " "+bridgeName(d)+":") {
-			left = append(left, "bridge "+bridgeName(d)+" of "+d)
+		if strings.Contains(links, " "+bridgeName(e.root, d)+":") {
+			left = append(left, "bridge "+bridgeName(e.root, d)+" of "+d)
 		}
 	}
 	for _, c := range e.chains {
@@ -285,7 +285,7 @@ func TestConformance(t *testing.T) {
 	cluster := "conf-" + randHex(3)
 	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
 		drv := e.driver(d)
-		e.chains = append(e.chains, chainName(cluster, d.ID))
+		e.chains = append(e.chains, chainName(e.root, cluster, d.ID))
 		return drv
 	}, drivertest.Config{
 		Cluster:           cluster,
@@ -313,7 +313,7 @@ func TestNodeShape(t *testing.T) {
 	drv := e.driver(e.district())
 	g := e.group(drv, "shape")
 	inst := e.launch(drv, g, "shape", "shape-n1")
-	rec, err := readNode(e.root, drv.district, inst.ProviderID)
+	rec, err := drv.readNode(inst.ProviderID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestResumeTeardown(t *testing.T) {
 	drv := e.driver(e.district())
 	g := e.group(drv, "crash")
 	inst := e.launch(drv, g, "crash", "crash-n1")
-	rec, err := readNode(e.root, drv.district, inst.ProviderID)
+	rec, err := drv.readNode(inst.ProviderID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +481,7 @@ func TestResumeTeardown(t *testing.T) {
 		t.Fatalf("List after the crash = %+v, want the node terminating", insts)
 	}
 	waitGone(t, drv, "crash", inst.ProviderID)
-	if alive(rec.InitPID, rec.InitStart) {
+	if initAlive(rec) {
 		t.Errorf("the node's sshd (pid %d) survived the resumed teardown", rec.InitPID)
 	}
 	if netnsExists(rec.Netns) {
@@ -742,14 +742,14 @@ func TestDeadNodeIsListedGone(t *testing.T) {
 	drv := e.driver(e.district())
 	g := e.group(drv, "dead")
 	inst := e.launch(drv, g, "dead", "dead-n1")
-	rec, err := readNode(e.root, drv.district, inst.ProviderID)
+	rec, err := drv.readNode(inst.ProviderID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(rec.InitPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); alive(rec.InitPID, rec.InitStart); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); initAlive(rec); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the node's init does not die")
 		}

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cloudtransit/transit/clock"
@@ -90,17 +92,55 @@ func New(_ context.Context, d districts.District, opts Options) (control.Infrast
 	if err := os.MkdirAll(filepath.Join(root, "districts"), 0o755); err != nil {
 		return nil, fmt.Errorf("local root: %w", err)
 	}
+	if err := checkRoot(root); err != nil {
+		return nil, err
+	}
 	return &driver{
 		root:        root,
 		district:    d.ID,
 		subnet:      subnet,
 		gateway:     subnet.Addr().Next(),
-		bridge:      bridgeName(d.ID),
+		bridge:      bridgeName(root, d.ID),
 		sshd:        sshd,
 		sshWait:     opts.SSHWait,
 		clock:       opts.Clock,
 		hierarchies: hs,
 	}, nil
+}
+
+// checkRoot refuses a root that someone but root could change: the root
+// must be a directory owned by root and not writable by group or others,
+// and so must every directory above it (a sticky one like /tmp may be
+// world-writable). Records under the root name what teardowns kill and
+// remove.
+func checkRoot(root string) error {
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return fmt.Errorf("local root %s: %w", root, err)
+	}
+	for dir := real; ; dir = filepath.Dir(dir) {
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			return fmt.Errorf("local root %s: %w", root, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("local root %s: cannot read the owner of %s", root, dir)
+		}
+		mode := fi.Mode()
+		switch {
+		case !mode.IsDir():
+			return fmt.Errorf("local root %s: %s is not a directory", root, dir)
+		case st.Uid != 0:
+			return fmt.Errorf("local root %s: %s is owned by uid %d, not root: run chown root %s", root, dir, st.Uid, dir)
+		case mode.Perm()&0o022 != 0 && (dir == real || mode&fs.ModeSticky == 0):
+			return fmt.Errorf("local root %s: %s is writable by group or others (mode %04o): run chmod go-w %s",
+				root, dir, mode.Perm(), dir)
+		}
+		if dir == filepath.Dir(dir) {
+			return nil
+		}
+	}
 }
 
 func parseSubnet(s string) (netip.Prefix, error) {
@@ -141,13 +181,15 @@ func hash(s string, n int) string {
 	return hex.EncodeToString(sum[:])[:n]
 }
 
-// bridgeName is the district's bridge: "tb" and 8 hex digits.
-func bridgeName(district string) string { return "tb" + hash(district, 8) }
+// bridgeName is the district's bridge: "tb" and 8 hex digits. Like the
+// chains it is scoped by the root, so two roots (two users, a test and a
+// demo) never share one.
+func bridgeName(root, district string) string { return "tb" + hash(root+"\x00"+district, 8) }
 
 // chainName is the iptables chain of a cluster's group in a district, and
 // the group's provider id: "TRANSIT-" and 10 hex digits.
-func chainName(cluster, district string) string {
-	return "TRANSIT-" + strings.ToUpper(hash(cluster+"/"+district, 10))
+func chainName(root, cluster, district string) string {
+	return "TRANSIT-" + strings.ToUpper(hash(root+"\x00"+cluster+"\x00"+district, 10))
 }
 
 // vethName is a node's host-side veth: "tv" and the provider id's hex.

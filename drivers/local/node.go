@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -103,15 +104,17 @@ func (d *driver) record(ctx context.Context, spec control.LaunchSpec, id, cluste
 	if g.Cluster != cluster {
 		return fail(fmt.Errorf("group %s belongs to cluster %q, the node to %q", g.Name, g.Cluster, cluster))
 	}
-	nodes, err := readNodes(d.root, d.district)
+	nodes, err := d.readNodes()
 	if err != nil {
 		return fail(err)
 	}
-	ip, err := allocateIP(d.subnet, nodes)
+	ip, err := allocateIP(d.subnet, nodes, d.lastIP())
 	if err != nil {
 		return fail(err)
 	}
-	dir := nodeDir(d.root, d.district, id)
+	if err := writeFile(filepath.Join(districtDir(d.root, d.district), "last-ip"), []byte(ip.String()+"\n"), 0o644); err != nil {
+		return fail(err)
+	}
 	r := &nodeRecord{
 		ProviderID:  id,
 		NodeID:      n.ID,
@@ -125,17 +128,10 @@ func (d *driver) record(ctx context.Context, spec control.LaunchSpec, id, cluste
 		IP:          ip.String(),
 		Prefix:      d.subnet.Bits(),
 		Gateway:     d.gateway.String(),
-		Root:        d.root,
-		NodeDir:     dir,
-		Netns:       netnsName(id),
-		HostVeth:    vethName(id),
-		Bridge:      d.bridge,
 		SSHD:        d.sshd,
 	}
-	for _, h := range d.hierarchies {
-		r.Cgroups = append(r.Cgroups, h.Mount+"/transit/"+id)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	derive(r, d.root, d.hierarchies)
+	if err := os.MkdirAll(r.NodeDir, 0o755); err != nil {
 		return fail(err)
 	}
 	if err := writeNode(r); err != nil {
@@ -207,7 +203,7 @@ func (d *driver) updateNode(id string, fn func(*nodeRecord) error) error {
 		return err
 	}
 	defer unlock()
-	rec, err := readNode(d.root, d.district, id)
+	rec, err := d.readNode(id)
 	if err != nil {
 		return err
 	}
@@ -264,23 +260,54 @@ func checkAuthorizedKey(k string) error {
 	return nil
 }
 
-// allocateIP returns the lowest free host address of the subnet after the
-// gateway; every recorded node (terminating ones too) holds its address.
-func allocateIP(subnet netip.Prefix, nodes []*nodeRecord) (netip.Addr, error) {
-	used := map[string]bool{}
+// allocateIP returns the first free host address of the subnet after last
+// (the address handed out before), wrapping around after the last one: a
+// freed address is not handed out again until the others were, so no stale
+// ARP, conntrack or platform entry for it is still about. Every recorded
+// node (terminating ones too) holds its address.
+func allocateIP(subnet netip.Prefix, nodes []*nodeRecord, last netip.Addr) (netip.Addr, error) {
+	used := map[netip.Addr]bool{}
 	for _, n := range nodes {
-		used[n.IP] = true
-	}
-	a := subnet.Addr().Next().Next() // network, gateway
-	for ; subnet.Contains(a); a = a.Next() {
-		if !subnet.Contains(a.Next()) { // broadcast
-			break
+		if a, err := netip.ParseAddr(n.IP); err == nil {
+			used[a] = true
 		}
-		if !used[a.String()] {
+	}
+	// Host addresses are base+2 (after the network and the gateway) up to
+	// base+size-2 (before the broadcast address).
+	b := subnet.Masked().Addr().As4()
+	base := binary.BigEndian.Uint32(b[:])
+	count := uint32(1)<<(32-subnet.Bits()) - 3
+	addr := func(i uint32) netip.Addr {
+		var a [4]byte
+		binary.BigEndian.PutUint32(a[:], base+2+i)
+		return netip.AddrFrom4(a)
+	}
+	start := uint32(0)
+	if last.Is4() && subnet.Contains(last) {
+		l := last.As4()
+		if i := binary.BigEndian.Uint32(l[:]) - base - 2; i < count {
+			start = (i + 1) % count
+		}
+	}
+	for k := range count {
+		if a := addr((start + k) % count); !used[a] {
 			return a, nil
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("subnet %s is full (%d nodes)", subnet, len(nodes))
+}
+
+// lastIP is the address the district handed out last (<district>/last-ip).
+func (d *driver) lastIP() netip.Addr {
+	b, err := os.ReadFile(filepath.Join(districtDir(d.root, d.district), "last-ip"))
+	if err != nil {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(strings.TrimSpace(string(b)))
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a
 }
 
 // ensureMountPoints creates the host directories nodes mount over, recording
@@ -494,7 +521,7 @@ func (d *driver) terminate(_ context.Context, id string) (<-chan struct{}, error
 		return nil, err
 	}
 	defer unlock()
-	r, err := readNode(d.root, d.district, id)
+	r, err := d.readNode(id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -508,11 +535,11 @@ func (d *driver) terminate(_ context.Context, id string) (<-chan struct{}, error
 // the root lock: the teardown waits for the lock before it does anything,
 // so the record naming it is written first.
 func (d *driver) startTeardown(r *nodeRecord) (<-chan struct{}, error) {
-	if r.State == stateTerminating && alive(r.TeardownPID, r.TeardownStart) {
+	if r.State == stateTerminating && teardownAlive(r) {
 		return nil, nil
 	}
 	script := teardownScript(r, d.cgroupParents())
-	p, done, err := startDetached(filepath.Join(r.NodeDir, "teardown.log"), "/bin/bash", "-c", script, "transit-teardown-"+r.ProviderID)
+	p, done, err := startDetached(filepath.Join(r.NodeDir, "teardown.log"), "/bin/bash", "-c", script, teardownName(r.ProviderID))
 	if err != nil {
 		return nil, err
 	}
@@ -538,7 +565,7 @@ func (d *driver) teardownNow(ctx context.Context, id string) {
 // died (it crashed, or the host rebooted) is a dead machine: it is torn
 // down and listed as terminating, so the loop replaces it.
 func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
-	recs, err := readNodes(d.root, d.district)
+	recs, err := d.readNodes()
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s: %w", d.district, err)
 	}
@@ -548,8 +575,8 @@ func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, 
 		if r.Tags[districts.TagCluster] != cluster {
 			continue
 		}
-		dead := r.State == stateRunning && !alive(r.InitPID, r.InitStart)
-		if dead || r.State == stateTerminating && !alive(r.TeardownPID, r.TeardownStart) {
+		dead := r.State == stateRunning && !initAlive(r)
+		if dead || r.State == stateTerminating && !teardownAlive(r) {
 			resume = append(resume, r.ProviderID)
 			r.State = stateTerminating
 		}
@@ -575,7 +602,7 @@ func (d *driver) resumeTeardowns(ids []string) error {
 	}
 	defer unlock()
 	for _, id := range ids {
-		r, err := readNode(d.root, d.district, id)
+		r, err := d.readNode(id)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -584,7 +611,7 @@ func (d *driver) resumeTeardowns(ids []string) error {
 		}
 		// Read again under the lock: a teardown to resume, or a running
 		// node whose init is still dead.
-		if r.State != stateTerminating && (r.State != stateRunning || alive(r.InitPID, r.InitStart)) {
+		if r.State != stateTerminating && (r.State != stateRunning || initAlive(r)) {
 			continue
 		}
 		if _, err := d.startTeardown(r); err != nil {

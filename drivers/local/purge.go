@@ -28,6 +28,9 @@ func Purge(ctx context.Context, root string) error {
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", root, err)
 	}
+	if err := checkRoot(root); err != nil {
+		return err
+	}
 	hs, err := cgroupHierarchies()
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", root, err)
@@ -38,7 +41,7 @@ func Purge(ctx context.Context, root string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || !validName(e.Name()) {
 			continue
 		}
 		if err := purgeDistrict(ctx, root, e.Name(), hs, parents); err != nil {
@@ -67,7 +70,7 @@ func purgeDistrict(ctx context.Context, root, district string, hs []hierarchy, p
 			errs = append(errs, os.RemoveAll(filepath.Join(dir, n.Name())))
 			continue
 		}
-		r, err := readNode(root, district, n.Name())
+		r, err := readNode(root, district, n.Name(), hs)
 		if err != nil {
 			if _, serr := os.Stat(filepath.Join(dir, n.Name(), "record.json")); errors.Is(serr, fs.ErrNotExist) &&
 				!netnsExists(netnsName(n.Name())) {
@@ -76,12 +79,15 @@ func purgeDistrict(ctx context.Context, root, district string, hs []hierarchy, p
 				errs = append(errs, os.RemoveAll(filepath.Join(dir, n.Name())))
 				continue
 			}
-			r = guessRecord(root, district, n.Name(), hs)
+			// Unreadable or refused: the names derive from the
+			// directory anyway; no process is trusted.
+			r = &nodeRecord{ProviderID: n.Name(), NodeID: n.Name(), District: district, State: stateTerminating}
+			derive(r, root, hs)
 		}
-		if alive(r.TeardownPID, r.TeardownStart) {
+		if teardownAlive(r) {
 			_ = syscall.Kill(r.TeardownPID, syscall.SIGKILL)
 		}
-		if out, err := run(ctx, "", "bash", "-c", teardownScript(r, parents), "transit-teardown-"+r.ProviderID); err != nil {
+		if out, err := run(ctx, "", "bash", "-c", teardownScript(r, parents), teardownName(r.ProviderID)); err != nil {
 			errs = append(errs, fmt.Errorf("teardown %s: %w\n%s", r.ProviderID, err, out))
 		}
 	}
@@ -104,24 +110,10 @@ func purgeDistrict(ctx context.Context, root, district string, hs []hierarchy, p
 		}
 		errs = append(errs, os.RemoveAll(path))
 	}
-	if _, err := run(ctx, "", "bash", "-c", gcScript(root, district, bridgeName(district), parents)); err != nil {
+	if _, err := run(ctx, "", "bash", "-c", gcScript(root, district, bridgeName(root, district), parents)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// guessRecord rebuilds what a node's record would name when the record is
-// unreadable: every name derives from the provider id.
-func guessRecord(root, district, id string, hs []hierarchy) *nodeRecord {
-	r := &nodeRecord{
-		ProviderID: id, NodeID: id, District: district, State: stateTerminating,
-		Root: root, NodeDir: nodeDir(root, district, id),
-		Netns: netnsName(id), HostVeth: vethName(id), Bridge: bridgeName(district),
-	}
-	for _, h := range hs {
-		r.Cgroups = append(r.Cgroups, h.Mount+"/transit/"+id)
-	}
-	return r
 }
 
 func netnsExists(name string) bool {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cloudtransit/transit/atomicfile"
 	"github.com/cloudtransit/transit/state"
 )
 
@@ -25,8 +26,11 @@ const (
 )
 
 // nodeRecord is <root>/districts/<district>/nodes/<provider id>/record.json:
-// the node as the "cloud" knows it, with the name of every host resource it
-// has, written before any of them is created.
+// the node as the "cloud" knows it, written before any host resource is
+// created. The names of its host resources (directory, netns, veth, bridge,
+// cgroups) are never stored: they derive from the provider id, which must
+// match the record's directory, and the driver's root (derive), so a
+// doctored record cannot make a teardown touch anything else.
 type nodeRecord struct {
 	ProviderID  string            `json:"provider_id"`
 	NodeID      string            `json:"node_id"`
@@ -42,13 +46,14 @@ type nodeRecord struct {
 	Prefix  int    `json:"prefix"`
 	Gateway string `json:"gateway"`
 
-	Root     string   `json:"root"`
-	NodeDir  string   `json:"node_dir"`
-	Netns    string   `json:"netns"`
-	HostVeth string   `json:"host_veth"`
-	Bridge   string   `json:"bridge"`
-	Cgroups  []string `json:"cgroups"`
-	SSHD     string   `json:"sshd"`
+	// Derived, never read from or written to the record.
+	Root     string   `json:"-"`
+	NodeDir  string   `json:"-"`
+	Netns    string   `json:"-"`
+	HostVeth string   `json:"-"`
+	Bridge   string   `json:"-"`
+	Cgroups  []string `json:"-"`
+	SSHD     string   `json:"-"`
 
 	InitPID       int    `json:"init_pid,omitempty"`
 	InitStart     uint64 `json:"init_start,omitempty"`
@@ -62,7 +67,6 @@ type groupRecord struct {
 	Name      string            `json:"name"`
 	Cluster   string            `json:"cluster"`
 	District  string            `json:"district"`
-	Bridge    string            `json:"bridge"`
 	Tags      map[string]string `json:"tags"`
 	Sources   []string          `json:"sources"`
 	CreatedAt time.Time         `json:"created_at"`
@@ -80,32 +84,22 @@ func groupPath(root, district, chain string) string {
 	return filepath.Join(districtDir(root, district), "groups", chain+".json")
 }
 
-// writeJSON writes v atomically: a temp file, fsync, rename.
+// writeJSON writes v atomically (writeFile).
 func writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
+	return writeFile(path, append(data, '\n'), 0o644)
+}
+
+// writeFile replaces path with data atomically: a temp file, fsync, rename,
+// fsync of the directory.
+func writeFile(path string, data []byte, perm fs.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := atomicfile.Write(path, data, perm); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -124,7 +118,7 @@ func readJSON(path string, v any) error {
 
 // readNodes reads every node record of a district. A node directory without
 // a record (a teardown that finished but for rmdir) is skipped.
-func readNodes(root, district string) ([]*nodeRecord, error) {
+func readNodes(root, district string, hs []hierarchy) ([]*nodeRecord, error) {
 	dir := filepath.Join(districtDir(root, district), "nodes")
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -138,7 +132,7 @@ func readNodes(root, district string) ([]*nodeRecord, error) {
 		if !e.IsDir() || !validProviderID(e.Name()) {
 			continue
 		}
-		r, err := readNode(root, district, e.Name())
+		r, err := readNode(root, district, e.Name(), hs)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -150,12 +144,35 @@ func readNodes(root, district string) ([]*nodeRecord, error) {
 	return out, nil
 }
 
-func readNode(root, district, providerID string) (*nodeRecord, error) {
+// readNode reads a node's record and derives its resource names. A record
+// that names another provider id or district than its directory is refused:
+// nothing of it is trusted.
+func readNode(root, district, providerID string, hs []hierarchy) (*nodeRecord, error) {
+	path := filepath.Join(nodeDir(root, district, providerID), "record.json")
 	var r nodeRecord
-	if err := readJSON(filepath.Join(nodeDir(root, district, providerID), "record.json"), &r); err != nil {
+	if err := readJSON(path, &r); err != nil {
 		return nil, err
 	}
+	if r.ProviderID != providerID || r.District != district {
+		return nil, fmt.Errorf("%s names node %q in district %q, not its directory's %q in %q: refused; "+
+			"the file was changed by hand: inspect it and restore or remove it", path, r.ProviderID, r.District, providerID, district)
+	}
+	derive(&r, root, hs)
 	return &r, nil
+}
+
+// derive sets the names of a node's host resources from its checked provider
+// id and district and the root.
+func derive(r *nodeRecord, root string, hs []hierarchy) {
+	r.Root = root
+	r.NodeDir = nodeDir(root, r.District, r.ProviderID)
+	r.Netns = netnsName(r.ProviderID)
+	r.HostVeth = vethName(r.ProviderID)
+	r.Bridge = bridgeName(root, r.District)
+	r.Cgroups = nil
+	for _, h := range hs {
+		r.Cgroups = append(r.Cgroups, h.Mount+"/transit/"+r.ProviderID)
+	}
 }
 
 func writeNode(r *nodeRecord) error {
@@ -225,9 +242,34 @@ func procStart(pid int) uint64 {
 }
 
 // alive says whether the process recorded as pid with start time start still
-// runs.
-func alive(pid int, start uint64) bool {
-	return pid > 0 && start != 0 && procStart(pid) == start
+// runs and has marker among its arguments, so a record cannot make transit
+// take an unrelated process for a node's.
+func alive(pid int, start uint64, marker string) bool {
+	if pid <= 0 || start == 0 || procStart(pid) != start {
+		return false
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && strings.Contains(string(cmdline), marker)
+}
+
+// initAlive says whether the node's init runs: its arguments name the node's
+// boot directory at every stage (boot.sh, nsenter/unshare init.sh, sshd).
+func initAlive(r *nodeRecord) bool { return alive(r.InitPID, r.InitStart, r.NodeDir+"/boot/") }
+
+// teardownAlive says whether the node's teardown runs.
+func teardownAlive(r *nodeRecord) bool {
+	return alive(r.TeardownPID, r.TeardownStart, teardownName(r.ProviderID))
+}
+
+// teardownName is the teardown's $0, which names it in ps and marks it.
+func teardownName(id string) string { return "transit-teardown-" + id }
+
+func (d *driver) readNode(id string) (*nodeRecord, error) {
+	return readNode(d.root, d.district, id, d.hierarchies)
+}
+
+func (d *driver) readNodes() ([]*nodeRecord, error) {
+	return readNodes(d.root, d.district, d.hierarchies)
 }
 
 // cgroupHierarchies lists the host's mounted cgroup hierarchies from

@@ -2,7 +2,6 @@ package local
 
 import (
 	"errors"
-	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -24,7 +23,7 @@ func testRecord() *nodeRecord {
 		NodeDir:    "/var/lib/transit/local/districts/home/nodes/ln-0123456789ab",
 		Netns:      "transit-ln-0123456789ab",
 		HostVeth:   "tv0123456789ab",
-		Bridge:     bridgeName("home"),
+		Bridge:     bridgeName("/var/lib/transit/local", "home"),
 		Cgroups: []string{
 			"/sys/fs/cgroup/cpuset/transit/ln-0123456789ab",
 			"/sys/fs/cgroup/systemd/transit/ln-0123456789ab",
@@ -79,9 +78,11 @@ func TestScripts(t *testing.T) {
 			"set -eu",
 			"ip netns add transit-ln-0123456789ab",
 			"ip link add tv0123456789ab type veth peer name eth0 netns transit-ln-0123456789ab",
-			"ip link set tv0123456789ab master " + bridgeName("home") + " up",
+			"ip link set tv0123456789ab master " + bridgeName("/var/lib/transit/local", "home") + " up",
+			"ip neigh flush to 10.240.1.2 dev " + bridgeName("/var/lib/transit/local", "home") + " 2>/dev/null || true",
 			"ip -n transit-ln-0123456789ab addr add 10.240.1.2/24 dev eth0",
 			"ip -n transit-ln-0123456789ab link set lo up",
+			"nsenter --net=/run/netns/transit-ln-0123456789ab sh -c 'echo 1 > /proc/sys/net/ipv4/conf/eth0/arp_notify'",
 			"ip -n transit-ln-0123456789ab link set eth0 up",
 			"ip -n transit-ln-0123456789ab route add default via 10.240.1.1",
 			"mkcg /sys/fs/cgroup/cpuset/transit/ln-0123456789ab",
@@ -122,7 +123,8 @@ func TestScripts(t *testing.T) {
 		{"teardown", teardownScript(r, parents), []string{
 			"ROOT=/var/lib/transit/local",
 			"flock \"$ROOT/lock\" true",
-			"if [ \"$(sed 's/.*) //' /proc/4242/stat 2>/dev/null | cut -d' ' -f20)\" = 777 ]; then",
+			"if [ \"$(sed 's/.*) //' /proc/4242/stat 2>/dev/null | cut -d' ' -f20)\" = 777 ] &&",
+			"grep -qzF -- \"$NODE/boot/\" /proc/4242/cmdline 2>/dev/null; then",
 			"kill -9 -- -4242 4242 2>/dev/null",
 			"p=$(find /sys/fs/cgroup/cpuset/transit/ln-0123456789ab /sys/fs/cgroup/systemd/transit/ln-0123456789ab /sys/fs/cgroup/unified/transit/ln-0123456789ab -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)",
 			"kill -9 $p 2>/dev/null",
@@ -132,7 +134,7 @@ func TestScripts(t *testing.T) {
 			"find \"$NODE\" -mindepth 1 -maxdepth 1 ! -name record.json ! -name teardown.log -exec rm -rf {} +",
 			"flock 9",
 			"rm -f \"$NODE/record.json\" \"$NODE/teardown.log\"",
-			"ip link del " + bridgeName("home") + " 2>/dev/null",
+			"ip link del " + bridgeName("/var/lib/transit/local", "home") + " 2>/dev/null",
 			"rmdir /sys/fs/cgroup/cpuset/transit 2>/dev/null",
 		}},
 		{"gc", gcScript("/r", "home", "tb00000000", parents), []string{
@@ -258,13 +260,16 @@ func TestNormalizeSources(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	b := bridgeName("aws-europe")
-	if len(b) != 10 || !strings.HasPrefix(b, "tb") || b != bridgeName("aws-europe") || b == bridgeName("aws-europe2") {
-		t.Errorf("bridgeName = %q", b)
+	const r = "/var/lib/transit/local"
+	b := bridgeName(r, "aws-europe")
+	if len(b) != 10 || !strings.HasPrefix(b, "tb") || b != bridgeName(r, "aws-europe") || b == bridgeName(r, "aws-europe2") ||
+		b == bridgeName("/srv/other", "aws-europe") {
+		t.Errorf("bridgeName = %q: not scoped by root and district", b)
 	}
-	c := chainName("c1", "home")
-	if len(c) > 28 || !validChain(c) || c == chainName("c2", "home") || c == chainName("c1", "away") {
-		t.Errorf("chainName = %q", c)
+	c := chainName(r, "c1", "home")
+	if len(c) > 28 || !validChain(c) || c == chainName(r, "c2", "home") || c == chainName(r, "c1", "away") ||
+		c == chainName("/srv/other", "c1", "home") {
+		t.Errorf("chainName = %q: not scoped by root, cluster and district", c)
 	}
 	id, err := newProviderID()
 	if err != nil {
@@ -280,30 +285,6 @@ func TestNames(t *testing.T) {
 		if validProviderID(bad) {
 			t.Errorf("validProviderID(%q) = true", bad)
 		}
-	}
-}
-
-func TestAllocateIP(t *testing.T) {
-	subnet := netip.MustParsePrefix("10.240.1.0/29") // .1 gateway, .2-.6 nodes, .7 broadcast
-	var nodes []*nodeRecord
-	var got []string
-	for range 5 {
-		ip, err := allocateIP(subnet, nodes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, ip.String())
-		nodes = append(nodes, &nodeRecord{IP: ip.String()})
-	}
-	if diff := cmp.Diff([]string{"10.240.1.2", "10.240.1.3", "10.240.1.4", "10.240.1.5", "10.240.1.6"}, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
-	if _, err := allocateIP(subnet, nodes); err == nil {
-		t.Errorf("a full subnet handed out an address")
-	}
-	nodes = nodes[1:] // .2 freed
-	if ip, _ := allocateIP(subnet, nodes); ip.String() != "10.240.1.2" {
-		t.Errorf("freed address not reused: got %s", ip)
 	}
 }
 

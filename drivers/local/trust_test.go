@@ -1,0 +1,285 @@
+package local
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/control"
+)
+
+// What the driver trusts: records are data, never names of things to kill
+// or remove; the root must be root's; addresses are not reused at once.
+
+func TestCheckRoot(t *testing.T) {
+	requireRoot(t)
+	base := t.TempDir()
+	mk := func(name string, mode os.FileMode, uid int) string {
+		t.Helper()
+		p := filepath.Join(base, name)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, 0); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ok := mk("ok", 0o755, 0)
+	if err := checkRoot(ok); err != nil {
+		t.Errorf("checkRoot(%s, 0755 root): %v", ok, err)
+	}
+	sticky := mk("sticky", os.ModeSticky|0o777, 0)
+	inSticky := filepath.Join(sticky, "root")
+	if err := os.Mkdir(inSticky, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRoot(inSticky); err != nil {
+		t.Errorf("checkRoot under a sticky world-writable dir (like /tmp): %v", err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(ok, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRoot(link); err != nil {
+		t.Errorf("checkRoot through a symlink to a good root: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name, root, want string
+	}{
+		{"group-writable", mk("gw", 0o775, 0), "writable by group or others (mode 0775): run chmod go-w"},
+		{"world-writable sticky root", mk("ws", os.ModeSticky|0o777, 0), "writable by group or others"},
+		{"not root's", mk("nobody", 0o755, 65534), "owned by uid 65534, not root: run chown root"},
+		{"parent writable", filepath.Join(mk("pw", 0o777, 0), "root"), "pw is writable by group or others"},
+		{"parent not root's", filepath.Join(mk("po", 0o755, 65534), "root"), "po is owned by uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.MkdirAll(tc.root, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			err := checkRoot(tc.root)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("checkRoot(%s) = %v, want an error containing %q", tc.root, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadNodeRefusesForeignRecord(t *testing.T) {
+	root := t.TempDir()
+	const id, other = "ln-0123456789ab", "ln-ba9876543210"
+	write := func(rec map[string]any) {
+		t.Helper()
+		data, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := writeFile(filepath.Join(nodeDir(root, "home", id), "record.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rec := range []map[string]any{
+		{"provider_id": other, "district": "home"},
+		{"provider_id": id, "district": "away"},
+		{"provider_id": "", "district": "home"},
+	} {
+		write(rec)
+		if _, err := readNode(root, "home", id, testHierarchies); err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("readNode of %v = %v, want it refused", rec, err)
+		}
+		if _, err := readNodes(root, "home", testHierarchies); err == nil {
+			t.Errorf("readNodes with %v succeeded", rec)
+		}
+	}
+	// Names a record carries are ignored: they derive from the directory.
+	write(map[string]any{
+		"provider_id": id, "district": "home",
+		"root": "/", "node_dir": "/etc", "netns": "host", "host_veth": "eth0", "bridge": "docker0",
+		"cgroups": []string{"/sys/fs/cgroup/cpu"}, "sshd": "/bin/rm",
+	})
+	r, err := readNode(root, "home", id, testHierarchies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nodeRecord{
+		Root: root, NodeDir: nodeDir(root, "home", id), Netns: "transit-" + id, HostVeth: "tv0123456789ab",
+		Bridge: bridgeName(root, "home"),
+	}
+	if r.Root != want.Root || r.NodeDir != want.NodeDir || r.Netns != want.Netns || r.HostVeth != want.HostVeth ||
+		r.Bridge != want.Bridge || r.SSHD != "" {
+		t.Errorf("derived names = %+v, want %+v", r, want)
+	}
+	for _, c := range r.Cgroups {
+		if !strings.HasSuffix(c, "/transit/"+id) {
+			t.Errorf("cgroup %s is not the node's", c)
+		}
+	}
+}
+
+// A record doctored to name a host process, directory and cgroup: the
+// teardown touches none of them, and the node still goes.
+func TestDoctoredRecordTouchesNothingElse(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "doctor")
+	inst := e.launch(drv, g, "doctor", "doctor-n1")
+
+	victimDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(victimDir, "precious"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	victim := exec.Command("sleep", "300")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
+	victimStart := procStart(victim.Process.Pid)
+
+	path := filepath.Join(nodeDir(e.root, drv.district, inst.ProviderID), "record.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["node_dir"] = victimDir
+	rec["root"] = victimDir
+	rec["netns"] = "x; touch " + victimDir + "/pwned"
+	rec["cgroups"] = []string{"/sys/fs/cgroup/pids"}
+	rec["init_pid"], rec["init_start"] = victim.Process.Pid, victimStart
+	if data, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The recorded init (the victim) runs, but is not the node's: List
+	// sees a dead node and tears it down, by its own names.
+	insts, _, err := drv.List(t.Context(), "doctor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) != 1 || insts[0].State != control.InstanceTerminating {
+		t.Errorf("List = %+v, want the node terminating (its recorded init is not its own)", insts)
+	}
+	waitGone(t, drv, "doctor", inst.ProviderID)
+	if err := syscall.Kill(victim.Process.Pid, 0); err != nil || procStart(victim.Process.Pid) != victimStart {
+		t.Errorf("the teardown killed the process a doctored record named: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(victimDir, "precious")); err != nil {
+		t.Errorf("the teardown removed a file a doctored record named: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(victimDir, "pwned")); err == nil {
+		t.Errorf("a doctored record ran a command")
+	}
+	if netnsExists(netnsName(inst.ProviderID)) {
+		t.Errorf("the node's own netns survived")
+	}
+}
+
+func TestAllocateIP(t *testing.T) {
+	subnet := netip.MustParsePrefix("10.240.1.0/29") // .1 gateway, .2-.6 nodes, .7 broadcast
+	var nodes []*nodeRecord
+	var got []string
+	var last netip.Addr
+	for range 5 {
+		ip, err := allocateIP(subnet, nodes, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ip.String())
+		nodes = append(nodes, &nodeRecord{IP: ip.String()})
+		last = ip
+	}
+	if want := []string{"10.240.1.2", "10.240.1.3", "10.240.1.4", "10.240.1.5", "10.240.1.6"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("addresses = %v, want %v", got, want)
+	}
+	if _, err := allocateIP(subnet, nodes, last); err == nil {
+		t.Errorf("a full subnet handed out an address")
+	}
+	// .3 and .4 freed: after .6 the allocation wraps to .3, then .4.
+	nodes = append(nodes[:1], nodes[3:]...)
+	ip, err := allocateIP(subnet, nodes, last)
+	if err != nil || ip.String() != "10.240.1.3" {
+		t.Errorf("after .6 with .3 free: %s, %v; want 10.240.1.3", ip, err)
+	}
+	// .2 freed right after being handed out: .3 comes first.
+	nodes = []*nodeRecord{{IP: "10.240.1.5"}}
+	if ip, _ := allocateIP(subnet, nodes, netip.MustParseAddr("10.240.1.2")); ip.String() != "10.240.1.3" {
+		t.Errorf("the address freed last was handed out again at once: %s", ip)
+	}
+	// A last address outside the subnet starts from the beginning.
+	if ip, _ := allocateIP(subnet, nil, netip.MustParseAddr("192.0.2.1")); ip.String() != "10.240.1.2" {
+		t.Errorf("with a foreign last address: %s, want 10.240.1.2", ip)
+	}
+	if ip, _ := allocateIP(netip.MustParsePrefix("10.0.0.0/30"), nil, netip.MustParseAddr("10.0.0.2")); ip.String() != "10.0.0.2" {
+		t.Errorf("a /30 has one address to hand out again: %s", ip)
+	}
+}
+
+// A node launched right after another was torn down gets another address.
+func TestFreedAddressNotReusedAtOnce(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "reuse")
+	a := e.launch(drv, g, "reuse", "reuse-a")
+	if err := drv.Terminate(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, drv, "reuse", a.ProviderID)
+	b := e.launch(drv, g, "reuse", "reuse-b")
+	if a.PublicIP == b.PublicIP {
+		t.Errorf("the new node got the address freed a moment ago (%s)", a.PublicIP)
+	}
+}
+
+// Where an address must be reused (a /30 has one), the host's neighbour
+// entry for the old node must not keep the new one unreachable.
+func TestReusedAddressIsReachable(t *testing.T) {
+	e := newEnv(t)
+	d := e.district()
+	d.LocalSubnet = strings.Replace(d.LocalSubnet, "/24", "/30", 1)
+	drv := e.driver(d)
+	g := e.group(drv, "arp")
+	// Another port keeps the bridge's carrier up when the node goes, as
+	// other nodes do in a real district; a bridge without carrier would
+	// drop its neighbour entries by itself.
+	peer := "tk" + randHex(4)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", peer).Run() })
+	for _, args := range [][]string{
+		{"link", "add", peer, "type", "veth", "peer", "name", peer + "p"},
+		{"link", "set", peer, "master", drv.bridge, "up"},
+		{"link", "set", peer + "p", "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	a := e.launch(drv, g, "arp", "arp-a")
+	if out, err := e.ssh(a.PublicIP, "true"); err != nil {
+		t.Fatalf("ssh %s: %v\n%s", a.PublicIP, err, out)
+	}
+	if err := drv.Terminate(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, drv, "arp", a.ProviderID)
+	start := time.Now()
+	b := e.launch(drv, g, "arp", "arp-b")
+	if b.PublicIP != a.PublicIP {
+		t.Fatalf("a /30 has one node address; got %s then %s", a.PublicIP, b.PublicIP)
+	}
+	t.Logf("the second node answered after %s", time.Since(start))
+}
