@@ -213,8 +213,11 @@ func (d *driver) updateNode(id string, fn func(*nodeRecord) error) error {
 	return writeNode(rec)
 }
 
+// instance is the node as Launch and List report it. Its host key is read
+// from the node's own boot directory, which the driver wrote at launch, so
+// transit pins it instead of trusting it on first use.
 func instance(r *nodeRecord) control.Instance {
-	return control.Instance{
+	inst := control.Instance{
 		ProviderID: r.ProviderID,
 		Tags:       maps.Clone(r.Tags),
 		Zone:       r.Zone,
@@ -223,6 +226,12 @@ func instance(r *nodeRecord) control.Instance {
 		State:      control.InstanceState(r.State),
 		CreatedAt:  r.CreatedAt,
 	}
+	if data, err := os.ReadFile(filepath.Join(r.NodeDir, "boot", "ssh_host_ed25519_key.pub")); err == nil {
+		if k, _, _, _, err := ssh.ParseAuthorizedKey(data); err == nil {
+			inst.HostKeys = []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))}
+		}
+	}
+	return inst
 }
 
 func newProviderID() (string, error) {

@@ -283,3 +283,31 @@ func TestReusedAddressIsReachable(t *testing.T) {
 	}
 	t.Logf("the second node answered after %s", time.Since(start))
 }
+
+// Launch and List report the host key the node's sshd presents, so it is
+// pinned before first contact.
+func TestHostKeyIsReported(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "hk")
+	inst := e.launch(drv, g, "hk", "hk-n1")
+	out, err := exec.CommandContext(t.Context(), "ssh-keyscan", "-t", "ed25519", inst.PublicIP).Output()
+	if err != nil {
+		t.Fatalf("ssh-keyscan %s: %v", inst.PublicIP, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 3 {
+		t.Fatalf("ssh-keyscan said %q", out)
+	}
+	presented := f[1] + " " + f[2]
+	if len(inst.HostKeys) != 1 || inst.HostKeys[0] != presented {
+		t.Errorf("Launch reported host keys %q; the node presents %q", inst.HostKeys, presented)
+	}
+	insts, _, err := drv.List(t.Context(), "hk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) != 1 || len(insts[0].HostKeys) != 1 || insts[0].HostKeys[0] != presented {
+		t.Errorf("List reported %+v; the node presents %q", insts, presented)
+	}
+}
