@@ -211,28 +211,52 @@ func deleteChain(ctx context.Context, chain string) error {
 
 // ensureBridge creates the district bridge with the subnet's first address
 // (the nodes' gateway) if it is missing, and turns on IPv4 forwarding so
-// districts reach each other through the host. Call it under the root lock.
+// districts reach each other through the host. A subnet that overlaps a
+// host route (a host network, a VPN, another root's or district's bridge)
+// is refused, and so is a bridge that has another address (the district's
+// local_subnet changed under it). Call it under the root lock.
 func (d *driver) ensureBridge(ctx context.Context) error {
-	prefix := fmt.Sprintf("%s/%d", d.gateway, d.subnet.Bits())
-	ok := false
-	if ifc, err := net.InterfaceByName(d.bridge); err == nil && ifc.Flags&net.FlagUp != 0 {
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if a.String() == prefix {
-				ok = true
-			}
-		}
-	} else if err != nil {
+	routes, err := run(ctx, "", "ip", "-4", "-o", "route", "show", "table", "all")
+	if err != nil {
+		return err
+	}
+	if r := overlappingRoute(routes, d.subnet, d.bridge); r != "" {
+		return fmt.Errorf("district %s: local_subnet %s overlaps the host route %q; "+
+			"pick a subnet no host network, VPN or other local district uses", d.district, d.subnet, r)
+	}
+	prefix := netip.PrefixFrom(d.gateway, d.subnet.Bits())
+	ifc, err := net.InterfaceByName(d.bridge)
+	if err != nil {
 		if _, err := run(ctx, "", "ip", "link", "add", "name", d.bridge, "type", "bridge"); err != nil {
-			if _, lerr := net.InterfaceByName(d.bridge); lerr != nil {
+			if ifc, err = net.InterfaceByName(d.bridge); err != nil {
 				return fmt.Errorf("create bridge: %w", err)
 			}
 		}
 	}
-	if !ok {
-		if _, err := run(ctx, "", "ip", "addr", "replace", prefix, "dev", d.bridge); err != nil {
+	has := false
+	if ifc != nil {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return fmt.Errorf("bridge %s: %w", d.bridge, err)
+		}
+		for _, a := range addrs {
+			p, err := netip.ParsePrefix(a.String())
+			if err != nil || !p.Addr().Is4() {
+				continue
+			}
+			if p != prefix {
+				return fmt.Errorf("district %s: its bridge %s has the address %s, not %s: local_subnet changed while the district had nodes or groups; "+
+					"set it back, or remove the district's nodes first", d.district, d.bridge, p, prefix)
+			}
+			has = true
+		}
+	}
+	if !has {
+		if _, err := run(ctx, "", "ip", "addr", "add", prefix.String(), "dev", d.bridge); err != nil {
 			return fmt.Errorf("bridge address: %w", err)
 		}
+	}
+	if ifc == nil || ifc.Flags&net.FlagUp == 0 {
 		if _, err := run(ctx, "", "ip", "link", "set", d.bridge, "up"); err != nil {
 			return fmt.Errorf("bridge up: %w", err)
 		}
@@ -244,6 +268,40 @@ func (d *driver) ensureBridge(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// routeTypes are the route types `ip route` prints before the destination.
+var routeTypes = []string{"unicast", "local", "broadcast", "multicast", "anycast", "unreachable", "blackhole", "prohibit", "throw", "nat"}
+
+// overlappingRoute returns the first route of `ip -4 -o route show table
+// all` output whose destination overlaps subnet and that is not on own
+// (the district's bridge); "" if none. Default routes overlap everything
+// and are not counted.
+func overlappingRoute(out string, subnet netip.Prefix, own string) string {
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) > 0 && slices.Contains(routeTypes, f[0]) {
+			f = f[1:]
+		}
+		if len(f) == 0 || f[0] == "default" {
+			continue
+		}
+		dst, err := netip.ParsePrefix(f[0])
+		if err != nil {
+			a, aerr := netip.ParseAddr(f[0])
+			if aerr != nil {
+				continue
+			}
+			dst = netip.PrefixFrom(a, a.BitLen())
+		}
+		if i := slices.Index(f, "dev"); i >= 0 && i+1 < len(f) && f[i+1] == own {
+			continue
+		}
+		if dst.Overlaps(subnet) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // cgroupParents are the transit/ cgroups of every hierarchy.

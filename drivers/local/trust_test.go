@@ -311,3 +311,82 @@ func TestHostKeyIsReported(t *testing.T) {
 		t.Errorf("List reported %+v; the node presents %q", insts, presented)
 	}
 }
+
+func TestOverlappingRoute(t *testing.T) {
+	routes := `default via 192.0.2.1 dev eth0
+192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2
+10.241.1.0/24 dev tbaaaaaaaa proto kernel scope link src 10.241.1.1
+10.8.0.0/16 dev tun0 scope link
+blackhole 172.16.5.0/24
+local 10.241.1.1 dev tbaaaaaaaa table local proto kernel scope host src 10.241.1.1
+broadcast 10.241.1.255 dev tbaaaaaaaa table local proto kernel scope link src 10.241.1.1
+local 127.0.0.0/8 dev lo table local proto kernel scope host src 127.0.0.1
+`
+	for _, tc := range []struct {
+		subnet, own, want string
+	}{
+		{"10.241.1.0/24", "tbaaaaaaaa", ""},                      // its own bridge
+		{"10.241.2.0/24", "tbbbbbbbbb", ""},                      // next door
+		{"10.241.0.0/16", "tbbbbbbbbb", "10.241.1.0/24 dev tbaaaaaaaa proto kernel scope link src 10.241.1.1"}, // another district inside
+		{"10.241.1.128/25", "tbbbbbbbbb", "10.241.1.0/24 dev tbaaaaaaaa proto kernel scope link src 10.241.1.1"},
+		{"10.8.3.0/24", "tbbbbbbbbb", "10.8.0.0/16 dev tun0 scope link"}, // a VPN
+		{"172.16.5.0/28", "tbbbbbbbbb", "blackhole 172.16.5.0/24"},
+		{"192.0.2.0/25", "tbbbbbbbbb", "192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2"},
+		{"10.9.0.0/16", "tbbbbbbbbb", ""}, // only the default route covers it
+	} {
+		if got := overlappingRoute(routes, netip.MustParsePrefix(tc.subnet), tc.own); got != tc.want {
+			t.Errorf("overlappingRoute(%s, own %s) = %q, want %q", tc.subnet, tc.own, got, tc.want)
+		}
+	}
+}
+
+// A district whose subnet overlaps a host network is refused, and a
+// district whose subnet changed under its bridge gets no second address.
+func TestSubnetConflicts(t *testing.T) {
+	e := newEnv(t)
+	d := e.district()
+	subnet := netip.MustParsePrefix(d.LocalSubnet)
+
+	// A host interface in the upper half of the district's subnet.
+	dummy := "tk" + randHex(4)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", dummy).Run() })
+	a := subnet.Addr().As4()
+	a[3] = 65
+	hostNet := netip.PrefixFrom(netip.AddrFrom4(a), 26)
+	for _, args := range [][]string{
+		{"link", "add", dummy, "type", "veth", "peer", "name", dummy + "p"},
+		{"addr", "add", hostNet.String(), "dev", dummy},
+		{"link", "set", dummy, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	drv := e.driver(d)
+	_, err := drv.EnsureGroup(t.Context(), control.GroupSpec{
+		Name: control.GroupName("clash", d.ID), Cluster: "clash", District: d.ID,
+	})
+	if err == nil || !strings.Contains(err.Error(), "overlaps the host route") || !strings.Contains(err.Error(), dummy) {
+		t.Errorf("EnsureGroup in a subnet overlapping %s on %s = %v, want a refusal naming the route", hostNet, dummy, err)
+	}
+	if _, err := exec.Command("ip", "link", "del", dummy).CombinedOutput(); err != nil {
+		t.Fatal(err)
+	}
+
+	e.group(drv, "clash")
+	moved := d
+	moved.LocalSubnet = strings.Replace(d.LocalSubnet, "10.250.", "10.251.", 1)
+	_, err = e.driver(moved).EnsureGroup(t.Context(), control.GroupSpec{
+		Name: control.GroupName("clash", d.ID), Cluster: "clash", District: d.ID,
+	})
+	if err == nil || !strings.Contains(err.Error(), "local_subnet changed") {
+		t.Errorf("EnsureGroup with the subnet changed = %v, want a refusal", err)
+	}
+	out, err := exec.Command("ip", "-4", "-o", "addr", "show", "dev", drv.bridge).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), " inet "); n != 1 {
+		t.Errorf("the bridge has %d IPv4 addresses, want 1:\n%s", n, out)
+	}
+}
