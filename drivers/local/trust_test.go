@@ -325,8 +325,8 @@ local 127.0.0.0/8 dev lo table local proto kernel scope host src 127.0.0.1
 	for _, tc := range []struct {
 		subnet, own, want string
 	}{
-		{"10.241.1.0/24", "tbaaaaaaaa", ""},                      // its own bridge
-		{"10.241.2.0/24", "tbbbbbbbbb", ""},                      // next door
+		{"10.241.1.0/24", "tbaaaaaaaa", ""}, // its own bridge
+		{"10.241.2.0/24", "tbbbbbbbbb", ""}, // next door
 		{"10.241.0.0/16", "tbbbbbbbbb", "10.241.1.0/24 dev tbaaaaaaaa proto kernel scope link src 10.241.1.1"}, // another district inside
 		{"10.241.1.128/25", "tbbbbbbbbb", "10.241.1.0/24 dev tbaaaaaaaa proto kernel scope link src 10.241.1.1"},
 		{"10.8.3.0/24", "tbbbbbbbbb", "10.8.0.0/16 dev tun0 scope link"}, // a VPN
