@@ -147,7 +147,19 @@ func jumpExists(bridge, chain, dump string) bool {
 	return false
 }
 
-// DeleteGroup removes the chain, its FORWARD jumps and the record.
+// inputJumpExists says INPUT sends the bridge's traffic through chain.
+func inputJumpExists(bridge, chain, dump string) bool {
+	want := "-A INPUT -i " + bridge + " -j " + chain
+	for line := range strings.Lines(dump) {
+		if strings.TrimSpace(line) == want {
+			return true
+		}
+	}
+	return false
+}
+
+// DeleteGroup removes the chain, its FORWARD jumps and the record. Like a
+// cloud's security group, a group machines still use cannot be deleted.
 func (d *driver) DeleteGroup(ctx context.Context, g control.Group) error {
 	unlock, err := lockRoot(d.root)
 	if err != nil {
@@ -170,13 +182,27 @@ func (d *driver) DeleteGroup(ctx context.Context, g control.Group) error {
 			return nil
 		}
 	}
+	nodes, err := d.readNodes()
+	if err != nil {
+		return fmt.Errorf("delete group %s: %w", g.Name, err)
+	}
+	var users []string
+	for _, n := range nodes {
+		if n.Group == chain {
+			users = append(users, n.NodeID+" ("+n.ProviderID+", "+n.State+")")
+		}
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("delete group %s: machines still use it: %s; delete them first (a terminating one is gone in a few seconds)",
+			g.Name, strings.Join(users, ", "))
+	}
 	if err := deleteChain(ctx, chain); err != nil {
 		return fmt.Errorf("delete group %s: %w", g.Name, err)
 	}
 	if err := os.Remove(groupPath(d.root, d.district, chain)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete group %s: %w", g.Name, err)
 	}
-	if _, err := run(ctx, "", "bash", "-c", gcScript(d.root, d.district, d.bridge, d.cgroupParents())); err != nil {
+	if _, err := run(ctx, "", "bash", "-c", gcScript(d.root, d.district, d.cgroupParents())); err != nil {
 		return fmt.Errorf("delete group %s: %w", g.Name, err)
 	}
 	return nil
@@ -261,10 +287,32 @@ func (d *driver) ensureBridge(ctx context.Context) error {
 			return fmt.Errorf("bridge up: %w", err)
 		}
 	}
+	if err := d.ensureHostFilter(ctx); err != nil {
+		return err
+	}
 	const fwd = "/proc/sys/net/ipv4/ip_forward"
 	if b, err := os.ReadFile(fwd); err != nil || strings.TrimSpace(string(b)) != "1" {
 		if err := os.WriteFile(fwd, []byte("1\n"), 0o644); err != nil {
 			return fmt.Errorf("enable IPv4 forwarding: %w", err)
+		}
+	}
+	return nil
+}
+
+// ensureHostFilter keeps nodes off the host itself: traffic from the
+// bridge to the host goes through the district's input chain, which lets
+// through only replies to the host's own connections (transit's SSH) and
+// ICMP (path MTU discovery, errors, ping of the gateway). A node needs no
+// service of the host's; traffic between nodes and districts is forwarded,
+// not addressed to the host, and the group chains filter it.
+func (d *driver) ensureHostFilter(ctx context.Context) error {
+	chain := inputChainName(d.root, d.district)
+	if _, err := run(ctx, hostFilterRestore(chain), "iptables-restore", "-w", "--noflush"); err != nil {
+		return fmt.Errorf("host filter: %w", err)
+	}
+	if _, err := run(ctx, "", "iptables", "-w", "-C", "INPUT", "-i", d.bridge, "-j", chain); err != nil {
+		if _, err := run(ctx, "", "iptables", "-w", "-I", "INPUT", "1", "-i", d.bridge, "-j", chain); err != nil {
+			return fmt.Errorf("host filter: %w", err)
 		}
 	}
 	return nil
@@ -335,7 +383,7 @@ func (d *driver) listGroups(ctx context.Context, cluster string) ([]control.Grou
 			continue // e.g. after a reboot: EnsureGroup makes it again
 		}
 		srcs := parseChainSources(r.Chain, dump)
-		if !jumpExists(d.bridge, r.Chain, dump) {
+		if !jumpExists(d.bridge, r.Chain, dump) || !inputJumpExists(d.bridge, inputChainName(d.root, d.district), dump) {
 			// A firewalld reload flushed FORWARD: the chain filters
 			// nothing. Listed as allowing nothing, the loop updates the
 			// group, and EnsureGroup puts the jump back.

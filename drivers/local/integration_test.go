@@ -224,6 +224,9 @@ func (e *env) leftovers(created []string) []string {
 		if strings.Contains(links, " "+bridgeName(e.root, d)+":") {
 			left = append(left, "bridge "+bridgeName(e.root, d)+" of "+d)
 		}
+		if c := inputChainName(e.root, d); strings.Contains(string(ipt), c) {
+			left = append(left, "iptables chain "+c+" of "+d)
+		}
 	}
 	for _, c := range e.chains {
 		if strings.Contains(string(ipt), c) {

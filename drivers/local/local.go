@@ -192,6 +192,12 @@ func chainName(root, cluster, district string) string {
 	return "TRANSIT-" + strings.ToUpper(hash(root+"\x00"+cluster+"\x00"+district, 10))
 }
 
+// inputChainName is the iptables chain that filters what a district's
+// nodes send to the host itself: "TRANSIT-IN-" and 10 hex digits.
+func inputChainName(root, district string) string {
+	return "TRANSIT-IN-" + strings.ToUpper(hash(root+"\x00"+district, 10))
+}
+
 // vethName is a node's host-side veth: "tv" and the provider id's hex.
 func vethName(providerID string) string { return "tv" + strings.TrimPrefix(providerID, "ln-") }
 

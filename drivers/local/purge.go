@@ -110,7 +110,7 @@ func purgeDistrict(ctx context.Context, root, district string, hs []hierarchy, p
 		}
 		errs = append(errs, os.RemoveAll(path))
 	}
-	if _, err := run(ctx, "", "bash", "-c", gcScript(root, district, bridgeName(root, district), parents)); err != nil {
+	if _, err := run(ctx, "", "bash", "-c", gcScript(root, district, parents)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

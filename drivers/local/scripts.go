@@ -290,7 +290,7 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 	w("flock 9")
 	w("rm -f \"$NODE/record.json\" \"$NODE/teardown.log\"")
 	w("rmdir \"$NODE\"")
-	b.WriteString(gcScript(r.Root, r.District, r.Bridge, cgroupParents))
+	b.WriteString(gcScript(r.Root, r.District, cgroupParents))
 	return b.String()
 }
 
@@ -298,7 +298,8 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 // bridge and records once it has no nodes and no groups, and the directories
 // transit created on the host once root has no districts left. A created
 // directory that is still a mount point in some node is left alone.
-func gcScript(root, district, bridge string, cgroupParents []string) string {
+func gcScript(root, district string, cgroupParents []string) string {
+	bridge, inputChain := bridgeName(root, district), inputChainName(root, district)
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	dd := path.Join(root, "districts", district)
@@ -313,6 +314,8 @@ func gcScript(root, district, bridge string, cgroupParents []string) string {
 	w("if [ -z \"$(ls %s 2>/dev/null)\" ] && [ -z \"$(ls %s 2>/dev/null)\" ]; then",
 		q(path.Join(dd, "nodes")), q(path.Join(dd, "groups")))
 	w("  ip link del %s 2>/dev/null", q(bridge))
+	w("  iptables -w -D INPUT -i %s -j %s 2>/dev/null", q(bridge), inputChain)
+	w("  iptables -w -F %s 2>/dev/null && iptables -w -X %s", inputChain, inputChain)
 	w("  rm -rf %s", q(dd))
 	w("fi")
 	w("if [ -z \"$(ls -A %s 2>/dev/null)\" ]; then", q(path.Join(root, "districts")))
@@ -349,6 +352,18 @@ func groupRestore(chain string, sources []string) string {
 	b.WriteString("-A " + chain + " -j DROP\n")
 	b.WriteString("COMMIT\n")
 	return b.String()
+}
+
+// hostFilterRestore is the iptables-restore --noflush input of a district's
+// input chain (ensureHostFilter).
+func hostFilterRestore(chain string) string {
+	return "*filter\n" +
+		":" + chain + " - [0:0]\n" +
+		"-F " + chain + "\n" +
+		"-A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+		"-A " + chain + " -p icmp -j ACCEPT\n" +
+		"-A " + chain + " -j DROP\n" +
+		"COMMIT\n"
 }
 
 // parseChainSources reads the sources back from `iptables -S <chain>`.

@@ -2,6 +2,8 @@ package local
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -388,5 +390,68 @@ func TestSubnetConflicts(t *testing.T) {
 	}
 	if n := strings.Count(string(out), " inet "); n != 1 {
 		t.Errorf("the bridge has %d IPv4 addresses, want 1:\n%s", n, out)
+	}
+}
+
+// A node reaches no service of the host's; the host still reaches the node.
+func TestNodesDoNotReachTheHost(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "hostfw")
+	inst := e.launch(drv, g, "hostfw", "hostfw-n1")
+	l, err := net.Listen("tcp", net.JoinHostPort(drv.gateway.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	probe := fmt.Sprintf("timeout 2 bash -c 'echo > /dev/tcp/%s' && echo reached || echo blocked",
+		strings.Replace(l.Addr().String(), ":", "/", 1))
+	if out, err := e.ssh(inst.PublicIP, probe); err != nil || strings.TrimSpace(out) != "blocked" {
+		t.Errorf("a node connecting to a host service on the gateway: %q, %v; want blocked", out, err)
+	}
+
+	// A flushed INPUT jump lists the group as allowing nothing, and
+	// EnsureGroup puts the jump back.
+	chain := inputChainName(e.root, drv.district)
+	if out, err := exec.Command("iptables", "-w", "-D", "INPUT", "-i", drv.bridge, "-j", chain).CombinedOutput(); err != nil {
+		t.Fatalf("delete the INPUT jump: %v\n%s", err, out)
+	}
+	if _, groups, err := drv.List(t.Context(), "hostfw"); err != nil || len(groups) != 1 || groups[0].Sources != nil {
+		t.Errorf("List without the INPUT jump = %+v, %v; want the group allowing nothing", groups, err)
+	}
+	e.group(drv, "hostfw")
+	if out, err := e.ssh(inst.PublicIP, probe); err != nil || strings.TrimSpace(out) != "blocked" {
+		t.Errorf("after EnsureGroup: %q, %v; want blocked", out, err)
+	}
+}
+
+// A group machines still use cannot be deleted; once they are gone it can.
+func TestDeleteGroupInUse(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "inuse")
+	inst := e.launch(drv, g, "inuse", "inuse-n1")
+	err := drv.DeleteGroup(t.Context(), g)
+	if err == nil || !strings.Contains(err.Error(), "inuse-n1") {
+		t.Fatalf("DeleteGroup of a group a running node uses = %v, want an error naming the node", err)
+	}
+	if _, groups, _ := drv.List(t.Context(), "inuse"); len(groups) != 1 {
+		t.Errorf("the refused DeleteGroup removed the group: %+v", groups)
+	}
+	if err := drv.Terminate(t.Context(), inst); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, drv, "inuse", inst.ProviderID)
+	if err := drv.DeleteGroup(t.Context(), g); err != nil {
+		t.Errorf("DeleteGroup once the node is gone: %v", err)
 	}
 }

@@ -137,9 +137,10 @@ func TestScripts(t *testing.T) {
 			"ip link del " + bridgeName("/var/lib/transit/local", "home") + " 2>/dev/null",
 			"rmdir /sys/fs/cgroup/cpuset/transit 2>/dev/null",
 		}},
-		{"gc", gcScript("/r", "home", "tb00000000", parents), []string{
+		{"gc", gcScript("/r", "home", parents), []string{
 			"if [ -z \"$(ls /r/districts/home/nodes 2>/dev/null)\" ] && [ -z \"$(ls /r/districts/home/groups 2>/dev/null)\" ]; then",
-			"ip link del tb00000000 2>/dev/null",
+			"ip link del " + bridgeName("/r", "home") + " 2>/dev/null",
+			"iptables -w -D INPUT -i " + bridgeName("/r", "home") + " -j " + inputChainName("/r", "home") + " 2>/dev/null",
 			"rm -rf /r/districts/home",
 			"if [ -z \"$(ls -A /r/districts 2>/dev/null)\" ]; then",
 			"tac /r/created-dirs | while IFS= read -r d; do",
