@@ -356,7 +356,7 @@ func TestNodeShape(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ssh: %v\n%s", err, out)
 	}
-	for _, cg := range []string{inNode(t, rec.InitPID, fmt.Sprintf("cat /proc/%d/cgroup", rec.InitPID)), out} {
+	for _, cg := range []string{inNode(t, rec.InitPID, "cat /proc/1/cgroup"), out} {
 		for line := range strings.Lines(cg) {
 			if !strings.HasSuffix(strings.TrimSpace(line), ":/") {
 				t.Errorf("cgroup inside the node is not /: %s", strings.TrimSpace(line))
@@ -371,6 +371,36 @@ func TestNodeShape(t *testing.T) {
 	if out, err := e.ssh(inst.PrivateIP, "cat /var/lib/transit/images/probe.tar && ! touch /var/lib/transit/images/x 2>/dev/null && test -d /run/sshd"); err != nil || !strings.Contains(out, "image") {
 		t.Errorf("image dir inside the node: %v\n%s", err, out)
 	}
+
+	// A machine of its own: its processes only (sshd is PID 1), its own
+	// interfaces in /sys, the host's filesystem read-only but for its own
+	// paths, and the host's own mounts untouched.
+	out, err = e.ssh(inst.PrivateIP, `tr '\0' ' ' </proc/1/cmdline; echo; ls /proc | grep -c '^[0-9]'`)
+	if err != nil {
+		t.Fatalf("ssh: %v\n%s", err, out)
+	}
+	if f := strings.Split(strings.TrimSpace(out), "\n"); len(f) != 2 || !strings.Contains(f[0], "sshd") || len(f[1]) > 2 {
+		t.Errorf("the node's PID 1 and process count: %q; want sshd and a handful of processes", out)
+	}
+	if out, err := e.ssh(inst.PrivateIP, "ls /sys/class/net | tr '\n' ' '"); err != nil || strings.TrimSpace(out) != "eth0 lo" {
+		t.Errorf("the node's /sys/class/net = %q, %v; want only its own eth0 and lo", out, err)
+	}
+	for _, p := range []string{"/usr/transit-" + probe, "/etc/transit-" + probe, "/var/lib/transit-" + probe} {
+		if out, err := e.ssh(inst.PrivateIP, "touch "+p); err == nil {
+			t.Errorf("the node wrote the host's %s:\n%s", p, out)
+			_ = os.Remove(p)
+		}
+	}
+	for _, p := range []string{"/root", "/var/tmp", "/var/lib/kubelet"} {
+		if out, err := e.ssh(inst.PrivateIP, "touch "+p+"/"+probe); err != nil {
+			t.Errorf("the node cannot write its own %s: %v\n%s", p, err, out)
+		}
+	}
+	hostProbe := "/usr/local/transit-" + probe
+	if err := os.WriteFile(hostProbe, nil, 0o644); err != nil {
+		t.Errorf("the host's /usr is no longer writable after a node booted: %v", err)
+	}
+	_ = os.Remove(hostProbe)
 
 	// Root by key only: another key is refused.
 	other := newEnv(t)
@@ -630,8 +660,8 @@ func TestParallelLaunch(t *testing.T) {
 func TestLaunchFailureReportsLog(t *testing.T) {
 	e := newEnv(t)
 	drv := e.driver(e.district())
-	// Somewhere the node sees (not /tmp: a node has its own).
-	dir, err := os.MkdirTemp("/var/tmp", "transit-test-")
+	// Somewhere the node sees (not /tmp or /var/tmp: a node has its own).
+	dir, err := os.MkdirTemp("/var/lib", "transit-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,12 +779,30 @@ func TestDeadNodeIsListedGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if out, err := e.ssh(inst.PublicIP, "setsid sleep 1000 </dev/null >/dev/null 2>&1 &"); err != nil {
+		t.Fatalf("start a daemon on the node: %v\n%s", err, out)
+	}
 	if err := syscall.Kill(rec.InitPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); initAlive(rec); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the node's init does not die")
+		}
+	}
+	// Its init gone, the node is gone: nothing of it runs, before any
+	// teardown (a PID namespace ends with its PID 1).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		procs := ""
+		for _, cg := range rec.Cgroups {
+			b, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+			procs += string(b)
+		}
+		if strings.TrimSpace(procs) == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of the node outlive its init: %q", procs)
 		}
 	}
 	insts, _, err := drv.List(t.Context(), "dead")

@@ -388,6 +388,7 @@ func (d *driver) writeNodeFiles(r *nodeRecord, authorizedKey string) error {
 		mode os.FileMode
 	}{
 		{"boot.sh", []byte(bootScript(r, d.hierarchies)), 0o755},
+		{"enter.sh", []byte(enterScript(r, d.hierarchies)), 0o755},
 		{"init.sh", []byte(initScript(r, d.hierarchies)), 0o755},
 		{"sshd_config", []byte(sshdConfig(r)), 0o644},
 		{"ssh_host_ed25519_key", pem.EncodeToMemory(block), 0o600},

@@ -21,6 +21,7 @@ var privateDirs = []string{
 	"/etc/containerd",
 	"/etc/docker",
 	"/etc/kubernetes",
+	"/root",
 	"/var/lib/cni",
 	"/var/lib/containerd",
 	"/var/lib/docker",
@@ -28,6 +29,7 @@ var privateDirs = []string{
 	"/var/lib/transit",
 	"/var/log/containers",
 	"/var/log/pods",
+	"/var/tmp",
 }
 
 // imagesMount is where a node sees the provider's machine image
@@ -112,8 +114,41 @@ func bootScript(r *nodeRecord, hs []hierarchy) string {
 		w("echo $$ > %s/cgroup.procs", q(dir))
 	}
 	w("")
-	w("exec nsenter --net=/run/netns/%s unshare --mount --uts --cgroup --propagation private /bin/bash %s",
-		r.Netns, q(path.Join(r.NodeDir, "boot", "init.sh")))
+	w("exec nsenter --net=/run/netns/%s unshare --cgroup /bin/bash %s", r.Netns, q(path.Join(r.NodeDir, "boot", "enter.sh")))
+	return b.String()
+}
+
+// enterScript runs in the node's network and cgroup namespaces, whose root
+// is the node's cgroup. On a cgroup v2 host it moves itself into the node's
+// init leaf and hands every controller down to the node's cgroup (v2 lets
+// no process sit in a cgroup that delegates controllers), so the node can
+// make cgroups of its own beside init, as a kubelet does. Then it starts
+// the node's init as PID 1 of a new PID namespace, with its own mount and
+// UTS namespaces and /proc. It stays as the init's parent; killed, it takes
+// the init, and with it every process of the node, along (--kill-child).
+func enterScript(r *nodeRecord, hs []hierarchy) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("#!/bin/bash")
+	w("# transit local node enter: %s (node %s)", r.ProviderID, r.NodeID)
+	w("set -eu")
+	w("export PATH=%s", scriptPath)
+	for i, h := range hs {
+		if !h.unified() || i >= len(r.Cgroups) {
+			continue
+		}
+		cg := r.Cgroups[i]
+		w("")
+		w("# cgroup v2: the node's processes in its init leaf; its cgroup delegates")
+		w("mkdir -p %s", q(cg+"/init"))
+		w("echo $$ > %s", q(cg+"/init/cgroup.procs"))
+		w("for c in $(cat %s); do", q(cg+"/cgroup.controllers"))
+		w("  echo \"+$c\" > %s", q(cg+"/cgroup.subtree_control"))
+		w("done")
+	}
+	w("")
+	w("exec unshare --mount --uts --pid --kill-child --mount-proc --propagation private /bin/bash %s",
+		q(path.Join(r.NodeDir, "boot", "init.sh")))
 	return b.String()
 }
 
@@ -170,6 +205,9 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	w("  if [ -f /etc/$f ]; then mount -n --bind \"$BOOT/$f\" /etc/$f; fi")
 	w("done")
 	w("")
+	w("# the node's own sysfs: its network namespace's interfaces only")
+	w("mount -n -t sysfs sysfs /sys")
+	w("")
 	w("# cgroupfs as the node's cgroup namespace sees it: its cgroup is /")
 	v1 := false
 	for _, h := range hs {
@@ -185,6 +223,26 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 		w("mkdir -p %s", q(dir))
 		w("mount -n -t %s %s %s %s", h.Type, mountOpts(h.Options), h.Type, q(dir))
 	}
+	w("")
+	w("# The host's filesystem, read-only: every mount but the node's own")
+	w("# paths, so an installer on the node cannot change the host's /usr.")
+	w("# (A read-only bind in this mount namespace leaves the host's mount as")
+	w("# it is.)")
+	w("own() {")
+	w("  case \"$1\" in")
+	w("  /run | /run/* | /tmp | /tmp/* | /proc | /proc/* | /sys | /sys/* | /dev | /dev/*) return 0 ;;")
+	w("  \"$BOOT\" | \"$BOOT\"/*) return 0 ;;")
+	for _, p := range privateDirs {
+		w("  %s | %s/*) return 0 ;;", p, p)
+	}
+	w("  esac")
+	w("  return 1")
+	w("}")
+	w("awk '{print $5}' /proc/self/mountinfo | sort -u | while read -r m; do")
+	w("  m=$(printf '%%b' \"$m\")")
+	w("  own \"$m\" && continue")
+	w("  mount -n -o remount,bind,ro \"$m\"")
+	w("done")
 	w("")
 	w("echo %s > /proc/sys/kernel/hostname", q(r.NodeID))
 	w("touch \"$BOOT/booted\"")

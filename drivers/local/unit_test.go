@@ -93,7 +93,11 @@ func TestScripts(t *testing.T) {
 			"echo $$ > /sys/fs/cgroup/cpuset/transit/ln-0123456789ab/cgroup.procs",
 			"echo $$ > /sys/fs/cgroup/systemd/transit/ln-0123456789ab/cgroup.procs",
 			"echo $$ > /sys/fs/cgroup/unified/transit/ln-0123456789ab/cgroup.procs",
-			"exec nsenter --net=/run/netns/transit-ln-0123456789ab unshare --mount --uts --cgroup --propagation private /bin/bash " + r.NodeDir + "/boot/init.sh",
+			"exec nsenter --net=/run/netns/transit-ln-0123456789ab unshare --cgroup /bin/bash " + r.NodeDir + "/boot/enter.sh",
+		}},
+		{"enter", enterScript(r, testHierarchies), []string{
+			"set -eu",
+			"exec unshare --mount --uts --pid --kill-child --mount-proc --propagation private /bin/bash " + r.NodeDir + "/boot/init.sh",
 		}},
 		{"init", initScript(r, testHierarchies), []string{
 			"set -eu",
@@ -112,10 +116,15 @@ func TestScripts(t *testing.T) {
 			"mount -n --bind /run/.transit-fs/var/log/pods /var/log/pods",
 			"mount -n --move /run/.transit-images /var/lib/transit/images",
 			"mount -n --bind /run/.transit-boot \"$BOOT\"",
+			"mount -n -t sysfs sysfs /sys",
 			"mount -n -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup",
 			"mount -n -t cgroup -o cpuset cgroup /sys/fs/cgroup/cpuset",
 			"mount -n -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd",
 			"mount -n -t cgroup2  cgroup2 /sys/fs/cgroup/unified",
+			"/var/lib/kubelet | /var/lib/kubelet/*) return 0 ;;",
+			"awk '{print $5}' /proc/self/mountinfo | sort -u | while read -r m; do",
+			"own \"$m\" && continue",
+			"mount -n -o remount,bind,ro \"$m\"",
 			"echo c1-w1 > /proc/sys/kernel/hostname",
 			"touch \"$BOOT/booted\"",
 			"exec /usr/sbin/sshd -D -e -f \"$BOOT/sshd_config\" 2>>\"$BOOT/sshd.log\"",
@@ -175,6 +184,20 @@ func TestInitScriptUnifiedHost(t *testing.T) {
 		"echo $$ > /sys/fs/cgroup/transit/ln-0123456789ab/cgroup.procs",
 	})
 	syntaxOK(t, "boot", boot)
+	// v2: the node's processes in its init leaf, every controller handed
+	// down to its cgroup, before the PID namespace starts.
+	enter := enterScript(r, hs)
+	inOrder(t, "enter", enter, []string{
+		"mkdir -p /sys/fs/cgroup/transit/ln-0123456789ab/init",
+		"echo $$ > /sys/fs/cgroup/transit/ln-0123456789ab/init/cgroup.procs",
+		"for c in $(cat /sys/fs/cgroup/transit/ln-0123456789ab/cgroup.controllers); do",
+		"echo \"+$c\" > /sys/fs/cgroup/transit/ln-0123456789ab/cgroup.subtree_control",
+		"exec unshare --mount --uts --pid --kill-child --mount-proc --propagation private /bin/bash " + r.NodeDir + "/boot/init.sh",
+	})
+	syntaxOK(t, "enter", enter)
+	if v1 := enterScript(r, testHierarchies); strings.Contains(v1, "subtree_control") {
+		t.Errorf("a v1 host's enter script delegates controllers:\n%s", v1)
+	}
 	syntaxOK(t, "init", initSh)
 }
 
