@@ -194,8 +194,25 @@ func (c *cluster) apply() result {
 	return r
 }
 
-// status is `transit status --json`.
+// status runs `transit status --json` and returns the state it shows. A
+// converged apply does not wait for the machines it terminated to finish
+// dying (README: terminations are asynchronous), so status is asked again
+// until no node is terminating, for up to a minute.
 func (c *cluster) status() districts.Resources {
+	c.tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		res := c.statusNow()
+		if !slices.ContainsFunc(res.Nodes, func(n districts.Node) bool { return n.Phase == districts.PhaseTerminating }) ||
+			time.Now().After(deadline) {
+			return res
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// statusNow is one `transit status --json`.
+func (c *cluster) statusNow() districts.Resources {
 	c.tb.Helper()
 	r := c.transit("status", "--json")
 	if r.code != 0 {
@@ -252,9 +269,20 @@ func (c *cluster) mustOn(n districts.Node, script string) string {
 	c.tb.Helper()
 	out, err := c.on(context.Background(), n, script)
 	if err != nil {
-		c.tb.Fatalf("on %s: %v", n.ID, err)
+		c.tb.Fatalf("on %s: %v\n%s", n.ID, err, sshdLog(n))
 	}
 	return out
+}
+
+// sshdLog is the tail of a local node's sshd log, to tell why it would not
+// talk.
+func sshdLog(n districts.Node) string {
+	data, err := os.ReadFile(filepath.Join(root, "districts", n.District, "nodes", n.ProviderID, "boot", "sshd.log"))
+	if err != nil {
+		return "(no sshd log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	return "--- sshd.log (last lines)\n" + strings.Join(lines[max(0, len(lines)-15):], "\n")
 }
 
 // manager returns the cluster's first master.

@@ -300,7 +300,11 @@ func testScale(t *testing.T, c *cluster) {
 	}
 	res = c.status()
 	if len(res.Nodes) != 5 {
-		t.Fatalf("%d nodes after scaling down, want 5; events:\n%s", len(res.Nodes), strings.Join(evs, "\n"))
+		var nodes []string
+		for _, n := range res.Nodes {
+			nodes = append(nodes, n.ID+" "+string(n.Phase)+" "+n.ProviderID)
+		}
+		t.Fatalf("%d nodes after scaling down, want 5: %s; events:\n%s", len(res.Nodes), strings.Join(nodes, ", "), strings.Join(evs, "\n"))
 	}
 	c.checkAgree(res)
 	c.mustOn(c.manager(res), "docker service rm everywhere >/dev/null")
