@@ -9,13 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/sys/unix"
+
+	"github.com/cloudtransit/transit/clock/clocktest"
 )
 
 func hostname(t *testing.T) string {
@@ -179,40 +180,19 @@ func TestAcquireTimesOut(t *testing.T) {
 	}
 }
 
-// fakeClock advances when slept on, so long timeouts pass at once.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps int
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.sleeps++
-	return ctx.Err()
-}
-
 func TestAcquireUsesClock(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
 	acquire(t, path, LockOptions{})
-	clock := &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	_, err := Acquire(t.Context(), path, LockOptions{Timeout: time.Hour, Clock: clock})
+	clk := clocktest.NewFake(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	_, err := Acquire(t.Context(), path, LockOptions{Timeout: time.Hour, Clock: clk})
 	lerr := lockedError(t, err)
 	if lerr.Waited != time.Hour {
 		t.Errorf("waited %v, want 1h", lerr.Waited)
 	}
 	// Backoff doubles up to its cap: far fewer attempts than 1h/20ms.
-	if maxSleeps := int(time.Hour/maxBackoff) + 10; clock.sleeps > maxSleeps {
-		t.Errorf("%d sleeps, want at most %d", clock.sleeps, maxSleeps)
+	if maxSleeps, n := int(time.Hour/maxBackoff)+10, len(clk.Sleeps()); n > maxSleeps {
+		t.Errorf("%d sleeps, want at most %d", n, maxSleeps)
 	}
 }
 
