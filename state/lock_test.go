@@ -132,7 +132,7 @@ func TestAcquireHeldFailsAtOnce(t *testing.T) {
 	if diff := cmp.Diff(&first.Holder, lerr.Holder); diff != "" {
 		t.Errorf("holder (-want +got):\n%s", diff)
 	}
-	if lerr.HolderGone || lerr.Path != path {
+	if lerr.HolderGone || lerr.Path != path || lerr.File != path+".lock" {
 		t.Errorf("got %+v", lerr)
 	}
 	wantMsg := fmt.Sprintf(`%s is locked by pid %d on host %s ("transit apply", started `, path, os.Getpid(), hostname(t))
@@ -315,6 +315,9 @@ func TestLockedErrorMessage(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 22, 10, 3, 20, 0, time.UTC)
 	holder := &Holder{PID: 4242, Host: "ci-7", Command: "transit apply", Started: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	// Acquire guards a state file with "<state>.lock"; FlockContext
+	// locks the file it guards (Path and File are the same).
+	const state, lock = "resources.json", "resources.json.lock"
 	tests := []struct {
 		name string
 		err  *LockedError
@@ -322,28 +325,43 @@ func TestLockedErrorMessage(t *testing.T) {
 	}{
 		{
 			name: "held",
-			err:  &LockedError{Path: "resources.json", Holder: holder, At: at},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, At: at},
 			want: `resources.json is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); wait for it or pass --lock-timeout`,
 		},
 		{
 			name: "timed out",
-			err:  &LockedError{Path: "resources.json", Holder: holder, At: at, Waited: 30 * time.Second},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, At: at, Waited: 30 * time.Second},
 			want: `resources.json is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); still locked after waiting 30s; wait for it or pass a longer --lock-timeout`,
 		},
 		{
 			name: "canceled",
-			err:  &LockedError{Path: "resources.json", Holder: holder, At: at, Waited: 2 * time.Second, Err: context.Canceled},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, At: at, Waited: 2 * time.Second, Err: context.Canceled},
 			want: `resources.json is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); stopped waiting after 2s: context canceled`,
 		},
 		{
 			name: "holder gone",
-			err:  &LockedError{Path: "resources.json", Holder: holder, HolderGone: true, At: at},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, HolderGone: true, At: at},
 			want: "resources.json is locked by pid 4242 on host ci-7 (\"transit apply\", started 2026-11-22T10:00:00Z, 3m ago); pid 4242 has exited but the lock is still held, most likely by a process it started; find it with `fuser -v resources.json.lock`; wait for it or pass --lock-timeout",
 		},
 		{
 			name: "no holder recorded",
-			err:  &LockedError{Path: "resources.json", At: at},
+			err:  &LockedError{Path: state, File: lock, At: at},
 			want: `resources.json is locked by another process (resources.json.lock names no holder); wait for it or pass --lock-timeout`,
+		},
+		{
+			name: "flock canceled",
+			err:  &LockedError{Path: "/s/k.lock", File: "/s/k.lock", Holder: holder, At: at, Waited: 2 * time.Second, Err: context.Canceled},
+			want: `/s/k.lock is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); stopped waiting after 2s: context canceled`,
+		},
+		{
+			name: "flock holder gone",
+			err:  &LockedError{Path: "/s/k.lock", File: "/s/k.lock", Holder: holder, HolderGone: true, At: at, Waited: time.Second, Err: context.DeadlineExceeded},
+			want: "/s/k.lock is locked by pid 4242 on host ci-7 (\"transit apply\", started 2026-11-22T10:00:00Z, 3m ago); pid 4242 has exited but the lock is still held, most likely by a process it started; find it with `fuser -v /s/k.lock`; stopped waiting after 1s: context deadline exceeded",
+		},
+		{
+			name: "flock no holder recorded",
+			err:  &LockedError{Path: "/s/k.lock", File: "/s/k.lock", At: at, Waited: time.Second, Err: context.DeadlineExceeded},
+			want: `/s/k.lock is locked by another process (/s/k.lock names no holder); stopped waiting after 1s: context deadline exceeded`,
 		},
 	}
 	for _, tt := range tests {
