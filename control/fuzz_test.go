@@ -39,7 +39,7 @@ func FuzzPlanFromState(f *testing.F) {
 	seed(st)
 	// What a killed run and a failing deployment leave behind.
 	st = h.load()
-	st.Failures = map[string]districts.Failure{"gce-europe/small/worker": {Count: 4, LastError: "join: timeout", LastAt: h.sim.clock.peek()}}
+	st.Failures = map[string]districts.Failure{"gce-europe/small/worker": {Count: 4, LastError: "join: timeout", LastAt: h.sim.clock.Peek()}}
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		switch i % 4 {
@@ -48,7 +48,7 @@ func FuzzPlanFromState(f *testing.F) {
 		case 1:
 			n.Phase, n.JoinFailed = districts.PhaseLaunched, true
 		case 2:
-			n.Phase, n.NotReadySince = districts.PhaseNotReady, h.sim.clock.peek()
+			n.Phase, n.NotReadySince = districts.PhaseNotReady, h.sim.clock.Peek()
 		}
 	}
 	seed(st)

@@ -343,7 +343,7 @@ func TestConvergesUnderFaults(t *testing.T) {
 					// What an operator does: rebuild a lost platform on
 					// purpose; cron runs again a while later.
 					h.sim.rebuild = h.sim.rebuild || errors.Is(err, ErrPlatformLost)
-					h.sim.clock.advance(30 * time.Minute)
+					h.sim.clock.Advance(30 * time.Minute)
 				}
 				if !converged {
 					log := h.sim.log[max(len(h.sim.log)-40, 0):]

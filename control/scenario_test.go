@@ -225,7 +225,7 @@ func TestFailingJoinsBackOff(t *testing.T) {
 		t.Errorf("a run inside the backoff launched again: %v", h.sim.log)
 	}
 	h.sim.joinFail = 0
-	h.sim.clock.advance(time.Hour)
+	h.sim.clock.Advance(time.Hour)
 	h.mustConverge(c)
 	if ids := h.nodeIDs("worker"); len(ids) != 1 || ids[0] != "paper-worker-4" {
 		t.Errorf("workers %v, want paper-worker-4 (numbers 1-3 are never reused)", ids)

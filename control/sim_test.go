@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -22,7 +23,7 @@ import (
 // were killed between two steps.
 type sim struct {
 	mu    sync.Mutex
-	clock *fakeClock
+	clock *clocktest.Fake
 	rng   *rand.Rand
 
 	cluster   string
@@ -89,7 +90,7 @@ type simMember struct {
 
 func newSim(seed uint64, cluster string) *sim {
 	s := &sim{
-		clock:     &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)},
+		clock:     simClock(),
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		cluster:   cluster,
 		instances: map[string]*simInstance{},
@@ -101,6 +102,15 @@ func newSim(seed uint64, cluster string) *sim {
 		peak:      map[string]int{},
 	}
 	return s
+}
+
+// simClock is the simulation's clock: it advances a little on every Now,
+// as if the loop's work took time, and jumps on Sleep, so waits cost no
+// real time. The simulation reads it with Peek, which does not advance it.
+func simClock() *clocktest.Fake {
+	c := clocktest.NewFake(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	c.Step = 10 * time.Millisecond
+	return c
 }
 
 func (s *sim) violate(format string, args ...any) {
@@ -147,7 +157,7 @@ func isForeign(id string) bool {
 
 // gc forgets machines whose termination finished.
 func (s *sim) gc() {
-	now := s.clock.peek()
+	now := s.clock.Peek()
 	for id, in := range s.instances {
 		if in.State == InstanceTerminating && !now.Before(in.goneAt) {
 			delete(s.instances, id)
@@ -293,7 +303,7 @@ func (c *simInfra) Launch(ctx context.Context, spec LaunchSpec) (Instance, error
 	id := fmt.Sprintf("i-%04d", s.nextID)
 	inst := Instance{ProviderID: id, Tags: maps.Clone(spec.Tags), Zone: spec.Node.Zone,
 		PublicIP: fmt.Sprintf("203.0.%d.%d", s.nextID/250, s.nextID%250+1), PrivateIP: fmt.Sprintf("10.0.%d.%d", s.nextID/250, s.nextID%250+1),
-		State: InstanceRunning, CreatedAt: s.clock.peek()}
+		State: InstanceRunning, CreatedAt: s.clock.Peek()}
 	s.instances[id] = &simInstance{Instance: inst, district: c.district, group: spec.GroupID}
 	s.checkPeak()
 	if crash {
@@ -323,7 +333,7 @@ func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
 	}
 	if in.State != InstanceTerminating {
 		in.State = InstanceTerminating
-		in.goneAt = s.clock.peek().Add(s.terminateFor)
+		in.goneAt = s.clock.Peek().Add(s.terminateFor)
 	}
 	if s.destroying {
 		delete(s.members, node)
@@ -636,7 +646,7 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Me
 		}
 	}
 	if s.rng.Float64() < s.membersFail {
-		s.clock.advance(2 * time.Minute) // the SSH timeout
+		s.clock.Advance(2 * time.Minute) // the SSH timeout
 		return nil, &UnreachableError{Masters: masters, Err: errors.New("ssh: dial tcp: i/o timeout")}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.members)) {
@@ -682,42 +692,6 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Me
 		out = append(out, Member{NodeID: id, Role: m.role, Ready: s.healthy(m), Draining: m.cordoned, Labels: maps.Clone(m.labels)})
 	}
 	return out, nil
-}
-
-// fakeClock advances a little on every read and jumps on Sleep, so waits
-// cost no real time.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(10 * time.Millisecond)
-	return c.now
-}
-
-func (c *fakeClock) peek() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	return nil
 }
 
 func (p *simPlatform) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {

@@ -2,12 +2,9 @@ package state
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/cloudtransit/transit/clock"
 )
@@ -17,7 +14,7 @@ import (
 // context ends.
 func Flock(path string) (unlock func(), err error) {
 	// No caller's context to honour: this is the old, unbounded wait.
-	return flockWait(context.Background(), path, FlockOptions{})
+	return FlockContext(context.Background(), path, FlockOptions{})
 }
 
 // FlockOptions configure FlockContext.
@@ -28,42 +25,6 @@ type FlockOptions struct {
 	// Clock tells time and waits between attempts; nil is the wall clock.
 	Clock clock.Clock
 }
-
-// FlockError is a wait for a flock that ended with ctx before the lock was
-// free. It matches ErrLocked and ctx's error.
-type FlockError struct {
-	// Path is the lock file.
-	Path string
-	// Holder is what the lock file records about the process holding
-	// it; nil when it records nothing readable.
-	Holder *Holder
-	// HolderGone: Holder ran on this host and has exited, yet the lock is
-	// still held, most likely by a process it started.
-	HolderGone bool
-	// At is when the lock was last found held.
-	At     time.Time
-	Waited time.Duration
-	Err    error // ctx's error
-}
-
-func (e *FlockError) Error() string {
-	msg := e.Path + " is locked by "
-	if e.Holder != nil {
-		msg += fmt.Sprintf("pid %d on host %s (%s)", e.Holder.PID, e.Holder.Host, e.Holder.details(e.At))
-	} else {
-		msg += "another process (the file names no holder)"
-	}
-	if e.HolderGone {
-		msg += fmt.Sprintf("; pid %d has exited but the lock is still held, most likely by a process it started; find it with `fuser -v %s`", e.Holder.PID, e.Path)
-	}
-	return msg + fmt.Sprintf("; stopped waiting after %s: %v", e.Waited.Round(time.Millisecond), e.Err)
-}
-
-// Is makes errors.Is(err, ErrLocked) true.
-func (e *FlockError) Is(target error) bool { return target == ErrLocked }
-
-// Unwrap returns ctx's error.
-func (e *FlockError) Unwrap() error { return e.Err }
 
 // Backoff between attempts to take a held flock: short, because these
 // locks guard short critical sections.
@@ -76,47 +37,26 @@ const (
 // 0600) but not its directory, for short critical sections between
 // processes (the state itself uses Acquire). While another process holds
 // it, FlockContext retries with a short backoff until ctx ends, then
-// returns a *FlockError naming the holder; nothing is left behind (no
-// goroutine, no descriptor). The holder is recorded in the file while the
-// lock is held. unlock releases it, so does the holder's death; the
-// descriptor is close-on-exec.
+// returns a *LockedError naming the holder, whose Path and File are both
+// path; nothing is left behind (no goroutine, no descriptor). The holder
+// is recorded in the file while the lock is held. unlock releases it, so
+// does the holder's death; the descriptor is close-on-exec.
 func FlockContext(ctx context.Context, path string, opts FlockOptions) (unlock func(), err error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("lock %s: nil context", path)
 	}
-	return flockWait(ctx, path, opts)
-}
-
-func flockWait(ctx context.Context, path string, opts FlockOptions) (func(), error) {
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	// os.OpenFile always opens with O_CLOEXEC.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := lockFile(ctx, path, path, waitOptions{
+		timeout:      -1, // until ctx ends
+		firstBackoff: flockFirstBackoff,
+		maxBackoff:   flockMaxBackoff,
+		clock:        clk,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	start := clk.Now()
-	backoff := flockFirstBackoff
-	for {
-		err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, errors.Join(fmt.Errorf("lock %s: %w", path, err), closeErr(f))
-		}
-		if serr := clk.Sleep(ctx, backoff); serr != nil {
-			now := clk.Now()
-			held := heldError(f, path, now)
-			ferr := &FlockError{Path: path, Holder: held.Holder, HolderGone: held.HolderGone, At: now, Waited: now.Sub(start), Err: serr}
-			return nil, errors.Join(ferr, closeErr(f))
-		}
-		backoff = min(2*backoff, flockMaxBackoff)
+		return nil, err
 	}
 	// Best effort: the holder record only improves a waiter's message.
 	host, err := os.Hostname()

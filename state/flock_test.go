@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/clock/clocktest"
 )
 
 // openFDs counts this process's descriptors open on path.
@@ -51,12 +55,15 @@ func TestFlockContextStopsWhenContextEnds(t *testing.T) {
 	if !errors.Is(err, ErrLocked) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want ErrLocked and context.DeadlineExceeded", err)
 	}
-	var ferr *FlockError
-	if !errors.As(err, &ferr) {
-		t.Fatalf("got %T, want *FlockError", err)
+	var lerr *LockedError
+	if !errors.As(err, &lerr) {
+		t.Fatalf("got %T, want *LockedError", err)
 	}
-	if ferr.Holder == nil || ferr.Holder.PID != h.cmd.Process.Pid || ferr.Holder.Command != "helper flock" {
-		t.Errorf("holder %+v, want the helper (pid %d)", ferr.Holder, h.cmd.Process.Pid)
+	if lerr.Holder == nil || lerr.Holder.PID != h.cmd.Process.Pid || lerr.Holder.Command != "helper flock" {
+		t.Errorf("holder %+v, want the helper (pid %d)", lerr.Holder, h.cmd.Process.Pid)
+	}
+	if lerr.Path != path || lerr.File != path || lerr.Err == nil {
+		t.Errorf("got %+v, want path and file %s and why waiting stopped", lerr, path)
 	}
 	want := fmt.Sprintf(`%s is locked by pid %d on host %s ("helper flock", started `, path, h.cmd.Process.Pid, hostname(t))
 	if msg := err.Error(); !strings.HasPrefix(msg, want) || !strings.Contains(msg, "stopped waiting after") {
@@ -116,25 +123,73 @@ func TestFlockContextEndedContext(t *testing.T) {
 	}
 }
 
-func TestFlockErrorMessage(t *testing.T) {
+// Both locks back off on the clock they are given, each at its own pace:
+// FlockContext briefly and until ctx ends, Acquire longer and until its
+// timeout.
+func TestLockBackoff(t *testing.T) {
 	t.Parallel()
-	at := time.Date(2026, 11, 22, 10, 3, 20, 0, time.UTC)
-	holder := &Holder{PID: 4242, Host: "ci-7", Command: "transit apply", Started: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	ms := time.Millisecond
 	for _, tt := range []struct {
-		err  *FlockError
-		want string
+		name string
+		// lock takes the lock held in file.
+		lock func(ctx context.Context, file string, clk *clocktest.Fake) error
+		want []time.Duration
 	}{
 		{
-			&FlockError{Path: "/s/k.lock", Holder: holder, At: at, Waited: 2 * time.Second, Err: context.Canceled},
-			`/s/k.lock is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); stopped waiting after 2s: context canceled`,
+			name: "FlockContext",
+			lock: func(ctx context.Context, file string, clk *clocktest.Fake) error {
+				unlock, err := FlockContext(ctx, file, FlockOptions{Clock: clk})
+				if err == nil {
+					unlock()
+				}
+				return err
+			},
+			want: []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms},
 		},
 		{
-			&FlockError{Path: "/s/k.lock", At: at, Waited: time.Second, Err: context.DeadlineExceeded},
-			`/s/k.lock is locked by another process (the file names no holder); stopped waiting after 1s: context deadline exceeded`,
+			name: "Acquire",
+			lock: func(ctx context.Context, file string, clk *clocktest.Fake) error {
+				statePath := strings.TrimSuffix(file, ".lock")
+				l, err := Acquire(ctx, statePath, LockOptions{Timeout: time.Hour, Clock: clk})
+				return errors.Join(err, l.Release())
+			},
+			want: []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 500 * ms, 500 * ms, 500 * ms},
 		},
 	} {
-		if got := tt.err.Error(); got != tt.want {
-			t.Errorf("got  %s\nwant %s", got, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			file := filepath.Join(t.TempDir(), "resources.json.lock")
+			// Held by another open file description, as by another process.
+			unlock, err := FlockContext(t.Context(), file, FlockOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unlock()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			clk := clocktest.NewFake(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+			clk.OnSleep = func(ctx context.Context, _ time.Duration) error {
+				if len(clk.Sleeps()) == len(tt.want) {
+					cancel()
+					return ctx.Err()
+				}
+				return nil
+			}
+			err = tt.lock(ctx, file, clk)
+			var lerr *LockedError
+			if !errors.As(err, &lerr) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want a *LockedError and context.Canceled", err)
+			}
+			if diff := cmp.Diff(tt.want, clk.Sleeps()); diff != "" {
+				t.Errorf("backoff (-want +got):\n%s", diff)
+			}
+			var total time.Duration
+			for _, d := range tt.want {
+				total += d
+			}
+			if lerr.Waited != total || lerr.File != file {
+				t.Errorf("waited %v for %s, want %v on the fake clock for %s", lerr.Waited, lerr.File, total, file)
+			}
+		})
 	}
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // ErrLocked is matched (errors.Is) by every *LockedError: another run holds
-// the state lock.
+// the state lock, or another process a lock taken with FlockContext.
 var ErrLocked = errors.New("state is locked")
 
 // LockOptions configure Acquire.
@@ -78,11 +78,16 @@ func age(d time.Duration) string {
 	}
 }
 
-// LockedError says the state lock is held by another run. It matches
-// ErrLocked, and also ctx's error when waiting was cut short by ctx.
+// LockedError says a lock is held by another process: the state lock
+// (Acquire) or a lock file (FlockContext). It matches ErrLocked, and also
+// ctx's error when waiting was cut short by ctx.
 type LockedError struct {
-	// Path is the state file (not the lock file).
+	// Path is what the lock guards: the state file for Acquire, the lock
+	// file itself for FlockContext.
 	Path string
+	// File is the lock file: "<Path>.lock" for Acquire, Path for
+	// FlockContext.
+	File string
 	// Holder is what the lock file records; nil when it records nothing
 	// readable (the holder is between taking the lock and recording itself,
 	// or the file was written by something else).
@@ -93,10 +98,11 @@ type LockedError struct {
 	HolderGone bool
 	// At is when the lock was last found held; Holder's age is taken at At.
 	At time.Time
-	// Waited is how long Acquire waited; 0 when it did not wait.
+	// Waited is how long Acquire or FlockContext waited; 0 when it did
+	// not wait.
 	Waited time.Duration
-	// Err is why Acquire stopped waiting before its timeout (ctx's error);
-	// nil otherwise.
+	// Err is why waiting stopped before its timeout (ctx's error); nil
+	// otherwise.
 	Err error
 }
 
@@ -105,10 +111,10 @@ func (e *LockedError) Error() string {
 	if e.Holder != nil {
 		msg += fmt.Sprintf("pid %d on host %s (%s)", e.Holder.PID, e.Holder.Host, e.Holder.details(e.At))
 	} else {
-		msg += "another process (" + lockPath(e.Path) + " names no holder)"
+		msg += "another process (" + e.File + " names no holder)"
 	}
 	if e.HolderGone {
-		msg += fmt.Sprintf("; pid %d has exited but the lock is still held, most likely by a process it started; find it with `fuser -v %s`", e.Holder.PID, lockPath(e.Path))
+		msg += fmt.Sprintf("; pid %d has exited but the lock is still held, most likely by a process it started; find it with `fuser -v %s`", e.Holder.PID, e.File)
 	}
 	switch {
 	case e.Err != nil:
@@ -168,17 +174,16 @@ func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, er
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", statePath, err)
-	}
 	path := lockPath(statePath)
-	// os.OpenFile always opens with O_CLOEXEC.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := lockFile(ctx, statePath, path, waitOptions{
+		timeout:      opts.Timeout,
+		firstBackoff: firstBackoff,
+		maxBackoff:   maxBackoff,
+		waiting:      opts.Waiting,
+		clock:        clk,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", statePath, err)
-	}
-	if err := waitFlock(ctx, f, statePath, opts, clk); err != nil {
-		return nil, errors.Join(err, closeErr(f))
+		return nil, err
 	}
 
 	l := &Lock{Path: path, f: f}
@@ -203,16 +208,50 @@ func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, er
 	return l, nil
 }
 
-// Backoff between attempts to take a held lock.
+// Backoff between attempts to take a held state lock.
 const (
 	firstBackoff = 20 * time.Millisecond
 	maxBackoff   = 500 * time.Millisecond
 )
 
-// waitFlock takes the flock on f, waiting as opts say.
-func waitFlock(ctx context.Context, f *os.File, statePath string, opts LockOptions, clk clock.Clock) error {
-	start := clk.Now()
-	backoff := firstBackoff
+// waitOptions say how lockFile waits for a held lock.
+type waitOptions struct {
+	// timeout is how long to wait: 0 fails at once, a negative value
+	// waits until ctx ends.
+	timeout time.Duration
+	// The backoff between attempts doubles from firstBackoff up to
+	// maxBackoff.
+	firstBackoff, maxBackoff time.Duration
+	// waiting, when set, is called once, when the lock is found held and
+	// the wait starts; never when timeout is 0.
+	waiting func(*LockedError)
+	clock   clock.Clock
+}
+
+// lockFile opens file, creating it (mode 0600) but not its directory, and
+// takes an exclusive flock on it, waiting as w says. path is what the lock
+// guards, named in errors. While the lock is held by another process, the
+// error is a *LockedError. On error, nothing is left open.
+func lockFile(ctx context.Context, path, file string, w waitOptions) (*os.File, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	// os.OpenFile always opens with O_CLOEXEC.
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := waitFlock(ctx, f, path, w); err != nil {
+		return nil, errors.Join(err, closeErr(f))
+	}
+	return f, nil
+}
+
+// waitFlock takes the flock on f, the lock guarding path, waiting as w
+// says.
+func waitFlock(ctx context.Context, f *os.File, path string, w waitOptions) error {
+	start := w.clock.Now()
+	backoff := w.firstBackoff
 	notified := false
 	for {
 		err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
@@ -220,32 +259,30 @@ func waitFlock(ctx context.Context, f *os.File, statePath string, opts LockOptio
 			return nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("lock %s: flock %s: %w", statePath, f.Name(), err)
+			return fmt.Errorf("lock %s: flock %s: %w", path, f.Name(), err)
 		}
-		now := clk.Now()
-		lerr := heldError(f, statePath, now)
-		if opts.Timeout == 0 {
-			return lerr
+		now := w.clock.Now()
+		if w.timeout == 0 {
+			return heldError(f, path, now, 0, nil)
 		}
-		lerr.Waited = now.Sub(start)
+		waited := now.Sub(start)
 		wait := backoff
-		if opts.Timeout > 0 {
-			left := opts.Timeout - lerr.Waited
+		if w.timeout > 0 {
+			left := w.timeout - waited
 			if left <= 0 {
-				return lerr
+				return heldError(f, path, now, waited, nil)
 			}
 			wait = min(wait, left)
 		}
-		if !notified && opts.Waiting != nil {
+		if !notified && w.waiting != nil {
 			notified = true
-			opts.Waiting(lerr)
+			w.waiting(heldError(f, path, now, waited, nil))
 		}
-		if err := clk.Sleep(ctx, wait); err != nil {
-			lerr.Waited = clk.Now().Sub(start)
-			lerr.Err = err
-			return lerr
+		if err := w.clock.Sleep(ctx, wait); err != nil {
+			now := w.clock.Now()
+			return heldError(f, path, now, now.Sub(start), err)
 		}
-		backoff = min(2*backoff, maxBackoff)
+		backoff = min(2*backoff, w.maxBackoff)
 	}
 }
 
@@ -259,9 +296,10 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-// heldError describes the held lock on f as found at now.
-func heldError(f *os.File, statePath string, now time.Time) *LockedError {
-	e := &LockedError{Path: statePath, At: now}
+// heldError describes the held lock on f, guarding path, as found at now
+// after waiting waited; stopped is why the wait stopped early, if it did.
+func heldError(f *os.File, path string, now time.Time, waited time.Duration, stopped error) *LockedError {
+	e := &LockedError{Path: path, File: f.Name(), At: now, Waited: waited, Err: stopped}
 	h, err := readHolder(f)
 	if err != nil || h == nil {
 		return e

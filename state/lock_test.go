@@ -9,13 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/sys/unix"
+
+	"github.com/cloudtransit/transit/clock/clocktest"
 )
 
 func hostname(t *testing.T) string {
@@ -131,7 +132,7 @@ func TestAcquireHeldFailsAtOnce(t *testing.T) {
 	if diff := cmp.Diff(&first.Holder, lerr.Holder); diff != "" {
 		t.Errorf("holder (-want +got):\n%s", diff)
 	}
-	if lerr.HolderGone || lerr.Path != path {
+	if lerr.HolderGone || lerr.Path != path || lerr.File != path+".lock" {
 		t.Errorf("got %+v", lerr)
 	}
 	wantMsg := fmt.Sprintf(`%s is locked by pid %d on host %s ("transit apply", started `, path, os.Getpid(), hostname(t))
@@ -179,40 +180,19 @@ func TestAcquireTimesOut(t *testing.T) {
 	}
 }
 
-// fakeClock advances when slept on, so long timeouts pass at once.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps int
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.sleeps++
-	return ctx.Err()
-}
-
 func TestAcquireUsesClock(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
 	acquire(t, path, LockOptions{})
-	clock := &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	_, err := Acquire(t.Context(), path, LockOptions{Timeout: time.Hour, Clock: clock})
+	clk := clocktest.NewFake(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	_, err := Acquire(t.Context(), path, LockOptions{Timeout: time.Hour, Clock: clk})
 	lerr := lockedError(t, err)
 	if lerr.Waited != time.Hour {
 		t.Errorf("waited %v, want 1h", lerr.Waited)
 	}
 	// Backoff doubles up to its cap: far fewer attempts than 1h/20ms.
-	if maxSleeps := int(time.Hour/maxBackoff) + 10; clock.sleeps > maxSleeps {
-		t.Errorf("%d sleeps, want at most %d", clock.sleeps, maxSleeps)
+	if maxSleeps, n := int(time.Hour/maxBackoff)+10, len(clk.Sleeps()); n > maxSleeps {
+		t.Errorf("%d sleeps, want at most %d", n, maxSleeps)
 	}
 }
 
@@ -335,6 +315,9 @@ func TestLockedErrorMessage(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 22, 10, 3, 20, 0, time.UTC)
 	holder := &Holder{PID: 4242, Host: "ci-7", Command: "transit apply", Started: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	// Acquire guards a state file with "<state>.lock"; FlockContext
+	// locks the file it guards (Path and File are the same).
+	const state, lock = "resources.json", "resources.json.lock"
 	tests := []struct {
 		name string
 		err  *LockedError
@@ -342,28 +325,43 @@ func TestLockedErrorMessage(t *testing.T) {
 	}{
 		{
 			name: "held",
-			err:  &LockedError{Path: "resources.json", Holder: holder, At: at},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, At: at},
 			want: `resources.json is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); wait for it or pass --lock-timeout`,
 		},
 		{
 			name: "timed out",
-			err:  &LockedError{Path: "resources.json", Holder: holder, At: at, Waited: 30 * time.Second},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, At: at, Waited: 30 * time.Second},
 			want: `resources.json is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); still locked after waiting 30s; wait for it or pass a longer --lock-timeout`,
 		},
 		{
 			name: "canceled",
-			err:  &LockedError{Path: "resources.json", Holder: holder, At: at, Waited: 2 * time.Second, Err: context.Canceled},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, At: at, Waited: 2 * time.Second, Err: context.Canceled},
 			want: `resources.json is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); stopped waiting after 2s: context canceled`,
 		},
 		{
 			name: "holder gone",
-			err:  &LockedError{Path: "resources.json", Holder: holder, HolderGone: true, At: at},
+			err:  &LockedError{Path: state, File: lock, Holder: holder, HolderGone: true, At: at},
 			want: "resources.json is locked by pid 4242 on host ci-7 (\"transit apply\", started 2026-11-22T10:00:00Z, 3m ago); pid 4242 has exited but the lock is still held, most likely by a process it started; find it with `fuser -v resources.json.lock`; wait for it or pass --lock-timeout",
 		},
 		{
 			name: "no holder recorded",
-			err:  &LockedError{Path: "resources.json", At: at},
+			err:  &LockedError{Path: state, File: lock, At: at},
 			want: `resources.json is locked by another process (resources.json.lock names no holder); wait for it or pass --lock-timeout`,
+		},
+		{
+			name: "flock canceled",
+			err:  &LockedError{Path: "/s/k.lock", File: "/s/k.lock", Holder: holder, At: at, Waited: 2 * time.Second, Err: context.Canceled},
+			want: `/s/k.lock is locked by pid 4242 on host ci-7 ("transit apply", started 2026-11-22T10:00:00Z, 3m ago); stopped waiting after 2s: context canceled`,
+		},
+		{
+			name: "flock holder gone",
+			err:  &LockedError{Path: "/s/k.lock", File: "/s/k.lock", Holder: holder, HolderGone: true, At: at, Waited: time.Second, Err: context.DeadlineExceeded},
+			want: "/s/k.lock is locked by pid 4242 on host ci-7 (\"transit apply\", started 2026-11-22T10:00:00Z, 3m ago); pid 4242 has exited but the lock is still held, most likely by a process it started; find it with `fuser -v /s/k.lock`; stopped waiting after 1s: context deadline exceeded",
+		},
+		{
+			name: "flock no holder recorded",
+			err:  &LockedError{Path: "/s/k.lock", File: "/s/k.lock", At: at, Waited: time.Second, Err: context.DeadlineExceeded},
+			want: `/s/k.lock is locked by another process (/s/k.lock names no holder); stopped waiting after 1s: context deadline exceeded`,
 		},
 	}
 	for _, tt := range tests {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/clock/clocktest"
 )
 
 func TestRunStdout(t *testing.T) {
@@ -242,13 +244,15 @@ func TestDialWaitsForSSHD(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSSHD(t, key.AuthorizedKey) // not started
-	// sshd starts only once Dial has failed and backed off four times,
-	// about a second after the first attempt.
-	clk := &hookClock{hook: func(n int) {
-		if n == 4 {
-			s.start()
+	// sshd starts only once Dial has failed and backed off four times
+	// (1.5s of its backoff, none of it real time).
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
+	clk.OnSleep = func(context.Context, time.Duration) error {
+		if len(clk.Sleeps()) == 4 {
+			s.start() // returns once sshd listens
 		}
-	}}
+		return nil
+	}
 	cfg := Config{Signer: key.Signer, HostKeys: hk, Clock: clk}
 	c, err := Dial(t.Context(), cfg, Target{HostID: "i-late", Addr: s.addr})
 	if err != nil {
@@ -259,8 +263,8 @@ func TestDialWaitsForSSHD(t *testing.T) {
 			t.Errorf("close: %v", err)
 		}
 	})
-	if clk.n < 4 {
-		t.Errorf("Dial slept %d times, want at least 4", clk.n)
+	if n := len(clk.Sleeps()); n < 4 {
+		t.Errorf("Dial slept %d times, want at least 4", n)
 	}
 	if out, err := c.Run(t.Context(), "echo", "echo up"); err != nil || out != "up\n" {
 		t.Errorf("Run = %q, %v", out, err)
@@ -270,7 +274,7 @@ func TestDialWaitsForSSHD(t *testing.T) {
 func TestDialWrongKey(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
-	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
 	cfg := e.cfg
 	cfg.Signer = newSigner(t)
 	cfg.Clock = clk
@@ -315,7 +319,7 @@ func TestDialHostKeyChanged(t *testing.T) {
 	e.sshd.writeHostKey()
 	e.sshd.start()
 
-	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
 	cfg := e.cfg
 	cfg.Clock = clk
 	_, err = Dial(t.Context(), cfg, e.target)
@@ -349,7 +353,7 @@ func TestDialHostKeyStoreFailureNotRetried(t *testing.T) {
 	if err := os.Mkdir(path, 0o700); err != nil { // a directory where the file should be
 		t.Fatal(err)
 	}
-	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
 	cfg := e.cfg
 	cfg.HostKeys = hk
 	cfg.Clock = clk
@@ -372,24 +376,26 @@ func TestDialRetriesRefusedKeyAfterLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The key arrives after Dial was refused four times.
-	clk := &hookClock{hook: func(n int) {
-		if n == 4 {
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
+	clk.OnSleep = func(context.Context, time.Duration) error {
+		if len(clk.Sleeps()) == 4 {
 			if err := os.WriteFile(keys, []byte(e.key.AuthorizedKey+"\n"), 0o600); err != nil {
 				t.Error(err)
 			}
 		}
-	}}
+		return nil
+	}
 	cfg := e.cfg
 	cfg.Clock = clk
 	target := e.target
-	target.LaunchedAt = time.Now().Add(-10 * time.Second)
+	target.LaunchedAt = clk.Now().Add(-10 * time.Second)
 	c, err := Dial(t.Context(), cfg, target)
 	if err != nil {
 		t.Fatalf("Dial = %v, want a connection once the key is installed", err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	if clk.n < 4 {
-		t.Errorf("Dial slept %d times, want at least 4", clk.n)
+	if n := len(clk.Sleeps()); n < 4 {
+		t.Errorf("Dial slept %d times, want at least 4", n)
 	}
 	if out, err := c.Run(t.Context(), "echo", "echo in"); err != nil || out != "in\n" {
 		t.Errorf("Run = %q, %v", out, err)
@@ -407,7 +413,7 @@ func TestDialRefusedKeyWindowEnds(t *testing.T) {
 	cfg.AuthWindow = 20 * time.Second
 	cfg.WaitTimeout = time.Hour
 
-	clk := &fakeClock{now: now}
+	clk := clocktest.NewFake(now)
 	cfg.Clock = clk
 	target := e.target
 	target.LaunchedAt = now.Add(-5 * time.Second)
@@ -429,7 +435,7 @@ func TestDialRefusedKeyWindowEnds(t *testing.T) {
 		}
 	}
 
-	clk = &fakeClock{now: now}
+	clk = clocktest.NewFake(now)
 	cfg.Clock = clk
 	target.LaunchedAt = now.Add(-time.Minute)
 	if _, err := Dial(t.Context(), cfg, target); !errors.Is(err, ErrAuth) {
@@ -440,7 +446,7 @@ func TestDialRefusedKeyWindowEnds(t *testing.T) {
 	}
 
 	// The window never stretches Dial beyond its wait timeout.
-	clk = &fakeClock{now: now}
+	clk = clocktest.NewFake(now)
 	cfg.Clock = clk
 	cfg.WaitTimeout = 3 * time.Second
 	target.LaunchedAt = now

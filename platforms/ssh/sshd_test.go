@@ -1,7 +1,6 @@
 package ssh
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
@@ -17,8 +16,6 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
-
-	"github.com/cloudtransit/transit/clock"
 )
 
 const sshdPath = "/usr/sbin/sshd"
@@ -201,18 +198,4 @@ func (e *testEnv) dial(t *testing.T) *Client {
 		}
 	})
 	return c
-}
-
-// hookClock is the real clock calling a hook before each sleep, with the
-// sleep's number (1-based).
-type hookClock struct {
-	clock.Real
-	n    int
-	hook func(n int)
-}
-
-func (c *hookClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.n++
-	c.hook(c.n)
-	return c.Real.Sleep(ctx, d)
 }

@@ -10,12 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/clock/clocktest"
 )
 
 func TestQuote(t *testing.T) {
@@ -203,37 +204,6 @@ func TestHostKeyAlgorithms(t *testing.T) {
 	}
 }
 
-// fakeClock's Sleep returns at once and moves Now forward; it records the
-// sleeps, so a test sees Dial's backoff and attempts.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return nil
-}
-
-func (c *fakeClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.sleeps...)
-}
-
 func newSigner(t *testing.T) gossh.Signer {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -263,7 +233,7 @@ func freePort(t *testing.T) int {
 
 func TestDialClosedPortGivesUp(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
 	cfg := Config{
 		Signer:      newSigner(t),
 		HostKeys:    openHostKeys(t, filepath.Join(t.TempDir(), "known_hosts")),
@@ -287,7 +257,7 @@ func TestDialClosedPortGivesUp(t *testing.T) {
 
 func TestDialBackoffCapped(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
 	cfg := Config{
 		Signer:      newSigner(t),
 		HostKeys:    openHostKeys(t, filepath.Join(t.TempDir(), "known_hosts")),
@@ -360,7 +330,7 @@ func TestDialDropDuringAuthIsRetried(t *testing.T) {
 			go func() { _, _, _, _ = gossh.NewServerConn(nc, cfg) }()
 		}
 	}()
-	clk := &fakeClock{now: time.Unix(1e9, 0)}
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
 	cfg := Config{
 		Signer:      newSigner(t),
 		HostKeys:    openHostKeys(t, filepath.Join(t.TempDir(), "known_hosts")),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/control"
 )
 
@@ -282,7 +283,7 @@ func TestDrainLogsProgress(t *testing.T) {
 		}}
 	var buf bytes.Buffer
 	nodes := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){master1.ID: f.manager}}
-	d := newDriver("c", Options{Clock: &fakeClock{}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}, nodes)
+	d := newDriver("c", Options{Clock: &clocktest.Fake{}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}, nodes)
 	d.managers = nil
 	d.rememberManager(master1)
 	if err := d.Drain(t.Context(), worker1, 10*time.Minute); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
@@ -232,33 +233,9 @@ func (f *fakeNodes) calls() []string {
 
 // testDriver is a driver on r with a fake clock, knowing managers.
 func testDriver(r runner, managers ...districts.Node) *driver {
-	d := newDriver("c", Options{Clock: &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}}, r)
+	d := newDriver("c", Options{Clock: clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}, r)
 	d.managers = managers
 	return d
-}
-
-// fakeClock's Sleep returns at once and moves Now forward.
-type fakeClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	slept time.Duration
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.slept += d
-	return nil
 }
 
 // replies answers out, unless ctx ended first (as a session would).

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/state"
@@ -73,7 +74,7 @@ func TestPlanGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			h.clock = &fakeClock{now: time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)}
+			h.clock = clocktest.NewFake(time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC))
 			if tc.state != "" {
 				copyFile(t, tc.state, h.path("resources.json"))
 			}
@@ -444,13 +445,22 @@ func TestStateOfAnotherCluster(t *testing.T) {
 	}
 }
 
+// watchInterval is the --interval of the watch tests: no other wait of
+// the loop is as long, so a sleep of exactly watchInterval is the wait
+// between two iterations.
+const watchInterval = 7 * time.Minute
+
 func TestWatch(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	waits := 0
-	h.clock = &fakeClock{onWatch: func(context.Context) error {
+	clk := &clocktest.Fake{}
+	clk.OnSleep = func(_ context.Context, d time.Duration) error {
+		if d != watchInterval {
+			return nil // the loop's short polls
+		}
 		waits++
 		switch waits {
 		case 1:
@@ -466,7 +476,8 @@ func TestWatch(t *testing.T) {
 			return ctx.Err()
 		}
 		return nil
-	}}
+	}
+	h.clock = clk
 	r := h.run(t, runOpts{ctx: ctx}, "apply", "--watch", "--auto-approve", "--interval", watchInterval.String())
 	wantCode(t, r, 0)
 	if waits != 3 {
@@ -793,7 +804,7 @@ func TestWatchInterruptedInApply(t *testing.T) {
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	h.clock = &fakeClock{}
+	h.clock = &clocktest.Fake{}
 	h.platform.setOnInstall(func(ictx context.Context, _ districts.Node) error {
 		cancel()
 		<-ictx.Done()

@@ -334,35 +334,6 @@ func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]con
 	return out, nil
 }
 
-// fakeClock never waits for the loop's short polls; a sleep of exactly
-// watchInterval calls onWatch, which decides whether the watch goes on.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	onWatch func(ctx context.Context) error
-}
-
-const watchInterval = 7 * time.Minute
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	if d == watchInterval && c.onWatch != nil {
-		return c.onWatch(ctx)
-	}
-	return nil
-}
-
 func (p *fakePlatform) MayRemoveMaster(_ context.Context, n districts.Node, _ []districts.Node) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -292,7 +293,7 @@ func applied(t *testing.T, h *harness) {
 func TestPlanJSONIsApplysFirstLine(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.clock = &fakeClock{now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)}
+	h.clock = clocktest.NewFake(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
 	plan := h.run(t, runOpts{}, "plan", "--json")
 	wantCode(t, plan, 0)
 	if typ := checkJSON(t, []byte(plan.out)); typ != typePlan {

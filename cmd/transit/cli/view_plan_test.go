@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -109,7 +110,7 @@ func TestPlanBlocked(t *testing.T) {
 func TestApplyWarnings(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.clock = &fakeClock{} // waits (if any) pass at once
+	h.clock = &clocktest.Fake{} // waits (if any) pass at once
 	applied(t, h)
 	h.platform.setReady("swarm-europe-worker-3", false)
 	h.setQuantity(t, "aws-europe", districts.RoleWorker, 11)
