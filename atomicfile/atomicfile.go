@@ -1,4 +1,4 @@
-// Package atomicfile replaces files so that a crash or a power loss leaves
+// Package atomicfile writes files so that a crash or a power loss leaves
 // either the old content or the new one, never a mix or nothing.
 package atomicfile
 
@@ -10,15 +10,31 @@ import (
 )
 
 // Write replaces path with data: a temporary file in the same directory
-// (named "."+base+".tmp-*", so listings that skip dot files skip it),
-// written and fsynced, renamed over path, then the directory fsynced so the
-// rename survives a power loss. On error the temporary file is removed.
+// (TempPrefix, so listings that skip dot files skip it), written with mode
+// perm and fsynced, renamed over path, then the directory fsynced so the
+// rename survives a power loss. On error the temporary file is removed and
+// path keeps its old content.
 func Write(path string, data []byte, perm fs.FileMode) error {
-	return write(path, data, perm, os.Rename)
+	return install(path, data, perm, os.Rename)
 }
 
-// write is Write with the rename injectable, for tests that make it fail.
-func write(path string, data []byte, perm fs.FileMode, rename func(oldpath, newpath string) error) (err error) {
+// WriteNew writes data to path only if path does not exist, in the same
+// way: a reader or a concurrent writer sees no file or the whole file,
+// and the first writer wins. If path exists it returns an error that
+// matches fs.ErrExist and leaves the file alone.
+func WriteNew(path string, data []byte, perm fs.FileMode) error {
+	return install(path, data, perm, func(tmp, path string) error {
+		err := os.Link(tmp, path) // unlike rename, never replaces
+		if rerr := os.Remove(tmp); err == nil {
+			err = rerr
+		}
+		return err
+	})
+}
+
+// install writes data to a temporary file and puts it at path with put
+// (rename or link).
+func install(path string, data []byte, perm fs.FileMode, put func(tmp, path string) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, TempPrefix(path)+"*")
 	if err != nil {
@@ -45,7 +61,7 @@ func write(path string, data []byte, perm fs.FileMode, rename func(oldpath, newp
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := rename(tmp, path); err != nil {
+	if err := put(tmp, path); err != nil {
 		return err
 	}
 	return SyncDir(dir)

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudtransit/transit/atomicfile"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -42,68 +43,11 @@ func Write(path string, r districts.Resources) error {
 		return fmt.Errorf("write %s: encode: %w", path, err)
 	}
 	data = append(data, '\n')
-	return writeFile(path, data, os.Rename)
-}
-
-// tempPrefix is how Write names its temporary files for path; a crash
-// between create and rename leaves one behind, which Acquire removes.
-func tempPrefix(path string) string {
-	return "." + filepath.Base(path) + ".tmp-"
-}
-
-// writeFile does Write's file work; rename is os.Rename except in tests
-// that make it fail.
-func writeFile(path string, data []byte, rename func(oldpath, newpath string) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, tempPrefix(path)+"*") // mode 0600
-	if err != nil {
+	// Mode 0600: the state names every machine and address of the cluster.
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	renamed := false
-	defer func() {
-		if renamed {
-			return
-		}
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("write %s: %w", path, cerr)
-		}
-		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
-			err = fmt.Errorf("write %s: remove temporary file: %w", path, rerr)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	renamed = true
-	if err := syncDir(dir); err != nil {
-		// The new content is in place but may not survive a power loss.
-		return fmt.Errorf("write %s: sync directory: %w", path, err)
 	}
 	return nil
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := d.Sync()
-	cerr := d.Close()
-	if serr != nil {
-		return serr
-	}
-	return cerr
 }
 
 // Saver returns a function that persists state to path, for the control
@@ -148,7 +92,7 @@ func removeLeftovers(statePath string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	prefix := tempPrefix(statePath)
+	prefix := atomicfile.TempPrefix(statePath)
 	var removed []string
 	for _, e := range entries {
 		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), prefix) {

@@ -114,11 +114,11 @@ func New(_ context.Context, d districts.District, opts Options) (control.Infrast
 // world-writable). Records under the root name what teardowns kill and
 // remove.
 func checkRoot(root string) error {
-	real, err := filepath.EvalSymlinks(root)
+	resolved, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return fmt.Errorf("local root %s: %w", root, err)
 	}
-	for dir := real; ; dir = filepath.Dir(dir) {
+	for dir := resolved; ; dir = filepath.Dir(dir) {
 		fi, err := os.Lstat(dir)
 		if err != nil {
 			return fmt.Errorf("local root %s: %w", root, err)
@@ -133,7 +133,7 @@ func checkRoot(root string) error {
 			return fmt.Errorf("local root %s: %s is not a directory", root, dir)
 		case st.Uid != 0:
 			return fmt.Errorf("local root %s: %s is owned by uid %d, not root: run chown root %s", root, dir, st.Uid, dir)
-		case mode.Perm()&0o022 != 0 && (dir == real || mode&fs.ModeSticky == 0):
+		case mode.Perm()&0o022 != 0 && (dir == resolved || mode&fs.ModeSticky == 0):
 			return fmt.Errorf("local root %s: %s is writable by group or others (mode %04o): run chmod go-w %s",
 				root, dir, mode.Perm(), dir)
 		}

@@ -19,6 +19,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/cloudtransit/transit/atomicfile"
 	"github.com/cloudtransit/transit/state"
 )
 
@@ -303,7 +304,7 @@ func (h *HostKeys) update(ctx context.Context, change func(*hostKeysFile) bool) 
 	if err := os.MkdirAll(filepath.Dir(h.path), 0o700); err != nil {
 		return fmt.Errorf("host keys: %w", err)
 	}
-	if err := writeFileAtomic(h.path, f.bytes(), 0o600); err != nil {
+	if err := atomicfile.Write(h.path, f.bytes(), 0o600); err != nil {
 		return fmt.Errorf("host keys: write %s: %w", h.path, err)
 	}
 	return nil

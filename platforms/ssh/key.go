@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/atomicfile"
 )
 
 // KeyPath is where the cluster's private key lives in stateDir; the public
@@ -123,23 +125,11 @@ func generateKey(dir, path, comment string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("ssh key: %w", err)
 	}
-	tmp, err := writeTemp(dir, filepath.Base(path), pem.EncodeToMemory(block), 0o600)
-	if err != nil {
-		return fmt.Errorf("ssh key: %w", err)
+	// If another process wrote its key first, keep that one.
+	if err := atomicfile.WriteNew(path, pem.EncodeToMemory(block), 0o600); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("ssh key: install %s: %w", path, err)
 	}
-	// Link, unlike rename, never replaces an existing file: if another
-	// process wrote its key first, keep that one.
-	lerr := os.Link(tmp, path)
-	if errors.Is(lerr, fs.ErrExist) {
-		lerr = nil
-	}
-	if err := os.Remove(tmp); err != nil && lerr == nil {
-		lerr = err
-	}
-	if lerr != nil {
-		return fmt.Errorf("ssh key: install %s: %w", path, lerr)
-	}
-	return syncDir(dir)
+	return nil
 }
 
 // ensurePublicKey writes line to path unless the file already holds it.
@@ -150,67 +140,9 @@ func ensurePublicKey(path, line string) error {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("ssh key: %w", err)
 	}
-	if err := writeFileAtomic(path, []byte(want), 0o644); err != nil {
+	if err := atomicfile.Write(path, []byte(want), 0o644); err != nil {
 		return fmt.Errorf("ssh key: %w", err)
 	}
 	return nil
 }
 
-// writeTemp writes data to a new temporary file in dir, synced to disk
-// with mode perm, and returns its name.
-func writeTemp(dir, base string, data []byte, perm fs.FileMode) (name string, err error) {
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return "", err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return "", err
-	}
-	if _, err := f.Write(data); err != nil {
-		return "", err
-	}
-	if err := f.Sync(); err != nil {
-		return "", err
-	}
-	if err := f.Close(); err != nil {
-		return "", err
-	}
-	return f.Name(), nil
-}
-
-// writeFileAtomic replaces path with data: temporary file, fsync, rename,
-// fsync of the directory.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := writeTemp(dir, filepath.Base(path), data, perm)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename or link in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
-}
