@@ -145,4 +145,3 @@ func ensurePublicKey(path, line string) error {
 	}
 	return nil
 }
-
