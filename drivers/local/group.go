@@ -30,7 +30,7 @@ func (d *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (contr
 	}
 	chain := chainName(d.root, spec.Cluster, d.district)
 
-	unlock, err := lockRoot(d.root)
+	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
 		return control.Group{}, err
 	}
@@ -161,7 +161,7 @@ func inputJumpExists(bridge, chain, dump string) bool {
 // DeleteGroup removes the chain, its FORWARD jumps and the record. Like a
 // cloud's security group, a group machines still use cannot be deleted.
 func (d *driver) DeleteGroup(ctx context.Context, g control.Group) error {
-	unlock, err := lockRoot(d.root)
+	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
 		return err
 	}

@@ -499,7 +499,7 @@ func TestResumeTeardown(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.updateNode(inst.ProviderID, func(r *nodeRecord) error {
+	if err := drv.updateNode(t.Context(), inst.ProviderID, func(r *nodeRecord) error {
 		r.State = stateTerminating
 		r.TeardownPID, r.TeardownStart = dead.Process.Pid, 1
 		return nil
@@ -578,7 +578,7 @@ func TestInterruptedLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.track(r3.ProviderID)
-	if _, err := drv.startInit(r3); err != nil {
+	if _, err := drv.startInit(t.Context(), r3); err != nil {
 		t.Fatal(err)
 	}
 

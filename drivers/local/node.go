@@ -86,7 +86,7 @@ func (d *driver) prepare(ctx context.Context, spec control.LaunchSpec) (*nodeRec
 func (d *driver) record(ctx context.Context, spec control.LaunchSpec, id, cluster string) (*nodeRecord, error) {
 	n := spec.Node
 	fail := func(err error) (*nodeRecord, error) { return nil, err }
-	unlock, err := lockRoot(d.root)
+	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
 		return fail(err)
 	}
@@ -152,7 +152,7 @@ func (d *driver) boot(ctx context.Context, r *nodeRecord) error {
 	fail := func(err error) error {
 		return fmt.Errorf("launch node %s in %s: %w", r.NodeID, d.district, err)
 	}
-	done, err := d.startInit(r)
+	done, err := d.startInit(ctx, r)
 	if err != nil {
 		d.teardownNow(ctx, r.ProviderID)
 		return fail(err)
@@ -162,7 +162,7 @@ func (d *driver) boot(ctx context.Context, r *nodeRecord) error {
 		d.teardownNow(ctx, r.ProviderID)
 		return fail(fmt.Errorf("%w\n%s", err, logs))
 	}
-	if err := d.updateNode(r.ProviderID, func(rec *nodeRecord) error {
+	if err := d.updateNode(ctx, r.ProviderID, func(rec *nodeRecord) error {
 		if rec.State != statePending {
 			return fmt.Errorf("node %s was terminated while it launched", rec.ProviderID)
 		}
@@ -177,13 +177,13 @@ func (d *driver) boot(ctx context.Context, r *nodeRecord) error {
 
 // startInit starts the node's boot script detached and records its pid,
 // which is the node's init pid from then on.
-func (d *driver) startInit(r *nodeRecord) (<-chan struct{}, error) {
+func (d *driver) startInit(ctx context.Context, r *nodeRecord) (<-chan struct{}, error) {
 	boot := filepath.Join(r.NodeDir, "boot")
 	proc, done, err := startDetached(filepath.Join(boot, "init.log"), "/bin/bash", filepath.Join(boot, "boot.sh"))
 	if err != nil {
 		return nil, err
 	}
-	if err := d.updateNode(r.ProviderID, func(rec *nodeRecord) error {
+	if err := d.updateNode(ctx, r.ProviderID, func(rec *nodeRecord) error {
 		if rec.State != statePending {
 			return fmt.Errorf("node %s was terminated while it launched", rec.ProviderID)
 		}
@@ -197,8 +197,8 @@ func (d *driver) startInit(r *nodeRecord) (<-chan struct{}, error) {
 }
 
 // updateNode changes a node's record under the root lock.
-func (d *driver) updateNode(id string, fn func(*nodeRecord) error) error {
-	unlock, err := lockRoot(d.root)
+func (d *driver) updateNode(ctx context.Context, id string, fn func(*nodeRecord) error) error {
+	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
 		return err
 	}
@@ -522,11 +522,11 @@ func (d *driver) Terminate(ctx context.Context, inst control.Instance) error {
 // terminate marks the node terminating and starts its detached teardown,
 // unless one already runs. It returns the teardown's done channel (nil if
 // none was started).
-func (d *driver) terminate(_ context.Context, id string) (<-chan struct{}, error) {
+func (d *driver) terminate(ctx context.Context, id string) (<-chan struct{}, error) {
 	if !validProviderID(id) {
 		return nil, nil // not a local node: nothing to do
 	}
-	unlock, err := lockRoot(d.root)
+	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +593,7 @@ func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, 
 		insts = append(insts, instance(r))
 	}
 	if len(resume) > 0 {
-		if err := d.resumeTeardowns(resume); err != nil {
+		if err := d.resumeTeardowns(ctx, resume); err != nil {
 			return nil, nil, fmt.Errorf("list %s: %w", d.district, err)
 		}
 	}
@@ -605,8 +605,8 @@ func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, 
 	return insts, groups, nil
 }
 
-func (d *driver) resumeTeardowns(ids []string) error {
-	unlock, err := lockRoot(d.root)
+func (d *driver) resumeTeardowns(ctx context.Context, ids []string) error {
+	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
 		return err
 	}

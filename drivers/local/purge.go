@@ -91,7 +91,7 @@ func purgeDistrict(ctx context.Context, root, district string, hs []hierarchy, p
 			errs = append(errs, fmt.Errorf("teardown %s: %w\n%s", r.ProviderID, err, out))
 		}
 	}
-	unlock, err := lockRoot(root)
+	unlock, err := lockRoot(ctx, root)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}

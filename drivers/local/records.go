@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -207,12 +208,13 @@ func readGroups(root, district string) ([]*groupRecord, error) {
 }
 
 // lockRoot takes the root's lock (<root>/lock), shared with other transit
-// processes and the detached teardowns. The returned func releases it.
-func lockRoot(root string) (func(), error) {
+// processes and the detached teardowns, waiting until ctx ends at most. The
+// returned func releases it.
+func lockRoot(ctx context.Context, root string) (func(), error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	return state.Flock(filepath.Join(root, "lock"))
+	return state.FlockContext(ctx, filepath.Join(root, "lock"), state.FlockOptions{Command: "transit (local provider)"})
 }
 
 // procStart returns a process's start time (clock ticks since boot), which

@@ -1,7 +1,9 @@
 package local
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -453,5 +455,39 @@ func TestDeleteGroupInUse(t *testing.T) {
 	waitGone(t, drv, "inuse", inst.ProviderID)
 	if err := drv.DeleteGroup(t.Context(), g); err != nil {
 		t.Errorf("DeleteGroup once the node is gone: %v", err)
+	}
+}
+
+// Every wait for the root lock ends with the caller's context, so Ctrl-C
+// works while a hung transit or teardown holds it.
+func TestRootLockHonoursContext(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "lock")
+	inst := e.launch(drv, g, "lock", "lock-n1")
+	unlock, err := lockRoot(t.Context(), e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	for name, call := range map[string]func(ctx context.Context) error{
+		"EnsureGroup": func(ctx context.Context) error {
+			_, err := drv.EnsureGroup(ctx, control.GroupSpec{Name: g.Name, Cluster: "lock", District: drv.district})
+			return err
+		},
+		"DeleteGroup": func(ctx context.Context) error { return drv.DeleteGroup(ctx, g) },
+		"Launch": func(ctx context.Context) error {
+			_, err := drv.Launch(ctx, e.launchSpec(drv, g, "lock", "lock-n2"))
+			return err
+		},
+		"Terminate": func(ctx context.Context) error { return drv.Terminate(ctx, inst) },
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+			t.Errorf("%s while the root lock is held: %v after %s; want the context's deadline at once", name, err, time.Since(start))
+		}
 	}
 }
