@@ -11,7 +11,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"strings"
+
+	"github.com/cloudtransit/transit/shellquote"
 )
 
 // Paths names the four files; empty Credentials means none.
@@ -135,7 +136,7 @@ func readCredentials(c *problems, path string, creds *[]Credential) bool {
 	// Like ssh with a private key: refuse before reading a byte. Windows
 	// has no such mode bits.
 	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
-		c.add("", fmt.Sprintf("mode %#o lets group or others read or write it", perm), "run chmod 600 "+shellQuote(path))
+		c.add("", fmt.Sprintf("mode %#o lets group or others read or write it", perm), "run chmod 600 "+shellquote.Quote(path))
 		return false
 	}
 	data, err := io.ReadAll(f)
@@ -154,14 +155,6 @@ func ioReason(err error) string {
 		return pe.Err.Error()
 	}
 	return err.Error()
-}
-
-// shellQuote quotes a path for a command the user may paste.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // LoadResources reads resources.json; a missing file is an empty state.

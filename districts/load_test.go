@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/shellquote"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -205,8 +207,8 @@ func TestShellQuote(t *testing.T) {
 		"my creds.json":           "'my creds.json'",
 		"it's.json":               `'it'\''s.json'`,
 	} {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		if got := shellquote.Quote(in); got != want {
+			t.Errorf("shellquote.Quote(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

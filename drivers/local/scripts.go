@@ -5,6 +5,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/cloudtransit/transit/shellquote"
 )
 
 // The shell scripts that make and unmake a node. They are pure functions of
@@ -49,14 +51,6 @@ func (h hierarchy) unified() bool { return h.Type == "cgroup2" && h.Mount == cgr
 
 const cgroupFS = "/sys/fs/cgroup"
 
-// q quotes s for a POSIX shell.
-func q(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // bootScript runs on the host in a new session: it makes the node's network
 // namespace, veth pair and cgroups, moves itself into the cgroups and execs
 // the node's init in its own mount, UTS and cgroup namespaces. Its pid is
@@ -64,7 +58,7 @@ func q(s string) string {
 func bootScript(r *nodeRecord, hs []hierarchy) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	ns := q(r.Netns)
+	ns := shellquote.Quote(r.Netns)
 	w("#!/bin/bash")
 	w("# transit local node boot: %s (node %s)", r.ProviderID, r.NodeID)
 	w("set -eu")
@@ -72,10 +66,10 @@ func bootScript(r *nodeRecord, hs []hierarchy) string {
 	w("")
 	w("# network: a veth pair from the district bridge to eth0 in the node's netns")
 	w("ip netns add %s", ns)
-	w("ip link add %s type veth peer name eth0 netns %s", q(r.HostVeth), ns)
-	w("ip link set %s master %s up", q(r.HostVeth), q(r.Bridge))
+	w("ip link add %s type veth peer name eth0 netns %s", shellquote.Quote(r.HostVeth), ns)
+	w("ip link set %s master %s up", shellquote.Quote(r.HostVeth), shellquote.Quote(r.Bridge))
 	w("# forget whatever the host knew of an earlier node at this address")
-	w("ip neigh flush to %s dev %s 2>/dev/null || true", r.IP, q(r.Bridge))
+	w("ip neigh flush to %s dev %s 2>/dev/null || true", r.IP, shellquote.Quote(r.Bridge))
 	w("ip -n %s addr add %s/%d dev eth0", ns, r.IP, r.Prefix)
 	w("ip -n %s link set lo up", ns)
 	w("# announce the address (gratuitous ARP) when eth0 comes up, so peers")
@@ -95,26 +89,26 @@ func bootScript(r *nodeRecord, hs []hierarchy) string {
 	w("  done")
 	w("}")
 	for i, dir := range r.Cgroups {
-		w("mkcg %s", q(dir))
+		w("mkcg %s", shellquote.Quote(dir))
 		if i < len(hs) && hs[i].Type == "cgroup" && strings.Contains(","+hs[i].Options+",", ",cpuset,") {
 			parent := path.Dir(dir)
-			w("fillcpuset %s %s", q(parent), q(path.Dir(parent)))
-			w("fillcpuset %s %s", q(dir), q(parent))
+			w("fillcpuset %s %s", shellquote.Quote(parent), shellquote.Quote(path.Dir(parent)))
+			w("fillcpuset %s %s", shellquote.Quote(dir), shellquote.Quote(parent))
 		}
 		if i < len(hs) && hs[i].Type == "cgroup2" {
 			// Best effort: hand the controllers down to the node.
 			parent := path.Dir(dir)
-			w("for c in $(cat %s/cgroup.controllers); do", q(path.Dir(parent)))
-			w("  echo \"+$c\" > %s/cgroup.subtree_control 2>/dev/null || true", q(path.Dir(parent)))
-			w("  echo \"+$c\" > %s/cgroup.subtree_control 2>/dev/null || true", q(parent))
+			w("for c in $(cat %s/cgroup.controllers); do", shellquote.Quote(path.Dir(parent)))
+			w("  echo \"+$c\" > %s/cgroup.subtree_control 2>/dev/null || true", shellquote.Quote(path.Dir(parent)))
+			w("  echo \"+$c\" > %s/cgroup.subtree_control 2>/dev/null || true", shellquote.Quote(parent))
 			w("done")
 		}
 	}
 	for _, dir := range r.Cgroups {
-		w("echo $$ > %s/cgroup.procs", q(dir))
+		w("echo $$ > %s/cgroup.procs", shellquote.Quote(dir))
 	}
 	w("")
-	w("exec nsenter --net=/run/netns/%s unshare --cgroup /bin/bash %s", r.Netns, q(path.Join(r.NodeDir, "boot", "enter.sh")))
+	w("exec nsenter --net=/run/netns/%s unshare --cgroup /bin/bash %s", r.Netns, shellquote.Quote(path.Join(r.NodeDir, "boot", "enter.sh")))
 	return b.String()
 }
 
@@ -140,15 +134,15 @@ func enterScript(r *nodeRecord, hs []hierarchy) string {
 		cg := r.Cgroups[i]
 		w("")
 		w("# cgroup v2: the node's processes in its init leaf; its cgroup delegates")
-		w("mkdir -p %s", q(cg+"/init"))
-		w("echo $$ > %s", q(cg+"/init/cgroup.procs"))
-		w("for c in $(cat %s); do", q(cg+"/cgroup.controllers"))
-		w("  echo \"+$c\" > %s", q(cg+"/cgroup.subtree_control"))
+		w("mkdir -p %s", shellquote.Quote(cg+"/init"))
+		w("echo $$ > %s", shellquote.Quote(cg+"/init/cgroup.procs"))
+		w("for c in $(cat %s); do", shellquote.Quote(cg+"/cgroup.controllers"))
+		w("  echo \"+$c\" > %s", shellquote.Quote(cg+"/cgroup.subtree_control"))
 		w("done")
 	}
 	w("")
 	w("exec unshare --mount --uts --pid --kill-child --mount-proc --propagation private /bin/bash %s",
-		q(path.Join(r.NodeDir, "boot", "init.sh")))
+		shellquote.Quote(path.Join(r.NodeDir, "boot", "init.sh")))
 	return b.String()
 }
 
@@ -164,7 +158,7 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	w("# transit local node init: %s (node %s)", r.ProviderID, r.NodeID)
 	w("set -eu")
 	w("export PATH=%s", scriptPath)
-	w("BOOT=%s", q(boot))
+	w("BOOT=%s", shellquote.Quote(boot))
 	w("")
 	w("# Drop the host's namespace mounts (ip netns) copied into this mount")
 	w("# namespace: they would keep deleted nodes' namespaces alive.")
@@ -173,16 +167,16 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	w("")
 	w("# The node's /run, staged while every host path is still visible:")
 	w("# its boot files, its disk and the machine image.")
-	w("mount -n -t tmpfs -o mode=755,nosuid,nodev tmpfs %s", q(stage))
-	w("mkdir -m 755 %s/sshd %s/.transit-boot %s/.transit-fs", q(stage), q(stage), q(stage))
-	w("mount -n --bind \"$BOOT\" %s/.transit-boot", q(stage))
-	w("mount -n --bind %s %s/.transit-fs", q(path.Join(r.NodeDir, "fs")), q(stage))
-	w("if [ -d %s ]; then", q(path.Join(r.Root, "images")))
-	w("  mkdir %s/.transit-images", q(stage))
-	w("  mount -n --bind %s %s/.transit-images", q(path.Join(r.Root, "images")), q(stage))
-	w("  mount -n -o remount,bind,ro %s/.transit-images", q(stage))
+	w("mount -n -t tmpfs -o mode=755,nosuid,nodev tmpfs %s", shellquote.Quote(stage))
+	w("mkdir -m 755 %s/sshd %s/.transit-boot %s/.transit-fs", shellquote.Quote(stage), shellquote.Quote(stage), shellquote.Quote(stage))
+	w("mount -n --bind \"$BOOT\" %s/.transit-boot", shellquote.Quote(stage))
+	w("mount -n --bind %s %s/.transit-fs", shellquote.Quote(path.Join(r.NodeDir, "fs")), shellquote.Quote(stage))
+	w("if [ -d %s ]; then", shellquote.Quote(path.Join(r.Root, "images")))
+	w("  mkdir %s/.transit-images", shellquote.Quote(stage))
+	w("  mount -n --bind %s %s/.transit-images", shellquote.Quote(path.Join(r.Root, "images")), shellquote.Quote(stage))
+	w("  mount -n -o remount,bind,ro %s/.transit-images", shellquote.Quote(stage))
 	w("fi")
-	w("mount -n --move %s /run", q(stage))
+	w("mount -n --move %s /run", shellquote.Quote(stage))
 	w("mount -n -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp")
 	w("")
 	w("# private directories")
@@ -220,8 +214,8 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 			v1 = true
 		}
 		dir := path.Join(cgroupFS, path.Base(h.Mount))
-		w("mkdir -p %s", q(dir))
-		w("mount -n -t %s %s %s %s", h.Type, mountOpts(h.Options), h.Type, q(dir))
+		w("mkdir -p %s", shellquote.Quote(dir))
+		w("mount -n -t %s %s %s %s", h.Type, mountOpts(h.Options), h.Type, shellquote.Quote(dir))
 	}
 	w("")
 	w("# The host's filesystem, read-only: every mount but the node's own")
@@ -244,9 +238,9 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	w("  mount -n -o remount,bind,ro \"$m\"")
 	w("done")
 	w("")
-	w("echo %s > /proc/sys/kernel/hostname", q(r.NodeID))
+	w("echo %s > /proc/sys/kernel/hostname", shellquote.Quote(r.NodeID))
 	w("touch \"$BOOT/booted\"")
-	w("exec %s -D -e -f \"$BOOT/sshd_config\" 2>>\"$BOOT/sshd.log\"", q(r.SSHD))
+	w("exec %s -D -e -f \"$BOOT/sshd_config\" 2>>\"$BOOT/sshd.log\"", shellquote.Quote(r.SSHD))
 	return b.String()
 }
 
@@ -254,7 +248,7 @@ func mountOpts(o string) string {
 	if o == "" {
 		return ""
 	}
-	return "-o " + q(o)
+	return "-o " + shellquote.Quote(o)
 }
 
 // sshdConfig is the node's sshd configuration: root by key only, on the
@@ -299,8 +293,8 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 	w("# transit local node teardown: %s (node %s)", r.ProviderID, r.NodeID)
 	w("set -u")
 	w("export PATH=%s", scriptPath)
-	w("ROOT=%s", q(r.Root))
-	w("NODE=%s", q(r.NodeDir))
+	w("ROOT=%s", shellquote.Quote(r.Root))
+	w("NODE=%s", shellquote.Quote(r.NodeDir))
 	w("# wait until whoever started this teardown has recorded it")
 	w("flock \"$ROOT/lock\" true")
 	w("")
@@ -314,7 +308,7 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 	}
 	cgs := make([]string, len(r.Cgroups))
 	for i, c := range r.Cgroups {
-		cgs[i] = q(c)
+		cgs[i] = shellquote.Quote(c)
 	}
 	all := strings.Join(cgs, " ")
 	if len(cgs) > 0 {
@@ -339,8 +333,8 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 		w("if [ -n \"$left\" ]; then echo \"transit: cgroups still busy:$left\" >&2; exit 1; fi")
 	}
 	w("")
-	w("ip netns del %s 2>/dev/null", q(r.Netns))
-	w("ip link del %s 2>/dev/null", q(r.HostVeth))
+	w("ip netns del %s 2>/dev/null", shellquote.Quote(r.Netns))
+	w("ip link del %s 2>/dev/null", shellquote.Quote(r.HostVeth))
 	w("if [ -e /run/netns/%s ]; then echo \"transit: cannot delete netns %s\" >&2; exit 1; fi", r.Netns, r.Netns)
 	w("find \"$NODE\" -mindepth 1 -maxdepth 1 ! -name record.json ! -name teardown.log -exec rm -rf {} +")
 	w("")
@@ -363,33 +357,33 @@ func gcScript(root, district string, cgroupParents []string) string {
 	dd := path.Join(root, "districts", district)
 	w("# gc: district %s, root %s", district, root)
 	w("# a node directory without a record is a teardown that did all but rmdir")
-	w("for n in %s/*; do", q(path.Join(dd, "nodes")))
+	w("for n in %s/*; do", shellquote.Quote(path.Join(dd, "nodes")))
 	w("  [ -d \"$n\" ] && [ ! -e \"$n/record.json\" ] && rm -rf \"$n\" 2>/dev/null")
 	w("done")
 	// Plain ls skips dot files: the temporary files of record writes a
 	// killed transit left. gc runs under the root lock, so no write is in
 	// progress, and rm -rf takes them along.
 	w("if [ -z \"$(ls %s 2>/dev/null)\" ] && [ -z \"$(ls %s 2>/dev/null)\" ]; then",
-		q(path.Join(dd, "nodes")), q(path.Join(dd, "groups")))
-	w("  ip link del %s 2>/dev/null", q(bridge))
-	w("  iptables -w -D INPUT -i %s -j %s 2>/dev/null", q(bridge), inputChain)
+		shellquote.Quote(path.Join(dd, "nodes")), shellquote.Quote(path.Join(dd, "groups")))
+	w("  ip link del %s 2>/dev/null", shellquote.Quote(bridge))
+	w("  iptables -w -D INPUT -i %s -j %s 2>/dev/null", shellquote.Quote(bridge), inputChain)
 	w("  iptables -w -F %s 2>/dev/null && iptables -w -X %s", inputChain, inputChain)
-	w("  rm -rf %s", q(dd))
+	w("  rm -rf %s", shellquote.Quote(dd))
 	w("fi")
-	w("if [ -z \"$(ls -A %s 2>/dev/null)\" ]; then", q(path.Join(root, "districts")))
-	w("  if [ -f %s ]; then", q(path.Join(root, "created-dirs")))
-	w("    tac %s | while IFS= read -r d; do", q(path.Join(root, "created-dirs")))
+	w("if [ -z \"$(ls -A %s 2>/dev/null)\" ]; then", shellquote.Quote(path.Join(root, "districts")))
+	w("  if [ -f %s ]; then", shellquote.Quote(path.Join(root, "created-dirs")))
+	w("    tac %s | while IFS= read -r d; do", shellquote.Quote(path.Join(root, "created-dirs")))
 	w("      grep -qsF \" $d \" /proc/[0-9]*/mountinfo && continue")
 	w("      rmdir \"$d\" 2>/dev/null")
 	w("    done")
-	w("    rm -f %s", q(path.Join(root, "created-dirs")))
+	w("    rm -f %s", shellquote.Quote(path.Join(root, "created-dirs")))
 	w("  fi")
 	parents := append([]string(nil), cgroupParents...)
 	sort.Strings(parents)
 	for _, p := range parents {
-		w("  rmdir %s 2>/dev/null", q(p))
+		w("  rmdir %s 2>/dev/null", shellquote.Quote(p))
 	}
-	w("  rmdir %s 2>/dev/null", q(path.Join(root, "districts")))
+	w("  rmdir %s 2>/dev/null", shellquote.Quote(path.Join(root, "districts")))
 	w("fi")
 	w("true")
 	return b.String()

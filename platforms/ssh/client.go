@@ -17,6 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/clock"
+	"github.com/cloudtransit/transit/shellquote"
 )
 
 // Defaults for Config.
@@ -385,7 +386,7 @@ const uploadScript = `set -e; ` +
 
 // uploadCommand is the remote command line of Upload.
 func uploadCommand(path string, mode fs.FileMode, size int) string {
-	return fmt.Sprintf("sh -c %s sh %s %04o %d", Quote(uploadScript), Quote(path), mode.Perm(), size)
+	return fmt.Sprintf("sh -c %s sh %s %04o %d", shellquote.Quote(uploadScript), shellquote.Quote(path), mode.Perm(), size)
 }
 
 // exec runs cmd in a new session, sends stdin, and returns stdout. With

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/clock/clocktest"
+	"github.com/cloudtransit/transit/shellquote"
 )
 
 func TestRunStdout(t *testing.T) {
@@ -74,7 +75,7 @@ func TestRunFailure(t *testing.T) {
 	}
 	// A syntax error runs nothing: sh parses the whole script first.
 	marker := filepath.Join(t.TempDir(), "ran")
-	_, err = c.Run(t.Context(), "syntax", "touch "+Quote(marker)+"\nif then fi")
+	_, err = c.Run(t.Context(), "syntax", "touch "+shellquote.Quote(marker)+"\nif then fi")
 	if !errors.As(err, &rerr) || rerr.ExitStatus == 0 {
 		t.Errorf("syntax error: %v, want *RunError", err)
 	}
@@ -89,8 +90,8 @@ func TestRunCancelKillsRemoteCommand(t *testing.T) {
 	c := e.dial(t)
 	dir := t.TempDir()
 	shPID, sleepPID := filepath.Join(dir, "sh.pid"), filepath.Join(dir, "sleep.pid")
-	script := "echo started\necho $$ > " + Quote(shPID) + "\nsleep 30 &\necho $! > " + Quote(sleepPID) + ".tmp\nmv " +
-		Quote(sleepPID+".tmp") + " " + Quote(sleepPID) + "\nwait\necho finished"
+	script := "echo started\necho $$ > " + shellquote.Quote(shPID) + "\nsleep 30 &\necho $! > " + shellquote.Quote(sleepPID) + ".tmp\nmv " +
+		shellquote.Quote(sleepPID+".tmp") + " " + shellquote.Quote(sleepPID) + "\nwait\necho finished"
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

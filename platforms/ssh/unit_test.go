@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,38 +17,6 @@ import (
 
 	"github.com/cloudtransit/transit/clock/clocktest"
 )
-
-func TestQuote(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ in, want string }{
-		{"", `''`},
-		{"abc", `'abc'`},
-		{"a b", `'a b'`},
-		{"it's", `'it'\''s'`},
-		{"'", `''\'''`},
-		{"''", `''\'''\'''`},
-		{`$HOME "x" \n`, `'$HOME "x" \n'`},
-		{"`id`; rm -rf /", "'`id`; rm -rf /'"},
-		{"line1\nline2", "'line1\nline2'"},
-		{"*?[a]~", `'*?[a]~'`},
-	}
-	sh, shErr := exec.LookPath("sh")
-	for _, tt := range tests {
-		if got := Quote(tt.in); got != tt.want {
-			t.Errorf("Quote(%q) = %s, want %s", tt.in, got, tt.want)
-		}
-		// And sh agrees: the quoted word is the original string.
-		if shErr == nil {
-			out, err := exec.CommandContext(t.Context(), sh, "-c", "printf %s "+Quote(tt.in)).Output()
-			if err != nil {
-				t.Fatalf("sh: %v", err)
-			}
-			if string(out) != tt.in {
-				t.Errorf("sh read Quote(%q) as %q", tt.in, out)
-			}
-		}
-	}
-}
 
 func TestRunErrorMessage(t *testing.T) {
 	t.Parallel()

@@ -128,7 +128,7 @@ func (f *fakeSwarm) inspect() string {
 	return string(b)
 }
 
-var quotedID = regexp.MustCompile(`'([^']*)'`)
+var quotedID = regexp.MustCompile(`^docker node (?:demote|rm)(?: --force)? '?([^'\s]*)`)
 
 func runErr(n districts.Node, name string, status int, stderr string) error {
 	return &ssh.RunError{Target: ssh.Target{Name: n.ID}, Name: name, ExitStatus: status, Stderr: stderr}

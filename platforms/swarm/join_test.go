@@ -80,7 +80,7 @@ func TestJoinGivesAMemberItsRole(t *testing.T) {
 			name:        "a master that is a swarm worker",
 			node:        master1,
 			swarmID:     "w",
-			wantScript:  "docker node promote 'w' >/dev/null",
+			wantScript:  "docker node promote w >/dev/null",
 			known:       []districts.Node{master2},
 			wantManager: true,
 		},
@@ -88,7 +88,7 @@ func TestJoinGivesAMemberItsRole(t *testing.T) {
 			name:       "a worker that is a swarm manager",
 			node:       worker1,
 			swarmID:    "m",
-			wantScript: "docker node demote 'm' >/dev/null",
+			wantScript: "docker node demote m >/dev/null",
 			// Known as a manager: the demoted node is forgotten.
 			known: []districts.Node{worker1, master2},
 		},
@@ -108,7 +108,7 @@ func TestJoinGivesAMemberItsRole(t *testing.T) {
 			if len(s.updates) != 1 || !strings.Contains(s.updates[0], tt.wantScript) {
 				t.Errorf("updates on the manager %q, want one with %q", s.updates, tt.wantScript)
 			}
-			if !strings.Contains(s.updates[0], "--label-add 'transit-node="+tt.node.ID+"'") {
+			if !strings.Contains(s.updates[0], "--label-add transit-node="+tt.node.ID+" ") {
 				t.Errorf("the node's identity label is not kept: %q", s.updates[0])
 			}
 			var known []string

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/shellquote"
 )
 
 // The remote scripts, built by pure functions so they are tested as strings.
@@ -130,11 +130,11 @@ docker node inspect $(docker node ls -q)
 // initScript makes the node the first manager of a new swarm (or finds it
 // already is one) and prints its swarm node id.
 func initScript(addr string) string {
-	a := ssh.Quote(addr)
+	a := shellquote.Quote(addr)
 	return `set -eu
 state=$(docker info --format '{{.Swarm.LocalNodeState}}')
 if [ "$state" = inactive ]; then
-	docker swarm init --advertise-addr ` + a + ` --listen-addr ` + ssh.Quote(addr+":2377") + ` >/dev/null
+	docker swarm init --advertise-addr ` + a + ` --listen-addr ` + shellquote.Quote(addr+":2377") + ` >/dev/null
 elif [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" != true ]; then
 	echo "the node is already in a swarm (state $state) but is not a manager" >&2
 	exit 3
@@ -146,7 +146,7 @@ docker info --format '{{.Swarm.NodeID}}'
 // joinTokenScript prints the join token for role ("manager" or "worker");
 // it runs on a manager.
 func joinTokenScript(role string) string {
-	return "set -eu\ndocker swarm join-token -q " + ssh.Quote(role) + "\n"
+	return "set -eu\ndocker swarm join-token -q " + shellquote.Quote(role) + "\n"
 }
 
 // joinRequest is the body of the engine's POST /swarm/join that joins the
@@ -194,22 +194,22 @@ func nodeUpdateScript(swarmID string, set map[string]string, drop []string, avai
 	b.WriteString("set -eu\n")
 	var args []string
 	for _, k := range slices.Sorted(maps.Keys(set)) {
-		args = append(args, "--label-add", ssh.Quote(k+"="+set[k]))
+		args = append(args, "--label-add", shellquote.Quote(k+"="+set[k]))
 	}
 	for _, k := range slices.Sorted(slices.Values(drop)) {
-		args = append(args, "--label-rm", ssh.Quote(k))
+		args = append(args, "--label-rm", shellquote.Quote(k))
 	}
 	if availability != "" {
-		args = append(args, "--availability", ssh.Quote(availability))
+		args = append(args, "--availability", shellquote.Quote(availability))
 	}
 	if len(args) > 0 {
-		fmt.Fprintf(&b, "docker node update %s %s >/dev/null\n", strings.Join(args, " "), ssh.Quote(swarmID))
+		fmt.Fprintf(&b, "docker node update %s %s >/dev/null\n", strings.Join(args, " "), shellquote.Quote(swarmID))
 	}
 	switch role {
 	case "manager":
-		fmt.Fprintf(&b, "docker node promote %s >/dev/null\n", ssh.Quote(swarmID))
+		fmt.Fprintf(&b, "docker node promote %s >/dev/null\n", shellquote.Quote(swarmID))
 	case "worker":
-		fmt.Fprintf(&b, "docker node demote %s >/dev/null\n", ssh.Quote(swarmID))
+		fmt.Fprintf(&b, "docker node demote %s >/dev/null\n", shellquote.Quote(swarmID))
 	}
 	return b.String()
 }
@@ -220,7 +220,7 @@ func nodeUpdateScript(swarmID string, set map[string]string, drop []string, avai
 // It runs on a manager.
 func nodeTasksScript(swarmID string) string {
 	return `set -eu
-ids=$(docker node ps -q ` + ssh.Quote(swarmID) + `)
+ids=$(docker node ps -q ` + shellquote.Quote(swarmID) + `)
 [ -n "$ids" ] || exit 0
 docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids
 services=$(docker service ls -q)
@@ -237,7 +237,7 @@ docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services
 func serviceTasksScript(serviceIDs []string) string {
 	quoted := make([]string, len(serviceIDs))
 	for i, id := range serviceIDs {
-		quoted[i] = ssh.Quote(id)
+		quoted[i] = shellquote.Quote(id)
 	}
 	return `set -eu
 for s in ` + strings.Join(quoted, " ") + `; do
@@ -278,7 +278,7 @@ func removeScript(swarmID string, force bool) string {
 		flag = "--force "
 	}
 	return `set -eu
-if ! out=$(docker node rm ` + flag + ssh.Quote(swarmID) + ` 2>&1 >/dev/null); then
+if ! out=$(docker node rm ` + flag + shellquote.Quote(swarmID) + ` 2>&1 >/dev/null); then
 	case "$out" in
 	*"node "*" not found"*) ;;
 	*"is not down"*) printf '%s\n' "$out" >&2; exit ` + fmt.Sprint(exitRetry) + ` ;;

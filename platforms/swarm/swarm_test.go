@@ -101,35 +101,35 @@ func TestScripts(t *testing.T) {
 		want   []string // lines that must appear
 	}{
 		{"init", initScript("10.0.0.2"), []string{
-			"docker swarm init --advertise-addr '10.0.0.2' --listen-addr '10.0.0.2:2377' >/dev/null",
+			"docker swarm init --advertise-addr 10.0.0.2 --listen-addr 10.0.0.2:2377 >/dev/null",
 			"docker info --format '{{.Swarm.NodeID}}'",
 		}},
 		{"join", joinScript(), []string{
 			`if [ "$state" != active ]; then`,
 			"-H 'Content-Type: application/json' --data-binary @- http://localhost/swarm/join)",
 		}},
-		{"token", joinTokenScript("manager"), []string{"docker swarm join-token -q 'manager'"}},
+		{"token", joinTokenScript("manager"), []string{"docker swarm join-token -q manager"}},
 		{"labels", nodeUpdateScript("abc", map[string]string{"b": "2", "a": "it's"}, []string{"z", "y"}, "", ""), []string{
-			`docker node update --label-add 'a=it'\''s' --label-add 'b=2' --label-rm 'y' --label-rm 'z' 'abc' >/dev/null`,
+			`docker node update --label-add 'a=it'\''s' --label-add b=2 --label-rm y --label-rm z abc >/dev/null`,
 		}},
-		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"docker node update --availability 'drain' 'abc' >/dev/null"}},
-		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote 'abc' >/dev/null"}},
-		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote 'abc' >/dev/null"}},
+		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"docker node update --availability drain abc >/dev/null"}},
+		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote abc >/dev/null"}},
+		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote abc >/dev/null"}},
 		{"remove", removeScript("abc", false), []string{
-			"if ! out=$(docker node rm 'abc' 2>&1 >/dev/null); then",
+			"if ! out=$(docker node rm abc 2>&1 >/dev/null); then",
 			`*"node "*" not found"*) ;;`,
 			`*"is not down"*) printf '%s\n' "$out" >&2; exit 75 ;;`,
 		}},
 		{"remove by force", removeScript("abc", true), []string{
-			"if ! out=$(docker node rm --force 'abc' 2>&1 >/dev/null); then",
+			"if ! out=$(docker node rm --force abc 2>&1 >/dev/null); then",
 		}},
 		{"rotate", rotateTokensScript(), []string{
 			"docker swarm join-token --rotate -q worker >/dev/null",
 			"docker swarm join-token --rotate -q manager >/dev/null",
 		}},
-		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q 'abc')", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services",
+		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q abc)", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services",
 			"docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids"}},
-		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in 's1' 's2'; do"}},
+		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in s1 s2; do"}},
 		{"install", installScript(), []string{
 			`if [ -n "$missing" ]; then`,
 			"apt-get -o DPkg::Lock::Timeout=" + aptLockWait + " install -y -q $pkgs >/dev/null",
