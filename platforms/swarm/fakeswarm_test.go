@@ -43,6 +43,7 @@ type fakeEntry struct {
 	left     bool
 	demoteIn int
 	downIn   int
+	labels   map[string]string // besides the identity label
 }
 
 func newFakeSwarm(t *testing.T, entries ...*fakeEntry) *fakeSwarm {
@@ -103,12 +104,20 @@ func (f *fakeSwarm) tick() {
 	}
 }
 
+func (e *fakeEntry) specLabels() map[string]string {
+	l := map[string]string{labelNode: e.node}
+	for k, v := range e.labels {
+		l[k] = v
+	}
+	return l
+}
+
 func (f *fakeSwarm) inspect() string {
 	var list []map[string]any
 	for _, e := range f.entries {
 		sn := map[string]any{
 			"ID":          e.id,
-			"Spec":        map[string]any{"Labels": map[string]string{labelNode: e.node}, "Role": e.role, "Availability": "active"},
+			"Spec":        map[string]any{"Labels": e.specLabels(), "Role": e.role, "Availability": "active"},
 			"Description": map[string]any{"Hostname": e.node},
 			"Status":      map[string]any{"State": map[bool]string{true: "down", false: "ready"}[e.down]},
 		}
@@ -188,6 +197,12 @@ func (f *fakeSwarm) Run(ctx context.Context, n districts.Node, name, script stri
 		f.steps = append(f.steps, n.ID+": demote "+id)
 		if e := f.entry(func(e *fakeEntry) bool { return e.id == id }); e != nil {
 			e.role, e.demoteIn = "worker", f.demoteLag
+			if strings.Contains(script, "--label-add "+labelRotate+"=true ") {
+				if e.labels == nil {
+					e.labels = map[string]string{}
+				}
+				e.labels[labelRotate] = "true"
+			}
 		}
 		return "", nil
 	case strings.Contains(script, "docker node rm"):

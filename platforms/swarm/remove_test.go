@@ -236,6 +236,31 @@ func TestRemoveRotatesAfterAFailedRotation(t *testing.T) {
 	}
 }
 
+// The same, but the retry is a new transit process (the first was killed
+// after the demotion): the mark in the swarm still makes it rotate.
+func TestRemoveRotatesAfterACrash(t *testing.T) {
+	t.Parallel()
+	f := newFakeSwarm(t, seat("a", master1.ID, true), seat("b", master2.ID, false))
+	f.failOnce["rotate"] = true
+	if err := testDriver(f, master1).Remove(t.Context(), master2); err == nil {
+		t.Fatal("Remove succeeded though the rotation failed")
+	}
+	if err := testDriver(f, master1).Remove(t.Context(), master2); err != nil {
+		t.Fatalf("Remove by a new driver: %v", err)
+	}
+	f.check()
+	want := []string{
+		master1.ID + ": demote b",
+		master1.ID + ": failed: rotate the join tokens",
+		master1.ID + ": rotate",
+		master2.ID + ": leave",
+		master1.ID + ": rm b",
+	}
+	if diff := cmp.Diff(want, f.steps); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+}
+
 func TestRemoveReachableWorker(t *testing.T) {
 	t.Parallel()
 	list := inspectOf(manager("a", master1.ID, "reachable"), worker("w", worker1.ID))

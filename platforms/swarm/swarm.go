@@ -40,6 +40,11 @@ import (
 const (
 	labelNode    = districts.TagNode // the transit node id
 	labelManaged = "transit-managed" // comma-separated keys transit owns
+	// labelRotate marks a manager transit demotes to remove: the join
+	// tokens it knew must be rotated before it leaves. The mark lives in
+	// the swarm, so a transit killed between the demotion and the rotation
+	// leaves the intent where the next run finds it.
+	labelRotate = "transit-rotate-tokens"
 )
 
 // Options configure the driver.
@@ -352,14 +357,15 @@ func (d *driver) remove(ctx context.Context, n districts.Node) error {
 	}
 	r := planRemoval(list, n)
 	for _, id := range r.demote {
-		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(id, nil, nil, "", "worker"), n.ID); err != nil {
+		mark := map[string]string{labelRotate: "true"}
+		if err := d.onManager(ctx, "demote node "+n.ID, nodeUpdateScript(id, mark, nil, "", "worker"), n.ID); err != nil {
 			return err
 		}
 		if err := d.waitDemoted(ctx, n, id); err != nil {
 			return err
 		}
 	}
-	if len(r.demote) > 0 {
+	if len(r.demote) > 0 || r.rotate {
 		d.forgetManager(n.ID)
 		d.mu.Lock()
 		d.rotate = true
@@ -490,6 +496,7 @@ type removal struct {
 	demote []string // swarm node ids to demote first, unreachable seats first
 	leave  bool     // run docker swarm leave on the node itself
 	remove []string // swarm node ids to delete from the node list
+	rotate bool     // an earlier run demoted it; the tokens may not be rotated
 }
 
 // planRemoval says how n leaves: every swarm node with its identity is
@@ -503,6 +510,9 @@ func planRemoval(list []swarmNode, n districts.Node) removal {
 			continue
 		}
 		r.remove = append(r.remove, sn.ID)
+		if sn.Spec.Labels[labelRotate] != "" {
+			r.rotate = true
+		}
 		if isVoter(sn) || sn.Spec.Role == "manager" {
 			seats = append(seats, sn)
 		}
