@@ -3,6 +3,9 @@ package swarm
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -241,5 +244,67 @@ func TestJoinRotatesPendingTokensFirst(t *testing.T) {
 	}
 	if d.rotate {
 		t.Error("the rotation is still pending")
+	}
+}
+
+// joinScript run by sh against a fake docker in each local swarm state: a
+// pending join is waited for, never forced out; a failed one leaves
+// without --force; a locked swarm is an error saying what to do.
+func TestJoinScriptStates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		state     string
+		leaveFail bool
+		exit      int
+		calls     string // the docker and curl calls, in order
+		stderr    string
+	}{
+		{state: "inactive", calls: "info curl info"},
+		{state: "active", calls: "info info"},
+		{state: "pending", exit: exitRetry, calls: "info", stderr: "still joining"},
+		{state: "locked", exit: 3, calls: "info", stderr: "docker swarm unlock"},
+		{state: "error", calls: "info leave curl info"},
+		{state: "error", leaveFail: true, exit: 3, calls: "info leave", stderr: "cannot leave it without --force"},
+	} {
+		t.Run(tt.state, func(t *testing.T) {
+			t.Parallel()
+			bin := t.TempDir()
+			log := filepath.Join(bin, "calls")
+			leave := "exit 0"
+			if tt.leaveFail {
+				leave = "echo 'Error response from daemon: You are attempting to leave the swarm on a node that is participating as a manager.' >&2; exit 1"
+			}
+			docker := "#!/bin/sh\ncase \"$1 $2\" in\n" +
+				"info*) echo info >>" + log + "; case \"$*\" in *LocalNodeState*) echo " + tt.state + ";; *) echo swarm-id;; esac ;;\n" +
+				"'swarm leave') echo \"leave $3\" >>" + log + "; " + leave + " ;;\n" +
+				"*) echo \"unexpected docker $*\" >&2; exit 9 ;;\nesac\n"
+			curl := "#!/bin/sh\necho curl >>" + log + "\ncat >/dev/null\necho 200\n"
+			for name, body := range map[string]string{"docker": docker, "curl": curl} {
+				if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.CommandContext(t.Context(), "sh", "-c", joinScript())
+			cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			exit := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				exit = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := os.ReadFile(log)
+			calls := strings.Join(strings.Fields(string(data)), " ")
+			if exit != tt.exit || calls != tt.calls || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("state %s: exit %d, calls %q, stderr %q; want exit %d, calls %q, stderr with %q",
+					tt.state, exit, calls, stderr.String(), tt.exit, tt.calls, tt.stderr)
+			}
+			if strings.Contains(string(data), "--force") {
+				t.Errorf("state %s: the script forced the node out of its swarm", tt.state)
+			}
+		})
 	}
 }

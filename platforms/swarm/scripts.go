@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cloudtransit/transit/shellquote"
@@ -168,10 +169,28 @@ func joinRequest(token, addr, managerAddr string) ([]byte, error) {
 func joinScript() string {
 	return `set -eu
 state=$(docker info --format '{{.Swarm.LocalNodeState}}')
-if [ "$state" != active ]; then
-	if [ "$state" != inactive ]; then
-		docker swarm leave --force >/dev/null 2>&1 </dev/null || true
+case "$state" in
+pending)
+	# An earlier join is still under way; it may make the node a manager,
+	# so it is waited for, never forced out.
+	echo "the node is still joining a swarm (state pending)" >&2
+	exit ` + strconv.Itoa(exitRetry) + `
+	;;
+locked)
+	echo "the node's swarm is locked: unlock it with docker swarm unlock, or remove the node" >&2
+	exit 3
+	;;
+active | inactive) ;;
+*)
+	# A failed join (state error): leave without --force, so the engine
+	# refuses if the node holds a manager's seat after all.
+	if ! out=$(docker swarm leave 2>&1 </dev/null); then
+		echo "the node is in swarm state $state and cannot leave it without --force: $out" >&2
+		exit 3
 	fi
+	;;
+esac
+if [ "$state" != active ]; then
 	command -v curl >/dev/null 2>&1 || { echo "curl is missing: install the node again" >&2; exit 3; }
 	resp=$(mktemp)
 	trap 'rm -f "$resp"' EXIT

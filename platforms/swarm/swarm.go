@@ -201,7 +201,12 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	if err != nil {
 		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
-	out, err := d.r.Run(ctx, n, "docker swarm join", joinScript(), body)
+	var out string
+	err = d.retry(ctx, n, "joining the swarm", func() error {
+		var err error
+		out, err = d.r.Run(ctx, n, "docker swarm join", joinScript(), body)
+		return err
+	})
 	if err != nil {
 		return redact(redactTokens(err), token)
 	}
