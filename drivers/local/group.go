@@ -136,27 +136,20 @@ func chainExists(chain, dump string) bool {
 	return false
 }
 
-// jumpExists says FORWARD sends the bridge's traffic through chain.
-func jumpExists(bridge, chain, dump string) bool {
-	want := "-A FORWARD -o " + bridge + " -j " + chain
+// hasRule says the iptables -S dump holds rule ("-A CHAIN ...") as is.
+func hasRule(dump, rule string) bool {
 	for line := range strings.Lines(dump) {
-		if strings.TrimSpace(line) == want {
+		if strings.TrimSpace(line) == rule {
 			return true
 		}
 	}
 	return false
 }
 
-// inputJumpExists says INPUT sends the bridge's traffic through chain.
-func inputJumpExists(bridge, chain, dump string) bool {
-	want := "-A INPUT -i " + bridge + " -j " + chain
-	for line := range strings.Lines(dump) {
-		if strings.TrimSpace(line) == want {
-			return true
-		}
-	}
-	return false
-}
+// forwardJump and inputJump are the rules that send a district's traffic
+// through a group's chain and through its input chain.
+func forwardJump(bridge, chain string) string { return "-A FORWARD -o " + bridge + " -j " + chain }
+func inputJump(bridge, chain string) string   { return "-A INPUT -i " + bridge + " -j " + chain }
 
 // DeleteGroup removes the chain, its FORWARD jumps and the record. Like a
 // cloud's security group, a group machines still use cannot be deleted.
@@ -383,7 +376,7 @@ func (d *driver) listGroups(ctx context.Context, cluster string) ([]control.Grou
 			continue // e.g. after a reboot: EnsureGroup makes it again
 		}
 		srcs := parseChainSources(r.Chain, dump)
-		if !jumpExists(d.bridge, r.Chain, dump) || !inputJumpExists(d.bridge, inputChainName(d.root, d.district), dump) {
+		if !hasRule(dump, forwardJump(d.bridge, r.Chain)) || !hasRule(dump, inputJump(d.bridge, inputChainName(d.root, d.district))) {
 			// A firewalld reload flushed FORWARD: the chain filters
 			// nothing. Listed as allowing nothing, the loop updates the
 			// group, and EnsureGroup puts the jump back.

@@ -51,18 +51,25 @@ func (h hierarchy) unified() bool { return h.Type == "cgroup2" && h.Mount == cgr
 
 const cgroupFS = "/sys/fs/cgroup"
 
+// script starts one of a node's scripts: the shebang, a comment naming the
+// node, the shell options and PATH. w appends a formatted line to b.
+func script(kind string, r *nodeRecord, set string) (*strings.Builder, func(format string, args ...any)) {
+	b := &strings.Builder{}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format+"\n", args...) }
+	w("#!/bin/bash")
+	w("# transit local node %s: %s (node %s)", kind, r.ProviderID, r.NodeID)
+	w("set %s", set)
+	w("export PATH=%s", scriptPath)
+	return b, w
+}
+
 // bootScript runs on the host in a new session: it makes the node's network
 // namespace, veth pair and cgroups, moves itself into the cgroups and execs
 // the node's init in its own mount, UTS and cgroup namespaces. Its pid is
 // the node's init pid from the first line to sshd.
 func bootScript(r *nodeRecord, hs []hierarchy) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	b, w := script("boot", r, "-eu")
 	ns := shellquote.Quote(r.Netns)
-	w("#!/bin/bash")
-	w("# transit local node boot: %s (node %s)", r.ProviderID, r.NodeID)
-	w("set -eu")
-	w("export PATH=%s", scriptPath)
 	w("")
 	w("# network: a veth pair from the district bridge to eth0 in the node's netns")
 	w("ip netns add %s", ns)
@@ -121,12 +128,7 @@ func bootScript(r *nodeRecord, hs []hierarchy) string {
 // UTS namespaces and /proc. It stays as the init's parent; killed, it takes
 // the init, and with it every process of the node, along (--kill-child).
 func enterScript(r *nodeRecord, hs []hierarchy) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("#!/bin/bash")
-	w("# transit local node enter: %s (node %s)", r.ProviderID, r.NodeID)
-	w("set -eu")
-	w("export PATH=%s", scriptPath)
+	b, w := script("enter", r, "-eu")
 	for i, h := range hs {
 		if !h.unified() || i >= len(r.Cgroups) {
 			continue
@@ -150,14 +152,9 @@ func enterScript(r *nodeRecord, hs []hierarchy) string {
 // node its private directories, /run, /tmp, cgroupfs and hostname, and
 // becomes sshd.
 func initScript(r *nodeRecord, hs []hierarchy) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	b, w := script("init", r, "-eu")
 	boot := path.Join(r.NodeDir, "boot")
 	stage := path.Join(r.NodeDir, "run")
-	w("#!/bin/bash")
-	w("# transit local node init: %s (node %s)", r.ProviderID, r.NodeID)
-	w("set -eu")
-	w("export PATH=%s", scriptPath)
 	w("BOOT=%s", shellquote.Quote(boot))
 	w("")
 	w("# Drop the host's namespace mounts (ip netns) copied into this mount")
@@ -287,12 +284,7 @@ func hostsFile(r *nodeRecord) string {
 // node's files, then, under the root lock, the record and whatever the
 // district and root no longer need (gcScript).
 func teardownScript(r *nodeRecord, cgroupParents []string) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("#!/bin/bash")
-	w("# transit local node teardown: %s (node %s)", r.ProviderID, r.NodeID)
-	w("set -u")
-	w("export PATH=%s", scriptPath)
+	b, w := script("teardown", r, "-u")
 	w("ROOT=%s", shellquote.Quote(r.Root))
 	w("NODE=%s", shellquote.Quote(r.NodeDir))
 	w("# wait until whoever started this teardown has recorded it")

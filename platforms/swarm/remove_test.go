@@ -211,53 +211,35 @@ func TestRemoveWaitsForTheDemotionOrGivesUp(t *testing.T) {
 }
 
 // The token rotation fails after the demotion went through: the retried
-// Remove finds a worker, yet still rotates before the node leaves.
+// Remove finds a worker, yet still rotates before the node leaves, whether
+// the same driver retries or a new transit process (the first was killed
+// after the demotion; the mark in the swarm tells it).
 func TestRemoveRotatesAfterAFailedRotation(t *testing.T) {
 	t.Parallel()
-	f := newFakeSwarm(t, seat("a", master1.ID, true), seat("b", master2.ID, false))
-	f.failOnce["rotate"] = true
-	d := testDriver(f, master1)
-	if err := d.Remove(t.Context(), master2); err == nil {
-		t.Fatal("Remove succeeded though the rotation failed")
-	}
-	if err := d.Remove(t.Context(), master2); err != nil {
-		t.Fatalf("Remove again: %v", err)
-	}
-	f.check()
-	want := []string{
-		master1.ID + ": demote b",
-		master1.ID + ": failed: rotate the join tokens",
-		master1.ID + ": rotate",
-		master2.ID + ": leave",
-		master1.ID + ": rm b",
-	}
-	if diff := cmp.Diff(want, f.steps); diff != "" {
-		t.Errorf("steps (-want +got):\n%s", diff)
-	}
-}
-
-// The same, but the retry is a new transit process (the first was killed
-// after the demotion): the mark in the swarm still makes it rotate.
-func TestRemoveRotatesAfterACrash(t *testing.T) {
-	t.Parallel()
-	f := newFakeSwarm(t, seat("a", master1.ID, true), seat("b", master2.ID, false))
-	f.failOnce["rotate"] = true
-	if err := testDriver(f, master1).Remove(t.Context(), master2); err == nil {
-		t.Fatal("Remove succeeded though the rotation failed")
-	}
-	if err := testDriver(f, master1).Remove(t.Context(), master2); err != nil {
-		t.Fatalf("Remove by a new driver: %v", err)
-	}
-	f.check()
-	want := []string{
-		master1.ID + ": demote b",
-		master1.ID + ": failed: rotate the join tokens",
-		master1.ID + ": rotate",
-		master2.ID + ": leave",
-		master1.ID + ": rm b",
-	}
-	if diff := cmp.Diff(want, f.steps); diff != "" {
-		t.Errorf("steps (-want +got):\n%s", diff)
+	for _, newProcess := range []bool{false, true} {
+		f := newFakeSwarm(t, seat("a", master1.ID, true), seat("b", master2.ID, false))
+		f.failOnce["rotate"] = true
+		d := testDriver(f, master1)
+		if err := d.Remove(t.Context(), master2); err == nil {
+			t.Fatal("Remove succeeded though the rotation failed")
+		}
+		if newProcess {
+			d = testDriver(f, master1)
+		}
+		if err := d.Remove(t.Context(), master2); err != nil {
+			t.Fatalf("Remove again (new process %t): %v", newProcess, err)
+		}
+		f.check()
+		want := []string{
+			master1.ID + ": demote b",
+			master1.ID + ": failed: rotate the join tokens",
+			master1.ID + ": rotate",
+			master2.ID + ": leave",
+			master1.ID + ": rm b",
+		}
+		if diff := cmp.Diff(want, f.steps); diff != "" {
+			t.Errorf("new process %t: steps (-want +got):\n%s", newProcess, diff)
+		}
 	}
 }
 
