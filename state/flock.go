@@ -9,14 +9,6 @@ import (
 	"github.com/cloudtransit/transit/clock"
 )
 
-// Flock takes an exclusive flock on path like FlockContext, but waits as
-// long as it takes. Prefer FlockContext, which stops waiting when its
-// context ends.
-func Flock(path string) (unlock func(), err error) {
-	// No caller's context to honour: this is the old, unbounded wait.
-	return FlockContext(context.Background(), path, FlockOptions{})
-}
-
 // FlockOptions configure FlockContext.
 type FlockOptions struct {
 	// Command is recorded as the holder's command, e.g. "transit apply",
