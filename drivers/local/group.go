@@ -252,6 +252,13 @@ func (d *driver) ensureBridge(ctx context.Context) error {
 			}
 		}
 	}
+	// No IPv6 on the bridge: the host filter is IPv4 (iptables), and a
+	// node must not reach the host's services over the bridge's link-local
+	// address either. Without IPv6 on the bridge the host's IPv6 stack
+	// drops whatever nodes send to it.
+	if err := disableIPv6(d.bridge); err != nil {
+		return fmt.Errorf("bridge %s: %w", d.bridge, err)
+	}
 	has := false
 	if ifc != nil {
 		addrs, err := ifc.Addrs()
@@ -309,6 +316,16 @@ func (d *driver) ensureHostFilter(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// disableIPv6 turns IPv6 off on an interface; a host without IPv6 has
+// nothing to turn off.
+func disableIPv6(ifname string) error {
+	p := "/proc/sys/net/ipv6/conf/" + ifname + "/disable_ipv6"
+	if b, err := os.ReadFile(p); errors.Is(err, fs.ErrNotExist) || err == nil && strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	return os.WriteFile(p, []byte("1\n"), 0o644)
 }
 
 // routeTypes are the route types `ip route` prints before the destination.

@@ -421,6 +421,11 @@ func TestNodesDoNotReachTheHost(t *testing.T) {
 		t.Errorf("a node connecting to a host service on the gateway: %q, %v; want blocked", out, err)
 	}
 
+	// Nor over IPv6: the bridge has no IPv6 address for a node to use.
+	if out, err := exec.Command("ip", "-6", "-o", "addr", "show", "dev", drv.bridge).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("the bridge has IPv6 addresses a node could reach the host at: %s %v", out, err)
+	}
+
 	// A flushed INPUT jump lists the group as allowing nothing, and
 	// EnsureGroup puts the jump back.
 	chain := inputChainName(e.root, drv.district)
