@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -312,5 +315,72 @@ func TestParseServices(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(service{}, task{})); diff != "" {
 		t.Errorf("parseServices (-want +got):\n%s", diff)
+	}
+}
+
+// nodeTasksScript run by sh against a fake docker: a task or service
+// removed between the listing and the inspection (docker service rm races
+// with a drain) is skipped; any other error fails the script, so a drain
+// never takes a failed listing for an empty node.
+func TestNodeTasksScriptSkipsRemovedObjects(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		missing string // what docker inspect says on stderr
+		exit    int
+		out     string
+	}{
+		{name: "all there", out: "task|s1|t1|running|running\ntask|s1|t2|running|running\nservice|s1|web\n"},
+		{name: "removed meanwhile", missing: "Error: No such object: t2", out: "task|s1|t1|running|running\nservice|s1|web\n"},
+		{name: "daemon error", missing: "Cannot connect to the Docker daemon at unix:///var/run/docker.sock", exit: 1, out: "task|s1|t1|running|running\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bin := t.TempDir()
+			fail := ""
+			if tt.missing != "" {
+				fail = "echo '" + tt.missing + "' >&2; exit 1"
+			}
+			docker := `#!/bin/sh
+case "$1 $2" in
+"node ps") echo t1; echo t2 ;;
+"service ls") echo s1 ;;
+inspect*)
+	shift 3
+	for id in "$@"; do
+		case "$id" in
+		t1) echo 'task|s1|t1|running|running' ;;
+		t2) [ -z "` + tt.missing + `" ] && echo 'task|s1|t2|running|running' ;;
+		s1) echo 'service|s1|web' ;;
+		esac
+	done
+	case "$*" in *t2*) ` + fail + ` ;; esac
+	;;
+*) echo "unexpected docker $*" >&2; exit 9 ;;
+esac
+exit 0
+`
+			if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(docker), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.CommandContext(t.Context(), "sh", "-c", nodeTasksScript("n1"))
+			cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			exit := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				exit = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if exit != tt.exit || stdout.String() != tt.out {
+				t.Errorf("exit %d, stdout %q (stderr %q); want exit %d, stdout %q", exit, stdout.String(), stderr.String(), tt.exit, tt.out)
+			}
+			if tt.exit != 0 && !strings.Contains(stderr.String(), tt.missing) {
+				t.Errorf("the error is not passed on: stderr %q", stderr.String())
+			}
+		})
 	}
 }

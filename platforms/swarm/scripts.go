@@ -239,14 +239,32 @@ func nodeUpdateScript(swarmID string, set map[string]string, drop []string, avai
 // It runs on a manager.
 func nodeTasksScript(swarmID string) string {
 	return `set -eu
-ids=$(docker node ps -q ` + shellquote.Quote(swarmID) + `)
+` + inspectExisting + `ids=$(docker node ps -q ` + shellquote.Quote(swarmID) + `)
 [ -n "$ids" ] || exit 0
-docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids
+inspect_existing 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids
 services=$(docker service ls -q)
 [ -n "$services" ] || exit 0
-docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services
+inspect_existing 'service|{{.ID}}|{{.Spec.Name}}' $services
 `
 }
+
+// inspectExisting defines inspect_existing FORMAT ID...: docker inspect
+// that skips objects removed since they were listed (a service removed
+// while a drain watches it takes its tasks along); any other error fails.
+const inspectExisting = `# docker inspect that skips objects removed since they were listed (a
+# service removed meanwhile takes its tasks along); any other error fails.
+inspect_existing() {
+	fmt=$1
+	shift
+	if { err=$(docker inspect --format "$fmt" "$@" 2>&1 >&3); } 3>&1; then
+		return 0
+	fi
+	if [ -z "$err" ] || printf '%s\n' "$err" | grep -qv '^Error: No such object: '; then
+		printf '%s\n' "$err" >&2
+		return 1
+	fi
+}
+`
 
 // serviceTasksScript prints, for each service that still exists, a line
 // "service|<id>|<name>|<mode>|<replicas>" (mode replicated, global or job;
@@ -259,11 +277,17 @@ func serviceTasksScript(serviceIDs []string) string {
 		quoted[i] = shellquote.Quote(id)
 	}
 	return `set -eu
-for s in ` + strings.Join(quoted, " ") + `; do
+` + inspectExisting + `for s in ` + strings.Join(quoted, " ") + `; do
 	docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}|{{if .Spec.Mode.Replicated}}replicated|{{.Spec.Mode.Replicated.Replicas}}{{else if .Spec.Mode.Global}}global|{{else}}job|{{end}}' "$s" 2>/dev/null || continue
-	ids=$(docker service ps -q --filter desired-state=running "$s")
+	if ! ids=$(docker service ps -q --filter desired-state=running "$s" 2>&1); then
+		case "$ids" in
+		*"o such service"*) continue ;; # removed since the inspect
+		esac
+		printf '%s\n' "$ids" >&2
+		exit 1
+	fi
 	[ -n "$ids" ] || continue
-	docker inspect --format "task|$s"'|{{.NodeID}}|{{.Status.State}}|{{.Status.Err}}' $ids
+	inspect_existing "task|$s"'|{{.NodeID}}|{{.Status.State}}|{{.Status.Err}}' $ids
 done
 `
 }

@@ -127,8 +127,9 @@ func TestScripts(t *testing.T) {
 			"docker swarm join-token --rotate -q worker >/dev/null",
 			"docker swarm join-token --rotate -q manager >/dev/null",
 		}},
-		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q abc)", "docker service inspect --format 'service|{{.ID}}|{{.Spec.Name}}' $services",
-			"docker inspect --format 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids"}},
+		{"node tasks", nodeTasksScript("abc"), []string{"ids=$(docker node ps -q abc)",
+			"inspect_existing 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids",
+			"inspect_existing 'service|{{.ID}}|{{.Spec.Name}}' $services"}},
 		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in s1 s2; do"}},
 		{"install", installScript(), []string{
 			`if [ -n "$missing" ]; then`,
