@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/pem"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -685,6 +686,9 @@ func testRefusedDrain(t *testing.T, c *cluster) {
 }
 
 func testBadInput(t *testing.T, c *cluster) {
+	// Settle first, so the state holds no machine that finished dying
+	// since the last apply: each failing apply below must change nothing.
+	c.apply()
 	res := c.status()
 	mgr := c.manager(res)
 	statePath := filepath.Join(c.dir, "resources.json")
@@ -717,25 +721,19 @@ func testBadInput(t *testing.T, c *cluster) {
 		}
 	}
 
-	// A changed host key: pin another key for the manager.
-	hostsPath := ssh.HostKeysPath(c.dir, c.cfg.ID)
-	pins, err := os.ReadFile(hostsPath)
+	// A changed host key: the manager presents another key than the one
+	// its provider reported (and transit pinned), as a machine in the
+	// middle would. sshd reads its host key again for every connection.
+	hostKey := filepath.Join(root, "districts", mgr.District, "nodes", mgr.ProviderID, "boot", "ssh_host_ed25519_key")
+	realKey, err := os.ReadFile(hostKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts, err := ssh.OpenHostKeys(hostsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hosts.Forget(mgr.ProviderID); err != nil {
-		t.Fatal(err)
-	}
-	other := newPublicKey(t)
-	if err := hosts.Callback(mgr.ProviderID)(mgr.PublicIP+":22", nil, other); err != nil {
+	if err := os.WriteFile(hostKey, newPrivateKey(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	expectFailure("changed host key", "host key of "+mgr.ProviderID)
-	if err := os.WriteFile(hostsPath, pins, 0o600); err != nil {
+	if err := os.WriteFile(hostKey, realKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -777,17 +775,18 @@ func nodePhases(res districts.Resources) map[string]districts.Phase {
 	return out
 }
 
-func newPublicKey(t *testing.T) gossh.PublicKey {
+// newPrivateKey is a fresh ed25519 host key in OpenSSH's PEM format.
+func newPrivateKey(t *testing.T) []byte {
 	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := gossh.NewPublicKey(pub)
+	block, err := gossh.MarshalPrivateKey(priv, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	return pem.EncodeToMemory(block)
 }
 
 func testDestroy(t *testing.T, c *cluster) {
