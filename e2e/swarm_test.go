@@ -2,10 +2,10 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/pem"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/pem"
 	"fmt"
 	"maps"
 	"os"
