@@ -391,6 +391,10 @@ func TestNodeShape(t *testing.T) {
 			_ = os.Remove(p)
 		}
 	}
+	// Nor its own boot files: the host key there is what List reports.
+	if out, err := e.ssh(inst.PrivateIP, "echo x >> "+rec.NodeDir+"/boot/ssh_host_ed25519_key.pub"); err == nil {
+		t.Errorf("the node changed its boot files:\n%s", out)
+	}
 	for _, p := range []string{"/root", "/var/tmp", "/var/lib/kubelet"} {
 		if out, err := e.ssh(inst.PrivateIP, "touch "+p+"/"+probe); err != nil {
 			t.Errorf("the node cannot write its own %s: %v\n%s", p, err, out)

@@ -70,6 +70,9 @@ func script(kind string, r *nodeRecord, set string) (*strings.Builder, func(form
 func bootScript(r *nodeRecord, hs []hierarchy) string {
 	b, w := script("boot", r, "-eu")
 	ns := shellquote.Quote(r.Netns)
+	w("# sshd's log, opened here on the host's mount so that the node's boot")
+	w("# files can turn read-only in its own mount namespace; init passes it on")
+	w("exec 3>>%s", shellquote.Quote(path.Join(r.NodeDir, "boot", "sshd.log")))
 	w("")
 	w("# network: a veth pair from the district bridge to eth0 in the node's netns")
 	w("ip netns add %s", ns)
@@ -215,14 +218,19 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 		w("mount -n -t %s %s %s %s", h.Type, mountOpts(h.Options), h.Type, shellquote.Quote(dir))
 	}
 	w("")
+	w("echo %s > /proc/sys/kernel/hostname", shellquote.Quote(r.NodeID))
+	w("# the boot mark, before the boot files turn read-only")
+	w("touch \"$BOOT/booted\"")
+	w("")
 	w("# The host's filesystem, read-only: every mount but the node's own")
 	w("# paths, so an installer on the node cannot change the host's /usr.")
-	w("# (A read-only bind in this mount namespace leaves the host's mount as")
-	w("# it is.)")
+	w("# The boot files too: the host key in them is what the provider")
+	w("# reports. (A read-only bind in this mount namespace leaves the host's")
+	w("# mount as it is.)")
 	w("own() {")
 	w("  case \"$1\" in")
+	w("  \"$BOOT\") return 1 ;; # wherever it is, even in a private path")
 	w("  /run | /run/* | /tmp | /tmp/* | /proc | /proc/* | /sys | /sys/* | /dev | /dev/*) return 0 ;;")
-	w("  \"$BOOT\" | \"$BOOT\"/*) return 0 ;;")
 	for _, p := range privateDirs {
 		w("  %s | %s/*) return 0 ;;", p, p)
 	}
@@ -235,9 +243,8 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	w("  mount -n -o remount,bind,ro \"$m\"")
 	w("done")
 	w("")
-	w("echo %s > /proc/sys/kernel/hostname", shellquote.Quote(r.NodeID))
-	w("touch \"$BOOT/booted\"")
-	w("exec %s -D -e -f \"$BOOT/sshd_config\" 2>>\"$BOOT/sshd.log\"", shellquote.Quote(r.SSHD))
+	w("# fd 3 is sshd.log, opened by boot.sh on the host's mount")
+	w("exec %s -D -e -f \"$BOOT/sshd_config\" 2>&3 3>&-", shellquote.Quote(r.SSHD))
 	return b.String()
 }
 
