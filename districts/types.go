@@ -35,6 +35,9 @@ type Cluster struct {
 	Deployments []Deployment `json:"deployments"`
 	Addons      []Addon      `json:"addons,omitempty"`
 	Strategy    Strategy     `json:"strategy,omitzero"`
+	// Kubernetes tunes a Kubernetes cluster (kubernetes.go); nil for the
+	// defaults.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 }
 
 // Flavor is a user-defined machine size; districts map it to a provider
@@ -161,6 +164,10 @@ type District struct {
 	OSNetwork string   `json:"os_network,omitempty"`
 
 	LocalSubnet string `json:"local_subnet,omitempty"`
+
+	// KubernetesInstall is how Kubernetes gets onto the district's nodes
+	// ("packages" or "bundle"; see Install for the default).
+	KubernetesInstall string `json:"kubernetes_install,omitempty"`
 
 	Flavors []DistrictFlavor `json:"flavors"`
 }

@@ -209,7 +209,11 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 			}
 		}
 		checkTags(c, p+".tags", d.Tags)
+		if cl.Platform == "kubernetes" {
+			checkLabels(c, p+".tags", d.Tags)
+		}
 	}
+	validateKubernetes(c, cl, ds, districtsOK, districtsFile)
 	if total > 0 && masters == 0 {
 		c.add("deployments", fmt.Sprintf("no master: a cluster with nodes needs at least one node with role %q", RoleMaster), "")
 	}
@@ -428,6 +432,8 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 				}
 			}
 		}
+
+		checkInstall(c, p+".kubernetes_install", d.KubernetesInstall)
 
 		flavorAt := newFirsts(p+".flavors", "mapped")
 		for j, f := range d.Flavors {

@@ -1,0 +1,108 @@
+package districts
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// kubernetesConfig is validConfig as a Kubernetes cluster with tags that
+// are valid labels.
+func kubernetesConfig() Config {
+	c := validConfig()
+	c.Cluster.Platform = "kubernetes"
+	c.Cluster.Deployments[0].Tags = map[string]string{"location": "Europe", "example.com/tier": "front-end_1", "empty": ""}
+	return c
+}
+
+func TestValidateKubernetes(t *testing.T) {
+	t.Parallel()
+	const valueHint = `use up to 63 letters, digits, "-", "_" or ".", starting and ending with a letter or digit (or an empty value)`
+	tag := func(key string) string { return joinKey("deployments[0].tags", key) }
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   Problems
+	}{
+		{"valid", func(*Config) {}, nil},
+		{"settings valid", func(c *Config) {
+			c.Cluster.Kubernetes = &Kubernetes{PodCIDR: "10.200.0.0/16", ServiceCIDR: "10.201.0.0/20", ControlPlaneEndpoint: "k8s.example.com:6443"}
+			c.Districts[3].KubernetesInstall = "packages"
+		}, nil},
+		{"label value with a space", func(c *Config) { c.Cluster.Deployments[0].Tags["location"] = "Île de France" },
+			Problems{withHint(cl(tag("location"), `value "Île de France" is not a valid Kubernetes label value`), valueHint)}},
+		{"label value too long", func(c *Config) { c.Cluster.Deployments[0].Tags["location"] = strings.Repeat("a", 64) },
+			Problems{withHint(cl(tag("location"), `value "`+strings.Repeat("a", 64)+`" is not a valid Kubernetes label value`), valueHint)}},
+		{"label key with two slashes", func(c *Config) { c.Cluster.Deployments[0].Tags["a/b/c"] = "x" },
+			Problems{cl(tag("a/b/c"), `"a/b/c" is not a valid Kubernetes label key: at most one "/" (prefix/name)`)}},
+		{"label key prefix not a DNS name", func(c *Config) { c.Cluster.Deployments[0].Tags["Example.COM/x"] = "x" },
+			Problems{cl(tag("Example.COM/x"), `"Example.COM/x" is not a valid Kubernetes label key: the prefix must be a DNS subdomain (lower-case letters, digits, "-" and ".", up to 253 characters)`)}},
+		{"label key in Kubernetes' namespace", func(c *Config) { c.Cluster.Deployments[0].Tags["node-role.kubernetes.io/gpu"] = "" },
+			Problems{cl(tag("node-role.kubernetes.io/gpu"), `"node-role.kubernetes.io/gpu" is not a valid Kubernetes label key: the kubernetes.io prefix belongs to Kubernetes (transit sets node-role.kubernetes.io/<role> itself)`)}},
+		{"labels not checked for swarm", func(c *Config) {
+			c.Cluster.Platform = "swarm"
+			c.Cluster.Deployments[0].Tags["location"] = "Île de France"
+		}, nil},
+		{"settings for swarm", func(c *Config) {
+			c.Cluster.Platform = "swarm"
+			c.Cluster.Kubernetes = &Kubernetes{}
+		}, Problems{withHint(cl("kubernetes", `only for platform kubernetes, not "swarm"`), "remove it")}},
+		{"pod range too small", func(c *Config) { c.Cluster.Kubernetes = &Kubernetes{PodCIDR: "10.200.0.0/24"} },
+			Problems{cl("kubernetes.pod_cidr", "prefix length /24 is not between /8 and /22")}},
+		{"service range too wide", func(c *Config) { c.Cluster.Kubernetes = &Kubernetes{ServiceCIDR: "10.0.0.0/8"} },
+			Problems{cl("kubernetes.service_cidr", "prefix length /8 is not between /12 and /28")}},
+		{"ranges overlap", func(c *Config) { c.Cluster.Kubernetes = &Kubernetes{ServiceCIDR: "10.244.16.0/20"} },
+			Problems{cl("kubernetes.service_cidr", "10.244.16.0/20 overlaps pod_cidr 10.244.0.0/16")}},
+		{"range not IPv4", func(c *Config) { c.Cluster.Kubernetes = &Kubernetes{PodCIDR: "fd00::/48"} },
+			Problems{cl("kubernetes.pod_cidr", `"fd00::/48" is not an IPv4 CIDR`)}},
+		{"range with host bits", func(c *Config) { c.Cluster.Kubernetes = &Kubernetes{PodCIDR: "10.200.1.0/16"} },
+			Problems{withHint(cl("kubernetes.pod_cidr", `"10.200.1.0/16" has host bits set`), `did you mean "10.200.0.0/16"?`)}},
+		{"pod range over a local district", func(c *Config) { c.Cluster.Kubernetes = &Kubernetes{PodCIDR: "10.10.0.0/16"} },
+			Problems{
+				withHint(cl("kubernetes.pod_cidr", `10.10.0.0/16 overlaps local_subnet 10.10.0.0/24 of district "local-a" in districts.json`), "pick ranges the nodes' own addresses are not in"),
+				withHint(cl("kubernetes.pod_cidr", `10.10.0.0/16 overlaps local_subnet 10.10.1.0/28 of district "local-b" in districts.json`), "pick ranges the nodes' own addresses are not in"),
+			}},
+		{"endpoint is a URL", func(c *Config) { c.Cluster.Kubernetes = &Kubernetes{ControlPlaneEndpoint: "https://k8s:6443"} },
+			Problems{withHint(cl("kubernetes.control_plane_endpoint", `"https://k8s:6443" is not a host or host:port`), `e.g. "k8s.example.com:6443"`)}},
+		{"install mode unknown", func(c *Config) { c.Districts[3].KubernetesInstall = "bundel" },
+			Problems{withHint(ds("[3].kubernetes_install", `"bundel" is not an install mode (known: bundle, packages)`), `did you mean "bundle"?`)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := kubernetesConfig()
+			tt.mutate(&cfg)
+			var got Problems
+			if err := Validate(cfg); err != nil && !errors.As(err, &got) {
+				t.Fatalf("Validate error %T is not Problems", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Validate problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestKubernetesDefaults(t *testing.T) {
+	t.Parallel()
+	if r := (Kubernetes{}).Resolved(); r.PodCIDR != DefaultPodCIDR || r.ServiceCIDR != DefaultServiceCIDR {
+		t.Errorf("Resolved() = %+v, want the defaults", r)
+	}
+	if r := (Kubernetes{PodCIDR: "10.1.0.0/16"}).Resolved(); r.PodCIDR != "10.1.0.0/16" {
+		t.Errorf("Resolved() replaced a set pod_cidr: %+v", r)
+	}
+	for _, tc := range []struct {
+		d    District
+		want string
+	}{
+		{District{Provider: ProviderLocal}, InstallBundle},
+		{District{Provider: ProviderAWS}, InstallPackages},
+		{District{Provider: ProviderGCE, KubernetesInstall: InstallBundle}, InstallBundle},
+	} {
+		if got := tc.d.Install(); got != tc.want {
+			t.Errorf("%+v.Install() = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
