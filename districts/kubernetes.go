@@ -87,8 +87,8 @@ func validateKubernetes(c *problems, cl Cluster, ds []District, districtsOK bool
 	k := *cl.Kubernetes
 	checkType(c, "kubernetes.type", k.Type, "kubernetes", false)
 	r := k.Resolved()
-	pod, podOK := checkRange(c, "kubernetes.pod_cidr", r.PodCIDR, 8, maxPodPrefix)
-	svc, svcOK := checkRange(c, "kubernetes.service_cidr", r.ServiceCIDR, minServicePrefix, maxServicePrefix)
+	pod, podOK := checkCIDR(c, "kubernetes.pod_cidr", r.PodCIDR, 8, maxPodPrefix, "")
+	svc, svcOK := checkCIDR(c, "kubernetes.service_cidr", r.ServiceCIDR, minServicePrefix, maxServicePrefix, "")
 	if podOK && svcOK && pod.Overlaps(svc) {
 		c.add("kubernetes.service_cidr", fmt.Sprintf("%s overlaps pod_cidr %s", svc, pod), "")
 	}
@@ -113,22 +113,6 @@ func validateKubernetes(c *problems, cl Cluster, ds []District, districtsOK bool
 	if e := k.ControlPlaneEndpoint; e != "" && (strings.ContainsAny(e, " /\t\n") || strings.Contains(e, "://")) {
 		c.add("kubernetes.control_plane_endpoint", fmt.Sprintf("%q is not a host or host:port", e), `e.g. "k8s.example.com:6443"`)
 	}
-}
-
-// checkRange checks an IPv4 CIDR whose prefix length lies in [minBits, maxBits].
-func checkRange(c *problems, path, s string, minBits, maxBits int) (netip.Prefix, bool) {
-	pfx, err := netip.ParsePrefix(s)
-	switch {
-	case err != nil || !pfx.Addr().Is4():
-		c.add(path, fmt.Sprintf("%q is not an IPv4 CIDR", s), "")
-	case pfx.Bits() < minBits || pfx.Bits() > maxBits:
-		c.add(path, fmt.Sprintf("prefix length /%d is not between /%d and /%d", pfx.Bits(), minBits, maxBits), "")
-	case pfx != pfx.Masked():
-		c.add(path, fmt.Sprintf("%q has host bits set", s), fmt.Sprintf("did you mean %q?", pfx.Masked().String()))
-	default:
-		return pfx, true
-	}
-	return netip.Prefix{}, false
 }
 
 // checkInstall checks a district's kubernetes_install.

@@ -493,12 +493,18 @@ const (
 )
 
 func checkSubnet(c *problems, path, s string) (netip.Prefix, bool) {
+	return checkCIDR(c, path, s, minLocalPrefix, maxLocalPrefix, `use a private range such as "10.10.0.0/24"`)
+}
+
+// checkCIDR checks an IPv4 CIDR whose prefix length lies in [minBits,
+// maxBits]; notCIDRHint is the hint for a value that is no IPv4 CIDR.
+func checkCIDR(c *problems, path, s string, minBits, maxBits int, notCIDRHint string) (netip.Prefix, bool) {
 	pfx, err := netip.ParsePrefix(s)
 	switch {
 	case err != nil || !pfx.Addr().Is4():
-		c.add(path, fmt.Sprintf("%q is not an IPv4 CIDR", s), `use a private range such as "10.10.0.0/24"`)
-	case pfx.Bits() < minLocalPrefix || pfx.Bits() > maxLocalPrefix:
-		c.add(path, fmt.Sprintf("prefix length /%d is not between /%d and /%d", pfx.Bits(), minLocalPrefix, maxLocalPrefix), "")
+		c.add(path, fmt.Sprintf("%q is not an IPv4 CIDR", s), notCIDRHint)
+	case pfx.Bits() < minBits || pfx.Bits() > maxBits:
+		c.add(path, fmt.Sprintf("prefix length /%d is not between /%d and /%d", pfx.Bits(), minBits, maxBits), "")
 	case pfx != pfx.Masked():
 		c.add(path, fmt.Sprintf("%q has host bits set", s), fmt.Sprintf("did you mean %q?", pfx.Masked().String()))
 	default:
