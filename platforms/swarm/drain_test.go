@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -360,26 +357,12 @@ inspect*)
 esac
 exit 0
 `
-			if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(docker), 0o755); err != nil {
-				t.Fatal(err)
+			exit, stdout, stderr := runWithFakes(t, bin, nodeTasksScript("n1"), map[string]string{"docker": docker})
+			if exit != tt.exit || stdout != tt.out {
+				t.Errorf("exit %d, stdout %q (stderr %q); want exit %d, stdout %q", exit, stdout, stderr, tt.exit, tt.out)
 			}
-			cmd := exec.CommandContext(t.Context(), "sh", "-c", nodeTasksScript("n1"))
-			cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-			var stdout, stderr strings.Builder
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			exit := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				exit = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if exit != tt.exit || stdout.String() != tt.out {
-				t.Errorf("exit %d, stdout %q (stderr %q); want exit %d, stdout %q", exit, stdout.String(), stderr.String(), tt.exit, tt.out)
-			}
-			if tt.exit != 0 && !strings.Contains(stderr.String(), tt.missing) {
-				t.Errorf("the error is not passed on: stderr %q", stderr.String())
+			if tt.exit != 0 && !strings.Contains(stderr, tt.missing) {
+				t.Errorf("the error is not passed on: stderr %q", stderr)
 			}
 		})
 	}

@@ -279,32 +279,41 @@ func TestJoinScriptStates(t *testing.T) {
 				"'swarm leave') echo \"leave $3\" >>" + log + "; " + leave + " ;;\n" +
 				"*) echo \"unexpected docker $*\" >&2; exit 9 ;;\nesac\n"
 			curl := "#!/bin/sh\necho curl >>" + log + "\ncat >/dev/null\necho 200\n"
-			for name, body := range map[string]string{"docker": docker, "curl": curl} {
-				if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			cmd := exec.CommandContext(t.Context(), "sh", "-c", joinScript())
-			cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			err := cmd.Run()
-			exit := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				exit = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			exit, _, stderr := runWithFakes(t, bin, joinScript(), map[string]string{"docker": docker, "curl": curl})
 			data, _ := os.ReadFile(log)
 			calls := strings.Join(strings.Fields(string(data)), " ")
-			if exit != tt.exit || calls != tt.calls || !strings.Contains(stderr.String(), tt.stderr) {
+			if exit != tt.exit || calls != tt.calls || !strings.Contains(stderr, tt.stderr) {
 				t.Errorf("state %s: exit %d, calls %q, stderr %q; want exit %d, calls %q, stderr with %q",
-					tt.state, exit, calls, stderr.String(), tt.exit, tt.calls, tt.stderr)
+					tt.state, exit, calls, stderr, tt.exit, tt.calls, tt.stderr)
 			}
 			if strings.Contains(string(data), "--force") {
 				t.Errorf("state %s: the script forced the node out of its swarm", tt.state)
 			}
 		})
 	}
+}
+
+// runWithFakes writes the fake commands (name to shell script) into bin,
+// runs script with sh and bin first in PATH, and returns its exit status,
+// stdout and stderr.
+func runWithFakes(t *testing.T, bin, script string, fakes map[string]string) (exit int, stdout, stderr string) {
+	t.Helper()
+	for name, body := range fakes {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.CommandContext(t.Context(), "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		exit = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return exit, out.String(), errb.String()
 }
