@@ -168,6 +168,17 @@ func (e *env) ssh(ip, command string) (string, error) {
 	return string(out), err
 }
 
+// mustIP runs ip with each argument list in turn, failing the test on the
+// first error.
+func mustIP(t *testing.T, cmds ...[]string) {
+	t.Helper()
+	for _, args := range cmds {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
 // inNode runs a command in the node's namespaces (all but pid), targeting
 // its init.
 func inNode(t *testing.T, initPID int, command string) string {
@@ -568,14 +579,9 @@ func TestInterruptedLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.track(r2.ProviderID)
-	for _, args := range [][]string{
-		{"netns", "add", r2.Netns},
-		{"link", "add", r2.HostVeth, "type", "veth", "peer", "name", "eth0", "netns", r2.Netns},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
+	mustIP(t,
+		[]string{"netns", "add", r2.Netns},
+		[]string{"link", "add", r2.HostVeth, "type", "veth", "peer", "name", "eth0", "netns", r2.Netns})
 	// Killed while waiting for SSH: the node runs, the record says pending.
 	r3, err := drv.prepare(ctx, e.launchSpec(drv, g, "intr", "intr-n3"))
 	if err != nil {

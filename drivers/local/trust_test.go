@@ -263,15 +263,10 @@ func TestReusedAddressIsReachable(t *testing.T) {
 	// drop its neighbour entries by itself.
 	peer := "tk" + randHex(4)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", peer).Run() })
-	for _, args := range [][]string{
-		{"link", "add", peer, "type", "veth", "peer", "name", peer + "p"},
-		{"link", "set", peer, "master", drv.bridge, "up"},
-		{"link", "set", peer + "p", "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
+	mustIP(t,
+		[]string{"link", "add", peer, "type", "veth", "peer", "name", peer + "p"},
+		[]string{"link", "set", peer, "master", drv.bridge, "up"},
+		[]string{"link", "set", peer + "p", "up"})
 	a := e.launch(drv, g, "arp", "arp-a")
 	if out, err := e.ssh(a.PublicIP, "true"); err != nil {
 		t.Fatalf("ssh %s: %v\n%s", a.PublicIP, err, out)
@@ -351,21 +346,16 @@ func TestSubnetConflicts(t *testing.T) {
 	d := e.district()
 	subnet := netip.MustParsePrefix(d.LocalSubnet)
 
-	// A host interface in the upper half of the district's subnet.
+	// A host interface on part of the district's subnet (its .64/26).
 	dummy := "tk" + randHex(4)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", dummy).Run() })
 	a := subnet.Addr().As4()
 	a[3] = 65
 	hostNet := netip.PrefixFrom(netip.AddrFrom4(a), 26)
-	for _, args := range [][]string{
-		{"link", "add", dummy, "type", "veth", "peer", "name", dummy + "p"},
-		{"addr", "add", hostNet.String(), "dev", dummy},
-		{"link", "set", dummy, "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
+	mustIP(t,
+		[]string{"link", "add", dummy, "type", "veth", "peer", "name", dummy + "p"},
+		[]string{"addr", "add", hostNet.String(), "dev", dummy},
+		[]string{"link", "set", dummy, "up"})
 	drv := e.driver(d)
 	_, err := drv.EnsureGroup(t.Context(), control.GroupSpec{
 		Name: control.GroupName("clash", d.ID), Cluster: "clash", District: d.ID,
@@ -373,9 +363,7 @@ func TestSubnetConflicts(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "overlaps the host route") || !strings.Contains(err.Error(), dummy) {
 		t.Errorf("EnsureGroup in a subnet overlapping %s on %s = %v, want a refusal naming the route", hostNet, dummy, err)
 	}
-	if _, err := exec.Command("ip", "link", "del", dummy).CombinedOutput(); err != nil {
-		t.Fatal(err)
-	}
+	mustIP(t, []string{"link", "del", dummy})
 
 	e.group(drv, "clash")
 	moved := d
