@@ -65,10 +65,8 @@ func (d *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (contr
 	if _, err := run(ctx, groupRestore(chain, sources), "iptables-restore", "-w", "--noflush"); err != nil {
 		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
-	if _, err := run(ctx, "", "iptables", "-w", "-C", "FORWARD", "-o", d.bridge, "-j", chain); err != nil {
-		if _, err := run(ctx, "", "iptables", "-w", "-I", "FORWARD", "1", "-o", d.bridge, "-j", chain); err != nil {
-			return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
-		}
+	if err := ensureJump(ctx, "FORWARD", "-o", d.bridge, chain); err != nil {
+		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	got, ok, err := chainSources(ctx, chain)
 	if err != nil {
@@ -290,13 +288,18 @@ func (d *driver) ensureBridge(ctx context.Context) error {
 	if err := d.ensureHostFilter(ctx); err != nil {
 		return err
 	}
-	const fwd = "/proc/sys/net/ipv4/ip_forward"
-	if b, err := os.ReadFile(fwd); err != nil || strings.TrimSpace(string(b)) != "1" {
-		if err := os.WriteFile(fwd, []byte("1\n"), 0o644); err != nil {
-			return fmt.Errorf("enable IPv4 forwarding: %w", err)
-		}
+	if err := turnOn("/proc/sys/net/ipv4/ip_forward"); err != nil {
+		return fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
 	return nil
+}
+
+// turnOn sets a boolean sysctl file to 1 unless it is already.
+func turnOn(path string) error {
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	return os.WriteFile(path, []byte("1\n"), 0o644)
 }
 
 // ensureHostFilter keeps nodes off the host itself: traffic from the
@@ -310,22 +313,30 @@ func (d *driver) ensureHostFilter(ctx context.Context) error {
 	if _, err := run(ctx, hostFilterRestore(chain), "iptables-restore", "-w", "--noflush"); err != nil {
 		return fmt.Errorf("host filter: %w", err)
 	}
-	if _, err := run(ctx, "", "iptables", "-w", "-C", "INPUT", "-i", d.bridge, "-j", chain); err != nil {
-		if _, err := run(ctx, "", "iptables", "-w", "-I", "INPUT", "1", "-i", d.bridge, "-j", chain); err != nil {
-			return fmt.Errorf("host filter: %w", err)
-		}
+	if err := ensureJump(ctx, "INPUT", "-i", d.bridge, chain); err != nil {
+		return fmt.Errorf("host filter: %w", err)
 	}
 	return nil
+}
+
+// ensureJump puts "-A builtin dir bridge -j chain" (forwardJump,
+// inputJump) first in builtin unless it is there.
+func ensureJump(ctx context.Context, builtin, dir, bridge, chain string) error {
+	if _, err := run(ctx, "", "iptables", "-w", "-C", builtin, dir, bridge, "-j", chain); err == nil {
+		return nil
+	}
+	_, err := run(ctx, "", "iptables", "-w", "-I", builtin, "1", dir, bridge, "-j", chain)
+	return err
 }
 
 // disableIPv6 turns IPv6 off on an interface; a host without IPv6 has
 // nothing to turn off.
 func disableIPv6(ifname string) error {
 	p := "/proc/sys/net/ipv6/conf/" + ifname + "/disable_ipv6"
-	if b, err := os.ReadFile(p); errors.Is(err, fs.ErrNotExist) || err == nil && strings.TrimSpace(string(b)) == "1" {
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return os.WriteFile(p, []byte("1\n"), 0o644)
+	return turnOn(p)
 }
 
 // routeTypes are the route types `ip route` prints before the destination.
