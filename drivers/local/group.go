@@ -373,10 +373,12 @@ func overlappingRoute(out string, subnet netip.Prefix, own string) string {
 	return ""
 }
 
+func (d *driver) cgroupParents() []string { return cgroupParents(d.hierarchies) }
+
 // cgroupParents are the transit/ cgroups of every hierarchy.
-func (d *driver) cgroupParents() []string {
-	out := make([]string, len(d.hierarchies))
-	for i, h := range d.hierarchies {
+func cgroupParents(hs []hierarchy) []string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
 		out[i] = h.Mount + "/transit"
 	}
 	return out

@@ -35,10 +35,7 @@ func Purge(ctx context.Context, root string) error {
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", root, err)
 	}
-	parents := make([]string, len(hs))
-	for i, h := range hs {
-		parents[i] = h.Mount + "/transit"
-	}
+	parents := cgroupParents(hs)
 	var errs []error
 	for _, e := range entries {
 		if !e.IsDir() || !validName(e.Name()) {
