@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/cloudtransit/transit/shellquote"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -196,20 +194,6 @@ func TestLoadCredentialsMode(t *testing.T) {
 				t.Errorf("problems (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestShellQuote(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"credentials.json":        "credentials.json",
-		"/etc/transit/creds.json": "/etc/transit/creds.json",
-		"my creds.json":           "'my creds.json'",
-		"it's.json":               `'it'\''s.json'`,
-	} {
-		if got := shellquote.Quote(in); got != want {
-			t.Errorf("shellquote.Quote(%q) = %s, want %s", in, got, want)
-		}
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 
 // The remote scripts, built by pure functions so they are tested as strings.
 // Each runs under `sh -s` as root on a node. Every value that comes from
-// outside transit is quoted with ssh.Quote.
+// outside transit is quoted with shellquote.Quote.
 
 // imagesDir is where a machine image may carry container images to preload
 // (the local provider bind-mounts its images directory there): nodes need
