@@ -30,10 +30,17 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # host (Debian/Ubuntu package names).
 DEPS_PACKAGES := iproute2 iptables openssh-server util-linux docker.io busybox-static curl
 
+# What `make bundle` takes from the build host's Debian packages: the
+# container runtime, the CNI plugins, and the iptables, conntrack and
+# busybox that go into kube-proxy's and flannel's images.
+BUNDLE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack busybox-static netbase
+# Where `make bundle` writes the offline Kubernetes bundle.
+BUNDLE_DIR ?= $(CURDIR)/build/bundle
+
 # Where `make demo` keeps its working directory (state, cluster key).
 DEMO_DIR := $(CURDIR)/demo
 
-.PHONY: help build test test-unit fuzz bench lint clean deps demo demo-destroy
+.PHONY: help build test test-unit fuzz bench lint clean deps bundle-deps bundle demo demo-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,16 +63,29 @@ fuzz: ## Run every Fuzz target for FUZZTIME executions each (default 50000x)
 		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null; \
 	done <<< "$$targets"
 
-deps: ## (root) Install the host packages the local provider and the tests need
-	@[ "$$(id -u)" = 0 ] || { echo "make deps installs packages: run it as root (sudo make deps)"; exit 1; }
-	@missing=""; for p in $(DEPS_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -z "$$missing" ]; then echo "packages present: $(DEPS_PACKAGES)"; exit 0; fi; \
+# install-packages installs the Debian packages named in $(1) that are
+# missing. Installs here sometimes fail half-way: it finishes what dpkg
+# started and tries once more.
+define install-packages
+	@[ "$$(id -u)" = 0 ] || { echo "$@ installs packages: run it as root (sudo make $@)"; exit 1; }
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "packages present: $(1)"; exit 0; fi; \
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -q; \
 	if ! apt-get install -y -q $$missing; then \
 		echo "install failed; finishing what dpkg started and retrying once"; \
 		dpkg --configure -a || true; apt-get update -q; apt-get install -y -q $$missing; \
 	fi
+endef
+
+deps: ## (root) Install the host packages the local provider and the tests need
+	$(call install-packages,$(DEPS_PACKAGES))
+
+bundle-deps: ## (root) Install the Debian packages `make bundle` takes binaries from
+	$(call install-packages,$(BUNDLE_PACKAGES))
+
+bundle: ## Build the offline Kubernetes bundle into BUNDLE_DIR (cached: seconds when nothing changed)
+	$(GO) run ./cmd/transit-bundle -repo $(CURDIR) -out $(BUNDLE_DIR)
 
 demo: deps build ## (root) Bring up the example Swarm on local nodes, print its status
 	mkdir -p $(DEMO_DIR)
