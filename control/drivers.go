@@ -138,6 +138,12 @@ type Platform interface {
 	// without it losing quorum: nil, or an error matching ErrQuorum that
 	// says why not. nodes are the cluster's live nodes.
 	MayRemoveMaster(ctx context.Context, n districts.Node, nodes []districts.Node) error
+	// EnsureAddons makes the software the platform runs inside itself
+	// match: its own (a pod network, cluster DNS) and the cluster's
+	// addons, installed, upgraded and removed. The loop calls it once the
+	// nodes have converged, on every apply; it returns what it changed
+	// (empty when nothing) and is idempotent.
+	EnsureAddons(ctx context.Context, addons []districts.Addon) (changed []string, err error)
 }
 
 // Member is a node as the platform reports it.

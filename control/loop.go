@@ -158,6 +158,11 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			return r.finish(res, ErrStalePlan)
 		}
 		if plan.Empty() {
+			if !destroy && len(w.live()) > 0 {
+				if err := r.addons(ctx); err != nil {
+					return r.finish(res, err)
+				}
+			}
 			res.Converged = true
 			return r.finish(res, nil)
 		}
@@ -198,6 +203,28 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		lastProgress = r.progress
 		r.mu.Unlock()
 	}
+}
+
+// addons runs the platform's addons step once the nodes converged. A
+// failure leaves the run not converged: the next run tries again.
+func (r *runner) addons(ctx context.Context) error {
+	start := r.opts.Clock.Now()
+	r.emit(Event{Type: EventAddons, Phase: PhaseStart})
+	changed, err := r.opts.Platform.EnsureAddons(ctx, r.opts.Cluster.Addons)
+	e := Event{Type: EventAddons, Phase: PhaseFinish, Message: strings.Join(changed, ", "), Changed: changed,
+		Seconds: r.opts.Clock.Now().Sub(start).Seconds()}
+	if err != nil {
+		e.Error = err.Error()
+	}
+	r.emit(e)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		r.problems = append(r.problems, "addons: "+err.Error())
+		return &notConverged{msg: "the nodes converged, but the addons step failed: " + err.Error()}
+	}
+	return nil
 }
 
 // notConverged is ErrNotConverged with the typed reasons callers act on

@@ -66,7 +66,7 @@ type Options struct {
 // finish. `transit apply --json` prints them one per line.
 type Event struct {
 	Time   time.Time `json:"time"`
-	Type   string    `json:"type"`  // "round", "plan", "action", "wait", "result"
+	Type   string    `json:"type"`  // "round", "plan", "action", "wait", "addons", "result"
 	Phase  string    `json:"phase"` // "start", "finish", "skip"
 	Round  int       `json:"round"`
 	Action *Action   `json:"action,omitempty"`
@@ -76,6 +76,8 @@ type Event struct {
 	Seconds float64 `json:"seconds,omitempty"`
 	Message string  `json:"message,omitempty"`
 	Result  *Result `json:"result,omitempty"`
+	// Changed is what the addons step changed.
+	Changed []string `json:"changed,omitempty"`
 }
 
 // Event types.
@@ -85,6 +87,9 @@ const (
 	EventAction = "action"
 	EventWait   = "wait"
 	EventResult = "result"
+	// EventAddons is the addons step, once the nodes converged: Message
+	// lists what changed, Error why it failed.
+	EventAddons = "addons"
 )
 
 // Event phases.

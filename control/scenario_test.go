@@ -363,3 +363,37 @@ func TestLabelAndUncordonOfOneNodeBothSaved(t *testing.T) {
 		}
 	}
 }
+
+// The addons step runs once the nodes converged, with cluster.json's
+// addons; a failing step leaves the run not converged and the next run
+// runs it again; a destroy never runs it.
+func TestAddonsStepRunsOnceConverged(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 1, 0)
+	c.Addons = []districts.Addon{{Name: "relations"}}
+	h.prepare(c)
+	h.sim.addonsFail = 1
+	_, err := h.apply(c, 0)
+	if !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "addons step failed") {
+		t.Fatalf("apply with a failing addons step: %v, want not converged naming the addons step", err)
+	}
+	if len(h.sim.instances) != 2 {
+		t.Errorf("%d machines: the addons step ran before the nodes converged", len(h.sim.instances))
+	}
+	h.sim.addonsFail = 0
+	h.sim.addonsRuns = nil
+	h.mustConverge(c)
+	if len(h.sim.addonsRuns) != 1 || len(h.sim.addonsRuns[0]) != 1 || h.sim.addonsRuns[0][0] != "relations" {
+		t.Errorf("addons steps %v, want one with [relations]", h.sim.addonsRuns)
+	}
+	h.sim.addonsRuns = nil
+	opts := h.options(c)
+	opts.Destroy = true
+	if res, err := Apply(t.Context(), opts); err != nil || !res.Converged {
+		t.Fatalf("destroy: converged=%v err=%v", res.Converged, err)
+	}
+	if len(h.sim.addonsRuns) != 0 {
+		t.Errorf("destroy ran the addons step: %v", h.sim.addonsRuns)
+	}
+}

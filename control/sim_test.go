@@ -44,6 +44,8 @@ type sim struct {
 	membersFail  float64        // probability Members times out (no master answers)
 	joinDrop     float64        // probability a join succeeds but the connection drops before transit hears
 	labelFail    float64        // probability a label fails
+	addonsFail   float64        // probability the addons step fails
+	addonsRuns   [][]string     // the addons each addons step was given
 	rebuild      bool           // the run may initialise a new platform over a lost one
 	gen          int            // the platform's generation: Init over a lost platform starts a new one
 
@@ -417,6 +419,24 @@ func (p *simPlatform) instanceOf(n districts.Node) *simInstance {
 		return nil
 	}
 	return in
+}
+
+func (p *simPlatform) EnsureAddons(ctx context.Context, addons []districts.Addon) ([]string, error) {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "addons"); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, a := range addons {
+		names = append(names, a.Name)
+	}
+	s.addonsRuns = append(s.addonsRuns, names)
+	if s.rng.Float64() < s.addonsFail {
+		return nil, errors.New("addon manifest refused: the API server timed out")
+	}
+	return names, nil
 }
 
 func (p *simPlatform) Install(ctx context.Context, n districts.Node) error {

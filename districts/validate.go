@@ -218,6 +218,9 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		c.add("deployments", fmt.Sprintf("no master: a cluster with nodes needs at least one node with role %q", RoleMaster), "")
 	}
 
+	if cl.Platform == "swarm" && len(cl.Addons) > 0 {
+		c.add("addons", "addons are Kubernetes controllers: platform swarm runs none", `remove "addons" or use platform "kubernetes"`)
+	}
 	addonAt := newFirsts("addons", "listed")
 	for i, a := range cl.Addons {
 		p := joinIndex("addons", i)

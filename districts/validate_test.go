@@ -9,6 +9,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// kubernetesWithAddons makes c a Kubernetes cluster (its tags valid
+// labels) with the addons relations and more.
+func kubernetesWithAddons(c *Config, more ...Addon) {
+	c.Cluster.Platform = "kubernetes"
+	c.Cluster.Deployments[0].Tags["further"] = "arbitrary-tags"
+	c.Cluster.Addons = append([]Addon{{Name: "relations"}}, more...)
+}
+
 // validConfig is a configuration with one district per provider and no
 // problems; each test case breaks one thing.
 func validConfig() Config {
@@ -25,7 +33,6 @@ func validConfig() Config {
 				{District: "gce-europe", Flavor: "small", Role: "master", Quantity: 3, Tags: map[string]string{"location": "Europe", "further": "arbitrary tags"}},
 				{Type: "deployment", District: "aws-europe", Flavor: "large", Role: "worker", Quantity: 2},
 			},
-			Addons:   []Addon{{Name: "relations"}},
 			Strategy: Strategy{MaxUnavailable: Int(2), DrainTimeout: Duration(time.Minute)},
 		},
 		Districts: []District{
@@ -149,11 +156,13 @@ func TestValidate(t *testing.T) {
 			cl("deployments[0].tags.long", "tag value is longer than 255 bytes"),
 			withHint(cl("deployments[0].tags.transit-role", `tag keys starting with "transit-" are reserved for transit's identity tags`), "choose another key"),
 		}},
-		{"addon unknown", func(c *Config) { c.Cluster.Addons = append(c.Cluster.Addons, Addon{Name: "stream"}) },
+		{"addon unknown", func(c *Config) { kubernetesWithAddons(c, Addon{Name: "stream"}) },
 			Problems{withHint(cl("addons[1].name", `"stream" is not a known addon (known: relations, streams)`), `did you mean "streams"?`)}},
-		{"addon twice", func(c *Config) { c.Cluster.Addons = append(c.Cluster.Addons, Addon{Type: "addon", Name: "relations"}) },
+		{"addons on a swarm", func(c *Config) { c.Cluster.Addons = []Addon{{Name: "relations"}} },
+			Problems{withHint(cl("addons", "addons are Kubernetes controllers: platform swarm runs none"), `remove "addons" or use platform "kubernetes"`)}},
+		{"addon twice", func(c *Config) { kubernetesWithAddons(c, Addon{Type: "addon", Name: "relations"}) },
 			Problems{cl("addons[1].name", `"relations" is listed twice (first at addons[0])`)}},
-		{"addon name missing and wrong type", func(c *Config) { c.Cluster.Addons = append(c.Cluster.Addons, Addon{Type: "plugin"}) },
+		{"addon name missing and wrong type", func(c *Config) { kubernetesWithAddons(c, Addon{Type: "plugin"}) },
 			Problems{
 				cl("addons[1].type", `must be "addon" or left out, got "plugin"`),
 				cl("addons[1].name", "missing (known: relations, streams)"),

@@ -17,9 +17,11 @@ const (
 	CoreDNS    = "v1.11.3"
 	Pause      = "3.10"
 	Flannel    = "v0.28.4"
-	// FlannelCNI is the containernetworking/plugins release whose flannel
-	// plugin the bundle carries (see bundle/sources/flannel-cni/go.mod).
-	FlannelCNI = "v0.9.1"
+	// FlannelCNIPlugin is the tag of upstream's flannel-cni-plugin image
+	// that flannel v0.28.4's manifest names; the bundle's image of that
+	// name carries the flannel plugin of containernetworking/plugins
+	// v0.9.1 (see bundle/sources/flannel-cni/go.mod).
+	FlannelCNIPlugin = "v1.9.1-flannel1"
 	Busybox    = "1.35.0"
 )
 
@@ -147,10 +149,11 @@ func images() []imageSpec {
 				base(t)
 				return t.copyAs(work+"/coredns/coredns", "/coredns")
 			}},
-		// The two flannel images keep upstream's layout (flanneld in
-		// /opt/bin, the plugin at /flannel, cp in the image), so one
-		// manifest serves them and upstream's.
-		{file: "flannel.tar", ref: "transit.local/flannel:" + Flannel, role: bundle.ForAll,
+		// The images carry upstream's names, as kubeadm's do, and keep
+		// upstream's layout (flanneld in /opt/bin, the plugin at /flannel,
+		// cp in the image): one manifest serves nodes installed from the
+		// bundle and nodes that pull upstream's images.
+		{file: "flannel.tar", ref: "ghcr.io/flannel-io/flannel:" + Flannel, role: bundle.ForAll,
 			cfg: imageConfig{Entrypoint: []string{"/opt/bin/flanneld"}, Env: []string{pathEnv}},
 			make: func(t *tree, work string) error {
 				base(t)
@@ -162,7 +165,7 @@ func images() []imageSpec {
 				}
 				return t.copyAs(work+"/flannel/flannel", "/opt/bin/flanneld")
 			}},
-		{file: "flannel-cni-plugin.tar", ref: "transit.local/flannel-cni-plugin:" + FlannelCNI, role: bundle.ForAll,
+		{file: "flannel-cni-plugin.tar", ref: "ghcr.io/flannel-io/flannel-cni-plugin:" + FlannelCNIPlugin, role: bundle.ForAll,
 			cfg: imageConfig{Env: []string{pathEnv}},
 			make: func(t *tree, work string) error {
 				if err := busybox(t); err != nil {

@@ -721,3 +721,10 @@ func mayRemove(list []swarmNode, id string) error {
 // hasAddress says n's machine has an address to reach it on; a node
 // without one is gone.
 func hasAddress(n districts.Node) bool { return n.PublicIP != "" || n.PrivateIP != "" }
+
+// EnsureAddons has nothing to do: a swarm runs no addons of its own, and
+// cluster.json's addons are Kubernetes controllers (validation refuses
+// them for a swarm).
+func (d *driver) EnsureAddons(context.Context, []districts.Addon) ([]string, error) {
+	return nil, nil
+}

@@ -334,6 +334,10 @@ func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]con
 	return out, nil
 }
 
+func (p *fakePlatform) EnsureAddons(context.Context, []districts.Addon) ([]string, error) {
+	return nil, nil
+}
+
 func (p *fakePlatform) MayRemoveMaster(_ context.Context, n districts.Node, _ []districts.Node) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

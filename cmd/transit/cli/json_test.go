@@ -25,6 +25,7 @@ var jsonSchema = map[string]reflect.Type{
 	typeRound:   reflect.TypeFor[roundJSON](),
 	typeAction:  reflect.TypeFor[actionEventJSON](),
 	typeWait:    reflect.TypeFor[waitJSON](),
+	typeAddons:  reflect.TypeFor[addonsJSON](),
 	typeResult:  reflect.TypeFor[resultJSON](),
 }
 

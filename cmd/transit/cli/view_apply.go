@@ -111,6 +111,18 @@ func (v *progress) ttyEvent(e control.Event) {
 		}
 	case control.EventWait:
 		v.println("  … " + e.Message)
+	case control.EventAddons:
+		if e.Phase != control.PhaseFinish {
+			return
+		}
+		switch {
+		case e.Error != "":
+			v.println(fmt.Sprintf("  ✗ addons  %s: %s", seconds(e.Seconds), e.Error))
+		case e.Message == "":
+			v.println(fmt.Sprintf("  ✓ addons up to date  %s", seconds(e.Seconds)))
+		default:
+			v.println(fmt.Sprintf("  ✓ addons: %s  %s", e.Message, seconds(e.Seconds)))
+		}
 	}
 	v.status()
 }
@@ -171,6 +183,15 @@ func (v *progress) logEvent(e control.Event) {
 		}
 	case control.EventWait:
 		v.log.Info("waiting", "round", e.Round, "message", e.Message)
+	case control.EventAddons:
+		switch {
+		case e.Phase == control.PhaseStart:
+			v.log.Debug("addons step started", "round", e.Round)
+		case e.Error != "":
+			v.log.Error("addons step failed", "round", e.Round, "seconds", round1(e.Seconds), "err", e.Error)
+		default:
+			v.log.Info("addons step done", "round", e.Round, "seconds", round1(e.Seconds), "changed", e.Message)
+		}
 	}
 }
 

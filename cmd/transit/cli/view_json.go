@@ -24,6 +24,7 @@ const (
 	typeRound   = "round"
 	typeAction  = "action"
 	typeWait    = "wait"
+	typeAddons  = "addons"
 	typeResult  = "result"
 )
 
@@ -164,6 +165,16 @@ type waitJSON struct {
 	Message string    `json:"message"`
 }
 
+// addonsJSON is the addons step's outcome, once the nodes converged.
+type addonsJSON struct {
+	header
+	Time    time.Time `json:"time"`
+	Round   int       `json:"round"`
+	Changed []string  `json:"changed"`
+	Error   string    `json:"error,omitempty"`
+	Seconds float64   `json:"seconds"`
+}
+
 // resultJSON is the last line of apply and destroy --json, however the run
 // ended: converged, not converged, or failed before or in the loop.
 type resultJSON struct {
@@ -231,6 +242,12 @@ func eventJSON(e control.Event) (_ any, ok bool) {
 			Action: newActionJSON(*e.Action), Error: e.Error, Seconds: e.Seconds}, true
 	case control.EventWait:
 		return waitJSON{header: newHeader(typeWait), Time: e.Time.UTC(), Round: e.Round, Message: e.Message}, true
+	case control.EventAddons:
+		if e.Phase != control.PhaseFinish {
+			return nil, false
+		}
+		return addonsJSON{header: newHeader(typeAddons), Time: e.Time.UTC(), Round: e.Round,
+			Changed: append([]string{}, e.Changed...), Error: e.Error, Seconds: e.Seconds}, true
 	}
 	return otherEventJSON{header: newHeader(e.Type), Time: e.Time.UTC(), Round: e.Round, Phase: e.Phase, Message: e.Message, Error: e.Error}, true
 }
