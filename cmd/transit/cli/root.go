@@ -159,6 +159,7 @@ the command line wins.`,
 		NewApplyCommand(deps, g),
 		NewStatusCommand(deps, g),
 		NewDestroyCommand(deps, g),
+		NewKubeconfigCommand(deps, g),
 		NewVersionCommand(deps),
 	)
 	return cmd
