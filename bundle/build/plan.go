@@ -14,16 +14,11 @@ import (
 const (
 	Kubernetes = "v1.32.4"
 	Etcd       = "3.5.16"
-	CoreDNS    = "v1.11.3"
 	Pause      = "3.10"
-	Flannel    = "v0.28.4"
-	// FlannelCNIPlugin is the tag of upstream's flannel-cni-plugin image
-	// that flannel v0.28.4's manifest names; the bundle's image of that
-	// name carries the flannel plugin of containernetworking/plugins
-	// v0.9.1 (see bundle/sources/flannel-cni/go.mod).
-	FlannelCNIPlugin = "v1.9.1-flannel1"
-	Busybox    = "1.35.0"
 )
+
+// flannelVersion is the flannel release built, the tag of its image.
+var flannelVersion = bundle.FlannelImage[strings.LastIndex(bundle.FlannelImage, ":")+1:]
 
 // goBuild builds commands of one source module into the work directory.
 type goBuild struct {
@@ -60,7 +55,7 @@ func goBuilds() []goBuild {
 		// flanneld needs cgo on amd64 (its UDP backend); linked statically
 		// so the image needs no libc for it.
 		{module: "bundle/sources/flannel", out: "flannel", cgo: true, tags: "netgo,osusergo",
-			ldflags: `-extldflags "-static" -X github.com/flannel-io/flannel/pkg/version.Version=` + Flannel,
+			ldflags: `-extldflags "-static" -X github.com/flannel-io/flannel/pkg/version.Version=` + flannelVersion,
 			pkgs:    []string{"github.com/flannel-io/flannel"}},
 		{module: ".", out: "pause", pkgs: []string{"github.com/cloudtransit/transit/bundle/pause"}},
 	}
@@ -143,7 +138,7 @@ func images() []imageSpec {
 		{file: "pause.tar", ref: "registry.k8s.io/pause:" + Pause, role: bundle.ForAll,
 			cfg:  imageConfig{Entrypoint: []string{"/pause"}},
 			make: func(t *tree, work string) error { return t.copyAs(work+"/pause/pause", "/pause") }},
-		{file: "coredns.tar", ref: "registry.k8s.io/coredns/coredns:" + CoreDNS, role: bundle.ForAll,
+		{file: "coredns.tar", ref: bundle.CoreDNSImage, role: bundle.ForAll,
 			cfg: imageConfig{Entrypoint: []string{"/coredns"}},
 			make: func(t *tree, work string) error {
 				base(t)
@@ -153,7 +148,7 @@ func images() []imageSpec {
 		// upstream's layout (flanneld in /opt/bin, the plugin at /flannel,
 		// cp in the image): one manifest serves nodes installed from the
 		// bundle and nodes that pull upstream's images.
-		{file: "flannel.tar", ref: "ghcr.io/flannel-io/flannel:" + Flannel, role: bundle.ForAll,
+		{file: "flannel.tar", ref: bundle.FlannelImage, role: bundle.ForAll,
 			cfg: imageConfig{Entrypoint: []string{"/opt/bin/flanneld"}, Env: []string{pathEnv}},
 			make: func(t *tree, work string) error {
 				base(t)
@@ -165,7 +160,7 @@ func images() []imageSpec {
 				}
 				return t.copyAs(work+"/flannel/flannel", "/opt/bin/flanneld")
 			}},
-		{file: "flannel-cni-plugin.tar", ref: "ghcr.io/flannel-io/flannel-cni-plugin:" + FlannelCNIPlugin, role: bundle.ForAll,
+		{file: "flannel-cni-plugin.tar", ref: bundle.FlannelCNIPluginImage, role: bundle.ForAll,
 			cfg: imageConfig{Env: []string{pathEnv}},
 			make: func(t *tree, work string) error {
 				if err := busybox(t); err != nil {
@@ -173,7 +168,7 @@ func images() []imageSpec {
 				}
 				return t.copyAs(work+"/flannel-cni/flannel", "/flannel")
 			}},
-		{file: "busybox.tar", ref: "transit.local/busybox:" + Busybox, role: bundle.ForAll,
+		{file: "busybox.tar", ref: bundle.BusyboxImage, role: bundle.ForAll,
 			cfg: imageConfig{Cmd: []string{"sh"}, Env: []string{pathEnv}},
 			make: func(t *tree, _ string) error {
 				base(t)

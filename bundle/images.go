@@ -1,0 +1,16 @@
+package bundle
+
+// Images transit's addon manifests run, by their upstream names. A bundle
+// carries an image of each name (see package bundle/build), so the same
+// manifests serve nodes installed from a bundle and nodes that pull.
+const (
+	FlannelImage = "ghcr.io/flannel-io/flannel:v0.28.4"
+	// FlannelCNIPluginImage is upstream's name; a bundle's image of that
+	// name holds the flannel plugin of containernetworking/plugins v0.9.1
+	// (see bundle/sources/flannel-cni).
+	FlannelCNIPluginImage = "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel1"
+	CoreDNSImage          = "registry.k8s.io/coredns/coredns:v1.11.3"
+	// BusyboxImage is only in bundles: a shell and small tools for
+	// workloads of the demo and the tests.
+	BusyboxImage = "transit.local/busybox:1.35.0"
+)
