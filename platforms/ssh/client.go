@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -335,7 +336,7 @@ func RunOn(ctx context.Context, cfg Config, t Target, name, script string) (stri
 // A failing script returns a *RunError with its exit status, stdout and
 // stderr; Run's string result is its stdout then too.
 func (c *Client) Run(ctx context.Context, name, script string) (string, error) {
-	return c.exec(ctx, name, "sh -s", []byte(wrapScript(script)), true)
+	return c.exec(ctx, name, "sh -s", strings.NewReader(wrapScript(script)), true)
 }
 
 // wrapScript is what Run sends to `sh -s`. The outer group makes sh parse
@@ -362,16 +363,56 @@ exit "$transit_status"
 }
 
 // Upload writes content to path on the node with mode (permission bits),
-// atomically: it creates the directory, writes a temporary file beside
-// path, checks its size, sets its mode and renames it over path. Content
-// streams over the stdin of a single `sh -c` command. A cancelled or broken
-// upload leaves path as it was.
+// atomically; see UploadFrom.
 func (c *Client) Upload(ctx context.Context, path string, mode fs.FileMode, content []byte) error {
-	if path == "" {
+	return c.UploadFrom(ctx, path, mode, bytes.NewReader(content), int64(len(content)))
+}
+
+// UploadFrom writes the first size bytes of content to path on the node
+// with mode (permission bits), atomically: it creates the directory,
+// writes a temporary file beside path, checks its size, sets its mode and
+// renames it over path. Content streams over the stdin of a single `sh -c`
+// command as UploadFrom reads it, so a large file is never held in memory.
+// Content ending before size bytes, failing to read, a cancelled ctx or a
+// broken connection all leave path as it was; a failure to read content is
+// returned as such (not as a *RunError), ahead of the remote command's
+// complaint about the short file.
+func (c *Client) UploadFrom(ctx context.Context, path string, mode fs.FileMode, content io.Reader, size int64) error {
+	switch {
+	case path == "":
 		return fmt.Errorf("%s: upload: empty path", c.target.label())
+	case size < 0:
+		return fmt.Errorf("%s: upload %s: negative size %d", c.target.label(), path, size)
 	}
-	_, err := c.exec(ctx, "upload "+path, uploadCommand(path, mode, len(content)), content, false)
+	_, err := c.exec(ctx, "upload "+path, uploadCommand(path, mode, size), &sizedReader{r: content, size: size}, false)
 	return err
+}
+
+// sizedReader reads exactly size bytes of r: r ending sooner is an error
+// wrapping io.ErrUnexpectedEOF, and what r holds beyond size is not read.
+type sizedReader struct {
+	r    io.Reader
+	size int64
+	read int64
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	left := s.size - s.read
+	if left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
+	}
+	n, err := s.r.Read(p)
+	s.read += int64(n)
+	if errors.Is(err, io.EOF) && s.read < s.size {
+		return n, fmt.Errorf("content ended after %d of %d bytes: %w", s.read, s.size, io.ErrUnexpectedEOF)
+	}
+	if err == nil && s.read == s.size {
+		err = io.EOF
+	}
+	return n, err
 }
 
 // uploadScript writes its stdin to "$1" with mode "$2", atomically, if it
@@ -384,15 +425,18 @@ const uploadScript = `set -e; ` +
 	`if [ $n -ne "$3" ]; then echo "received $n of $3 bytes" >&2; exit 1; fi; ` +
 	`chmod "$2" "$t"; mv -f -- "$t" "$1"; trap - EXIT`
 
-// uploadCommand is the remote command line of Upload.
-func uploadCommand(path string, mode fs.FileMode, size int) string {
+// uploadCommand is the remote command line of UploadFrom.
+func uploadCommand(path string, mode fs.FileMode, size int64) string {
 	return fmt.Sprintf("sh -c %s sh %s %04o %d", shellquote.Quote(uploadScript), shellquote.Quote(path), mode.Perm(), size)
 }
 
 // exec runs cmd in a new session, sends stdin, and returns stdout. With
-// keepOpen, stdin stays open until the command ends (see wrapScript);
-// otherwise it is closed after stdin.
-func (c *Client) exec(ctx context.Context, name, cmd string, stdin []byte, keepOpen bool) (string, error) {
+// keepOpen, the session's stdin stays open until the command ends (see
+// wrapScript); otherwise it is closed once stdin is sent, or failed to
+// read. A failure to read stdin is returned ahead of the command's result,
+// once the command has ended, as a plain error: nothing was wrong over
+// SSH.
+func (c *Client) exec(ctx context.Context, name, cmd string, stdin io.Reader, keepOpen bool) (string, error) {
 	sess, err := c.conn.NewSession()
 	if err != nil {
 		return "", &RunError{Target: c.target, Name: name, ExitStatus: -1, Err: fmt.Errorf("open ssh session: %w", err)}
@@ -410,10 +454,16 @@ func (c *Client) exec(ctx context.Context, name, cmd string, stdin []byte, keepO
 	}
 	// Writing may block on the channel's window until the command reads,
 	// so it runs beside the wait for the command.
+	src := &readRecorder{r: stdin}
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := in.Write(stdin)
-		if err == nil && !keepOpen {
+		_, err := io.Copy(in, src)
+		switch {
+		case src.failed() != nil:
+			// The command sees its input end (a script cut short does not
+			// parse); the read error is returned below.
+			err = in.Close()
+		case err == nil && !keepOpen:
 			err = in.Close()
 		}
 		wrote <- err
@@ -433,6 +483,11 @@ func (c *Client) exec(ctx context.Context, name, cmd string, stdin []byte, keepO
 			Target: c.target, Name: name, ExitStatus: -1,
 			Stdout: stdout.String(), Stderr: stderr.String(), Err: ctx.Err(),
 		}
+	}
+	if err := src.failed(); err != nil {
+		// The command saw its stdin end early: whatever it said, the
+		// input is what failed.
+		return stdout.String(), fmt.Errorf("%s: %s: read input: %w", c.target.label(), name, err)
 	}
 	if werr == nil {
 		return stdout.String(), nil
@@ -482,6 +537,33 @@ func (c *Client) kill(ctx context.Context, sess *gossh.Session, waited <-chan st
 	}
 }
 
+// readRecorder is a reader that remembers the error, other than io.EOF, on
+// which it stopped. Since the command sees its stdin end only after that,
+// exec reads the error once the command has ended without waiting for the
+// goroutine sending stdin, which may stay blocked in r after a cancel.
+type readRecorder struct {
+	r   io.Reader
+	mu  sync.Mutex
+	err error
+}
+
+func (r *readRecorder) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.mu.Lock()
+		r.err = err
+		r.mu.Unlock()
+	}
+	return n, err
+}
+
+// failed returns the error reading stopped on, if not io.EOF.
+func (r *readRecorder) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
 // syncBuffer is a bytes.Buffer safe to read while a session writes to it.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -498,4 +580,87 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// DialContext opens a connection from the node to addr, a host:port as the
+// node sees it ("127.0.0.1:6443" for a master's API server), through this
+// SSH connection (a direct-tcpip channel; sshd must allow TCP forwarding).
+// network is "tcp", "tcp4" or "tcp6". ctx bounds opening the connection
+// only, as with net.Dialer: a cancelled ctx returns at once with an error
+// wrapping ctx.Err(). A target the node cannot reach is an error wrapping
+// *ssh.OpenChannelError (from golang.org/x/crypto/ssh).
+//
+// The connection has the deadlines net/http and gRPC expect of a net.Conn,
+// which an SSH channel lacks, and closing it closes only its channel, not
+// the SSH connection. Reads end with io.EOF once the node's side closes;
+// the connection ends with the SSH connection too.
+func (c *Client) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if err := checkForward(network, addr); err != nil {
+		return nil, fmt.Errorf("%s: forward to %s: %w", c.target.label(), addr, err)
+	}
+	ch, err := c.conn.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: forward to %s: %w", c.target.label(), addr, err)
+	}
+	return newTunnel(ch, network, addr), nil
+}
+
+// checkForward says whether DialContext can forward to network and addr.
+func checkForward(network, addr string) error {
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return fmt.Errorf("unsupported network %q", network)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || host == "" {
+		return fmt.Errorf("address %q: want host:port", addr)
+	}
+	return nil
+}
+
+// tunnel is a forwarded connection: the caller's end of a net.Pipe, which
+// has deadlines, with the SSH channel behind the other end. Two goroutines
+// copy between the pipe and the channel; when either side closes, both
+// close.
+type tunnel struct {
+	net.Conn
+	remote net.Addr
+}
+
+// RemoteAddr is the address dialed, as the node sees it.
+func (t *tunnel) RemoteAddr() net.Addr { return t.remote }
+
+// LocalAddr is the channel's local address (unspecified).
+func (t *tunnel) LocalAddr() net.Addr { return &net.TCPAddr{IP: net.IPv4zero} }
+
+// forwardAddr is an address a node dialed.
+type forwardAddr struct{ network, addr string }
+
+func (a forwardAddr) Network() string { return a.network }
+func (a forwardAddr) String() string  { return a.addr }
+
+func newTunnel(ch net.Conn, network, addr string) *tunnel {
+	local, inner := net.Pipe()
+	go func() { // to the node
+		_, err := io.Copy(ch, inner)
+		if err == nil {
+			// The caller closed its end after writing: the node's side
+			// gets what was sent, then EOF.
+			if cw, ok := ch.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+		}
+		_ = ch.Close()
+		_ = inner.Close()
+	}()
+	go func() { // from the node
+		_, _ = io.Copy(inner, ch) // ends when either side closes
+		_ = inner.Close()         // the caller reads io.EOF
+		_ = ch.Close()
+	}()
+	return &tunnel{Conn: local, remote: forwardAddr{network, addr}}
 }

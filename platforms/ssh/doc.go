@@ -43,6 +43,21 @@
 // and both output streams. Cancelling its context, or losing the
 // connection, kills the remote command: a watcher in the script's wrapper
 // kills the process group when the session's stdin closes (OpenSSH ignores
-// signal requests for root logins). Client.Upload writes a file atomically
-// over one `sh -c` command, without sftp.
+// signal requests for root logins). Client.UploadFrom streams a file of a
+// known size to the node and renames it into place atomically, over one
+// `sh -c` command, without sftp; content ending early leaves the old file.
+// Client.DialContext opens a TCP connection from the node (a direct-tcpip
+// channel), to reach services that listen on a node's loopback, such as a
+// master's API server or etcd; the connection has the deadlines net/http
+// and gRPC expect.
+//
+// # Pool
+//
+// A platform driver reaches its nodes through a Pool: one connection per
+// node (NodeTarget says how it is dialed), reused for the whole run and
+// shared by concurrent callers, at most 8 sessions at once on each. Nodes
+// that answered before get short dial waits; a reused connection found
+// broken is dropped and the call runs once more on a new one when nothing
+// of it reached the node. Pool.Run passes secrets on a script's stdin,
+// never in a command line.
 package ssh

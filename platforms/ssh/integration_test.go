@@ -3,12 +3,16 @@ package ssh
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -461,4 +465,137 @@ func TestDialRefusedKeyWindowEnds(t *testing.T) {
 	if slept != 3*time.Second {
 		t.Errorf("retried for %v, want the 3s wait timeout", slept)
 	}
+}
+
+// A large upload streams: the node has most of the file before content is
+// read to its end, and the file arrives intact with its mode.
+func TestUploadFromStreamsLargeContent(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "big.bin")
+	const size = 64 << 20
+	probe := &uploadProbe{r: io.LimitReader(rand.NewChaCha8([32]byte{7}), size), dir: dir, at: size / 2}
+	sum := sha256.New()
+	if err := c.UploadFrom(t.Context(), path, 0o751, io.TeeReader(probe, sum), size); err != nil {
+		t.Fatal(err)
+	}
+	// The remote may lag behind by the channel's window and pipes (a few
+	// MiB), not by what was read.
+	if probe.remote < size/4 {
+		t.Errorf("the node had %d bytes when %d were read: content was not streamed", probe.remote, probe.at)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	got := sha256.New()
+	n, err := io.Copy(got, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != size || !bytes.Equal(got.Sum(nil), sum.Sum(nil)) {
+		t.Errorf("the node has %d bytes with sha256 %x, want %d with %x", n, got.Sum(nil), size, sum.Sum(nil))
+	}
+	assertMode(t, path, 0o751)
+}
+
+// uploadProbe reads r and, once at bytes were read, records how large the
+// upload's temporary file in dir was.
+type uploadProbe struct {
+	r      io.Reader
+	dir    string
+	at     int64
+	read   int64
+	remote int64
+}
+
+func (p *uploadProbe) Read(b []byte) (int, error) {
+	if p.read < p.at && p.read+int64(len(b)) >= p.at {
+		tmp, err := filepath.Glob(filepath.Join(p.dir, ".transit-upload.*"))
+		if err == nil && len(tmp) == 1 {
+			if fi, err := os.Stat(tmp[0]); err == nil {
+				p.remote = fi.Size()
+			}
+		}
+	}
+	n, err := p.r.Read(b)
+	p.read += int64(n)
+	return n, err
+}
+
+// Content that ends early or fails to read leaves the file as it was and
+// says why; content beyond size is not sent.
+func TestUploadFromShortContent(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "file.conf")
+	if err := c.Upload(t.Context(), path, 0o640, []byte("old\n")); err != nil {
+		t.Fatal(err)
+	}
+	errBroken := errors.New("disk on fire")
+	tests := []struct {
+		name    string
+		content io.Reader
+		want    error
+	}{
+		{"short", strings.NewReader("12345"), io.ErrUnexpectedEOF},
+		{"empty", strings.NewReader(""), io.ErrUnexpectedEOF},
+		{"read error", io.MultiReader(strings.NewReader("12345"), iotest.ErrReader(errBroken)), errBroken},
+	}
+	for _, tt := range tests {
+		err := c.UploadFrom(t.Context(), path, 0o600, tt.content, 10)
+		if !errors.Is(err, tt.want) {
+			t.Errorf("%s: UploadFrom = %v, want %v", tt.name, err, tt.want)
+		}
+		if errors.As(err, new(*RunError)) {
+			t.Errorf("%s: UploadFrom = %v, a *RunError: the content failed, not the node", tt.name, err)
+		}
+		assertFile(t, path, []byte("old\n"), 0o640)
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 1 {
+			t.Errorf("%s: the directory holds %v (%v), want only the old file", tt.name, entries, err)
+		}
+	}
+	if err := c.UploadFrom(t.Context(), path, 0o600, strings.NewReader("0123456789 and more"), 10); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, path, []byte("0123456789"), 0o600)
+	if err := c.UploadFrom(t.Context(), path, 0o600, strings.NewReader(""), -1); err == nil {
+		t.Error("a negative size was accepted")
+	}
+}
+
+// Cancelling an upload whose content stalls returns at once and leaves
+// the file as it was.
+func TestUploadFromCancel(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := e.dial(t)
+	path := filepath.Join(t.TempDir(), "file.conf")
+	if err := c.Upload(t.Context(), path, 0o644, []byte("old\n")); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.UploadFrom(ctx, path, 0o600, pr, 1<<20) }()
+	if _, err := pw.Write([]byte("partial")); err != nil { // read by the upload
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("UploadFrom = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("UploadFrom still running 10s after its ctx was cancelled")
+	}
+	assertFile(t, path, []byte("old\n"), 0o644)
 }

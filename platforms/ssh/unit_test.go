@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -310,5 +312,63 @@ func TestDialDropDuringAuthIsRetried(t *testing.T) {
 	}
 	if len(clk.Sleeps()) == 0 {
 		t.Error("Dial did not retry")
+	}
+}
+
+func TestSizedReader(t *testing.T) {
+	t.Parallel()
+	errRead := errors.New("read failed")
+	tests := []struct {
+		name    string
+		content io.Reader
+		size    int64
+		want    string
+		wantErr error
+	}{
+		{"exact", strings.NewReader("abcdef"), 6, "abcdef", nil},
+		{"longer: cut at size", strings.NewReader("abcdefgh"), 6, "abcdef", nil},
+		{"one byte at a time", iotest.OneByteReader(strings.NewReader("abcdef")), 6, "abcdef", nil},
+		{"empty", strings.NewReader("x"), 0, "", nil},
+		{"short", strings.NewReader("abc"), 6, "abc", io.ErrUnexpectedEOF},
+		{"data with EOF, short", iotest.DataErrReader(strings.NewReader("abc")), 6, "abc", io.ErrUnexpectedEOF},
+		{"read error", io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(errRead)), 6, "ab", errRead},
+	}
+	for _, tt := range tests {
+		got, err := io.ReadAll(&sizedReader{r: tt.content, size: tt.size})
+		if string(got) != tt.want || !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
+			t.Errorf("%s: read %q, %v; want %q, %v", tt.name, got, err, tt.want, tt.wantErr)
+		}
+	}
+	// Nothing beyond size is read from the content.
+	r := strings.NewReader("abcdefgh")
+	if _, err := io.ReadAll(&sizedReader{r: r, size: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if r.Len() != 2 {
+		t.Errorf("%d bytes left unread, want 2", r.Len())
+	}
+}
+
+func TestCheckForward(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		network, addr string
+		ok            bool
+	}{
+		{"tcp", "127.0.0.1:6443", true},
+		{"tcp4", "10.0.0.2:2379", true},
+		{"tcp6", "[::1]:6443", true},
+		{"tcp", "master-1:6443", true},
+		{"udp", "127.0.0.1:53", false},
+		{"unix", "/run/x.sock", false},
+		{"tcp", "127.0.0.1", false},
+		{"tcp", ":6443", false},
+		{"tcp", "127.0.0.1:0", false},
+		{"tcp", "127.0.0.1:65536", false},
+		{"tcp", "127.0.0.1:https", false},
+	} {
+		if err := checkForward(tt.network, tt.addr); (err == nil) != tt.ok {
+			t.Errorf("checkForward(%q, %q) = %v, want ok %v", tt.network, tt.addr, err, tt.ok)
+		}
 	}
 }

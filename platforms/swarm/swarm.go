@@ -75,7 +75,7 @@ func New(c districts.Cluster, opts Options) control.Platform {
 	if opts.SSH.Clock == nil {
 		opts.SSH.Clock = opts.Clock
 	}
-	return newDriver(c.ID, opts, newSSHRunner(opts.SSH))
+	return newDriver(c.ID, opts, ssh.NewPool(opts.SSH, "the swarm driver"))
 }
 
 // newDriver fills opts' defaults; tests give it a fake runner.
@@ -133,18 +133,8 @@ type swarmNode struct {
 	}
 }
 
-func target(n districts.Node) ssh.Target {
-	addr := n.PublicIP
-	if addr == "" {
-		addr = n.PrivateIP
-	}
-	// LaunchedAt lets a refused key be retried while cloud-init may still
-	// be writing authorized_keys.
-	return ssh.Target{HostID: n.ProviderID, Name: n.ID, Addr: addr, LaunchedAt: n.CreatedAt}
-}
-
 // advertiseAddr is the address other nodes reach n on.
-func advertiseAddr(n districts.Node) string { return target(n).Addr }
+func advertiseAddr(n districts.Node) string { return ssh.NodeTarget(n).Addr }
 
 // run runs script on n; no join token survives in its error.
 func (d *driver) run(ctx context.Context, n districts.Node, name, script string) (string, error) {
