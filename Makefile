@@ -39,8 +39,10 @@ BUNDLE_DIR ?= $(CURDIR)/build/bundle
 
 # Where `make demo` keeps its working directory (state, cluster key).
 DEMO_DIR := $(CURDIR)/demo
+# Where `make demo-kubernetes` keeps its working directory.
+DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: help build test test-unit fuzz bench lint clean deps bundle-deps bundle demo demo-destroy
+.PHONY: help build test test-unit fuzz bench lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -49,7 +51,7 @@ build: ## Build bin/transit with version information
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/transit ./cmd/transit
 
 test: ## Run all tests; e2e tests run only as root
-	$(GO) test -timeout 30m $(GOTESTFLAGS) $(PKGS)
+	$(GO) test -timeout 45m $(GOTESTFLAGS) $(PKGS)
 
 test-unit: ## Run unit tests only (go test -short), no root needed
 	$(GO) test -short $(GOTESTFLAGS) $(PKGS)
@@ -99,6 +101,20 @@ demo: deps build ## (root) Bring up the example Swarm on local nodes, print its 
 
 demo-destroy: ## (root) Destroy the demo Swarm
 	cd $(DEMO_DIR) && $(BIN)/transit destroy --auto-approve
+
+demo-kubernetes: deps bundle-deps bundle build ## (root) Bring up the example Kubernetes cluster on local nodes, print its status
+	mkdir -p $(DEMO_K8S_DIR)
+	install -m 644 examples/kubernetes/cluster.json $(DEMO_K8S_DIR)/cluster.json
+	install -m 644 examples/kubernetes/districts.json $(DEMO_K8S_DIR)/districts.json
+	cd $(DEMO_K8S_DIR) && TRANSIT_BUNDLE=$(BUNDLE_DIR) $(BIN)/transit apply --auto-approve
+	cd $(DEMO_K8S_DIR) && $(BIN)/transit status
+	@echo
+	@echo "Kubernetes runs on local nodes. Use it with kubectl (the bundle has one):"
+	@echo "  cd demo-kubernetes && sudo ../bin/transit kubeconfig > kubeconfig && $(BUNDLE_DIR)/bin/kubectl --kubeconfig kubeconfig get nodes"
+	@echo "Tear it down:  sudo make demo-kubernetes-destroy"
+
+demo-kubernetes-destroy: ## (root) Destroy the demo Kubernetes cluster
+	cd $(DEMO_K8S_DIR) && $(BIN)/transit destroy --auto-approve
 
 bench: ## Run benchmarks (no tests) and print the results
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -168,6 +168,10 @@ type District struct {
 	// KubernetesInstall is how Kubernetes gets onto the district's nodes
 	// ("packages" or "bundle"; see Install for the default).
 	KubernetesInstall string `json:"kubernetes_install,omitempty"`
+	// KubernetesBundle is the bundle directory (`make bundle`) a district
+	// installing from a bundle uploads from, relative to districts.json;
+	// default $TRANSIT_BUNDLE.
+	KubernetesBundle string `json:"kubernetes_bundle,omitempty"`
 
 	Flavors []DistrictFlavor `json:"flavors"`
 }

@@ -19,6 +19,11 @@ const scriptPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 // privateDirs are the paths each node gets its own copy of, so installers
 // use their default paths and nodes never share state.
 var privateDirs = []string{
+	"/opt/cni",
+	"/opt/transit",
+	"/var/lib/etcd",
+	"/usr/libexec/kubernetes",
+	"/usr/lib/modules",
 	"/etc/cni/net.d",
 	"/etc/containerd",
 	"/etc/docker",
@@ -195,9 +200,8 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	w("mount -n --bind /run/.transit-boot \"$BOOT\"")
 	w("umount -n /run/.transit-boot")
 	w("rmdir /run/.transit-boot")
-	w("for f in hosts hostname; do")
-	w("  if [ -f /etc/$f ]; then mount -n --bind \"$BOOT/$f\" /etc/$f; fi")
-	w("done")
+	w("cp \"$BOOT/hosts\" /run/hosts; mount -n --bind /run/hosts /etc/hosts")
+	w("if [ -f /etc/hostname ]; then mount -n --bind \"$BOOT/hostname\" /etc/hostname; fi")
 	w("")
 	w("# the node's own sysfs: its network namespace's interfaces only")
 	w("mount -n -t sysfs sysfs /sys")
@@ -230,7 +234,7 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	w("own() {")
 	w("  case \"$1\" in")
 	w("  \"$BOOT\") return 1 ;; # wherever it is, even in a private path")
-	w("  /run | /run/* | /tmp | /tmp/* | /proc | /proc/* | /sys | /sys/* | /dev | /dev/*) return 0 ;;")
+	w("  /run | /run/* | /tmp | /tmp/* | /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | /etc/hosts) return 0 ;;")
 	for _, p := range privateDirs {
 		w("  %s | %s/*) return 0 ;;", p, p)
 	}

@@ -48,12 +48,24 @@ func OperatorAPIServer(c districts.Cluster, res districts.Resources) (APIServer,
 	for _, n := range res.Nodes {
 		switch {
 		case n.Role != districts.RoleMaster:
-		case n.Phase == districts.PhaseJoined && len(n.Addresses()) > 0:
+		case member(n.Phase) && len(n.Addresses()) > 0:
 			joined = append(joined, n)
 		default:
 			others = append(others, n)
 		}
 	}
+	// Ready masters first: a master reported not ready may still serve,
+	// but one that is ready serves surely.
+	slices.SortStableFunc(joined, func(a, b districts.Node) int {
+		ra, rb := a.Phase == districts.PhaseJoined, b.Phase == districts.PhaseJoined
+		switch {
+		case ra && !rb:
+			return -1
+		case rb && !ra:
+			return 1
+		}
+		return districts.CompareNodeIDs(a.ID, b.ID)
+	})
 	if len(joined) == 0 {
 		return APIServer{}, fmt.Errorf("cluster %q has no joined master in the state%s: %w", c.ID, phases(others), ErrNotApplied)
 	}
@@ -61,12 +73,23 @@ func OperatorAPIServer(c districts.Cluster, res districts.Resources) (APIServer,
 	if !ep.Managed {
 		return APIServer{URL: "https://" + ep.String()}, nil
 	}
-	m := slices.MinFunc(joined, func(a, b districts.Node) int { return districts.CompareNodeIDs(a.ID, b.ID) })
+	m := joined[0]
 	return APIServer{
 		URL:           "https://" + net.JoinHostPort(m.Addresses()[0], strconv.Itoa(APIPort)),
 		TLSServerName: ep.Host,
 		Master:        m.ID,
 	}, nil
+}
+
+// member says a node in phase p is a member of the cluster, whose API
+// server may answer: joined, or joined and since not ready, cordoned or
+// draining.
+func member(p districts.Phase) bool {
+	switch p {
+	case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
+		return true
+	}
+	return false
 }
 
 // phases lists masters that are not (usably) joined: " (c-master-1 is
@@ -78,8 +101,8 @@ func phases(masters []districts.Node) string {
 	var parts []string
 	for _, n := range masters {
 		p := string(n.Phase)
-		if n.Phase == districts.PhaseJoined {
-			p = "joined but has no address"
+		if member(n.Phase) {
+			p = p + " but has no address"
 		}
 		parts = append(parts, n.ID+" is "+p)
 	}

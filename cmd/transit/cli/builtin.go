@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/platforms/kubernetes"
 	"github.com/cloudtransit/transit/platforms/ssh"
 	"github.com/cloudtransit/transit/platforms/swarm"
 )
@@ -35,7 +38,52 @@ func BuiltinPlatforms() map[string]PlatformFunc {
 			}
 			return swarm.New(c, swarm.Options{SSH: cfg, Clock: env.Clock, Logger: env.Logger}), nil
 		},
+		"kubernetes": func(_ context.Context, c districts.Cluster, env PlatformEnv) (control.Platform, error) {
+			cfg, err := sshConfig(env.Key, env.HostKeys)
+			if err != nil {
+				return nil, err
+			}
+			install, bundles, err := kubernetesInstall(env)
+			if err != nil {
+				return nil, err
+			}
+			return kubernetes.New(c, kubernetes.Options{SSH: cfg, StateDir: env.StateDir, Install: install, Bundles: bundles,
+				Clock: env.Clock, Logger: env.Logger}), nil
+		},
 	}
+}
+
+// kubernetesInstall says how each district installs Kubernetes, and
+// where the bundle of each bundle district is: its kubernetes_bundle
+// (relative to districts.json), else $TRANSIT_BUNDLE. For a command that
+// may change the cluster, a missing bundle is found here, before any
+// machine is launched.
+func kubernetesInstall(env PlatformEnv) (install, bundles map[string]string, err error) {
+	install, bundles = map[string]string{}, map[string]string{}
+	for _, d := range env.Districts {
+		install[d.ID] = d.Install()
+		if d.Install() != districts.InstallBundle {
+			continue
+		}
+		dir := d.KubernetesBundle
+		switch {
+		case dir == "":
+			dir = os.Getenv("TRANSIT_BUNDLE")
+			if dir == "" && !env.Changes {
+				continue
+			}
+			if dir == "" {
+				return nil, nil, fmt.Errorf("district %s installs Kubernetes from a bundle: set kubernetes_bundle in %s (or TRANSIT_BUNDLE) to the directory `make bundle` wrote", d.ID, env.DistrictsFile)
+			}
+		case !filepath.IsAbs(dir):
+			dir = filepath.Join(filepath.Dir(env.DistrictsFile), dir)
+		}
+		if _, err := bundle.Read(dir); err != nil && env.Changes {
+			return nil, nil, fmt.Errorf("district %s: %w", d.ID, err)
+		}
+		bundles[d.ID] = dir
+	}
+	return install, bundles, nil
 }
 
 // sshConfig is how platform drivers reach the cluster's nodes: the cluster

@@ -38,6 +38,13 @@ type PlatformEnv struct {
 	// StateDir is the directory of resources.json, where a driver may
 	// keep what it needs to reach the platform (host keys, kubeconfig).
 	StateDir string
+	// Districts are the cluster's districts, and DistrictsFile the file
+	// they came from (paths in it are relative to its directory).
+	Districts     []districts.District
+	DistrictsFile string
+	// Changes says the command may change the cluster (apply, destroy):
+	// a driver checks then what installing needs.
+	Changes bool
 	// Key is the cluster's SSH key and HostKeys its nodes' pinned host
 	// keys, both read once per command.
 	Key      *ssh.Key

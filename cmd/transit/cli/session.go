@@ -129,7 +129,7 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 	}
 	if !so.noPlatform {
 		s.opts.Platform, err = buildPlatform(ctx, deps, cfg.Cluster,
-			PlatformEnv{StateDir: stateDir, Key: key, HostKeys: hosts, Clock: deps.clock(), Logger: logger})
+			PlatformEnv{StateDir: stateDir, Districts: cfg.Districts, DistrictsFile: g.Districts, Changes: so.access == mutate, Key: key, HostKeys: hosts, Clock: deps.clock(), Logger: logger})
 		if err != nil {
 			return nil, configError(err)
 		}

@@ -1,0 +1,298 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cloudtransit/transit/bundle"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// bundleDir is the bundle the Kubernetes tests install from: the one
+// `make bundle` writes, built here if it is missing or stale (seconds when
+// it is up to date; see the README for a cold build).
+var bundleDir = sync.OnceValues(func() (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Dir(filepath.Dir(file))
+	dir := filepath.Join(repo, "build", "bundle")
+	if v := os.Getenv("TRANSIT_BUNDLE"); v != "" {
+		dir = v
+	}
+	cmd := exec.Command("go", "run", "./cmd/transit-bundle", "-repo", repo, "-out", dir)
+	cmd.Dir = repo
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("make bundle: %w", err)
+	}
+	return dir, nil
+})
+
+// kubernetesCluster is the shape of examples/kubernetes: a master and two
+// workers in district A, one worker in district B, each tagged with its
+// site. Its subnets are the e2e districts' own.
+func kubernetesCluster(t *testing.T) (districts.Cluster, []districts.District) {
+	dir, err := bundleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := func(s string) map[string]string { return map[string]string{"site": s} }
+	c := districts.Cluster{
+		Type: "cluster", ID: "e2e-k8s", Platform: "kubernetes",
+		Flavors: []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 1, DiskGB: 10}},
+		Deployments: []districts.Deployment{
+			{District: "e2e-a", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: site("a")},
+			{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: site("a")},
+			{District: "e2e-b", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: site("b")},
+		},
+		Strategy: districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(90 * time.Second)},
+	}
+	ds := []districts.District{
+		{Type: "district", ID: "e2e-a", Provider: "local", LocalSubnet: "10.241.1.0/24", KubernetesBundle: dir, Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
+		{Type: "district", ID: "e2e-b", Provider: "local", LocalSubnet: "10.241.2.0/24", KubernetesBundle: dir, Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
+	}
+	return c, ds
+}
+
+// TestKubernetesLifecycle drives one real Kubernetes cluster (kubeadm,
+// etcd, flannel, CoreDNS on local nodes) through what transit does to it,
+// judged by the API server.
+func TestKubernetesLifecycle(t *testing.T) {
+	requireE2E(t)
+	cfg, ds := kubernetesCluster(t)
+	c := newCluster(t, cfg, ds)
+	steps := []struct {
+		name string
+		fn   func(t *testing.T, c *cluster)
+	}{
+		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
+			return
+		}
+	}
+}
+
+// kube is a client of the cluster's API server, from `transit
+// kubeconfig`, as a user would make one.
+func (c *cluster) kube() clientset.Interface {
+	c.tb.Helper()
+	r := c.transit("kubeconfig")
+	if r.code != 0 {
+		c.tb.Fatalf("transit kubeconfig: exit %d\n%s", r.code, r.stderr)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(r.stdout))
+	if err != nil {
+		c.tb.Fatalf("transit kubeconfig printed no kubeconfig: %v", err)
+	}
+	cfg.Timeout = 20 * time.Second
+	k, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return k
+}
+
+// eventually retries check every half second until it passes or timeout
+// ends, then fails the test with its last error.
+func eventually(tb testing.TB, timeout time.Duration, what string, check func(ctx context.Context) error) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := check(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// checkNodes compares the API server's Nodes with the state: the same
+// set, all Ready, labels equal to each node's tags plus its role.
+func checkNodes(ctx context.Context, k clientset.Interface, res districts.Resources) error {
+	list, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	want := map[string]districts.Node{}
+	for _, n := range res.Nodes {
+		if n.Phase != districts.PhaseTerminating {
+			want[n.ID] = n
+		}
+	}
+	var got []string
+	for _, kn := range list.Items {
+		got = append(got, kn.Name)
+		n, ok := want[kn.Name]
+		if !ok {
+			return fmt.Errorf("the API server has Node %s, which is not in the state", kn.Name)
+		}
+		ready := false
+		for _, cond := range kn.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				ready = cond.Status == corev1.ConditionTrue
+			}
+		}
+		if !ready {
+			return fmt.Errorf("node %s is not Ready", kn.Name)
+		}
+		for k, v := range n.Tags {
+			if kn.Labels[k] != v {
+				return fmt.Errorf("node %s: label %s=%q, want the tag's %q", kn.Name, k, kn.Labels[k], v)
+			}
+		}
+		if _, ok := kn.Labels["node-role.kubernetes.io/"+n.Role]; !ok {
+			return fmt.Errorf("node %s has no role label for %s", kn.Name, n.Role)
+		}
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("the API server has Nodes %v, the state %d nodes", got, len(want))
+	}
+	return nil
+}
+
+func testKubeLaunch(t *testing.T, c *cluster) {
+	start := time.Now()
+	c.apply()
+	t.Logf("apply from nothing converged in %s", time.Since(start).Round(time.Second))
+	res := c.status()
+	k := c.kube()
+	eventually(t, 2*time.Minute, "Nodes Ready with their labels", func(ctx context.Context) error { return checkNodes(ctx, k, res) })
+
+	// A server pinned to site b, and probes from site a: pod to pod, the
+	// ClusterIP Service, and its DNS name through CoreDNS.
+	ctx := context.Background()
+	c.deployWeb(ctx, k, "web", 2, map[string]string{"site": "b"})
+	eventually(t, 2*time.Minute, "web available", func(ctx context.Context) error { return available(ctx, k, "web", 2) })
+	pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("web pods: %v", err)
+	}
+	svc, err := k.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{
+		"http://" + pods.Items[0].Status.PodIP + ":8080/",
+		"http://" + svc.Spec.ClusterIP + "/",
+		"http://web.default.svc.cluster.local/",
+	} {
+		out := c.probe(ctx, k, map[string]string{"site": "a"}, "wget -q -O - "+target)
+		if !strings.Contains(out, "hello from") {
+			t.Errorf("from site a, %s answered %q", target, out)
+		}
+	}
+}
+
+// deployWeb runs an HTTP server Deployment of busybox (httpd answering
+// its pod's name) on nodes matching selector, and a Service web:80 in
+// front of it.
+func (c *cluster) deployWeb(ctx context.Context, k clientset.Interface, name string, replicas int32, selector map[string]string) {
+	c.tb.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  selector,
+					TerminationGracePeriodSeconds: ptr(int64(2)),
+					Containers: []corev1.Container{{
+						Name: "httpd", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"sh", "-c", `mkdir -p /www && echo "hello from $(hostname)" > /www/index.html && exec httpd -f -p 8080 -h /www`},
+						Ports:   []corev1.ContainerPort{{ContainerPort: 8080}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
+							PeriodSeconds: 1,
+						},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		c.tb.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := k.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		c.tb.Fatal(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func available(ctx context.Context, k clientset.Interface, name string, want int32) error {
+	d, err := k.AppsV1().Deployments("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if d.Status.AvailableReplicas < want {
+		return fmt.Errorf("deployment %s: %d of %d available", name, d.Status.AvailableReplicas, want)
+	}
+	return nil
+}
+
+// probe runs script in a one-off busybox pod on a node matching selector
+// and returns its output; the pod must succeed.
+func (c *cluster) probe(ctx context.Context, k clientset.Interface, selector map[string]string, script string) string {
+	c.tb.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeSelector: selector, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "probe", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", script}}},
+		},
+	}
+	p, err := k.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	defer func() { _ = k.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{}) }()
+	var phase corev1.PodPhase
+	eventually(c.tb, time.Minute, "probe pod "+p.Name+" done", func(ctx context.Context) error {
+		got, err := k.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		phase = got.Status.Phase
+		if phase != corev1.PodSucceeded && phase != corev1.PodFailed {
+			return fmt.Errorf("phase %s", phase)
+		}
+		return nil
+	})
+	logs, err := k.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		c.tb.Fatalf("logs of %s: %v", p.Name, err)
+	}
+	if phase != corev1.PodSucceeded {
+		c.tb.Errorf("probe %q on %v failed:\n%s", script, selector, logs)
+	}
+	return string(logs)
+}

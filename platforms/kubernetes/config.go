@@ -1,0 +1,157 @@
+package kubernetes
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Version is the Kubernetes release transit installs: the bundle's, and
+// the package repository's minor line.
+const Version = "v1.32.4"
+
+// criSocket is containerd's socket, where kubeadm and the kubelet find it.
+const criSocket = "unix:///run/containerd/containerd.sock"
+
+// nodeAddress is the address n's kubelet, API server and etcd bind and
+// advertise: one on the machine's own interface (its private address;
+// public only when it has no other, as local nodes).
+func nodeAddress(n districts.Node) string {
+	if n.PrivateIP != "" {
+		return n.PrivateIP
+	}
+	return n.PublicIP
+}
+
+// kubeadmSettings is what the kubeadm configuration of a node depends on.
+type kubeadmSettings struct {
+	cluster  string
+	endpoint Endpoint
+	k8s      districts.Kubernetes // resolved
+	node     districts.Node
+	// systemd says the node runs systemd: the kubelet then uses the
+	// systemd cgroup driver, else cgroupfs (a local node).
+	systemd bool
+	// bundle says images come from the bundle: the kubelet must never
+	// garbage-collect them, as nothing could pull them again.
+	bundle bool
+	// sans are extra names and addresses of the API server's certificate.
+	sans []string
+}
+
+// q quotes a string for YAML: a JSON string is a YAML double-quoted
+// scalar.
+func q(s string) string { return strconv.Quote(s) }
+
+// nodeRegistration is kubeadm's nodeRegistration of s.node: its name is
+// transit's node id (so the Node object names it), the kubelet binds its
+// address, and every preflight check only warns: a local node has no
+// systemd, cgroup v1 and the host's swap, which kubeadm's checks refuse.
+func (s kubeadmSettings) nodeRegistration(taints bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nodeRegistration:\n  name: %s\n  criSocket: %s\n", q(s.node.ID), q(criSocket))
+	fmt.Fprintf(&b, "  kubeletExtraArgs:\n  - name: node-ip\n    value: %s\n", q(nodeAddress(s.node)))
+	b.WriteString("  ignorePreflightErrors:\n  - all\n")
+	if !taints {
+		// Masters take workloads: transit's clusters are elastic, and the
+		// smallest is one master.
+		b.WriteString("  taints: []\n")
+	}
+	return b.String()
+}
+
+// initConfig is the configuration of `kubeadm init` on the first master.
+func (s kubeadmSettings) initConfig() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n")
+	fmt.Fprintf(&b, "localAPIEndpoint:\n  advertiseAddress: %s\n  bindPort: %d\n", q(nodeAddress(s.node)), APIPort)
+	b.WriteString(s.nodeRegistration(false))
+	// CoreDNS is one of transit's addons (Addons installs it), so that
+	// the addons step installs, upgrades and removes it like the others.
+	b.WriteString("skipPhases:\n- addon/coredns\n")
+	b.WriteString("---\n")
+	b.WriteString(s.clusterConfig())
+	b.WriteString("---\n")
+	b.WriteString(s.kubeletConfig())
+	b.WriteString("---\n")
+	b.WriteString(s.proxyConfig())
+	return b.String()
+}
+
+// clusterConfig is kubeadm's ClusterConfiguration, stored in the cluster
+// (ConfigMap kubeadm-config) for every later join.
+func (s kubeadmSettings) clusterConfig() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n")
+	fmt.Fprintf(&b, "clusterName: %s\nkubernetesVersion: %s\ncontrolPlaneEndpoint: %s\n", q(s.cluster), q(Version), q(s.endpoint.String()))
+	fmt.Fprintf(&b, "networking:\n  podSubnet: %s\n  serviceSubnet: %s\n  dnsDomain: cluster.local\n", q(s.k8s.PodCIDR), q(s.k8s.ServiceCIDR))
+	b.WriteString("apiServer:\n")
+	sans := slices.Compact(slices.Sorted(slices.Values(append([]string{s.endpoint.Host, "127.0.0.1", "localhost"}, s.sans...))))
+	b.WriteString("  certSANs:\n")
+	for _, san := range sans {
+		fmt.Fprintf(&b, "  - %s\n", q(san))
+	}
+	// Node names are transit's ids, which resolve nowhere: the API
+	// server reaches kubelets (logs, exec) at their addresses.
+	b.WriteString("  extraArgs:\n  - name: kubelet-preferred-address-types\n    value: InternalIP,ExternalIP,Hostname\n")
+	b.WriteString("controllerManager:\n  extraArgs:\n  - name: node-monitor-grace-period\n    value: 20s\n")
+	b.WriteString("etcd:\n  local:\n    dataDir: /var/lib/etcd\n")
+	return b.String()
+}
+
+// kubeletConfig is the kubelets' configuration (kubeadm stores it in the
+// cluster; joins fetch it).
+func (s kubeadmSettings) kubeletConfig() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+	driver := "cgroupfs"
+	if s.systemd {
+		driver = "systemd"
+	}
+	fmt.Fprintf(&b, "cgroupDriver: %s\n", driver)
+	// Cloud images often have swap, local nodes share the host's.
+	b.WriteString("failSwapOn: false\n")
+	// Nodes share a disk with the host (local) or have small ones; the
+	// defaults would evict at 15% free and taint the node.
+	b.WriteString("evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n")
+	if s.bundle {
+		b.WriteString("imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n")
+	}
+	return b.String()
+}
+
+// proxyConfig is kube-proxy's: iptables mode (no IPVS needed), and no
+// conntrack tuning, whose sysctls are global to the kernel, so a node
+// sharing a kernel (local) must not set them; on a VM the distribution's
+// values serve.
+func (s kubeadmSettings) proxyConfig() string {
+	return "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\n" +
+		"conntrack:\n  maxPerCore: 0\n  tcpEstablishedTimeout: 0s\n  tcpCloseWaitTimeout: 0s\n"
+}
+
+// joinSecrets are what a join needs from the masters; they reach the node
+// only in the configuration file, over the script's stdin.
+type joinSecrets struct {
+	token  string // bootstrap token id.secret
+	caHash string // sha256:<hex> of the cluster CA's public key
+	// certificateKey decrypts the control-plane certificates kubeadm
+	// uploaded (masters only).
+	certificateKey string
+}
+
+// joinConfig is the configuration of `kubeadm join` on s.node.
+func (s kubeadmSettings) joinConfig(sec joinSecrets, master bool) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\n")
+	fmt.Fprintf(&b, "discovery:\n  bootstrapToken:\n    apiServerEndpoint: %s\n    token: %s\n    caCertHashes:\n    - %s\n",
+		q(s.endpoint.String()), q(sec.token), q(sec.caHash))
+	b.WriteString(s.nodeRegistration(!master))
+	if master {
+		fmt.Fprintf(&b, "controlPlane:\n  localAPIEndpoint:\n    advertiseAddress: %s\n    bindPort: %d\n  certificateKey: %s\n",
+			q(nodeAddress(s.node)), APIPort, q(sec.certificateKey))
+	}
+	return b.String()
+}

@@ -1,0 +1,149 @@
+package kubernetes
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/cloudtransit/transit/bundle"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// manifest reads and verifies the bundle at dir, once per driver.
+func (d *driver) manifest(dir string) (*bundle.Manifest, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m, ok := d.manifests[dir]; ok {
+		return m, nil
+	}
+	m, err := bundle.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	if m.Kubernetes != Version {
+		return nil, fmt.Errorf("%s: the bundle is of Kubernetes %s, transit installs %s: rebuild it with `make bundle`", dir, m.Kubernetes, Version)
+	}
+	if err := m.Verify(dir); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	d.manifests[dir] = m
+	return m, nil
+}
+
+// nodePath is where a bundle file goes on a node.
+func nodePath(p string) string {
+	dir, name := path.Split(p)
+	switch dir {
+	case "bin/":
+		return binDir + "/" + name
+	case "cni/":
+		return cniBinDir + "/" + name
+	default:
+		return imageDir + "/" + name
+	}
+}
+
+// installBundle uploads the bundle's files n lacks (a file whose digest
+// matches is not sent again), then configures and starts containerd and
+// the kubelet and imports the images.
+func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
+	dir := d.opts.Bundles[n.District]
+	if dir == "" {
+		return fmt.Errorf("node %s: district %s installs Kubernetes from a bundle, but no bundle directory is set", n.ID, n.District)
+	}
+	m, err := d.manifest(dir)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.ID, err)
+	}
+	files, images := m.For(n.Role == districts.RoleMaster)
+	out, err := d.r.Run(ctx, n, "probe the node", probeScript(), nil)
+	if err != nil {
+		return err
+	}
+	have := parseSums(out)
+	all := append([]bundle.File(nil), files...)
+	var imports []bundleImage
+	for _, im := range images {
+		all = append(all, im.File)
+		imports = append(imports, bundleImage{file: path.Base(im.Path), ref: im.Ref, sha: im.SHA256})
+	}
+	for _, f := range all {
+		dest := nodePath(f.Path)
+		if have[dest] == f.SHA256 {
+			continue
+		}
+		if err := d.upload(ctx, n, dir, f, dest); err != nil {
+			return err
+		}
+	}
+	_, err = d.r.Run(ctx, n, "set up containerd and the kubelet", setupScript(imports), nil)
+	return err
+}
+
+func (d *driver) upload(ctx context.Context, n districts.Node, dir string, f bundle.File, dest string) error {
+	src, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = src.Close() }()
+	if err := d.r.Upload(ctx, n, dest, f.Mode, src, f.Size); err != nil {
+		return fmt.Errorf("node %s: upload %s: %w", n.ID, f.Path, err)
+	}
+	return nil
+}
+
+// parseSums reads sha256sum's output: digest by path.
+func parseSums(out string) map[string]string {
+	sums := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		sum, p, ok := strings.Cut(sc.Text(), "  ")
+		if ok && len(sum) == 64 {
+			sums[p] = sum
+		}
+	}
+	return sums
+}
+
+// packagesScript installs containerd from the distribution and kubeadm,
+// the kubelet and kubectl from the Kubernetes package repository (pinned
+// to Version), on a Debian or Ubuntu machine with systemd and internet
+// access; kubeadm then pulls the images from their registries.
+func packagesScript() string {
+	minor := strings.Join(strings.Split(strings.TrimPrefix(Version, "v"), ".")[:2], ".")
+	pkg := strings.TrimPrefix(Version, "v") + "-1.1"
+	return `set -eu
+export DEBIAN_FRONTEND=noninteractive
+if ! command -v apt-get >/dev/null; then echo "install mode packages needs a Debian or Ubuntu machine (apt-get); use kubernetes_install bundle" >&2; exit 1; fi
+if [ ! -d /run/systemd/system ]; then echo "install mode packages needs systemd; use kubernetes_install bundle" >&2; exit 1; fi
+if ! dpkg -s kubeadm >/dev/null 2>&1 || [ "$(dpkg-query -W -f='${Version}' kubeadm)" != "` + pkg + `" ]; then
+	apt-get update -q
+	apt-get install -y -q containerd apt-transport-https ca-certificates curl gpg
+	mkdir -p -m 755 /etc/apt/keyrings
+	curl -fsSL https://pkgs.k8s.io/core:/stable:/v` + minor + `/deb/Release.key | gpg --batch --yes --dearmor -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
+	echo 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v` + minor + `/deb/ /' > /etc/apt/sources.list.d/kubernetes.list
+	apt-get update -q
+	apt-get install -y -q --allow-change-held-packages kubelet=` + pkg + ` kubeadm=` + pkg + ` kubectl=` + pkg + `
+	apt-mark hold kubelet kubeadm kubectl >/dev/null
+fi
+modprobe overlay 2>/dev/null || true
+modprobe br_netfilter 2>/dev/null || true
+printf 'net.bridge.bridge-nf-call-iptables = 1\nnet.ipv4.ip_forward = 1\n' > /etc/sysctl.d/90-transit-kubernetes.conf
+sysctl -q --system >/dev/null || true
+mkdir -p /etc/containerd
+capeff=$(awk '/^CapEff/ {print $2}' /proc/self/status)
+if [ $(( 0x$capeff >> 24 & 1 )) = 1 ]; then restrict=false; else restrict=true; fi
+printf '%s' '` + containerdConfig(true, false) + `' | sed "s/RESTRICT_OOM/$restrict/" > /etc/containerd/config.toml.transit
+if ! cmp -s /etc/containerd/config.toml.transit /etc/containerd/config.toml; then
+	mv /etc/containerd/config.toml.transit /etc/containerd/config.toml
+	systemctl restart containerd
+else
+	rm -f /etc/containerd/config.toml.transit
+fi
+systemctl enable --now containerd kubelet >/dev/null 2>&1
+`
+}

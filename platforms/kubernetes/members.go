@@ -1,0 +1,533 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+// Labels and annotations transit keeps on Nodes.
+const (
+	// annotationManaged lists the label keys transit set, so labels a
+	// person set by hand are left alone.
+	annotationManaged = "transit.io/managed-labels"
+	labelRolePrefix   = "node-role.kubernetes.io/"
+	labelControlPlane = labelRolePrefix + "control-plane" // kubeadm's
+	// annotationPublicIP makes flannel send a node's VXLAN traffic to its
+	// public address, where it differs from the node's own.
+	annotationPublicIP = "flannel.alpha.coreos.com/public-ip-overwrite"
+)
+
+// Members reports the cluster's Nodes as the API server sees them, with
+// each master's etcd membership deciding its role (see control.Platform).
+func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control.Member, error) {
+	d.mu.Lock()
+	d.nodes = slices.Clone(nodes)
+	d.mu.Unlock()
+	for _, n := range nodes {
+		if n.Role == districts.RoleMaster && hasAddress(n) {
+			d.addMaster(n)
+		}
+	}
+	a, err := d.client(ctx)
+	if err != nil {
+		return nil, d.noAPI(ctx, nodes, err)
+	}
+	list, err := a.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		d.dropClient(a.master.ID)
+		return nil, &control.UnreachableError{Masters: []string{a.master.ID}, Err: err}
+	}
+	etcdMembers, err := d.etcdMembers(ctx, a.master)
+	if err != nil {
+		return nil, &control.UnreachableError{Masters: []string{a.master.ID}, Err: err}
+	}
+	voters := map[string]etcdMember{}
+	for _, em := range etcdMembers {
+		if !em.Learner && em.Name != "" {
+			voters[em.Name] = em
+		}
+	}
+	var out []control.Member
+	seen := map[string]bool{}
+	for _, kn := range list.Items {
+		m := control.Member{NodeID: kn.Name, Role: districts.RoleWorker, Ready: nodeReady(&kn), Draining: kn.Spec.Unschedulable,
+			Labels: tagLabels(&kn)}
+		if em, ok := voters[kn.Name]; ok {
+			m.Role = districts.RoleMaster
+			m.Ready = m.Ready && em.Healthy
+		}
+		seen[kn.Name] = true
+		out = append(out, m)
+	}
+	// An etcd member whose Node is gone (its machine deleted behind
+	// transit's back) still counts for quorum: it is a member, down.
+	for _, em := range etcdMembers {
+		if em.Name != "" && !seen[em.Name] {
+			out = append(out, control.Member{NodeID: em.Name, Role: districts.RoleMaster})
+		}
+	}
+	return out, nil
+}
+
+// noAPI is Members' answer when no API server answered: no platform only
+// if every node answered that it holds no trace of one. Otherwise the
+// masters that did not answer, or hold a control plane that does not
+// serve, are the ones named unreachable.
+func (d *driver) noAPI(ctx context.Context, nodes []districts.Node, apiErr error) error {
+	var mu sync.Mutex
+	member, unanswered := false, false
+	var masters []string
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		isMaster := n.Role == districts.RoleMaster
+		if !hasAddress(n) {
+			unanswered = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := d.r.Run(ctx, n, "look for a kubernetes membership", membershipScript, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			answeredNone := err == nil && strings.TrimSpace(out) == "none"
+			if err != nil {
+				unanswered = true
+			} else if !answeredNone {
+				member = true
+			}
+			if isMaster && !answeredNone {
+				masters = append(masters, n.ID)
+			}
+		}()
+	}
+	wg.Wait()
+	if !member && !unanswered {
+		return control.ErrNoPlatform
+	}
+	slices.Sort(masters)
+	return &control.UnreachableError{Masters: masters, Err: apiErr}
+}
+
+// membershipScript prints "none" on a node that holds no trace of a
+// cluster: no kubelet credentials and no control plane.
+const membershipScript = `if [ -e /etc/kubernetes/kubelet.conf ] || [ -e /etc/kubernetes/admin.conf ] || [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ]; then echo member; else echo none; fi`
+
+// tagLabels are the labels transit set from the node's tags: the keys it
+// owns, without the role label it adds itself.
+func tagLabels(kn *corev1.Node) map[string]string {
+	out := map[string]string{}
+	for _, k := range strings.Split(kn.Annotations[annotationManaged], ",") {
+		if v, ok := kn.Labels[k]; ok && k != "" && !strings.HasPrefix(k, labelRolePrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// addMaster adds m to the known masters, after the ones known.
+func (d *driver) addMaster(m districts.Node) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, x := range d.masters {
+		if x.ID == m.ID {
+			d.masters[i] = m // its addresses may have changed
+			return
+		}
+	}
+	d.masters = append(d.masters, m)
+}
+
+// Join adds n as a worker, or as a further master (stacked etcd). A node
+// the API server lists already is joined; one holding leftovers of an
+// interrupted join (a kubelet config, an etcd member that never started)
+// has them removed first.
+func (d *driver) Join(ctx context.Context, n districts.Node) error {
+	a, err := d.client(ctx)
+	if err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	master := n.Role == districts.RoleMaster
+	kn, err := a.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		if _, cp := kn.Labels[labelControlPlane]; cp != master {
+			return fmt.Errorf("join node %s: it is a %s of the cluster; kubeadm cannot change a node's role in place: remove the node", n.ID, roleOf(cp))
+		}
+		if master {
+			d.addMaster(n)
+			return d.pinEndpoint(ctx, "")
+		}
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	if master {
+		if err := d.removeEtcdMember(ctx, a.master, n); err != nil {
+			return fmt.Errorf("join node %s: remove the etcd member of an earlier attempt: %w", n.ID, err)
+		}
+	}
+	systemd, err := d.systemd(ctx, n)
+	if err != nil {
+		return err
+	}
+	if d.endpoint.Managed {
+		if _, err := d.r.Run(ctx, n, "pin the control-plane endpoint", hostsScript(d.endpoint.Host, d.masterAddrs(n, "")), nil); err != nil {
+			return err
+		}
+	}
+	sec := joinSecrets{caHash: a.caHash}
+	if sec.token, err = createToken(ctx, a, n.ID); err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
+	}
+	if master {
+		if sec.certificateKey, err = d.uploadCerts(ctx, a.master); err != nil {
+			return fmt.Errorf("join node %s: %w", n.ID, err)
+		}
+	}
+	cfg := d.settings(n, systemd).joinConfig(sec, master)
+	if _, err := d.r.Run(ctx, n, "kubeadm join", joinScript(), []byte(cfg)); err != nil {
+		return err
+	}
+	if master {
+		d.addMaster(n)
+		return d.pinEndpoint(ctx, "")
+	}
+	return nil
+}
+
+func roleOf(controlPlane bool) string {
+	if controlPlane {
+		return "master"
+	}
+	return "worker"
+}
+
+// tokenChars are a bootstrap token's alphabet.
+const tokenChars = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// tokenTTL bounds a join token's life: one join.
+const tokenTTL = 15 * time.Minute
+
+// createToken makes a bootstrap token for one join, as `kubeadm token
+// create` does: a Secret in kube-system the API server authenticates
+// kubelets' TLS bootstrap with. It expires by itself.
+func createToken(ctx context.Context, a *api, node string) (string, error) {
+	id, secret := randomString(6), randomString(16)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: metav1.NamespaceSystem},
+		Type:       corev1.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			"description":                    "transit: join of node " + node,
+			"token-id":                       id,
+			"token-secret":                   secret,
+			"expiration":                     time.Now().Add(tokenTTL).UTC().Format(time.RFC3339),
+			"usage-bootstrap-authentication": "true",
+			"usage-bootstrap-signing":        "true",
+			"auth-extra-groups":              "system:bootstrappers:kubeadm:default-node-token",
+		},
+	}
+	if _, err := a.c.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create a bootstrap token: %w", err)
+	}
+	return id + "." + secret, nil
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = tokenChars[int(b[i])%len(tokenChars)]
+	}
+	return string(b)
+}
+
+// uploadCerts has master m upload the control-plane certificates,
+// encrypted with a fresh key (kubeadm deletes them after two hours), and
+// returns the key. The key reaches m in a 0600 file over stdin.
+func (d *driver) uploadCerts(ctx context.Context, m districts.Node) (string, error) {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	hexKey := fmt.Sprintf("%x", key)
+	cfg := "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\ncertificateKey: " + q(hexKey) + "\n" +
+		"nodeRegistration:\n  name: " + q(m.ID) + "\n  criSocket: " + q(criSocket) + "\n---\n" + d.settings(m, false).clusterConfig()
+	if _, err := d.r.Run(ctx, m, "kubeadm upload-certs", uploadCertsScript, []byte(cfg)); err != nil {
+		return "", err
+	}
+	return hexKey, nil
+}
+
+const uploadCertsScript = `set -eu
+` + shPath + `
+umask 077
+f=$(mktemp)
+trap 'rm -f "$f"' EXIT
+cat > "$f"
+kubeadm init phase upload-certs --upload-certs --config "$f" >/dev/null
+`
+
+// masterAddrs lists the addresses of the masters but exclude, those of
+// n's district first (closest), for n's /etc/hosts.
+func (d *driver) masterAddrs(n districts.Node, exclude string) []string {
+	d.mu.Lock()
+	masters := slices.Clone(d.masters)
+	d.mu.Unlock()
+	slices.SortStableFunc(masters, func(a, b districts.Node) int {
+		ai, bi := a.District != n.District, b.District != n.District
+		switch {
+		case ai == bi:
+			return strings.Compare(a.ID, b.ID)
+		case !ai:
+			return -1
+		default:
+			return 1
+		}
+	})
+	var out []string
+	for _, m := range masters {
+		if m.ID != exclude && hasAddress(m) {
+			out = append(out, nodeAddress(m))
+		}
+	}
+	return out
+}
+
+// pinEndpoint points the managed endpoint at the masters (but exclude)
+// on every node that answers. A node that cannot be reached is skipped:
+// it is down, or gone, and pinned again when it joins.
+func (d *driver) pinEndpoint(ctx context.Context, exclude string) error {
+	if !d.endpoint.Managed {
+		return nil
+	}
+	d.mu.Lock()
+	nodes := slices.Clone(d.nodes)
+	for _, m := range d.masters {
+		if !slices.ContainsFunc(nodes, func(x districts.Node) bool { return x.ID == m.ID }) {
+			nodes = append(nodes, m)
+		}
+	}
+	d.mu.Unlock()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 10)
+	for _, n := range nodes {
+		if n.ID == exclude || !hasAddress(n) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			_, err := d.r.Run(ctx, n, "pin the control-plane endpoint", hostsScript(d.endpoint.Host, d.masterAddrs(n, exclude)), nil)
+			if err != nil && !errors.Is(err, ssh.ErrUnreachable) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Label makes n's transit-managed labels equal to labels plus its role
+// label, leaving labels set by hand alone.
+func (d *driver) Label(ctx context.Context, n districts.Node, labels map[string]string) error {
+	a, err := d.client(ctx)
+	if err != nil {
+		return fmt.Errorf("label node %s: %w", n.ID, err)
+	}
+	want := maps.Clone(labels)
+	if want == nil {
+		want = map[string]string{}
+	}
+	want[labelRolePrefix+n.Role] = ""
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		kn, err := a.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("label node %s: %w", n.ID, err)
+		}
+		if !relabel(kn, want, n) {
+			return nil
+		}
+		_, err = a.c.CoreV1().Nodes().Update(ctx, kn, metav1.UpdateOptions{FieldManager: "transit"})
+		return err
+	})
+}
+
+// relabel sets want on kn, drops the labels transit set before and no
+// longer wants, records the keys it owns, and says whether kn changed.
+func relabel(kn *corev1.Node, want map[string]string, n districts.Node) bool {
+	if kn.Labels == nil {
+		kn.Labels = map[string]string{}
+	}
+	if kn.Annotations == nil {
+		kn.Annotations = map[string]string{}
+	}
+	before := maps.Clone(kn.Labels)
+	beforeAnn := maps.Clone(kn.Annotations)
+	for _, k := range strings.Split(kn.Annotations[annotationManaged], ",") {
+		if _, ok := want[k]; k != "" && !ok {
+			delete(kn.Labels, k)
+		}
+	}
+	maps.Copy(kn.Labels, want)
+	kn.Annotations[annotationManaged] = strings.Join(slices.Sorted(maps.Keys(want)), ",")
+	if n.PublicIP != "" && n.PublicIP != nodeAddress(n) {
+		kn.Annotations[annotationPublicIP] = n.PublicIP
+	}
+	return !maps.Equal(before, kn.Labels) || !maps.Equal(beforeAnn, kn.Annotations)
+}
+
+// Uncordon makes n schedulable again.
+func (d *driver) Uncordon(ctx context.Context, n districts.Node) error {
+	return d.cordon(ctx, n, false)
+}
+
+func (d *driver) cordon(ctx context.Context, n districts.Node, on bool) error {
+	a, err := d.client(ctx)
+	if err != nil {
+		return err
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		kn, err := a.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n.ID, err)
+		}
+		if kn.Spec.Unschedulable == on {
+			return nil
+		}
+		kn.Spec.Unschedulable = on
+		_, err = a.c.CoreV1().Nodes().Update(ctx, kn, metav1.UpdateOptions{FieldManager: "transit"})
+		return err
+	})
+}
+
+// MayRemoveMaster judges by etcd's voting members and which of them
+// answer (control.RaftQuorum).
+func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
+	a, err := d.clientExcept(ctx, n.ID)
+	if err != nil {
+		return &control.QuorumError{Node: n.ID, Reason: "no other master's API server answers: " + err.Error()}
+	}
+	members, err := d.etcdMembers(ctx, a.master)
+	if err != nil {
+		return &control.QuorumError{Node: n.ID, Reason: err.Error()}
+	}
+	voters, reachable, leaving, isVoter := 0, 0, false, false
+	for _, em := range members {
+		if em.Learner {
+			continue
+		}
+		voters++
+		if em.Healthy {
+			reachable++
+		}
+		if memberOf(em, n) {
+			isVoter, leaving = true, em.Healthy
+		}
+	}
+	if !isVoter {
+		return nil
+	}
+	return control.RaftQuorum(n.ID, voters, reachable, leaving)
+}
+
+// clientExcept returns a client through a master other than id when one
+// answers, else through any.
+func (d *driver) clientExcept(ctx context.Context, id string) (*api, error) {
+	a, err := d.client(ctx)
+	if err == nil && a.master.ID != id {
+		return a, nil
+	}
+	d.mu.Lock()
+	masters := slices.Clone(d.masters)
+	d.mu.Unlock()
+	var errs []error
+	for _, m := range masters {
+		if m.ID == id || !hasAddress(m) {
+			continue
+		}
+		b, err := d.newAPI(ctx, m)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d.mu.Lock()
+		d.api = b
+		d.mu.Unlock()
+		return b, nil
+	}
+	if a != nil {
+		return a, nil
+	}
+	return nil, fmt.Errorf("no other master's API server answered: %w", errors.Join(append(errs, err)...))
+}
+
+// Remove takes n out of the cluster: for a master, the endpoint stops
+// naming it first; the node is reset (which also removes a master's etcd
+// member) when it answers; its etcd member, if any is left, is removed by
+// the other masters; and its Node is deleted. A node that is no member is
+// no error.
+func (d *driver) Remove(ctx context.Context, n districts.Node) error {
+	master := n.Role == districts.RoleMaster
+	a, err := d.clientExcept(ctx, n.ID)
+	if err != nil {
+		return fmt.Errorf("remove node %s: %w", n.ID, err)
+	}
+	if master {
+		if err := d.pinEndpoint(ctx, n.ID); err != nil {
+			return fmt.Errorf("remove node %s: point the endpoint at the other masters: %w", n.ID, err)
+		}
+	}
+	if hasAddress(n) {
+		_, err := d.r.Run(ctx, n, "kubeadm reset", resetScript(), nil)
+		if err != nil && !errors.Is(err, ssh.ErrUnreachable) {
+			return fmt.Errorf("remove node %s: %w", n.ID, err)
+		}
+	}
+	if master {
+		if a.master.ID == n.ID {
+			return fmt.Errorf("remove node %s: it is the last master the API answers through", n.ID)
+		}
+		if err := d.removeEtcdMember(ctx, a.master, n); err != nil {
+			return fmt.Errorf("remove node %s: %w", n.ID, err)
+		}
+		d.forgetMaster(n.ID)
+	}
+	err = a.c.CoreV1().Nodes().Delete(ctx, n.ID, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove node %s: delete the Node: %w", n.ID, err)
+	}
+	return nil
+}
