@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -34,5 +35,49 @@ func BenchmarkSwarm10(b *testing.B) {
 		destroy += time.Since(start)
 	}
 	b.ReportMetric(converge.Seconds()/float64(b.N), "converge-s")
+	b.ReportMetric(destroy.Seconds()/float64(b.N), "destroy-s")
+}
+
+// BenchmarkKubernetes10 brings a 10-node Kubernetes cluster (1 master, 9
+// workers) on local nodes from nothing to every Node Ready, as the API
+// server reports it; then drains and removes one worker whose pods a
+// PodDisruptionBudget protects; then destroys it. One iteration takes about
+// a minute.
+func BenchmarkKubernetes10(b *testing.B) {
+	cfg, ds := kubernetesCluster(b)
+	cfg.ID = "bench-k8s"
+	cfg.Deployments = []districts.Deployment{
+		{District: "e2e-a", Flavor: "small", Role: districts.RoleMaster, Quantity: 1},
+		{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 9},
+	}
+	ds = ds[:1]
+	c := newCluster(b, cfg, ds)
+	var ready, drain, destroy time.Duration
+	for b.Loop() {
+		c.setQuantity("e2e-a", districts.RoleWorker, 9)
+		start := time.Now()
+		c.apply()
+		res := c.status()
+		k := c.kube()
+		eventually(b, 5*time.Minute, "10 Nodes Ready", func(ctx context.Context) error { return checkNodes(ctx, k, res) })
+		ready += time.Since(start)
+
+		ctx := context.Background()
+		c.deployWeb(ctx, k, "guarded", 9, nil)
+		eventually(b, 3*time.Minute, "guarded available", func(ctx context.Context) error { return available(ctx, k, "guarded", 9) })
+		c.guard(ctx, k, "guarded", 8)
+		c.setQuantity("e2e-a", districts.RoleWorker, 8)
+		start = time.Now()
+		c.apply()
+		drain += time.Since(start)
+
+		start = time.Now()
+		if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
+			b.Fatalf("destroy: exit %d\n%s", r.code, r.stderr)
+		}
+		destroy += time.Since(start)
+	}
+	b.ReportMetric(ready.Seconds()/float64(b.N), "ready-s")
+	b.ReportMetric(drain.Seconds()/float64(b.N), "drain-remove-s")
 	b.ReportMetric(destroy.Seconds()/float64(b.N), "destroy-s")
 }

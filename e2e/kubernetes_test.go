@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientset "k8s.io/client-go/kubernetes"
@@ -45,7 +48,7 @@ var bundleDir = sync.OnceValues(func() (string, error) {
 // kubernetesCluster is the shape of examples/kubernetes: a master and two
 // workers in district A, one worker in district B, each tagged with its
 // site. Its subnets are the e2e districts' own.
-func kubernetesCluster(t *testing.T) (districts.Cluster, []districts.District) {
+func kubernetesCluster(t testing.TB) (districts.Cluster, []districts.District) {
 	dir, err := bundleDir()
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +62,7 @@ func kubernetesCluster(t *testing.T) (districts.Cluster, []districts.District) {
 			{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: site("a")},
 			{District: "e2e-b", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: site("b")},
 		},
-		Strategy: districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(90 * time.Second)},
+		Strategy: districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(30 * time.Second)},
 	}
 	ds := []districts.District{
 		{Type: "district", ID: "e2e-a", Provider: "local", LocalSubnet: "10.241.1.0/24", KubernetesBundle: dir, Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
@@ -80,6 +83,12 @@ func TestKubernetesLifecycle(t *testing.T) {
 		fn   func(t *testing.T, c *cluster)
 	}{
 		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
+		{"scale workers down: evictions honour a PodDisruptionBudget", testKubeDrainPDB},
+		{"a budget that forbids eviction: the node is skipped, exit 3", testKubeRefusedDrain},
+		{"masters 1 → 3 → 2: etcd quorum held, the API answers", testKubeMasters},
+		{"migrate workers, then masters, to the other district while serving", testKubeMigrate},
+		{"kill -9 transit during a join and during a drain, then converge", testKubeKill},
+		{"destroy leaves nothing behind", testDestroy},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
@@ -238,7 +247,9 @@ func (c *cluster) deployWeb(ctx context.Context, k clientset.Interface, name str
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		// NodePort too, so the test reaches the pods from the host.
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
 	if _, err := k.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		c.tb.Fatal(err)
@@ -295,4 +306,289 @@ func (c *cluster) probe(ctx context.Context, k clientset.Interface, selector map
 		c.tb.Errorf("probe %q on %v failed:\n%s", script, selector, logs)
 	}
 	return string(logs)
+}
+
+// guard puts a PodDisruptionBudget over app's pods.
+func (c *cluster) guard(ctx context.Context, k clientset.Interface, app string, minAvailable int32) {
+	c.tb.Helper()
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr(intstr.FromInt32(minAvailable)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+		},
+	}
+	if _, err := k.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		c.tb.Fatal(err)
+	}
+	// The budget counts once its controller has seen the pods.
+	eventually(c.tb, time.Minute, "budget "+app+" observed", func(ctx context.Context) error {
+		got, err := k.PolicyV1().PodDisruptionBudgets("default").Get(ctx, app, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got.Status.ObservedGeneration < got.Generation || got.Status.CurrentHealthy < minAvailable {
+			return fmt.Errorf("budget %s: %d healthy, generation %d observed %d", app, got.Status.CurrentHealthy, got.Generation, got.Status.ObservedGeneration)
+		}
+		return nil
+	})
+}
+
+// unguard removes app's Deployment, Service and budget.
+func (c *cluster) unguard(ctx context.Context, k clientset.Interface, app string) {
+	c.tb.Helper()
+	_ = k.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, app, metav1.DeleteOptions{})
+	_ = k.CoreV1().Services("default").Delete(ctx, app, metav1.DeleteOptions{})
+	_ = k.AppsV1().Deployments("default").Delete(ctx, app, metav1.DeleteOptions{})
+}
+
+func countRole(res districts.Resources, district, role string) int {
+	n := 0
+	for _, x := range res.Nodes {
+		if x.District == district && x.Role == role && x.Phase != districts.PhaseTerminating {
+			n++
+		}
+	}
+	return n
+}
+
+func testKubeDrainPDB(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	k := c.kube()
+	c.deployWeb(ctx, k, "guarded", 4, nil)
+	eventually(t, 2*time.Minute, "guarded available", func(ctx context.Context) error { return available(ctx, k, "guarded", 4) })
+	c.guard(ctx, k, "guarded", 3)
+	c.setQuantity("e2e-a", districts.RoleWorker, 1)
+	samples, violations := c.whileApplying(func(ctx context.Context) error {
+		pdb, err := k.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "guarded", metav1.GetOptions{})
+		if err != nil {
+			return nil // the API may be busy; only a violation counts
+		}
+		if pdb.Status.CurrentHealthy < 3 {
+			return fmt.Errorf("budget violated: %d healthy", pdb.Status.CurrentHealthy)
+		}
+		return nil
+	})
+	t.Logf("%d samples of the budget during the drain", samples)
+	if len(violations) > 0 {
+		t.Errorf("the budget was violated during the drain: %v", violations)
+	}
+	res := c.status()
+	if got := countRole(res, "e2e-a", districts.RoleWorker); got != 1 {
+		t.Errorf("%d workers in e2e-a, want 1", got)
+	}
+	eventually(t, time.Minute, "Nodes match the state", func(ctx context.Context) error { return checkNodes(ctx, k, res) })
+	eventually(t, 2*time.Minute, "guarded available again", func(ctx context.Context) error { return available(ctx, k, "guarded", 4) })
+	c.unguard(ctx, k, "guarded")
+}
+
+func testKubeRefusedDrain(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	k := c.kube()
+	c.deployWeb(ctx, k, "pinned", 1, map[string]string{"site": "b"})
+	eventually(t, 2*time.Minute, "pinned available", func(ctx context.Context) error { return available(ctx, k, "pinned", 1) })
+	c.guard(ctx, k, "pinned", 1)
+	pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=pinned"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pinned pods: %v %v", pods, err)
+	}
+	c.setQuantity("e2e-b", districts.RoleWorker, 0)
+	r := c.transit("apply", "--auto-approve")
+	if r.code != 3 {
+		t.Fatalf("apply: exit %d, want 3 (not converged)\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "drain of node") || !strings.Contains(r.stderr, "default/"+pods.Items[0].Name) {
+		t.Errorf("the message does not name the refused drain and the blocking pod default/%s:\n%s", pods.Items[0].Name, r.stderr)
+	}
+	res := c.status()
+	if got := countRole(res, "e2e-b", districts.RoleWorker); got != 1 {
+		t.Errorf("%d workers in e2e-b after a refused drain, want the 1 kept", got)
+	}
+	eventually(t, time.Minute, "every node Ready and schedulable", func(ctx context.Context) error {
+		list, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, n := range list.Items {
+			if n.Spec.Unschedulable {
+				return fmt.Errorf("node %s stayed cordoned", n.Name)
+			}
+		}
+		return checkNodes(ctx, k, res)
+	})
+	// Without the budget the same change goes through.
+	if err := k.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "pinned", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.apply()
+	if got := countRole(c.status(), "e2e-b", districts.RoleWorker); got != 0 {
+		t.Errorf("%d workers in e2e-b without the budget, want 0", got)
+	}
+	c.unguard(ctx, k, "pinned")
+}
+
+// etcdMembers lists the names of etcd's members, as a master's etcdctl
+// (the bundle's) reports them.
+func (c *cluster) etcdMembers(ctx context.Context, master districts.Node) ([]string, error) {
+	out, err := c.on(ctx, master, `/opt/transit/bin/etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/kubernetes/pki/etcd/ca.crt `+
+		`--cert /etc/kubernetes/pki/apiserver-etcd-client.crt --key /etc/kubernetes/pki/apiserver-etcd-client.key member list -w simple`)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for line := range strings.Lines(out) {
+		if f := strings.Split(line, ", "); len(f) >= 3 {
+			names = append(names, f[2])
+		}
+	}
+	return names, nil
+}
+
+// checkEtcd compares etcd's members with the state's masters.
+func (c *cluster) checkEtcd(ctx context.Context, res districts.Resources) error {
+	var masters []string
+	var any districts.Node
+	for _, n := range res.Nodes {
+		if n.Role == districts.RoleMaster && n.Phase != districts.PhaseTerminating {
+			masters = append(masters, n.ID)
+			any = n
+		}
+	}
+	got, err := c.etcdMembers(ctx, any)
+	if err != nil {
+		return err
+	}
+	if !sameSet(got, masters) {
+		return fmt.Errorf("etcd members %v, masters %v", got, masters)
+	}
+	return nil
+}
+
+func testKubeMasters(t *testing.T, c *cluster) {
+	for _, want := range []int{3, 2} {
+		c.setQuantity("e2e-a", districts.RoleMaster, want)
+		k := c.kube()
+		samples, errs := c.whileApplying(func(ctx context.Context) error {
+			_, err := k.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err
+		})
+		t.Logf("masters → %d: %d samples of the API server", want, samples)
+		if len(errs) > 0 {
+			t.Errorf("masters → %d: the API did not answer throughout: %v", want, errs)
+		}
+		res := c.status()
+		if got := countRole(res, "e2e-a", districts.RoleMaster); got != want {
+			t.Fatalf("%d masters, want %d", got, want)
+		}
+		eventually(t, time.Minute, "etcd has a member per master", func(ctx context.Context) error { return c.checkEtcd(ctx, res) })
+		eventually(t, time.Minute, "Nodes match the state", func(ctx context.Context) error { return checkNodes(ctx, c.kube(), res) })
+	}
+}
+
+func testKubeMigrate(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	k := c.kube()
+	c.deployWeb(ctx, k, "served", 2, nil)
+	eventually(t, 2*time.Minute, "served available", func(ctx context.Context) error { return available(ctx, k, "served", 2) })
+	c.guard(ctx, k, "served", 1)
+	svc, err := k.CoreV1().Services("default").Get(ctx, "served", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := svc.Spec.Ports[0].NodePort
+	if port == 0 {
+		t.Fatal("the Service has no node port")
+	}
+	// Serving: an HTTP request from the host to the Service's node port
+	// on any node the state lists now gets a pod's answer.
+	serving := func(ctx context.Context) error {
+		res, err := c.saved()
+		if err != nil {
+			return nil // the state is being written: not the cluster's fault
+		}
+		hc := &http.Client{Timeout: 2 * time.Second}
+		var errs []string
+		for _, n := range res.Nodes {
+			resp, err := hc.Get(fmt.Sprintf("http://%s:%d/", n.PublicIP, port))
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if strings.Contains(string(body), "hello from") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no node answered on the node port: %v", errs)
+	}
+	// Workers first, then masters.
+	c.setQuantity("e2e-b", districts.RoleWorker, 2)
+	c.setQuantity("e2e-a", districts.RoleWorker, 0)
+	samples, errs := c.whileApplying(serving)
+	t.Logf("workers migrated: %d samples", samples)
+	if len(errs) > 0 {
+		t.Errorf("while the workers moved, the deployment did not serve: %v", errs)
+	}
+	c.cfg.Deployments = append(c.cfg.Deployments, districts.Deployment{District: "e2e-b", Flavor: "small", Role: districts.RoleMaster, Quantity: 2, Tags: map[string]string{"site": "b"}})
+	c.setQuantity("e2e-a", districts.RoleMaster, 0)
+	samples, errs = c.whileApplying(serving)
+	t.Logf("masters migrated: %d samples", samples)
+	if len(errs) > 0 {
+		t.Errorf("while the masters moved, the deployment did not serve: %v", errs)
+	}
+	res := c.status()
+	for _, n := range res.Nodes {
+		if n.District != "e2e-b" {
+			t.Errorf("node %s is still in %s", n.ID, n.District)
+		}
+	}
+	k = c.kube()
+	eventually(t, 2*time.Minute, "Nodes match the state", func(ctx context.Context) error { return checkNodes(ctx, k, res) })
+	eventually(t, time.Minute, "etcd has a member per master", func(ctx context.Context) error { return c.checkEtcd(ctx, res) })
+	eventually(t, time.Minute, "served available", func(ctx context.Context) error { return available(ctx, k, "served", 2) })
+	c.unguard(ctx, k, "served")
+}
+
+func testKubeKill(t *testing.T, c *cluster) {
+	points := []struct {
+		name    string
+		workers int
+		kill    func(kind, phase string) bool
+		delay   time.Duration
+	}{
+		{"during kubeadm join", 3, func(k, p string) bool { return k == "join" && p == "start" }, 4 * time.Second},
+		{"during a drain", 2, func(k, p string) bool { return k == "drain" && p == "start" }, time.Second},
+	}
+	ctx := context.Background()
+	for _, p := range points {
+		if p.name == "during a drain" {
+			// Pods whose eviction takes a moment, so the kill lands in it.
+			k := c.kube()
+			c.deployWeb(ctx, k, "slow", 3, nil)
+			eventually(t, 2*time.Minute, "slow available", func(ctx context.Context) error { return available(ctx, k, "slow", 3) })
+		}
+		c.setQuantity("e2e-b", districts.RoleWorker, p.workers)
+		killed := c.applyUntil(func(ev map[string]any) bool {
+			kind, phase, _ := action(ev)
+			if p.kill(kind, phase) {
+				time.Sleep(p.delay)
+				return false
+			}
+			return true
+		})
+		if !killed {
+			t.Errorf("%s: apply ended before the kill point", p.name)
+		}
+		c.apply()
+		res := c.status()
+		if got := countRole(res, "e2e-b", districts.RoleWorker); got != p.workers {
+			t.Errorf("%s: %d workers, want %d", p.name, got, p.workers)
+		}
+		k := c.kube()
+		eventually(t, time.Minute, p.name+": Nodes match the state", func(ctx context.Context) error { return checkNodes(ctx, k, res) })
+		eventually(t, time.Minute, p.name+": no stale etcd member", func(ctx context.Context) error { return c.checkEtcd(ctx, res) })
+		c.checkNoOrphans(res)
+	}
+	c.unguard(ctx, c.kube(), "slow")
 }

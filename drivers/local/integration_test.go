@@ -853,3 +853,57 @@ func TestFlushedJumpIsRepaired(t *testing.T) {
 		t.Fatalf("List after EnsureGroup = %+v, want the jump back and the source listed", groups)
 	}
 }
+
+// A node shows the kubelet the kernel tunables it insists on, from files
+// of its own; the host's values never change, other global tunables are
+// read-only, and the per-namespace net ones stay writable.
+func TestNodeKernelTunables(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "sysctl")
+	inst := e.launch(drv, g, "sysctl", "sysctl-n1")
+	host := func(key string) string {
+		t.Helper()
+		data, err := os.ReadFile("/proc/sys/" + key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(data))
+	}
+	before := map[string]string{}
+	for _, tu := range kubeletTunables {
+		before[tu.key] = host(tu.key)
+	}
+	localnet := host("net/ipv4/conf/all/route_localnet")
+	script := `set -e
+for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+	echo "$k=$(cat /proc/sys/$k)"
+done
+echo 7 > /proc/sys/kernel/panic
+echo 1 > /proc/sys/vm/overcommit_memory
+if echo 4194304 > /proc/sys/kernel/pid_max 2>/dev/null; then echo pid_max=written; fi
+echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet
+echo "route_localnet=$(cat /proc/sys/net/ipv4/conf/all/route_localnet)"
+`
+	out, err := e.ssh(inst.PrivateIP, script)
+	if err != nil {
+		t.Fatalf("ssh: %v\n%s", err, out)
+	}
+	for _, tu := range kubeletTunables {
+		if !strings.Contains(out, tu.key+"="+tu.value+"\n") {
+			t.Errorf("the node reads %s other than the kubelet's %s:\n%s", tu.key, tu.value, out)
+		}
+		if got := host(tu.key); got != before[tu.key] {
+			t.Errorf("host %s changed: %s → %s", tu.key, before[tu.key], got)
+		}
+	}
+	if strings.Contains(out, "pid_max=written") {
+		t.Error("the node wrote the host's kernel.pid_max")
+	}
+	if !strings.Contains(out, "route_localnet=1") {
+		t.Errorf("a net sysctl is not writable in the node:\n%s", out)
+	}
+	if got := host("net/ipv4/conf/all/route_localnet"); got != localnet {
+		t.Errorf("the node's net sysctl changed the host's: %s → %s", localnet, got)
+	}
+}

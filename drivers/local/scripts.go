@@ -39,6 +39,18 @@ var privateDirs = []string{
 	"/var/tmp",
 }
 
+// kubeletTunables are the global kernel tunables a kubelet sets when they
+// differ (and fails to start when it cannot): a node shows it these values
+// instead of the host's.
+var kubeletTunables = []struct{ key, value string }{
+	{"vm/overcommit_memory", "1"},
+	{"vm/panic_on_oom", "0"},
+	{"kernel/panic", "10"},
+	{"kernel/panic_on_oops", "1"},
+	{"kernel/keys/root_maxkeys", "1000000"},
+	{"kernel/keys/root_maxbytes", "25000000"},
+}
+
 // imagesMount is where a node sees the provider's machine image
 // (<root>/images), read-only.
 const imagesMount = "/var/lib/transit/images"
@@ -223,6 +235,20 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 	}
 	w("")
 	w("echo %s > /proc/sys/kernel/hostname", shellquote.Quote(r.NodeID))
+	w("")
+	w("# Kernel tunables are the host's: /proc/sys is read-only but for net")
+	w("# (per network namespace), and the ones a kubelet insists on read its")
+	w("# values from files of the node's own, so it never sets the host's.")
+	w("mount -n --bind /proc/sys /proc/sys")
+	w("mount -n -o remount,bind,ro /proc/sys")
+	w("mount -n --bind /proc/sys/net /proc/sys/net")
+	w("mount -n -o remount,bind,rw /proc/sys/net")
+	w("mkdir -p /run/.transit-sysctl")
+	for _, t := range kubeletTunables {
+		f := "/run/.transit-sysctl/" + strings.ReplaceAll(t.key, "/", "_")
+		w("echo %s > %s", t.value, f)
+		w("mount -n --bind %s /proc/sys/%s", f, t.key)
+	}
 	w("# the boot mark, before the boot files turn read-only")
 	w("touch \"$BOOT/booted\"")
 	w("")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -48,7 +49,7 @@ func (m etcdMember) host() string {
 // etcd is a client of the stacked etcd, tunnelled through master m: it
 // reaches every member's client URL from m, as the members reach each
 // other.
-func (d *driver) etcd(ctx context.Context, m districts.Node) (*clientv3.Client, error) {
+func (d *driver) etcd(ctx context.Context, m districts.Node, endpoints ...string) (*clientv3.Client, error) {
 	out, err := d.r.Run(ctx, m, "read the etcd client credentials", etcdCredsScript, nil)
 	if err != nil {
 		return nil, fmt.Errorf("etcd credentials from master %s: %w", m.ID, err)
@@ -68,8 +69,11 @@ func (d *driver) etcd(ctx context.Context, m districts.Node) (*clientv3.Client, 
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		return d.r.DialContext(ctx, m, "tcp", addr)
 	}
+	if len(endpoints) == 0 {
+		endpoints = []string{"https://" + net.JoinHostPort(nodeAddress(m), "2379")}
+	}
 	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{"https://" + net.JoinHostPort(nodeAddress(m), "2379")},
+		Endpoints:   endpoints,
 		DialTimeout: etcdTimeout,
 		TLS:         &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(dial)},
@@ -163,4 +167,55 @@ func memberOf(em etcdMember, n districts.Node) bool {
 	}
 	h := em.host()
 	return h != "" && (h == n.PrivateIP || h == n.PublicIP)
+}
+
+// handOverLeadership makes another voting member etcd's leader when node
+// n's member leads, so its removal costs no election (requests in flight
+// during one fail with "leader changed"). Through master m; n need not
+// answer (then it leads nobody soon anyway).
+func (d *driver) handOverLeadership(ctx context.Context, m, n districts.Node) error {
+	c, err := d.etcd(ctx, m)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	list, err := c.MemberList(lctx)
+	if err != nil {
+		return err
+	}
+	var leaving *etcdserverpb.Member
+	var to uint64
+	for _, mem := range list.Members {
+		em := etcdMember{Name: mem.Name}
+		if len(mem.PeerURLs) > 0 {
+			em.PeerURL = mem.PeerURLs[0]
+		}
+		switch {
+		case memberOf(em, n):
+			leaving = mem
+		case !mem.IsLearner && to == 0 && len(mem.ClientURLs) > 0:
+			if _, err := c.Status(lctx, strings.TrimPrefix(mem.ClientURLs[0], "https://")); err == nil {
+				to = mem.ID
+			}
+		}
+	}
+	if leaving == nil || to == 0 || len(leaving.ClientURLs) == 0 {
+		return nil
+	}
+	st, err := c.Status(lctx, strings.TrimPrefix(leaving.ClientURLs[0], "https://"))
+	if err != nil || st.Leader != leaving.ID {
+		return nil
+	}
+	// MoveLeader must reach the leader itself.
+	lc, err := d.etcd(ctx, m, leaving.ClientURLs[0])
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lc.Close() }()
+	if _, err := lc.MoveLeader(lctx, to); err != nil {
+		return fmt.Errorf("move etcd's leadership away from node %s: %w", n.ID, err)
+	}
+	return nil
 }

@@ -510,6 +510,11 @@ func (d *driver) Remove(ctx context.Context, n districts.Node) error {
 			return fmt.Errorf("remove node %s: point the endpoint at the other masters: %w", n.ID, err)
 		}
 	}
+	if master && a.master.ID != n.ID {
+		if err := d.handOverLeadership(ctx, a.master, n); err != nil {
+			d.opts.Logger.Warn("etcd leadership not handed over; its removal costs an election", "node", n.ID, "err", err)
+		}
+	}
 	if hasAddress(n) {
 		_, err := d.r.Run(ctx, n, "kubeadm reset", resetScript(), nil)
 		if err != nil && !errors.Is(err, ssh.ErrUnreachable) {

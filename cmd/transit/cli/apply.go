@@ -219,7 +219,9 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 	if err := view.plan(shown); err != nil {
 		return control.Result{}, err
 	}
-	if p.Empty() {
+	// Nothing to change: the loop still runs its addons step on a live
+	// cluster (addons are matched on every apply), in one round.
+	if p.Empty() && (ch.destroy || !hasLiveNodes(s.opts.State)) {
 		return control.Result{Converged: true, Warnings: p.Warnings}, nil
 	}
 	// Only waiting or blocked items: nothing to confirm.
@@ -297,4 +299,14 @@ func confirm(ctx context.Context, in io.Reader, w io.Writer, p prompt) error {
 		}
 		return fmt.Errorf("the answer was %q, not %q", strings.TrimSpace(a.line), p.answer)
 	}
+}
+
+// hasLiveNodes says the state holds a node not on its way out.
+func hasLiveNodes(res districts.Resources) bool {
+	for _, n := range res.Nodes {
+		if n.Phase != districts.PhaseLeft && n.Phase != districts.PhaseTerminating {
+			return true
+		}
+	}
+	return false
 }
