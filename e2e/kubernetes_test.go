@@ -447,14 +447,14 @@ func (c *cluster) etcdMembers(ctx context.Context, master districts.Node) ([]str
 // checkEtcd compares etcd's members with the state's masters.
 func (c *cluster) checkEtcd(ctx context.Context, res districts.Resources) error {
 	var masters []string
-	var any districts.Node
+	var master districts.Node
 	for _, n := range res.Nodes {
 		if n.Role == districts.RoleMaster && n.Phase != districts.PhaseTerminating {
 			masters = append(masters, n.ID)
-			any = n
+			master = n
 		}
 	}
-	got, err := c.etcdMembers(ctx, any)
+	got, err := c.etcdMembers(ctx, master)
 	if err != nil {
 		return err
 	}
