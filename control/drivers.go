@@ -146,6 +146,12 @@ type Platform interface {
 	EnsureAddons(ctx context.Context, addons []districts.Addon) (changed []string, err error)
 }
 
+// Versioner is a platform that can say which version runs (status shows
+// it): as its control plane reports it, not as transit installed it.
+type Versioner interface {
+	Version(ctx context.Context) (string, error)
+}
+
 // Member is a node as the platform reports it.
 type Member struct {
 	// NodeID is transit's node id, from the member's identity label.

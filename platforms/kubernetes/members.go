@@ -85,6 +85,19 @@ func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control
 	return out, nil
 }
 
+// Version is the API server's version, as it reports it.
+func (d *driver) Version(ctx context.Context) (string, error) {
+	a, err := d.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	v, err := a.c.Discovery().ServerVersion()
+	if err != nil {
+		return "", err
+	}
+	return v.GitVersion, nil
+}
+
 // noAPI is Members' answer when no API server answered: no platform only
 // if every node answered that it holds no trace of one. Otherwise the
 // masters that did not answer, or hold a control plane that does not

@@ -580,6 +580,34 @@ func TestDestroyNeedsNoPlatform(t *testing.T) {
 
 // status works while the platform cannot be asked: it shows the machines
 // the clouds report and says why the platform did not answer.
+// status shows the version the platform reports, only when it answered.
+func TestStatusPlatformVersion(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	r := h.run(t, runOpts{}, "status")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "Platform version v9.9.9-fake, as its control plane reports it.\n") {
+		t.Errorf("status lacks the platform's version:\n%s", r)
+	}
+	r = h.run(t, runOpts{}, "status", "--json")
+	checkJSON(t, []byte(r.out))
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.PlatformVersion != "v9.9.9-fake" {
+		t.Errorf("status --json: platform_version %q", st.PlatformVersion)
+	}
+	h.platform.setUnreachable("dial tcp 203.0.113.6:22: connect: connection refused")
+	if r := h.run(t, runOpts{}, "status"); strings.Contains(r.out, "Platform version") {
+		t.Errorf("an unreachable platform's version was shown:\n%s", r)
+	}
+	if r := h.run(t, runOpts{}, "status", "--refresh=false"); strings.Contains(r.out, "Platform version") {
+		t.Errorf("status without refresh asked the platform:\n%s", r)
+	}
+}
+
 func TestStatusPlatformUnreachable(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

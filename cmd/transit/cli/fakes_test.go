@@ -334,6 +334,9 @@ func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]con
 	return out, nil
 }
 
+// Version is what a control plane would report.
+func (p *fakePlatform) Version(context.Context) (string, error) { return "v9.9.9-fake", nil }
+
 func (p *fakePlatform) EnsureAddons(context.Context, []districts.Addon) ([]string, error) {
 	return nil, nil
 }

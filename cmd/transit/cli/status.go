@@ -63,6 +63,9 @@ type shownStatus struct {
 	// platformError says why the platform could not be asked; the
 	// nodes' phases are then those resources.json last recorded.
 	platformError string
+	// version is the platform's version as it reports it ("" when it
+	// cannot say).
+	version string
 }
 
 // runStatus reads the state, and with refresh asks the clouds and the
@@ -84,6 +87,11 @@ func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ 
 			return shownStatus{}, withKind(kindRefresh, err)
 		}
 		st.res, st.notes, st.platformError = obs.State, obs.Notes, obs.PlatformError
+		if v, ok := s.opts.Platform.(control.Versioner); ok && obs.PlatformError == "" && len(obs.State.Nodes) > 0 {
+			if st.version, err = v.Version(ctx); err != nil {
+				st.version = ""
+			}
+		}
 	}
 	return st, nil
 }
@@ -101,6 +109,9 @@ func writeStatus(w io.Writer, st shownStatus) error {
 		}
 	}
 	b.WriteString(".\n")
+	if st.version != "" {
+		fmt.Fprintf(&b, "Platform version %s, as its control plane reports it.\n", st.version)
+	}
 	if !st.refreshed {
 		b.WriteString("Note: --refresh=false: this is resources.json as saved; no cloud was asked.\n")
 	}

@@ -118,8 +118,11 @@ type statusJSON struct {
 	Refreshed bool      `json:"refreshed"`
 	// PlatformError says why the platform could not be asked; "" when it
 	// answered (or was not asked).
-	PlatformError string   `json:"platform_error"`
-	Notes         []string `json:"notes"`
+	PlatformError string `json:"platform_error"`
+	// PlatformVersion is the version the platform's control plane
+	// reports ("" when it was not asked or could not say).
+	PlatformVersion string   `json:"platform_version"`
+	Notes           []string `json:"notes"`
 	// State is the current state in the format of resources.json.
 	State districts.Resources `json:"state"`
 }
@@ -127,7 +130,7 @@ type statusJSON struct {
 func newStatusJSON(st shownStatus, t time.Time) statusJSON {
 	return statusJSON{
 		header: newHeader(typeStatus), Time: t.UTC(), Cluster: st.cluster.ID, Platform: st.cluster.Platform,
-		Refreshed: st.refreshed, PlatformError: st.platformError, Notes: list(st.notes), State: st.res,
+		Refreshed: st.refreshed, PlatformError: st.platformError, PlatformVersion: st.version, Notes: list(st.notes), State: st.res,
 	}
 }
 
