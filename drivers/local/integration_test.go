@@ -879,8 +879,8 @@ func TestNodeKernelTunables(t *testing.T) {
 for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
 	echo "$k=$(cat /proc/sys/$k)"
 done
-echo 7 > /proc/sys/kernel/panic
-echo 1 > /proc/sys/vm/overcommit_memory
+if echo 7 > /proc/sys/kernel/panic 2>/dev/null; then echo panic=written; fi
+if echo 1 > /proc/sys/vm/overcommit_memory 2>/dev/null; then echo overcommit=written; fi
 if echo 4194304 > /proc/sys/kernel/pid_max 2>/dev/null; then echo pid_max=written; fi
 echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet
 echo "route_localnet=$(cat /proc/sys/net/ipv4/conf/all/route_localnet)"
@@ -897,8 +897,8 @@ echo "route_localnet=$(cat /proc/sys/net/ipv4/conf/all/route_localnet)"
 			t.Errorf("host %s changed: %s → %s", tu.key, before[tu.key], got)
 		}
 	}
-	if strings.Contains(out, "pid_max=written") {
-		t.Error("the node wrote the host's kernel.pid_max")
+	if strings.Contains(out, "=written") {
+		t.Errorf("the node wrote a global tunable (its own copy or the host's):\n%s", out)
 	}
 	if !strings.Contains(out, "route_localnet=1") {
 		t.Errorf("a net sysctl is not writable in the node:\n%s", out)

@@ -19,11 +19,12 @@ const scriptPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 // privateDirs are the paths each node gets its own copy of, so installers
 // use their default paths and nodes never share state.
 var privateDirs = []string{
-	"/opt/cni",
-	"/opt/transit",
-	"/var/lib/etcd",
-	"/usr/libexec/kubernetes",
-	"/usr/lib/modules",
+	"/opt/cni",                // CNI plugins; flannel's init container adds its own
+	"/opt/containerd",         // containerd makes its bin and lib here at start
+	"/opt/transit",            // binaries transit uploads (Kubernetes bundle)
+	"/var/lib/etcd",           // kubeadm's stacked etcd
+	"/usr/libexec/kubernetes", // the kubelet's volume plugins
+	"/usr/lib/modules",        // empty: a node loads no module into the host's kernel
 	"/etc/cni/net.d",
 	"/etc/containerd",
 	"/etc/docker",
@@ -248,7 +249,9 @@ func initScript(r *nodeRecord, hs []hierarchy) string {
 		f := "/run/.transit-sysctl/" + strings.ReplaceAll(t.key, "/", "_")
 		w("echo %s > %s", t.value, f)
 		w("mount -n --bind %s /proc/sys/%s", f, t.key)
+		w("mount -n -o remount,bind,ro /proc/sys/%s", t.key)
 	}
+	w("")
 	w("# the boot mark, before the boot files turn read-only")
 	w("touch \"$BOOT/booted\"")
 	w("")
