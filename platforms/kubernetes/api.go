@@ -21,6 +21,7 @@ import (
 
 	"github.com/cloudtransit/transit/atomicfile"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
 )
 
 // apiTimeout bounds one request to the API server.
@@ -41,7 +42,7 @@ type api struct {
 // beside the state for `transit kubeconfig` (rewritten when the masters'
 // differs: the cluster was made anew).
 func (d *driver) adminConfig(ctx context.Context, m districts.Node) ([]byte, error) {
-	out, err := d.r.Run(ctx, m, "read the admin kubeconfig", adminConfigScript, nil)
+	out, err := d.readSecret(ctx, m, "read the admin kubeconfig", adminConfigScript)
 	if err != nil {
 		return nil, fmt.Errorf("read the admin kubeconfig from master %s: %w", m.ID, err)
 	}
@@ -60,6 +61,23 @@ func (d *driver) adminConfig(ctx context.Context, m districts.Node) ([]byte, err
 		return nil, fmt.Errorf("save the admin kubeconfig: %w", err)
 	}
 	return data, nil
+}
+
+// readSecret runs a script that prints credentials: a failure's error
+// never carries what it printed (a connection lost halfway would
+// otherwise put part of a key into the message).
+func (d *driver) readSecret(ctx context.Context, n districts.Node, name, script string) (string, error) {
+	out, err := d.r.Run(ctx, n, name, script, nil)
+	if err == nil {
+		return out, nil
+	}
+	re, ok := errors.AsType[*ssh.RunError](err)
+	if !ok {
+		return "", err // no output in it
+	}
+	c := *re
+	c.Stdout = ""
+	return "", &c
 }
 
 // newAPI builds a client through master m and checks that its API server

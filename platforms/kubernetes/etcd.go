@@ -50,7 +50,7 @@ func (m etcdMember) host() string {
 // reaches every member's client URL from m, as the members reach each
 // other.
 func (d *driver) etcd(ctx context.Context, m districts.Node, endpoints ...string) (*clientv3.Client, error) {
-	out, err := d.r.Run(ctx, m, "read the etcd client credentials", etcdCredsScript, nil)
+	out, err := d.readSecret(ctx, m, "read the etcd client credentials", etcdCredsScript)
 	if err != nil {
 		return nil, fmt.Errorf("etcd credentials from master %s: %w", m.ID, err)
 	}

@@ -224,7 +224,14 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 		}
 	}
 	cfg := d.settings(n, systemd).joinConfig(sec, master)
-	if _, err := d.r.Run(ctx, n, "kubeadm join", joinScript(), []byte(cfg)); err != nil {
+	_, err = d.r.Run(ctx, n, "kubeadm join", joinScript(), []byte(cfg))
+	// The token served this join; it would expire by itself, but need
+	// not wait for that.
+	id, _, _ := strings.Cut(sec.token, ".")
+	if derr := a.c.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, "bootstrap-token-"+id, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+		d.opts.Logger.Warn("the join's bootstrap token was not deleted; it expires by itself", "node", n.ID, "err", derr)
+	}
+	if err != nil {
 		return err
 	}
 	if master {
