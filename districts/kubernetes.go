@@ -21,7 +21,19 @@ type Kubernetes struct {
 	// front of the masters. Empty: transit uses a master's address and
 	// moves the endpoint when that master leaves.
 	ControlPlaneEndpoint string `json:"control_plane_endpoint,omitempty"`
+	// PodNetwork is flannel's backend between nodes: "vxlan" (default),
+	// or "wireguard" to encrypt pod traffic between nodes (it needs the
+	// kernel's WireGuard module on every node).
+	PodNetwork string `json:"pod_network,omitempty"`
 }
+
+// Pod network backends (Kubernetes.PodNetwork).
+const (
+	PodNetworkVXLAN     = "vxlan"
+	PodNetworkWireGuard = "wireguard"
+)
+
+var podNetworks = []string{PodNetworkVXLAN, PodNetworkWireGuard}
 
 // Kubernetes defaults: kubeadm's service range and flannel's pod range.
 const (
@@ -36,6 +48,9 @@ func (k Kubernetes) Resolved() Kubernetes {
 	}
 	if k.ServiceCIDR == "" {
 		k.ServiceCIDR = DefaultServiceCIDR
+	}
+	if k.PodNetwork == "" {
+		k.PodNetwork = PodNetworkVXLAN
 	}
 	return k
 }
@@ -109,6 +124,9 @@ func validateKubernetes(c *problems, cl Cluster, ds []District, districtsOK bool
 				}
 			}
 		}
+	}
+	if k.PodNetwork != "" && !slices.Contains(podNetworks, k.PodNetwork) {
+		c.add("kubernetes.pod_network", fmt.Sprintf("%q is not a pod network %s", k.PodNetwork, known(podNetworks)), didYouMean(k.PodNetwork, podNetworks))
 	}
 	if e := k.ControlPlaneEndpoint; e != "" && (strings.ContainsAny(e, " /\t\n") || strings.Contains(e, "://")) {
 		c.add("kubernetes.control_plane_endpoint", fmt.Sprintf("%q is not a host or host:port", e), `e.g. "k8s.example.com:6443"`)

@@ -70,7 +70,7 @@ func (d *driver) renderAddon(name string) ([]*unstructured.Unstructured, error) 
 	if err != nil {
 		return nil, err
 	}
-	v := addonValues{PodCIDR: d.k8s.PodCIDR, DNSIP: dnsIP, Backend: "vxlan"}
+	v := addonValues{PodCIDR: d.k8s.PodCIDR, DNSIP: dnsIP, Backend: d.k8s.PodNetwork}
 	switch name {
 	case "flannel":
 		v.Image, v.PluginImage = bundle.FlannelImage, bundle.FlannelCNIPluginImage

@@ -3,10 +3,12 @@ package kubernetes
 import (
 	"errors"
 	"io"
+	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/cloudtransit/transit/districts"
@@ -137,5 +139,38 @@ func TestClusterEndpoint(t *testing.T) {
 		if got := ClusterEndpoint(cl); got != c.want {
 			t.Errorf("%q: %+v, want %+v", c.set, got, c.want)
 		}
+	}
+}
+
+// flannel's backend is cluster.json's pod_network; wireguard checks each
+// node's kernel before anything is installed, and says why it cannot be.
+func TestPodNetwork(t *testing.T) {
+	for _, pn := range []string{"", districts.PodNetworkWireGuard} {
+		d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{PodNetwork: pn}}, Options{}, nil)
+		objs, err := d.renderAddon("flannel")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pn
+		if want == "" {
+			want = districts.PodNetworkVXLAN
+		}
+		found := false
+		for _, o := range objs {
+			if o.GetKind() == "ConfigMap" {
+				conf, _, _ := unstructured.NestedString(o.Object, "data", "net-conf.json")
+				found = strings.Contains(conf, `"Type": "`+want+`"`)
+			}
+		}
+		if !found {
+			t.Errorf("pod_network %q: flannel's net-conf.json does not use backend %s", pn, want)
+		}
+	}
+	// This kernel has no WireGuard (the sandbox's): the check must say so.
+	out, err := exec.Command("sh", "-c", wireguardScript).CombinedOutput()
+	if err == nil {
+		t.Log("this kernel has WireGuard; the refusal is not exercised here")
+	} else if !strings.Contains(string(out), "use pod_network vxlan") {
+		t.Errorf("the check's refusal does not say what to do:\n%s", out)
 	}
 }

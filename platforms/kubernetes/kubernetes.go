@@ -127,6 +127,11 @@ func (d *driver) forgetMaster(id string) {
 // Install puts containerd, the kubelet and kubeadm on n and starts them:
 // from the district's bundle, or from packages.
 func (d *driver) Install(ctx context.Context, n districts.Node) error {
+	if d.k8s.PodNetwork == districts.PodNetworkWireGuard {
+		if _, err := d.r.Run(ctx, n, "check the kernel's WireGuard", wireguardScript, nil); err != nil {
+			return err
+		}
+	}
 	switch mode := d.opts.Install[n.District]; mode {
 	case districts.InstallBundle:
 		return d.installBundle(ctx, n)

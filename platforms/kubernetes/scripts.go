@@ -226,6 +226,17 @@ exit 0
 // adminConfigScript prints the admin kubeconfig of a master.
 const adminConfigScript = "cat /etc/kubernetes/admin.conf"
 
+// wireguardScript checks that the node's kernel can make a WireGuard
+// interface, which flannel's wireguard backend needs.
+const wireguardScript = `modprobe wireguard 2>/dev/null || true
+if ip link add transit-wgprobe type wireguard 2>/dev/null; then
+	ip link del transit-wgprobe
+	exit 0
+fi
+echo "kubernetes.pod_network wireguard needs the kernel's WireGuard module on every node, and this node's kernel has none: use pod_network vxlan, or a kernel with WireGuard" >&2
+exit 1
+`
+
 // hostsMark ends the /etc/hosts lines transit keeps.
 const hostsMark = "# transit control-plane endpoint"
 
