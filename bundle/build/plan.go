@@ -115,17 +115,8 @@ func images() []imageSpec {
 	return []imageSpec{
 		k8s("kube-apiserver"), k8s("kube-controller-manager"), k8s("kube-scheduler"),
 		{file: "kube-proxy.tar", ref: "registry.k8s.io/kube-proxy:" + Kubernetes, role: bundle.ForAll,
-			cfg: imageConfig{Env: []string{pathEnv}},
-			make: func(t *tree, work string) error {
-				base(t)
-				if err := busybox(t); err != nil {
-					return err
-				}
-				if err := iptables(t); err != nil {
-					return err
-				}
-				return t.copyAs(work+"/kubernetes/kube-proxy", "/usr/local/bin/kube-proxy")
-			}},
+			cfg:  imageConfig{Env: []string{pathEnv}},
+			make: withIptables("kubernetes/kube-proxy", "/usr/local/bin/kube-proxy")},
 		{file: "etcd.tar", ref: "registry.k8s.io/etcd:" + Etcd + "-0", role: bundle.ForMasters,
 			cfg: imageConfig{Env: []string{pathEnv}},
 			make: func(t *tree, work string) error {
@@ -149,17 +140,8 @@ func images() []imageSpec {
 		// cp in the image): one manifest serves nodes installed from the
 		// bundle and nodes that pull upstream's images.
 		{file: "flannel.tar", ref: bundle.FlannelImage, role: bundle.ForAll,
-			cfg: imageConfig{Entrypoint: []string{"/opt/bin/flanneld"}, Env: []string{pathEnv}},
-			make: func(t *tree, work string) error {
-				base(t)
-				if err := busybox(t); err != nil {
-					return err
-				}
-				if err := iptables(t); err != nil {
-					return err
-				}
-				return t.copyAs(work+"/flannel/flannel", "/opt/bin/flanneld")
-			}},
+			cfg:  imageConfig{Entrypoint: []string{"/opt/bin/flanneld"}, Env: []string{pathEnv}},
+			make: withIptables("flannel/flannel", "/opt/bin/flanneld")},
 		{file: "flannel-cni-plugin.tar", ref: bundle.FlannelCNIPluginImage, role: bundle.ForAll,
 			cfg: imageConfig{Env: []string{pathEnv}},
 			make: func(t *tree, work string) error {
@@ -174,6 +156,22 @@ func images() []imageSpec {
 				base(t)
 				return busybox(t)
 			}},
+	}
+}
+
+// withIptables makes an image of the built binary src (in the work
+// directory) at dst, with a shell and iptables: kube-proxy's and
+// flannel's.
+func withIptables(src, dst string) func(t *tree, work string) error {
+	return func(t *tree, work string) error {
+		base(t)
+		if err := busybox(t); err != nil {
+			return err
+		}
+		if err := iptables(t); err != nil {
+			return err
+		}
+		return t.copyAs(work+"/"+src, dst)
 	}
 }
 

@@ -110,10 +110,7 @@ func (d *driver) etcdMembers(ctx context.Context, m districts.Node) ([]etcdMembe
 	}
 	var out []etcdMember
 	for _, mem := range resp.Members {
-		em := etcdMember{ID: mem.ID, Name: mem.Name, Learner: mem.IsLearner}
-		if len(mem.PeerURLs) > 0 {
-			em.PeerURL = mem.PeerURLs[0]
-		}
+		em := fromPB(mem)
 		if len(mem.ClientURLs) > 0 {
 			sctx, cancel := context.WithTimeout(ctx, etcdTimeout/2)
 			_, err := c.Status(sctx, strings.TrimPrefix(mem.ClientURLs[0], "https://"))
@@ -142,11 +139,7 @@ func (d *driver) removeEtcdMember(ctx context.Context, m districts.Node, n distr
 	}
 	var errs []error
 	for _, mem := range resp.Members {
-		em := etcdMember{Name: mem.Name}
-		if len(mem.PeerURLs) > 0 {
-			em.PeerURL = mem.PeerURLs[0]
-		}
-		if !memberOf(em, n) {
+		if !memberOf(fromPB(mem), n) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
@@ -157,6 +150,16 @@ func (d *driver) removeEtcdMember(ctx context.Context, m districts.Node, n distr
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// fromPB is etcd's member list entry as an etcdMember (not yet asked
+// for its health).
+func fromPB(mem *etcdserverpb.Member) etcdMember {
+	em := etcdMember{ID: mem.ID, Name: mem.Name, Learner: mem.IsLearner}
+	if len(mem.PeerURLs) > 0 {
+		em.PeerURL = mem.PeerURLs[0]
+	}
+	return em
 }
 
 // memberOf says whether etcd member em is node n's: by name, or, for a
@@ -188,12 +191,8 @@ func (d *driver) handOverLeadership(ctx context.Context, m, n districts.Node) er
 	var leaving *etcdserverpb.Member
 	var to uint64
 	for _, mem := range list.Members {
-		em := etcdMember{Name: mem.Name}
-		if len(mem.PeerURLs) > 0 {
-			em.PeerURL = mem.PeerURLs[0]
-		}
 		switch {
-		case memberOf(em, n):
+		case memberOf(fromPB(mem), n):
 			leaving = mem
 		case !mem.IsLearner && to == 0 && len(mem.ClientURLs) > 0:
 			if _, err := c.Status(lctx, strings.TrimPrefix(mem.ClientURLs[0], "https://")); err == nil {
