@@ -1,0 +1,91 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+// noAPIRunner is a cluster whose API server never answers: each node
+// either answers the membership probe with what it holds or cannot be
+// reached.
+type noAPIRunner struct {
+	mu    sync.Mutex
+	holds map[string]string // node id -> "none" or "member"; missing: unreachable
+}
+
+func (r *noAPIRunner) Run(_ context.Context, n districts.Node, name, script string, _ []byte) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out, ok := r.holds[n.ID]
+	if !ok {
+		return "", &ssh.RunError{Target: ssh.NodeTarget(n), Name: name, ExitStatus: -1, Err: ssh.ErrUnreachable}
+	}
+	if script != membershipScript {
+		return "", errors.New("the API server is down: " + name + " fails")
+	}
+	return out + "\n", nil
+}
+
+func (r *noAPIRunner) Upload(context.Context, districts.Node, string, fs.FileMode, io.Reader, int64) error {
+	return errors.New("no uploads")
+}
+
+func (r *noAPIRunner) DialContext(context.Context, districts.Node, string, string) (net.Conn, error) {
+	return nil, errors.New("connection refused")
+}
+
+// Members says "no platform" only when every node answered that it holds
+// none; otherwise the platform is unreachable, naming the masters that
+// did not answer or hold a control plane that does not serve.
+func TestMembersWithoutAPIServer(t *testing.T) {
+	m1 := districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "10.0.0.2"}
+	m2 := districts.Node{ID: "k-master-2", Role: districts.RoleMaster, PrivateIP: "10.0.0.3"}
+	w1 := districts.Node{ID: "k-worker-1", Role: districts.RoleWorker, PrivateIP: "10.0.0.4"}
+	gone := districts.Node{ID: "k-worker-2", Role: districts.RoleWorker} // machine gone: no address
+	for _, tc := range []struct {
+		name    string
+		nodes   []districts.Node
+		holds   map[string]string
+		none    bool
+		masters []string
+	}{
+		{"fresh machines", []districts.Node{m1, w1}, map[string]string{"k-master-1": "none", "k-worker-1": "none"}, true, nil},
+		{"a master holds a control plane", []districts.Node{m1, w1}, map[string]string{"k-master-1": "member", "k-worker-1": "none"}, false, []string{"k-master-1"}},
+		{"a master does not answer", []districts.Node{m1, m2, w1}, map[string]string{"k-master-2": "none", "k-worker-1": "none"}, false, []string{"k-master-1"}},
+		{"workers belong to a cluster no master serves", []districts.Node{m1, w1}, map[string]string{"k-master-1": "none", "k-worker-1": "member"}, false, nil},
+		{"a node whose machine is gone cannot say", []districts.Node{m1, gone}, map[string]string{"k-master-1": "none"}, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &noAPIRunner{holds: tc.holds}
+			d := newDriver(districts.Cluster{ID: "k"}, Options{}, r)
+			_, err := d.Members(context.Background(), tc.nodes)
+			if tc.none {
+				if !errors.Is(err, control.ErrNoPlatform) {
+					t.Fatalf("Members = %v, want no platform", err)
+				}
+				return
+			}
+			var ue *control.UnreachableError
+			if !errors.As(err, &ue) || errors.Is(err, control.ErrNoPlatform) {
+				t.Fatalf("Members = %v, want unreachable and never no platform", err)
+			}
+			if !slices.Equal(ue.Masters, tc.masters) {
+				t.Errorf("unreachable masters %v, want %v (%v)", ue.Masters, tc.masters, err)
+			}
+			if strings.Contains(err.Error(), "BEGIN") {
+				t.Errorf("credentials in the error: %v", err)
+			}
+		})
+	}
+}
