@@ -99,7 +99,7 @@ func buildPlan(in planInput) Plan {
 			// the rebuild, which would otherwise hold back new masters.
 			removals = slices.DeleteFunc(removals, func(a Action) bool {
 				n, ok := in.world.node(a.Node)
-				return !ok || !n.JoinFailed || isMember(n.Phase)
+				return !ok || !n.JoinFailed || n.Phase.Member()
 			})
 		}
 		// Workers leave before masters; masters leave last, one at a time.
@@ -174,15 +174,6 @@ var removalRank = map[districts.Phase]int{
 	districts.PhaseJoined:   6,
 }
 
-// isMember says the platform has the node, by its observed phase.
-func isMember(p districts.Phase) bool {
-	switch p {
-	case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
-		return true
-	}
-	return false
-}
-
 // classify sorts the live nodes into deployment lines and roles, and
 // picks per line the nodes to keep and the excess.
 func classify(in planInput) classified {
@@ -218,7 +209,7 @@ func classify(in planInput) classified {
 		var usable []*districts.Node
 		for _, n := range c.byKey[k] {
 			switch {
-			case n.JoinFailed && !isMember(n.Phase):
+			case n.JoinFailed && !n.Phase.Member():
 				rw.replace = append(rw.replace, n)
 			case unhealthyAfter > 0 && n.Phase == districts.PhaseNotReady && !in.fresh[n.ID] &&
 				!n.NotReadySince.IsZero() && in.world.now.Sub(n.NotReadySince) >= unhealthyAfter:
@@ -300,7 +291,7 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 
 	for _, n := range rw.replace {
 		reason := "its install or join failed and the platform does not list it: replaced"
-		if isMember(n.Phase) {
+		if n.Phase.Member() {
 			reason = fmt.Sprintf("not ready since %s, longer than strategy.replace_unhealthy_after: replaced", n.NotReadySince.UTC().Format(time.RFC3339))
 		}
 		removals = append(removals, removalChain(n, reason)...)
@@ -337,7 +328,7 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 func unavailableHint(w world, role string) string {
 	var ids []string
 	for _, n := range w.live() {
-		if n.Role == role && isMember(n.Phase) && n.Phase != districts.PhaseJoined {
+		if n.Role == role && n.Phase.Member() && n.Phase != districts.PhaseJoined {
 			ids = append(ids, fmt.Sprintf("%s (%s)", n.ID, n.Phase))
 		}
 	}
@@ -353,7 +344,7 @@ func unavailableHint(w world, role string) string {
 func removalChain(n *districts.Node, reason string) []Action {
 	base := Action{District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor, Reason: reason}
 	var out []Action
-	if isMember(n.Phase) {
+	if n.Phase.Member() {
 		if n.Phase != districts.PhaseDrained {
 			a := base
 			a.Kind = KindDrain
@@ -385,7 +376,7 @@ func planJoins(in planInput, c classified, launches []Action, p *Plan) []Action 
 	for _, n := range c.keep {
 		m, member := in.world.members[n.ID]
 		switch {
-		case !member && !isMember(n.Phase):
+		case !member && !n.Phase.Member():
 			joins = append(joins, Action{Kind: KindJoin, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
 				Reason: fmt.Sprintf("node is %s, not a member of the platform", n.Phase)})
 		case member && m.Role != "" && m.Role != n.Role:
@@ -423,7 +414,7 @@ func planJoins(in planInput, c classified, launches []Action, p *Plan) []Action 
 func planChanges(in planInput, c classified, p *Plan) []Action {
 	var out []Action
 	for _, n := range c.keep {
-		if !isMember(n.Phase) {
+		if !n.Phase.Member() {
 			continue
 		}
 		switch n.Phase {

@@ -50,7 +50,7 @@ func (ws worldSpec) world() world {
 	}
 	for _, n := range ws.nodes {
 		w.state.Nodes = append(w.state.Nodes, n)
-		if isMember(n.Phase) {
+		if n.Phase.Member() {
 			w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
 				Draining: isCordoned(&n), Labels: n.Tags}
 		}

@@ -684,7 +684,7 @@ func isCordoned(n *districts.Node) bool {
 	case districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
 		return true
 	}
-	return n.CordonedByTransit && isMember(n.Phase)
+	return n.CordonedByTransit && n.Phase.Member()
 }
 
 // chainsAtOnce runs removal chains, at most limit at once.

@@ -360,7 +360,7 @@ func stateWorld(r districts.Resources, now time.Time) world {
 		switch {
 		case n.Phase == districts.PhaseTerminating:
 			w.terminating[n.District]++
-		case isMember(n.Phase):
+		case n.Phase.Member():
 			w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
 				Draining: n.Phase != districts.PhaseJoined && n.Phase != districts.PhaseNotReady, Labels: n.Tags}
 			if n.Role == districts.RoleMaster {

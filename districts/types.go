@@ -350,6 +350,16 @@ const (
 	PhaseTerminating Phase = "terminating" // the cloud is deleting the machine
 )
 
+// Member says a node in phase p is in the platform, by its observed
+// phase: joined, possibly not ready, cordoned or on its way out.
+func (p Phase) Member() bool {
+	switch p {
+	case PhaseJoined, PhaseNotReady, PhaseCordoned, PhaseDraining, PhaseDrained:
+		return true
+	}
+	return false
+}
+
 // SecurityGroup is a district's firewall for a cluster: all traffic from the
 // cluster's node addresses, SSH from the operator.
 type SecurityGroup struct {

@@ -48,7 +48,7 @@ func OperatorAPIServer(c districts.Cluster, res districts.Resources) (APIServer,
 	for _, n := range res.Nodes {
 		switch {
 		case n.Role != districts.RoleMaster:
-		case member(n.Phase) && len(n.Addresses()) > 0:
+		case n.Phase.Member() && len(n.Addresses()) > 0:
 			joined = append(joined, n)
 		default:
 			others = append(others, n)
@@ -81,17 +81,6 @@ func OperatorAPIServer(c districts.Cluster, res districts.Resources) (APIServer,
 	}, nil
 }
 
-// member says a node in phase p is a member of the cluster, whose API
-// server may answer: joined, or joined and since not ready, cordoned or
-// draining.
-func member(p districts.Phase) bool {
-	switch p {
-	case districts.PhaseJoined, districts.PhaseNotReady, districts.PhaseCordoned, districts.PhaseDraining, districts.PhaseDrained:
-		return true
-	}
-	return false
-}
-
 // phases lists masters that are not (usably) joined: " (c-master-1 is
 // launched)".
 func phases(masters []districts.Node) string {
@@ -101,7 +90,7 @@ func phases(masters []districts.Node) string {
 	var parts []string
 	for _, n := range masters {
 		p := string(n.Phase)
-		if member(n.Phase) {
+		if n.Phase.Member() {
 			p = p + " but has no address"
 		}
 		parts = append(parts, n.ID+" is "+p)
