@@ -46,10 +46,8 @@ func (m etcdMember) host() string {
 	return u.Hostname()
 }
 
-// etcd is a client of the stacked etcd, tunnelled through master m: it
-// reaches every member's client URL from m, as the members reach each
-// other.
-func (d *driver) etcd(ctx context.Context, m districts.Node, endpoints ...string) (*clientv3.Client, error) {
+// etcdTLS reads master m's etcd credentials (kept in memory only).
+func (d *driver) etcdTLS(ctx context.Context, m districts.Node) (*tls.Config, error) {
 	out, err := d.readSecret(ctx, m, "read the etcd client credentials", etcdCredsScript)
 	if err != nil {
 		return nil, fmt.Errorf("etcd credentials from master %s: %w", m.ID, err)
@@ -66,19 +64,50 @@ func (d *driver) etcd(ctx context.Context, m districts.Node, endpoints ...string
 	if err != nil {
 		return nil, fmt.Errorf("master %s: the etcd client certificate: %w", m.ID, err)
 	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// etcdClient is a client of the stacked etcd at endpoint (default m's own
+// member), tunnelled through master m: it reaches every member's client
+// URL from m, as the members reach each other.
+func (d *driver) etcdClient(m districts.Node, creds *tls.Config, endpoint string) (*clientv3.Client, error) {
+	if endpoint == "" {
+		endpoint = "https://" + net.JoinHostPort(nodeAddress(m), "2379")
+	}
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		return d.r.DialContext(ctx, m, "tcp", addr)
 	}
-	if len(endpoints) == 0 {
-		endpoints = []string{"https://" + net.JoinHostPort(nodeAddress(m), "2379")}
-	}
 	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
+		Endpoints:   []string{endpoint},
 		DialTimeout: etcdTimeout,
-		TLS:         &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLS:         creds,
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(dial)},
 		Logger:      zap.NewNop(),
 	})
+}
+
+// withEtcdMembers lists etcd's members through master m and hands the
+// list, a client and m's credentials to fn (each request of fn bounded
+// by etcdTimeout through the context it gets).
+func (d *driver) withEtcdMembers(ctx context.Context, m districts.Node,
+	fn func(ctx context.Context, c *clientv3.Client, creds *tls.Config, members []*etcdserverpb.Member) error,
+) error {
+	creds, err := d.etcdTLS(ctx, m)
+	if err != nil {
+		return err
+	}
+	c, err := d.etcdClient(m, creds, "")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	resp, err := c.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd member list through master %s: %w", m.ID, err)
+	}
+	return fn(ctx, c, creds, resp.Members)
 }
 
 // splitPEM splits the CA, certificate and key etcdCredsScript printed.
@@ -97,59 +126,42 @@ func splitPEM(out string) (ca, cert, key []byte, err error) {
 // etcdMembers lists the stacked etcd's members and asks each for its
 // status.
 func (d *driver) etcdMembers(ctx context.Context, m districts.Node) ([]etcdMember, error) {
-	c, err := d.etcd(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = c.Close() }()
-	lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	defer cancel()
-	resp, err := c.MemberList(lctx)
-	if err != nil {
-		return nil, fmt.Errorf("etcd member list through master %s: %w", m.ID, err)
-	}
 	var out []etcdMember
-	for _, mem := range resp.Members {
-		em := fromPB(mem)
-		if len(mem.ClientURLs) > 0 {
-			sctx, cancel := context.WithTimeout(ctx, etcdTimeout/2)
-			_, err := c.Status(sctx, strings.TrimPrefix(mem.ClientURLs[0], "https://"))
-			cancel()
-			em.Healthy = err == nil
+	err := d.withEtcdMembers(ctx, m, func(ctx context.Context, c *clientv3.Client, _ *tls.Config, members []*etcdserverpb.Member) error {
+		for _, mem := range members {
+			em := fromPB(mem)
+			if len(mem.ClientURLs) > 0 {
+				sctx, cancel := context.WithTimeout(ctx, etcdTimeout/2)
+				_, err := c.Status(sctx, strings.TrimPrefix(mem.ClientURLs[0], "https://"))
+				cancel()
+				em.Healthy = err == nil
+			}
+			out = append(out, em)
 		}
-		out = append(out, em)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // removeEtcdMember removes the members of node n (by name, or by the
 // address of a member that never started and so has no name), through
 // master m. Removing none is no error.
 func (d *driver) removeEtcdMember(ctx context.Context, m districts.Node, n districts.Node) error {
-	c, err := d.etcd(ctx, m)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	defer cancel()
-	resp, err := c.MemberList(lctx)
-	if err != nil {
-		return fmt.Errorf("etcd member list through master %s: %w", m.ID, err)
-	}
-	var errs []error
-	for _, mem := range resp.Members {
-		if !memberOf(fromPB(mem), n) {
-			continue
+	return d.withEtcdMembers(ctx, m, func(ctx context.Context, c *clientv3.Client, _ *tls.Config, members []*etcdserverpb.Member) error {
+		var errs []error
+		for _, mem := range members {
+			if !memberOf(fromPB(mem), n) {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+			_, err := c.MemberRemove(rctx, mem.ID)
+			cancel()
+			if err != nil && !strings.Contains(err.Error(), "member not found") {
+				errs = append(errs, fmt.Errorf("remove etcd member %x of node %s: %w", mem.ID, n.ID, err))
+			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		_, err := c.MemberRemove(rctx, mem.ID)
-		cancel()
-		if err != nil && !strings.Contains(err.Error(), "member not found") {
-			errs = append(errs, fmt.Errorf("remove etcd member %x of node %s: %w", mem.ID, n.ID, err))
-		}
-	}
-	return errors.Join(errs...)
+		return errors.Join(errs...)
+	})
 }
 
 // fromPB is etcd's member list entry as an etcdMember (not yet asked
@@ -177,44 +189,37 @@ func memberOf(em etcdMember, n districts.Node) bool {
 // during one fail with "leader changed"). Through master m; n need not
 // answer (then it leads nobody soon anyway).
 func (d *driver) handOverLeadership(ctx context.Context, m, n districts.Node) error {
-	c, err := d.etcd(ctx, m)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	defer cancel()
-	list, err := c.MemberList(lctx)
-	if err != nil {
-		return err
-	}
-	var leaving *etcdserverpb.Member
-	var to uint64
-	for _, mem := range list.Members {
-		switch {
-		case memberOf(fromPB(mem), n):
-			leaving = mem
-		case !mem.IsLearner && to == 0 && len(mem.ClientURLs) > 0:
-			if _, err := c.Status(lctx, strings.TrimPrefix(mem.ClientURLs[0], "https://")); err == nil {
-				to = mem.ID
+	return d.withEtcdMembers(ctx, m, func(ctx context.Context, c *clientv3.Client, creds *tls.Config, members []*etcdserverpb.Member) error {
+		lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		defer cancel()
+		var leaving *etcdserverpb.Member
+		var to uint64
+		for _, mem := range members {
+			switch {
+			case memberOf(fromPB(mem), n):
+				leaving = mem
+			case !mem.IsLearner && to == 0 && len(mem.ClientURLs) > 0:
+				if _, err := c.Status(lctx, strings.TrimPrefix(mem.ClientURLs[0], "https://")); err == nil {
+					to = mem.ID
+				}
 			}
 		}
-	}
-	if leaving == nil || to == 0 || len(leaving.ClientURLs) == 0 {
+		if leaving == nil || to == 0 || len(leaving.ClientURLs) == 0 {
+			return nil
+		}
+		st, err := c.Status(lctx, strings.TrimPrefix(leaving.ClientURLs[0], "https://"))
+		if err != nil || st.Leader != leaving.ID {
+			return nil
+		}
+		// MoveLeader must reach the leader itself.
+		lc, err := d.etcdClient(m, creds, leaving.ClientURLs[0])
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lc.Close() }()
+		if _, err := lc.MoveLeader(lctx, to); err != nil {
+			return fmt.Errorf("move etcd's leadership away from node %s: %w", n.ID, err)
+		}
 		return nil
-	}
-	st, err := c.Status(lctx, strings.TrimPrefix(leaving.ClientURLs[0], "https://"))
-	if err != nil || st.Leader != leaving.ID {
-		return nil
-	}
-	// MoveLeader must reach the leader itself.
-	lc, err := d.etcd(ctx, m, leaving.ClientURLs[0])
-	if err != nil {
-		return err
-	}
-	defer func() { _ = lc.Close() }()
-	if _, err := lc.MoveLeader(lctx, to); err != nil {
-		return fmt.Errorf("move etcd's leadership away from node %s: %w", n.ID, err)
-	}
-	return nil
+	})
 }

@@ -39,7 +39,7 @@ func TestSecretsStayOutOfErrors(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("admin kubeconfig: %v", err)
 	}
-	_, err = d.etcd(context.Background(), m)
+	_, err = d.etcdTLS(context.Background(), m)
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("etcd credentials: %v", err)
 	}
