@@ -60,7 +60,7 @@ func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
 		return fmt.Errorf("node %s: %w", n.ID, err)
 	}
 	files, images := m.For(n.Role == districts.RoleMaster)
-	out, err := d.r.Run(ctx, n, "probe the node", probeScript(), nil)
+	out, err := d.probe(ctx, n)
 	if err != nil {
 		return err
 	}

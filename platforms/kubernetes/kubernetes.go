@@ -65,6 +65,9 @@ type driver struct {
 	api   *api
 	// manifests are the bundles read, by directory.
 	manifests map[string]*bundle.Manifest
+	// systemdOn says which machines run systemd, by provider id, as
+	// their probe (at install) said.
+	systemdOn map[string]bool
 }
 
 var _ control.Platform = (*driver)(nil)
@@ -90,7 +93,8 @@ func newDriver(c districts.Cluster, opts Options, r runner) *driver {
 	if c.Kubernetes != nil {
 		k = *c.Kubernetes
 	}
-	return &driver{cluster: c, k8s: k.Resolved(), endpoint: ClusterEndpoint(c), opts: opts, r: r, manifests: map[string]*bundle.Manifest{}}
+	return &driver{cluster: c, k8s: k.Resolved(), endpoint: ClusterEndpoint(c), opts: opts, r: r,
+		manifests: map[string]*bundle.Manifest{}, systemdOn: map[string]bool{}}
 }
 
 // Close closes the driver's SSH connections.
@@ -170,11 +174,30 @@ func (d *driver) Init(ctx context.Context, n districts.Node) error {
 	return err
 }
 
-// systemd says whether n runs systemd (Install's probe tells).
+// systemd says whether n runs systemd: as the probe at its install said,
+// else as a probe says now.
 func (d *driver) systemd(ctx context.Context, n districts.Node) (bool, error) {
-	out, err := d.r.Run(ctx, n, "probe the node", probeScript(), nil)
+	d.mu.Lock()
+	on, known := d.systemdOn[n.ProviderID]
+	d.mu.Unlock()
+	if known {
+		return on, nil
+	}
+	out, err := d.probe(ctx, n)
 	if err != nil {
 		return false, err
 	}
 	return strings.Contains(out, "systemd=yes"), nil
+}
+
+// probe runs probeScript on n and records whether n runs systemd.
+func (d *driver) probe(ctx context.Context, n districts.Node) (string, error) {
+	out, err := d.r.Run(ctx, n, "probe the node", probeScript(), nil)
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	d.systemdOn[n.ProviderID] = strings.Contains(out, "systemd=yes")
+	d.mu.Unlock()
+	return out, nil
 }
