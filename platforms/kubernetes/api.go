@@ -122,14 +122,30 @@ func (d *driver) newAPI(ctx context.Context, m districts.Node) (*api, error) {
 func (d *driver) client(ctx context.Context) (*api, error) {
 	d.mu.Lock()
 	cur := d.api
-	masters := slices.Clone(d.masters)
 	d.mu.Unlock()
 	if cur != nil {
 		return cur, nil
 	}
+	a, errs := d.connect(ctx, "")
+	switch {
+	case a != nil:
+		return a, nil
+	case len(errs) == 0:
+		return nil, errors.New("no master is known: the cluster has not been initialised")
+	}
+	return nil, fmt.Errorf("no API server answered: %w", errors.Join(errs...))
+}
+
+// connect makes the client through the first known master but skip whose
+// API server answers, and keeps it as the driver's client; it returns
+// nil and each master's error when none answers.
+func (d *driver) connect(ctx context.Context, skip string) (*api, []error) {
+	d.mu.Lock()
+	masters := slices.Clone(d.masters)
+	d.mu.Unlock()
 	var errs []error
 	for _, m := range masters {
-		if !hasAddress(m) {
+		if m.ID == skip || !hasAddress(m) {
 			continue
 		}
 		a, err := d.newAPI(ctx, m)
@@ -142,10 +158,7 @@ func (d *driver) client(ctx context.Context) (*api, error) {
 		d.mu.Unlock()
 		return a, nil
 	}
-	if len(errs) == 0 {
-		return nil, errors.New("no master is known: the cluster has not been initialised")
-	}
-	return nil, fmt.Errorf("no API server answered: %w", errors.Join(errs...))
+	return nil, errs
 }
 
 // dropClient forgets the client through master id (it left, or stopped

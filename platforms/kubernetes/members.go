@@ -490,25 +490,11 @@ func (d *driver) clientExcept(ctx context.Context, id string) (*api, error) {
 	if err == nil && a.master.ID != id {
 		return a, nil
 	}
-	d.mu.Lock()
-	masters := slices.Clone(d.masters)
-	d.mu.Unlock()
-	var errs []error
-	for _, m := range masters {
-		if m.ID == id || !hasAddress(m) {
-			continue
-		}
-		b, err := d.newAPI(ctx, m)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		d.mu.Lock()
-		d.api = b
-		d.mu.Unlock()
+	b, errs := d.connect(ctx, id)
+	switch {
+	case b != nil:
 		return b, nil
-	}
-	if a != nil {
+	case a != nil:
 		return a, nil
 	}
 	return nil, fmt.Errorf("no other master's API server answered: %w", errors.Join(append(errs, err)...))
