@@ -170,16 +170,7 @@ if [ -f /etc/kubernetes/admin.conf ] && kubectl --kubeconfig /etc/kubernetes/adm
 	echo initialised-before
 	exit 0
 fi
-if [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ] || [ -e /etc/kubernetes/kubelet.conf ]; then
-	kubeadm reset -f >>` + logDir + `/kubeadm.log 2>&1 || true
-	` + stopKubeletScript + `
-fi
-if ! kubeadm init --config ` + configFile + ` --skip-token-print >>` + logDir + `/kubeadm.log 2>&1; then
-	echo "kubeadm init failed; its last lines (the rest is in ` + logDir + `/kubeadm.log on the node):" >&2
-	tail -n 15 ` + logDir + `/kubeadm.log | sed 's/--token [^ ]*/--token <redacted>/; s/--certificate-key [^ ]*/--certificate-key <redacted>/' >&2
-	exit 1
-fi
-echo initialised
+` + resetLeftovers + kubeadmLogged("init", "--config "+configFile+" --skip-token-print") + `echo initialised
 `
 }
 
@@ -194,12 +185,23 @@ umask 077
 mkdir -p ` + logDir + `
 trap 'rm -f ` + configFile + `' EXIT
 cat > ` + configFile + `
-if [ -e /etc/kubernetes/kubelet.conf ] || [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ]; then
+` + resetLeftovers + kubeadmLogged("join", "--config "+configFile)
+}
+
+// resetLeftovers resets a node holding the leftovers of an earlier init
+// or join (kubelet credentials, a control plane's manifests).
+const resetLeftovers = `if [ -e /etc/kubernetes/kubelet.conf ] || [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ]; then
 	kubeadm reset -f >>` + logDir + `/kubeadm.log 2>&1 || true
 	` + stopKubeletScript + `
 fi
-if ! kubeadm join --config ` + configFile + ` >>` + logDir + `/kubeadm.log 2>&1; then
-	echo "kubeadm join failed; its last lines (the rest is in ` + logDir + `/kubeadm.log on the node):" >&2
+`
+
+// kubeadmLogged runs `kubeadm <phase> <args>` with its output in logDir
+// (it repeats join commands); on failure it shows the log's last lines,
+// tokens and certificate keys redacted.
+func kubeadmLogged(phase, args string) string {
+	return `if ! kubeadm ` + phase + ` ` + args + ` >>` + logDir + `/kubeadm.log 2>&1; then
+	echo "kubeadm ` + phase + ` failed; its last lines (the rest is in ` + logDir + `/kubeadm.log on the node):" >&2
 	tail -n 15 ` + logDir + `/kubeadm.log | sed 's/--token [^ ]*/--token <redacted>/; s/--certificate-key [^ ]*/--certificate-key <redacted>/' >&2
 	exit 1
 fi
