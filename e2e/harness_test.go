@@ -410,6 +410,21 @@ func (c *cluster) applyUntil(fn func(ev map[string]any) bool) (killed bool) {
 	return killed
 }
 
+// applyKilledAt runs `transit apply` and kills it (SIGKILL) delay after
+// its first action of kind reached phase; it says whether the kill
+// happened before the run ended.
+func (c *cluster) applyKilledAt(kind, phase string, delay time.Duration) (killed bool) {
+	c.tb.Helper()
+	return c.applyUntil(func(ev map[string]any) bool {
+		k, p, _ := action(ev)
+		if k == kind && p == phase {
+			time.Sleep(delay)
+			return false
+		}
+		return true
+	})
+}
+
 // action returns the kind, phase and node of an apply --json action event.
 func action(ev map[string]any) (kind, phase, node string) {
 	if ev["type"] != "action" {

@@ -552,13 +552,13 @@ func testKubeMigrate(t *testing.T, c *cluster) {
 
 func testKubeKill(t *testing.T, c *cluster) {
 	points := []struct {
-		name    string
-		workers int
-		kill    func(kind, phase string) bool
-		delay   time.Duration
+		name        string
+		workers     int
+		kind, phase string
+		delay       time.Duration
 	}{
-		{"during kubeadm join", 3, func(k, p string) bool { return k == "join" && p == "start" }, 4 * time.Second},
-		{"during a drain", 2, func(k, p string) bool { return k == "drain" && p == "start" }, time.Second},
+		{"during kubeadm join", 3, "join", "start", 4 * time.Second},
+		{"during a drain", 2, "drain", "start", time.Second},
 	}
 	ctx := context.Background()
 	for _, p := range points {
@@ -569,14 +569,7 @@ func testKubeKill(t *testing.T, c *cluster) {
 			eventually(t, 2*time.Minute, "slow available", func(ctx context.Context) error { return available(ctx, k, "slow", 3) })
 		}
 		c.setQuantity("e2e-b", districts.RoleWorker, p.workers)
-		killed := c.applyUntil(func(ev map[string]any) bool {
-			kind, phase, _ := action(ev)
-			if p.kill(kind, phase) {
-				time.Sleep(p.delay)
-				return false
-			}
-			return true
-		})
+		killed := c.applyKilledAt(p.kind, p.phase, p.delay)
 		if !killed {
 			t.Errorf("%s: apply ended before the kill point", p.name)
 		}

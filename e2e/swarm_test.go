@@ -544,25 +544,18 @@ func testKill(t *testing.T, c *cluster) {
 	// Drains take 10s here, so the kill lands in the middle of one.
 	c.service(res, "everywhere", 0, "--stop-grace-period 10s")
 	points := []struct {
-		name     string
-		quantity int
-		kill     func(kind, phase string) bool
-		delay    time.Duration
+		name        string
+		quantity    int
+		kind, phase string
+		delay       time.Duration
 	}{
-		{"after a launch", 5, func(k, p string) bool { return k == "launch" && p == "finish" }, 0},
-		{"during install", 6, func(k, p string) bool { return k == "join" && p == "start" }, 700 * time.Millisecond},
-		{"during a drain", 4, func(k, p string) bool { return k == "drain" && p == "start" }, time.Second},
+		{"after a launch", 5, "launch", "finish", 0},
+		{"during install", 6, "join", "start", 700 * time.Millisecond},
+		{"during a drain", 4, "drain", "start", time.Second},
 	}
 	for _, p := range points {
 		c.setQuantity("e2e-b", districts.RoleWorker, p.quantity)
-		killed := c.applyUntil(func(ev map[string]any) bool {
-			kind, phase, _ := action(ev)
-			if p.kill(kind, phase) {
-				time.Sleep(p.delay)
-				return false
-			}
-			return true
-		})
+		killed := c.applyKilledAt(p.kind, p.phase, p.delay)
 		if !killed {
 			t.Errorf("%s: apply ended before the kill point", p.name)
 		}
