@@ -39,10 +39,11 @@ type APIServer struct {
 // OperatorAPIServer returns where the operator's machine reaches the
 // cluster's API server: control_plane_endpoint as cluster.json gives it
 // (port 6443 unless given), or, for the managed endpoint, a name only the
-// nodes resolve, the address of a joined master (its public address, else
-// its private one; the lowest node id first) on port 6443 with the
-// endpoint's name as TLS server name. Either way a master must be joined
-// in res; else the error matches ErrNotApplied.
+// nodes resolve, the address of a master that is a member (ready ones
+// first, then the lowest node id; its public address, else its private
+// one) on port 6443 with the endpoint's name as TLS server name. Either
+// way a master must be a member in res; else the error matches
+// ErrNotApplied.
 func OperatorAPIServer(c districts.Cluster, res districts.Resources) (APIServer, error) {
 	var joined, others []districts.Node
 	for _, n := range res.Nodes {
