@@ -25,13 +25,31 @@ type Infrastructure interface {
 	// DeleteGroup deletes a group; deleting a missing group is not an error.
 	DeleteGroup(ctx context.Context, g Group) error
 	// Launch starts a machine in the group with the spec's tags and returns
-	// once it answers SSH.
+	// once the cloud reports it running with its addresses. Waiting until
+	// it answers SSH is the platform step's job.
 	Launch(ctx context.Context, spec LaunchSpec) (Instance, error)
 	// Terminate asks the cloud to delete the machine and returns without
 	// waiting for it to finish; terminating a missing machine is not an
 	// error.
 	Terminate(ctx context.Context, inst Instance) error
 }
+
+// Kinds of cloud failure. An infrastructure driver's error matches
+// (errors.Is) the kind the cloud's answer means, and its message names what
+// to look at: the district key, the credential id (never its secret), the
+// quota. A configuration the cloud refuses (an unknown image, network or
+// machine type) matches districts.ErrInvalid.
+var (
+	// ErrCloudNotFound: the cloud has no such resource.
+	ErrCloudNotFound = errors.New("not found")
+	// ErrQuota: the cloud refused to create more of something.
+	ErrQuota = errors.New("quota exceeded")
+	// ErrThrottled: the cloud kept refusing requests for their rate, after
+	// the driver's bounded retries.
+	ErrThrottled = errors.New("throttled")
+	// ErrCloudAuth: the cloud refused the credentials.
+	ErrCloudAuth = errors.New("authentication failed")
+)
 
 // InstanceState is a machine's life as the cloud reports it.
 type InstanceState string

@@ -148,20 +148,52 @@ type District struct {
 	Provider     string `json:"provider"`
 	CredentialID string `json:"credential_id,omitempty"`
 
-	AWSRegion  string   `json:"aws_region,omitempty"`
-	AWSZones   []string `json:"aws_zones,omitempty"`
-	AWSImageID string   `json:"aws_image_id,omitempty"`
+	AWSRegion string   `json:"aws_region,omitempty"`
+	AWSZones  []string `json:"aws_zones,omitempty"`
+	// The machine image: an AMI id, or the newest AMI whose name matches
+	// aws_image_name (wildcards allowed) owned by aws_image_owner.
+	AWSImageID    string `json:"aws_image_id,omitempty"`
+	AWSImageName  string `json:"aws_image_name,omitempty"`
+	AWSImageOwner string `json:"aws_image_owner,omitempty"`
+	// AWSVPCID is the VPC the security group and nodes live in (default:
+	// the region's default VPC); AWSSubnetIDs the subnets nodes are
+	// spread across (default: the VPC's default subnet of each zone).
+	AWSVPCID     string   `json:"aws_vpc_id,omitempty"`
+	AWSSubnetIDs []string `json:"aws_subnet_ids,omitempty"`
+	// AWSEndpoint is the EC2 API's URL, for an API-compatible service.
+	AWSEndpoint string `json:"aws_endpoint,omitempty"`
 
 	GCEProjectID string   `json:"gce_project_id,omitempty"`
 	GCERegion    string   `json:"gce_region,omitempty"`
 	GCEZones     []string `json:"gce_zones,omitempty"`
-	GCEImage     string   `json:"gce_image,omitempty"`
+	// The machine image: gce_image (a name or a URL), or the newest image
+	// of gce_image_family; either in gce_image_project.
+	GCEImage        string `json:"gce_image,omitempty"`
+	GCEImageFamily  string `json:"gce_image_family,omitempty"`
+	GCEImageProject string `json:"gce_image_project,omitempty"`
+	// GCENetwork is the VPC network nodes and the firewall rule are in
+	// (default "default").
+	GCENetwork string `json:"gce_network,omitempty"`
+	// GCEEndpoint is the Compute Engine API's URL, for an API-compatible
+	// service.
+	GCEEndpoint string `json:"gce_endpoint,omitempty"`
 
+	// OSAuthURL is Keystone's URL; it may come from the credential's
+	// clouds.yaml entry or OS_AUTH_URL instead.
 	OSAuthURL string   `json:"os_auth_url,omitempty"`
 	OSRegion  string   `json:"os_region,omitempty"`
 	OSZones   []string `json:"os_zones,omitempty"`
 	OSImage   string   `json:"os_image,omitempty"`
 	OSNetwork string   `json:"os_network,omitempty"`
+	// OSFloatingNetwork is the external network a floating IP for each
+	// node comes from; without it nodes are reached on their fixed
+	// address.
+	OSFloatingNetwork string `json:"os_floating_network,omitempty"`
+
+	// SSHCIDRs are the addresses a cloud district's security group lets
+	// SSH in from: where transit runs (default 0.0.0.0/0; the nodes take
+	// only the cluster's key).
+	SSHCIDRs []string `json:"ssh_cidrs,omitempty"`
 
 	LocalSubnet string `json:"local_subnet,omitempty"`
 

@@ -407,6 +407,10 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 					missing("aws_region")
 				}
 				checkZones(c, p+".aws_zones", d.AWSZones, d.AWSRegion, "")
+				exclusive(c, p, "aws_image_id", d.AWSImageID != "", "aws_image_name", d.AWSImageName != "")
+				needs(c, p, "aws_image_owner", d.AWSImageOwner != "", "aws_image_name", d.AWSImageName != "")
+				exclusive(c, p, "aws_zones", len(d.AWSZones) > 0, "aws_subnet_ids", len(d.AWSSubnetIDs) > 0)
+				checkURL(c, p+".aws_endpoint", d.AWSEndpoint)
 			case ProviderGCE:
 				if d.GCEProjectID == "" {
 					missing("gce_project_id")
@@ -418,12 +422,10 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 					missing("gce_zones")
 				}
 				checkZones(c, p+".gce_zones", d.GCEZones, d.GCERegion, "-")
+				exclusive(c, p, "gce_image", d.GCEImage != "", "gce_image_family", d.GCEImageFamily != "")
+				checkURL(c, p+".gce_endpoint", d.GCEEndpoint)
 			case ProviderOpenStack:
-				if d.OSAuthURL == "" {
-					missing("os_auth_url")
-				} else if u, err := url.Parse(d.OSAuthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					c.add(p+".os_auth_url", fmt.Sprintf("%q is not an http or https URL", d.OSAuthURL), "")
-				}
+				checkURL(c, p+".os_auth_url", d.OSAuthURL)
 				if d.OSRegion == "" {
 					missing("os_region")
 				}
@@ -433,6 +435,16 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 				} else if pfx, ok := checkSubnet(c, p+".local_subnet", d.LocalSubnet); ok {
 					subnets = append(subnets, subnet{i, pfx})
 				}
+			}
+		}
+
+		for j, cidr := range d.SSHCIDRs {
+			if d.Provider == ProviderLocal {
+				c.add(p+".ssh_cidrs", "local nodes are reached from this host only", "remove ssh_cidrs")
+				break
+			}
+			if pfx, err := netip.ParsePrefix(cidr); err != nil || pfx != pfx.Masked() {
+				c.add(joinIndex(p+".ssh_cidrs", j), fmt.Sprintf("%q is not a CIDR such as \"203.0.113.0/24\"", cidr), "")
 			}
 		}
 
@@ -470,6 +482,30 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 					fmt.Sprintf("%s overlaps %s of district %q ([%d].local_subnet)", sb.prefix, sa.prefix, ds[sa.i].ID, sa.i), "")
 			}
 		}
+	}
+}
+
+// exclusive reports the second of two keys that may not both be set.
+func exclusive(c *problems, path, a string, aSet bool, b string, bSet bool) {
+	if aSet && bSet {
+		c.add(joinKey(path, b), fmt.Sprintf("set together with %s; set one of the two", a), "")
+	}
+}
+
+// needs reports key a set without the key b it only makes sense with.
+func needs(c *problems, path, a string, aSet bool, b string, bSet bool) {
+	if aSet && !bSet {
+		c.add(joinKey(path, a), fmt.Sprintf("only applies with %s", b), "")
+	}
+}
+
+// checkURL checks an optional http or https URL.
+func checkURL(c *problems, path, s string) {
+	if s == "" {
+		return
+	}
+	if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		c.add(path, fmt.Sprintf("%q is not an http or https URL", s), "")
 	}
 }
 

@@ -237,7 +237,33 @@ func TestValidate(t *testing.T) {
 			ds("[0].gce_zones", "missing (gce districts need it)"),
 		}},
 		{"openstack required keys", func(c *Config) { c.Districts[2].OSAuthURL, c.Districts[2].OSRegion = "", "" },
-			Problems{ds("[2].os_auth_url", "missing (openstack districts need it)"), ds("[2].os_region", "missing (openstack districts need it)")}},
+			Problems{ds("[2].os_region", "missing (openstack districts need it)")}},
+		{"cloud keys that exclude each other", func(c *Config) {
+			c.Districts[1].AWSImageID, c.Districts[1].AWSImageName = "ami-1", "debian-12-*"
+			c.Districts[1].AWSSubnetIDs = []string{"subnet-1"}
+			c.Districts[0].GCEImage, c.Districts[0].GCEImageFamily = "debian-12-v1", "debian-12"
+		}, Problems{
+			ds("[0].gce_image_family", "set together with gce_image; set one of the two"),
+			ds("[1].aws_image_name", "set together with aws_image_id; set one of the two"),
+			ds("[1].aws_subnet_ids", "set together with aws_zones; set one of the two"),
+		}},
+		{"cloud keys that need another", func(c *Config) { c.Districts[1].AWSImageOwner = "136693071363" },
+			Problems{ds("[1].aws_image_owner", "only applies with aws_image_name")}},
+		{"endpoints", func(c *Config) {
+			c.Districts[1].AWSEndpoint = "127.0.0.1:4566"
+			c.Districts[0].GCEEndpoint = "ftp://x"
+		}, Problems{
+			ds("[0].gce_endpoint", `"ftp://x" is not an http or https URL`),
+			ds("[1].aws_endpoint", `"127.0.0.1:4566" is not an http or https URL`),
+		}},
+		{"ssh cidrs", func(c *Config) {
+			c.Districts[1].SSHCIDRs = []string{"203.0.113.0/24", "203.0.113.7", "10.0.0.1/8"}
+			c.Districts[3].SSHCIDRs = []string{"10.0.0.0/8"}
+		}, Problems{
+			ds("[1].ssh_cidrs[1]", `"203.0.113.7" is not a CIDR such as "203.0.113.0/24"`),
+			ds("[1].ssh_cidrs[2]", `"10.0.0.1/8" is not a CIDR such as "203.0.113.0/24"`),
+			withHint(ds("[3].ssh_cidrs", "local nodes are reached from this host only"), "remove ssh_cidrs"),
+		}},
 		{"openstack auth url", func(c *Config) { c.Districts[2].OSAuthURL = "keystone:5000" },
 			Problems{ds("[2].os_auth_url", `"keystone:5000" is not an http or https URL`)}},
 		{"local required keys", func(c *Config) { c.Districts[3].LocalSubnet = "" },

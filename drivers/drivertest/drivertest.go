@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -55,6 +56,36 @@ type Config struct {
 	Timeout time.Duration
 	// Poll is the interval of those waits; default 200ms.
 	Poll time.Duration
+
+	// Cloud is the emulator behind a cloud driver; nil (the local driver)
+	// skips the checks only a cloud's side can set up: injected faults,
+	// pagination, planted machines.
+	Cloud Cloud
+	// CredentialID names the credential the driver uses; an auth failure
+	// must name it. Secrets are the credential's secret values: no error
+	// may contain one.
+	CredentialID string
+	Secrets      []string
+	// Zones are the district's zones; parallel launches without a zone
+	// must spread over them (the driver picks when Node.Zone is empty).
+	Zones []string
+}
+
+// Cloud is the emulator behind a driver (a cloudsim front end's test
+// server), for what only the cloud's side can set up.
+type Cloud interface {
+	// Faults are the emulator's injectable failures.
+	Faults() *cloudsim.Faults
+	// Plant creates a machine in the district outside the driver, carrying
+	// exactly tags (in the provider's form: GCE labels as the driver
+	// encodes them), and returns its provider id: another tool's machine,
+	// or what a crash between create and tag leaves.
+	Plant(ctx context.Context, tags map[string]string) (string, error)
+	// SetPageSize makes every list answer at most n items per page (0:
+	// the provider's default).
+	SetPageSize(n int)
+	// SetLatency replaces the provider's latencies.
+	SetLatency(l cloudsim.Latency)
 }
 
 func (c Config) withDefaults() Config {

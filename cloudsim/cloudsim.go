@@ -1,0 +1,285 @@
+// Package cloudsim is the core of transit's cloud emulator: what its three
+// front ends share. cloudsim/ec2 speaks the EC2 Query API, cloudsim/gce the
+// Compute Engine REST API, cloudsim/openstack Keystone v3, Nova and Neutron;
+// each in the real wire format, so the official SDKs are what gets tested.
+//
+// A Sim holds what makes the emulator behave like a cloud rather than a
+// table: a latency profile (how long a launch, a termination, a security
+// group change takes, scaled), injectable faults (throttling, quota, server
+// errors, lost responses, slow requests) and, optionally, a Backer that
+// gives each instance a real machine (a local node: network namespace plus
+// sshd) so that what the API launched answers SSH and joins a platform.
+package cloudsim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Latency is how long one provider takes for the steps the paper measured.
+// Durations are in the cloud's time; a Profile's Scale turns them into
+// wall time.
+type Latency struct {
+	// Launch is an instance's pending time, from the create request
+	// until the cloud reports it running with its addresses.
+	Launch time.Duration
+	// Terminate is an instance's shutting-down time, from the delete
+	// request until the cloud no longer lists it (GCE: the delete
+	// operation's duration).
+	Terminate time.Duration
+	// GroupCreate, GroupUpdate and GroupDelete are a security group's (a
+	// firewall rule's) creation, one change of its rules, and deletion.
+	GroupCreate, GroupUpdate, GroupDelete time.Duration
+}
+
+// Profile is a named set of latencies, one per provider, and the factor
+// that scales them to wall time.
+type Profile struct {
+	Name      string
+	AWS       Latency
+	GCE       Latency
+	OpenStack Latency
+	// Scale multiplies every latency (0.05 runs a 260 s launch in 13 s);
+	// 0 means 1.
+	Scale float64
+}
+
+// Profile names.
+const (
+	ProfileZero        = "zero"
+	ProfileKratzke2017 = "kratzke2017"
+)
+
+// Kratzke2017 holds the paper's medians (Kratzke, CLOSER 2017; see
+// testdata/kratzke2017 in the shared notes): security group creation
+// ~10 s on AWS and ~120 s on GCE, adjustment ~10 s and ~25 s per change,
+// node termination ~60 s on both. VM launch is the part of E1 (260 s on AWS,
+// 450 s on GCE) that is neither group creation nor the platform's install
+// and join, which the paper's Swarm 1.12 setup spent about 110 s on.
+var Kratzke2017 = Profile{
+	Name: ProfileKratzke2017,
+	AWS: Latency{Launch: 140 * time.Second, Terminate: 60 * time.Second,
+		GroupCreate: 10 * time.Second, GroupUpdate: 10 * time.Second, GroupDelete: 10 * time.Second},
+	GCE: Latency{Launch: 220 * time.Second, Terminate: 60 * time.Second,
+		GroupCreate: 120 * time.Second, GroupUpdate: 25 * time.Second, GroupDelete: 25 * time.Second},
+	OpenStack: Latency{Launch: 60 * time.Second, Terminate: 20 * time.Second,
+		GroupCreate: 5 * time.Second, GroupUpdate: 5 * time.Second, GroupDelete: 5 * time.Second},
+	Scale: 1,
+}
+
+// LookupProfile returns the profile of that name with its scale set.
+func LookupProfile(name string, scale float64) (Profile, error) {
+	if scale < 0 || math.IsNaN(scale) || math.IsInf(scale, 0) {
+		return Profile{}, fmt.Errorf("time scale %v: want a number >= 0", scale)
+	}
+	var p Profile
+	switch name {
+	case ProfileZero, "":
+		p = Profile{Name: ProfileZero}
+	case ProfileKratzke2017:
+		p = Kratzke2017
+	default:
+		return Profile{}, fmt.Errorf("unknown latency profile %q (known: %s, %s)", name, ProfileZero, ProfileKratzke2017)
+	}
+	p.Scale = scale
+	return p, nil
+}
+
+// Wall turns a cloud duration into wall time.
+func (p Profile) Wall(d time.Duration) time.Duration {
+	if p.Scale == 0 {
+		return d
+	}
+	return time.Duration(float64(d) * p.Scale)
+}
+
+// Sleep waits the wall time of cloud duration d, or until ctx ends.
+func (p Profile) Sleep(ctx context.Context, d time.Duration) error {
+	w := p.Wall(d)
+	if w <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Op classifies API requests for fault injection; each front end maps
+// its actions onto these.
+type Op string
+
+// Request classes.
+const (
+	OpAny       Op = ""          // every request
+	OpLaunch    Op = "launch"    // create an instance (RunInstances, instances.insert, servers create)
+	OpTerminate Op = "terminate" // delete an instance
+	OpList      Op = "list"      // read instances, groups, images, zones
+	OpGroup     Op = "group"     // create, change or delete a security group or its rules
+	OpKeys      Op = "keys"      // import or read SSH key pairs
+	OpAuth      Op = "auth"      // obtain a token (Keystone); every request checks credentials
+)
+
+// FaultKind is what an injected fault does.
+type FaultKind string
+
+// Fault kinds. Each front end answers them the way its provider does:
+// the error code, the HTTP status and the message a real cloud sends.
+const (
+	// FaultThrottle refuses the request for its rate (EC2
+	// RequestLimitExceeded, GCE 429 rateLimitExceeded, OpenStack 429).
+	FaultThrottle FaultKind = "throttle"
+	// FaultQuota refuses a create for a quota; Fault.Quota names it.
+	FaultQuota FaultKind = "quota"
+	// FaultServer answers 500 without doing anything.
+	FaultServer FaultKind = "server"
+	// FaultLost does the request and then answers 500, as when the
+	// response is lost: a failure after partial success. A driver that
+	// retries must not create a second machine.
+	FaultLost FaultKind = "lost"
+	// FaultAuth refuses the credentials.
+	FaultAuth FaultKind = "auth"
+	// FaultSlow delays the request by Fault.Delay (wall time) and then
+	// does it.
+	FaultSlow FaultKind = "slow"
+)
+
+// Fault is one injected failure.
+type Fault struct {
+	Op   Op
+	Kind FaultKind
+	// Times is how many matching requests it hits (0: 1; negative: every
+	// request until cleared).
+	Times int
+	// Quota names the exhausted quota for FaultQuota (default per
+	// provider, e.g. "InstanceLimitExceeded", "INSTANCES", "instances").
+	Quota string
+	// Delay is FaultSlow's wall-time delay.
+	Delay time.Duration
+}
+
+// Faults is a queue of injected failures, safe for concurrent use.
+type Faults struct {
+	mu     sync.Mutex
+	faults []Fault
+	hits   map[FaultKind]int
+}
+
+// Add queues f.
+func (fs *Faults) Add(f Fault) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f.Times == 0 {
+		f.Times = 1
+	}
+	fs.faults = append(fs.faults, f)
+}
+
+// Clear drops every queued fault.
+func (fs *Faults) Clear() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.faults = nil
+}
+
+// Take returns the first queued fault for a request of class op and counts
+// it off.
+func (fs *Faults) Take(op Op) (Fault, bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for i, f := range fs.faults {
+		if f.Op != OpAny && f.Op != op {
+			continue
+		}
+		if f.Times > 0 {
+			fs.faults[i].Times--
+			if fs.faults[i].Times == 0 {
+				fs.faults = slices.Delete(fs.faults, i, i+1)
+			}
+		}
+		if fs.hits == nil {
+			fs.hits = map[FaultKind]int{}
+		}
+		fs.hits[f.Kind]++
+		return f, true
+	}
+	return Fault{}, false
+}
+
+// Hits says how many requests faults of kind k have hit so far.
+func (fs *Faults) Hits(k FaultKind) int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.hits[k]
+}
+
+// Machine is a real machine backing an instance.
+type Machine struct {
+	// ID is the backer's name for it.
+	ID string
+	// Address is where it answers SSH; the instance's public (and, on a
+	// backed instance, private) address.
+	Address string
+	// HostKeys are its SSH host public keys, authorized_keys format.
+	HostKeys []string
+}
+
+// Backer gives instances real machines. Start is called when an instance
+// is created and Stop when it terminates; Allow keeps a region's firewall
+// equal to the union of its security groups' sources.
+type Backer interface {
+	// Start boots a machine named name (a hostname) in region that
+	// accepts authorizedKey (authorized_keys lines) for root.
+	Start(ctx context.Context, region, name, authorizedKey string) (Machine, error)
+	// Stop tears down a machine; a missing one is not an error.
+	Stop(ctx context.Context, region, id string) error
+	// Allow makes sources the only addresses let into region's machines
+	// (besides this host).
+	Allow(ctx context.Context, region string, sources []string) error
+}
+
+// Sim is the state the front ends share.
+type Sim struct {
+	Profile Profile
+	Faults  Faults
+	// Backer, if set, backs every instance with a real machine.
+	Backer Backer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// New returns a Sim with profile p and no backer.
+func New(p Profile) *Sim { return &Sim{Profile: p} }
+
+// Time returns the current time.
+func (s *Sim) Time() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Latency returns provider's latencies ("aws", "gce", "openstack").
+func (s *Sim) Latency(provider string) Latency {
+	switch strings.ToLower(provider) {
+	case "aws":
+		return s.Profile.AWS
+	case "gce":
+		return s.Profile.GCE
+	case "openstack":
+		return s.Profile.OpenStack
+	}
+	return Latency{}
+}
+
+// Wall turns a cloud duration into wall time under the profile.
+func (s *Sim) Wall(d time.Duration) time.Duration { return s.Profile.Wall(d) }

@@ -1,0 +1,144 @@
+// Package localnodes backs cloudsim's instances with local nodes
+// (drivers/local): each emulated region is a local district with its own
+// subnet, a node's address is the instance's address, and the region's
+// security groups become the district's firewall.
+package localnodes
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/local"
+)
+
+// Cluster is the local cluster id every backing node belongs to.
+const Cluster = "cloudsim"
+
+// Backer is a cloudsim.Backer of local nodes.
+type Backer struct {
+	// Root is the local driver's record directory (keep it apart from
+	// transit's own local districts).
+	Root string
+	// Subnets maps an emulated region ("aws:eu-central-1",
+	// "gce:europe-west1", "openstack:RegionOne") to its local subnet.
+	Subnets map[string]string
+
+	mu      sync.Mutex
+	drivers map[string]*backedRegion
+}
+
+type backedRegion struct {
+	drv   control.Infrastructure
+	group control.Group
+}
+
+// District is the local district id a region is backed by.
+func District(region string) string {
+	return "sim-" + strings.Trim(invalidName.ReplaceAllString(strings.ToLower(region), "-"), "-")
+}
+
+var invalidName = regexp.MustCompile(`[^a-z0-9.-]+`)
+
+func (b *Backer) region(ctx context.Context, region string) (*backedRegion, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.drivers[region]; ok {
+		return r, nil
+	}
+	subnet, ok := b.Subnets[region]
+	if !ok {
+		return nil, fmt.Errorf("cloudsim: no local subnet backs region %q", region)
+	}
+	d := districts.District{ID: District(region), Provider: districts.ProviderLocal, LocalSubnet: subnet}
+	drv, err := local.New(ctx, d, local.Options{Root: b.Root})
+	if err != nil {
+		return nil, fmt.Errorf("cloudsim: back region %s: %w", region, err)
+	}
+	g, err := drv.EnsureGroup(ctx, groupSpec(d.ID, nil))
+	if err != nil {
+		return nil, fmt.Errorf("cloudsim: back region %s: %w", region, err)
+	}
+	r := &backedRegion{drv: drv, group: g}
+	if b.drivers == nil {
+		b.drivers = map[string]*backedRegion{}
+	}
+	b.drivers[region] = r
+	return r, nil
+}
+
+func groupSpec(district string, sources []string) control.GroupSpec {
+	return control.GroupSpec{
+		Name: control.GroupName(Cluster, district), Cluster: Cluster, District: district,
+		Tags:    map[string]string{districts.TagCluster: Cluster, districts.TagDistrict: district},
+		Sources: sources,
+	}
+}
+
+// Start launches a local node.
+func (b *Backer) Start(ctx context.Context, region, name, authorizedKey string) (cloudsim.Machine, error) {
+	r, err := b.region(ctx, region)
+	if err != nil {
+		return cloudsim.Machine{}, err
+	}
+	district := District(region)
+	n := districts.Node{ID: name, Cluster: Cluster, District: district, Role: districts.RoleWorker}
+	inst, err := r.drv.Launch(ctx, control.LaunchSpec{
+		Node: n, GroupID: r.group.ProviderID, AuthorizedKey: authorizedKey,
+		Tags: map[string]string{districts.TagCluster: Cluster, districts.TagDistrict: district, districts.TagNode: name},
+	})
+	if err != nil {
+		return cloudsim.Machine{}, err
+	}
+	return cloudsim.Machine{ID: inst.ProviderID, Address: inst.PrivateIP, HostKeys: inst.HostKeys}, nil
+}
+
+// Stop terminates a local node (asynchronously, as the local driver does).
+func (b *Backer) Stop(ctx context.Context, region, id string) error {
+	r, err := b.region(ctx, region)
+	if err != nil {
+		return err
+	}
+	return r.drv.Terminate(ctx, control.Instance{ProviderID: id,
+		Tags: map[string]string{districts.TagCluster: Cluster, districts.TagDistrict: District(region)}})
+}
+
+// Allow refills the region's firewall with sources. Only addresses are
+// kept: a CIDR such as 0.0.0.0/0 (SSH from anywhere) is the operator's
+// access, which the local driver always allows from this host.
+func (b *Backer) Allow(ctx context.Context, region string, sources []string) error {
+	r, err := b.region(ctx, region)
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, s := range sources {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() == 32 {
+			addrs = append(addrs, p.Addr().String())
+		} else if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+			addrs = append(addrs, a.String())
+		}
+	}
+	_, err = r.drv.EnsureGroup(ctx, groupSpec(District(region), addrs))
+	return err
+}
+
+// Destroy tears down every backing node, firewall and bridge under Root,
+// and waits until they are gone.
+func (b *Backer) Destroy(ctx context.Context) error {
+	b.mu.Lock()
+	b.drivers = nil
+	b.mu.Unlock()
+	if err := local.Purge(ctx, b.Root); err != nil {
+		return fmt.Errorf("cloudsim: destroy backing nodes: %w", err)
+	}
+	return nil
+}
+
+var _ cloudsim.Backer = (*Backer)(nil)
