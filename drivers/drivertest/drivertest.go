@@ -1,15 +1,27 @@
 // Package drivertest is the conformance suite every infrastructure driver
 // (control.Infrastructure) passes: groups are idempotent and replace their
 // sources, List finds a cluster's groups and instances by tag and nothing of
-// other clusters, Launch returns a running, tagged, addressed instance that
-// answers SSH, Terminate is idempotent and the instance eventually leaves
-// List, DeleteGroup is idempotent.
+// other clusters, Launch returns a running, tagged, addressed instance,
+// parallel launches spread over the zones, Terminate is asynchronous and
+// idempotent and the instance eventually leaves List, DeleteGroup is
+// idempotent.
+//
+// Against an emulated cloud (Config.Cloud) it also checks what only the
+// cloud's side can set up: List pages through small pages; throttling is
+// retried, and throttling that does not stop, refused credentials and an
+// exhausted quota are reported as control.ErrThrottled, ErrCloudAuth and
+// ErrQuota, naming the credential or quota and never a secret; a create
+// whose answer is lost never leaves two machines for one node; a machine
+// planted outside the driver is listed only if it carries the cluster's
+// tag, with exactly the tags it has (a crash between create and tag).
 package drivertest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,9 +89,10 @@ type Cloud interface {
 	// Faults are the emulator's injectable failures.
 	Faults() *cloudsim.Faults
 	// Plant creates a machine in the district outside the driver, carrying
-	// exactly tags (in the provider's form: GCE labels as the driver
-	// encodes them), and returns its provider id: another tool's machine,
-	// or what a crash between create and tag leaves.
+	// exactly tags (transit's tags, stored the way the driver stores them),
+	// and in no security group; it returns the machine's provider id:
+	// another tool's machine, or what a crash between create and tag
+	// leaves.
 	Plant(ctx context.Context, tags map[string]string) (string, error)
 	// SetPageSize makes every list answer at most n items per page (0:
 	// the provider's default).
@@ -129,6 +142,9 @@ func Run(t *testing.T, newDriver func(t *testing.T) control.Infrastructure, cfg 
 		{"OtherCluster", s.otherCluster},
 		{"Launch", s.launch},
 		{"ListInstances", s.listInstances},
+		{"ParallelLaunch", s.parallelLaunch},
+		{"Planted", s.planted},
+		{"Faults", s.faults},
 		{"Terminate", s.terminate},
 		{"DeleteGroup", s.deleteGroup},
 	}
@@ -145,6 +161,15 @@ type suite struct {
 	group control.Group
 	other control.Group
 	inst  control.Instance
+
+	mu     sync.Mutex
+	extras []control.Instance // launched or planted besides inst, terminated at the end
+}
+
+func (s *suite) keep(inst control.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.extras = append(s.extras, inst)
 }
 
 func (s *suite) spec(cluster string, sources []string) control.GroupSpec {
@@ -250,31 +275,42 @@ func (s *suite) otherCluster(t *testing.T) {
 	}
 }
 
-func (s *suite) node() districts.Node {
+func (s *suite) node() districts.Node { return s.nodeN(1, s.cfg.Zone) }
+
+func (s *suite) nodeN(i int, zone string) districts.Node {
 	return districts.Node{
-		ID:       s.cfg.Cluster + "-n1",
+		ID:       fmt.Sprintf("%s-n%d", s.cfg.Cluster, i),
 		Cluster:  s.cfg.Cluster,
 		District: s.cfg.District,
 		Role:     districts.RoleWorker,
 		Flavor:   s.cfg.Flavor,
-		Zone:     s.cfg.Zone,
+		Zone:     zone,
 	}
 }
 
-func (s *suite) wantTags() map[string]string {
-	tags := control.IdentityTags(s.node(), "")
+func (s *suite) wantTags() map[string]string { return s.tagsOf(s.node()) }
+
+// tagsOf are a node's identity tags and a user tag whose value no cloud
+// takes as it is (GCE labels: capitals, spaces, dots).
+func (s *suite) tagsOf(n districts.Node) map[string]string {
+	tags := control.IdentityTags(n, "")
 	tags["team"] = "conformance"
+	tags["policy"] = "Safe-Harbour v1.2"
 	return tags
 }
 
-func (s *suite) launch(t *testing.T) {
-	inst, err := s.drv.Launch(t.Context(), control.LaunchSpec{
-		Node:          s.node(),
+func (s *suite) launchSpec(n districts.Node) control.LaunchSpec {
+	return control.LaunchSpec{
+		Node:          n,
 		MachineType:   s.cfg.MachineType,
 		GroupID:       s.group.ProviderID,
-		Tags:          s.wantTags(),
+		Tags:          s.tagsOf(n),
 		AuthorizedKey: s.cfg.AuthorizedKey,
-	})
+	}
+}
+
+func (s *suite) launch(t *testing.T) {
+	inst, err := s.drv.Launch(t.Context(), s.launchSpec(s.node()))
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
@@ -328,8 +364,26 @@ func (s *suite) listInstances(t *testing.T) {
 
 func (s *suite) terminate(t *testing.T) {
 	ctx := t.Context()
+	if s.cfg.Cloud != nil {
+		s.cfg.Cloud.SetLatency(cloudsim.Latency{Terminate: 2 * time.Second})
+		defer s.cfg.Cloud.SetLatency(cloudsim.Latency{})
+	}
 	if err := s.drv.Terminate(ctx, s.inst); err != nil {
 		t.Fatalf("Terminate: %v", err)
+	}
+	if s.cfg.Cloud != nil {
+		// The cloud takes 2s to finish: a driver that returned already
+		// must see the machine terminating, not gone and not running.
+		insts, _, err := s.drv.List(ctx, s.cfg.Cluster)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		switch got := findInstance(insts, s.inst.ProviderID); {
+		case got == nil:
+			t.Errorf("instance %s left List as soon as Terminate returned: Terminate waited for the cloud to finish (it must not)", s.inst.ProviderID)
+		case got.State != control.InstanceTerminating:
+			t.Errorf("instance %s is %q right after Terminate, want %q", s.inst.ProviderID, got.State, control.InstanceTerminating)
+		}
 	}
 	if err := s.drv.Terminate(ctx, s.inst); err != nil {
 		t.Fatalf("Terminate again: %v", err)
@@ -345,6 +399,26 @@ func (s *suite) terminate(t *testing.T) {
 		}
 	}
 	s.inst = control.Instance{}
+	s.terminateExtras(t)
+}
+
+// terminateExtras terminates the other machines the suite made and waits
+// until they are gone, so the group is empty when it is deleted.
+func (s *suite) terminateExtras(t *testing.T) {
+	s.mu.Lock()
+	extras := s.extras
+	s.extras = nil
+	s.mu.Unlock()
+	for _, inst := range extras {
+		if err := s.drv.Terminate(t.Context(), inst); err != nil {
+			t.Errorf("Terminate %s: %v", inst.ProviderID, err)
+		}
+	}
+	for _, inst := range extras {
+		if inst.Tags[districts.TagCluster] == s.cfg.Cluster {
+			s.waitGone(t, inst.ProviderID)
+		}
+	}
 }
 
 // waitGone polls List until the instance is no longer listed. While it is,
@@ -395,8 +469,11 @@ func (s *suite) deleteGroup(t *testing.T) {
 func (s *suite) cleanup(t *testing.T) {
 	ctx := context.WithoutCancel(t.Context())
 	var errs []string
-	if s.inst.ProviderID != "" {
-		if err := s.drv.Terminate(ctx, s.inst); err != nil {
+	for _, inst := range append(s.extras, s.inst) {
+		if inst.ProviderID == "" {
+			continue
+		}
+		if err := s.drv.Terminate(ctx, inst); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
