@@ -89,6 +89,7 @@ func buildPlan(in planInput) Plan {
 			removals = append(removals, r...)
 		}
 		p.Actions = append(p.Actions, launches...)
+		p.Actions = append(p.Actions, planInstalls(launches)...)
 		p.Actions = append(p.Actions, planJoins(in, c, launches, &p)...)
 		p.Actions = append(p.Actions, planChanges(in, c, &p)...)
 		p.Actions = append(p.Actions, planForget(in, &p)...)
@@ -365,6 +366,17 @@ func removalReason(n *districts.Node, c classified) string {
 		return fmt.Sprintf("%s wants %d, has %d", k, d.Quantity, len(c.byKey[k]))
 	}
 	return fmt.Sprintf("%s is not in cluster.json", k)
+}
+
+// planInstalls installs the platform's software on each new machine as
+// soon as it runs, while the groups are changed and the first master
+// initialises: joins then only join.
+func planInstalls(launches []Action) []Action {
+	out := make([]Action, 0, len(launches))
+	for _, a := range launches {
+		out = append(out, Action{Kind: KindInstall, District: a.District, Node: a.Node, Role: a.Role, Flavor: a.Flavor, Reason: "new machine"})
+	}
+	return out
 }
 
 // planJoins joins the kept nodes the platform does not have, and the

@@ -161,7 +161,7 @@ func TestPlanRoleRollout(t *testing.T) {
 			name:    "a migration launches at most max_surge above the size",
 			cluster: withStrategy(paperCluster(1, 0, 3), 1, 1),
 			nodes:   []districts.Node{master1, w(1, gce, joined), w(2, gce, joined), w(3, gce, joined)},
-			want:    []string{"launch paper-worker-4", "join paper-worker-4"},
+			want:    []string{"launch paper-worker-4", "install paper-worker-4", "join paper-worker-4"},
 			// The ready gce workers are exactly the size: none goes yet.
 			wantBlocked: "stays for now: the workers have 3 ready member(s); removing a ready one needs at least 4",
 		},
@@ -177,7 +177,7 @@ func TestPlanRoleRollout(t *testing.T) {
 			name:        "a master moves only after its replacement is ready",
 			cluster:     withLine(paperCluster(1, 1, 0), aws, districts.RoleMaster, 0),
 			nodes:       []districts.Node{pnode("paper-master-1", aws, districts.RoleMaster, joined), w(1, gce, joined)},
-			want:        []string{"launch paper-master-2", "join paper-master-2"},
+			want:        []string{"launch paper-master-2", "install paper-master-2", "join paper-master-2"},
 			wantBlocked: "paper-master-1 stays for now: the masters have 1 ready member(s)",
 		},
 		{
@@ -188,7 +188,7 @@ func TestPlanRoleRollout(t *testing.T) {
 				n.JoinFailed = true
 				return n
 			}()},
-			want: []string{"launch paper-worker-2", "join paper-worker-2", "terminate paper-worker-1"},
+			want: []string{"launch paper-worker-2", "install paper-worker-2", "join paper-worker-2", "terminate paper-worker-1"},
 		},
 		{
 			// Scenario 1: a failed join the platform does list is a member.
@@ -267,7 +267,7 @@ func TestPlanPlatformViews(t *testing.T) {
 			name:    "with --rebuild-platform a new master initialises it; nothing old is removed",
 			ws:      worldSpec{platform: platformNone, formed: true, nodes: []districts.Node{launched("paper-worker-1", "worker"), launched("paper-worker-2", "worker")}},
 			rebuild: true,
-			want:    []string{"launch paper-master-1", "init paper-master-1", "join paper-worker-1"},
+			want:    []string{"launch paper-master-1", "install paper-master-1", "init paper-master-1", "join paper-worker-1"},
 		},
 		{
 			// A rebuild whose masters failed to install must not stall:

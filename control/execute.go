@@ -38,6 +38,10 @@ type runner struct {
 	// the nodes this run joined.
 	avoid    map[string]bool
 	fresh    map[string]bool
+	// installed holds the nodes whose install finished this round (true)
+	// or failed (false); installs the install actions still running.
+	installed map[string]bool
+	installs  *errgroup.Group
 	problems []string
 	// progress counts, per round, the actions that changed the world and
 	// the drains newly refused (each changes what the next round tries).
@@ -106,12 +110,24 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 	r.mu.Lock()
 	r.done = map[string]bool{}
 	r.mu.Unlock()
+	r.mu.Lock()
+	r.installed = map[string]bool{}
+	r.mu.Unlock()
+	r.installs = &errgroup.Group{}
+	r.installs.SetLimit(max(r.opts.Parallel, 1))
+	defer func() { _ = r.installs.Wait() }()
 	stages := map[Stage][]Action{}
 	for _, a := range p.Actions {
 		stages[a.Kind.Stage()] = append(stages[a.Kind.Stage()], a)
 	}
 	for _, stage := range slices.Sorted(maps.Keys(stages)) {
 		batch := stages[stage]
+		if stage > StageAllow {
+			// Joins need the installs that overlapped the group changes.
+			if err := r.installs.Wait(); err != nil {
+				return err
+			}
+		}
 		var err error
 		switch stage {
 		case StageRemove:
@@ -119,8 +135,7 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 		case StageInit, StageForget:
 			err = r.each(ctx, batch, 1, r.do)
 		case StageLaunch:
-			r.assignZones(batch)
-			err = r.each(ctx, batch, r.opts.Parallel, r.do)
+			err = r.launchAndInstall(ctx, batch)
 		case StageJoin, StageChange:
 			err = r.each(ctx, batch, r.opts.Parallel, r.do)
 		default:
@@ -133,7 +148,45 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 			return err
 		}
 	}
-	return nil
+	return r.installs.Wait()
+}
+
+// launchAndInstall launches the batch's machines and starts each one's
+// install as soon as it runs; the installs go on in the background while
+// the next stages change the groups, and the stages that join wait for
+// them. An install whose launch failed is skipped.
+func (r *runner) launchAndInstall(ctx context.Context, batch []Action) error {
+	var launches []Action
+	installs := map[string]Action{}
+	for _, a := range batch {
+		if a.Kind == KindInstall {
+			installs[a.Node] = a
+		} else {
+			launches = append(launches, a)
+		}
+	}
+	r.assignZones(launches)
+	start := func(a Action) {
+		r.installs.Go(func() error {
+			err := r.run(ctx, a, r.install)
+			if _, fatal := errors.AsType[errFatal](err); fatal {
+				return err
+			}
+			return nil
+		})
+	}
+	err := r.each(ctx, launches, r.opts.Parallel, func(ctx context.Context, a Action) error {
+		err := r.do(ctx, a)
+		if ia, ok := installs[a.Node]; ok && err == nil {
+			delete(installs, a.Node)
+			start(ia)
+		}
+		return err
+	})
+	for _, ia := range installs { // their launches failed: reported as skipped
+		start(ia)
+	}
+	return err
 }
 
 // errFatal marks errors that end the round (state could not be saved).
@@ -501,7 +554,16 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 		}
 	}
 	p := r.opts.Platform
-	err := p.Install(ctx, n)
+	r.mu.Lock()
+	installed, tried := r.installed[n.ID]
+	r.mu.Unlock()
+	var err error
+	switch {
+	case tried && !installed:
+		return errSkip{"its install failed"}
+	case !tried:
+		err = p.Install(ctx, n)
+	}
 	if err == nil && a.Kind == KindInit {
 		err = p.Init(ctx, n)
 	} else if err == nil {
@@ -531,6 +593,30 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 		return fmt.Errorf("joined, but setting its labels failed (a later round retries): %w", err)
 	}
 	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Tags = maps.Clone(tags) })
+}
+
+// install installs the platform's software on a machine launched this
+// round. A failure marks the node like a failed join: the next round
+// replaces it once the platform confirms it is no member.
+func (r *runner) install(ctx context.Context, a Action) error {
+	n, ok := findNode(r.st.read(), a.Node)
+	if !ok || n.Phase == districts.PhaseTerminating {
+		r.mu.Lock()
+		r.installed[a.Node] = false
+		r.mu.Unlock()
+		return errSkip{"the node was not launched"}
+	}
+	err := r.opts.Platform.Install(ctx, n)
+	r.mu.Lock()
+	r.installed[n.ID] = err == nil
+	r.mu.Unlock()
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return r.joinFailed(n, err)
+	}
+	return nil
 }
 
 // joinFailed records a failed install or join on the node and its

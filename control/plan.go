@@ -12,6 +12,7 @@ const (
 	KindCreateGroup Kind = "create-group" // + a district's security group
 	KindUpdateGroup Kind = "update-group" // ~ allow exactly the cluster's current addresses
 	KindLaunch      Kind = "launch"       // + start a machine
+	KindInstall     Kind = "install"      // + install the platform's software on a new machine, while the groups change
 	KindAllow       Kind = "allow"        // ~ let new nodes' addresses into a group before they join
 	KindInit        Kind = "init"         // + install, make the first master
 	KindJoin        Kind = "join"         // + install, join in its role (or fix the role), label
@@ -34,7 +35,7 @@ type Stage int
 // Stages, in execution order.
 const (
 	StageGroups Stage = iota // create-group, update-group
-	StageLaunch              // launch
+	StageLaunch              // launch, each new machine's install as soon as it runs
 	StageAllow               // allow
 	StageInit                // init (alone)
 	StageJoin                // join
@@ -50,7 +51,7 @@ func (k Kind) Stage() Stage {
 	switch k {
 	case KindCreateGroup, KindUpdateGroup:
 		return StageGroups
-	case KindLaunch:
+	case KindLaunch, KindInstall:
 		return StageLaunch
 	case KindAllow:
 		return StageAllow
@@ -73,7 +74,7 @@ func (k Kind) Stage() Stage {
 // Symbol is the terraform-style mark of a kind: + adds, ~ changes, - removes.
 func (k Kind) Symbol() string {
 	switch k {
-	case KindCreateGroup, KindLaunch, KindInit, KindJoin:
+	case KindCreateGroup, KindLaunch, KindInstall, KindInit, KindJoin:
 		return "+"
 	case KindUpdateGroup, KindAllow, KindRevoke, KindLabel, KindUncordon:
 		return "~"
@@ -148,6 +149,8 @@ func (p Plan) Summary() Summary {
 			if !p.launches(a.Node) {
 				s.Change++
 			}
+		case KindInstall:
+			// Part of the launch.
 		case KindDrain, KindRemove:
 			// Counted by the node's terminate.
 		}
