@@ -36,13 +36,13 @@ type runner struct {
 	mu sync.Mutex
 	// avoid remembers nodes whose drain was refused in this run; fresh
 	// the nodes this run joined.
-	avoid    map[string]bool
-	fresh    map[string]bool
+	avoid map[string]bool
+	fresh map[string]bool
 	// installed holds the nodes whose install finished this round (true)
 	// or failed (false); installs the install actions still running.
 	installed map[string]bool
 	installs  *errgroup.Group
-	problems []string
+	problems  []string
 	// progress counts, per round, the actions that changed the world and
 	// the drains newly refused (each changes what the next round tries).
 	progress int
