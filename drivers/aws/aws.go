@@ -2,7 +2,6 @@ package aws
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -108,10 +107,11 @@ type driver struct {
 	keyMu sync.Mutex // one key pair import at a time
 
 	// placeMu makes "count the instances per zone, pick the emptiest"
-	// one step across concurrent launches; inflight counts launches
-	// between that step and their instance showing in DescribeInstances.
+	// one step across concurrent launches; inflight holds the place
+	// (zone or subnet) of each launch between that step and the end of
+	// its RunInstances, by client token.
 	placeMu  sync.Mutex
-	inflight map[string]int
+	inflight map[string]string
 }
 
 var _ control.Infrastructure = (*driver)(nil)
@@ -129,7 +129,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		return nil, invalid(d, "aws_region: missing")
 	}
 	opts = opts.withDefaults()
-	drv := &driver{d: d, opts: opts, keys: map[string]string{}, inflight: map[string]int{},
+	drv := &driver{d: d, opts: opts, keys: map[string]string{}, inflight: map[string]string{},
 		credName: "the SDK's default credential chain"}
 	for _, c := range d.SSHCIDRs {
 		p, err := netip.ParsePrefix(c)
@@ -229,6 +229,3 @@ func (drv *driver) wait(ctx context.Context, n int) error {
 	}
 	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
 }
-
-// errNotYet says a poll found nothing final yet.
-var errNotYet = errors.New("not yet")

@@ -113,7 +113,8 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 // place finds the node's instance if a launch made it already (by its
 // client token), or picks where to launch it: Node.Zone if set, else the
 // district's place with the fewest of the cluster's live instances,
-// counting the launches in flight. done ends the in-flight count.
+// counting the launches in flight that the listing does not show yet.
+// done ends the launch's flight.
 func (drv *driver) place(ctx context.Context, pl *placements, n districts.Node, token string) (*types.Instance, placement, func(), error) {
 	drv.placeMu.Lock()
 	defer drv.placeMu.Unlock()
@@ -122,11 +123,13 @@ func (drv *driver) place(ctx context.Context, pl *placements, n districts.Node, 
 		return nil, placement{}, nil, drv.wrap("launch node "+n.ID, err)
 	}
 	counts := map[string]int{}
+	listed := map[string]bool{}
 	for i := range insts {
 		in := &insts[i]
 		if sdk.ToString(in.ClientToken) == token {
 			return in, placement{}, func() {}, nil
 		}
+		listed[sdk.ToString(in.ClientToken)] = true
 		tags := userTags(in.Tags)
 		st := in.State.Name
 		if (st == types.InstanceStateNamePending || st == types.InstanceStateNameRunning) && tags[districts.TagDistrict] == n.District {
@@ -153,19 +156,22 @@ func (drv *driver) place(ctx context.Context, pl *placements, n districts.Node, 
 			candidates = []placement{{zone: n.Zone, subnet: sn}}
 		}
 	}
+	for tok, k := range drv.inflight {
+		if !listed[tok] { // else counted above already
+			counts[k]++
+		}
+	}
 	best, bestLoad := candidates[0], -1
 	for _, p := range candidates {
-		k := pl.key(p.zone, p.subnet)
-		if load := counts[k] + drv.inflight[k]; bestLoad < 0 || load < bestLoad {
+		if load := counts[pl.key(p.zone, p.subnet)]; bestLoad < 0 || load < bestLoad {
 			best, bestLoad = p, load
 		}
 	}
-	k := pl.key(best.zone, best.subnet)
-	drv.inflight[k]++
+	drv.inflight[token] = pl.key(best.zone, best.subnet)
 	done := func() {
 		drv.placeMu.Lock()
 		defer drv.placeMu.Unlock()
-		drv.inflight[k]--
+		delete(drv.inflight, token)
 	}
 	return nil, best, done, nil
 }
