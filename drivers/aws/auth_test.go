@@ -2,6 +2,7 @@ package aws
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,5 +193,54 @@ func TestNewRefusesBadDistricts(t *testing.T) {
 		if !errors.Is(err, districts.ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: %v, want ErrInvalid naming %s", tc.name, err, tc.msg)
 		}
+	}
+}
+
+// TestNoSecretInErrors provokes every kind of failure with a credential
+// whose secrets are distinctive, and greps each error for them.
+func TestNoSecretInErrors(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, ec2.Options{VCPULimit: 2, RulesPerGroup: 2})
+	drv, g, key := ready(t, w, "leak")
+	wrong := credential()
+	wrong.AWSSecretAccessKey = "wrong/" + secretKey
+	bad := w.driver(w.district(), wrong, fast())
+	ctx := t.Context()
+	launch := func(d *driver, node string) error {
+		_, err := d.Launch(ctx, launchSpec("leak", "aws-test", node, "", g.ProviderID, key))
+		return err
+	}
+	list := func(d *driver) error {
+		_, _, err := d.List(ctx, "leak")
+		return err
+	}
+	var errs []error
+	errs = append(errs, list(bad), launch(bad, "leak-n0"))
+	for _, f := range []cloudsim.Fault{
+		{Kind: cloudsim.FaultAuth, Times: -1}, {Kind: cloudsim.FaultThrottle, Times: -1}, {Kind: cloudsim.FaultServer, Times: -1},
+		{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultQuota}, {Op: cloudsim.OpLaunch, Kind: cloudsim.FaultLost, Times: -1},
+	} {
+		w.sim.Faults.Add(f)
+		errs = append(errs, list(drv), launch(drv, "leak-n1"))
+		_, err := drv.EnsureGroup(ctx, groupSpec("leak", "aws-test", "192.0.2.1"))
+		errs = append(errs, err, drv.Terminate(ctx, control.Instance{ProviderID: "i-0123456789abcdef0", Tags: map[string]string{districts.TagCluster: "leak"}}))
+		w.sim.Faults.Clear()
+	}
+	_, err := drv.EnsureGroup(ctx, groupSpec("leak", "aws-test", "192.0.2.1", "192.0.2.2"))
+	errs = append(errs, err, launch(drv, "leak-n2"), launch(drv, "leak-n3"))
+	failed := 0
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		for _, s := range []string{secretKey, session, wrong.AWSSecretAccessKey.Reveal()} {
+			if strings.Contains(err.Error(), s) || strings.Contains(fmt.Sprintf("%+v %#v", err, err), s) {
+				t.Errorf("error shows a secret: %v", err)
+			}
+		}
+	}
+	if failed < 15 {
+		t.Errorf("only %d of %d calls failed: the faults did not bite", failed, len(errs))
 	}
 }

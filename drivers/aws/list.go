@@ -126,7 +126,8 @@ func source(cidr string) string {
 
 // Terminate asks EC2 to terminate the instance and returns at once; the
 // instance shows as terminating until it is gone. A missing or terminated
-// instance is fine; one that does not carry inst's cluster tag is refused.
+// instance is fine; one without transit's cluster tag, or with another
+// cluster's than inst.Tags names, is refused.
 func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
 	id := inst.ProviderID
 	what := "terminate instance " + id
@@ -142,8 +143,10 @@ func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
 			if in.State.Name == types.InstanceStateNameTerminated {
 				return nil
 			}
+			// The cluster tag must be there, and the caller's if it
+			// says one.
 			want := inst.Tags[districts.TagCluster]
-			if have := userTags(in.Tags)[districts.TagCluster]; want == "" || have != want {
+			if have := userTags(in.Tags)[districts.TagCluster]; have == "" || want != "" && have != want {
 				return fmt.Errorf("aws district %q: %s: it carries %s=%q, not cluster %q's tag: transit never terminates what it did not create",
 					drv.d.ID, what, districts.TagCluster, have, want)
 			}

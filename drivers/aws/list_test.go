@@ -91,7 +91,7 @@ func TestPlantedMachines(t *testing.T) {
 		return id
 	}
 	untagged := plant(map[string]string{"Name": "someone's"})
-	plant(map[string]string{districts.TagCluster: "other", districts.TagDistrict: "aws-test"})
+	other := plant(map[string]string{districts.TagCluster: "other", districts.TagDistrict: "aws-test"})
 	plant(map[string]string{districts.TagCluster: "planted", districts.TagDistrict: "another-district"})
 	crashed := plant(map[string]string{districts.TagCluster: "planted", "aws:autoscaling:groupName": "asg"})
 
@@ -115,11 +115,21 @@ func TestPlantedMachines(t *testing.T) {
 	}
 	err = drv.Terminate(ctx, control.Instance{ProviderID: untagged})
 	if err == nil {
-		t.Error("Terminate without the cluster's tag succeeded")
+		t.Error("Terminate of a machine without transit's tag succeeded")
+	}
+	err = drv.Terminate(ctx, control.Instance{ProviderID: other, Tags: map[string]string{districts.TagCluster: "planted"}})
+	if err == nil {
+		t.Error("Terminate of another cluster's machine succeeded")
 	}
 	out, err := w.sdk().DescribeInstances(ctx, &sdkec2.DescribeInstancesInput{InstanceIds: []string{untagged}})
 	if err != nil || out.Reservations[0].Instances[0].State.Name != types.InstanceStateNameRunning {
 		t.Errorf("the foreign machine: %v %+v", err, out)
+	}
+	// A caller that does not say the cluster may terminate a machine
+	// with transit's cluster tag.
+	bare := plant(map[string]string{districts.TagCluster: "planted"})
+	if err := drv.Terminate(ctx, control.Instance{ProviderID: bare}); err != nil {
+		t.Errorf("Terminate without tags of a tagged machine: %v", err)
 	}
 	// Missing and malformed ids are gone already.
 	for _, id := range []string{"i-0123456789abcdef0", "not-an-id"} {
