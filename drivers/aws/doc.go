@@ -31,13 +31,13 @@
 // transit-district, when set); tags AWS itself adds ("aws:" prefix) are
 // not reported. pending and stopped instances are pending, shutting-down
 // and stopping ones terminating, terminated ones left out. Terminate
-// refuses an instance without the cluster's tag and does not wait.
+// refuses a machine without transit's cluster tag and does not wait.
 //
 // Groups: one security group per cluster and district, named by
 // control.GroupName, tagged with the spec's tags; ingress is all traffic
 // from each source (/32) and TCP 22 from ssh_cidrs (default 0.0.0.0/0).
-// EnsureGroup authorizes and revokes only the difference; Group.Sources
-// are the all-traffic sources. DeleteGroup retries DependencyViolation
+// EnsureGroup authorizes and revokes only the difference (and adds spec
+// tags the group lacks); Group.Sources are the all-traffic sources. DeleteGroup retries DependencyViolation
 // while instances are terminating, up to Options.GroupDeleteWait.
 //
 // Every request is retried by the SDK's standard retryer on throttling,

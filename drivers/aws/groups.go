@@ -16,10 +16,11 @@ import (
 )
 
 // EnsureGroup creates the cluster's security group in the district's VPC
-// (named spec.Name, tagged spec.Tags) or finds it, and makes its ingress
-// exactly: all traffic from each source, SSH from ssh_cidrs. Only the
-// rules that differ are authorized or revoked, new ones first, so no
-// allowed source is ever cut off on the way.
+// (named spec.Name, tagged spec.Tags) or finds it (adding the spec's tags
+// it lacks; a group of that name without the cluster's tag is refused),
+// and makes its ingress exactly: all traffic from each source, SSH from
+// ssh_cidrs. Only the rules that differ are authorized or revoked, new
+// ones first, so no allowed source is ever cut off on the way.
 func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (control.Group, error) {
 	what := "ensure security group " + spec.Name
 	vpc, err := drv.vpcID(ctx)

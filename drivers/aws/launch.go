@@ -96,7 +96,7 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 		inst = &out.Instances[0]
 	}
 	id := sdk.ToString(inst.InstanceId)
-	if st := inst.State.Name; st != types.InstanceStateNamePending && st != types.InstanceStateNameRunning {
+	if st := stateOf(*inst); st != types.InstanceStateNamePending && st != types.InstanceStateNameRunning {
 		return control.Instance{}, fmt.Errorf("aws district %q: %s: it was launched before as %s, which is %s now (node ids are never reused)", drv.d.ID, what, id, st)
 	}
 	running, err := drv.waitRunning(ctx, id, what)
@@ -131,7 +131,7 @@ func (drv *driver) place(ctx context.Context, pl *placements, n districts.Node, 
 		}
 		listed[sdk.ToString(in.ClientToken)] = true
 		tags := userTags(in.Tags)
-		st := in.State.Name
+		st := stateOf(*in)
 		if (st == types.InstanceStateNamePending || st == types.InstanceStateNameRunning) && tags[districts.TagDistrict] == n.District {
 			zone := ""
 			if in.Placement != nil {
@@ -187,7 +187,7 @@ func (drv *driver) waitRunning(ctx context.Context, id, what string) (types.Inst
 		case err == nil:
 			for _, r := range out.Reservations {
 				for _, in := range r.Instances {
-					state = in.State.Name
+					state = stateOf(in)
 					switch state {
 					case types.InstanceStateNameRunning:
 						if sdk.ToString(in.PrivateIpAddress) != "" && sdk.ToString(in.PublicIpAddress) != "" {

@@ -32,7 +32,7 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance
 	}
 	var out []control.Instance
 	for _, in := range insts {
-		if !drv.mine(userTags(in.Tags), cluster) || in.State.Name == types.InstanceStateNameTerminated {
+		if !drv.mine(userTags(in.Tags), cluster) || stateOf(in) == types.InstanceStateNameTerminated {
 			continue
 		}
 		out = append(out, toInstance(in))
@@ -90,7 +90,7 @@ func toInstance(in types.Instance) control.Instance {
 	if in.Placement != nil {
 		out.Zone = sdk.ToString(in.Placement.AvailabilityZone)
 	}
-	switch in.State.Name {
+	switch stateOf(in) {
 	case types.InstanceStateNameRunning:
 		out.State = control.InstanceRunning
 	case types.InstanceStateNameShuttingDown, types.InstanceStateNameStopping, types.InstanceStateNameTerminated:
@@ -140,7 +140,7 @@ func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
 	}
 	for _, r := range out.Reservations {
 		for _, in := range r.Instances {
-			if in.State.Name == types.InstanceStateNameTerminated {
+			if stateOf(in) == types.InstanceStateNameTerminated {
 				return nil
 			}
 			// The cluster tag must be there, and the caller's if it
@@ -202,4 +202,12 @@ func ingress(g types.SecurityGroup) []rule {
 		}
 	}
 	return out
+}
+
+// stateOf is the instance's state name ("" if EC2 gave none).
+func stateOf(in types.Instance) types.InstanceStateName {
+	if in.State == nil {
+		return ""
+	}
+	return in.State.Name
 }
