@@ -34,7 +34,8 @@
 // listed for Options.TerminatedVisible. Security group changes take
 // GroupCreate, GroupUpdate or GroupDelete before they answer. Without a
 // zone or subnet RunInstances always picks the region's first zone.
-// Quotas: Options.VCPULimit (VcpuLimitExceeded) and Options.RulesPerGroup
+// Options.VisibilityLag hides a new instance from DescribeInstances for
+// a while, as EC2's eventual consistency does. Quotas: Options.VCPULimit (VcpuLimitExceeded) and Options.RulesPerGroup
 // (RulesPerSecurityGroupLimitExceeded). ClientToken makes RunInstances
 // idempotent: the same token returns the same reservation, with other
 // arguments IdempotentParameterMismatch.

@@ -528,16 +528,24 @@ func instancesNotFound(ids []string) *apiError {
 	return &apiError{status: 400, code: "InvalidInstanceID.NotFound", msg: fmt.Sprintf("The instance IDs '%s' do not exist", strings.Join(ids, ", "))}
 }
 
+// seen says whether Describe calls show in yet (Options.VisibilityLag).
+// Call with s.mu held.
+func (s *Server) seen(in *instance, now time.Time) bool {
+	return s.lag <= 0 || now.Sub(in.created) >= s.sim.Wall(s.lag)
+}
+
 // lookup resolves instance ids, failing the whole request on a malformed
-// or unknown one as EC2 does. Call with s.mu held.
-func (rg *region) lookup(ids []string) ([]*instance, error) {
+// or unknown one as EC2 does; with describe, an instance too new to be
+// seen is unknown. Call with s.mu held.
+func (s *Server) lookup(rg *region, ids []string, describe bool) ([]*instance, error) {
 	var out []*instance
 	var unknown []string
+	now := s.now()
 	for _, id := range ids {
 		if !validID("i", id) {
 			return nil, malformedInstance(id)
 		}
-		if in := rg.instances[id]; in != nil {
+		if in := rg.instances[id]; in != nil && (!describe || s.seen(in, now)) {
 			out = append(out, in)
 		} else {
 			unknown = append(unknown, id)
@@ -566,7 +574,7 @@ func (c *call) describeInstances() (requestIDSetter, error) {
 	s.mu.Lock()
 	rg, now := s.region(c.region), s.now()
 	s.sweep(rg, now)
-	if _, err := rg.lookup(ids); err != nil {
+	if _, err := s.lookup(rg, ids, true); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -582,7 +590,7 @@ func (c *call) describeInstances() (requestIDSetter, error) {
 	}
 	var rows []row
 	for _, in := range rg.sortedInstances() {
-		if len(ids) > 0 && !slices.Contains(ids, in.id) {
+		if len(ids) > 0 && !slices.Contains(ids, in.id) || !s.seen(in, now) {
 			continue
 		}
 		ok, err := matchAll(fs, s.instanceAttrs(rg, in, now))
@@ -667,7 +675,7 @@ func (c *call) terminateInstances() (requestIDSetter, error) {
 	defer s.mu.Unlock()
 	rg, now := s.region(c.region), s.now()
 	s.sweep(rg, now)
-	list, err := rg.lookup(ids)
+	list, err := s.lookup(rg, ids, false)
 	if err != nil {
 		return nil, err
 	}
@@ -699,7 +707,7 @@ func (c *call) getConsoleOutput() (requestIDSetter, error) {
 	defer s.mu.Unlock()
 	rg, now := s.region(c.region), s.now()
 	s.sweep(rg, now)
-	list, err := rg.lookup([]string{id})
+	list, err := s.lookup(rg, []string{id}, true)
 	if err != nil {
 		return nil, err
 	}

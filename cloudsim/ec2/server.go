@@ -77,6 +77,11 @@ type Options struct {
 	// DescribeInstances (cloud time, scaled; default
 	// DefaultTerminatedVisible).
 	TerminatedVisible time.Duration
+	// VisibilityLag is how long (cloud time, scaled) a new instance is
+	// missing from DescribeInstances and GetConsoleOutput, which answer
+	// InvalidInstanceID.NotFound for its id meanwhile: EC2 is eventually
+	// consistent. Default 0.
+	VisibilityLag time.Duration
 }
 
 // DefaultImages are a few Debian 12 and Ubuntu 24.04 images under their
@@ -111,6 +116,7 @@ type Server struct {
 	vcpus   int
 	rules   int
 	visible time.Duration
+	lag     time.Duration
 
 	mu       sync.Mutex
 	regions  map[string]*region
@@ -159,6 +165,7 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	return &Server{
 		sim: sim, creds: maps.Clone(opts.Credentials), account: opts.AccountID, images: images,
 		zones: opts.Zones, vcpus: opts.VCPULimit, rules: opts.RulesPerGroup, visible: opts.TerminatedVisible,
+		lag:     opts.VisibilityLag,
 		regions: map[string]*region{}, public: newPool(publicRange),
 		bgCtx: ctx, bgCancel: cancel,
 	}

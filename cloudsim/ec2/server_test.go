@@ -980,3 +980,22 @@ func TestWildcard(t *testing.T) {
 		}
 	}
 }
+
+func TestVisibilityLag(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{VisibilityLag: 300 * time.Millisecond})
+	c, ctx := f.ec2(), t.Context()
+	id := aws.ToString(f.run(&ec2.RunInstancesInput{TagSpecifications: []types.TagSpecification{tagSpec(types.ResourceTypeInstance, "k", "v")}}).InstanceId)
+	_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	wantCode(t, err, "InvalidInstanceID.NotFound", 400)
+	_, err = c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id)})
+	wantCode(t, err, "InvalidInstanceID.NotFound", 400)
+	out, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{flt("tag:k", "v")}})
+	if err != nil || len(out.Reservations) != 0 {
+		t.Errorf("a new instance is listed at once: %v %+v", err, out.Reservations)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := f.describe(id); aws.ToString(got.InstanceId) != id {
+		t.Errorf("after the lag: %+v", got)
+	}
+}

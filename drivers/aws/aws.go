@@ -108,8 +108,8 @@ type driver struct {
 
 	// placeMu makes "count the instances per zone, pick the emptiest"
 	// one step across concurrent launches; inflight holds the place
-	// (zone or subnet) of each launch between that step and the end of
-	// its RunInstances, by client token.
+	// (zone or subnet) of each launch between that step and its return,
+	// by client token.
 	placeMu  sync.Mutex
 	inflight map[string]string
 }

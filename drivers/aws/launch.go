@@ -69,6 +69,9 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 	if err != nil {
 		return control.Instance{}, err
 	}
+	// In flight until it runs: EC2 may list a new instance only a while
+	// after creating it.
+	defer done()
 	if inst == nil {
 		out, err := drv.ec2.RunInstances(ctx, &ec2.RunInstancesInput{
 			ImageId:      sdk.String(image),
@@ -89,7 +92,6 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 				tagSpec(types.ResourceTypeInstance, spec.Tags), tagSpec(types.ResourceTypeVolume, spec.Tags),
 			},
 		})
-		done()
 		if err != nil {
 			return control.Instance{}, drv.wrap(fmt.Sprintf("%s in %s", what, place.zone), err)
 		}
@@ -114,7 +116,7 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 // client token), or picks where to launch it: Node.Zone if set, else the
 // district's place with the fewest of the cluster's live instances,
 // counting the launches in flight that the listing does not show yet.
-// done ends the launch's flight.
+// done ends the launch's flight (Launch returns).
 func (drv *driver) place(ctx context.Context, pl *placements, n districts.Node, token string) (*types.Instance, placement, func(), error) {
 	drv.placeMu.Lock()
 	defer drv.placeMu.Unlock()

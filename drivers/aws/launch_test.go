@@ -471,3 +471,25 @@ func (b *fakeBacker) Start(_ context.Context, _, name, _ string) (cloudsim.Machi
 }
 func (b *fakeBacker) Stop(context.Context, string, string) error    { return nil }
 func (b *fakeBacker) Allow(context.Context, string, []string) error { return nil }
+
+// TestEventualConsistency launches while EC2 shows new instances only a
+// while after creating them: Launch waits them out, and parallel launches
+// still spread.
+func TestEventualConsistency(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, ec2.Options{VisibilityLag: 300 * time.Millisecond})
+	drv, g, key := ready(t, w, "lag")
+	got := perZone(launchAll(t, drv, "lag", "", g.ProviderID, key, 3))
+	if diff := cmp.Diff(map[string]int{zones[0]: 1, zones[1]: 1, zones[2]: 1}, got); diff != "" {
+		t.Errorf("3 nodes over 3 zones (-want +got):\n%s", diff)
+	}
+	// One more, after the first three are visible: still even.
+	inst, err := drv.Launch(t.Context(), launchSpec("lag", "aws-test", "lag-n3", "", g.ProviderID, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts, _, err := drv.List(t.Context(), "lag")
+	if err != nil || len(insts) != 4 || inst.State != control.InstanceRunning {
+		t.Errorf("after 4 launches: %v %+v", err, insts)
+	}
+}
