@@ -1,0 +1,63 @@
+// Package ec2 is cloudsim's EC2 front end: an http.Handler that speaks the
+// EC2 Query API (form-encoded requests, Action=...&Version=2016-11-15, XML
+// answers in the EC2 namespace, EC2's error document and status codes), so
+// that aws-sdk-go-v2's service/ec2 client works against it unmodified.
+//
+// Every request must be signed (Signature Version 4) with an access key
+// the Server knows (Options.Credentials; default DefaultAccessKeyID and
+// DefaultSecretAccessKey); the signature is verified, and an unknown key
+// or a bad signature is answered 401 AuthFailure. The region is the
+// signature's credential scope: any name shaped like a region exists, with
+// Options.Zones zones (region+"a", "b", ...), a default VPC
+// (172.31.0.0/16), a default subnet per zone and a default security group.
+//
+// Served actions: DescribeAvailabilityZones; DescribeImages (ImageId,
+// Owner incl. "self", filters name, owner-id, owner-alias, architecture,
+// state, ...); DescribeVpcs, DescribeSubnets; ImportKeyPair (ed25519 and
+// RSA), DescribeKeyPairs (IncludePublicKey), DeleteKeyPair;
+// CreateSecurityGroup (TagSpecifications), DescribeSecurityGroups,
+// AuthorizeSecurityGroupIngress and RevokeSecurityGroupIngress (CIDR
+// sources only), DeleteSecurityGroup (DependencyViolation while an
+// instance that is not terminated uses it); CreateTags, DeleteTags;
+// RunInstances (ImageId, InstanceType, KeyName, SecurityGroupId(s),
+// SubnetId or one NetworkInterface, Placement.AvailabilityZone, UserData,
+// TagSpecifications, ClientToken, MinCount/MaxCount); DescribeInstances;
+// TerminateInstances; GetConsoleOutput. Describe filters take EC2's names
+// (tag:<key>, tag-key, instance-state-name, client-token, group-name,
+// vpc-id, ...) and wildcards; an unknown filter is refused as EC2 refuses
+// it. Describe actions that page on EC2 page here with MaxResults and
+// NextToken; SetPageSize forces small pages.
+//
+// Instances live by the sim's AWS latencies (Server.SetLatency replaces
+// them): pending until Launch has passed, running, shutting-down from
+// TerminateInstances until Terminate has passed, then terminated and still
+// listed for Options.TerminatedVisible. Security group changes take
+// GroupCreate, GroupUpdate or GroupDelete before they answer. Without a
+// zone or subnet RunInstances always picks the region's first zone.
+// Options.VisibilityLag hides a new instance from DescribeInstances for
+// a while, as EC2's eventual consistency does. Quotas: Options.VCPULimit (VcpuLimitExceeded) and Options.RulesPerGroup
+// (RulesPerSecurityGroupLimitExceeded). ClientToken makes RunInstances
+// idempotent: the same token returns the same reservation, with other
+// arguments IdempotentParameterMismatch.
+//
+// Injected faults (sim.Faults) are answered as EC2 answers: FaultThrottle
+// 503 RequestLimitExceeded, FaultQuota 400 InstanceLimitExceeded or
+// VcpuLimitExceeded (the message names any other quota), FaultServer 500
+// InternalError, FaultLost the same after doing the request, FaultAuth
+// 401 AuthFailure, FaultSlow a delay. Faults for cloudsim.OpAuth hit every
+// request, since EC2 checks credentials on each.
+//
+// Without a Backer, private addresses come from the subnet, public ones
+// from 198.18.0.0/15 (RFC 2544, never routed), and each instance gets an
+// ed25519 host key, printed on its console in cloud-init's "BEGIN SSH HOST
+// KEY KEYS" block once it runs. With sim.Backer, RunInstances starts
+// Backer.Start(ctx, "aws:"+region, <instance id>, <the key pair's public
+// key>) in the background; the instance runs once the latency has passed
+// and the machine is up, its public and private address is the machine's,
+// and its console shows the machine's host keys. Every change of a
+// region's security group rules calls Backer.Allow with the union of their
+// /32 sources; TerminateInstances calls Backer.Stop.
+//
+// Resources lists what exists (for checks that nothing is left), Plant
+// creates an instance as another tool would.
+package ec2

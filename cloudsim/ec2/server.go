@@ -1,0 +1,582 @@
+package ec2
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
+)
+
+// Documentation example keys: what Options.Credentials defaults to.
+const (
+	DefaultAccessKeyID     = "AKIAIOSFODNN7EXAMPLE"
+	DefaultSecretAccessKey = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	// DefaultAccountID owns what the emulator's callers create.
+	DefaultAccountID = "123456789012"
+	// DefaultRulesPerGroup is EC2's default quota of inbound rules per
+	// security group.
+	DefaultRulesPerGroup = 60
+	// DefaultTerminatedVisible is how long (cloud time) a terminated
+	// instance stays visible, as on EC2.
+	DefaultTerminatedVisible = time.Hour
+)
+
+// Credential is the secret half of an access key the emulator accepts.
+type Credential struct {
+	SecretAccessKey string
+	// SessionToken, if set, must come with every request
+	// (X-Amz-Security-Token), as for temporary credentials.
+	SessionToken string
+}
+
+// Image is a machine image the emulator offers, in every region.
+type Image struct {
+	ID           string
+	Name         string
+	OwnerID      string
+	OwnerAlias   string // "amazon" for Amazon's own; empty otherwise
+	Architecture string // default x86_64
+	CreationDate time.Time
+}
+
+// Options configure a Server; the zero value is usable.
+type Options struct {
+	// Credentials maps access key ids to their secrets (default:
+	// DefaultAccessKeyID with DefaultSecretAccessKey).
+	Credentials map[string]Credential
+	// AccountID owns the caller's resources ("self"); default
+	// DefaultAccountID.
+	AccountID string
+	// Images are the machine images (default DefaultImages()).
+	Images []Image
+	// Zones is how many availability zones each region has (a, b, c,
+	// ...); default 3.
+	Zones int
+	// VCPULimit is the running On-Demand vCPU quota per region; 0 is
+	// unlimited. RunInstances beyond it fails with VcpuLimitExceeded.
+	VCPULimit int
+	// RulesPerGroup is the inbound rule quota of a security group
+	// (default DefaultRulesPerGroup); beyond it
+	// RulesPerSecurityGroupLimitExceeded.
+	RulesPerGroup int
+	// TerminatedVisible is how long a terminated instance stays in
+	// DescribeInstances (cloud time, scaled; default
+	// DefaultTerminatedVisible).
+	TerminatedVisible time.Duration
+	// VisibilityLag is how long (cloud time, scaled) a new instance is
+	// missing from DescribeInstances and GetConsoleOutput, which answer
+	// InvalidInstanceID.NotFound for its id meanwhile: EC2 is eventually
+	// consistent. Default 0.
+	VisibilityLag time.Duration
+}
+
+// DefaultImages are a few Debian 12 and Ubuntu 24.04 images under their
+// publishers' real owner ids, several builds each so that "the newest"
+// means something.
+func DefaultImages() []Image {
+	day := func(s string) time.Time {
+		t, err := time.Parse("2006-01-02", s)
+		if err != nil {
+			panic(err)
+		}
+		return t.Add(18 * time.Hour)
+	}
+	const debian, canonical = "136693071363", "099720109477"
+	return []Image{
+		{ID: "ami-0d1e0b1a2c3d4e5f6", Name: "debian-12-amd64-20250428-2096", OwnerID: debian, CreationDate: day("2025-04-28")},
+		{ID: "ami-0d1e0b1a2c3d4e5f7", Name: "debian-12-amd64-20250814-2204", OwnerID: debian, CreationDate: day("2025-08-14")},
+		{ID: "ami-0d1e0b1a2c3d4e5f8", Name: "debian-12-amd64-20250610-2140", OwnerID: debian, CreationDate: day("2025-06-10")},
+		{ID: "ami-0d1e0b1a2c3d4e5f9", Name: "debian-12-arm64-20250814-2204", OwnerID: debian, Architecture: "arm64", CreationDate: day("2025-08-14")},
+		{ID: "ami-0c0a0b1a2c3d4e5f6", Name: "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250805", OwnerID: canonical, CreationDate: day("2025-08-05")},
+	}
+}
+
+// Server is the EC2 front end of a cloudsim.Sim: an http.Handler for the
+// EC2 Query API. It is safe for concurrent use.
+type Server struct {
+	sim     *cloudsim.Sim
+	creds   map[string]Credential
+	account string
+	images  []Image
+	zones   int
+	vcpus   int
+	rules   int
+	visible time.Duration
+	lag     time.Duration
+
+	mu       sync.Mutex
+	regions  map[string]*region
+	seq      uint64
+	pageSize int
+	latency  *cloudsim.Latency
+	public   *pool
+
+	// allowMu orders Backer.Allow calls, so the last call carries the
+	// newest union of sources.
+	allowMu  sync.Mutex
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns an EC2 front end for sim.
+func New(sim *cloudsim.Sim, opts Options) *Server {
+	if opts.Credentials == nil {
+		opts.Credentials = map[string]Credential{DefaultAccessKeyID: {SecretAccessKey: DefaultSecretAccessKey}}
+	}
+	if opts.AccountID == "" {
+		opts.AccountID = DefaultAccountID
+	}
+	if opts.Images == nil {
+		opts.Images = DefaultImages()
+	}
+	if opts.Zones <= 0 {
+		opts.Zones = 3
+	}
+	if opts.RulesPerGroup <= 0 {
+		opts.RulesPerGroup = DefaultRulesPerGroup
+	}
+	if opts.TerminatedVisible <= 0 {
+		opts.TerminatedVisible = DefaultTerminatedVisible
+	}
+	images := slices.Clone(opts.Images)
+	for i := range images {
+		if images[i].Architecture == "" {
+			images[i].Architecture = "x86_64"
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		sim: sim, creds: maps.Clone(opts.Credentials), account: opts.AccountID, images: images,
+		zones: opts.Zones, vcpus: opts.VCPULimit, rules: opts.RulesPerGroup, visible: opts.TerminatedVisible,
+		lag:     opts.VisibilityLag,
+		regions: map[string]*region{}, public: newPool(publicRange),
+		bgCtx: ctx, bgCancel: cancel,
+	}
+}
+
+// Close stops the server's background work (backed machines still
+// starting) and waits for it. Backed machines that exist stay: the
+// Backer's owner tears them down.
+func (s *Server) Close() {
+	s.bgCancel()
+	s.bg.Wait()
+}
+
+// SetPageSize makes every Describe answer at most n items per page, with a
+// NextToken for the rest, whatever MaxResults says; 0 restores EC2's own
+// paging (everything, or MaxResults).
+func (s *Server) SetPageSize(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pageSize = max(n, 0)
+}
+
+// SetLatency replaces the sim's AWS latencies for this server.
+func (s *Server) SetLatency(l cloudsim.Latency) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = &l
+}
+
+func (s *Server) lat() cloudsim.Latency {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latLocked()
+}
+
+func (s *Server) latLocked() cloudsim.Latency {
+	if s.latency != nil {
+		return *s.latency
+	}
+	return s.sim.Latency("aws")
+}
+
+func (s *Server) now() time.Time { return s.sim.Time() }
+
+// sleep waits the wall time of a cloud duration.
+func (s *Server) sleep(ctx context.Context, d time.Duration) error {
+	w := s.sim.Wall(d)
+	if w <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// regionName accepts names shaped like AWS regions (eu-central-1,
+// us-gov-west-1); any such region exists on first use.
+var regionName = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
+
+// call is one request being served.
+type call struct {
+	ctx    context.Context
+	s      *Server
+	region string
+	p      params
+}
+
+type handler func(c *call) (requestIDSetter, error)
+
+type action struct {
+	op cloudsim.Op
+	fn handler
+}
+
+// actions is the served subset of the EC2 API.
+var actions = map[string]action{
+	"DescribeAvailabilityZones":     {cloudsim.OpList, (*call).describeZones},
+	"DescribeImages":                {cloudsim.OpList, (*call).describeImages},
+	"DescribeVpcs":                  {cloudsim.OpList, (*call).describeVpcs},
+	"DescribeSubnets":               {cloudsim.OpList, (*call).describeSubnets},
+	"ImportKeyPair":                 {cloudsim.OpKeys, (*call).importKeyPair},
+	"DescribeKeyPairs":              {cloudsim.OpKeys, (*call).describeKeyPairs},
+	"DeleteKeyPair":                 {cloudsim.OpKeys, (*call).deleteKeyPair},
+	"CreateSecurityGroup":           {cloudsim.OpGroup, (*call).createSecurityGroup},
+	"DescribeSecurityGroups":        {cloudsim.OpList, (*call).describeSecurityGroups},
+	"AuthorizeSecurityGroupIngress": {cloudsim.OpGroup, (*call).authorizeIngress},
+	"RevokeSecurityGroupIngress":    {cloudsim.OpGroup, (*call).revokeIngress},
+	"DeleteSecurityGroup":           {cloudsim.OpGroup, (*call).deleteSecurityGroup},
+	"CreateTags":                    {"tags", (*call).createTags},
+	"DeleteTags":                    {"tags", (*call).deleteTags},
+	"RunInstances":                  {cloudsim.OpLaunch, (*call).runInstances},
+	"DescribeInstances":             {cloudsim.OpList, (*call).describeInstances},
+	"TerminateInstances":            {cloudsim.OpTerminate, (*call).terminateInstances},
+	"GetConsoleOutput":              {cloudsim.OpList, (*call).getConsoleOutput},
+}
+
+// maxBody bounds a request body (RunInstances' user data is at most 16 KiB
+// before base64).
+const maxBody = 1 << 20
+
+// ServeHTTP answers one EC2 Query API request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reqID := newRequestID()
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil || len(body) > maxBody {
+		writeError(w, reqID, &apiError{status: 400, code: "InvalidParameterValue", msg: "The request body is unreadable or too large."})
+		return
+	}
+	_, region, aerr := s.verify(r, body)
+	if aerr != nil {
+		writeError(w, reqID, aerr)
+		return
+	}
+	form, err := parseForm(r, body)
+	if err != nil {
+		writeError(w, reqID, &apiError{status: 400, code: "MalformedQueryString", msg: err.Error()})
+		return
+	}
+	p := newParams(form)
+	name := p.get("Action")
+	act, ok := actions[name]
+	switch {
+	case name == "":
+		writeError(w, reqID, &apiError{status: 400, code: "MissingAction", msg: "The request must contain the parameter Action"})
+		return
+	case !ok:
+		writeError(w, reqID, &apiError{status: 400, code: "InvalidAction", msg: fmt.Sprintf("The action %s is not valid for this web service.", name)})
+		return
+	case !regionName.MatchString(region):
+		writeError(w, reqID, authFailure())
+		return
+	}
+	c := &call{ctx: r.Context(), s: s, region: region, p: p}
+	if dry, err := p.bool("DryRun"); err != nil || dry {
+		if err == nil {
+			err = &apiError{status: 412, code: "DryRunOperation", msg: "Request would have succeeded, but DryRun flag is set."}
+		}
+		writeError(w, reqID, err)
+		return
+	}
+
+	f, faulted := s.sim.Faults.Take(act.op)
+	if !faulted {
+		// Every EC2 request checks credentials: auth faults hit them all.
+		f, faulted = s.sim.Faults.Take(cloudsim.OpAuth)
+	}
+	lost := false
+	if faulted {
+		switch f.Kind {
+		case cloudsim.FaultThrottle:
+			writeError(w, reqID, &apiError{status: 503, code: "RequestLimitExceeded", msg: "Request limit exceeded."})
+			return
+		case cloudsim.FaultQuota:
+			writeError(w, reqID, quotaError(f.Quota))
+			return
+		case cloudsim.FaultServer:
+			writeError(w, reqID, internalError())
+			return
+		case cloudsim.FaultAuth:
+			writeError(w, reqID, authFailure())
+			return
+		case cloudsim.FaultSlow:
+			if err := s.sleepWall(r.Context(), f.Delay); err != nil {
+				return
+			}
+		case cloudsim.FaultLost:
+			lost = true
+		}
+	}
+	out, err := act.fn(c)
+	if lost {
+		// The work is done; only the answer is lost.
+		writeError(w, reqID, internalError())
+		return
+	}
+	if err != nil {
+		writeError(w, reqID, err)
+		return
+	}
+	out.setRequestID(reqID)
+	writeXML(w, http.StatusOK, xml.StartElement{
+		Name: xml.Name{Local: name + "Response"},
+		Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: xmlns}},
+	}, out)
+}
+
+func (s *Server) sleepWall(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// parseForm reads the Query parameters from the URL and, for a
+// form-encoded POST, the body.
+func parseForm(r *http.Request, body []byte) (map[string][]string, error) {
+	form, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, err
+	}
+	if r.Method == http.MethodPost {
+		bf, err := url.ParseQuery(string(body))
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range bf {
+			form[k] = append(form[k], v...)
+		}
+	}
+	return form, nil
+}
+
+func internalError() *apiError {
+	return &apiError{status: 500, code: "InternalError", msg: "An internal error has occurred"}
+}
+
+// quotaError is EC2's answer to a create beyond a quota; name is the
+// quota (an EC2 error code such as VcpuLimitExceeded, or any name, which
+// the message then carries).
+func quotaError(name string) *apiError {
+	switch name {
+	case "", "InstanceLimitExceeded":
+		return &apiError{status: 400, code: "InstanceLimitExceeded",
+			msg: "Your quota allows for 0 more running instance(s). You requested at least 1."}
+	case "VcpuLimitExceeded":
+		return &apiError{status: 400, code: "VcpuLimitExceeded",
+			msg: "You have requested more vCPU capacity than your current vCPU limit allows for the instance bucket that the specified instance type belongs to. Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit."}
+	}
+	return &apiError{status: 400, code: "InstanceLimitExceeded",
+		msg: fmt.Sprintf("You have reached your quota of %s. Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit.", name)}
+}
+
+func writeError(w http.ResponseWriter, reqID string, err error) {
+	ae, ok := err.(*apiError) //nolint:errorlint // handlers return *apiError itself, never a wrapped one
+	if !ok {
+		ae = internalError()
+	}
+	doc := errorDoc{Code: ae.code, Message: ae.msg, RequestID: reqID}
+	writeXML(w, ae.status, xml.StartElement{Name: xml.Name{Local: "Response"}}, doc)
+}
+
+func writeXML(w http.ResponseWriter, status int, start xml.StartElement, v any) {
+	var buf bytes.Buffer
+	buf.WriteString(xml.Header)
+	enc := xml.NewEncoder(&buf)
+	if err := enc.EncodeElement(v, start); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// newRequestID makes a request id shaped like EC2's (a UUID).
+func newRequestID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// newID makes a resource id: prefix, "-" and 17 hex digits, like EC2's.
+func newID(prefix string) string {
+	b := make([]byte, 9)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)[:17]
+}
+
+// pageToken is an opaque NextToken: the sequence number of the last item
+// returned, so paging is stable while items come and go.
+func pageToken(seq uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + strconv.FormatUint(seq, 10)))
+}
+
+func parsePageToken(tok string) (uint64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err == nil {
+		if rest, ok := bytes.CutPrefix(raw, []byte("v1:")); ok {
+			if n, err := strconv.ParseUint(string(rest), 10, 64); err == nil {
+				return n, nil
+			}
+		}
+	}
+	return 0, &apiError{status: 400, code: "InvalidPaginationToken", msg: "The specified pagination token is not valid or is expired."}
+}
+
+// page cuts items (in sequence order) after the NextToken to one page of
+// at most limit items (0: all, unless SetPageSize says less).
+func page[T any](c *call, items []T, seq func(T) uint64, limit int) ([]T, string, error) {
+	after, err := parsePageToken(c.p.get("NextToken"))
+	if err != nil {
+		return nil, "", err
+	}
+	c.s.mu.Lock()
+	ps := c.s.pageSize
+	c.s.mu.Unlock()
+	if ps > 0 && (limit == 0 || ps < limit) {
+		limit = ps
+	}
+	start := 0
+	if after > 0 {
+		start = len(items)
+		for i, it := range items {
+			if seq(it) > after {
+				start = i
+				break
+			}
+		}
+	}
+	items = items[start:]
+	if limit == 0 || len(items) <= limit {
+		return items, "", nil
+	}
+	items = items[:limit]
+	return items, pageToken(seq(items[len(items)-1])), nil
+}
+
+// maxResults reads MaxResults within EC2's bounds for the action.
+func (c *call) maxResults(lo, hi int) (int, error) {
+	n, err := c.p.int("MaxResults", 0)
+	if err != nil {
+		return 0, err
+	}
+	if c.p.has("MaxResults") && (n < lo || n > hi) {
+		return 0, &apiError{status: 400, code: "InvalidParameterValue",
+			msg: fmt.Sprintf("Value ( %d ) for parameter maxResults is invalid. Expecting a value between %d and %d.", n, lo, hi)}
+	}
+	return n, nil
+}
+
+// Resource is something that exists in the emulator, for tests and tools
+// that check what is left.
+type Resource struct {
+	Region string
+	// Kind is "instance", "security-group" or "key-pair".
+	Kind  string
+	ID    string
+	Name  string // group or key pair name
+	State string // an instance's state name
+	Tags  map[string]string
+}
+
+// Resources lists every instance that is not terminated and every
+// security group and key pair callers created, in all regions (not the
+// default VPC, its subnets and default groups, which every region has).
+func (s *Server) Resources() []Resource {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var out []Resource
+	for _, name := range sortedKeys(s.regions) {
+		rg := s.regions[name]
+		s.sweep(rg, now)
+		for _, in := range rg.sortedInstances() {
+			if st := s.state(in, now); st != stateTerminated {
+				out = append(out, Resource{Region: name, Kind: "instance", ID: in.id, State: st.name, Tags: maps.Clone(in.tags)})
+			}
+		}
+		for _, g := range rg.sortedGroups() {
+			if !g.isDefault {
+				out = append(out, Resource{Region: name, Kind: "security-group", ID: g.id, Name: g.name, Tags: maps.Clone(g.tags)})
+			}
+		}
+		for _, k := range rg.sortedKeys() {
+			out = append(out, Resource{Region: name, Kind: "key-pair", ID: k.id, Name: k.name, Tags: maps.Clone(k.tags)})
+		}
+	}
+	return out
+}
+
+// Plant creates a running-to-be instance in region as another tool (or a
+// crash between create and tag) would leave it: the first image, no key,
+// the first zone's default subnet, exactly tags (keys with the reserved
+// "aws:" prefix allowed, as AWS services set them). It returns the
+// instance id.
+func (s *Server) Plant(ctx context.Context, region string, tags map[string]string) (string, error) {
+	if !regionName.MatchString(region) {
+		return "", fmt.Errorf("cloudsim/ec2: %q is not a region name", region)
+	}
+	if len(s.images) == 0 {
+		return "", fmt.Errorf("cloudsim/ec2: no image to plant an instance from")
+	}
+	var list []params
+	for _, k := range sortedKeys(tags) {
+		list = append(list, params{"Key": k, "Value": tags[k]})
+	}
+	t, err := readTags(list, true)
+	if err != nil {
+		return "", err
+	}
+	c := &call{ctx: ctx, s: s, region: region, p: params{}}
+	res, err := c.launch(launchRequest{image: s.images[0].ID, instanceType: "t3.micro", min: 1, max: 1, tags: t})
+	if err != nil {
+		return "", err
+	}
+	return res.instances[0].id, nil
+}

@@ -1,0 +1,231 @@
+package aws
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	sdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/cloudtransit/transit/clock"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Defaults of Options, right for the real EC2.
+const (
+	DefaultRetryMaxAttempts = 8
+	DefaultRetryBaseDelay   = 500 * time.Millisecond
+	DefaultRetryMaxDelay    = 20 * time.Second
+	DefaultPollInterval     = 2 * time.Second
+	DefaultPollMaxInterval  = 15 * time.Second
+	DefaultLaunchWait       = 10 * time.Minute
+	DefaultHostKeyWait      = time.Minute
+	DefaultGroupDeleteWait  = 5 * time.Minute
+)
+
+// Default image: the newest Debian 12 for amd64 that Debian publishes
+// (Debian's AWS account).
+const (
+	DefaultImageName  = "debian-12-amd64-*"
+	DefaultImageOwner = "136693071363"
+)
+
+// Options tune the driver; the zero value is right for the real EC2.
+// Tests shorten the waits.
+type Options struct {
+	// HTTPClient sends the API requests (default: the SDK's).
+	HTTPClient *http.Client
+	// RetryMaxAttempts bounds the attempts of one API request: the SDK
+	// retries throttling, 5xx answers and connection errors (default
+	// DefaultRetryMaxAttempts).
+	RetryMaxAttempts int
+	// RetryBaseDelay and RetryMaxDelay shape the wait before retry n: a
+	// random duration up to min(RetryMaxDelay, RetryBaseDelay·2^(n-1))
+	// (exponential backoff, full jitter).
+	RetryBaseDelay, RetryMaxDelay time.Duration
+	// PollInterval is the first wait between polls of a pending launch,
+	// the console and a group still in use; it doubles up to
+	// PollMaxInterval.
+	PollInterval, PollMaxInterval time.Duration
+	// LaunchWait bounds how long Launch waits for the instance to run.
+	LaunchWait time.Duration
+	// HostKeyWait bounds how long Launch reads the console for the host
+	// keys cloud-init prints; without them the first key presented over
+	// SSH is trusted.
+	HostKeyWait time.Duration
+	// GroupDeleteWait bounds how long DeleteGroup retries while
+	// terminating instances still use the group.
+	GroupDeleteWait time.Duration
+	// Clock times the waits (default the wall clock).
+	Clock clock.Clock
+}
+
+func (o Options) withDefaults() Options {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	if o.RetryMaxAttempts <= 0 {
+		o.RetryMaxAttempts = DefaultRetryMaxAttempts
+	}
+	set(&o.RetryBaseDelay, DefaultRetryBaseDelay)
+	set(&o.RetryMaxDelay, DefaultRetryMaxDelay)
+	set(&o.PollInterval, DefaultPollInterval)
+	set(&o.PollMaxInterval, DefaultPollMaxInterval)
+	set(&o.LaunchWait, DefaultLaunchWait)
+	set(&o.HostKeyWait, DefaultHostKeyWait)
+	set(&o.GroupDeleteWait, DefaultGroupDeleteWait)
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	return o
+}
+
+type driver struct {
+	d        districts.District
+	credName string // how errors name the credentials
+	ec2      *ec2.Client
+	opts     Options
+	sshCIDRs []string
+
+	mu     sync.Mutex // guards the caches below
+	image  string
+	vpc    string
+	places *placements
+	keys   map[string]string // key pair name → the key it holds
+
+	keyMu sync.Mutex // one key pair import at a time
+
+	// placeMu makes "count the instances per zone, pick the emptiest"
+	// one step across concurrent launches; inflight holds the place
+	// (zone or subnet) of each launch between that step and its return,
+	// by client token.
+	placeMu  sync.Mutex
+	inflight map[string]string
+}
+
+var _ control.Infrastructure = (*driver)(nil)
+
+// New returns the driver of an AWS district. cred is the district's
+// credential: its access key (aws_access_key_id, aws_secret_access_key,
+// aws_session_token) or shared-config profile (aws_profile); nil means the
+// SDK's default chain (environment, shared config and SSO, the instance's
+// role). New makes no request.
+func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (control.Infrastructure, error) {
+	if d.Provider != districts.ProviderAWS {
+		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderAWS)
+	}
+	if d.AWSRegion == "" {
+		return nil, invalid(d, "aws_region: missing")
+	}
+	opts = opts.withDefaults()
+	drv := &driver{d: d, opts: opts, keys: map[string]string{}, inflight: map[string]string{},
+		credName: "the SDK's default credential chain"}
+	for _, c := range d.SSHCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p.Masked() != p {
+			return nil, invalid(d, "ssh_cidrs: %q is not a CIDR block such as 203.0.113.0/24", c)
+		}
+		drv.sshCIDRs = append(drv.sshCIDRs, p.String())
+	}
+	if len(drv.sshCIDRs) == 0 {
+		drv.sshCIDRs = []string{"0.0.0.0/0"}
+	}
+
+	load := []func(*config.LoadOptions) error{
+		config.WithRegion(d.AWSRegion),
+		config.WithRetryer(func() sdk.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = opts.RetryMaxAttempts
+				o.MaxBackoff = opts.RetryMaxDelay
+				o.Backoff = fullJitter{base: opts.RetryBaseDelay, max: opts.RetryMaxDelay}
+			})
+		}),
+	}
+	if opts.HTTPClient != nil {
+		load = append(load, config.WithHTTPClient(opts.HTTPClient))
+	}
+	if cred != nil {
+		if cred.Provider != districts.ProviderAWS {
+			return nil, invalid(d, "credential %q is for provider %q", cred.ID, cred.Provider)
+		}
+		drv.credName = fmt.Sprintf("credential %q", cred.ID)
+		switch {
+		case cred.AWSAccessKeyID != "":
+			load = append(load, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(
+				cred.AWSAccessKeyID, cred.AWSSecretAccessKey.Reveal(), cred.AWSSessionToken.Reveal())))
+		case cred.AWSProfile != "":
+			drv.credName = fmt.Sprintf("credential %q (aws_profile %q)", cred.ID, cred.AWSProfile)
+			load = append(load, config.WithSharedConfigProfile(cred.AWSProfile))
+		default:
+			drv.credName = fmt.Sprintf("credential %q (the SDK's default chain)", cred.ID)
+		}
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, load...)
+	if err != nil {
+		return nil, &cloudError{kind: districts.ErrInvalid,
+			msg: fmt.Sprintf("aws district %q: load the AWS configuration for %s", d.ID, drv.credName), err: err}
+	}
+	if cfg.Credentials != nil {
+		cfg.Credentials = markedCredentials{cfg.Credentials}
+	}
+	drv.ec2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) {
+		if d.AWSEndpoint != "" {
+			o.BaseEndpoint = sdk.String(d.AWSEndpoint)
+		}
+	})
+	return drv, nil
+}
+
+// fullJitter is exponential backoff with full jitter: attempt n waits a
+// random time up to min(max, base·2^(n-1)), so that many clients
+// throttled at once do not retry in step.
+type fullJitter struct{ base, max time.Duration }
+
+func (j fullJitter) BackoffDelay(attempt int, _ error) (time.Duration, error) {
+	ceil := j.max
+	if attempt >= 1 && attempt < 31 {
+		ceil = min(j.max, j.base<<(attempt-1))
+	}
+	if ceil <= 0 {
+		return 0, nil
+	}
+	return rand.N(ceil + 1), nil
+}
+
+// markedCredentials marks a failure to obtain credentials (no key in the
+// environment, an expired SSO session, no instance role), which the SDK
+// reports as a plain error, so that it maps to control.ErrCloudAuth.
+type markedCredentials struct{ sdk.CredentialsProvider }
+
+func (m markedCredentials) Retrieve(ctx context.Context) (sdk.Credentials, error) {
+	c, err := m.CredentialsProvider.Retrieve(ctx)
+	if err != nil {
+		return c, &noCredentials{err}
+	}
+	return c, nil
+}
+
+type noCredentials struct{ err error }
+
+func (e *noCredentials) Error() string { return "no credentials: " + e.err.Error() }
+func (e *noCredentials) Unwrap() error { return e.err }
+
+// wait sleeps for the poll interval after n polls (doubling, capped).
+func (drv *driver) wait(ctx context.Context, n int) error {
+	d := drv.opts.PollInterval
+	for i := 0; i < n && d < drv.opts.PollMaxInterval; i++ {
+		d *= 2
+	}
+	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
+}

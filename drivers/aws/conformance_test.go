@@ -1,0 +1,37 @@
+package aws
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/drivers/drivertest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, ec2Options())
+	key, _ := newKey(t)
+	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+		return w.driver(w.district(), credential(), fast())
+	}, drivertest.Config{
+		Cluster:           "conf",
+		District:          "aws-test",
+		Flavor:            "small",
+		MachineType:       "t3.micro",
+		AuthorizedKey:     key,
+		SharedDistrict:    true,
+		MissingProviderID: "i-0123456789abcdef0",
+		Cloud:             cloud{w},
+		CredentialID:      "aws-cred",
+		Secrets:           []string{secretKey, session},
+		Zones:             zones,
+		Timeout:           30 * time.Second,
+		Poll:              10 * time.Millisecond,
+	})
+	for _, r := range w.srv.Resources() {
+		if r.Kind != "key-pair" {
+			t.Errorf("left behind: %+v", r)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package aws
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/smithy-go"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// cloudError is an EC2 failure with the kind transit tells apart
+// (control.ErrQuota, ErrThrottled, ErrCloudAuth, ErrCloudNotFound,
+// districts.ErrInvalid) and a message naming what to look at. It wraps the
+// SDK's error, which never carries a secret.
+type cloudError struct {
+	kind error
+	msg  string
+	err  error
+}
+
+func (e *cloudError) Error() string {
+	if e.err == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.err.Error()
+}
+
+func (e *cloudError) Is(target error) bool { return e.kind != nil && target == e.kind }
+func (e *cloudError) Unwrap() error        { return e.err }
+
+// invalid is a configuration problem of the district.
+func invalid(d districts.District, format string, args ...any) error {
+	return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("districts.json: district %q: ", d.ID) + fmt.Sprintf(format, args...)}
+}
+
+// Codes EC2 answers when it refuses the credentials or the signature.
+var authCodes = map[string]bool{
+	"AuthFailure": true, "UnauthorizedOperation": true, "SignatureDoesNotMatch": true, "InvalidClientTokenId": true,
+	"IncompleteSignature": true, "MissingAuthenticationToken": true, "ExpiredToken": true, "RequestExpired": true,
+	"OptInRequired": true, "Blocked": true, "AccessDenied": true, "AccessDeniedException": true,
+}
+
+// configKeys names the district key behind EC2's answers about a value
+// transit took from districts.json.
+var configKeys = map[string]string{
+	"InvalidAMIID.NotFound":     "aws_image_id",
+	"InvalidAMIID.Malformed":    "aws_image_id",
+	"InvalidAMIID.Unavailable":  "aws_image_id",
+	"InvalidSubnetID.NotFound":  "aws_subnet_ids",
+	"InvalidSubnetID.Malformed": "aws_subnet_ids",
+	"InvalidSubnet":             "aws_subnet_ids",
+	"InvalidVpcID.NotFound":     "aws_vpc_id",
+	"InvalidVpcID.Malformed":    "aws_vpc_id",
+	"InvalidInstanceType":       "flavors[].instance_type",
+}
+
+var throttles = retry.IsErrorThrottles(retry.DefaultThrottles)
+
+// wrap says what failed (what: "launch node n1") and what it means.
+func (drv *driver) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	prefix := fmt.Sprintf("aws district %q: %s", drv.d.ID, what)
+	var nc *noCredentials
+	if errors.As(err, &nc) {
+		return &cloudError{kind: control.ErrCloudAuth, msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), err: err}
+	}
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
+	code := ae.ErrorCode()
+	switch {
+	case authCodes[code]:
+		return &cloudError{kind: control.ErrCloudAuth, msg: fmt.Sprintf("%s: EC2 refused %s (%s)", prefix, drv.credName, code), err: err}
+	case throttles.IsErrorThrottle(err).Bool():
+		return &cloudError{kind: control.ErrThrottled,
+			msg: fmt.Sprintf("%s: EC2 kept throttling the requests (%s) through %d attempts", prefix, code, drv.opts.RetryMaxAttempts), err: err}
+	case strings.HasSuffix(code, "LimitExceeded"):
+		return &cloudError{kind: control.ErrQuota, msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, code, drv.d.AWSRegion, ae.ErrorMessage()), err: err}
+	case configKeys[code] != "":
+		return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("%s: districts.json: district %q: %s: EC2 says %s", prefix, drv.d.ID, configKeys[code], ae.ErrorMessage()), err: err}
+	case code == "InvalidParameterValue" && strings.Contains(ae.ErrorMessage(), "InstanceType"):
+		return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("%s: districts.json: district %q: flavors[].instance_type: EC2 says %s", prefix, drv.d.ID, ae.ErrorMessage()), err: err}
+	case code == "InvalidParameterValue" && strings.Contains(ae.ErrorMessage(), "availability zone"):
+		return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("%s: districts.json: district %q: aws_zones: EC2 says %s", prefix, drv.d.ID, ae.ErrorMessage()), err: err}
+	case strings.HasSuffix(code, ".NotFound"):
+		return &cloudError{kind: control.ErrCloudNotFound, msg: prefix, err: err}
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// code is err's EC2 error code, or "".
+func code(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}

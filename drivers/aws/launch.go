@@ -1,0 +1,271 @@
+package aws
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	sdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// clientToken is RunInstances' idempotency token for a node: the same
+// node of the same cluster lineage in the same district always gets the
+// same token, so a create whose answer was lost, retried by the SDK or by
+// the next run, returns the instance it made instead of a second one.
+// transit never reuses a node id within a lineage.
+func clientToken(n districts.Node, lineage string) string {
+	sum := sha256.Sum256([]byte(n.Cluster + "\x00" + lineage + "\x00" + n.District + "\x00" + n.ID))
+	return "transit-" + hex.EncodeToString(sum[:])[:40]
+}
+
+// userData is the cloud-config that lets root in with the cluster's key:
+// transit installs the platform over SSH as root, and EC2 images allow
+// only their default user unless told otherwise.
+func userData(authorizedKey string) string {
+	q, _ := json.Marshal(strings.TrimSpace(authorizedKey)) // a string always marshals
+	return "#cloud-config\n" +
+		"# transit: root logs in with the cluster's SSH key.\n" +
+		"disable_root: false\n" +
+		"ssh_authorized_keys:\n" +
+		"  - " + string(q) + "\n"
+}
+
+// Launch starts the node's instance, spread over the district's zones,
+// and returns once EC2 reports it running with its addresses, with the
+// SSH host keys its console shows (if it shows them within HostKeyWait).
+func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control.Instance, error) {
+	n := spec.Node
+	what := "launch node " + n.ID
+	switch {
+	case spec.MachineType == "":
+		return control.Instance{}, invalid(drv.d, "flavors: flavor %q has no instance_type", n.Flavor)
+	case spec.GroupID == "":
+		return control.Instance{}, fmt.Errorf("aws district %q: %s: no security group to launch it in", drv.d.ID, what)
+	}
+	image, err := drv.imageID(ctx)
+	if err != nil {
+		return control.Instance{}, err
+	}
+	key, err := drv.keyPair(ctx, n.Cluster, spec.Tags, spec.AuthorizedKey)
+	if err != nil {
+		return control.Instance{}, err
+	}
+	pl, err := drv.placements(ctx)
+	if err != nil {
+		return control.Instance{}, err
+	}
+	token := clientToken(n, spec.Tags[districts.TagLineage])
+	inst, place, done, err := drv.place(ctx, pl, n, token)
+	if err != nil {
+		return control.Instance{}, err
+	}
+	// In flight until it runs: EC2 may list a new instance only a while
+	// after creating it.
+	defer done()
+	if inst == nil {
+		out, err := drv.ec2.RunInstances(ctx, &ec2.RunInstancesInput{
+			ImageId:      sdk.String(image),
+			InstanceType: types.InstanceType(spec.MachineType),
+			KeyName:      sdk.String(key),
+			MinCount:     sdk.Int32(1),
+			MaxCount:     sdk.Int32(1),
+			ClientToken:  sdk.String(token),
+			UserData:     sdk.String(base64.StdEncoding.EncodeToString([]byte(userData(spec.AuthorizedKey)))),
+			NetworkInterfaces: []types.InstanceNetworkInterfaceSpecification{{
+				DeviceIndex: sdk.Int32(0), SubnetId: sdk.String(place.subnet), Groups: []string{spec.GroupID},
+				// Nodes in other clouds reach this one by its public
+				// address, whatever the subnet's default.
+				AssociatePublicIpAddress: sdk.Bool(true), DeleteOnTermination: sdk.Bool(true),
+			}},
+			MetadataOptions: &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired},
+			TagSpecifications: []types.TagSpecification{
+				tagSpec(types.ResourceTypeInstance, spec.Tags), tagSpec(types.ResourceTypeVolume, spec.Tags),
+			},
+		})
+		if err != nil {
+			return control.Instance{}, drv.wrap(fmt.Sprintf("%s in %s", what, place.zone), err)
+		}
+		inst = &out.Instances[0]
+	}
+	id := sdk.ToString(inst.InstanceId)
+	if st := stateOf(*inst); st != types.InstanceStateNamePending && st != types.InstanceStateNameRunning {
+		return control.Instance{}, fmt.Errorf("aws district %q: %s: it was launched before as %s, which is %s now (node ids are never reused)", drv.d.ID, what, id, st)
+	}
+	running, err := drv.waitRunning(ctx, id, what)
+	if err != nil {
+		return control.Instance{}, err
+	}
+	out := toInstance(running)
+	if out.HostKeys, err = drv.hostKeys(ctx, id); err != nil {
+		return control.Instance{}, fmt.Errorf("aws district %q: %s: read the host keys of %s: %w", drv.d.ID, what, id, err)
+	}
+	return out, nil
+}
+
+// place finds the node's instance if a launch made it already (by its
+// client token), or picks where to launch it: Node.Zone if set, else the
+// district's place with the fewest of the cluster's live instances,
+// counting the launches in flight that the listing does not show yet.
+// done ends the launch's flight (Launch returns).
+func (drv *driver) place(ctx context.Context, pl *placements, n districts.Node, token string) (*types.Instance, placement, func(), error) {
+	drv.placeMu.Lock()
+	defer drv.placeMu.Unlock()
+	insts, err := drv.describeAll(ctx, []types.Filter{filter("tag:"+districts.TagCluster, n.Cluster)})
+	if err != nil {
+		return nil, placement{}, nil, drv.wrap("launch node "+n.ID, err)
+	}
+	counts := map[string]int{}
+	listed := map[string]bool{}
+	for i := range insts {
+		in := &insts[i]
+		if sdk.ToString(in.ClientToken) == token {
+			return in, placement{}, func() {}, nil
+		}
+		listed[sdk.ToString(in.ClientToken)] = true
+		tags := userTags(in.Tags)
+		st := stateOf(*in)
+		if (st == types.InstanceStateNamePending || st == types.InstanceStateNameRunning) && tags[districts.TagDistrict] == n.District {
+			zone := ""
+			if in.Placement != nil {
+				zone = sdk.ToString(in.Placement.AvailabilityZone)
+			}
+			counts[pl.key(zone, sdk.ToString(in.SubnetId))]++
+		}
+	}
+	candidates := pl.list
+	if n.Zone != "" {
+		candidates = nil
+		for _, p := range pl.list {
+			if p.zone == n.Zone {
+				candidates = append(candidates, p)
+			}
+		}
+		if len(candidates) == 0 {
+			sn := pl.byZone[n.Zone]
+			if pl.subnets || sn == "" {
+				return nil, placement{}, nil, invalid(drv.d, "node %s is to go to zone %s, where the district has no subnet (aws_subnet_ids, aws_zones, aws_vpc_id)", n.ID, n.Zone)
+			}
+			candidates = []placement{{zone: n.Zone, subnet: sn}}
+		}
+	}
+	for tok, k := range drv.inflight {
+		if !listed[tok] { // else counted above already
+			counts[k]++
+		}
+	}
+	best, bestLoad := candidates[0], -1
+	for _, p := range candidates {
+		if load := counts[pl.key(p.zone, p.subnet)]; bestLoad < 0 || load < bestLoad {
+			best, bestLoad = p, load
+		}
+	}
+	drv.inflight[token] = pl.key(best.zone, best.subnet)
+	done := func() {
+		drv.placeMu.Lock()
+		defer drv.placeMu.Unlock()
+		delete(drv.inflight, token)
+	}
+	return nil, best, done, nil
+}
+
+// waitRunning polls the instance until EC2 reports it running with its
+// private and public address.
+func (drv *driver) waitRunning(ctx context.Context, id, what string) (types.Instance, error) {
+	deadline := drv.opts.Clock.Now().Add(drv.opts.LaunchWait)
+	state := types.InstanceStateNamePending
+	for i := 0; ; i++ {
+		out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+		switch {
+		case err == nil:
+			for _, r := range out.Reservations {
+				for _, in := range r.Instances {
+					state = stateOf(in)
+					switch state {
+					case types.InstanceStateNameRunning:
+						if sdk.ToString(in.PrivateIpAddress) != "" && sdk.ToString(in.PublicIpAddress) != "" {
+							return in, nil
+						}
+					case types.InstanceStateNamePending:
+					default:
+						reason := ""
+						if in.StateReason != nil {
+							reason = ": " + sdk.ToString(in.StateReason.Message)
+						}
+						return types.Instance{}, fmt.Errorf("aws district %q: %s: instance %s is %s%s", drv.d.ID, what, id, state, reason)
+					}
+				}
+			}
+		case ctx.Err() != nil:
+			return types.Instance{}, drv.wrap(what, err)
+		case code(err) == "InvalidInstanceID.NotFound", throttles.IsErrorThrottle(err).Bool(), isServerError(err):
+			// EC2 is eventually consistent: a new instance may not
+			// show yet. Throttling and server errors pass too.
+		default:
+			return types.Instance{}, drv.wrap(fmt.Sprintf("%s: read instance %s", what, id), err)
+		}
+		if drv.opts.Clock.Now().After(deadline) {
+			return types.Instance{}, fmt.Errorf("aws district %q: %s: instance %s is still %s after %s", drv.d.ID, what, id, state, drv.opts.LaunchWait)
+		}
+		if err := drv.wait(ctx, i); err != nil {
+			return types.Instance{}, fmt.Errorf("aws district %q: %s: wait for instance %s: %w", drv.d.ID, what, id, err)
+		}
+	}
+}
+
+// hostKeys reads the SSH host keys cloud-init prints on the console,
+// polling until they show or HostKeyWait has passed; none (nil) means the
+// first key presented will be trusted. Only ctx's end is an error.
+func (drv *driver) hostKeys(ctx context.Context, id string) ([]string, error) {
+	deadline := drv.opts.Clock.Now().Add(drv.opts.HostKeyWait)
+	for i := 0; ; i++ {
+		out, err := drv.ec2.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: sdk.String(id)})
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err == nil {
+			text, derr := base64.StdEncoding.DecodeString(sdk.ToString(out.Output))
+			if keys := parseHostKeys(string(text)); derr == nil && len(keys) > 0 {
+				return keys, nil
+			}
+		}
+		if !drv.opts.Clock.Now().Before(deadline) {
+			return nil, nil
+		}
+		if err := drv.wait(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// parseHostKeys returns the keys of the console's last cloud-init host
+// key block, in authorized_keys form without comments.
+func parseHostKeys(console string) []string {
+	const begin, end = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
+	i := strings.LastIndex(console, begin)
+	if i < 0 {
+		return nil
+	}
+	block, _, ok := strings.Cut(console[i+len(begin):], end)
+	if !ok {
+		return nil // still being printed
+	}
+	var keys []string
+	for line := range strings.Lines(block) {
+		pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(strings.TrimSpace(line)))
+		if err != nil {
+			continue
+		}
+		keys = append(keys, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pk))))
+	}
+	return keys
+}

@@ -1,0 +1,213 @@
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	sdk "github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// List returns the cluster's instances and security groups in the
+// district: those tagged transit-cluster=cluster whose transit-district
+// tag is this district or missing (a machine another tool made with only
+// the cluster's tag). Terminated instances are left out.
+func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+	what := "list cluster " + cluster
+	insts, err := drv.describeAll(ctx, []types.Filter{
+		filter("tag:"+districts.TagCluster, cluster),
+		filter("instance-state-name", "pending", "running", "shutting-down", "stopping", "stopped"),
+	})
+	if err != nil {
+		return nil, nil, drv.wrap(what, err)
+	}
+	var out []control.Instance
+	for _, in := range insts {
+		if !drv.mine(userTags(in.Tags), cluster) || stateOf(in) == types.InstanceStateNameTerminated {
+			continue
+		}
+		out = append(out, toInstance(in))
+	}
+	var groups []control.Group
+	pg := ec2.NewDescribeSecurityGroupsPaginator(drv.ec2, &ec2.DescribeSecurityGroupsInput{
+		Filters: []types.Filter{filter("tag:"+districts.TagCluster, cluster)}, MaxResults: sdk.Int32(1000)})
+	for pg.HasMorePages() {
+		page, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, nil, drv.wrap(what, err)
+		}
+		for _, g := range page.SecurityGroups {
+			if tags := userTags(g.Tags); drv.mine(tags, cluster) {
+				groups = append(groups, toGroup(g))
+			}
+		}
+	}
+	return out, groups, nil
+}
+
+// mine says whether tags put a resource in this district of cluster.
+func (drv *driver) mine(tags map[string]string, cluster string) bool {
+	dist, has := tags[districts.TagDistrict]
+	return tags[districts.TagCluster] == cluster && (!has || dist == drv.d.ID)
+}
+
+// describeAll pages through DescribeInstances.
+func (drv *driver) describeAll(ctx context.Context, filters []types.Filter) ([]types.Instance, error) {
+	var out []types.Instance
+	pg := ec2.NewDescribeInstancesPaginator(drv.ec2, &ec2.DescribeInstancesInput{Filters: filters, MaxResults: sdk.Int32(1000)})
+	for pg.HasMorePages() {
+		page, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page.Reservations {
+			out = append(out, r.Instances...)
+		}
+	}
+	return out, nil
+}
+
+// toInstance maps an EC2 instance. A stopped instance is reported
+// pending: it exists and does not run, and transit neither forgets nor
+// restarts it; its platform reports it down.
+func toInstance(in types.Instance) control.Instance {
+	out := control.Instance{
+		ProviderID: sdk.ToString(in.InstanceId),
+		Tags:       userTags(in.Tags),
+		PublicIP:   sdk.ToString(in.PublicIpAddress),
+		PrivateIP:  sdk.ToString(in.PrivateIpAddress),
+		CreatedAt:  sdk.ToTime(in.LaunchTime),
+	}
+	if in.Placement != nil {
+		out.Zone = sdk.ToString(in.Placement.AvailabilityZone)
+	}
+	switch stateOf(in) {
+	case types.InstanceStateNameRunning:
+		out.State = control.InstanceRunning
+	case types.InstanceStateNameShuttingDown, types.InstanceStateNameStopping, types.InstanceStateNameTerminated:
+		out.State = control.InstanceTerminating
+	default:
+		out.State = control.InstancePending
+	}
+	return out
+}
+
+// toGroup maps a security group; its sources are the addresses of its
+// all-traffic rules (the nodes), not the SSH rules' CIDR blocks.
+func toGroup(g types.SecurityGroup) control.Group {
+	out := control.Group{ProviderID: sdk.ToString(g.GroupId), Name: sdk.ToString(g.GroupName), Tags: userTags(g.Tags)}
+	for _, r := range ingress(g) {
+		if r.proto == "-1" {
+			out.Sources = append(out.Sources, source(r.cidr))
+		}
+	}
+	slices.Sort(out.Sources)
+	return out
+}
+
+// source is a rule's CIDR block as GroupSpec.Sources has it: a single
+// address plain, a wider block as a block.
+func source(cidr string) string {
+	p, err := netip.ParsePrefix(cidr)
+	if err == nil && p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return cidr
+}
+
+// Terminate asks EC2 to terminate the instance and returns at once; the
+// instance shows as terminating until it is gone. A missing or terminated
+// instance is fine; one without transit's cluster tag, or with another
+// cluster's than inst.Tags names, is refused.
+func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
+	id := inst.ProviderID
+	what := "terminate instance " + id
+	out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	switch c := code(err); {
+	case c == "InvalidInstanceID.NotFound" || c == "InvalidInstanceID.Malformed":
+		return nil
+	case err != nil:
+		return drv.wrap(what, err)
+	}
+	for _, r := range out.Reservations {
+		for _, in := range r.Instances {
+			if stateOf(in) == types.InstanceStateNameTerminated {
+				return nil
+			}
+			// The cluster tag must be there, and the caller's if it
+			// says one.
+			want := inst.Tags[districts.TagCluster]
+			if have := userTags(in.Tags)[districts.TagCluster]; have == "" || want != "" && have != want {
+				return fmt.Errorf("aws district %q: %s: it carries %s=%q, not cluster %q's tag: transit never terminates what it did not create",
+					drv.d.ID, what, districts.TagCluster, have, want)
+			}
+		}
+	}
+	_, err = drv.ec2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
+	if c := code(err); c == "InvalidInstanceID.NotFound" {
+		return nil
+	}
+	return drv.wrap(what, err)
+}
+
+func isServerError(err error) bool {
+	var re *awshttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() >= 500
+}
+
+// rule is one ingress rule: protocol, ports, one CIDR block.
+type rule struct {
+	proto    string
+	from, to int32
+	cidr     string
+}
+
+func (r rule) permission() types.IpPermission {
+	p := types.IpPermission{IpProtocol: sdk.String(r.proto)}
+	if r.proto != "-1" {
+		p.FromPort, p.ToPort = sdk.Int32(r.from), sdk.Int32(r.to)
+	}
+	if strings.Contains(r.cidr, ":") {
+		p.Ipv6Ranges = []types.Ipv6Range{{CidrIpv6: sdk.String(r.cidr)}}
+	} else {
+		p.IpRanges = []types.IpRange{{CidrIp: sdk.String(r.cidr)}}
+	}
+	return p
+}
+
+// ingress flattens a group's ingress permissions into rules.
+func ingress(g types.SecurityGroup) []rule {
+	var out []rule
+	for _, p := range g.IpPermissions {
+		r := rule{proto: sdk.ToString(p.IpProtocol)}
+		if r.proto != "-1" {
+			r.from, r.to = sdk.ToInt32(p.FromPort), sdk.ToInt32(p.ToPort)
+		}
+		for _, ip := range p.IpRanges {
+			r.cidr = sdk.ToString(ip.CidrIp)
+			out = append(out, r)
+		}
+		for _, ip := range p.Ipv6Ranges {
+			r.cidr = sdk.ToString(ip.CidrIpv6)
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// stateOf is the instance's state name ("" if EC2 gave none).
+func stateOf(in types.Instance) types.InstanceStateName {
+	if in.State == nil {
+		return ""
+	}
+	return in.State.Name
+}
