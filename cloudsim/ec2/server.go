@@ -558,6 +558,15 @@ func (s *Server) Resources() []Resource {
 // the first zone's default subnet, exactly tags (keys with the reserved
 // "aws:" prefix allowed, as AWS services set them). It returns the
 // instance id.
+// Remove terminates an instance outside any client (someone deleting it
+// in the console): what Plant made, or a node killed behind transit's
+// back.
+func (s *Server) Remove(ctx context.Context, region, id string) error {
+	c := &call{ctx: ctx, s: s, region: region, p: params{"InstanceId.1": id}}
+	_, err := c.terminateInstances()
+	return err
+}
+
 func (s *Server) Plant(ctx context.Context, region string, tags map[string]string) (string, error) {
 	if !regionName.MatchString(region) {
 		return "", fmt.Errorf("cloudsim/ec2: %q is not a region name", region)

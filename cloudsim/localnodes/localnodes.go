@@ -6,11 +6,15 @@ package localnodes
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/control"
@@ -87,6 +91,12 @@ func (b *Backer) Start(ctx context.Context, region, name, authorizedKey string) 
 	if err != nil {
 		return cloudsim.Machine{}, err
 	}
+	if strings.TrimSpace(authorizedKey) == "" {
+		// A machine launched without a key still runs; no one can log in.
+		if authorizedKey, err = lockedOut(); err != nil {
+			return cloudsim.Machine{}, err
+		}
+	}
 	district := District(region)
 	n := districts.Node{ID: name, Cluster: Cluster, District: district, Role: districts.RoleWorker}
 	inst, err := r.drv.Launch(ctx, control.LaunchSpec{
@@ -97,6 +107,20 @@ func (b *Backer) Start(ctx context.Context, region, name, authorizedKey string) 
 		return cloudsim.Machine{}, err
 	}
 	return cloudsim.Machine{ID: inst.ProviderID, Address: inst.PrivateIP, HostKeys: inst.HostKeys}, nil
+}
+
+// lockedOut is the authorized key of a machine launched without one: a
+// fresh key whose private half is thrown away.
+func lockedOut() (string, error) {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	pk, err := gossh.NewPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pk))), nil
 }
 
 // Stop terminates a local node (asynchronously, as the local driver does).

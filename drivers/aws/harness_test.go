@@ -151,8 +151,9 @@ func (c cloud) Faults() *cloudsim.Faults { return &c.w.sim.Faults }
 func (c cloud) Plant(ctx context.Context, tags map[string]string) (string, error) {
 	return c.w.srv.Plant(ctx, region, tags)
 }
-func (c cloud) SetPageSize(n int)             { c.w.srv.SetPageSize(n) }
-func (c cloud) SetLatency(l cloudsim.Latency) { c.w.srv.SetLatency(l) }
+func (c cloud) Remove(ctx context.Context, id string) error { return c.w.srv.Remove(ctx, region, id) }
+func (c cloud) SetPageSize(n int)                           { c.w.srv.SetPageSize(n) }
+func (c cloud) SetLatency(l cloudsim.Latency)               { c.w.srv.SetLatency(l) }
 
 var _ drivertest.Cloud = cloud{}
 

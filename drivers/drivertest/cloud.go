@@ -96,6 +96,14 @@ func (s *suite) planted(t *testing.T) {
 	foreign := plant(map[string]string{"team": "someone-else", "Name": "not-transit"})
 	other := plant(control.IdentityTags(districts.Node{ID: s.cfg.OtherCluster + "-n1", Cluster: s.cfg.OtherCluster,
 		District: s.cfg.District, Role: districts.RoleWorker, Flavor: s.cfg.Flavor}, ""))
+	t.Cleanup(func() {
+		// Not the driver's to delete: the cloud's owner removes them.
+		for _, id := range []string{foreign, other} {
+			if err := s.cfg.Cloud.Remove(context.WithoutCancel(ctx), id); err != nil {
+				t.Errorf("remove planted machine %s: %v", id, err)
+			}
+		}
+	})
 	partialTags := map[string]string{districts.TagCluster: s.cfg.Cluster}
 	partial := plant(partialTags)
 	s.keep(control.Instance{ProviderID: partial, Tags: partialTags})

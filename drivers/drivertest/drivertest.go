@@ -94,6 +94,9 @@ type Cloud interface {
 	// another tool's machine, or what a crash between create and tag
 	// leaves.
 	Plant(ctx context.Context, tags map[string]string) (string, error)
+	// Remove deletes a machine outside the driver: what Plant made, or a
+	// node someone deleted behind transit's back.
+	Remove(ctx context.Context, providerID string) error
 	// SetPageSize makes every list answer at most n items per page (0:
 	// the provider's default).
 	SetPageSize(n int)
