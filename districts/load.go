@@ -94,6 +94,23 @@ func Load(p Paths) (Config, error) {
 	return cfg, nil
 }
 
+// LoadCredentials reads and validates a credentials file alone, as Load
+// does (strict, refused when group or others may read it); a missing file
+// is an error here.
+func LoadCredentials(path string) ([]Credential, error) {
+	kc := newProblems(path, reflect.TypeFor[[]Credential]())
+	var creds []Credential
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		kc.add("", "file not found", "")
+	} else if readCredentials(kc, path, &creds) {
+		validateCredentials(kc, creds)
+	}
+	if all := collect(kc); len(all) > 0 {
+		return nil, all
+	}
+	return creds, nil
+}
+
 // readConfig reads and decodes a required file.
 func readConfig(c *problems, path string, v any, shape, example string) bool {
 	if path == "" {

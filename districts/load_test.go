@@ -354,3 +354,33 @@ func TestLoadResourcesUnreadable(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestLoadCredentials(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "credentials.json")
+	if _, err := LoadCredentials(path); err == nil || !strings.Contains(err.Error(), "file not found") {
+		t.Errorf("missing file: %v", err)
+	}
+	body := `[{"type": "credential", "id": "a", "provider": "aws", "aws_access_key_id": "AKID", "aws_secret_access_key": "S3CRET"}]`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCredentials(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("readable by others: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := LoadCredentials(path)
+	if err != nil || len(creds) != 1 || creds[0].AWSAccessKeyID != "AKID" {
+		t.Fatalf("LoadCredentials = %+v, %v", creds, err)
+	}
+	if err := os.WriteFile(path, []byte(`[{"type": "credential", "id": "a", "provider": "aws", "aws_secret_access_key": "S3CRET"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadCredentials(path)
+	if err == nil || !strings.Contains(err.Error(), "aws_access_key_id") || strings.Contains(err.Error(), "S3CRET") {
+		t.Errorf("invalid credential: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/aws"
 	"github.com/cloudtransit/transit/drivers/local"
 	"github.com/cloudtransit/transit/platforms/kubernetes"
 	"github.com/cloudtransit/transit/platforms/ssh"
@@ -24,7 +25,30 @@ func BuiltinInfrastructures() map[string]InfrastructureFunc {
 		districts.ProviderLocal: func(ctx context.Context, d districts.District, _ *districts.Credential) (control.Infrastructure, error) {
 			return local.New(ctx, d, local.Options{Root: os.Getenv("TRANSIT_LOCAL_ROOT")})
 		},
+		districts.ProviderAWS: func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error) {
+			poll, err := pollInterval()
+			if err != nil {
+				return nil, err
+			}
+			return aws.New(ctx, d, cred, aws.Options{PollInterval: poll, PollMaxInterval: poll})
+		},
 	}
+}
+
+// pollInterval is TRANSIT_POLL_INTERVAL: how often transit re-asks a cloud
+// about a machine it waits for, and the loop re-observes while it waits
+// (unset: each driver's own pace and the loop's 2s). An emulated cloud
+// with scaled latencies wants it short.
+func pollInterval() (time.Duration, error) {
+	v := os.Getenv("TRANSIT_POLL_INTERVAL")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("TRANSIT_POLL_INTERVAL=%q: want a positive duration such as 500ms", v)
+	}
+	return d, nil
 }
 
 // BuiltinPlatforms are the platform drivers compiled into transit, by

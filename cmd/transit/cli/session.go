@@ -100,6 +100,9 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 	if so.access == readState {
 		return s, nil
 	}
+	if s.opts.PollInterval, err = pollInterval(); err != nil {
+		return nil, err
+	}
 	// Every machine gets the cluster's SSH key; platform drivers log in
 	// with it and check the pinned host keys. Both are read once per
 	// command.

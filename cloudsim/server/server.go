@@ -1,0 +1,214 @@
+// Package server runs cloudsim's front ends on loopback listeners: one
+// emulated cloud per provider, sharing a latency profile and, optionally,
+// the local nodes that back their instances. cmd/cloudsim, the e2e tests and
+// the paper benchmark all start the emulator through Start.
+//
+// Besides each provider's API, every listener answers a small control API
+// under /_cloudsim/: GET /_cloudsim/resources lists what exists in that
+// cloud (JSON), POST /_cloudsim/faults queues a cloudsim.Fault (JSON, as
+// {"op": "launch", "kind": "throttle", "times": 2}), DELETE
+// /_cloudsim/faults clears them.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/ec2"
+	"github.com/cloudtransit/transit/cloudsim/localnodes"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Options say which clouds to emulate and how.
+type Options struct {
+	Profile cloudsim.Profile
+	// AWS is the EC2 API's listen address ("127.0.0.1:0" picks a port;
+	// empty: no AWS).
+	AWS string
+	// Backing maps emulated regions ("aws:eu-central-1") to the local
+	// subnets whose nodes back their instances; empty: instances are API
+	// records only. BackingRoot is the local driver's record directory
+	// for them (default /var/lib/transit/cloudsim).
+	Backing     map[string]string
+	BackingRoot string
+	// Credentials are transit credentials.json entries the clouds accept
+	// (an AWS access key); none: each front end's documented default.
+	Credentials []districts.Credential
+}
+
+// DefaultBackingRoot keeps backing nodes apart from transit's own local
+// districts.
+const DefaultBackingRoot = "/var/lib/transit/cloudsim"
+
+// Emulator is a running set of emulated clouds.
+type Emulator struct {
+	// AWSURL is the EC2 endpoint (aws_endpoint); EC2 its front end.
+	AWSURL string
+	EC2    *ec2.Server
+
+	backer  *localnodes.Backer
+	servers []*http.Server
+	stops   []func()
+}
+
+// Start listens and serves until Close.
+func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
+	e := &Emulator{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.Close(context.WithoutCancel(ctx)))
+		}
+	}()
+	var backer cloudsim.Backer
+	if len(opts.Backing) > 0 {
+		root := opts.BackingRoot
+		if root == "" {
+			root = DefaultBackingRoot
+		}
+		e.backer = &localnodes.Backer{Root: root, Subnets: opts.Backing}
+		backer = e.backer
+	}
+	newSim := func() *cloudsim.Sim {
+		s := cloudsim.New(opts.Profile)
+		s.Backer = backer
+		return s
+	}
+	if opts.AWS != "" {
+		sim := newSim()
+		e.EC2 = ec2.New(sim, ec2.Options{Credentials: awsKeys(opts.Credentials)})
+		e.stops = append(e.stops, e.EC2.Close)
+		if e.AWSURL, err = e.serve(ctx, opts.AWS, sim, e.EC2, func() any { return nonNil(e.EC2.Resources()) }); err != nil {
+			return nil, fmt.Errorf("cloudsim: serve EC2: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// awsKeys are the access keys of the AWS credentials; nil when there are
+// none (the front end's default key).
+func awsKeys(creds []districts.Credential) map[string]ec2.Credential {
+	var keys map[string]ec2.Credential
+	for _, c := range creds {
+		if c.Provider != districts.ProviderAWS || c.AWSAccessKeyID == "" {
+			continue
+		}
+		if keys == nil {
+			keys = map[string]ec2.Credential{}
+		}
+		keys[c.AWSAccessKeyID] = ec2.Credential{SecretAccessKey: string(c.AWSSecretAccessKey), SessionToken: string(c.AWSSessionToken)}
+	}
+	return keys
+}
+
+// serve listens on addr and serves api, with the control API beside it.
+func (e *Emulator) serve(ctx context.Context, addr string, sim *cloudsim.Sim, api http.Handler, resources func() any) (string, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", api)
+	mux.HandleFunc("GET /_cloudsim/resources", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, resources())
+	})
+	mux.HandleFunc("POST /_cloudsim/faults", func(w http.ResponseWriter, r *http.Request) {
+		var f struct {
+			Op    cloudsim.Op        `json:"op"`
+			Kind  cloudsim.FaultKind `json:"kind"`
+			Times int                `json:"times"`
+			Quota string             `json:"quota"`
+			Delay string             `json:"delay"`
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		fault := cloudsim.Fault{Op: f.Op, Kind: f.Kind, Times: f.Times, Quota: f.Quota}
+		if f.Delay != "" {
+			d, err := time.ParseDuration(f.Delay)
+			if err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "delay: " + err.Error()})
+				return
+			}
+			fault.Delay = d
+		}
+		if err := checkFault(fault); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		sim.Faults.Add(fault)
+		writeJSON(w, http.StatusOK, map[string]string{"queued": string(fault.Kind)})
+	})
+	mux.HandleFunc("DELETE /_cloudsim/faults", func(w http.ResponseWriter, _ *http.Request) {
+		sim.Faults.Clear()
+		writeJSON(w, http.StatusOK, map[string]string{"cleared": "faults"})
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	e.servers = append(e.servers, srv)
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), nil
+}
+
+var (
+	ops   = []cloudsim.Op{cloudsim.OpAny, cloudsim.OpLaunch, cloudsim.OpTerminate, cloudsim.OpList, cloudsim.OpGroup, cloudsim.OpKeys, cloudsim.OpAuth}
+	kinds = []cloudsim.FaultKind{cloudsim.FaultThrottle, cloudsim.FaultQuota, cloudsim.FaultServer, cloudsim.FaultLost, cloudsim.FaultAuth, cloudsim.FaultSlow}
+)
+
+func checkFault(f cloudsim.Fault) error {
+	if !slices.Contains(ops, f.Op) {
+		return fmt.Errorf("op %q: want one of launch, terminate, list, group, keys, auth or empty (any)", f.Op)
+	}
+	if !slices.Contains(kinds, f.Kind) {
+		names := make([]string, len(kinds))
+		for i, k := range kinds {
+			names[i] = string(k)
+		}
+		return fmt.Errorf("kind %q: want one of %s", f.Kind, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// nonNil makes an empty list print as [], not null.
+func nonNil[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
+	}
+	return xs
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Close stops serving and tears down every backing node, waiting until
+// they are gone.
+func (e *Emulator) Close(ctx context.Context) error {
+	var errs []error
+	for _, srv := range e.servers {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	e.servers = nil
+	for _, stop := range e.stops {
+		stop()
+	}
+	e.stops = nil
+	if e.backer != nil {
+		errs = append(errs, e.backer.Destroy(ctx))
+		e.backer = nil
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,77 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+func TestControlAPI(t *testing.T) {
+	t.Parallel()
+	e, err := Start(t.Context(), Options{AWS: "127.0.0.1:0", Credentials: []districts.Credential{
+		{Type: "credential", ID: "a", Provider: "aws", AWSAccessKeyID: "AKIATEST", AWSSecretAccessKey: "s3cret"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	post := func(body string) int {
+		t.Helper()
+		resp, err := http.Post(e.AWSURL+"/_cloudsim/faults", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, bad := range []string{`{"kind": "meteor"}`, `{"op": "reboot", "kind": "throttle"}`, `{"kind": "slow", "delay": "soon"}`, `{"kind": "throttle", "extra": 1}`, `not json`} {
+		if code := post(bad); code != http.StatusBadRequest {
+			t.Errorf("POST faults %s: %d, want 400", bad, code)
+		}
+	}
+
+	client := ec2.New(ec2.Options{Region: "eu-central-1", BaseEndpoint: awssdk.String(e.AWSURL),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "s3cret", ""), RetryMaxAttempts: 1})
+	if _, err := client.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{}); err != nil {
+		t.Fatalf("DescribeInstances with the configured key: %v", err)
+	}
+	if code := post(`{"op": "list", "kind": "throttle", "times": 1}`); code != http.StatusOK {
+		t.Fatalf("POST a throttle fault: %d", code)
+	}
+	if _, err := client.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{}); err == nil || !strings.Contains(err.Error(), "RequestLimitExceeded") {
+		t.Errorf("DescribeInstances after a throttle fault: %v, want RequestLimitExceeded", err)
+	}
+	other := ec2.New(ec2.Options{Region: "eu-central-1", BaseEndpoint: awssdk.String(e.AWSURL),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIAOTHER", "x", ""), RetryMaxAttempts: 1})
+	if _, err := other.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{}); err == nil || !strings.Contains(err.Error(), "AuthFailure") {
+		t.Errorf("DescribeInstances with an unknown key: %v, want AuthFailure", err)
+	}
+
+	if _, err := e.EC2.Plant(t.Context(), "eu-central-1", map[string]string{"team": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(e.AWSURL + "/_cloudsim/resources")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rs []map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0]["Kind"] != "instance" {
+		t.Errorf("resources = %v, want the planted instance", rs)
+	}
+}

@@ -1,0 +1,84 @@
+// Command cloudsim emulates the cloud APIs transit's drivers use, on
+// loopback, so cloud districts can be tried without an account. It prints
+// one JSON line with each cloud's endpoint and serves until interrupted.
+//
+//	cloudsim --aws 127.0.0.1:4566 --profile kratzke2017 --time-scale 0.1 \
+//	  --back aws:eu-central-1=10.250.1.0/24
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/server"
+	"github.com/cloudtransit/transit/districts"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "cloudsim:", err)
+		os.Exit(1)
+	}
+}
+
+// backing collects --back region=subnet flags.
+type backing map[string]string
+
+func (b backing) String() string { return fmt.Sprint(map[string]string(b)) }
+
+func (b backing) Set(v string) error {
+	region, subnet, ok := strings.Cut(v, "=")
+	if !ok || !strings.Contains(region, ":") || subnet == "" {
+		return errors.New(`want provider:region=subnet, e.g. aws:eu-central-1=10.250.1.0/24`)
+	}
+	b[region] = subnet
+	return nil
+}
+
+func run() error {
+	opts := server.Options{Backing: backing{}}
+	flag.StringVar(&opts.AWS, "aws", "127.0.0.1:0", "listen address of the EC2 API (empty: no AWS)")
+	profile := flag.String("profile", cloudsim.ProfileZero, "latency profile: zero or kratzke2017")
+	scale := flag.Float64("time-scale", 1, "multiply every latency by this (0.1: ten times faster)")
+	flag.Var(backing(opts.Backing), "back", "back a region's instances with local nodes: provider:region=subnet (repeatable; needs root)")
+	flag.StringVar(&opts.BackingRoot, "backing-root", server.DefaultBackingRoot, "record directory of the backing nodes")
+	creds := flag.String("credentials", "", "a transit credentials.json whose keys the clouds accept (default: each cloud's documented example key)")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	var err error
+	if opts.Profile, err = cloudsim.LookupProfile(*profile, *scale); err != nil {
+		return err
+	}
+	if *creds != "" {
+		if opts.Credentials, err = districts.LoadCredentials(*creds); err != nil {
+			return err
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := server.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	endpoints := map[string]string{}
+	if e.AWSURL != "" {
+		endpoints["aws"] = e.AWSURL
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(endpoints); err != nil {
+		return errors.Join(err, e.Close(context.Background()))
+	}
+	fmt.Fprintf(os.Stderr, "cloudsim: serving (profile %s, time scale %g); interrupt to stop and remove every backing node\n", opts.Profile.Name, *scale)
+	<-ctx.Done()
+	return e.Close(context.Background())
+}
