@@ -88,6 +88,10 @@ type cluster struct {
 	// seen and chains collect the provider ids of every node and group
 	// a status showed, for the leftover check.
 	seen, chains map[string]bool
+	// env is added to transit's environment; outputs collects what every
+	// transit run printed (shared by the copies with makes).
+	env     []string
+	outputs *[]string
 }
 
 // newCluster purges what an earlier run left under root, writes the
@@ -103,7 +107,7 @@ func newCluster(tb testing.TB, cfg districts.Cluster, ds []districts.District) *
 	if err := writeImage(filepath.Join(root, "images", "busybox.tar")); err != nil {
 		tb.Fatal(err)
 	}
-	c := &cluster{tb: tb, dir: tb.TempDir(), cfg: cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}}
+	c := &cluster{tb: tb, dir: tb.TempDir(), cfg: cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}, outputs: new([]string)}
 	c.writeConfig()
 	tb.Cleanup(func() {
 		if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
@@ -160,7 +164,7 @@ type result struct {
 func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, transitBin, args...)
 	cmd.Dir = c.dir
-	cmd.Env = append(os.Environ(), "TRANSIT_LOCAL_ROOT="+root)
+	cmd.Env = append(append(os.Environ(), "TRANSIT_LOCAL_ROOT="+root), c.env...)
 	return cmd
 }
 
@@ -174,6 +178,7 @@ func (c *cluster) transit(args ...string) result {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String()}
+	*c.outputs = append(*c.outputs, r.stdout, r.stderr)
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):

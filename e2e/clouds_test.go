@@ -1,0 +1,368 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/server"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// cloudRoot is where the emulated clouds' backing nodes keep their records.
+const cloudRoot = "/var/lib/transit/e2e-cloud"
+
+// Backing subnets of the emulated regions: apart from the local e2e
+// districts' and from the drivers' own backed tests'.
+var cloudBacking = map[string]string{
+	"aws:eu-central-1": "10.244.1.0/24",
+	"aws:us-east-1":    "10.244.2.0/24",
+}
+
+// Credentials the emulated clouds accept; their secrets must appear in
+// nothing transit writes or prints.
+const (
+	awsKeyID  = "AKIAE2ETRANSIT000001"
+	awsSecret = "e2e-aws-secret-dQw4w9WgXcQ-never-printed"
+)
+
+// clouds is an emulated AWS (later GCE and OpenStack) on loopback whose
+// instances are real local nodes.
+type clouds struct {
+	tb     testing.TB
+	emu    *server.Emulator
+	before []string // the host's namespaces, links, chains and cgroups before
+	creds  []districts.Credential
+}
+
+// startClouds starts the emulator with the given profile; its cleanup
+// (registered first, so it runs after the cluster's destroy) stops it,
+// removes every backing node and checks the host is as it was.
+func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
+	tb.Helper()
+	requireE2E(tb)
+	ctx := context.Background()
+	c := &clouds{tb: tb, creds: []districts.Credential{
+		{Type: "credential", ID: "aws-e2e", Provider: districts.ProviderAWS, AWSAccessKeyID: awsKeyID, AWSSecretAccessKey: awsSecret},
+	}}
+	// What a crashed earlier run left.
+	if err := os.RemoveAll(filepath.Join(cloudRoot, "districts")); err != nil {
+		tb.Fatal(err)
+	}
+	if err := writeImage(filepath.Join(cloudRoot, "images", "busybox.tar")); err != nil {
+		tb.Fatal(err)
+	}
+	c.before = hostSnapshot()
+	emu, err := server.Start(ctx, server.Options{
+		Profile: profile, AWS: "127.0.0.1:0",
+		Backing: cloudBacking, BackingRoot: cloudRoot, Credentials: c.creds,
+	})
+	if err != nil {
+		tb.Fatalf("start the cloud emulator: %v", err)
+	}
+	c.emu = emu
+	tb.Cleanup(func() {
+		if err := emu.Close(context.Background()); err != nil {
+			tb.Errorf("stop the cloud emulator: %v", err)
+		}
+		if left := c.leftovers(); len(left) > 0 {
+			tb.Errorf("left behind on the host by the emulated clouds:\n  %s", strings.Join(left, "\n  "))
+		}
+		_ = os.RemoveAll(cloudRoot)
+	})
+	return c
+}
+
+// districts are the emulated clouds as transit's districts.
+func (c *clouds) districts() []districts.District {
+	small := []districts.DistrictFlavor{{Flavor: "small", InstanceType: "t3.small"}}
+	return []districts.District{
+		{Type: "district", ID: "aws-eu", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
+			AWSRegion: "eu-central-1", AWSZones: []string{"eu-central-1a", "eu-central-1b"}, AWSEndpoint: c.emu.AWSURL, Flavors: small},
+		{Type: "district", ID: "aws-us", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
+			AWSRegion: "us-east-1", AWSEndpoint: c.emu.AWSURL, Flavors: small},
+	}
+}
+
+// secrets are the credential values nothing may show.
+func (c *clouds) secrets() []string { return []string{awsSecret} }
+
+// writeCredentials puts credentials.json (mode 0600) in the cluster's
+// directory and tells transit to poll the fast emulator often.
+func (c *clouds) writeCredentials(cl *cluster) {
+	c.tb.Helper()
+	// Secrets marshal redacted: write the file as a person would.
+	var raw []map[string]string
+	for _, cr := range c.creds {
+		m := map[string]string{"type": cr.Type, "id": cr.ID, "provider": cr.Provider}
+		if cr.AWSAccessKeyID != "" {
+			m["aws_access_key_id"], m["aws_secret_access_key"] = cr.AWSAccessKeyID, cr.AWSSecretAccessKey.Reveal()
+		}
+		raw = append(raw, m)
+	}
+	data, err := json.MarshalIndent(raw, "", "  ")
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cl.dir, "credentials.json"), data, 0o600); err != nil {
+		c.tb.Fatal(err)
+	}
+	cl.env = append(cl.env, "TRANSIT_POLL_INTERVAL=200ms")
+}
+
+// resources is everything the emulated clouds hold, but key pairs (which
+// transit keeps for the cluster's next nodes).
+func (c *clouds) resources() []string {
+	var out []string
+	for _, r := range c.emu.EC2.Resources() {
+		if r.Kind != "key-pair" {
+			out = append(out, "aws "+r.Region+" "+r.Kind+" "+r.ID+" "+r.Name+" "+r.State)
+		}
+	}
+	return out
+}
+
+// leftovers is what the host has now and did not have before the clouds
+// started.
+func (c *clouds) leftovers() []string {
+	var left []string
+	for _, x := range hostSnapshot() {
+		if !slices.Contains(c.before, x) {
+			left = append(left, x)
+		}
+	}
+	for pid, cmdline := range processesUnder(cloudRoot) {
+		left = append(left, "process "+pid+": "+cmdline)
+	}
+	_ = filepath.WalkDir(filepath.Join(cloudRoot, "districts"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, "record "+path)
+		}
+		return nil
+	})
+	return left
+}
+
+// hostSnapshot lists the host's network namespaces, links, iptables
+// chains and transit cgroups.
+func hostSnapshot() []string {
+	var out []string
+	add := func(prefix string, args ...string) {
+		b, err := exec.Command(args[0], args[1:]...).Output()
+		if err != nil {
+			return
+		}
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			switch prefix {
+			case "link":
+				if len(f) > 1 {
+					out = append(out, "link "+strings.TrimSuffix(strings.Split(f[1], "@")[0], ":"))
+				}
+			case "chain":
+				if f[0] == "-N" && len(f) > 1 {
+					out = append(out, "iptables chain "+f[1])
+				}
+			default:
+				out = append(out, prefix+" "+f[0])
+			}
+		}
+	}
+	add("netns", "ip", "netns", "list")
+	add("link", "ip", "-o", "link", "show")
+	add("chain", "iptables", "-S")
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/transit/*")
+	for _, g := range cgroups {
+		out = append(out, "cgroup "+g)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// processesUnder returns the host's processes whose command line names a
+// path under dir: pid → command line.
+func processesUnder(dir string) map[string]string {
+	procs := map[string]string{}
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if cmdline := strings.ReplaceAll(string(data), "\x00", " "); strings.Contains(cmdline, dir+"/") {
+			procs[filepath.Base(filepath.Dir(p))] = cmdline
+		}
+	}
+	return procs
+}
+
+// TestCloudSwarm is one Swarm across emulated clouds whose instances are
+// real local nodes: the drivers speak the providers' APIs through the
+// official SDKs, the nodes answer SSH and join, the groups become real
+// firewalls.
+func TestCloudSwarm(t *testing.T) {
+	env := startClouds(t, cloudsim.Profile{Name: cloudsim.ProfileZero})
+	tags := func(cloud string) map[string]string { return map[string]string{"cloud": cloud} }
+	cfg := districts.Cluster{
+		Type: "cluster", ID: "e2e-cloud", Platform: "swarm",
+		Flavors: []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 1, DiskGB: 10}},
+		Deployments: []districts.Deployment{
+			{District: "aws-eu", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: tags("aws-eu")},
+			{District: "aws-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: tags("aws-eu")},
+			{District: "aws-us", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("aws-us")},
+		},
+		Strategy: districts.Strategy{MaxSurge: districts.Int(2), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(time.Minute)},
+	}
+	c := newCluster(t, cfg, env.districts())
+	env.writeCredentials(c)
+
+	steps := []struct {
+		name string
+		fn   func(t *testing.T, c *cluster)
+	}{
+		{"launch across two clouds", func(t *testing.T, c *cluster) { env.checkSwarm(t, c, 4) }},
+		{"migrate the workers from one cloud to the other", func(t *testing.T, c *cluster) {
+			c.setQuantity("aws-eu", districts.RoleWorker, 0)
+			c.setQuantity("aws-us", districts.RoleWorker, 3)
+			env.checkSwarm(t, c, 4)
+		}},
+		{"destroy leaves nothing in the clouds", func(t *testing.T, c *cluster) { env.checkDestroy(t, c) }},
+		{"no secret in anything transit wrote or printed", func(t *testing.T, c *cluster) { env.checkNoSecrets(t, c) }},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
+			return
+		}
+	}
+}
+
+// checkSwarm applies and checks that the Swarm has exactly the wanted
+// nodes, each Ready with its deployment's tags as labels, and that the
+// clouds hold exactly those machines.
+func (env *clouds) checkSwarm(t *testing.T, c *cluster, want int) {
+	c.apply()
+	res := c.status()
+	if len(res.Nodes) != want {
+		t.Fatalf("%d nodes, want %d: %+v", len(res.Nodes), want, res.Nodes)
+	}
+	wantNodes := map[string]string{}
+	for _, n := range res.Nodes {
+		role := "worker"
+		if n.Role == districts.RoleMaster {
+			role = "manager"
+		}
+		wantNodes[n.ID] = "Ready Active " + role
+		if n.Phase != districts.PhaseJoined {
+			t.Errorf("node %s is %s, want joined", n.ID, n.Phase)
+		}
+	}
+	got := env.swarmMembers(c, res)
+	for id, w := range wantNodes {
+		if got[id] != w {
+			t.Errorf("docker node ls: %s is %q, want %q (all: %v)", id, got[id], w, got)
+		}
+	}
+	if len(got) != len(wantNodes) {
+		t.Errorf("docker node ls shows %d nodes, want %d: %v", len(got), len(wantNodes), got)
+	}
+	mgr := c.manager(res)
+	out := c.mustOn(mgr, `docker node ls -q | xargs docker node inspect --format '{{index .Spec.Labels "transit-node"}} {{index .Spec.Labels "cloud"}}'`)
+	labels := map[string]string{}
+	for line := range strings.Lines(out) {
+		id, cloud, _ := strings.Cut(strings.TrimSpace(line), " ")
+		labels[id] = cloud
+	}
+	for _, n := range res.Nodes {
+		if labels[n.ID] != n.District {
+			t.Errorf("node %s: label cloud=%q, want %q", n.ID, labels[n.ID], n.District)
+		}
+	}
+	// The clouds hold exactly these machines, tagged as transit's.
+	var machines []string
+	for _, r := range env.resources() {
+		if strings.Contains(r, " instance ") {
+			machines = append(machines, r)
+		}
+	}
+	if len(machines) != want {
+		t.Errorf("the clouds hold %d instances, want %d:\n  %s", len(machines), want, strings.Join(machines, "\n  "))
+	}
+	if r := c.transit("plan", "--detailed-exitcode"); r.code != 0 {
+		t.Errorf("plan after apply: exit %d, want 0 (no changes)\n%s", r.code, r.stdout)
+	}
+}
+
+// swarmMembers is docker node ls on the manager, by transit node id (a
+// cloud machine's hostname is the cloud's, not transit's): id → "status
+// availability role".
+func (env *clouds) swarmMembers(c *cluster, res districts.Resources) map[string]string {
+	out := c.mustOn(c.manager(res), `docker node ls -q | xargs docker node inspect --format '{{index .Spec.Labels "transit-node"}} {{.Status.State}} {{.Spec.Availability}} {{.Spec.Role}}'`)
+	got := map[string]string{}
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) == 4 {
+			got[f[0]] = strings.Join([]string{cases(f[1]), cases(f[2]), f[3]}, " ")
+		}
+	}
+	return got
+}
+
+// cases writes a docker state as docker node ls does ("ready" → "Ready").
+func cases(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func (env *clouds) checkDestroy(t *testing.T, c *cluster) {
+	if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
+		t.Fatalf("destroy: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if left := env.resources(); len(left) > 0 {
+		t.Errorf("the clouds still hold after destroy:\n  %s", strings.Join(left, "\n  "))
+	}
+	res, err := c.saved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != 0 || len(res.SecurityGroups) != 0 {
+		t.Errorf("resources.json after destroy: %d nodes, %d groups", len(res.Nodes), len(res.SecurityGroups))
+	}
+}
+
+// checkNoSecrets greps every output of every run and every file transit
+// wrote (all but credentials.json) for the credentials' secrets.
+func (env *clouds) checkNoSecrets(t *testing.T, c *cluster) {
+	for _, secret := range env.secrets() {
+		for i, out := range *c.outputs {
+			if strings.Contains(out, secret) {
+				t.Errorf("output %d of a transit run shows a secret", i)
+			}
+		}
+		_ = filepath.WalkDir(c.dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() == "credentials.json" {
+				return nil
+			}
+			data, err := os.ReadFile(path)
+			if err == nil && strings.Contains(string(data), secret) {
+				t.Errorf("%s shows a secret", path)
+			}
+			return nil
+		})
+	}
+	if len(*c.outputs) == 0 {
+		t.Error("no output was collected")
+	}
+}
