@@ -116,8 +116,12 @@ demo-kubernetes: deps bundle-deps bundle build ## (root) Bring up the example Ku
 demo-kubernetes-destroy: ## (root) Destroy the demo Kubernetes cluster
 	cd $(DEMO_K8S_DIR) && $(BIN)/transit destroy --auto-approve
 
-bench: ## Run benchmarks (no tests) and print the results
-	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+bench: ## Run benchmarks (no tests) and print the results (bench-paper apart)
+	$(GO) test -run '^$$' -bench . -skip BenchmarkPaper -benchmem $(PKGS)
+
+PAPER_SCALE ?= 0.1
+bench-paper: ## (root) Replay the paper's experiments E1-E5 on emulated clouds; table, JSON and SVG in build/paper
+	TRANSIT_PAPER_SCALE=$(PAPER_SCALE) TRANSIT_PAPER_OUT=$(CURDIR)/build/paper $(GO) test -run '^$$' -bench BenchmarkPaper -benchtime 1x -timeout 60m ./e2e
 
 lint: $(GOLANGCI_LINT) ## Run go vet and golangci-lint
 	$(GO) vet $(PKGS)

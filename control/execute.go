@@ -39,10 +39,12 @@ type runner struct {
 	avoid map[string]bool
 	fresh map[string]bool
 	// installed holds the nodes whose install finished this round (true)
-	// or failed (false); installs the install actions still running.
-	installed map[string]bool
-	installs  *errgroup.Group
-	problems  []string
+	// or failed (false); installing a channel per install action of the
+	// round, closed when it ends; installs the install actions running.
+	installed  map[string]bool
+	installing map[string]chan struct{}
+	installs   *errgroup.Group
+	problems   []string
 	// progress counts, per round, the actions that changed the world and
 	// the drains newly refused (each changes what the next round tries).
 	progress int
@@ -111,7 +113,7 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 	r.done = map[string]bool{}
 	r.mu.Unlock()
 	r.mu.Lock()
-	r.installed = map[string]bool{}
+	r.installed, r.installing = map[string]bool{}, map[string]chan struct{}{}
 	r.mu.Unlock()
 	r.installs = &errgroup.Group{}
 	r.installs.SetLimit(max(r.opts.Parallel, 1))
@@ -122,12 +124,6 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 	}
 	for _, stage := range slices.Sorted(maps.Keys(stages)) {
 		batch := stages[stage]
-		if stage > StageAllow {
-			// Joins need the installs that overlapped the group changes.
-			if err := r.installs.Wait(); err != nil {
-				return err
-			}
-		}
 		var err error
 		switch stage {
 		case StageRemove:
@@ -153,21 +149,28 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 
 // launchAndInstall launches the batch's machines and starts each one's
 // install as soon as it runs; the installs go on in the background while
-// the next stages change the groups, and the stages that join wait for
-// them. An install whose launch failed is skipped.
+// the next stages change the groups, and a node's init or join waits for
+// its own install only. An install whose launch failed is skipped.
 func (r *runner) launchAndInstall(ctx context.Context, batch []Action) error {
 	var launches []Action
 	installs := map[string]Action{}
+	r.mu.Lock()
 	for _, a := range batch {
 		if a.Kind == KindInstall {
 			installs[a.Node] = a
+			r.installing[a.Node] = make(chan struct{})
 		} else {
 			launches = append(launches, a)
 		}
 	}
+	r.mu.Unlock()
 	r.assignZones(launches)
 	start := func(a Action) {
+		r.mu.Lock()
+		done := r.installing[a.Node]
+		r.mu.Unlock()
 		r.installs.Go(func() error {
+			defer close(done)
 			err := r.run(ctx, a, r.install)
 			if _, fatal := errors.AsType[errFatal](err); fatal {
 				return err
@@ -554,6 +557,16 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 		}
 	}
 	p := r.opts.Platform
+	r.mu.Lock()
+	done := r.installing[n.ID]
+	r.mu.Unlock()
+	if done != nil { // its install runs in the background: only this node's
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	r.mu.Lock()
 	installed, tried := r.installed[n.ID]
 	r.mu.Unlock()

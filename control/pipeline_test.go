@@ -149,3 +149,40 @@ func TestFailedInstallSkipsTheJoinAndIsReplaced(t *testing.T) {
 		t.Errorf("workers after the next run = %v, want one that replaced paper-worker-1", ids)
 	}
 }
+
+// initMeeting meets the first master's init with the workers' installs.
+type initMeeting struct {
+	Platform
+	m *meeting
+}
+
+func (p initMeeting) Install(ctx context.Context, n districts.Node) error {
+	if n.Role == districts.RoleWorker {
+		p.m.arrive(1)
+	}
+	return p.Platform.Install(ctx, n)
+}
+
+func (p initMeeting) Init(ctx context.Context, n districts.Node) error {
+	p.m.arrive(0)
+	return p.Platform.Init(ctx, n)
+}
+
+// The first master initialises the platform as soon as its own install is
+// done, while the workers' installs still run.
+func TestInitWaitsOnlyForItsOwnInstall(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 2, 0)
+	h.prepare(c)
+	m := newMeeting()
+	opts := h.options(c)
+	opts.Platform = initMeeting{opts.Platform, m}
+	res, err := Apply(t.Context(), opts)
+	if err != nil || !res.Converged {
+		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
+	}
+	if !m.overlapped {
+		t.Errorf("the first master's init waited for the workers' installs")
+	}
+}

@@ -36,7 +36,7 @@ func (r *paperRow) judge() {
 // writeTable prints the rows as the README shows them.
 func writeTable(w io.Writer, rows []paperRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "experiment\troute\ttransit (s)\tpaper (s)\tlower bound (s)\tratio\ttarget\t")
+	fmt.Fprintln(tw, "experiment\troute\ttransit (s)\tpaper (s)\tlower bound (s)\tratio\ttarget\t\t")
 	for _, r := range rows {
 		paper, target := "–", "–"
 		if r.Paper > 0 {
@@ -49,7 +49,7 @@ func writeTable(w io.Writer, rows []paperRow) error {
 		if !r.Pass {
 			verdict = "MISSED"
 		}
-		fmt.Fprintf(tw, "%s %s\t%s\t%.0f\t%s\t%.0f\t%.3f\t%s\t%s\n", r.Experiment, r.Title, r.Route, r.Makespan, paper, r.Bound, r.Ratio, target, verdict)
+		fmt.Fprintf(tw, "%s %s\t%s\t%.0f\t%s\t%.0f\t%.3f\t%s\t%s\t\n", r.Experiment, r.Title, r.Route, r.Makespan, paper, r.Bound, r.Ratio, target, verdict)
 	}
 	return tw.Flush()
 }
