@@ -240,7 +240,8 @@ type Backer interface {
 	// Start boots a machine named name (a hostname) in region that
 	// accepts authorizedKey (authorized_keys lines) for root.
 	Start(ctx context.Context, region, name, authorizedKey string) (Machine, error)
-	// Stop tears down a machine; a missing one is not an error.
+	// Stop tears down a machine and returns once it is gone; a missing
+	// one is not an error.
 	Stop(ctx context.Context, region, id string) error
 	// Allow makes sources the only addresses let into region's machines
 	// (besides this host).

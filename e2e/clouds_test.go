@@ -232,10 +232,50 @@ func TestCloudSwarm(t *testing.T) {
 		fn   func(t *testing.T, c *cluster)
 	}{
 		{"launch across two clouds", func(t *testing.T, c *cluster) { env.checkSwarm(t, c, 4) }},
+		{"the cloud throttles and loses a launch's answer: no extra machine", func(t *testing.T, c *cluster) {
+			env.emu.AWSFaults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultThrottle, Times: 3})
+			env.emu.AWSFaults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultLost, Times: 1})
+			t.Cleanup(env.emu.AWSFaults.Clear)
+			c.setQuantity("aws-us", districts.RoleWorker, 2)
+			env.checkSwarm(t, c, 5)
+			if hits := env.emu.AWSFaults.Hits(cloudsim.FaultLost); hits != 1 {
+				t.Errorf("the lost-answer fault hit %d launches, want 1", hits)
+			}
+		}},
+		{"a machine deleted behind transit's back is replaced", func(t *testing.T, c *cluster) {
+			res := c.status()
+			var victim districts.Node
+			for _, n := range res.Nodes {
+				if n.Role == districts.RoleWorker && n.District == "aws-us" {
+					victim = n
+				}
+			}
+			if err := env.emu.EC2.Remove(t.Context(), "us-east-1", victim.ProviderID); err != nil {
+				t.Fatal(err)
+			}
+			// The machine dies in the background: while its member still
+			// answers, transit replaces the machine but leaves the member
+			// (a warning); once it is down, the next run removes it.
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				c.apply()
+				res := c.status()
+				if len(env.swarmMembers(c, res)) == 5 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			env.checkSwarm(t, c, 5)
+			for _, n := range c.status().Nodes {
+				if n.ProviderID == victim.ProviderID {
+					t.Errorf("the deleted machine %s (%s) is still in the state", victim.ID, victim.ProviderID)
+				}
+			}
+		}},
 		{"migrate the workers from one cloud to the other", func(t *testing.T, c *cluster) {
 			c.setQuantity("aws-eu", districts.RoleWorker, 0)
-			c.setQuantity("aws-us", districts.RoleWorker, 3)
-			env.checkSwarm(t, c, 4)
+			c.setQuantity("aws-us", districts.RoleWorker, 4)
+			env.checkSwarm(t, c, 5)
 		}},
 		{"destroy leaves nothing in the clouds", func(t *testing.T, c *cluster) { env.checkDestroy(t, c) }},
 		{"no secret in anything transit wrote or printed", func(t *testing.T, c *cluster) { env.checkNoSecrets(t, c) }},
@@ -251,7 +291,12 @@ func TestCloudSwarm(t *testing.T) {
 // nodes, each Ready with its deployment's tags as labels, and that the
 // clouds hold exactly those machines.
 func (env *clouds) checkSwarm(t *testing.T, c *cluster, want int) {
-	c.apply()
+	r := c.apply()
+	defer func() {
+		if t.Failed() {
+			t.Logf("apply printed:\n%s\n%s", r.stdout, r.stderr)
+		}
+	}()
 	res := c.status()
 	if len(res.Nodes) != want {
 		t.Fatalf("%d nodes, want %d: %+v", len(res.Nodes), want, res.Nodes)

@@ -47,6 +47,7 @@ type instance struct {
 	started  bool // the backer's Start returned
 	machine  cloudsim.Machine
 	stopping bool // Backer.Stop was called
+	stopped  bool // and returned: the machine is gone
 }
 
 type instState struct {
@@ -64,7 +65,7 @@ var (
 // state is the instance's state at now. Call with s.mu held.
 func (s *Server) state(in *instance, now time.Time) instState {
 	switch {
-	case !in.termAt.IsZero() && !now.Before(in.goneAt):
+	case !in.termAt.IsZero() && !now.Before(in.goneAt) && (!in.stopping || in.stopped):
 		return stateTerminated
 	case !in.termAt.IsZero():
 		return stateShuttingDown
@@ -461,18 +462,23 @@ func (s *Server) startMachine(region string, in *instance, authorizedKey string)
 		in.stopping = in.stopping || stop
 		s.mu.Unlock()
 		if stop {
-			s.stopMachine(region, m.ID)
+			s.stopMachine(region, in)
 		}
 	}()
 }
 
 // stopMachine tears a backed machine down in the background.
-func (s *Server) stopMachine(region, id string) {
+// The instance stays shutting-down until the machine is gone: a machine
+// the API calls terminated must not answer anymore.
+func (s *Server) stopMachine(region string, in *instance) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		// A failed stop leaves a machine the backer's Destroy removes.
-		_ = s.sim.Backer.Stop(s.bgCtx, "aws:"+region, id)
+		_ = s.sim.Backer.Stop(s.bgCtx, "aws:"+region, in.machine.ID)
+		s.mu.Lock()
+		in.stopped = true
+		s.mu.Unlock()
 	}()
 }
 
@@ -687,7 +693,7 @@ func (c *call) terminateInstances() (requestIDSetter, error) {
 			in.termAt, in.goneAt = now, now.Add(s.sim.Wall(lat.Terminate))
 			if in.backed && in.started && !in.stopping && in.machine.ID != "" {
 				in.stopping = true
-				s.stopMachine(c.region, in.machine.ID)
+				s.stopMachine(c.region, in)
 			}
 		}
 		cur := s.state(in, now)

@@ -817,8 +817,9 @@ func TestPlantAndTags(t *testing.T) {
 // fakeBacker records what the emulator asks of a Backer; its Start
 // blocks until released, so a test sees the instance pending meanwhile.
 type fakeBacker struct {
-	mu      sync.Mutex
-	release chan struct{}
+	mu       sync.Mutex
+	release  chan struct{}
+	stopGate chan struct{} // if set, Stop waits for it
 	fail    bool
 	starts  []string // region name key
 	stops   []string
@@ -840,7 +841,14 @@ func (b *fakeBacker) Start(ctx context.Context, region, name, key string) (cloud
 	return cloudsim.Machine{ID: "m-" + name, Address: "10.241.1.7", HostKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBackedHostKeyBackedHostKeyBackedHostKey"}}, nil
 }
 
-func (b *fakeBacker) Stop(_ context.Context, region, id string) error {
+func (b *fakeBacker) Stop(ctx context.Context, region, id string) error {
+	if b.stopGate != nil {
+		select {
+		case <-b.stopGate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stops = append(b.stops, region+" "+id)
@@ -933,6 +941,44 @@ func TestBacked(t *testing.T) {
 		t.Errorf("stops (-want +got):\n%s", diff)
 	}
 	b.mu.Unlock()
+}
+
+// A backed instance is terminated only once its machine is gone, however
+// short the latency: a machine the API calls terminated must not answer.
+func TestBackedTerminatedOnlyWhenTheMachineIsGone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	b := &fakeBacker{release: make(chan struct{}), stopGate: make(chan struct{})}
+	close(b.release)
+	f.sim.Backer = b
+	c, ctx := f.ec2(), t.Context()
+	key := authorizedKey(t)
+	if _, err := c.ImportKeyPair(ctx, &ec2.ImportKeyPairInput{KeyName: aws.String("k"), PublicKeyMaterial: []byte(key)}); err != nil {
+		t.Fatal(err)
+	}
+	id := aws.ToString(f.run(&ec2.RunInstancesInput{KeyName: aws.String("k")}).InstanceId)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.describe(id).State.Name != types.InstanceStateNameRunning {
+		if time.Now().After(deadline) {
+			t.Fatal("backed instance never ran")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if st := f.describe(id).State.Name; st != types.InstanceStateNameShuttingDown {
+		t.Errorf("while the machine is still being stopped: %s, want shutting-down", st)
+	}
+	close(b.stopGate)
+	deadline = time.Now().Add(10 * time.Second)
+	for f.describe(id).State.Name != types.InstanceStateNameTerminated {
+		if time.Now().After(deadline) {
+			t.Fatal("never terminated after the machine stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestBackedStartFails(t *testing.T) {

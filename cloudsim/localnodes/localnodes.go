@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -123,14 +125,31 @@ func lockedOut() (string, error) {
 	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pk))), nil
 }
 
-// Stop terminates a local node (asynchronously, as the local driver does).
+// Stop terminates a local node and returns once it is gone.
 func (b *Backer) Stop(ctx context.Context, region, id string) error {
 	r, err := b.region(ctx, region)
 	if err != nil {
 		return err
 	}
-	return r.drv.Terminate(ctx, control.Instance{ProviderID: id,
+	err = r.drv.Terminate(ctx, control.Instance{ProviderID: id,
 		Tags: map[string]string{districts.TagCluster: Cluster, districts.TagDistrict: District(region)}})
+	if err != nil {
+		return err
+	}
+	for {
+		insts, _, err := r.drv.List(ctx, Cluster)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(insts, func(in control.Instance) bool { return in.ProviderID == id }) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Allow refills the region's firewall with sources. Only addresses are

@@ -50,9 +50,11 @@ const DefaultBackingRoot = "/var/lib/transit/cloudsim"
 
 // Emulator is a running set of emulated clouds.
 type Emulator struct {
-	// AWSURL is the EC2 endpoint (aws_endpoint); EC2 its front end.
-	AWSURL string
-	EC2    *ec2.Server
+	// AWSURL is the EC2 endpoint (aws_endpoint); EC2 its front end and
+	// AWSFaults the faults injected into it.
+	AWSURL    string
+	EC2       *ec2.Server
+	AWSFaults *cloudsim.Faults
 
 	backer  *localnodes.Backer
 	servers []*http.Server
@@ -83,7 +85,7 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 	}
 	if opts.AWS != "" {
 		sim := newSim()
-		e.EC2 = ec2.New(sim, ec2.Options{Credentials: awsKeys(opts.Credentials)})
+		e.EC2, e.AWSFaults = ec2.New(sim, ec2.Options{Credentials: awsKeys(opts.Credentials)}), &sim.Faults
 		e.stops = append(e.stops, e.EC2.Close)
 		if e.AWSURL, err = e.serve(ctx, opts.AWS, sim, e.EC2, func() any { return nonNil(e.EC2.Resources()) }); err != nil {
 			return nil, fmt.Errorf("cloudsim: serve EC2: %w", err)
