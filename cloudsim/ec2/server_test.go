@@ -820,10 +820,10 @@ type fakeBacker struct {
 	mu       sync.Mutex
 	release  chan struct{}
 	stopGate chan struct{} // if set, Stop waits for it
-	fail    bool
-	starts  []string // region name key
-	stops   []string
-	allowed map[string][]string
+	fail     bool
+	starts   []string // region name key
+	stops    []string
+	allowed  map[string][]string
 }
 
 func (b *fakeBacker) Start(ctx context.Context, region, name, key string) (cloudsim.Machine, error) {
