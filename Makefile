@@ -47,8 +47,9 @@ DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build bin/transit with version information
+build: ## Build bin/transit with version information, and bin/cloudsim (the cloud emulator)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/transit ./cmd/transit
+	$(GO) build -o $(BIN)/cloudsim ./cmd/cloudsim
 
 test: ## Run all tests; e2e tests run only as root
 	$(GO) test -timeout 45m $(GOTESTFLAGS) $(PKGS)
