@@ -82,26 +82,26 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 }
 
 // districts are the emulated clouds as transit's districts.
-func (c *clouds) districts() []districts.District {
+func (env *clouds) districts() []districts.District {
 	small := []districts.DistrictFlavor{{Flavor: "small", InstanceType: "t3.small"}}
 	return []districts.District{
 		{Type: "district", ID: "aws-eu", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
-			AWSRegion: "eu-central-1", AWSZones: []string{"eu-central-1a", "eu-central-1b"}, AWSEndpoint: c.emu.AWSURL, Flavors: small},
+			AWSRegion: "eu-central-1", AWSZones: []string{"eu-central-1a", "eu-central-1b"}, AWSEndpoint: env.emu.AWSURL, Flavors: small},
 		{Type: "district", ID: "aws-us", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
-			AWSRegion: "us-east-1", AWSEndpoint: c.emu.AWSURL, Flavors: small},
+			AWSRegion: "us-east-1", AWSEndpoint: env.emu.AWSURL, Flavors: small},
 	}
 }
 
 // secrets are the credential values nothing may show.
-func (c *clouds) secrets() []string { return []string{awsSecret} }
+func (env *clouds) secrets() []string { return []string{awsSecret} }
 
 // writeCredentials puts credentials.json (mode 0600) in the cluster's
 // directory and tells transit to poll the fast emulator often.
-func (c *clouds) writeCredentials(cl *cluster) {
-	c.tb.Helper()
+func (env *clouds) writeCredentials(cl *cluster) {
+	env.tb.Helper()
 	// Secrets marshal redacted: write the file as a person would.
 	var raw []map[string]string
-	for _, cr := range c.creds {
+	for _, cr := range env.creds {
 		m := map[string]string{"type": cr.Type, "id": cr.ID, "provider": cr.Provider}
 		if cr.AWSAccessKeyID != "" {
 			m["aws_access_key_id"], m["aws_secret_access_key"] = cr.AWSAccessKeyID, cr.AWSSecretAccessKey.Reveal()
@@ -110,19 +110,19 @@ func (c *clouds) writeCredentials(cl *cluster) {
 	}
 	data, err := json.MarshalIndent(raw, "", "  ")
 	if err != nil {
-		c.tb.Fatal(err)
+		env.tb.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(cl.dir, "credentials.json"), data, 0o600); err != nil {
-		c.tb.Fatal(err)
+		env.tb.Fatal(err)
 	}
 	cl.env = append(cl.env, "TRANSIT_POLL_INTERVAL=200ms")
 }
 
 // resources is everything the emulated clouds hold, but key pairs (which
 // transit keeps for the cluster's next nodes).
-func (c *clouds) resources() []string {
+func (env *clouds) resources() []string {
 	var out []string
-	for _, r := range c.emu.EC2.Resources() {
+	for _, r := range env.emu.EC2.Resources() {
 		if r.Kind != "key-pair" {
 			out = append(out, "aws "+r.Region+" "+r.Kind+" "+r.ID+" "+r.Name+" "+r.State)
 		}
@@ -132,10 +132,10 @@ func (c *clouds) resources() []string {
 
 // leftovers is what the host has now and did not have before the clouds
 // started.
-func (c *clouds) leftovers() []string {
+func (env *clouds) leftovers() []string {
 	var left []string
 	for _, x := range hostSnapshot() {
-		if !slices.Contains(c.before, x) {
+		if !slices.Contains(env.before, x) {
 			left = append(left, x)
 		}
 	}

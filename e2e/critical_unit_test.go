@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -116,7 +117,7 @@ func TestPaperReport(t *testing.T) {
 	rects := 0
 	for {
 		tok, err := dec.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -173,12 +173,12 @@ func runExperiment(b *testing.B, c *cluster, e experiment, model boundModel, out
 
 	var wall time.Duration
 	var steps []step
-	switch {
-	case e.id == "E1":
+	switch e.id {
+	case "E1":
 		set(1, 9, 0, 0)
 		wall, steps = measure("apply", "--auto-approve", "--json")
 		// E2 of the same provider terminates this cluster.
-	case e.id == "E2":
+	case "E2":
 		if len(c.statusNow().Nodes) != 10 {
 			setup()
 		}
@@ -195,12 +195,12 @@ func runExperiment(b *testing.B, c *cluster, e experiment, model boundModel, out
 	}
 
 	bound := lowerBound(steps, model)
-	real := model
-	real.profile.Scale = 1
+	unscaled := model
+	unscaled.profile.Scale = 1
 	ratio := wall.Seconds() / bound.Seconds()
 	row := paperRow{
 		Experiment: e.id, Title: e.title, Route: e.route(),
-		Bound: lowerBound(steps, real).Seconds(), Ratio: ratio, Paper: e.paper, Target: e.target,
+		Bound: lowerBound(steps, unscaled).Seconds(), Ratio: ratio, Paper: e.paper, Target: e.target,
 		WallS: wall.Seconds(),
 	}
 	row.Makespan = row.Bound * ratio

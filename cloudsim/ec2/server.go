@@ -553,11 +553,6 @@ func (s *Server) Resources() []Resource {
 	return out
 }
 
-// Plant creates a running-to-be instance in region as another tool (or a
-// crash between create and tag) would leave it: the first image, no key,
-// the first zone's default subnet, exactly tags (keys with the reserved
-// "aws:" prefix allowed, as AWS services set them). It returns the
-// instance id.
 // Remove terminates an instance outside any client (someone deleting it
 // in the console): what Plant made, or a node killed behind transit's
 // back.
@@ -567,6 +562,11 @@ func (s *Server) Remove(ctx context.Context, region, id string) error {
 	return err
 }
 
+// Plant creates a running-to-be instance in region as another tool (or a
+// crash between create and tag) would leave it: the first image, no key,
+// the first zone's default subnet, exactly tags (keys with the reserved
+// "aws:" prefix allowed, as AWS services set them). It returns the
+// instance id.
 func (s *Server) Plant(ctx context.Context, region string, tags map[string]string) (string, error) {
 	if !regionName.MatchString(region) {
 		return "", fmt.Errorf("cloudsim/ec2: %q is not a region name", region)
