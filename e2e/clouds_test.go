@@ -23,8 +23,8 @@ const cloudRoot = "/var/lib/transit/e2e-cloud"
 // Backing subnets of the emulated regions: apart from the local e2e
 // districts' and from the drivers' own backed tests'.
 var cloudBacking = map[string]string{
-	"aws:eu-central-1": "10.244.1.0/24",
-	"aws:us-east-1":    "10.244.2.0/24",
+	"aws:eu-central-1": "10.246.1.0/24",
+	"aws:us-east-1":    "10.246.2.0/24",
 }
 
 // Credentials the emulated clouds accept; their secrets must appear in

@@ -25,7 +25,7 @@ import (
 // test's.
 const (
 	backedRoot   = "/var/lib/transit/cloudsim-test-aws"
-	backedSubnet = "10.241.1.0/24"
+	backedSubnet = "10.245.1.0/24"
 )
 
 // backedWorld is a world whose instances are real local nodes. Whatever
