@@ -226,9 +226,11 @@ func (fs *Faults) Hits(k FaultKind) int {
 type Machine struct {
 	// ID is the backer's name for it.
 	ID string
-	// Address is where it answers SSH; the instance's public (and, on a
-	// backed instance, private) address.
+	// Address is where it answers SSH: the instance's public address.
 	Address string
+	// PrivateAddress is the address on its own interface, the instance's
+	// private address; empty when it is Address.
+	PrivateAddress string
 	// HostKeys are its SSH host public keys, authorized_keys format.
 	HostKeys []string
 }

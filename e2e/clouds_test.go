@@ -27,6 +27,10 @@ var cloudBacking = map[string]string{
 	"aws:us-east-1":    "10.246.2.0/24",
 }
 
+// cloudPublic is where backed instances' public addresses come from: apart
+// from their private ones, as behind a cloud's 1:1 NAT.
+const cloudPublic = "100.127.0.0/16"
+
 // Credentials the emulated clouds accept; their secrets must appear in
 // nothing transit writes or prints.
 const (
@@ -63,7 +67,7 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	c.before = hostSnapshot()
 	emu, err := server.Start(ctx, server.Options{
 		Profile: profile, AWS: "127.0.0.1:0",
-		Backing: cloudBacking, BackingRoot: cloudRoot, Credentials: c.creds,
+		Backing: cloudBacking, BackingRoot: cloudRoot, BackingPublic: cloudPublic, Credentials: c.creds,
 	})
 	if err != nil {
 		tb.Fatalf("start the cloud emulator: %v", err)
@@ -170,9 +174,9 @@ func hostSnapshot() []string {
 				if len(f) > 1 {
 					out = append(out, "link "+strings.TrimSuffix(strings.Split(f[1], "@")[0], ":"))
 				}
-			case "chain":
+			case "chain", "nat chain":
 				if f[0] == "-N" && len(f) > 1 {
-					out = append(out, "iptables chain "+f[1])
+					out = append(out, "iptables "+prefix+" "+f[1])
 				}
 			default:
 				out = append(out, prefix+" "+f[0])
@@ -182,6 +186,7 @@ func hostSnapshot() []string {
 	add("netns", "ip", "netns", "list")
 	add("link", "ip", "-o", "link", "show")
 	add("chain", "iptables", "-S")
+	add("nat chain", "iptables", "-t", "nat", "-S")
 	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/transit/*")
 	for _, g := range cgroups {
 		out = append(out, "cgroup "+g)

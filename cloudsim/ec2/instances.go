@@ -457,6 +457,9 @@ func (s *Server) startMachine(region string, in *instance, authorizedKey string)
 		}
 		in.machine = m
 		in.privateIP, in.publicIP = m.Address, m.Address
+		if m.PrivateAddress != "" {
+			in.privateIP = m.PrivateAddress
+		}
 		in.hostKeys = slices.Clone(m.HostKeys)
 		stop := !in.termAt.IsZero() && !in.stopping
 		in.stopping = in.stopping || stop

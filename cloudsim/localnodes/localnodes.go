@@ -1,7 +1,9 @@
 // Package localnodes backs cloudsim's instances with local nodes
 // (drivers/local): each emulated region is a local district with its own
-// subnet, a node's address is the instance's address, and the region's
-// security groups become the district's firewall.
+// subnet, a node's address is the instance's private address (and, with a
+// PublicPool, the host maps a public one to it as a cloud's 1:1 NAT does;
+// see nat.go), and the region's security groups become the district's
+// firewall.
 package localnodes
 
 import (
@@ -35,9 +37,14 @@ type Backer struct {
 	// Subnets maps an emulated region ("aws:eu-central-1",
 	// "gce:europe-west1", "openstack:RegionOne") to its local subnet.
 	Subnets map[string]string
+	// PublicPool, an IPv4 CIDR such as 100.127.0.0/16, gives each machine
+	// a public address apart from its private one (nat.go); empty: a
+	// machine's one address is both.
+	PublicPool string
 
 	mu      sync.Mutex
 	drivers map[string]*backedRegion
+	public  map[string][2]string // machine id → public, private address
 }
 
 type backedRegion struct {
@@ -108,7 +115,15 @@ func (b *Backer) Start(ctx context.Context, region, name, authorizedKey string) 
 	if err != nil {
 		return cloudsim.Machine{}, err
 	}
-	return cloudsim.Machine{ID: inst.ProviderID, Address: inst.PrivateIP, HostKeys: inst.HostKeys}, nil
+	m := cloudsim.Machine{ID: inst.ProviderID, Address: inst.PrivateIP, HostKeys: inst.HostKeys}
+	if b.PublicPool != "" {
+		if m.Address, err = b.mapPublic(ctx, inst.ProviderID, inst.PrivateIP); err != nil {
+			_ = r.drv.Terminate(context.WithoutCancel(ctx), inst)
+			return cloudsim.Machine{}, err
+		}
+		m.PrivateAddress = inst.PrivateIP
+	}
+	return m, nil
 }
 
 // lockedOut is the authorized key of a machine launched without one: a
@@ -129,6 +144,9 @@ func lockedOut() (string, error) {
 func (b *Backer) Stop(ctx context.Context, region, id string) error {
 	r, err := b.region(ctx, region)
 	if err != nil {
+		return err
+	}
+	if err := b.unmapPublic(ctx, id); err != nil {
 		return err
 	}
 	err = r.drv.Terminate(ctx, control.Instance{ProviderID: id,
@@ -163,9 +181,9 @@ func (b *Backer) Allow(ctx context.Context, region string, sources []string) err
 	var addrs []string
 	for _, s := range sources {
 		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() == 32 {
-			addrs = append(addrs, p.Addr().String())
+			addrs = append(addrs, b.privateOf(p.Addr().String()))
 		} else if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
-			addrs = append(addrs, a.String())
+			addrs = append(addrs, b.privateOf(a.String()))
 		}
 	}
 	_, err = r.drv.EnsureGroup(ctx, groupSpec(District(region), addrs))
@@ -176,10 +194,13 @@ func (b *Backer) Allow(ctx context.Context, region string, sources []string) err
 // and waits until they are gone.
 func (b *Backer) Destroy(ctx context.Context) error {
 	b.mu.Lock()
-	b.drivers = nil
+	b.drivers, b.public = nil, nil
 	b.mu.Unlock()
 	if err := local.Purge(ctx, b.Root); err != nil {
 		return fmt.Errorf("cloudsim: destroy backing nodes: %w", err)
+	}
+	if err := removeNAT(ctx, b.Root); err != nil {
+		return fmt.Errorf("cloudsim: remove the public addresses: %w", err)
 	}
 	return nil
 }

@@ -39,6 +39,10 @@ type Options struct {
 	// for them (default /var/lib/transit/cloudsim).
 	Backing     map[string]string
 	BackingRoot string
+	// BackingPublic, an IPv4 CIDR, gives backed instances public
+	// addresses apart from their private ones, mapped by the host as a
+	// cloud's 1:1 NAT (see localnodes); empty: one address for both.
+	BackingPublic string
 	// Credentials are transit credentials.json entries the clouds accept
 	// (an AWS access key); none: each front end's documented default.
 	Credentials []districts.Credential
@@ -75,7 +79,7 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 		if root == "" {
 			root = DefaultBackingRoot
 		}
-		e.backer = &localnodes.Backer{Root: root, Subnets: opts.Backing}
+		e.backer = &localnodes.Backer{Root: root, Subnets: opts.Backing, PublicPool: opts.BackingPublic}
 		backer = e.backer
 	}
 	newSim := func() *cloudsim.Sim {

@@ -158,7 +158,7 @@ func TestJoinErrorHidesTheToken(t *testing.T) {
 	}
 	// The token reaches the node only on the script's stdin, in the
 	// engine's join request.
-	want := []string{worker1.ID + `: docker swarm join: {"ListenAddr":"10.0.0.3:2377","AdvertiseAddr":"10.0.0.3","RemoteAddrs":["10.0.0.4:2377"],"JoinToken":"SWMTKN-1-secret"}`}
+	want := []string{worker1.ID + `: docker swarm join: {"ListenAddr":"0.0.0.0:2377","AdvertiseAddr":"10.0.0.3","RemoteAddrs":["10.0.0.4:2377"],"JoinToken":"SWMTKN-1-secret"}`}
 	if diff := cmp.Diff(want, f.stdins); diff != "" {
 		t.Errorf("stdin given to scripts (-want +got):\n%s", diff)
 	}

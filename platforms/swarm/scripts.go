@@ -135,7 +135,7 @@ func initScript(addr string) string {
 	return `set -eu
 state=$(docker info --format '{{.Swarm.LocalNodeState}}')
 if [ "$state" = inactive ]; then
-	docker swarm init --advertise-addr ` + a + ` --listen-addr ` + shellquote.Quote(addr+":2377") + ` >/dev/null
+	docker swarm init --advertise-addr ` + a + ` --listen-addr ` + listenAddr + ` >/dev/null
 elif [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" != true ]; then
 	echo "the node is already in a swarm (state $state) but is not a manager" >&2
 	exit 3
@@ -158,8 +158,13 @@ func joinRequest(token, addr, managerAddr string) ([]byte, error) {
 		AdvertiseAddr string
 		RemoteAddrs   []string
 		JoinToken     string
-	}{addr + ":2377", addr, []string{managerAddr + ":2377"}, token})
+	}{listenAddr, addr, []string{managerAddr + ":2377"}, token})
 }
+
+// listenAddr is where a manager listens: every address of the node. The
+// advertised address is the one others reach it on, which in a cloud with
+// 1:1 NAT (AWS, GCE) is not on any of its interfaces and cannot be bound.
+const listenAddr = "0.0.0.0:2377"
 
 // joinScript joins the node to a swarm (unless it is in a swarm already)
 // with the joinRequest on its stdin, and prints its swarm node id. docker

@@ -101,7 +101,7 @@ func TestScripts(t *testing.T) {
 		want   []string // lines that must appear
 	}{
 		{"init", initScript("10.0.0.2"), []string{
-			"docker swarm init --advertise-addr 10.0.0.2 --listen-addr 10.0.0.2:2377 >/dev/null",
+			"docker swarm init --advertise-addr 10.0.0.2 --listen-addr 0.0.0.0:2377 >/dev/null",
 			"docker info --format '{{.Swarm.NodeID}}'",
 		}},
 		{"join", joinScript(), []string{

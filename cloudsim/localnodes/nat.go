@@ -1,0 +1,155 @@
+package localnodes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+)
+
+// A cloud gives a machine a public address its interface does not have
+// (AWS, GCE: 1:1 NAT at the edge). With a PublicPool the backer does the
+// same on the host, in the nat table: traffic to a machine's public
+// address is sent to its private one (DNAT, for the host's own traffic
+// too), and a machine's traffic to another machine's public address leaves
+// with its own public address as the source (SNAT), so a machine sees its
+// peers' public addresses and knows only its private one. Software that
+// binds the public address fails here as it fails in such a cloud.
+
+// natChains are the backer's two nat chains: DNAT rules (from PREROUTING
+// and OUTPUT) and SNAT rules (from POSTROUTING), named after the root so a
+// later backer of the same root finds what a crashed one left.
+func natChains(root string) (dnat, snat string) {
+	sum := sha256.Sum256([]byte(root))
+	h := strings.ToUpper(hex.EncodeToString(sum[:]))[:8]
+	return "CLOUDSIM-D-" + h, "CLOUDSIM-S-" + h
+}
+
+func iptables(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-t", "nat"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables -t nat %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ensureNAT creates the chains and their jumps once.
+func (b *Backer) ensureNAT(ctx context.Context) error {
+	dnat, snat := natChains(b.Root)
+	for _, c := range []string{dnat, snat} {
+		if iptables(ctx, "-S", c) != nil {
+			if err := iptables(ctx, "-N", c); err != nil {
+				return err
+			}
+		}
+	}
+	for _, j := range [][2]string{{"PREROUTING", dnat}, {"OUTPUT", dnat}, {"POSTROUTING", snat}} {
+		if iptables(ctx, "-C", j[0], "-j", j[1]) != nil {
+			if err := iptables(ctx, "-A", j[0], "-j", j[1]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func natRules(root, public, private string) [][]string {
+	dnat, snat := natChains(root)
+	return [][]string{
+		{dnat, "-d", public + "/32", "-j", "DNAT", "--to-destination", private},
+		{snat, "-s", private + "/32", "-m", "conntrack", "--ctstate", "DNAT", "-j", "SNAT", "--to-source", public},
+	}
+}
+
+// mapPublic gives a machine's private address a public one.
+func (b *Backer) mapPublic(ctx context.Context, id, private string) (string, error) {
+	pool, err := netip.ParsePrefix(b.PublicPool)
+	if err != nil || !pool.Addr().Is4() {
+		return "", fmt.Errorf("cloudsim: public pool %q is not an IPv4 CIDR", b.PublicPool)
+	}
+	b.mu.Lock()
+	if b.public == nil {
+		b.public = map[string][2]string{}
+	}
+	used := map[string]bool{}
+	for _, m := range b.public {
+		used[m[0]] = true
+	}
+	var public string
+	for a := pool.Masked().Addr().Next(); pool.Contains(a); a = a.Next() {
+		if !used[a.String()] {
+			public = a.String()
+			break
+		}
+	}
+	if public == "" {
+		b.mu.Unlock()
+		return "", fmt.Errorf("cloudsim: public pool %s is exhausted", b.PublicPool)
+	}
+	b.public[id] = [2]string{public, private}
+	b.mu.Unlock()
+	if err := b.ensureNAT(ctx); err != nil {
+		return "", err
+	}
+	for _, r := range natRules(b.Root, public, private) {
+		if err := iptables(ctx, append([]string{"-A"}, r...)...); err != nil {
+			return "", err
+		}
+	}
+	return public, nil
+}
+
+// unmapPublic drops a machine's public address.
+func (b *Backer) unmapPublic(ctx context.Context, id string) error {
+	b.mu.Lock()
+	m, ok := b.public[id]
+	delete(b.public, id)
+	b.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	for _, r := range natRules(b.Root, m[0], m[1]) {
+		if err := iptables(ctx, append([]string{"-D"}, r...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// privateOf translates public addresses among sources to the private
+// ones their traffic comes from before the SNAT (the firewall filters
+// forwarded traffic before the source is rewritten).
+func (b *Backer) privateOf(addr string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range b.public {
+		if m[0] == addr {
+			return m[1]
+		}
+	}
+	return addr
+}
+
+// removeNAT deletes the chains and their jumps, whatever a crashed backer
+// of the same root left.
+func removeNAT(ctx context.Context, root string) error {
+	dnat, snat := natChains(root)
+	for _, j := range [][2]string{{"PREROUTING", dnat}, {"OUTPUT", dnat}, {"POSTROUTING", snat}} {
+		for iptables(ctx, "-D", j[0], "-j", j[1]) == nil {
+		}
+	}
+	for _, c := range []string{dnat, snat} {
+		if iptables(ctx, "-S", c) == nil {
+			if err := iptables(ctx, "-F", c); err != nil {
+				return err
+			}
+			if err := iptables(ctx, "-X", c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
