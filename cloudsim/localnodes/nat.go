@@ -138,7 +138,10 @@ func (b *Backer) privateOf(addr string) string {
 func removeNAT(ctx context.Context, root string) error {
 	dnat, snat := natChains(root)
 	for _, j := range [][2]string{{"PREROUTING", dnat}, {"OUTPUT", dnat}, {"POSTROUTING", snat}} {
-		for iptables(ctx, "-D", j[0], "-j", j[1]) == nil {
+		for iptables(ctx, "-C", j[0], "-j", j[1]) == nil {
+			if err := iptables(ctx, "-D", j[0], "-j", j[1]); err != nil {
+				return err
+			}
 		}
 	}
 	for _, c := range []string{dnat, snat} {
