@@ -388,6 +388,8 @@ func planJoins(in planInput, c classified, launches []Action, p *Plan) []Action 
 	for _, n := range c.keep {
 		m, member := in.world.members[n.ID]
 		switch {
+		case !member && !n.Phase.Member() && in.world.starting[n.ID]:
+			p.Waiting = append(p.Waiting, fmt.Sprintf("machine %s of node %s is still starting (the cloud reports it pending or without an address)", n.ProviderID, n.ID))
 		case !member && !n.Phase.Member():
 			joins = append(joins, Action{Kind: KindJoin, District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor,
 				Reason: fmt.Sprintf("node is %s, not a member of the platform", n.Phase)})

@@ -430,3 +430,34 @@ func TestPlanDestroy(t *testing.T) {
 		t.Errorf("actions (-want +got):\n%s", diff)
 	}
 }
+
+// A machine adopted while the cloud still starts it (a crash during its
+// launch) is waited for, not joined: it has no address to reach yet.
+func TestStartingMachineIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	starting := pnode("paper-worker-2", "gce-europe", "worker", districts.PhaseLaunched)
+	starting.PublicIP, starting.PrivateIP = "", ""
+	w := worldSpec{platform: platformUp, formed: true, nodes: []districts.Node{
+		pnode("paper-master-1", "gce-europe", "master", districts.PhaseJoined),
+		pnode("paper-worker-1", "gce-europe", "worker", districts.PhaseJoined),
+		starting,
+	}}.world()
+	w.starting = map[string]bool{starting.ID: true}
+	c := paperCluster(1, 2, 0)
+	p := buildPlan(planInput{cluster: c, districts: simDistricts[:2], world: w, ids: newNodeNumbers("paper", w)})
+	for _, a := range p.Actions {
+		if a.Node == starting.ID || a.Kind == KindLaunch {
+			t.Errorf("plan acts on the starting machine or launches another: %s %s", a.Kind, a.Node)
+		}
+	}
+	if len(p.Waiting) != 1 || !strings.Contains(p.Waiting[0], "paper-worker-2 is still starting") {
+		t.Errorf("waiting = %q, want the starting machine", p.Waiting)
+	}
+	// Once it runs with an address, it joins.
+	w.starting = nil
+	w.state.Nodes[2] = pnode("paper-worker-2", "gce-europe", "worker", districts.PhaseLaunched)
+	p = buildPlan(planInput{cluster: c, districts: simDistricts[:2], world: w, ids: newNodeNumbers("paper", w)})
+	if got := nodeActions(p); !slices.Contains(got, "join paper-worker-2") {
+		t.Errorf("actions once it runs = %v, want its join", got)
+	}
+}

@@ -44,7 +44,11 @@ type world struct {
 	strays  []Member
 	// blocked holds districts where another cluster of the same name
 	// owns the group name transit would use.
-	blocked  map[string]string
+	blocked map[string]string
+	// starting holds the nodes whose machine the cloud reports pending
+	// or without an address (adopted after a crash during its launch):
+	// waited for, not joined.
+	starting map[string]bool
 	notes    []string
 	warnings []string
 	now      time.Time
@@ -132,7 +136,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 		}
 	}
 
-	w := world{terminating: map[string]int{}, blocked: map[string]string{}, now: opts.Clock.Now()}
+	w := world{terminating: map[string]int{}, blocked: map[string]string{}, starting: map[string]bool{}, now: opts.Clock.Now()}
 	w.state = districts.Resources{
 		Type: "resources", Version: districts.ResourcesVersion, Cluster: cluster, Lineage: lineage,
 		Serial: opts.State.Serial, UpdatedAt: opts.State.UpdatedAt, PlatformFormedAt: opts.State.PlatformFormedAt,
@@ -182,6 +186,8 @@ func observe(ctx context.Context, opts Options) (world, error) {
 			if inst.State == InstanceTerminating {
 				n.Phase = districts.PhaseTerminating
 				w.terminating[d.ID]++
+			} else if inst.State == InstancePending || len(n.Addresses()) == 0 {
+				w.starting[n.ID] = true
 			}
 			w.state.Nodes = append(w.state.Nodes, n)
 		}

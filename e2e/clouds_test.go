@@ -277,10 +277,17 @@ func TestCloudSwarm(t *testing.T) {
 				}
 			}
 		}},
+		{"kill -9 transit while it launches, then converge: no extra machine", func(t *testing.T, c *cluster) {
+			c.setQuantity("aws-us", districts.RoleWorker, 3)
+			if !c.applyKilledAt("launch", "start", 100*time.Millisecond) {
+				t.Errorf("apply ended before the kill point")
+			}
+			env.checkSwarm(t, c, 6)
+		}},
 		{"migrate the workers from one cloud to the other", func(t *testing.T, c *cluster) {
 			c.setQuantity("aws-eu", districts.RoleWorker, 0)
-			c.setQuantity("aws-us", districts.RoleWorker, 4)
-			env.checkSwarm(t, c, 5)
+			c.setQuantity("aws-us", districts.RoleWorker, 5)
+			env.checkSwarm(t, c, 6)
 		}},
 		{"destroy leaves nothing in the clouds", func(t *testing.T, c *cluster) { env.checkDestroy(t, c) }},
 		{"no secret in anything transit wrote or printed", func(t *testing.T, c *cluster) { env.checkNoSecrets(t, c) }},

@@ -550,7 +550,7 @@ func testKill(t *testing.T, c *cluster) {
 		delay       time.Duration
 	}{
 		{"after a launch", 5, "launch", "finish", 0},
-		{"during install", 6, "join", "start", 700 * time.Millisecond},
+		{"during install", 6, "install", "start", 700 * time.Millisecond},
 		{"during a drain", 4, "drain", "start", time.Second},
 	}
 	for _, p := range points {
