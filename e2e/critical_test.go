@@ -96,7 +96,8 @@ func emptyBeforeDelete(provider string) bool { return provider != "gce" }
 //   - the first master is initialised before anyone joins;
 //   - the i-th removal of a role starts after the i-th new node of that
 //     role joined (a node leaves only once its replacement serves), and at
-//     most maxUnavailable removals overlap;
+//     most maxUnavailable removals overlap, whatever their roles (the
+//     loop counts every cordoned node against max_unavailable);
 //   - drain, leave and terminate a node in order;
 //   - a group is deleted after its district's machines are removed and,
 //     where the provider insists, finished terminating.
@@ -186,9 +187,10 @@ func lowerBound(steps []step, m boundModel) time.Duration {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b string) int { return firstStart(byNode[a]).Compare(firstStart(byNode[b])) })
-	removed := map[string][]time.Duration{} // role -> removal finishes, in order
-	gone := map[string]time.Duration{}      // district -> its last machine gone
-	left := map[string]time.Duration{}      // district -> its last node left
+	perRole := map[string]int{}        // role -> removals so far
+	var removed []time.Duration        // removal finishes, in order
+	gone := map[string]time.Duration{} // district -> its last machine gone
+	left := map[string]time.Duration{} // district -> its last node left
 	for _, node := range order {
 		ss := byNode[node]
 		var role, district string
@@ -203,16 +205,18 @@ func lowerBound(steps []step, m boundModel) time.Duration {
 		if hasTerm {
 			role, district = firstNonEmpty(role, t.role), t.district
 		}
-		i := len(removed[role])
 		start := time.Duration(0)
-		if i < len(joined[role]) {
+		if i := perRole[role]; i < len(joined[role]) {
 			start = joined[role][i]
 		}
-		if i >= maxUn {
-			start = max(start, removed[role][i-maxUn])
+		perRole[role]++
+		// The strategy's max_unavailable counts every cordoned node, of
+		// any role (as the loop does): at most maxUn removals overlap.
+		if i := len(removed); i >= maxUn {
+			start = max(start, slices.Sorted(slices.Values(removed))[i-maxUn])
 		}
 		done := start + work
-		removed[role] = append(removed[role], done)
+		removed = append(removed, done)
 		left[district] = max(left[district], done)
 		if hasTerm {
 			gone[district] = max(gone[district], done+wall(lat(district).Terminate))

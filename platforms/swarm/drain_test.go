@@ -48,7 +48,7 @@ func (f *drainFake) manager(_ context.Context, script string) (string, error) {
 		f.polls++
 		return f.services(f.polls), nil
 	case strings.Contains(script, "docker node update"):
-		f.updates = append(f.updates, strings.TrimPrefix(strings.TrimSpace(script), "set -eu\n"))
+		f.updates = append(f.updates, strings.TrimPrefix(strings.TrimSpace(script), "set -eu\n"+outOfSequence))
 		if strings.Contains(script, "--availability drain") {
 			f.avail = "drain"
 		}
@@ -158,7 +158,7 @@ func TestDrainRecordsServicesWithTheDrain(t *testing.T) {
 	if err := d.Drain(t.Context(), worker1, time.Minute); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	want := []string{"docker node update --label-add transit-drain-services=s1,s2 --availability drain w >/dev/null"}
+	want := []string{"in_sequence docker node update --label-add transit-drain-services=s1,s2 --availability drain w"}
 	if diff := cmp.Diff(want, f.updates); diff != "" {
 		t.Errorf("updates (-want +got):\n%s", diff)
 	}
@@ -167,8 +167,8 @@ func TestDrainRecordsServicesWithTheDrain(t *testing.T) {
 func TestDrainRefused(t *testing.T) {
 	t.Parallel()
 	live := always("task|s1|t1|running|running\nservice|s1|web\n")
-	reactivate := "docker node update --label-rm transit-drain-services --availability active w >/dev/null"
-	drain := "docker node update --label-add transit-drain-services=s1 --availability drain w >/dev/null"
+	reactivate := "in_sequence docker node update --label-rm transit-drain-services --availability active w"
+	drain := "in_sequence docker node update --label-add transit-drain-services=s1 --availability drain w"
 	tests := []struct {
 		name        string
 		avail       string

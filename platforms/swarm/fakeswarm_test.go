@@ -217,8 +217,6 @@ func (f *fakeSwarm) Run(ctx context.Context, n districts.Node, name, script stri
 			f.bad = append(f.bad, "removed swarm node "+id+" while it held a manager seat")
 		case !force && !e.down:
 			return "", runErr(n, name, exitRetry, "Error response from daemon: rpc error: code = FailedPrecondition desc = node "+id+" is not down and can't be removed")
-		case force && e.left:
-			f.bad = append(f.bad, "removed swarm node "+id+" with --force though it left by itself")
 		}
 		f.steps = append(f.steps, n.ID+": rm "+map[bool]string{true: "--force ", false: ""}[force]+id)
 		f.entries = slices.DeleteFunc(f.entries, func(x *fakeEntry) bool { return x == e })

@@ -107,7 +107,8 @@ func TestRemoveGoneMasterNeverDialsIt(t *testing.T) {
 
 // A manager leaving: demote, wait until another manager reports the seat
 // gone and a leader, rotate the tokens it knew, leave without --force,
-// delete it once it is down. The swarm keeps its leader going from 2 to 1
+// delete it from the node list at once (--force: it left, and the managers
+// would list it until its heartbeats time out). The swarm keeps its leader going from 2 to 1
 // and from 3 to 2 managers, even when the leader leaves.
 func TestRemoveManagerKeepsTheLeader(t *testing.T) {
 	t.Parallel()
@@ -125,7 +126,7 @@ func TestRemoveManagerKeepsTheLeader(t *testing.T) {
 				master2.ID + ": demote a",
 				master2.ID + ": rotate",
 				master1.ID + ": leave",
-				master2.ID + ": rm a",
+				master2.ID + ": rm --force a",
 			},
 		},
 		{
@@ -136,7 +137,7 @@ func TestRemoveManagerKeepsTheLeader(t *testing.T) {
 				master1.ID + ": demote b",
 				master1.ID + ": rotate",
 				master2.ID + ": leave",
-				master1.ID + ": rm b",
+				master1.ID + ": rm --force b",
 			},
 		},
 		{
@@ -147,7 +148,7 @@ func TestRemoveManagerKeepsTheLeader(t *testing.T) {
 				master1.ID + ": demote b",
 				master1.ID + ": rotate",
 				master2.ID + ": leave",
-				master1.ID + ": rm b",
+				master1.ID + ": rm --force b",
 			},
 		},
 	}
@@ -235,7 +236,7 @@ func TestRemoveRotatesAfterAFailedRotation(t *testing.T) {
 			master1.ID + ": failed: rotate the join tokens",
 			master1.ID + ": rotate",
 			master2.ID + ": leave",
-			master1.ID + ": rm b",
+			master1.ID + ": rm --force b",
 		}
 		if diff := cmp.Diff(want, f.steps); diff != "" {
 			t.Errorf("new process %t: steps (-want +got):\n%s", newProcess, diff)

@@ -226,17 +226,41 @@ func nodeUpdateScript(swarmID string, set map[string]string, drop []string, avai
 	if availability != "" {
 		args = append(args, "--availability", shellquote.Quote(availability))
 	}
+	if len(args) > 0 || role != "" {
+		b.WriteString(outOfSequence)
+	}
 	if len(args) > 0 {
-		fmt.Fprintf(&b, "docker node update %s %s >/dev/null\n", strings.Join(args, " "), shellquote.Quote(swarmID))
+		fmt.Fprintf(&b, "in_sequence docker node update %s %s\n", strings.Join(args, " "), shellquote.Quote(swarmID))
 	}
 	switch role {
 	case "manager":
-		fmt.Fprintf(&b, "docker node promote %s >/dev/null\n", shellquote.Quote(swarmID))
+		fmt.Fprintf(&b, "in_sequence docker node promote %s\n", shellquote.Quote(swarmID))
 	case "worker":
-		fmt.Fprintf(&b, "docker node demote %s >/dev/null\n", shellquote.Quote(swarmID))
+		fmt.Fprintf(&b, "in_sequence docker node demote %s\n", shellquote.Quote(swarmID))
 	}
 	return b.String()
 }
+
+// outOfSequence defines in_sequence COMMAND...: it runs a node update
+// again while the manager answers "update out of sequence". The CLI reads
+// the node and writes it back with the version it read; a node that just
+// joined changes version as its agent reports in, so a label set right
+// after a join loses that race now and then (seen with ten nodes joining
+// at once), and a join whose identity label is missing leaves a member
+// transit cannot name.
+const outOfSequence = `in_sequence() {
+	n=0
+	until out=$("$@" 2>&1 >/dev/null); do
+		case "$out" in
+		*"update out of sequence"*)
+			n=$((n + 1))
+			if [ "$n" -ge 50 ]; then printf '%s\n' "$out" >&2; return 1; fi
+			sleep 0.1 ;;
+		*) printf '%s\n' "$out" >&2; return 1 ;;
+		esac
+	done
+}
+`
 
 // nodeTasksScript prints the tasks on a node, shut down ones included
 // (its task history), as "task|<service id>|<task id>|<state>|<desired
@@ -316,20 +340,15 @@ docker swarm leave >/dev/null
 `
 }
 
-// removeScript deletes a node that left from the swarm's node list; with
-// force also one that could not leave (its machine is gone or does not
-// answer). A node the swarm no longer has is fine; one the swarm does not
-// report down yet exits with exitRetry. It runs on a manager.
-func removeScript(swarmID string, force bool) string {
-	flag := ""
-	if force {
-		flag = "--force "
-	}
+// removeScript deletes a node that left, or could not leave (its machine
+// is gone or does not answer), from the swarm's node list at once (--force:
+// the managers would list a node that left until its heartbeats time out).
+// A node the swarm no longer has is fine. It runs on a manager.
+func removeScript(swarmID string) string {
 	return `set -eu
-if ! out=$(docker node rm ` + flag + shellquote.Quote(swarmID) + ` 2>&1 >/dev/null); then
+if ! out=$(docker node rm --force ` + shellquote.Quote(swarmID) + ` 2>&1 >/dev/null); then
 	case "$out" in
 	*"node "*" not found"*) ;;
-	*"is not down"*) printf '%s\n' "$out" >&2; exit ` + fmt.Sprint(exitRetry) + ` ;;
 	*) printf '%s\n' "$out" >&2; exit 1 ;;
 	esac
 fi

@@ -369,22 +369,21 @@ func (d *driver) remove(ctx context.Context, n districts.Node) error {
 	if err := d.rotateTokens(ctx, n.ID); err != nil {
 		return err
 	}
-	force := !r.leave // its machine is gone
 	if r.leave {
 		err := d.retry(ctx, n, "leaving the swarm", func() error {
 			_, err := d.run(ctx, n, "docker swarm leave", leaveScript())
 			return err
 		})
-		switch {
-		case errors.Is(err, ssh.ErrUnreachable):
-			force = true // a machine that died cannot leave; the managers forget it
-		case err != nil:
+		// A machine that died cannot leave; the managers forget it.
+		if err != nil && !errors.Is(err, ssh.ErrUnreachable) {
 			return err
 		}
 	}
+	// The node left (or its machine is gone): the managers would list it
+	// until its heartbeats time out (10-15 s), so it is deleted at once.
 	for _, id := range r.remove {
 		err := d.retry(ctx, n, "deleting it from the node list", func() error {
-			return d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(id, force), n.ID)
+			return d.onManager(ctx, "remove node "+n.ID+" from the swarm", removeScript(id), n.ID)
 		})
 		if err != nil {
 			return err

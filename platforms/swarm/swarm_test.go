@@ -1,6 +1,10 @@
 package swarm
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -110,18 +114,14 @@ func TestScripts(t *testing.T) {
 		}},
 		{"token", joinTokenScript("manager"), []string{"docker swarm join-token -q manager"}},
 		{"labels", nodeUpdateScript("abc", map[string]string{"b": "2", "a": "it's"}, []string{"z", "y"}, "", ""), []string{
-			`docker node update --label-add 'a=it'\''s' --label-add b=2 --label-rm y --label-rm z abc >/dev/null`,
+			`in_sequence docker node update --label-add 'a=it'\''s' --label-add b=2 --label-rm y --label-rm z abc`,
 		}},
-		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"docker node update --availability drain abc >/dev/null"}},
-		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"docker node promote abc >/dev/null"}},
-		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"docker node demote abc >/dev/null"}},
-		{"remove", removeScript("abc", false), []string{
-			"if ! out=$(docker node rm abc 2>&1 >/dev/null); then",
-			`*"node "*" not found"*) ;;`,
-			`*"is not down"*) printf '%s\n' "$out" >&2; exit 75 ;;`,
-		}},
-		{"remove by force", removeScript("abc", true), []string{
+		{"drain", nodeUpdateScript("abc", nil, nil, "drain", ""), []string{"in_sequence docker node update --availability drain abc"}},
+		{"promote", nodeUpdateScript("abc", nil, nil, "", "manager"), []string{"in_sequence docker node promote abc"}},
+		{"demote", nodeUpdateScript("abc", nil, nil, "", "worker"), []string{"in_sequence docker node demote abc"}},
+		{"remove", removeScript("abc"), []string{
 			"if ! out=$(docker node rm --force abc 2>&1 >/dev/null); then",
+			`*"node "*" not found"*) ;;`,
 		}},
 		{"rotate", rotateTokensScript(), []string{
 			"docker swarm join-token --rotate -q worker >/dev/null",
@@ -168,5 +168,45 @@ func TestScripts(t *testing.T) {
 	}
 	if s := nodeUpdateScript("abc", nil, nil, "", ""); s != "set -eu\n" {
 		t.Errorf("an empty update runs something: %q", s)
+	}
+}
+
+// A node update the manager answers "update out of sequence" (the node's
+// version changed between the CLI's read and write) is run again; any
+// other failure is not.
+func TestNodeUpdateRetriesOutOfSequence(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, failure string
+		fails         int
+		wantErr       bool
+		wantCalls     int
+	}{
+		{"out of sequence twice", "Error response from daemon: rpc error: code = Unknown desc = update out of sequence", 2, false, 3},
+		{"another error", "Error response from daemon: node x not found", 1, true, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			fake := `#!/bin/sh
+n=$(cat "` + dir + `/calls" 2>/dev/null || echo 0)
+n=$((n + 1))
+echo "$n" > "` + dir + `/calls"
+if [ "$n" -le ` + strconv.Itoa(tt.fails) + ` ]; then echo '` + tt.failure + `' >&2; exit 1; fi
+`
+			if err := os.WriteFile(filepath.Join(dir, "docker"), []byte(fake), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("sh", "-c", nodeUpdateScript("abc", map[string]string{"k": "v"}, nil, "", ""))
+			cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+			out, err := cmd.CombinedOutput()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("script: err = %v, want error %v\n%s", err, tt.wantErr, out)
+			}
+			calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
+			if got := strings.TrimSpace(string(calls)); got != strconv.Itoa(tt.wantCalls) {
+				t.Errorf("docker ran %s times, want %d", got, tt.wantCalls)
+			}
+		})
 	}
 }
