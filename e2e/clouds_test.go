@@ -334,6 +334,14 @@ func (env *clouds) checkSwarm(t *testing.T, c *cluster, want int) {
 		t.Errorf("docker node ls shows %d nodes, want %d: %v", len(got), len(wantNodes), got)
 	}
 	mgr := c.manager(res)
+	// Every machine is named after its node: the swarm knows it by that
+	// name even without its identity label.
+	hosts := c.mustOn(mgr, `docker node ls --format '{{.Hostname}}'`)
+	for _, n := range res.Nodes {
+		if !slices.Contains(strings.Fields(hosts), n.ID) {
+			t.Errorf("no swarm node has the hostname %s: %q", n.ID, hosts)
+		}
+	}
 	out := c.mustOn(mgr, `docker node ls -q | xargs docker node inspect --format '{{index .Spec.Labels "transit-node"}} {{index .Spec.Labels "cloud"}}'`)
 	labels := map[string]string{}
 	for line := range strings.Lines(out) {

@@ -30,9 +30,21 @@ const aptLockWait = "600"
 // service; where no init system runs (a local node, whose init is sshd) it
 // starts dockerd itself with the default paths. The choice follows what the
 // machine has, not which provider made it. It then loads the image archives
-// found in imagesDir, once each.
-func installScript() string {
+// found in imagesDir, once each. First it names the machine after its
+// transit node (hostname and /etc/hostname, and /etc/hosts so the name
+// resolves): a cloud names machines its own way, and the swarm then knows
+// the node by its transit id even if the identity label a join sets were
+// lost.
+func installScript(nodeID string) string {
+	id := shellquote.Quote(nodeID)
 	return `set -eu
+if [ "$(hostname)" != ` + id + ` ]; then
+	hostname ` + id + `
+	if [ -w /etc/hostname ]; then echo ` + id + ` >/etc/hostname; fi
+fi
+if [ -w /etc/hosts ] && ! grep -q "[[:space:]]"` + id + `"\$" /etc/hosts; then
+	printf '127.0.1.1\t%s\n' ` + id + ` >>/etc/hosts
+fi
 missing=
 command -v dockerd >/dev/null 2>&1 || missing=docker
 command -v curl >/dev/null 2>&1 || missing="$missing curl"

@@ -152,7 +152,7 @@ func (d *driver) Close() error {
 
 // Install ensures a running Docker engine on n.
 func (d *driver) Install(ctx context.Context, n districts.Node) error {
-	_, err := d.run(ctx, n, "install docker", installScript())
+	_, err := d.run(ctx, n, "install docker", installScript(n.ID))
 	return err
 }
 

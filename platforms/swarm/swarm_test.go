@@ -131,7 +131,8 @@ func TestScripts(t *testing.T) {
 			"inspect_existing 'task|{{.ServiceID}}|{{.ID}}|{{.Status.State}}|{{.DesiredState}}' $ids",
 			"inspect_existing 'service|{{.ID}}|{{.Spec.Name}}' $services"}},
 		{"service tasks", serviceTasksScript([]string{"s1", "s2"}), []string{"for s in s1 s2; do"}},
-		{"install", installScript(), []string{
+		{"install", installScript("c-worker-1"), []string{
+			"hostname c-worker-1",
 			`if [ -n "$missing" ]; then`,
 			"apt-get -o DPkg::Lock::Timeout=" + aptLockWait + " install -y -q $pkgs >/dev/null",
 			"apt-get -o DPkg::Lock::Timeout=" + aptLockWait + " update -q >/dev/null",
