@@ -227,6 +227,9 @@ func (r *runner) run(ctx context.Context, a Action, f func(context.Context, Acti
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if err := r.awaitInstall(ctx, a); err != nil {
+		return err
+	}
 	start := r.opts.Clock.Now()
 	r.emit(Event{Type: EventAction, Phase: PhaseStart, Action: &a})
 	err := f(ctx, a)
@@ -558,16 +561,6 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 	}
 	p := r.opts.Platform
 	r.mu.Lock()
-	done := r.installing[n.ID]
-	r.mu.Unlock()
-	if done != nil { // its install runs in the background: only this node's
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	r.mu.Lock()
 	installed, tried := r.installed[n.ID]
 	r.mu.Unlock()
 	var err error
@@ -606,6 +599,27 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 		return fmt.Errorf("joined, but setting its labels failed (a later round retries): %w", err)
 	}
 	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Tags = maps.Clone(tags) })
+}
+
+// awaitInstall holds a node's init or join until its install, running in
+// the background since its launch, is done: only that node's. The action
+// starts (and its time counts) from then.
+func (r *runner) awaitInstall(ctx context.Context, a Action) error {
+	if a.Kind != KindInit && a.Kind != KindJoin {
+		return nil
+	}
+	r.mu.Lock()
+	done := r.installing[a.Node]
+	r.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // install installs the platform's software on a machine launched this

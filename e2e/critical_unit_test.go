@@ -96,12 +96,13 @@ func TestPaperReport(t *testing.T) {
 		{Experiment: "E1", Title: "launch 10 nodes", Route: "aws", Makespan: 181, Paper: 260, Bound: 175, Ratio: 181.0 / 175},
 		{Experiment: "E3", Title: "transfer 1 node", Route: "gce→aws", Makespan: 200, Bound: 150, Ratio: 200.0 / 150},
 		{Experiment: "E2", Title: "terminate <10>", Route: "gce", Makespan: 160, Paper: 720, Bound: 155, Ratio: 160.0 / 155, Target: 150},
+		{Experiment: "E4", Title: "beats its bound", Route: "aws", Makespan: 90, Bound: 100, Ratio: 0.9},
 	}
 	for i := range rows {
 		rows[i].judge()
 	}
-	if !rows[0].Pass || rows[1].Pass || rows[2].Pass {
-		t.Errorf("judged %v %v %v, want pass, miss (ratio), miss (target)", rows[0].Pass, rows[1].Pass, rows[2].Pass)
+	if !rows[0].Pass || rows[1].Pass || rows[2].Pass || rows[3].Pass {
+		t.Errorf("judged %v %v %v %v, want pass, miss (ratio), miss (target), miss (a wrong bound)", rows[0].Pass, rows[1].Pass, rows[2].Pass, rows[3].Pass)
 	}
 	var out strings.Builder
 	if err := writeTable(&out, rows); err != nil {
@@ -127,9 +128,9 @@ func TestPaperReport(t *testing.T) {
 			rects++
 		}
 	}
-	// Background, two legend swatches, three transit bars, two paper bars.
-	if rects != 8 {
-		t.Errorf("chart has %d rects, want 8", rects)
+	// Background, two legend swatches, four transit bars, two paper bars.
+	if rects != 9 {
+		t.Errorf("chart has %d rects, want 9", rects)
 	}
 	if !strings.Contains(string(svg), "terminate &lt;10&gt;") {
 		t.Errorf("chart does not escape labels")
