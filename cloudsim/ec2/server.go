@@ -212,18 +212,7 @@ func (s *Server) now() time.Time { return s.sim.Time() }
 
 // sleep waits the wall time of a cloud duration.
 func (s *Server) sleep(ctx context.Context, d time.Duration) error {
-	w := s.sim.Wall(d)
-	if w <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(w)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return s.sim.Profile.Sleep(ctx, d)
 }
 
 // regionName accepts names shaped like AWS regions (eu-central-1,
