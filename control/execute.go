@@ -111,8 +111,6 @@ func (r *runner) left(p Plan) []string {
 func (r *runner) execute(ctx context.Context, p Plan) error {
 	r.mu.Lock()
 	r.done = map[string]bool{}
-	r.mu.Unlock()
-	r.mu.Lock()
 	r.installed, r.installing = map[string]bool{}, map[string]chan struct{}{}
 	r.mu.Unlock()
 	r.installs = &errgroup.Group{}
