@@ -48,7 +48,12 @@ func backedWorld(t *testing.T) *world {
 		}
 	}
 	destroy() // a crashed run's leftovers
-	t.Cleanup(destroy)
+	t.Cleanup(func() {
+		destroy()
+		if err := os.RemoveAll(backedRoot); err != nil {
+			t.Error(err)
+		}
+	})
 	w := newWorld(t, ec2.Options{}) // its cleanup (the server's Close) runs before destroy
 	w.sim.Backer = b
 	return w
