@@ -844,3 +844,22 @@ func TestWatchInterruptedInApply(t *testing.T) {
 		t.Errorf("stderr:\n%s", r.err)
 	}
 }
+
+// A cloud's refusal says what kind it is, wherever it stopped the run: a
+// monitor retries throttling later and pages someone for credentials.
+func TestCloudErrorKinds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		kind string
+	}{
+		{withKind(kindRefresh, fmt.Errorf("district %q: list: %w", "aws-eu", fmt.Errorf("%w: EC2 refused credential \"a\"", control.ErrCloudAuth))), kindCloudAuth},
+		{fmt.Errorf("launch: %w", control.ErrThrottled), kindCloudThrottled},
+		{fmt.Errorf("launch: %w: VcpuLimitExceeded", control.ErrQuota), kindCloudQuota},
+		{withKind(kindRefresh, errors.New("connection refused")), kindRefresh},
+	} {
+		if got := errorKind(tc.err); got != tc.kind {
+			t.Errorf("errorKind(%v) = %q, want %q", tc.err, got, tc.kind)
+		}
+	}
+}

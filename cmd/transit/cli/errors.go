@@ -25,6 +25,9 @@ const (
 	kindPlatformLost        = "platform_lost"        // no master is left; see --rebuild-platform
 	kindForeign             = "foreign"              // resources of the cluster's name from another lineage
 	kindNotConverged        = "not_converged"        // a round made no progress or the rounds ran out
+	kindCloudAuth           = "cloud_auth"           // a cloud refused the credentials: retrying will not help
+	kindCloudThrottled      = "cloud_throttled"      // a cloud kept refusing requests for their rate: retry later
+	kindCloudQuota          = "cloud_quota"          // a cloud refused for a quota: raise it or ask for less
 	kindError               = "error"                // anything else
 )
 
@@ -68,6 +71,12 @@ func errorKind(err error) string {
 		return kindPlatformUnreachable
 	case errors.Is(err, control.ErrForeign):
 		return kindForeign
+	case errors.Is(err, control.ErrCloudAuth):
+		return kindCloudAuth
+	case errors.Is(err, control.ErrThrottled):
+		return kindCloudThrottled
+	case errors.Is(err, control.ErrQuota):
+		return kindCloudQuota
 	case errors.Is(err, control.ErrNotConverged):
 		return kindNotConverged
 	}
