@@ -289,6 +289,33 @@ func TestCloudSwarm(t *testing.T) {
 			c.setQuantity("aws-us", districts.RoleWorker, 5)
 			env.checkSwarm(t, c, 6)
 		}},
+		{"refused credentials: error_kind cloud_auth naming the credential, state untouched", func(t *testing.T, c *cluster) {
+			before, err := os.ReadFile(filepath.Join(c.dir, "resources.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.emu.AWSFaults.Add(cloudsim.Fault{Kind: cloudsim.FaultAuth, Times: -1})
+			defer env.emu.AWSFaults.Clear()
+			r := c.transit("apply", "--auto-approve", "--json")
+			if r.code != 1 {
+				t.Errorf("apply with refused credentials: exit %d, want 1\n%s", r.code, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+			var last struct {
+				Error     string `json:"error"`
+				ErrorKind string `json:"error_kind"`
+			}
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+				t.Fatalf("last line of apply --json: %v\n%s", err, r.stdout)
+			}
+			if last.ErrorKind != "cloud_auth" || !strings.Contains(last.Error, "aws-e2e") {
+				t.Errorf("result: kind %q, error %q; want cloud_auth naming credential aws-e2e", last.ErrorKind, last.Error)
+			}
+			after, err := os.ReadFile(filepath.Join(c.dir, "resources.json"))
+			if err != nil || string(after) != string(before) {
+				t.Errorf("resources.json changed by a run the cloud refused (err %v)", err)
+			}
+		}},
 		{"destroy leaves nothing in the clouds", func(t *testing.T, c *cluster) { env.checkDestroy(t, c) }},
 		{"no secret in anything transit wrote or printed", func(t *testing.T, c *cluster) { env.checkNoSecrets(t, c) }},
 	}
