@@ -201,12 +201,19 @@ func testKubeLaunch(t *testing.T, c *cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// CoreDNS is an addon apply installs but does not wait for; a name
+	// is only asked once both replicas are Ready, and the probe retries
+	// for a few seconds while kube-proxy programs the kube-dns Service on
+	// the probing node (a CI run once asked before that and got "bad
+	// address").
+	eventually(t, 2*time.Minute, "CoreDNS available", func(ctx context.Context) error { return availableIn(ctx, k, "kube-system", "coredns", 2) })
 	for _, target := range []string{
 		"http://" + pods.Items[0].Status.PodIP + ":8080/",
 		"http://" + svc.Spec.ClusterIP + "/",
 		"http://web.default.svc.cluster.local/",
 	} {
-		out := c.probe(ctx, k, map[string]string{"site": "a"}, "wget -q -O - "+target)
+		script := "for i in $(seq 15); do wget -q -O - " + target + " && exit 0; sleep 1; done; exit 1"
+		out := c.probe(ctx, k, map[string]string{"site": "a"}, script)
 		if !strings.Contains(out, "hello from") {
 			t.Errorf("from site a, %s answered %q", target, out)
 		}
@@ -259,7 +266,12 @@ func (c *cluster) deployWeb(ctx context.Context, k clientset.Interface, name str
 func ptr[T any](v T) *T { return &v }
 
 func available(ctx context.Context, k clientset.Interface, name string, want int32) error {
-	d, err := k.AppsV1().Deployments("default").Get(ctx, name, metav1.GetOptions{})
+	return availableIn(ctx, k, "default", name, want)
+}
+
+// availableIn is available for a Deployment in namespace ns.
+func availableIn(ctx context.Context, k clientset.Interface, ns, name string, want int32) error {
+	d, err := k.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
