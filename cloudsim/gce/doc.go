@@ -1,0 +1,45 @@
+// Package gce is cloudsim's Compute Engine front end: the subset of the
+// Compute Engine v1 REST API that drivers/gce uses, in its wire format, so
+// that cloud.google.com/go/compute/apiv1 is what gets tested.
+//
+// Served, under /compute/v1/projects/{project}/:
+//
+//   - zones/{zone}/instances: insert (with requestId: a repeated request
+//     answers the first one's operation), get, list, delete, and
+//     getGuestAttributes (queryPath hostkeys/, as the guest agent
+//     publishes a machine's SSH host keys once it runs);
+//   - aggregated/instances, with maxResults and pageToken;
+//   - zones/{zone}/operations/{name} and global/operations/{name}: get and
+//     wait (wait answers when the operation is done, or after at most two
+//     minutes, as Compute Engine does);
+//   - global/firewalls: insert, get, list, patch, delete;
+//   - global/images/{name} and global/images/family/{family} of any
+//     project (DefaultImages).
+//
+// Lists take a filter of one or more comparisons "field = value" (or !=),
+// each optionally parenthesised, with fields name, status and labels.KEY.
+//
+// Every request needs a bearer token: an access token from the token
+// endpoint (POST /token, the OAuth 2.0 JWT bearer grant a service account
+// key's token_uri names), or a JWT the service account signed itself.
+// Options.Accounts are the service accounts whose keys are accepted.
+//
+// Instances go PROVISIONING → RUNNING after the profile's GCE launch
+// latency (the insert operation is done then); delete makes them STOPPING
+// until the profile's termination latency has passed (the delete
+// operation's duration). A firewall exists once its insert operation is
+// done (GroupCreate) and a patch or delete takes effect when its
+// operation is done (GroupUpdate, GroupDelete). A firewall with no
+// sourceRanges would allow every source, as in Compute Engine.
+//
+// Errors are Google's JSON errors with Compute Engine's reasons:
+// notFound, alreadyExists, invalid, rateLimitExceeded (HTTP 429),
+// quotaExceeded (403, "Quota 'X' exceeded"), authError (401). Injected
+// faults (cloudsim.Faults) map onto those.
+//
+// With a cloudsim.Backer each instance is a real machine in backing
+// region "gce:{region}" that accepts the keys of the instance's ssh-keys
+// metadata for their user; its address is the instance's natIP (and its
+// private address networkIP), and the /32 sourceRanges of the enabled
+// firewalls are the backing regions' firewall.
+package gce

@@ -1,0 +1,142 @@
+package gce
+
+import (
+	"crypto/rsa"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
+)
+
+// newTest serves an emulator that accepts any bearer token.
+func newTest(t *testing.T, lat cloudsim.Latency) (*Server, string) {
+	t.Helper()
+	s := New(cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero}), Options{})
+	s.SetLatency(lat)
+	ts := httptest.NewServer(s)
+	t.Cleanup(func() { ts.Close(); s.Close() })
+	return s, ts.URL + "/compute/v1/projects/transit-test-1/"
+}
+
+func do(t *testing.T, method, u, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer test")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("%s %s: not JSON: %s", method, u, b)
+	}
+	return resp.StatusCode, out
+}
+
+const instanceBody = `{"name":"n1","machineType":"zones/europe-west1-b/machineTypes/e2-small","labels":{"transit-cluster":"c"},
+	"disks":[{"boot":true,"initializeParams":{"sourceImage":"projects/debian-cloud/global/images/family/debian-12"}}],
+	"networkInterfaces":[{"network":"global/networks/default","accessConfigs":[{"type":"ONE_TO_ONE_NAT"}]}]}`
+
+func TestUnauthenticated(t *testing.T) {
+	s := New(cloudsim.New(cloudsim.Profile{}), Options{Accounts: map[string]*rsa.PublicKey{}})
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	for _, auth := range []string{"", "Bearer nonsense", "Bearer a.b.c"} {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", ts.URL+"/compute/v1/projects/transit-test-1/global/firewalls", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Errorf("Authorization %q: status %d, want 401", auth, resp.StatusCode)
+		}
+	}
+	resp, err := http.PostForm(ts.URL+TokenPath, url.Values{"grant_type": {jwtBearer}, "assertion": {"a.b.c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("a forged assertion got status %d, want 400 invalid_grant", resp.StatusCode)
+	}
+}
+
+// An insert repeated with its requestId answers the first operation and
+// makes nothing new; the operation is done, and the instance RUNNING,
+// only after the launch latency; delete keeps it STOPPING for the
+// termination latency.
+func TestOperations(t *testing.T) {
+	s, api := newTest(t, cloudsim.Latency{Launch: 300 * time.Millisecond, Terminate: 300 * time.Millisecond})
+	const rid = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	code, op := do(t, "POST", api+"zones/europe-west1-b/instances?requestId="+rid, instanceBody)
+	if code != 200 || op["status"] != "RUNNING" {
+		t.Fatalf("insert: %d %v", code, op)
+	}
+	code, again := do(t, "POST", api+"zones/europe-west1-b/instances?requestId="+rid, instanceBody)
+	if code != 200 || again["name"] != op["name"] {
+		t.Errorf("repeated insert answered %d %v, want operation %v", code, again["name"], op["name"])
+	}
+	if code, _ := do(t, "POST", api+"zones/europe-west1-b/instances", instanceBody); code != 409 {
+		t.Errorf("insert of an existing name without requestId: %d, want 409", code)
+	}
+	_, in := do(t, "GET", api+"zones/europe-west1-b/instances/n1", "")
+	if in["status"] == "RUNNING" {
+		t.Errorf("instance RUNNING before the launch latency")
+	}
+	_, done := do(t, "POST", api+"zones/europe-west1-b/operations/"+op["name"].(string)+"/wait", "")
+	if done["status"] != "DONE" {
+		t.Errorf("wait answered %v", done["status"])
+	}
+	_, in = do(t, "GET", api+"zones/europe-west1-b/instances/n1", "")
+	if in["status"] != "RUNNING" {
+		t.Errorf("instance %v after its insert is done", in["status"])
+	}
+	_, del := do(t, "DELETE", api+"zones/europe-west1-b/instances/n1", "")
+	if _, in = do(t, "GET", api+"zones/europe-west1-b/instances/n1", ""); in["status"] != "STOPPING" {
+		t.Errorf("right after delete: %v, want STOPPING", in["status"])
+	}
+	do(t, "POST", api+"zones/europe-west1-b/operations/"+del["name"].(string)+"/wait", "")
+	if code, _ := do(t, "GET", api+"zones/europe-west1-b/instances/n1", ""); code != 404 {
+		t.Errorf("after the delete operation: %d, want 404", code)
+	}
+	if r := s.Resources(); len(r) != 0 {
+		t.Errorf("left: %v", r)
+	}
+}
+
+// A firewall exists only once its insert is done; a second insert of the
+// name meanwhile conflicts. Filters that are not filters are refused.
+func TestFirewallCreation(t *testing.T) {
+	_, api := newTest(t, cloudsim.Latency{GroupCreate: 300 * time.Millisecond})
+	body := `{"name":"fw","allowed":[{"IPProtocol":"all"}],"sourceRanges":["10.0.0.1/32"]}`
+	_, op := do(t, "POST", api+"global/firewalls", body)
+	if code, _ := do(t, "GET", api+"global/firewalls/fw", ""); code != 404 {
+		t.Errorf("firewall visible before its insert is done: %d", code)
+	}
+	if code, _ := do(t, "POST", api+"global/firewalls", body); code != 409 {
+		t.Errorf("second insert while the first is pending: %d, want 409", code)
+	}
+	do(t, "POST", api+"global/operations/"+op["name"].(string)+"/wait", "")
+	if code, _ := do(t, "GET", api+"global/firewalls/fw", ""); code != 200 {
+		t.Errorf("firewall after its insert: %d", code)
+	}
+	if code, _ := do(t, "GET", api+"aggregated/instances?filter="+url.QueryEscape("labels.a ~ b"), ""); code != 400 {
+		t.Errorf("a malformed filter: %d, want 400", code)
+	}
+}

@@ -1,0 +1,51 @@
+// Package gce is the infrastructure driver of GCE districts, on
+// cloud.google.com/go/compute/apiv1 (REST). A district is one project
+// (gce_project_id), one region (gce_region) and its zones (gce_zones), on
+// one VPC network (gce_network, default "default"). gce_endpoint points
+// the client at another Compute Engine API, such as cloudsim/gce.
+//
+// Credentials: the district's credential's gce_key_file (a service account
+// key; a relative path is relative to credentials.json), else application
+// default credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud's, the
+// metadata server's). A refused or missing credential is
+// control.ErrCloudAuth, naming the credential id and key file, never the
+// key.
+//
+// Nodes: instances.insert with the image (gce_image, a name in
+// gce_image_project or the district's project, or a URL; else the newest
+// of gce_image_family, default debian-12, in gce_image_project, default
+// debian-cloud), the flavor's machine_type, the spec's tags as labels
+// (encoded reversibly, see labels.go), the group's network tag, an
+// external address, ssh-keys metadata and a startup script that let root
+// in with the cluster's key, and enable-guest-attributes so the guest
+// agent publishes the host keys. The instance's name is the node id plus
+// a hash of cluster lineage, district and node, so a create whose answer
+// was lost is found by the next attempt; each request carries a requestId
+// its retries repeat. A node goes to Node.Zone if set, else to the zone
+// of gce_zones holding the fewest of the cluster's live instances in the
+// district, launches in flight included. Launch waits for the insert
+// operation and for the instance to run with its addresses, then reads
+// the host keys (guest attributes hostkeys/) for up to
+// Options.HostKeyWait.
+//
+// List finds instances by the transit-cluster label (aggregated list,
+// every page) in the district's region, and firewall rules by the JSON in
+// their description. PROVISIONING, STAGING and stopped instances are
+// pending, STOPPING ones terminating. Terminate looks first, refuses an
+// instance without transit's cluster label, and does not wait for the
+// delete operation.
+//
+// Groups: two firewall rules per cluster and district on the network,
+// targeting the group's network tag: all traffic from each node's /32,
+// and TCP 22 from ssh_cidrs (default 0.0.0.0/0). A rule with no sources
+// would allow every address, so the nodes' rule is disabled while the
+// group has none. EnsureGroup inserts or patches both and waits for their
+// operations; DeleteGroup deletes both and waits.
+//
+// Every request is retried on throttling (429, rateLimitExceeded), 5xx
+// answers and connection errors, with exponential backoff and full
+// jitter, up to Options.RetryMaxAttempts; what is still throttled then is
+// control.ErrThrottled. quotaExceeded (in an answer or an operation) is
+// control.ErrQuota naming the quota; an unknown image, network, zone or
+// machine type districts.ErrInvalid naming the key.
+package gce

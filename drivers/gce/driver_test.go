@@ -1,0 +1,236 @@
+package gce
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+
+	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/gce"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// The driver authenticates with the key file's service account through
+// the token endpoint its token_uri names; a key the cloud does not know is
+// ErrCloudAuth naming the credential, without the key.
+func TestKeyFileAuth(t *testing.T) {
+	w := newWorld(t)
+	drv := w.driver(w.district(), w.credential(), fast())
+	if _, _, err := drv.List(t.Context(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.sent("POST /token")) == 0 {
+		t.Errorf("no token request: the key file's token_uri was not used")
+	}
+
+	other, err := gce.NewKey(project, "intruder@transit-test-1.iam.gserviceaccount.com", w.url+gce.TokenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "other.json")
+	writeFile(t, file, other)
+	cred := &districts.Credential{Type: "credential", ID: "gce-other", Provider: districts.ProviderGCE, GCEKeyFile: file}
+	_, _, err = w.driver(w.district(), cred, fast()).List(t.Context(), "c")
+	w.wantKind(err, control.ErrCloudAuth)
+	if !strings.Contains(err.Error(), `"gce-other"`) {
+		t.Errorf("auth error does not name the credential: %v", err)
+	}
+	for _, l := range strings.Split(string(other), `\n`) {
+		if len(l) > 40 && strings.Contains(err.Error(), l) {
+			t.Errorf("auth error shows the key: %v", err)
+		}
+	}
+
+	missing := &districts.Credential{Type: "credential", ID: "gce-gone", Provider: districts.ProviderGCE, GCEKeyFile: filepath.Join(t.TempDir(), "nope.json")}
+	_, err = New(t.Context(), w.district(), missing, fast())
+	if !errors.Is(err, control.ErrCloudAuth) || !strings.Contains(err.Error(), "gce-gone") {
+		t.Errorf("missing key file: err = %v, want ErrCloudAuth naming the credential", err)
+	}
+}
+
+// A group is created with its sources in one insert per rule (Compute
+// Engine's firewall creation is slow: no create-then-patch), its nodes'
+// rule is disabled while it has no source (an empty sourceRanges would
+// allow everyone), and the SSH rule allows only ssh_cidrs.
+func TestFirewallRules(t *testing.T) {
+	w := newWorld(t)
+	drv := w.driver(w.district(func(d *districts.District) { d.SSHCIDRs = []string{"203.0.113.0/24"} }), w.credential(), fast())
+	ctx := t.Context()
+	spec := groupSpec("fw", "gce-test")
+	g, err := drv.EnsureGroup(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := func(name string) *computepb.Firewall {
+		t.Helper()
+		fw, err := drv.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: project, Firewall: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fw
+	}
+	nodes, ssh := rule(g.ProviderID), rule(g.ProviderID+"-ssh")
+	if !nodes.GetDisabled() || len(g.Sources) != 0 {
+		t.Errorf("a group without sources: rule disabled=%v, sources %v; want it disabled and none reported", nodes.GetDisabled(), g.Sources)
+	}
+	if ssh.GetDisabled() || !slices.Equal(ssh.GetSourceRanges(), []string{"203.0.113.0/24"}) ||
+		ssh.GetAllowed()[0].GetIPProtocol() != "tcp" || !slices.Equal(ssh.GetAllowed()[0].GetPorts(), []string{"22"}) {
+		t.Errorf("SSH rule: %v", ssh)
+	}
+	if !slices.Equal(nodes.GetTargetTags(), []string{g.ProviderID}) {
+		t.Errorf("nodes' rule targets %v, want the group's tag %s", nodes.GetTargetTags(), g.ProviderID)
+	}
+
+	spec.Sources = []string{"198.51.100.7", "198.51.100.9"}
+	if g, err = drv.EnsureGroup(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	nodes = rule(g.ProviderID)
+	if nodes.GetDisabled() || !slices.Equal(nodes.GetSourceRanges(), []string{"198.51.100.7/32", "198.51.100.9/32"}) {
+		t.Errorf("nodes' rule after adding sources: disabled=%v ranges=%v", nodes.GetDisabled(), nodes.GetSourceRanges())
+	}
+	if !slices.Equal(g.Sources, spec.Sources) {
+		t.Errorf("Group.Sources %v, want %v", g.Sources, spec.Sources)
+	}
+	patches := len(w.sent("PATCH "))
+	if _, err := drv.EnsureGroup(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.sent("PATCH ")); n != patches {
+		t.Errorf("an unchanged group was patched again")
+	}
+
+	// A fresh group created with its sources: one insert per rule, no patch.
+	other := groupSpec("fw2", "gce-test", "198.51.100.1")
+	before, beforePatch := len(w.sent("POST /compute/v1/projects/"+project+"/global/firewalls?")), len(w.sent("PATCH "))
+	if _, err := drv.EnsureGroup(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if ins := len(w.sent("POST /compute/v1/projects/"+project+"/global/firewalls?")) - before; ins != 2 || len(w.sent("PATCH ")) != beforePatch {
+		t.Errorf("creating a group with sources took %d inserts and %d patches, want 2 and 0", ins, len(w.sent("PATCH "))-beforePatch)
+	}
+	for _, gr := range []control.Group{g, {ProviderID: ruleName(other.Name), Name: other.Name}} {
+		if err := drv.DeleteGroup(ctx, gr); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.DeleteGroup(ctx, gr); err != nil {
+			t.Errorf("deleting a deleted group: %v", err)
+		}
+	}
+	if r := w.srv.Resources(); len(r) != 0 {
+		t.Errorf("left behind: %v", r)
+	}
+}
+
+// A create whose answer is lost, given up by the client, is found by the
+// next run's Launch of the same node: never a second machine.
+func TestLaunchFindsTheMachineALostCreateMade(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+	once := fast()
+	once.RetryMaxAttempts = 1
+	drv := w.driver(w.district(), w.credential(), once)
+	g, err := drv.EnsureGroup(ctx, groupSpec("lost", "gce-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultLost})
+	spec := launchSpec("lost", "gce-test", "lost-1", "", g.ProviderID, newKey(t))
+	if _, err := drv.Launch(ctx, spec); err == nil {
+		t.Fatal("Launch whose only answer was lost succeeded")
+	}
+	next := w.driver(w.district(), w.credential(), fast())
+	inst, err := next.Launch(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts, _, err := next.List(ctx, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) != 1 || insts[0].ProviderID != inst.ProviderID {
+		t.Errorf("after a lost create and a second Launch the cloud holds %v, want only %s", insts, inst.ProviderID)
+	}
+	if len(inst.HostKeys) == 0 {
+		t.Errorf("no host keys from the guest attributes")
+	}
+}
+
+// Terminate looks before it deletes: a machine without transit's cluster
+// label is refused, and a machine being deleted slowly is reported
+// terminating at once.
+func TestTerminate(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+	drv := w.driver(w.district(), w.credential(), fast())
+	foreign, err := w.srv.Plant(ctx, project, zones[0], map[string]string{"team": "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Terminate(ctx, control.Instance{ProviderID: foreign, Tags: map[string]string{districts.TagCluster: "c"}}); err == nil {
+		t.Errorf("Terminate deleted %s, which has no transit label", foreign)
+	}
+	w.srv.SetLatency(cloudsim.Latency{Terminate: time.Hour})
+	g, err := drv.EnsureGroup(ctx, groupSpec("c", "gce-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := drv.Launch(ctx, launchSpec("c", "gce-test", "c-1", zones[1], g.ProviderID, newKey(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Zone != zones[1] {
+		t.Errorf("Node.Zone %s: launched in %s", zones[1], inst.Zone)
+	}
+	start := time.Now()
+	if err := drv.Terminate(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("Terminate waited for the delete operation")
+	}
+	insts, _, err := drv.List(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) != 1 || insts[0].State != control.InstanceTerminating {
+		t.Errorf("right after Terminate: %+v, want the instance terminating", insts)
+	}
+}
+
+// Configuration Compute Engine refuses names the district key.
+func TestInvalidConfiguration(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		key string
+		mod func(*districts.District)
+		mt  string
+	}{
+		{"gce_image_family", func(d *districts.District) { d.GCEImageFamily = "no-such-family" }, "e2-small"},
+		{"gce_image", func(d *districts.District) { d.GCEImage = "no-such-image" }, "e2-small"},
+		{"gce_network", func(d *districts.District) { d.GCENetwork = "no-such-net" }, "e2-small"},
+		{"machine_type", nil, "z9-giant"},
+		{"gce_zones", func(d *districts.District) { d.GCEZones = []string{"europe-west1-zz9"} }, "e2-small"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			d := w.district()
+			if tc.mod != nil {
+				tc.mod(&d)
+			}
+			drv := w.driver(d, w.credential(), fast())
+			spec := launchSpec("bad", "gce-test", "bad-1", "", "transit-bad-gce-test", newKey(t))
+			spec.MachineType = tc.mt
+			_, err := drv.Launch(ctx, spec)
+			if !errors.Is(err, districts.ErrInvalid) || !strings.Contains(err.Error(), tc.key) {
+				t.Errorf("err = %v, want districts.ErrInvalid naming %s", err, tc.key)
+			}
+		})
+	}
+}

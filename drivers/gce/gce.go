@@ -1,0 +1,283 @@
+package gce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"github.com/googleapis/gax-go/v2"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/option"
+
+	"github.com/cloudtransit/transit/clock"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Defaults of Options, right for the real Compute Engine.
+const (
+	DefaultRetryMaxAttempts = 8
+	DefaultRetryBaseDelay   = 500 * time.Millisecond
+	DefaultRetryMaxDelay    = 20 * time.Second
+	DefaultPollInterval     = 2 * time.Second
+	DefaultPollMaxInterval  = 15 * time.Second
+	DefaultLaunchWait       = 10 * time.Minute
+	DefaultHostKeyWait      = time.Minute
+	DefaultGroupWait        = 10 * time.Minute
+)
+
+// Default image: the newest Debian 12 that Debian publishes on Compute
+// Engine.
+const (
+	DefaultImageFamily  = "debian-12"
+	DefaultImageProject = "debian-cloud"
+)
+
+// Options tune the driver; the zero value is right for the real Compute
+// Engine. Tests shorten the waits.
+type Options struct {
+	// RetryMaxAttempts bounds the attempts of one API request: throttling
+	// (429, rateLimitExceeded), 5xx answers and connection errors are
+	// retried (default DefaultRetryMaxAttempts).
+	RetryMaxAttempts int
+	// RetryBaseDelay and RetryMaxDelay shape the wait before retry n: a
+	// random duration up to min(RetryMaxDelay, RetryBaseDelay·2^(n-1))
+	// (exponential backoff, full jitter).
+	RetryBaseDelay, RetryMaxDelay time.Duration
+	// PollInterval is the first wait between polls of a starting
+	// instance and its guest attributes; it doubles up to
+	// PollMaxInterval.
+	PollInterval, PollMaxInterval time.Duration
+	// LaunchWait bounds how long Launch waits for the instance to run.
+	LaunchWait time.Duration
+	// HostKeyWait bounds how long Launch waits for the guest agent to
+	// publish the SSH host keys; without them the first key presented
+	// over SSH is trusted.
+	HostKeyWait time.Duration
+	// GroupWait bounds how long a firewall change is waited for.
+	GroupWait time.Duration
+	// Clock times the waits (default the wall clock).
+	Clock clock.Clock
+}
+
+func (o Options) withDefaults() Options {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	if o.RetryMaxAttempts <= 0 {
+		o.RetryMaxAttempts = DefaultRetryMaxAttempts
+	}
+	set(&o.RetryBaseDelay, DefaultRetryBaseDelay)
+	set(&o.RetryMaxDelay, DefaultRetryMaxDelay)
+	set(&o.PollInterval, DefaultPollInterval)
+	set(&o.PollMaxInterval, DefaultPollMaxInterval)
+	set(&o.LaunchWait, DefaultLaunchWait)
+	set(&o.HostKeyWait, DefaultHostKeyWait)
+	set(&o.GroupWait, DefaultGroupWait)
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	return o
+}
+
+type driver struct {
+	d        districts.District
+	credName string // how errors name the credentials
+	opts     Options
+	sshCIDRs []string
+	network  string
+
+	instances *compute.InstancesClient
+	zoneOps   *compute.ZoneOperationsClient
+	globalOps *compute.GlobalOperationsClient
+	firewalls *compute.FirewallsClient
+	images    *compute.ImagesClient
+
+	mu    sync.Mutex
+	image string // resolved source image link
+
+	// placeMu makes "count the instances per zone, pick the emptiest"
+	// one step across concurrent launches; inflight holds the zone of
+	// each launch between that step and its return, by instance name.
+	placeMu  sync.Mutex
+	inflight map[string]string
+}
+
+var _ control.Infrastructure = (*driver)(nil)
+
+// New returns the driver of a GCE district. cred is the district's
+// credential: its gce_key_file (a service account key, read now); nil, or
+// a credential without a key file, means application default
+// credentials. New makes no API request.
+func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (control.Infrastructure, error) {
+	if d.Provider != districts.ProviderGCE {
+		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderGCE)
+	}
+	switch {
+	case d.GCEProjectID == "":
+		return nil, invalid(d, "gce_project_id: missing")
+	case d.GCERegion == "":
+		return nil, invalid(d, "gce_region: missing")
+	case len(d.GCEZones) == 0:
+		return nil, invalid(d, "gce_zones: missing")
+	}
+	opts = opts.withDefaults()
+	drv := &driver{d: d, opts: opts, inflight: map[string]string{}, network: d.GCENetwork,
+		credName: "application default credentials"}
+	if drv.network == "" {
+		drv.network = "default"
+	}
+	var err error
+	if drv.sshCIDRs, err = sshCIDRs(d); err != nil {
+		return nil, err
+	}
+	var copts []option.ClientOption
+	if d.GCEEndpoint != "" {
+		copts = append(copts, option.WithEndpoint(strings.TrimSuffix(d.GCEEndpoint, "/")))
+	}
+	if cred != nil {
+		if cred.Provider != districts.ProviderGCE {
+			return nil, invalid(d, "credential %q is for provider %q", cred.ID, cred.Provider)
+		}
+		drv.credName = fmt.Sprintf("credential %q (application default credentials)", cred.ID)
+		if cred.GCEKeyFile != "" {
+			drv.credName = fmt.Sprintf("credential %q (gce_key_file %s)", cred.ID, cred.GCEKeyFile)
+			key, err := os.ReadFile(cred.GCEKeyFile)
+			if err != nil {
+				return nil, &cloudError{kind: control.ErrCloudAuth,
+					msg: fmt.Sprintf("gce district %q: read the service account key of %s", d.ID, drv.credName), err: err}
+			}
+			copts = append(copts, option.WithAuthCredentialsJSON(option.ServiceAccount, key))
+		}
+	}
+	fail := func(err error) (control.Infrastructure, error) {
+		drv.Close()
+		return nil, &cloudError{kind: control.ErrCloudAuth,
+			msg: fmt.Sprintf("gce district %q: set up the Compute Engine client with %s", d.ID, drv.credName), err: err}
+	}
+	if drv.instances, err = compute.NewInstancesRESTClient(ctx, copts...); err != nil {
+		return fail(err)
+	}
+	if drv.zoneOps, err = compute.NewZoneOperationsRESTClient(ctx, copts...); err != nil {
+		return fail(err)
+	}
+	if drv.globalOps, err = compute.NewGlobalOperationsRESTClient(ctx, copts...); err != nil {
+		return fail(err)
+	}
+	if drv.firewalls, err = compute.NewFirewallsRESTClient(ctx, copts...); err != nil {
+		return fail(err)
+	}
+	if drv.images, err = compute.NewImagesRESTClient(ctx, copts...); err != nil {
+		return fail(err)
+	}
+	return drv, nil
+}
+
+// Close releases the clients' connections.
+func (drv *driver) Close() {
+	var cs []io.Closer
+	if drv.instances != nil {
+		cs = append(cs, drv.instances)
+	}
+	if drv.zoneOps != nil {
+		cs = append(cs, drv.zoneOps)
+	}
+	if drv.globalOps != nil {
+		cs = append(cs, drv.globalOps)
+	}
+	if drv.firewalls != nil {
+		cs = append(cs, drv.firewalls)
+	}
+	if drv.images != nil {
+		cs = append(cs, drv.images)
+	}
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// retry is every call's gax option: bounded retries, with exponential
+// backoff and full jitter, of throttling, 5xx answers and connection
+// errors. Creates carry a requestId, so a retried create whose first
+// answer was lost returns the first one's operation.
+func (drv *driver) retry() gax.CallOption {
+	return gax.WithRetry(func() gax.Retryer { return &retryer{o: drv.opts} })
+}
+
+type retryer struct {
+	o Options
+	n int
+}
+
+func (r *retryer) Retry(err error) (time.Duration, bool) {
+	r.n++
+	if r.n >= r.o.RetryMaxAttempts || !retryable(err) {
+		return 0, false
+	}
+	ceil := r.o.RetryMaxDelay
+	if r.n < 31 {
+		ceil = min(ceil, r.o.RetryBaseDelay<<(r.n-1))
+	}
+	if ceil <= 0 {
+		return 0, true
+	}
+	return rand.N(ceil + 1), true
+}
+
+// retryable says whether err is worth another attempt.
+func retryable(err error) bool {
+	if throttled(err) {
+		return true
+	}
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return ge.Code >= 500
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// throttled says whether Compute Engine refused err's request for its
+// rate.
+func throttled(err error) bool {
+	var ge *googleapi.Error
+	if !errors.As(err, &ge) {
+		return false
+	}
+	if ge.Code == 429 {
+		return true
+	}
+	return ge.Code == 403 && hasReason(ge, "rateLimitExceeded", "userRateLimitExceeded")
+}
+
+func hasReason(ge *googleapi.Error, reasons ...string) bool {
+	for _, e := range ge.Errors {
+		for _, r := range reasons {
+			if e.Reason == r {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wait sleeps for the poll interval after n polls (doubling, capped).
+func (drv *driver) wait(ctx context.Context, n int) error {
+	d := drv.opts.PollInterval
+	for i := 0; i < n && d < drv.opts.PollMaxInterval; i++ {
+		d *= 2
+	}
+	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
+}

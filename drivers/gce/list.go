@@ -1,0 +1,156 @@
+package gce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/iterator"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// listInstances pages through the project's instances labelled with the
+// cluster, in the district's region, whose transit-district label is this
+// district or missing (a machine another tool made with only the
+// cluster's label).
+func (drv *driver) listInstances(ctx context.Context, cluster string) ([]*computepb.Instance, error) {
+	filter := fmt.Sprintf("labels.%s = %q", encodeKey(districts.TagCluster), encodeLabel(cluster))
+	it := drv.instances.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
+		Project: drv.d.GCEProjectID, Filter: proto.String(filter),
+	}, drv.retry())
+	var out []*computepb.Instance
+	for {
+		pair, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range pair.Value.GetInstances() {
+			if zoneRegion(last(in.GetZone())) != drv.d.GCERegion {
+				continue
+			}
+			if drv.mine(decodeLabels(in.GetLabels()), cluster) {
+				out = append(out, in)
+			}
+		}
+	}
+}
+
+// zoneRegion is a zone's region (europe-west1-b → europe-west1).
+func zoneRegion(zone string) string {
+	if i := strings.LastIndexByte(zone, '-'); i > 0 {
+		return zone[:i]
+	}
+	return zone
+}
+
+// mine says whether tags put a resource in this district of cluster.
+func (drv *driver) mine(tags map[string]string, cluster string) bool {
+	dist, has := tags[districts.TagDistrict]
+	return tags[districts.TagCluster] == cluster && (!has || dist == drv.d.ID)
+}
+
+// List returns the cluster's instances and firewall rules in the
+// district. Deleted instances are gone from Compute Engine's listing.
+func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+	what := "list cluster " + cluster
+	insts, err := drv.listInstances(ctx, cluster)
+	if err != nil {
+		return nil, nil, drv.wrap(what, err)
+	}
+	var out []control.Instance
+	for _, in := range insts {
+		out = append(out, drv.toInstance(in))
+	}
+	rules, err := drv.listFirewalls(ctx)
+	if err != nil {
+		return nil, nil, drv.wrap(what, err)
+	}
+	var groups []control.Group
+	for _, r := range rules {
+		if r.meta.SSH || !drv.mine(r.meta.Tags, cluster) {
+			continue
+		}
+		groups = append(groups, r.group())
+	}
+	return out, groups, nil
+}
+
+// addresses are an instance's external (natIP) and internal address.
+func addresses(in *computepb.Instance) (public, private string) {
+	for _, ni := range in.GetNetworkInterfaces() {
+		if private == "" {
+			private = ni.GetNetworkIP()
+		}
+		for _, ac := range ni.GetAccessConfigs() {
+			if public == "" {
+				public = ac.GetNatIP()
+			}
+		}
+	}
+	return public, private
+}
+
+// toInstance maps a Compute Engine instance. PROVISIONING, STAGING and a
+// stopped instance (TERMINATED, SUSPENDED: it exists and does not run,
+// and transit neither forgets nor restarts it) are pending; STOPPING and
+// SUSPENDING terminating.
+func (drv *driver) toInstance(in *computepb.Instance) control.Instance {
+	pub, priv := addresses(in)
+	out := control.Instance{
+		ProviderID: last(in.GetZone()) + "/" + in.GetName(),
+		Tags:       decodeLabels(in.GetLabels()),
+		Zone:       last(in.GetZone()),
+		PublicIP:   pub,
+		PrivateIP:  priv,
+	}
+	if t, err := time.Parse(time.RFC3339, in.GetCreationTimestamp()); err == nil {
+		out.CreatedAt = t
+	}
+	switch in.GetStatus() {
+	case "RUNNING":
+		out.State = control.InstanceRunning
+	case "STOPPING", "SUSPENDING":
+		out.State = control.InstanceTerminating
+	default:
+		out.State = control.InstancePending
+	}
+	return out
+}
+
+// Terminate deletes the instance and returns without waiting for the
+// operation (Compute Engine's deletion takes about a minute; the paper
+// found waiting for it the slowest step of a migration). It looks before
+// it deletes: a missing instance is done, one without transit's cluster
+// label is refused.
+func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
+	zone, name, ok := strings.Cut(inst.ProviderID, "/")
+	what := "terminate " + inst.ProviderID
+	if !ok || zone == "" || name == "" {
+		return fmt.Errorf("gce district %q: %s: not a zone/name provider id", drv.d.ID, what)
+	}
+	in, err := drv.instances.Get(ctx, &computepb.GetInstanceRequest{Project: drv.d.GCEProjectID, Zone: zone, Instance: name}, drv.retry())
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return drv.wrap(what, err)
+	}
+	if _, ok := decodeLabels(in.GetLabels())[districts.TagCluster]; !ok {
+		return fmt.Errorf("gce district %q: %s: it has no %s label: not transit's, never deleted", drv.d.ID, what, districts.TagCluster)
+	}
+	_, err = drv.instances.Delete(ctx, &computepb.DeleteInstanceRequest{Project: drv.d.GCEProjectID, Zone: zone, Instance: name,
+		RequestId: proto.String(newRequestID())}, drv.retry())
+	if isNotFound(err) {
+		return nil
+	}
+	return drv.wrap(what, err)
+}
