@@ -161,7 +161,16 @@ func readCredentials(c *problems, path string, creds *[]Credential) bool {
 		c.add("", "cannot read: "+ioReason(err), "")
 		return false
 	}
-	return decodeFile(c, data, creds, true, credentialsShape)
+	if !decodeFile(c, data, creds, true, credentialsShape) {
+		return false
+	}
+	// A key file is where credentials.json says, wherever transit runs.
+	for i := range *creds {
+		if k := (*creds)[i].GCEKeyFile; k != "" && !filepath.IsAbs(k) {
+			(*creds)[i].GCEKeyFile = filepath.Join(filepath.Dir(path), k)
+		}
+	}
+	return true
 }
 
 // ioReason is the cause of a file error without the path, which the

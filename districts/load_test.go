@@ -86,7 +86,7 @@ func kratzkeConfig(p Paths) Config {
 				}},
 		},
 		Credentials: []Credential{
-			{Type: "credential", ID: "gce_default", Provider: "gce", GCEKeyFile: "path-to-key.json"},
+			{Type: "credential", ID: "gce_default", Provider: "gce", GCEKeyFile: filepath.Join(filepath.Dir(p.Credentials), "path-to-key.json")},
 			{Type: "credential", ID: "aws_default", Provider: "aws", AWSAccessKeyID: "AKID", AWSSecretAccessKey: "SECRET"},
 		},
 		CredentialsLoaded: true,
@@ -382,5 +382,28 @@ func TestLoadCredentials(t *testing.T) {
 	_, err = LoadCredentials(path)
 	if err == nil || !strings.Contains(err.Error(), "aws_access_key_id") || strings.Contains(err.Error(), "S3CRET") {
 		t.Errorf("invalid credential: %v", err)
+	}
+}
+
+// A relative gce_key_file is relative to credentials.json, not to where
+// transit runs.
+func TestGCEKeyFileRelativeToCredentials(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "credentials.json")
+	body := `[{"type": "credential", "id": "g", "provider": "gce", "gce_key_file": "keys/sa.json"},
+	          {"type": "credential", "id": "h", "provider": "gce", "gce_key_file": "/etc/transit/sa.json"}]`
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := LoadCredentials(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "keys", "sa.json"); creds[0].GCEKeyFile != want {
+		t.Errorf("relative gce_key_file = %q, want %q", creds[0].GCEKeyFile, want)
+	}
+	if creds[1].GCEKeyFile != "/etc/transit/sa.json" {
+		t.Errorf("absolute gce_key_file = %q, want it unchanged", creds[1].GCEKeyFile)
 	}
 }

@@ -12,17 +12,20 @@ package server
 
 import (
 	"context"
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/ec2"
+	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -31,8 +34,9 @@ import (
 type Options struct {
 	Profile cloudsim.Profile
 	// AWS is the EC2 API's listen address ("127.0.0.1:0" picks a port;
-	// empty: no AWS).
-	AWS string
+	// empty: no AWS); GCE the Compute Engine API's (and its token
+	// endpoint's).
+	AWS, GCE string
 	// Backing maps emulated regions ("aws:eu-central-1") to the local
 	// subnets whose nodes back their instances; empty: instances are API
 	// records only. BackingRoot is the local driver's record directory
@@ -44,7 +48,8 @@ type Options struct {
 	// cloud's 1:1 NAT (see localnodes); empty: one address for both.
 	BackingPublic string
 	// Credentials are transit credentials.json entries the clouds accept
-	// (an AWS access key); none: each front end's documented default.
+	// (an AWS access key, a GCE service account key file); none: each
+	// front end's documented default (GCE: any bearer token).
 	Credentials []districts.Credential
 }
 
@@ -59,6 +64,12 @@ type Emulator struct {
 	AWSURL    string
 	EC2       *ec2.Server
 	AWSFaults *cloudsim.Faults
+	// GCEURL is the Compute Engine endpoint (gce_endpoint; a service
+	// account key's token_uri is GCEURL + gce.TokenPath); GCE its front
+	// end and GCEFaults the faults injected into it.
+	GCEURL    string
+	GCE       *gce.Server
+	GCEFaults *cloudsim.Faults
 
 	backer  *localnodes.Backer
 	servers []*http.Server
@@ -95,7 +106,43 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 			return nil, fmt.Errorf("cloudsim: serve EC2: %w", err)
 		}
 	}
+	if opts.GCE != "" {
+		accounts, err := gceAccounts(opts.Credentials)
+		if err != nil {
+			return nil, err
+		}
+		sim := newSim()
+		e.GCE, e.GCEFaults = gce.New(sim, gce.Options{Accounts: accounts}), &sim.Faults
+		e.stops = append(e.stops, e.GCE.Close)
+		if e.GCEURL, err = e.serve(ctx, opts.GCE, sim, e.GCE, func() any { return nonNil(e.GCE.Resources()) }); err != nil {
+			return nil, fmt.Errorf("cloudsim: serve Compute Engine: %w", err)
+		}
+	}
 	return e, nil
+}
+
+// gceAccounts are the service accounts of the GCE credentials' key files;
+// nil when there are none (any bearer token is accepted).
+func gceAccounts(creds []districts.Credential) (map[string]*rsa.PublicKey, error) {
+	var accounts map[string]*rsa.PublicKey
+	for _, c := range creds {
+		if c.Provider != districts.ProviderGCE || c.GCEKeyFile == "" {
+			continue
+		}
+		b, err := os.ReadFile(c.GCEKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cloudsim: credential %q: %w", c.ID, err)
+		}
+		email, pub, err := gce.ParseKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("cloudsim: credential %q: gce_key_file %s: %w", c.ID, c.GCEKeyFile, err)
+		}
+		if accounts == nil {
+			accounts = map[string]*rsa.PublicKey{}
+		}
+		accounts[email] = pub
+	}
+	return accounts, nil
 }
 
 // awsKeys are the access keys of the AWS credentials; nil when there are

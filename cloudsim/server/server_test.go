@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
+	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -73,5 +76,47 @@ func TestControlAPI(t *testing.T) {
 	}
 	if len(rs) != 1 || rs[0]["Kind"] != "instance" {
 		t.Errorf("resources = %v, want the planted instance", rs)
+	}
+}
+
+// The Compute Engine front end accepts the service accounts of the
+// credentials' key files (and nothing else once there are some); a key
+// file that cannot be read is an error naming the credential.
+func TestStartGCE(t *testing.T) {
+	dir := t.TempDir()
+	key, err := gce.NewKey("transit-test-1", "sa@transit-test-1.iam.gserviceaccount.com", "http://127.0.0.1:1/token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "sa.json")
+	if err := os.WriteFile(file, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds := []districts.Credential{{Type: "credential", ID: "g", Provider: districts.ProviderGCE, GCEKeyFile: file}}
+	e, err := Start(t.Context(), Options{GCE: "127.0.0.1:0", Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	resp, err := http.Get(e.GCEURL + "/compute/v1/projects/transit-test-1/global/firewalls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a request without a token: %d, want 401", resp.StatusCode)
+	}
+	resp, err = http.Get(e.GCEURL + "/_cloudsim/resources")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET resources: %d", resp.StatusCode)
+	}
+
+	creds[0].GCEKeyFile = filepath.Join(dir, "missing.json")
+	if _, err := Start(t.Context(), Options{GCE: "127.0.0.1:0", Credentials: creds}); err == nil || !strings.Contains(err.Error(), `"g"`) {
+		t.Errorf("Start with an unreadable key file: %v, want an error naming credential g", err)
 	}
 }

@@ -2,8 +2,8 @@
 // loopback, so cloud districts can be tried without an account. It prints
 // one JSON line with each cloud's endpoint and serves until interrupted.
 //
-//	cloudsim --aws 127.0.0.1:4566 --profile kratzke2017 --time-scale 0.1 \
-//	  --back aws:eu-central-1=10.250.1.0/24
+//	cloudsim --aws 127.0.0.1:4566 --gce 127.0.0.1:4567 --profile kratzke2017 --time-scale 0.1 \
+//	  --back aws:eu-central-1=10.250.1.0/24 --back gce:europe-west1=10.250.2.0/24
 package main
 
 import (
@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/server"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -46,6 +47,7 @@ func (b backing) Set(v string) error {
 func run() error {
 	opts := server.Options{Backing: backing{}}
 	flag.StringVar(&opts.AWS, "aws", "127.0.0.1:0", "listen address of the EC2 API (empty: no AWS)")
+	flag.StringVar(&opts.GCE, "gce", "127.0.0.1:0", "listen address of the Compute Engine API and its token endpoint (empty: no GCE)")
 	profile := flag.String("profile", cloudsim.ProfileZero, "latency profile: zero or kratzke2017")
 	scale := flag.Float64("time-scale", 1, "multiply every latency by this (0.1: ten times faster)")
 	flag.Var(backing(opts.Backing), "back", "back a region's instances with local nodes: provider:region=subnet (repeatable; needs root)")
@@ -75,6 +77,10 @@ func run() error {
 	endpoints := map[string]string{}
 	if e.AWSURL != "" {
 		endpoints["aws"] = e.AWSURL
+	}
+	if e.GCEURL != "" {
+		endpoints["gce"] = e.GCEURL
+		endpoints["gce_token_uri"] = e.GCEURL + gce.TokenPath
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(endpoints); err != nil {
 		return errors.Join(err, e.Close(context.Background()))

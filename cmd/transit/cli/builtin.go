@@ -11,6 +11,7 @@ import (
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/aws"
+	"github.com/cloudtransit/transit/drivers/gce"
 	"github.com/cloudtransit/transit/drivers/local"
 	"github.com/cloudtransit/transit/platforms/kubernetes"
 	"github.com/cloudtransit/transit/platforms/ssh"
@@ -31,6 +32,13 @@ func BuiltinInfrastructures() map[string]InfrastructureFunc {
 				return nil, err
 			}
 			return aws.New(ctx, d, cred, aws.Options{PollInterval: poll, PollMaxInterval: poll})
+		},
+		districts.ProviderGCE: func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error) {
+			poll, err := pollInterval()
+			if err != nil {
+				return nil, err
+			}
+			return gce.New(ctx, d, cred, gce.Options{PollInterval: poll, PollMaxInterval: poll})
 		},
 	}
 }
