@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/server"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -25,6 +26,7 @@ const cloudRoot = "/var/lib/transit/e2e-cloud"
 var cloudBacking = map[string]string{
 	"aws:eu-central-1": "10.246.1.0/24",
 	"aws:us-east-1":    "10.246.2.0/24",
+	"gce:europe-west1": "10.246.3.0/24",
 }
 
 // cloudPublic is where backed instances' public addresses come from: apart
@@ -38,13 +40,21 @@ const (
 	awsSecret = "e2e-aws-secret-dQw4w9WgXcQ-never-printed"
 )
 
-// clouds is an emulated AWS (later GCE and OpenStack) on loopback whose
+// gceProject is the emulated GCE district's project; gceAccount the
+// service account of its key file.
+const (
+	gceProject = "transit-e2e"
+	gceAccount = "transit@transit-e2e.iam.gserviceaccount.com"
+)
+
+// clouds is an emulated AWS and GCE (later OpenStack) on loopback whose
 // instances are real local nodes.
 type clouds struct {
 	tb     testing.TB
 	emu    *server.Emulator
 	before []string // the host's namespaces, links, chains and cgroups before
 	creds  []districts.Credential
+	gceKey []byte // the service account key file, token_uri the emulator's
 }
 
 // startClouds starts the emulator with the given profile; its cleanup
@@ -54,9 +64,20 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	tb.Helper()
 	requireE2E(tb)
 	ctx := context.Background()
+	keyFile := filepath.Join(tb.TempDir(), "gce-key.json")
 	c := &clouds{tb: tb, creds: []districts.Credential{
 		{Type: "credential", ID: "aws-e2e", Provider: districts.ProviderAWS, AWSAccessKeyID: awsKeyID, AWSSecretAccessKey: awsSecret},
+		{Type: "credential", ID: "gce-e2e", Provider: districts.ProviderGCE, GCEKeyFile: keyFile},
 	}}
+	// The emulator learns the account from the key; its token_uri is set
+	// once the emulator listens.
+	key, err := gce.NewKey(gceProject, gceAccount, "")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		tb.Fatal(err)
+	}
 	// What a crashed earlier run left.
 	if err := os.RemoveAll(filepath.Join(cloudRoot, "districts")); err != nil {
 		tb.Fatal(err)
@@ -66,13 +87,16 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	}
 	c.before = hostSnapshot()
 	emu, err := server.Start(ctx, server.Options{
-		Profile: profile, AWS: "127.0.0.1:0",
+		Profile: profile, AWS: "127.0.0.1:0", GCE: "127.0.0.1:0",
 		Backing: cloudBacking, BackingRoot: cloudRoot, BackingPublic: cloudPublic, Credentials: c.creds,
 	})
 	if err != nil {
 		tb.Fatalf("start the cloud emulator: %v", err)
 	}
 	c.emu = emu
+	if c.gceKey, err = withTokenURI(key, emu.GCEURL+gce.TokenPath); err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(func() {
 		if err := emu.Close(context.Background()); err != nil {
 			tb.Errorf("stop the cloud emulator: %v", err)
@@ -85,19 +109,48 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	return c
 }
 
+// withTokenURI is a service account key file with another token_uri.
+func withTokenURI(key []byte, uri string) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(key, &m); err != nil {
+		return nil, err
+	}
+	m["token_uri"] = uri
+	return json.MarshalIndent(m, "", "  ")
+}
+
 // districts are the emulated clouds as transit's districts.
 func (env *clouds) districts() []districts.District {
 	small := []districts.DistrictFlavor{{Flavor: "small", InstanceType: "t3.small"}}
+	gceSmall := []districts.DistrictFlavor{{Flavor: "small", MachineType: "e2-small"}}
 	return []districts.District{
 		{Type: "district", ID: "aws-eu", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
 			AWSRegion: "eu-central-1", AWSZones: []string{"eu-central-1a", "eu-central-1b"}, AWSEndpoint: env.emu.AWSURL, Flavors: small},
 		{Type: "district", ID: "aws-us", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
 			AWSRegion: "us-east-1", AWSEndpoint: env.emu.AWSURL, Flavors: small},
+		{Type: "district", ID: "gce-eu", Provider: districts.ProviderGCE, CredentialID: "gce-e2e",
+			GCEProjectID: gceProject, GCERegion: "europe-west1", GCEZones: []string{"europe-west1-b", "europe-west1-c"},
+			GCEEndpoint: env.emu.GCEURL, Flavors: gceSmall},
 	}
 }
 
-// secrets are the credential values nothing may show.
-func (env *clouds) secrets() []string { return []string{awsSecret} }
+// secrets are the credential values nothing may show: the AWS secret key
+// and the lines of the service account's private key.
+func (env *clouds) secrets() []string {
+	out := []string{awsSecret}
+	var k struct {
+		PrivateKey string `json:"private_key"`
+	}
+	if err := json.Unmarshal(env.gceKey, &k); err != nil {
+		env.tb.Fatal(err)
+	}
+	for line := range strings.Lines(k.PrivateKey) {
+		if line = strings.TrimSpace(line); len(line) > 40 && !strings.Contains(line, "PRIVATE KEY") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
 
 // writeCredentials puts credentials.json (mode 0600) in the cluster's
 // directory and tells transit to poll the fast emulator often.
@@ -109,6 +162,13 @@ func (env *clouds) writeCredentials(cl *cluster) {
 		m := map[string]string{"type": cr.Type, "id": cr.ID, "provider": cr.Provider}
 		if cr.AWSAccessKeyID != "" {
 			m["aws_access_key_id"], m["aws_secret_access_key"] = cr.AWSAccessKeyID, cr.AWSSecretAccessKey.Reveal()
+		}
+		if cr.GCEKeyFile != "" {
+			// Beside credentials.json, named relative to it.
+			m["gce_key_file"] = "gce-key.json"
+			if err := os.WriteFile(filepath.Join(cl.dir, "gce-key.json"), env.gceKey, 0o600); err != nil {
+				env.tb.Fatal(err)
+			}
 		}
 		raw = append(raw, m)
 	}
@@ -130,6 +190,9 @@ func (env *clouds) resources() []string {
 		if r.Kind != "key-pair" {
 			out = append(out, "aws "+r.Region+" "+r.Kind+" "+r.ID+" "+r.Name+" "+r.State)
 		}
+	}
+	for _, r := range env.emu.GCE.Resources() {
+		out = append(out, "gce "+r.Zone+" "+r.Kind+" "+r.Name+" "+r.Status)
 	}
 	return out
 }
@@ -226,6 +289,7 @@ func TestCloudSwarm(t *testing.T) {
 			{District: "aws-eu", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: tags("aws-eu")},
 			{District: "aws-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: tags("aws-eu")},
 			{District: "aws-us", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("aws-us")},
+			{District: "gce-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("gce-eu")},
 		},
 		Strategy: districts.Strategy{MaxSurge: districts.Int(2), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(time.Minute)},
 	}
@@ -236,13 +300,13 @@ func TestCloudSwarm(t *testing.T) {
 		name string
 		fn   func(t *testing.T, c *cluster)
 	}{
-		{"launch across two clouds", func(t *testing.T, c *cluster) { env.checkSwarm(t, c, 4) }},
+		{"launch across two AWS regions and a GCE one", func(t *testing.T, c *cluster) { env.checkSwarm(t, c, 5) }},
 		{"the cloud throttles and loses a launch's answer: no extra machine", func(t *testing.T, c *cluster) {
 			env.emu.AWSFaults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultThrottle, Times: 3})
 			env.emu.AWSFaults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultLost, Times: 1})
 			t.Cleanup(env.emu.AWSFaults.Clear)
 			c.setQuantity("aws-us", districts.RoleWorker, 2)
-			env.checkSwarm(t, c, 5)
+			env.checkSwarm(t, c, 6)
 			if hits := env.emu.AWSFaults.Hits(cloudsim.FaultLost); hits != 1 {
 				t.Errorf("the lost-answer fault hit %d launches, want 1", hits)
 			}
@@ -265,12 +329,12 @@ func TestCloudSwarm(t *testing.T) {
 			for {
 				c.apply()
 				res := c.status()
-				if len(env.swarmMembers(c, res)) == 5 || time.Now().After(deadline) {
+				if len(env.swarmMembers(c, res)) == 6 || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(time.Second)
 			}
-			env.checkSwarm(t, c, 5)
+			env.checkSwarm(t, c, 6)
 			for _, n := range c.status().Nodes {
 				if n.ProviderID == victim.ProviderID {
 					t.Errorf("the deleted machine %s (%s) is still in the state", victim.ID, victim.ProviderID)
@@ -282,12 +346,18 @@ func TestCloudSwarm(t *testing.T) {
 			if !c.applyKilledAt("launch", "start", 100*time.Millisecond) {
 				t.Errorf("apply ended before the kill point")
 			}
-			env.checkSwarm(t, c, 6)
+			env.checkSwarm(t, c, 7)
 		}},
-		{"migrate the workers from one cloud to the other", func(t *testing.T, c *cluster) {
+		{"migrate every worker from AWS to GCE by editing quantities", func(t *testing.T, c *cluster) {
 			c.setQuantity("aws-eu", districts.RoleWorker, 0)
-			c.setQuantity("aws-us", districts.RoleWorker, 5)
-			env.checkSwarm(t, c, 6)
+			c.setQuantity("aws-us", districts.RoleWorker, 0)
+			c.setQuantity("gce-eu", districts.RoleWorker, 6)
+			env.checkSwarm(t, c, 7)
+			for _, n := range c.status().Nodes {
+				if n.Role == districts.RoleWorker && n.District != "gce-eu" {
+					t.Errorf("worker %s is still in %s", n.ID, n.District)
+				}
+			}
 		}},
 		{"refused credentials: error_kind cloud_auth naming the credential, state untouched", func(t *testing.T, c *cluster) {
 			before, err := os.ReadFile(filepath.Join(c.dir, "resources.json"))
@@ -444,7 +514,7 @@ func (env *clouds) checkNoSecrets(t *testing.T, c *cluster) {
 			}
 		}
 		_ = filepath.WalkDir(c.dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || d.Name() == "credentials.json" {
+			if err != nil || d.IsDir() || d.Name() == "credentials.json" || d.Name() == "gce-key.json" {
 				return nil
 			}
 			data, err := os.ReadFile(path)
