@@ -536,7 +536,7 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 		case needGroup[d.ID] && !slices.Equal(g.Sources, sources):
 			out = append(out, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("allow exactly the cluster's %d node addresses (has %d)", len(sources), len(g.Sources))})
-		case !needGroup[d.ID] && has && in.world.terminating[d.ID] > 0:
+		case !needGroup[d.ID] && has && in.world.terminating[d.ID] > 0 && !in.world.eagerGroups[d.ID]:
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d terminating machine(s) in %s to be gone before deleting group %s", in.world.terminating[d.ID], d.ID, name))
 		case !needGroup[d.ID] && has:
 			out = append(out, Action{Kind: KindDeleteGroup, District: d.ID, Group: name, Reason: "no nodes left in the district"})
@@ -567,7 +567,8 @@ func wants(c districts.Cluster, district string) bool {
 
 // planDestroy terminates every machine (the platform goes with them, so
 // nothing is drained) and deletes each group once its district's machines
-// are gone.
+// are gone, or, where the cloud allows it, right after their terminations
+// are asked for (the delete stage comes after the remove stage).
 func planDestroy(in planInput, p *Plan) {
 	live := in.world.live()
 	emptied := map[string]int{}
@@ -578,7 +579,7 @@ func planDestroy(in planInput, p *Plan) {
 	}
 	for _, g := range in.world.state.SecurityGroups {
 		switch n := emptied[g.District] + in.world.terminating[g.District]; {
-		case n > 0:
+		case n > 0 && !in.world.eagerGroups[g.District]:
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d machine(s) in %s to be gone before deleting group %s", n, g.District, g.ID))
 		default:
 			p.Actions = append(p.Actions, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID, Reason: "destroy: no nodes left in the district"})

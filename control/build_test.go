@@ -431,6 +431,46 @@ func TestPlanDestroy(t *testing.T) {
 	}
 }
 
+// Where the cloud deletes a group its terminating machines are still in
+// (GCE), the group goes with the machines' terminations instead of a
+// termination later: in the same destroy round, and in the round after a
+// district's last node was removed.
+func TestEagerGroupDelete(t *testing.T) {
+	t.Parallel()
+	nodes := []districts.Node{master1, pnode("paper-worker-1", gce, "worker", joined), pnode("paper-worker-2", aws, "worker", joined)}
+	w := worldSpec{nodes: nodes, platform: platformNotAsked, formed: true}.world()
+	w.eagerGroups = map[string]bool{gce: true}
+	p := buildPlan(planInput{cluster: paperCluster(0, 0, 0), districts: simDistricts[:2], world: w, destroy: true, ids: newNodeNumbers("paper", w)})
+	var groups []string
+	for _, a := range p.Actions {
+		if a.Kind == KindDeleteGroup {
+			groups = append(groups, a.Group)
+		}
+	}
+	if !slices.Equal(groups, []string{"transit-paper-gce-europe"}) {
+		t.Errorf("destroy deletes groups %v in the terminations' round, want only GCE's", groups)
+	}
+	checkContains(t, "waiting", p.Waiting, "1 machine(s) in aws-europe to be gone before deleting group transit-paper-aws-europe")
+
+	// A district emptied by a migration: its last machine terminating.
+	leaving := pnode("paper-worker-3", aws, "worker", joined)
+	leaving.Phase = districts.PhaseTerminating
+	for _, eager := range []bool{false, true} {
+		ws := worldSpec{nodes: []districts.Node{master1, pnode("paper-worker-2", gce, "worker", joined), leaving}, platform: platformUp, formed: true}
+		w := ws.world()
+		w.eagerGroups = map[string]bool{aws: eager}
+		w.terminating[aws] = 1
+		p := buildPlan(planInput{cluster: paperCluster(1, 1, 0), districts: simDistricts[:2], world: w, avoid: map[string]bool{}, ids: newNodeNumbers("paper", w)})
+		deletes := slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Kind == KindDeleteGroup && a.District == aws })
+		if deletes != eager {
+			t.Errorf("eager=%v: delete-group of the emptied district planned: %v (actions %v, waiting %v)", eager, deletes, p.Actions, p.Waiting)
+		}
+		if !eager {
+			checkContains(t, "waiting", p.Waiting, "1 terminating machine(s) in aws-europe to be gone before deleting group transit-paper-aws-europe")
+		}
+	}
+}
+
 // A machine adopted while the cloud still starts it (a crash during its
 // launch) is waited for, not joined: it has no address to reach yet.
 func TestStartingMachineIsWaitedFor(t *testing.T) {

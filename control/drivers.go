@@ -34,6 +34,16 @@ type Infrastructure interface {
 	Terminate(ctx context.Context, inst Instance) error
 }
 
+// InUseGroupDeleter is an Infrastructure whose cloud deletes a group while
+// machines that are still terminating are in it (a GCE firewall rule
+// applies to instances by network tag and may go at any time). The loop
+// then deletes an emptied district's group at once, instead of waiting
+// for its machines to be gone as it must on EC2 (DependencyViolation) and
+// Neutron.
+type InUseGroupDeleter interface {
+	DeletesGroupsInUse() bool
+}
+
 // Kinds of cloud failure. An infrastructure driver's error matches
 // (errors.Is) the kind the cloud's answer means, and its message names what
 // to look at: the district key, the credential id (never its secret), the

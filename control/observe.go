@@ -33,6 +33,9 @@ type world struct {
 	state districts.Resources
 	// terminating counts machines still dying, per district.
 	terminating map[string]int
+	// eagerGroups are the districts whose cloud deletes a group that
+	// terminating machines are still in (InUseGroupDeleter).
+	eagerGroups map[string]bool
 	// orphanGroups carry the cluster's tags but are not the group transit
 	// would make for a known district.
 	orphanGroups []districts.SecurityGroup
@@ -136,7 +139,12 @@ func observe(ctx context.Context, opts Options) (world, error) {
 		}
 	}
 
-	w := world{terminating: map[string]int{}, blocked: map[string]string{}, starting: map[string]bool{}, now: opts.Clock.Now()}
+	w := world{terminating: map[string]int{}, eagerGroups: map[string]bool{}, blocked: map[string]string{}, starting: map[string]bool{}, now: opts.Clock.Now()}
+	for id, infra := range opts.Infra {
+		if e, ok := infra.(InUseGroupDeleter); ok && e.DeletesGroupsInUse() {
+			w.eagerGroups[id] = true
+		}
+	}
 	w.state = districts.Resources{
 		Type: "resources", Version: districts.ResourcesVersion, Cluster: cluster, Lineage: lineage,
 		Serial: opts.State.Serial, UpdatedAt: opts.State.UpdatedAt, PlatformFormedAt: opts.State.PlatformFormedAt,

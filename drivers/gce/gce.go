@@ -114,7 +114,10 @@ type driver struct {
 	inflight map[string]string
 }
 
-var _ control.Infrastructure = (*driver)(nil)
+var (
+	_ control.Infrastructure    = (*driver)(nil)
+	_ control.InUseGroupDeleter = (*driver)(nil)
+)
 
 // New returns the driver of a GCE district. cred is the district's
 // credential: its gce_key_file (a service account key, read now); nil, or
