@@ -2,18 +2,11 @@ package gce
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/control"
@@ -58,52 +51,13 @@ func backedWorld(t *testing.T) *world {
 	return w
 }
 
-// sshRun runs cmd as root on addr with the ssh client, accepting only the
-// pinned host keys.
-func sshRun(t *testing.T, addr, keyFile string, hostKeys []string, cmd string) (string, error) {
-	t.Helper()
-	known := filepath.Join(t.TempDir(), "known_hosts")
-	var lines []string
-	for _, k := range hostKeys {
-		lines = append(lines, addr+" "+k)
-	}
-	writeFile(t, known, []byte(strings.Join(lines, "\n")+"\n"))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "ssh", "-i", keyFile, "-o", "StrictHostKeyChecking=yes",
-		"-o", "UserKnownHostsFile="+known, "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10",
-		"root@"+addr, cmd).CombinedOutput()
-	return string(out), err
-}
-
-// newKeyFile makes a cluster key: its authorized_keys line and the file of
-// its private key.
-func newKeyFile(t *testing.T) (string, string) {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "transit test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "id_ed25519")
-	writeFile(t, file, pem.EncodeToMemory(block))
-	pk, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pk))) + " transit-test", file
-}
-
 // TestBackedConformance runs the conformance suite on instances that are
 // real machines: Launch's instance answers SSH as root with the key of
 // its ssh-keys metadata and presents the host key its guest attributes
 // showed.
 func TestBackedConformance(t *testing.T) {
 	w := backedWorld(t)
-	key, keyFile := newKeyFile(t)
+	key, keyFile := drivertest.NewKeyFile(t)
 	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
 		return w.driver(w.district(), w.credential(), fast())
 	}, drivertest.Config{
@@ -114,7 +68,7 @@ func TestBackedConformance(t *testing.T) {
 			if len(inst.HostKeys) == 0 {
 				t.Errorf("no host keys pinned for %s", inst.ProviderID)
 			}
-			out, err := sshRun(t, inst.PublicIP, keyFile, inst.HostKeys, "hostname")
+			out, err := drivertest.SSHRun(t, inst.PublicIP, keyFile, inst.HostKeys, "hostname")
 			if err != nil {
 				t.Fatalf("ssh root@%s: %v\n%s", inst.PublicIP, err, out)
 			}
@@ -131,7 +85,7 @@ func TestBackedFirewall(t *testing.T) {
 	w := backedWorld(t)
 	ctx := t.Context()
 	drv := w.driver(w.district(), w.credential(), fast())
-	key, keyFile := newKeyFile(t)
+	key, keyFile := drivertest.NewKeyFile(t)
 	g, err := drv.EnsureGroup(ctx, groupSpec("fw", "gce-test"))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +101,7 @@ func TestBackedFirewall(t *testing.T) {
 	probe := fmt.Sprintf("timeout 3 bash -c '</dev/tcp/%s/22' && echo open || echo closed", b.PrivateIP)
 	reach := func() string {
 		t.Helper()
-		out, err := sshRun(t, a.PublicIP, keyFile, a.HostKeys, probe)
+		out, err := drivertest.SSHRun(t, a.PublicIP, keyFile, a.HostKeys, probe)
 		if err != nil {
 			t.Fatalf("ssh to %s: %v\n%s", a.PublicIP, err, out)
 		}
