@@ -81,3 +81,10 @@ func (p *pinning) pin(ctx context.Context, inst control.Instance) error {
 	}
 	return nil
 }
+
+// DeletesGroupsInUse passes on what the wrapped driver says
+// (control.InUseGroupDeleter): the wrapper must not hide it.
+func (p *pinning) DeletesGroupsInUse() bool {
+	d, ok := p.Infrastructure.(control.InUseGroupDeleter)
+	return ok && d.DeletesGroupsInUse()
+}

@@ -161,3 +161,23 @@ func TestDialVerifiesLaunchPin(t *testing.T) {
 		t.Errorf("error names %s, want %s", changed.HostID, inst.ProviderID)
 	}
 }
+
+type eagerInfra struct{ memInfra }
+
+func (*eagerInfra) DeletesGroupsInUse() bool { return true }
+
+// Pinning wraps every driver: it must pass on whether the cloud deletes a
+// group its terminating machines are still in (GCE), or the loop waits
+// for terminations there for nothing.
+func TestPinningPassesOnInUseGroupDeletion(t *testing.T) {
+	hosts := &HostKeys{}
+	for _, tc := range []struct {
+		infra control.Infrastructure
+		want  bool
+	}{{&memInfra{}, false}, {&eagerInfra{}, true}} {
+		d, ok := PinHostKeys(tc.infra, hosts).(control.InUseGroupDeleter)
+		if got := ok && d.DeletesGroupsInUse(); got != tc.want {
+			t.Errorf("%T wrapped: deletes groups in use = %v, want %v", tc.infra, got, tc.want)
+		}
+	}
+}
