@@ -3,6 +3,7 @@ package gce
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -110,11 +111,8 @@ func (c *call) insertFirewall() (any, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if op, err := s.repeated(c); op != nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return c.xOp(op), nil
+	if out, done, err := c.replay(); done {
+		return out, err
 	}
 	var b firewallBody
 	if err := c.decode(&b); err != nil {
@@ -181,11 +179,8 @@ func (c *call) patchFirewall() (any, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if op, err := s.repeated(c); op != nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return c.xOp(op), nil
+	if out, done, err := c.replay(); done {
+		return out, err
 	}
 	f, err := c.lookupFirewall()
 	if err != nil {
@@ -219,11 +214,8 @@ func (c *call) deleteFirewall() (any, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if op, err := s.repeated(c); op != nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return c.xOp(op), nil
+	if out, done, err := c.replay(); done {
+		return out, err
 	}
 	f, err := c.lookupFirewall()
 	if err != nil {
@@ -319,21 +311,9 @@ func (s *Server) allow() {
 			}
 		}
 	}
-	regions := slices.Sorted(func(yield func(string) bool) {
-		for r := range s.regions {
-			if !yield(r) {
-				return
-			}
-		}
-	})
+	regions := slices.Sorted(maps.Keys(s.regions))
 	s.mu.Unlock()
-	sources := slices.Sorted(func(yield func(string) bool) {
-		for k := range set {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	sources := slices.Sorted(maps.Keys(set))
 	for _, r := range regions {
 		// A failure leaves the last firewall; the next change retries.
 		_ = s.sim.Backer.Allow(s.bgCtx, r, sources)

@@ -128,11 +128,8 @@ func (c *call) insertInstance() (any, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if op, err := s.repeated(c); op != nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return c.xOp(op), nil
+	if out, done, err := c.replay(); done {
+		return out, err
 	}
 	var b insertBody
 	if err := c.decode(&b); err != nil {
@@ -393,11 +390,8 @@ func (c *call) deleteInstance() (any, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if op, err := s.repeated(c); op != nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return c.xOp(op), nil
+	if out, done, err := c.replay(); done {
+		return out, err
 	}
 	in, err := c.lookupInstance()
 	if err != nil {

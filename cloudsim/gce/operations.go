@@ -1,9 +1,11 @@
 package gce
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -72,6 +74,16 @@ func (s *Server) remember(c *call, op *operation) {
 	}
 }
 
+// replay answers a request repeated with its requestId with the operation
+// the first one started (done), or says it is new. Call with s.mu held.
+func (c *call) replay() (answer any, done bool, err error) {
+	op, err := c.s.repeated(c)
+	if err != nil || op == nil {
+		return nil, err != nil, err
+	}
+	return c.xOp(op), true, nil
+}
+
 // repeated is the operation an earlier request with the call's requestId
 // started. Call with s.mu held.
 func (s *Server) repeated(c *call) (*operation, error) {
@@ -106,7 +118,7 @@ func (s *Server) settle() (firewallChanged bool) {
 			due = append(due, op)
 		}
 	}
-	sortOps(due)
+	slices.SortFunc(due, func(a, b *operation) int { return cmp.Compare(a.seq, b.seq) })
 	for _, op := range due {
 		op.done, op.end = true, now
 		if op.apply != nil {
@@ -115,14 +127,6 @@ func (s *Server) settle() (firewallChanged bool) {
 		firewallChanged = firewallChanged || op.firewall
 	}
 	return firewallChanged
-}
-
-func sortOps(ops []*operation) {
-	for i := 1; i < len(ops); i++ {
-		for j := i; j > 0 && ops[j].seq < ops[j-1].seq; j-- {
-			ops[j], ops[j-1] = ops[j-1], ops[j]
-		}
-	}
 }
 
 // fail ends op with an error (a backed machine that did not start).

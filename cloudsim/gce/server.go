@@ -1,6 +1,7 @@
 package gce
 
 import (
+	"cmp"
 	"context"
 	"crypto/rsa"
 	"encoding/json"
@@ -458,12 +459,12 @@ func (s *Server) Resources() []Resource {
 
 func (s *Server) sortedInstances() []*instance {
 	out := slices.Collect(maps.Values(s.instances))
-	slices.SortFunc(out, func(a, b *instance) int { return int(a.seq) - int(b.seq) })
+	slices.SortFunc(out, func(a, b *instance) int { return cmp.Compare(a.seq, b.seq) })
 	return out
 }
 
 func (s *Server) sortedFirewalls() []*firewall {
 	out := slices.Collect(maps.Values(s.firewalls))
-	slices.SortFunc(out, func(a, b *firewall) int { return int(a.seq) - int(b.seq) })
+	slices.SortFunc(out, func(a, b *firewall) int { return cmp.Compare(a.seq, b.seq) })
 	return out
 }

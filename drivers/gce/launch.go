@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -209,7 +210,7 @@ func (drv *driver) place(ctx context.Context, n districts.Node, name string) (*f
 	}
 	candidates := drv.d.GCEZones
 	if n.Zone != "" {
-		if !contains(drv.d.GCEZones, n.Zone) {
+		if !slices.Contains(drv.d.GCEZones, n.Zone) {
 			return nil, "", nil, invalid(drv.d, "node %s is to go to zone %s, which is not in gce_zones %v", n.ID, n.Zone, drv.d.GCEZones)
 		}
 		candidates = []string{n.Zone}
@@ -232,15 +233,6 @@ func (drv *driver) place(ctx context.Context, n districts.Node, name string) (*f
 		delete(drv.inflight, name)
 	}
 	return nil, best, done, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // last is the last segment of a URL.
