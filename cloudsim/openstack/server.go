@@ -1,0 +1,594 @@
+package openstack
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
+)
+
+// User is a Keystone user with a password, scoped to one project.
+type User struct {
+	Name, Password, Project string
+	// Domain of the user and the project (default "Default").
+	Domain string
+}
+
+// AppCredential is a Keystone application credential.
+type AppCredential struct {
+	ID, Secret, Project string
+}
+
+// Image is a Glance image.
+type Image struct{ ID, Name string }
+
+// Flavor is a Nova flavor.
+type Flavor struct {
+	ID, Name   string
+	VCPUs, RAM int // RAM in MiB
+	Disk       int // GiB
+}
+
+// Options configure a Server.
+type Options struct {
+	// Users and AppCredentials are who may get a token; both nil accept
+	// any password or application credential (project "demo").
+	Users          []User
+	AppCredentials []AppCredential
+	// Regions are the catalog's regions (default ["RegionOne"]); Zones
+	// Nova's availability zones in each (default ["nova"]).
+	Regions, Zones []string
+	// Images (default DefaultImages) and Flavors (default
+	// DefaultFlavors).
+	Images  []Image
+	Flavors []Flavor
+}
+
+// DefaultImages are what a fresh DevStack-like cloud offers.
+func DefaultImages() []Image {
+	return []Image{
+		{ID: "6d1b0c0e-7f3a-4a38-9d0c-2f1c5b1e0a01", Name: "debian-12"},
+		{ID: "6d1b0c0e-7f3a-4a38-9d0c-2f1c5b1e0a02", Name: "cirros-0.6.2-x86_64-disk"},
+	}
+}
+
+// DefaultFlavors are Nova's classic m1 flavors.
+func DefaultFlavors() []Flavor {
+	return []Flavor{
+		{ID: "1", Name: "m1.tiny", VCPUs: 1, RAM: 512, Disk: 1},
+		{ID: "2", Name: "m1.small", VCPUs: 1, RAM: 2048, Disk: 20},
+		{ID: "3", Name: "m1.medium", VCPUs: 2, RAM: 4096, Disk: 40},
+		{ID: "4", Name: "m1.large", VCPUs: 4, RAM: 8192, Disk: 80},
+	}
+}
+
+// The networks every region has: a tenant network and the external one
+// floating IPs come from.
+const (
+	PrivateNetwork   = "private"
+	PublicNetwork    = "public"
+	privateNetworkID = "3a0c5e1d-0000-4000-8000-000000000001"
+	publicNetworkID  = "3a0c5e1d-0000-4000-8000-000000000002"
+)
+
+// Server is the OpenStack front end of a cloudsim.Sim.
+type Server struct {
+	sim  *cloudsim.Sim
+	opts Options
+
+	mu       sync.Mutex
+	seq      uint64
+	tokens   map[string]string // token → project
+	servers  map[string]*server
+	keypairs map[string]*keypair // project/name
+	groups   map[string]*secGroup
+	rules    map[string]*rule
+	fips     map[string]*floatingIP
+	regions  map[string]bool // backed regions machines started in
+	pageSize int
+	latency  *cloudsim.Latency
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+	allowMu  sync.Mutex
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns an OpenStack front end for sim.
+func New(sim *cloudsim.Sim, opts Options) *Server {
+	if len(opts.Regions) == 0 {
+		opts.Regions = []string{"RegionOne"}
+	}
+	if len(opts.Zones) == 0 {
+		opts.Zones = []string{"nova"}
+	}
+	if opts.Images == nil {
+		opts.Images = DefaultImages()
+	}
+	if opts.Flavors == nil {
+		opts.Flavors = DefaultFlavors()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{sim: sim, opts: opts, tokens: map[string]string{}, servers: map[string]*server{},
+		keypairs: map[string]*keypair{}, groups: map[string]*secGroup{}, rules: map[string]*rule{},
+		fips: map[string]*floatingIP{}, regions: map[string]bool{}, bgCtx: ctx, bgCancel: cancel}
+}
+
+// Close stops the background work (machines starting or stopping) and
+// waits for it; the Backer's owner tears down machines that exist.
+func (s *Server) Close() {
+	s.bgCancel()
+	s.bg.Wait()
+}
+
+// SetPageSize makes every list answer at most n items per page whatever
+// limit says; 0 restores the client's limit (unlimited without one).
+func (s *Server) SetPageSize(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pageSize = max(n, 0)
+}
+
+// SetLatency replaces the sim's OpenStack latencies for this server.
+func (s *Server) SetLatency(l cloudsim.Latency) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = &l
+}
+
+func (s *Server) lat() cloudsim.Latency {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.latency != nil {
+		return *s.latency
+	}
+	return s.sim.Latency("openstack")
+}
+
+// newID returns a random UUID.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// apiError is an OpenStack error answer. Nova wraps it as {"<kind>":
+// {"code", "message"}}, Neutron as {"NeutronError": {"type", "message",
+// "detail"}}, Keystone as {"error": {"code", "title", "message"}}.
+type apiError struct {
+	status  int
+	kind    string // Nova's wrapper key or Neutron's type
+	message string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.kind, e.message) }
+
+func badRequest(msg string) *apiError     { return &apiError{400, "badRequest", msg} }
+func itemNotFound(msg string) *apiError   { return &apiError{404, "itemNotFound", msg} }
+func conflict(kind, msg string) *apiError { return &apiError{409, kind, msg} }
+
+func internalError() *apiError {
+	return &apiError{500, "computeFault", "Unexpected API Error. Please report this at http://bugs.launchpad.net/nova/ and attach the Nova API log if possible."}
+}
+
+func overLimit() *apiError {
+	return &apiError{429, "overLimit", "This request was rate-limited."}
+}
+
+func quotaExceeded(quota string) *apiError {
+	if quota == "" {
+		quota = "instances"
+	}
+	return &apiError{403, "forbidden", fmt.Sprintf("Quota exceeded for %s: Requested 1, but already used 10 of 10 %s.", quota, quota)}
+}
+
+func unauthorized() *apiError {
+	return &apiError{401, "Unauthorized", "The request you have made requires authentication."}
+}
+
+// service is which API a request is for; errors are shaped by it.
+type service int
+
+const (
+	identity service = iota
+	compute
+	network
+	image
+)
+
+func writeError(w http.ResponseWriter, svc service, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = internalError()
+	}
+	if ae.status == 429 {
+		w.Header().Set("Retry-After", "1")
+	}
+	switch {
+	case svc == identity || ae.status == 401:
+		if ae.status == 401 {
+			w.Header().Set("WWW-Authenticate", `Keystone uri="/identity"`)
+		}
+		writeJSON(w, ae.status, map[string]any{"error": map[string]any{
+			"code": ae.status, "title": http.StatusText(ae.status), "message": ae.message}})
+	case svc == network:
+		writeJSON(w, ae.status, map[string]any{"NeutronError": map[string]any{
+			"type": ae.kind, "message": ae.message, "detail": ""}})
+	case svc == image:
+		w.Header().Set("Content-Type", "text/html; charset=UTF-8")
+		w.WriteHeader(ae.status)
+		fmt.Fprintf(w, "<html><head><title>%d %s</title></head><body><h1>%d %s</h1>%s<br /><br /></body></html>",
+			ae.status, http.StatusText(ae.status), ae.status, http.StatusText(ae.status), ae.message)
+	default:
+		writeJSON(w, ae.status, map[string]any{ae.kind: map[string]any{"code": ae.status, "message": ae.message}})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Openstack-Request-Id", "req-"+newID())
+	w.WriteHeader(status)
+	if v != nil {
+		_ = json.NewEncoder(w).Encode(v)
+	}
+}
+
+const maxBody = 1 << 20
+
+// call is one request being served.
+type call struct {
+	ctx     context.Context
+	s       *Server
+	base    string // scheme://host
+	region  string
+	project string
+	rest    []string
+	query   map[string][]string
+	body    []byte
+}
+
+func (c *call) q(name string) string {
+	if v := c.query[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// decode reads the JSON body into v.
+func (c *call) decode(v any) error {
+	if err := json.Unmarshal(c.body, v); err != nil {
+		return badRequest("Malformed request body: " + err.Error())
+	}
+	return nil
+}
+
+// reply is a successful answer: its status and body.
+type reply struct {
+	status int
+	body   any
+}
+
+type route struct {
+	svc    service
+	method string
+	path   string // "*" is one segment
+	op     cloudsim.Op
+	fn     func(c *call) (reply, error)
+}
+
+var routes = []route{
+	{compute, "GET", "flavors/detail", cloudsim.OpList, (*call).listFlavors},
+	{compute, "POST", "os-keypairs", cloudsim.OpKeys, (*call).createKeypair},
+	{compute, "GET", "os-keypairs/*", cloudsim.OpKeys, (*call).getKeypair},
+	{compute, "DELETE", "os-keypairs/*", cloudsim.OpKeys, (*call).deleteKeypair},
+	{compute, "POST", "servers", cloudsim.OpLaunch, (*call).createServer},
+	{compute, "GET", "servers/detail", cloudsim.OpList, (*call).listServers},
+	{compute, "GET", "servers/*", cloudsim.OpList, (*call).getServer},
+	{compute, "DELETE", "servers/*", cloudsim.OpTerminate, (*call).deleteServer},
+	{compute, "POST", "servers/*/action", cloudsim.OpList, (*call).serverAction},
+	{network, "GET", "networks", cloudsim.OpList, (*call).listNetworks},
+	{network, "GET", "ports", cloudsim.OpList, (*call).listPorts},
+	{network, "GET", "security-groups", cloudsim.OpList, (*call).listGroups},
+	{network, "POST", "security-groups", cloudsim.OpGroup, (*call).createGroup},
+	{network, "GET", "security-groups/*", cloudsim.OpList, (*call).getGroup},
+	{network, "DELETE", "security-groups/*", cloudsim.OpGroup, (*call).deleteGroup},
+	{network, "GET", "security-group-rules", cloudsim.OpList, (*call).listRules},
+	{network, "POST", "security-group-rules", cloudsim.OpGroup, (*call).createRules},
+	{network, "DELETE", "security-group-rules/*", cloudsim.OpGroup, (*call).deleteRule},
+	{network, "GET", "floatingips", cloudsim.OpList, (*call).listFloatingIPs},
+	{network, "POST", "floatingips", cloudsim.OpLaunch, (*call).createFloatingIP},
+	{network, "DELETE", "floatingips/*", cloudsim.OpTerminate, (*call).deleteFloatingIP},
+	{image, "GET", "images", cloudsim.OpList, (*call).listImages},
+}
+
+func (r route) match(svc service, method string, rest []string) bool {
+	pat := strings.Split(r.path, "/")
+	if svc != r.svc || method != r.method || len(pat) != len(rest) {
+		return false
+	}
+	for i, p := range pat {
+		if p != "*" && p != rest[i] || rest[i] == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// servicePrefixes are each API's path under /REGION/, up to its version.
+var servicePrefixes = []struct {
+	svc             service
+	root, versioned string
+}{
+	{compute, "compute", "compute/v2.1/"},
+	{network, "network", "network/v2.0/"},
+	{image, "image", "image/v2/"},
+}
+
+// ServeHTTP answers one Keystone, Nova, Neutron or Glance request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil || len(body) > maxBody {
+		writeError(w, compute, &apiError{413, "badRequest", "Request is too large."})
+		return
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	base := scheme + "://" + r.Host
+	if path, ok := strings.CutPrefix(r.URL.Path, "/identity"); ok {
+		s.serveIdentity(w, r, base, path, body)
+		return
+	}
+	region, path, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if !slices.Contains(s.opts.Regions, region) {
+		writeError(w, compute, itemNotFound("The resource could not be found."))
+		return
+	}
+	svc, rest, found := compute, "", false
+	for _, p := range servicePrefixes {
+		if path == p.root || path == p.root+"/" {
+			// Version discovery needs no token.
+			s.serveVersions(w, base+"/"+region+"/", p.svc)
+			return
+		}
+		if r, ok := strings.CutPrefix(path, p.versioned); ok {
+			svc, rest, found = p.svc, r, true
+			break
+		}
+	}
+	if !found {
+		writeError(w, compute, itemNotFound("The resource could not be found."))
+		return
+	}
+	project, ok := s.project(r.Header.Get("X-Auth-Token"))
+	if !ok {
+		writeError(w, svc, unauthorized())
+		return
+	}
+	parts := strings.Split(strings.TrimSuffix(rest, "/"), "/")
+	var rt *route
+	for i := range routes {
+		if routes[i].match(svc, r.Method, parts) {
+			rt = &routes[i]
+			break
+		}
+	}
+	if rt == nil {
+		writeError(w, svc, itemNotFound(fmt.Sprintf("The resource could not be found: %s %s", r.Method, r.URL.Path)))
+		return
+	}
+	c := &call{ctx: r.Context(), s: s, base: base, region: region, project: project, rest: parts,
+		query: r.URL.Query(), body: body}
+	lost, ok := s.fault(w, svc, rt.op, r.Context())
+	if !ok {
+		return
+	}
+	s.tick()
+	out, err := rt.fn(c)
+	s.tick()
+	switch {
+	case lost:
+		writeError(w, svc, internalError())
+	case err != nil:
+		writeError(w, svc, err)
+	default:
+		writeJSON(w, out.status, out.body)
+	}
+}
+
+// fault applies an injected fault to a request of class op: it either
+// answers (ok false), or lets the request run, maybe with its answer lost.
+func (s *Server) fault(w http.ResponseWriter, svc service, op cloudsim.Op, ctx context.Context) (lost, ok bool) {
+	f, faulted := s.sim.Faults.Take(op)
+	if !faulted && op != cloudsim.OpAuth {
+		// Every request's token is checked: auth faults hit them all.
+		f, faulted = s.sim.Faults.Take(cloudsim.OpAuth)
+	}
+	if !faulted {
+		return false, true
+	}
+	switch f.Kind {
+	case cloudsim.FaultThrottle:
+		writeError(w, svc, overLimit())
+	case cloudsim.FaultQuota:
+		writeError(w, svc, quotaExceeded(f.Quota))
+	case cloudsim.FaultServer:
+		writeError(w, svc, internalError())
+	case cloudsim.FaultAuth:
+		writeError(w, svc, unauthorized())
+	case cloudsim.FaultSlow:
+		return false, sleepWall(ctx, f.Delay) == nil
+	case cloudsim.FaultLost:
+		return true, true
+	default:
+		return false, true
+	}
+	return false, false
+}
+
+// serveVersions answers a service's version discovery document.
+func (s *Server) serveVersions(w http.ResponseWriter, regionBase string, svc service) {
+	switch svc {
+	case network:
+		writeJSON(w, 200, map[string]any{"versions": []map[string]any{{"id": "v2.0", "status": "CURRENT",
+			"links": []map[string]string{{"rel": "self", "href": regionBase + "network/v2.0/"}}}}})
+	case image:
+		writeJSON(w, 300, map[string]any{"versions": []map[string]any{{"id": "v2.16", "status": "CURRENT",
+			"links": []map[string]string{{"rel": "self", "href": regionBase + "image/v2/"}}}}})
+	default:
+		writeJSON(w, 200, map[string]any{"versions": []map[string]any{{"id": "v2.1", "status": "CURRENT",
+			"version": "2.96", "min_version": "2.1", "updated": "2013-07-23T11:33:21Z",
+			"links": []map[string]string{{"rel": "self", "href": regionBase + "compute/v2.1/"}}}}})
+	}
+}
+
+func sleepWall(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// sleep waits the wall time of cloud latency d while serving c.
+func (c *call) sleep(d time.Duration) error {
+	if err := sleepWall(c.ctx, c.s.sim.Wall(d)); err != nil {
+		return internalError()
+	}
+	return nil
+}
+
+// page cuts items (sorted by id) by limit and marker, and returns the
+// next page's link when there is more.
+func page[T any](c *call, items []T, id func(T) string, self string) ([]T, []map[string]string, error) {
+	from := 0
+	if m := c.q("marker"); m != "" {
+		i := slices.IndexFunc(items, func(t T) bool { return id(t) == m })
+		if i < 0 {
+			return nil, nil, badRequest(fmt.Sprintf("marker [%s] not found", m))
+		}
+		from = i + 1
+	}
+	limit := len(items)
+	if l := c.q("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			return nil, nil, badRequest(fmt.Sprintf("Invalid input for field/attribute limit. Value: %s.", l))
+		}
+		if n > 0 {
+			limit = n
+		}
+	}
+	c.s.mu.Lock()
+	if c.s.pageSize > 0 {
+		limit = min(limit, c.s.pageSize)
+	}
+	c.s.mu.Unlock()
+	to := min(from+limit, len(items))
+	out := items[from:to]
+	if to == len(items) || len(out) == 0 {
+		return out, nil, nil
+	}
+	q := map[string][]string{}
+	for k, v := range c.query {
+		q[k] = v
+	}
+	q["marker"] = []string{id(out[len(out)-1])}
+	q["limit"] = []string{strconv.Itoa(limit)}
+	var enc []string
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		for _, v := range q[k] {
+			enc = append(enc, k+"="+urlQueryEscape(v))
+		}
+	}
+	return out, []map[string]string{{"rel": "next", "href": self + "?" + strings.Join(enc, "&")}}, nil
+}
+
+func urlQueryEscape(s string) string {
+	var b strings.Builder
+	for i := range len(s) {
+		ch := s[i]
+		if ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("-_.~", ch) >= 0 {
+			b.WriteByte(ch)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", ch)
+		}
+	}
+	return b.String()
+}
+
+func (c *call) url(svc string, parts ...string) string {
+	return c.base + "/" + c.region + "/" + svc + "/" + strings.Join(parts, "/")
+}
+
+// Resource is something that exists in the emulated cloud.
+type Resource struct {
+	Region string            `json:"region"`
+	Kind   string            `json:"kind"` // server, security-group, floating-ip, key-pair
+	ID     string            `json:"id"`
+	Name   string            `json:"name,omitempty"`
+	Status string            `json:"status,omitempty"`
+	Tags   map[string]string `json:"metadata,omitempty"`
+}
+
+// Resources lists every server (deleting ones included), security group
+// (but a project's default one), floating IP and key pair.
+func (s *Server) Resources() []Resource {
+	s.tick()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.sim.Time()
+	var out []Resource
+	for _, sv := range sortedBySeq(s.servers, func(v *server) uint64 { return v.seq }) {
+		out = append(out, Resource{Region: sv.region, Kind: "server", ID: sv.id, Name: sv.name,
+			Status: s.status(sv, now), Tags: maps.Clone(sv.metadata)})
+	}
+	for _, g := range sortedBySeq(s.groups, func(v *secGroup) uint64 { return v.seq }) {
+		if g.name == "default" {
+			continue // every project has it
+		}
+		out = append(out, Resource{Region: g.region, Kind: "security-group", ID: g.id, Name: g.name})
+	}
+	for _, f := range sortedBySeq(s.fips, func(v *floatingIP) uint64 { return v.seq }) {
+		out = append(out, Resource{Region: f.region, Kind: "floating-ip", ID: f.id, Name: f.address})
+	}
+	for _, k := range sortedBySeq(s.keypairs, func(v *keypair) uint64 { return v.seq }) {
+		out = append(out, Resource{Kind: "key-pair", ID: k.name, Name: k.name})
+	}
+	return out
+}
+
+func sortedBySeq[T any](m map[string]T, seq func(T) uint64) []T {
+	out := slices.Collect(maps.Values(m))
+	slices.SortFunc(out, func(a, b T) int { return cmp.Compare(seq(a), seq(b)) })
+	return out
+}
+
+func (s *Server) nextSeq() uint64 {
+	s.seq++
+	return s.seq
+}

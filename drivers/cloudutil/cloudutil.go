@@ -1,0 +1,111 @@
+// Package cloudutil is what the cloud drivers (aws, gce, openstack) share:
+// their error type, the district checks they make alike, and reading the
+// host keys cloud-init prints on a console.
+package cloudutil
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Error is a cloud's failure with the kind transit tells apart
+// (control.ErrQuota, ErrThrottled, ErrCloudAuth, ErrCloudNotFound,
+// districts.ErrInvalid) and a message naming what to look at. It wraps the
+// SDK's error, which never carries a secret.
+type Error struct {
+	Kind error
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return e.Msg
+	}
+	return e.Msg + ": " + e.Err.Error()
+}
+
+// Is matches the error's kind.
+func (e *Error) Is(target error) bool { return e.Kind != nil && target == e.Kind }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Invalid is a configuration problem of district d, naming the key in
+// format.
+func Invalid(d districts.District, format string, args ...any) error {
+	return &Error{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("districts.json: district %q: ", d.ID) + fmt.Sprintf(format, args...)}
+}
+
+// SSHCIDRs are the district's ssh_cidrs, normalised; default 0.0.0.0/0
+// (the nodes take only the cluster's key).
+func SSHCIDRs(d districts.District) ([]string, error) {
+	var out []string
+	for _, c := range d.SSHCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p.Masked() != p {
+			return nil, Invalid(d, "ssh_cidrs: %q is not a CIDR block such as 203.0.113.0/24", c)
+		}
+		out = append(out, p.String())
+	}
+	if len(out) == 0 {
+		out = []string{"0.0.0.0/0"}
+	}
+	return out, nil
+}
+
+// Backoff is the wait before retry n (from 1): a random duration up to
+// min(maxDelay, base·2^(n-1)), exponential backoff with full jitter.
+func Backoff(n int, base, maxDelay time.Duration) time.Duration {
+	ceil := maxDelay
+	if n >= 1 && n < 31 {
+		ceil = min(ceil, base<<(n-1))
+	}
+	if ceil <= 0 {
+		return 0
+	}
+	return rand.N(ceil + 1)
+}
+
+// ParseHostKeys returns the keys of the console's last cloud-init host
+// key block, in authorized_keys form without comments; nil while the
+// block is missing or still being printed.
+func ParseHostKeys(console string) []string {
+	const begin, end = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
+	i := strings.LastIndex(console, begin)
+	if i < 0 {
+		return nil
+	}
+	block, _, ok := strings.Cut(console[i+len(begin):], end)
+	if !ok {
+		return nil
+	}
+	var keys []string
+	for line := range strings.Lines(block) {
+		pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(strings.TrimSpace(line)))
+		if err != nil {
+			continue
+		}
+		keys = append(keys, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pk))))
+	}
+	return keys
+}
+
+// CloudConfig is the cloud-config user data that lets root in with the
+// cluster's key: transit installs the platform over SSH as root, and cloud
+// images allow only their default user unless told otherwise.
+func CloudConfig(authorizedKey string) string {
+	q, _ := json.Marshal(strings.TrimSpace(authorizedKey)) // a string always marshals; JSON is YAML
+	return "#cloud-config\n" +
+		"# transit: root logs in with the cluster's SSH key.\n" +
+		"disable_root: false\n" +
+		"ssh_authorized_keys:\n" +
+		"  - " + string(q) + "\n"
+}

@@ -1,0 +1,36 @@
+package openstack
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/drivers/drivertest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+		return w.driver(w.district(), w.credential(), fast())
+	}, drivertest.Config{
+		Cluster:           "conf",
+		District:          "os-test",
+		Flavor:            "small",
+		MachineType:       "m1.small",
+		AuthorizedKey:     newKey(t),
+		SharedDistrict:    true,
+		MissingProviderID: "00000000-0000-4000-8000-000000000000",
+		Cloud:             cloud{w},
+		CredentialID:      "os-cred",
+		Secrets:           secrets(),
+		Zones:             zones,
+		Timeout:           30 * time.Second,
+		Poll:              10 * time.Millisecond,
+	})
+	for _, r := range w.srv.Resources() {
+		if r.Kind != "key-pair" {
+			t.Errorf("left behind: %+v", r)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package openstack
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/gophercloud/gophercloud/v2"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
+)
+
+type cloudError = cloudutil.Error
+
+func invalid(d districts.District, format string, args ...any) error {
+	return cloudutil.Invalid(d, format, args...)
+}
+
+func sshCIDRs(d districts.District) ([]string, error) { return cloudutil.SSHCIDRs(d) }
+
+// quotaName finds the quota in Nova's "Quota exceeded for instances: ...".
+var quotaName = regexp.MustCompile(`Quota exceeded for ([A-Za-z0-9_,\s-]+?)[:.]`)
+
+// wrap says what failed (what: "launch node n1") and what it means.
+func (drv *driver) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var already *cloudError
+	if errors.As(err, &already) {
+		return err
+	}
+	prefix := fmt.Sprintf("openstack district %q: %s", drv.d.ID, what)
+	var reauth *gophercloud.ErrUnableToReauthenticate
+	if errors.As(err, &reauth) {
+		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: Keystone refused %s", prefix, drv.credName), Err: err}
+	}
+	body := ""
+	var ue gophercloud.ErrUnexpectedResponseCode
+	if errors.As(err, &ue) {
+		body = string(ue.Body)
+	}
+	switch s := status(err); {
+	case s == 401:
+		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: OpenStack refused %s (401)", prefix, drv.credName), Err: err}
+	case s == 429:
+		return &cloudError{Kind: control.ErrThrottled,
+			Msg: fmt.Sprintf("%s: OpenStack kept rate-limiting the requests through %d attempts", prefix, drv.opts.RetryMaxAttempts), Err: err}
+	case (s == 403 || s == 413) && strings.Contains(body, "Quota exceeded"):
+		return &cloudError{Kind: control.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s", prefix, quotaOf(body), drv.d.OSRegion), Err: err}
+	case s == 403:
+		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: OpenStack refused %s the request (403)", prefix, drv.credName), Err: err}
+	case s == 400 && strings.Contains(body, "image"):
+		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: os_image: OpenStack says %s", prefix, drv.d.ID, body), Err: err}
+	case s == 400 && strings.Contains(body, "Flavor"):
+		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: flavors[].os_flavor: OpenStack says %s", prefix, drv.d.ID, body), Err: err}
+	case s == 400 && strings.Contains(body, "availability zone"):
+		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: os_zones: OpenStack says %s", prefix, drv.d.ID, body), Err: err}
+	case s == 400 && strings.Contains(body, "Network"):
+		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: os_network: OpenStack says %s", prefix, drv.d.ID, body), Err: err}
+	case s == 404:
+		return &cloudError{Kind: control.ErrCloudNotFound, Msg: prefix, Err: err}
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// quotaOf names the quota in a Nova quota message.
+func quotaOf(body string) string {
+	if m := quotaName.FindStringSubmatch(body); m != nil {
+		return strings.TrimSpace(m[1])
+	}
+	return "(unnamed: " + body + ")"
+}
+
+// neutronType is the type of a Neutron error answer
+// ("SecurityGroupInUse"), or "".
+func neutronType(err error) string {
+	var ue gophercloud.ErrUnexpectedResponseCode
+	if !errors.As(err, &ue) {
+		return ""
+	}
+	m := neutronErr.FindSubmatch(ue.Body)
+	if m == nil {
+		return ""
+	}
+	return string(m[1])
+}
+
+var neutronErr = regexp.MustCompile(`"type"\s*:\s*"([A-Za-z]+)"`)
+
+func isNotFound(err error) bool { return status(err) == 404 }

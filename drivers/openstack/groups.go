@@ -1,0 +1,312 @@
+package openstack
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cloudtransit/transit/control"
+)
+
+// groupMeta is transit's identity of a security group, as JSON in its
+// description (Neutron's tags are plain strings, not key and value).
+type groupMeta struct {
+	Transit string            `json:"transit"` // GroupSpec.Name
+	Tags    map[string]string `json:"tags"`
+}
+
+// The descriptions of transit's ingress rules: the nodes' (all traffic
+// from a node's address) and SSH's (TCP 22 from ssh_cidrs).
+const (
+	nodesRule = "transit: a node of the cluster"
+	sshRule   = "transit: ssh"
+)
+
+// wantRule is an ingress rule as transit compares them.
+type wantRule struct {
+	ssh    bool
+	prefix string // masked CIDR
+}
+
+func ruleOf(r rules.SecGroupRule) (wantRule, bool) {
+	if r.Direction != "ingress" || r.RemoteIPPrefix == "" || r.RemoteGroupID != "" {
+		return wantRule{}, false
+	}
+	p, err := netip.ParsePrefix(r.RemoteIPPrefix)
+	if err != nil {
+		return wantRule{}, false
+	}
+	p = p.Masked()
+	switch {
+	case r.Protocol == "" && r.PortRangeMin == 0 && r.PortRangeMax == 0:
+		return wantRule{prefix: p.String()}, true
+	case r.Protocol == "tcp" && r.PortRangeMin == 22 && r.PortRangeMax == 22:
+		return wantRule{ssh: true, prefix: p.String()}, true
+	}
+	return wantRule{}, false
+}
+
+func (drv *driver) wanted(sources []string) (map[wantRule]bool, error) {
+	want := map[wantRule]bool{}
+	for _, s := range sources {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			p, perr := netip.ParsePrefix(s)
+			if perr != nil {
+				return nil, fmt.Errorf("openstack district %q: source %q is not an address", drv.d.ID, s)
+			}
+			want[wantRule{prefix: p.Masked().String()}] = true
+			continue
+		}
+		want[wantRule{prefix: netip.PrefixFrom(a, a.BitLen()).String()}] = true
+	}
+	for _, c := range drv.sshCIDRs {
+		want[wantRule{ssh: true, prefix: c}] = true
+	}
+	return want, nil
+}
+
+// transitGroup is a security group transit made, with its identity.
+type transitGroup struct {
+	g    groups.SecGroup
+	meta groupMeta
+}
+
+func (tg transitGroup) group() control.Group {
+	out := control.Group{ProviderID: tg.g.ID, Name: tg.meta.Transit, Tags: maps.Clone(tg.meta.Tags)}
+	for _, r := range tg.g.Rules {
+		if w, ok := ruleOf(r); ok && !w.ssh {
+			p := netip.MustParsePrefix(w.prefix)
+			if p.IsSingleIP() {
+				out.Sources = append(out.Sources, p.Addr().String())
+			} else {
+				out.Sources = append(out.Sources, w.prefix)
+			}
+		}
+	}
+	slices.Sort(out.Sources)
+	return out
+}
+
+// listGroups pages through the project's security groups (name: only
+// those of that name) and returns transit's.
+func (drv *driver) listGroups(ctx context.Context, name string) ([]transitGroup, error) {
+	var all []groups.SecGroup
+	err := drv.retry(ctx, func() error {
+		pages, err := groups.List(drv.netw, groups.ListOpts{Name: name}).AllPages(ctx)
+		if err != nil {
+			return err
+		}
+		all, err = groups.ExtractGroups(pages)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []transitGroup
+	for _, g := range all {
+		var m groupMeta
+		if json.Unmarshal([]byte(g.Description), &m) != nil || m.Transit == "" {
+			continue
+		}
+		out = append(out, transitGroup{g: g, meta: m})
+	}
+	return out, nil
+}
+
+// findGroup is transit's group named name, the oldest if two creates
+// raced.
+func (drv *driver) findGroup(ctx context.Context, name string) (*transitGroup, error) {
+	gs, err := drv.listGroups(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var found *transitGroup
+	for i := range gs {
+		if gs[i].meta.Transit != name {
+			continue
+		}
+		if found == nil || gs[i].g.CreatedAt.Before(found.g.CreatedAt) {
+			found = &gs[i]
+		}
+	}
+	return found, nil
+}
+
+// EnsureGroup creates the group or makes its ingress rules exactly the
+// spec's: all traffic from each source and TCP 22 from ssh_cidrs. Missing
+// rules are added in one bulk request, extra ones deleted in parallel.
+func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (control.Group, error) {
+	what := "ensure security group " + spec.Name
+	if err := drv.clients(ctx); err != nil {
+		return control.Group{}, err
+	}
+	want, err := drv.wanted(spec.Sources)
+	if err != nil {
+		return control.Group{}, err
+	}
+	tg, err := drv.findGroup(ctx, spec.Name)
+	if err != nil {
+		return control.Group{}, drv.wrap(what, err)
+	}
+	if tg == nil {
+		meta, err := json.Marshal(groupMeta{Transit: spec.Name, Tags: spec.Tags})
+		if err != nil {
+			return control.Group{}, err
+		}
+		if len(meta) > 255 {
+			return control.Group{}, fmt.Errorf("openstack district %q: %s: its tags do not fit a security group's description (%d of 255 bytes)", drv.d.ID, what, len(meta))
+		}
+		first := true
+		err = drv.retry(ctx, func() error {
+			if !first {
+				// The last create's answer may be lost, its group made.
+				if tg, err = drv.findGroup(ctx, spec.Name); err != nil || tg != nil {
+					return err
+				}
+			}
+			first = false
+			g, err := groups.Create(ctx, drv.netw, groups.CreateOpts{Name: spec.Name, Description: string(meta)}).Extract()
+			if err == nil {
+				tg = &transitGroup{g: *g, meta: groupMeta{Transit: spec.Name, Tags: spec.Tags}}
+			}
+			return err
+		})
+		if err != nil {
+			return control.Group{}, drv.wrap(what, err)
+		}
+	}
+	for round := 0; ; round++ {
+		changed, err := drv.reconcile(ctx, tg, want)
+		if err == nil && !changed {
+			return tg.group(), nil
+		}
+		if err != nil && (neutronType(err) != "SecurityGroupRuleExists" || round >= 3) {
+			return control.Group{}, drv.wrap(what, err)
+		}
+		// Re-read what the group holds now: another run's change, or a
+		// lost answer's.
+		var g *groups.SecGroup
+		err = drv.retry(ctx, func() error {
+			var err error
+			g, err = groups.Get(ctx, drv.netw, tg.g.ID).Extract()
+			return err
+		})
+		if err != nil {
+			return control.Group{}, drv.wrap(what, err)
+		}
+		tg.g = *g
+		if round >= 3 {
+			return tg.group(), nil
+		}
+	}
+}
+
+// reconcile adds the missing rules and deletes the extra ones, and says
+// whether it changed anything.
+func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wantRule]bool) (bool, error) {
+	have := map[wantRule]bool{}
+	var extra []string
+	for _, r := range tg.g.Rules {
+		w, ok := ruleOf(r)
+		switch {
+		case !ok:
+		case want[w] && !have[w]:
+			have[w] = true
+		default:
+			extra = append(extra, r.ID)
+		}
+	}
+	var add []rules.CreateOpts
+	for _, w := range slices.SortedFunc(maps.Keys(want), func(a, b wantRule) int {
+		if a.ssh != b.ssh {
+			if a.ssh {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.prefix, b.prefix)
+	}) {
+		if have[w] {
+			continue
+		}
+		et := rules.EtherType4
+		if netip.MustParsePrefix(w.prefix).Addr().Is6() {
+			et = rules.EtherType6
+		}
+		o := rules.CreateOpts{Direction: rules.DirIngress, EtherType: et, SecGroupID: tg.g.ID, RemoteIPPrefix: w.prefix, Description: nodesRule}
+		if w.ssh {
+			o.Protocol, o.PortRangeMin, o.PortRangeMax, o.Description = rules.ProtocolTCP, 22, 22, sshRule
+		}
+		add = append(add, o)
+	}
+	if len(add) > 0 {
+		err := drv.retry(ctx, func() error {
+			_, err := rules.CreateBulk(ctx, drv.netw, add).Extract()
+			return err
+		})
+		if err != nil {
+			return true, err
+		}
+	}
+	if len(extra) > 0 {
+		var g errgroup.Group
+		g.SetLimit(8)
+		for _, id := range extra {
+			g.Go(func() error {
+				err := drv.retry(ctx, func() error { return rules.Delete(ctx, drv.netw, id).ExtractErr() })
+				if isNotFound(err) {
+					return nil
+				}
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return true, err
+		}
+	}
+	return len(add) > 0 || len(extra) > 0, nil
+}
+
+// DeleteGroup deletes the group. While servers that used it are still
+// deleting Neutron refuses (409 SecurityGroupInUse): it retries with
+// backoff for up to GroupDeleteWait. A missing group is fine.
+func (drv *driver) DeleteGroup(ctx context.Context, g control.Group) error {
+	what := "delete security group " + g.Name
+	if err := drv.clients(ctx); err != nil {
+		return err
+	}
+	id := g.ProviderID
+	if id == "" {
+		tg, err := drv.findGroup(ctx, g.Name)
+		if err != nil || tg == nil {
+			return drv.wrap(what, err)
+		}
+		id = tg.g.ID
+	}
+	deadline := drv.opts.Clock.Now().Add(drv.opts.GroupDeleteWait)
+	for i := 0; ; i++ {
+		err := drv.retry(ctx, func() error { return groups.Delete(ctx, drv.netw, id).ExtractErr() })
+		switch {
+		case err == nil || isNotFound(err):
+			return nil
+		case neutronType(err) == "SecurityGroupInUse":
+			if drv.opts.Clock.Now().After(deadline) {
+				return drv.wrap(fmt.Sprintf("%s (%s): still in use after %s", what, id, drv.opts.GroupDeleteWait), err)
+			}
+			if werr := drv.wait(ctx, i); werr != nil {
+				return drv.wrap(what, werr)
+			}
+			continue
+		}
+		return drv.wrap(what, err)
+	}
+}

@@ -1,0 +1,181 @@
+package openstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/openstack"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/drivertest"
+)
+
+const (
+	region   = "RegionOne"
+	project  = "transit-test"
+	user     = "transit"
+	password = "s3cret-Pa55word-never-shown"
+	appID    = "a1b2c3d4e5f6"
+	appKey   = "app-secret-never-shown-9f8e7d"
+)
+
+var zones = []string{"nova", "az2", "az3"}
+
+// world is one test's emulated OpenStack cloud on loopback, and what the
+// driver sent it.
+type world struct {
+	t   *testing.T
+	sim *cloudsim.Sim
+	srv *openstack.Server
+	url string
+
+	mu       sync.Mutex
+	requests []string // "METHOD path?query"
+	bodies   []string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero})}
+	w.srv = openstack.New(w.sim, openstack.Options{
+		Users:          []openstack.User{{Name: user, Password: password, Project: project}},
+		AppCredentials: []openstack.AppCredential{{ID: appID, Secret: appKey, Project: project}},
+		Zones:          zones,
+	})
+	ts := httptest.NewServer(http.HandlerFunc(w.serve))
+	w.url = ts.URL
+	t.Cleanup(func() {
+		ts.Close()
+		w.srv.Close()
+	})
+	return w
+}
+
+// serve records each request, then lets the emulator answer.
+func (w *world) serve(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	w.mu.Lock()
+	w.requests = append(w.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	w.bodies = append(w.bodies, string(body))
+	w.mu.Unlock()
+	w.srv.ServeHTTP(rw, r)
+}
+
+// sent returns the requests whose "METHOD path?query" contains substr.
+func (w *world) sent(substr string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, r := range w.requests {
+		if strings.Contains(r, substr) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (w *world) district(mod ...func(*districts.District)) districts.District {
+	d := districts.District{
+		Type: "district", ID: "os-test", Provider: districts.ProviderOpenStack, CredentialID: "os-cred",
+		OSAuthURL: w.url + "/identity/v3", OSRegion: region, OSZones: zones, OSNetwork: openstack.PrivateNetwork,
+		Flavors: []districts.DistrictFlavor{{Flavor: "small", OSFlavor: "m1.small"}},
+	}
+	for _, m := range mod {
+		m(&d)
+	}
+	return d
+}
+
+func (w *world) credential() *districts.Credential {
+	return &districts.Credential{Type: "credential", ID: "os-cred", Provider: districts.ProviderOpenStack,
+		OSUsername: user, OSPassword: password, OSProjectName: project, OSDomainName: "Default"}
+}
+
+func secrets() []string { return []string{password, appKey} }
+
+// fast are Options for tests: short waits, few attempts.
+func fast() Options {
+	return Options{RetryMaxAttempts: 4, RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond,
+		PollInterval: 5 * time.Millisecond, PollMaxInterval: 20 * time.Millisecond, HostKeyWait: 2 * time.Second,
+		GroupDeleteWait: 20 * time.Second}
+}
+
+func (w *world) driver(d districts.District, cred *districts.Credential, opts Options) *driver {
+	w.t.Helper()
+	drv, err := New(w.t.Context(), d, cred, opts)
+	if err != nil {
+		w.t.Fatalf("New: %v", err)
+	}
+	return drv.(*driver)
+}
+
+// cloud is the world as drivertest.Cloud.
+type cloud struct{ w *world }
+
+func (c cloud) Faults() *cloudsim.Faults { return &c.w.sim.Faults }
+func (c cloud) Plant(ctx context.Context, tags map[string]string) (string, error) {
+	return c.w.srv.Plant(ctx, region, project, tags)
+}
+func (c cloud) Remove(ctx context.Context, id string) error {
+	return c.w.srv.Remove(ctx, region, project, id)
+}
+func (c cloud) SetPageSize(n int)             { c.w.srv.SetPageSize(n) }
+func (c cloud) SetLatency(l cloudsim.Latency) { c.w.srv.SetLatency(l) }
+
+var _ drivertest.Cloud = cloud{}
+
+func newKey(t testing.TB) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))) + " transit-test"
+}
+
+func groupSpec(cluster, district string, sources ...string) control.GroupSpec {
+	return control.GroupSpec{
+		Name: control.GroupName(cluster, district), Cluster: cluster, District: district,
+		Tags:    map[string]string{districts.TagCluster: cluster, districts.TagDistrict: district},
+		Sources: sources,
+	}
+}
+
+func launchSpec(cluster, district, node, zone, group, key string) control.LaunchSpec {
+	n := districts.Node{ID: node, Cluster: cluster, District: district, Role: districts.RoleWorker, Flavor: "small", Zone: zone}
+	return control.LaunchSpec{Node: n, MachineType: "m1.small", GroupID: group, Tags: control.IdentityTags(n, "lin-1"), AuthorizedKey: key}
+}
+
+func (w *world) wantKind(err, kind error) {
+	w.t.Helper()
+	for _, s := range secrets() {
+		if err != nil && strings.Contains(err.Error(), s) {
+			w.t.Errorf("error shows a secret: %v", err)
+		}
+	}
+	if !errors.Is(err, kind) {
+		w.t.Fatalf("error %v does not match %v", err, kind)
+	}
+}

@@ -1,0 +1,177 @@
+package openstack
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// mine says whether tags put a resource in this district of cluster: the
+// cluster's tag, and this district's tag or none (a server another tool
+// made with only the cluster's tag).
+func (drv *driver) mine(tags map[string]string, cluster string) bool {
+	dist, has := tags[districts.TagDistrict]
+	return tags[districts.TagCluster] == cluster && (!has || dist == drv.d.ID)
+}
+
+// List returns the cluster's servers (by their metadata) and security
+// groups (by the identity in their description) in the district.
+func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+	what := "list cluster " + cluster
+	if err := drv.clients(ctx); err != nil {
+		return nil, nil, err
+	}
+	all, err := drv.listServers(ctx, "")
+	if err != nil {
+		return nil, nil, drv.wrap(what, err)
+	}
+	var out []control.Instance
+	for _, sv := range all {
+		if drv.mine(sv.Metadata, cluster) {
+			out = append(out, toInstance(sv))
+		}
+	}
+	tgs, err := drv.listGroups(ctx, "")
+	if err != nil {
+		return nil, nil, drv.wrap(what, err)
+	}
+	var groups []control.Group
+	for _, tg := range tgs {
+		if drv.mine(tg.meta.Tags, cluster) {
+			groups = append(groups, tg.group())
+		}
+	}
+	return out, groups, nil
+}
+
+// deleting says whether Nova is deleting the server.
+func deleting(sv servers.Server) bool {
+	return sv.TaskState == "deleting" || sv.Status == "DELETED" || sv.Status == "SOFT_DELETED"
+}
+
+func toInstance(sv servers.Server) control.Instance {
+	inst := control.Instance{ProviderID: sv.ID, Tags: maps.Clone(sv.Metadata), Zone: sv.AvailabilityZone,
+		PrivateIP: fixedIP(sv), CreatedAt: sv.Created, State: control.InstancePending}
+	inst.PublicIP = addressOf(sv, "floating")
+	if inst.PublicIP == "" {
+		inst.PublicIP = inst.PrivateIP
+	}
+	switch {
+	case deleting(sv):
+		inst.State = control.InstanceTerminating
+	case sv.Status == "ACTIVE":
+		inst.State = control.InstanceRunning
+	}
+	return inst
+}
+
+func fixedIP(sv servers.Server) string { return addressOf(sv, "fixed") }
+
+// addressOf is the server's first IPv4 address of kind ("fixed",
+// "floating"), in network name order.
+func addressOf(sv servers.Server, kind string) string {
+	for _, netName := range slices.Sorted(maps.Keys(sv.Addresses)) {
+		list, _ := sv.Addresses[netName].([]any)
+		for _, a := range list {
+			m, _ := a.(map[string]any)
+			addr, _ := m["addr"].(string)
+			typ, _ := m["OS-EXT-IPS:type"].(string)
+			version, _ := m["version"].(float64)
+			if addr != "" && typ == kind && version != 6 {
+				return addr
+			}
+		}
+	}
+	return ""
+}
+
+// Terminate looks first (a missing server is fine; one without transit's
+// cluster tag is refused), releases its floating IPs, deletes it, and
+// does not wait.
+func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
+	what := "terminate server " + inst.ProviderID
+	if err := drv.clients(ctx); err != nil {
+		return err
+	}
+	var sv *servers.Server
+	err := drv.retry(ctx, func() error {
+		var err error
+		sv, err = servers.Get(ctx, drv.compute, inst.ProviderID).Extract()
+		return err
+	})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return drv.wrap(what, err)
+	}
+	if sv.Metadata[districts.TagCluster] == "" {
+		return fmt.Errorf("openstack district %q: %s: it carries no %s tag: not transit's to delete", drv.d.ID, what, districts.TagCluster)
+	}
+	if err := drv.releaseFloatingIPs(ctx, sv); err != nil {
+		return drv.wrap(what+": release its floating IPs", err)
+	}
+	err = drv.retry(ctx, func() error { return servers.Delete(ctx, drv.compute, sv.ID).ExtractErr() })
+	if isNotFound(err) {
+		return nil
+	}
+	return drv.wrap(what, err)
+}
+
+// releaseFloatingIPs deletes the floating IPs on the server's ports and
+// those marked as its own (a lost create's): Neutron keeps them, and
+// their addresses, after the server is gone.
+func (drv *driver) releaseFloatingIPs(ctx context.Context, sv *servers.Server) error {
+	var fips []floatingips.FloatingIP
+	err := drv.retry(ctx, func() error {
+		fips = nil
+		pages, err := ports.List(drv.netw, ports.ListOpts{DeviceID: sv.ID}).AllPages(ctx)
+		if err != nil {
+			return err
+		}
+		ps, err := ports.ExtractPorts(pages)
+		if err != nil {
+			return err
+		}
+		opts := []floatingips.ListOpts{{Description: fipDescription(sv.Name)}}
+		for _, p := range ps {
+			opts = append(opts, floatingips.ListOpts{PortID: p.ID})
+		}
+		seen := map[string]bool{}
+		for _, o := range opts {
+			pages, err := floatingips.List(drv.netw, o).AllPages(ctx)
+			if err != nil {
+				return err
+			}
+			fs, err := floatingips.ExtractFloatingIPs(pages)
+			if err != nil {
+				return err
+			}
+			for _, f := range fs {
+				if !seen[f.ID] {
+					seen[f.ID] = true
+					fips = append(fips, f)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range fips {
+		err := drv.retry(ctx, func() error { return floatingips.Delete(ctx, drv.netw, f.ID).ExtractErr() })
+		if err != nil && !isNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,286 @@
+package openstack
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	gopenstack "github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
+
+	"github.com/cloudtransit/transit/clock"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// Defaults of Options, right for a real OpenStack cloud.
+const (
+	DefaultRetryMaxAttempts = 8
+	DefaultRetryBaseDelay   = 500 * time.Millisecond
+	DefaultRetryMaxDelay    = 20 * time.Second
+	DefaultPollInterval     = 2 * time.Second
+	DefaultPollMaxInterval  = 15 * time.Second
+	DefaultLaunchWait       = 10 * time.Minute
+	DefaultHostKeyWait      = 2 * time.Minute
+	DefaultGroupDeleteWait  = 5 * time.Minute
+)
+
+// DefaultImage is the image name used without os_image.
+const DefaultImage = "debian-12"
+
+// Options tune the driver; the zero value is right for a real cloud.
+// Tests shorten the waits.
+type Options struct {
+	// RetryMaxAttempts bounds the attempts of one API request: 429, 5xx
+	// answers and connection errors are retried (default
+	// DefaultRetryMaxAttempts).
+	RetryMaxAttempts int
+	// RetryBaseDelay and RetryMaxDelay shape the wait before retry n: a
+	// random duration up to min(RetryMaxDelay, RetryBaseDelay·2^(n-1)).
+	RetryBaseDelay, RetryMaxDelay time.Duration
+	// PollInterval is the first wait between polls of a building server
+	// and its console; it doubles up to PollMaxInterval.
+	PollInterval, PollMaxInterval time.Duration
+	// LaunchWait bounds how long Launch waits for the server to be
+	// ACTIVE with its addresses.
+	LaunchWait time.Duration
+	// HostKeyWait bounds how long Launch waits for cloud-init to print
+	// the host keys on the console; without them the first key presented
+	// over SSH is trusted.
+	HostKeyWait time.Duration
+	// GroupDeleteWait bounds how long DeleteGroup retries a group that
+	// deleting servers still use (409 SecurityGroupInUse).
+	GroupDeleteWait time.Duration
+	// Clock times the waits (default the wall clock).
+	Clock clock.Clock
+	// HTTPClient, if set, makes every request (tests count them).
+	HTTPClient *http.Client
+}
+
+func (o Options) withDefaults() Options {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	if o.RetryMaxAttempts <= 0 {
+		o.RetryMaxAttempts = DefaultRetryMaxAttempts
+	}
+	set(&o.RetryBaseDelay, DefaultRetryBaseDelay)
+	set(&o.RetryMaxDelay, DefaultRetryMaxDelay)
+	set(&o.PollInterval, DefaultPollInterval)
+	set(&o.PollMaxInterval, DefaultPollMaxInterval)
+	set(&o.LaunchWait, DefaultLaunchWait)
+	set(&o.HostKeyWait, DefaultHostKeyWait)
+	set(&o.GroupDeleteWait, DefaultGroupDeleteWait)
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	return o
+}
+
+type driver struct {
+	d        districts.District
+	credName string // how errors name the credentials
+	opts     Options
+	auth     gophercloud.AuthOptions
+	tls      *tls.Config
+	sshCIDRs []string
+
+	// authMu guards the clients, made at the first request: New makes
+	// none, so a cloud that is down fails the request, not the setup.
+	authMu        sync.Mutex
+	compute, netw *gophercloud.ServiceClient
+	image         *gophercloud.ServiceClient
+	mu            sync.Mutex
+	imageID       string
+	flavors       map[string]string // name or id → id
+	networkID     string
+	floatingNetID string
+	keys          map[string]bool // key pair names known to hold the cluster's key
+	keyMu         sync.Mutex
+
+	// placeMu makes "count the servers per zone, pick the emptiest" one
+	// step across concurrent launches; inflight holds the zone of each
+	// launch between that step and its return, by server name.
+	placeMu  sync.Mutex
+	inflight map[string]string
+}
+
+var _ control.Infrastructure = (*driver)(nil)
+
+// New returns the driver of an OpenStack district. cred is the district's
+// credential: a user and password or an application credential, or
+// os_cloud naming a clouds.yaml entry; nil, or a credential with none of
+// these, means the OS_* environment. New makes no API request.
+func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (control.Infrastructure, error) {
+	if d.Provider != districts.ProviderOpenStack {
+		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderOpenStack)
+	}
+	if d.OSRegion == "" {
+		return nil, invalid(d, "os_region: missing")
+	}
+	drv := &driver{d: d, opts: opts.withDefaults(), inflight: map[string]string{}, keys: map[string]bool{},
+		flavors: map[string]string{}, credName: "the OS_* environment"}
+	var err error
+	if drv.sshCIDRs, err = sshCIDRs(d); err != nil {
+		return nil, err
+	}
+	authErr := func(err error) error {
+		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("openstack district %q: read %s", d.ID, drv.credName), Err: err}
+	}
+	switch {
+	case cred != nil && cred.Provider != districts.ProviderOpenStack:
+		return nil, invalid(d, "credential %q is for provider %q", cred.ID, cred.Provider)
+	case cred != nil && cred.OSCloud != "":
+		drv.credName = fmt.Sprintf("credential %q (os_cloud %s in clouds.yaml)", cred.ID, cred.OSCloud)
+		ao, _, tlsConf, err := clouds.Parse(clouds.WithCloudName(cred.OSCloud))
+		if err != nil {
+			return nil, authErr(err)
+		}
+		drv.auth, drv.tls = ao, tlsConf
+	case cred != nil && cred.OSApplicationCredentialID != "":
+		drv.credName = fmt.Sprintf("credential %q (application credential %s)", cred.ID, cred.OSApplicationCredentialID)
+		drv.auth = gophercloud.AuthOptions{ApplicationCredentialID: cred.OSApplicationCredentialID,
+			ApplicationCredentialSecret: string(cred.OSApplicationCredentialSecret)}
+	case cred != nil && cred.OSUsername != "":
+		drv.credName = fmt.Sprintf("credential %q (user %s)", cred.ID, cred.OSUsername)
+		domain := cmpOr(cred.OSDomainName, "Default")
+		drv.auth = gophercloud.AuthOptions{Username: cred.OSUsername, Password: string(cred.OSPassword),
+			DomainName: domain, Scope: &gophercloud.AuthScope{ProjectName: cred.OSProjectName, DomainName: domain}}
+	default:
+		if cred != nil {
+			drv.credName = fmt.Sprintf("credential %q (the OS_* environment)", cred.ID)
+		}
+		ao, err := gopenstack.AuthOptionsFromEnv()
+		if err != nil && d.OSAuthURL == "" {
+			return nil, authErr(err)
+		}
+		drv.auth = ao
+	}
+	if d.OSAuthURL != "" {
+		drv.auth.IdentityEndpoint = d.OSAuthURL
+	}
+	if drv.auth.IdentityEndpoint == "" {
+		return nil, invalid(d, "os_auth_url: missing, and %s names no auth URL", drv.credName)
+	}
+	drv.auth.AllowReauth = true
+	return drv, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// clients authenticates once and returns the service clients.
+func (drv *driver) clients(ctx context.Context) error {
+	drv.authMu.Lock()
+	defer drv.authMu.Unlock()
+	if drv.compute != nil {
+		return nil
+	}
+	what := "authenticate with " + drv.credName
+	var pc *gophercloud.ProviderClient
+	err := drv.retry(ctx, func() error {
+		var err error
+		pc, err = gopenstack.NewClient(drv.auth.IdentityEndpoint)
+		if err != nil {
+			return err
+		}
+		hc := http.Client{}
+		if drv.opts.HTTPClient != nil {
+			hc = *drv.opts.HTTPClient
+		}
+		if drv.tls != nil {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = drv.tls
+			hc.Transport = tr
+		}
+		pc.HTTPClient = hc
+		return gopenstack.Authenticate(ctx, pc, drv.auth)
+	})
+	if err != nil {
+		return drv.wrap(what, err)
+	}
+	eo := gophercloud.EndpointOpts{Region: drv.d.OSRegion}
+	var cerr, nerr, ierr error
+	drv.compute, cerr = gopenstack.NewComputeV2(pc, eo)
+	drv.netw, nerr = gopenstack.NewNetworkV2(pc, eo)
+	drv.image, ierr = gopenstack.NewImageV2(pc, eo)
+	if err := errors.Join(cerr, nerr, ierr); err != nil {
+		drv.compute = nil
+		var nf *gophercloud.ErrEndpointNotFound
+		if errors.As(err, &nf) {
+			return invalid(drv.d, "os_region: region %q has no compute, network or image endpoint in the catalog of %s", drv.d.OSRegion, drv.credName)
+		}
+		return drv.wrap("find the compute, network and image endpoints", err)
+	}
+	return nil
+}
+
+// retry runs fn until it succeeds, fails for good, or has been tried
+// RetryMaxAttempts times: throttling, 5xx answers and connection errors
+// are retried with exponential backoff and full jitter. fn must be safe
+// to repeat: creates look for what a lost answer made before they make
+// it again.
+func (drv *driver) retry(ctx context.Context, fn func() error) error {
+	for n := 1; ; n++ {
+		err := fn()
+		if err == nil || n >= drv.opts.RetryMaxAttempts || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		ceil := drv.opts.RetryMaxDelay
+		if n < 31 {
+			ceil = min(ceil, drv.opts.RetryBaseDelay<<(n-1))
+		}
+		if ceil > 0 {
+			if serr := drv.opts.Clock.Sleep(ctx, rand.N(ceil+1)); serr != nil {
+				return err
+			}
+		}
+	}
+}
+
+// status is the HTTP status of an API error, or 0.
+func status(err error) int {
+	var ue gophercloud.ErrUnexpectedResponseCode
+	if errors.As(err, &ue) {
+		return ue.Actual
+	}
+	var se interface{ GetStatusCode() int }
+	if errors.As(err, &se) {
+		return se.GetStatusCode()
+	}
+	return 0
+}
+
+func retryable(err error) bool {
+	if s := status(err); s == 429 || s >= 500 {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// wait sleeps for the poll interval after n polls (doubling, capped).
+func (drv *driver) wait(ctx context.Context, n int) error {
+	d := drv.opts.PollInterval
+	for i := 0; i < n && d < drv.opts.PollMaxInterval; i++ {
+		d *= 2
+	}
+	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
+}
+
