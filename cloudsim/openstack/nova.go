@@ -184,7 +184,7 @@ func (c *call) createServer() (reply, error) {
 		}
 	}
 	if !slices.ContainsFunc(c.s.opts.Images, func(im Image) bool { return im.ID == r.ImageRef }) {
-		return reply{}, badRequest(fmt.Sprintf("Can not find requested image"))
+		return reply{}, badRequest("Can not find requested image")
 	}
 	if !slices.ContainsFunc(c.s.opts.Flavors, func(f Flavor) bool { return f.ID == r.FlavorRef }) {
 		return reply{}, badRequest(fmt.Sprintf("Flavor %s could not be found.", r.FlavorRef))
@@ -332,10 +332,10 @@ func (c *call) xServer(sv *server, now time.Time) map[string]any {
 	s := c.s
 	status := s.status(sv, now)
 	task, vm, power := any(nil), "active", 1
-	switch {
-	case status == "BUILD":
+	switch status {
+	case "BUILD":
 		task, vm, power = "spawning", "building", 0
-	case status == "ERROR":
+	case "ERROR":
 		vm, power = "error", 0
 	}
 	if sv.deleting {

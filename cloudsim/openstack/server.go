@@ -397,7 +397,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &call{ctx: r.Context(), s: s, base: base, region: region, project: project, rest: parts,
 		query: r.URL.Query(), body: body}
-	lost, ok := s.fault(w, svc, rt.op, r.Context())
+	lost, ok := s.fault(r.Context(), w, svc, rt.op)
 	if !ok {
 		return
 	}
@@ -416,7 +416,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // fault applies an injected fault to a request of class op: it either
 // answers (ok false), or lets the request run, maybe with its answer lost.
-func (s *Server) fault(w http.ResponseWriter, svc service, op cloudsim.Op, ctx context.Context) (lost, ok bool) {
+func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, op cloudsim.Op) (lost, ok bool) {
 	f, faulted := s.sim.Faults.Take(op)
 	if !faulted && op != cloudsim.OpAuth {
 		// Every request's token is checked: auth faults hit them all.

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/control"
 )
 
 // SSHRun runs cmd as root on addr with the ssh client, accepting only the
@@ -56,4 +59,52 @@ func NewKeyFile(t *testing.T) (authorized, file string) {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pk))) + " transit-test", file
+}
+
+// BackedFirewall checks, on a cloud whose machines are real, that the
+// group's sources are the machines' firewall: one node reaches another
+// only once both addresses are sources. spec is the group's spec with
+// those sources; launch the LaunchSpec of a node in the group.
+func BackedFirewall(t *testing.T, drv control.Infrastructure, spec func(sources ...string) control.GroupSpec,
+	launch func(node, group, key string) control.LaunchSpec) {
+	ctx := t.Context()
+	key, keyFile := NewKeyFile(t)
+	g, err := drv.EnsureGroup(ctx, spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := drv.Launch(ctx, launch("fw-a", g.ProviderID, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := drv.Launch(ctx, launch("fw-b", g.ProviderID, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := fmt.Sprintf("timeout 3 bash -c '</dev/tcp/%s/22' && echo open || echo closed", b.PrivateIP)
+	reach := func() string {
+		t.Helper()
+		out, err := SSHRun(t, a.PublicIP, keyFile, a.HostKeys, probe)
+		if err != nil {
+			t.Fatalf("ssh to %s: %v\n%s", a.PublicIP, err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	if got := reach(); got != "closed" {
+		t.Errorf("a reaches b with no sources in the group: %s", got)
+	}
+	if _, err := drv.EnsureGroup(ctx, spec(a.PublicIP, b.PublicIP)); err != nil {
+		t.Fatal(err)
+	}
+	if got := reach(); got != "open" {
+		t.Errorf("a does not reach b once both are sources: %s", got)
+	}
+	for _, inst := range []control.Instance{a, b} {
+		if err := drv.Terminate(ctx, inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := drv.DeleteGroup(ctx, g); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,9 +1,6 @@
 package gce
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,28 +22,8 @@ const (
 // cleanup, also when it fails.
 func backedWorld(t *testing.T) *world {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("backed: skipped with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("backed: needs root (network namespaces, bridges, iptables)")
-	}
-	b := &localnodes.Backer{Root: backedRoot, Subnets: map[string]string{"gce:" + region: backedSubnet}}
-	destroy := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := b.Destroy(ctx); err != nil {
-			t.Errorf("destroy the backing nodes: %v", err)
-		}
-	}
-	destroy() // a crashed run's leftovers
-	t.Cleanup(func() {
-		destroy()
-		if err := os.RemoveAll(backedRoot); err != nil {
-			t.Error(err)
-		}
-	})
-	w := newWorld(t) // its cleanup (the server's Close) runs before destroy
+	b := localnodes.ForTest(t, backedRoot, map[string]string{"gce:" + region: backedSubnet})
+	w := newWorld(t) // its cleanup (the server's Close) runs before the backer's
 	w.sim.Backer = b
 	return w
 }
@@ -79,49 +56,13 @@ func TestBackedConformance(t *testing.T) {
 	})
 }
 
-// TestBackedFirewall checks that the rules' sources are the machines'
-// firewall: one node reaches another only once its address is a source.
+// TestBackedFirewall checks that the group's sources are the machines'
+// firewall.
 func TestBackedFirewall(t *testing.T) {
 	w := backedWorld(t)
-	ctx := t.Context()
-	drv := w.driver(w.district(), w.credential(), fast())
-	key, keyFile := drivertest.NewKeyFile(t)
-	g, err := drv.EnsureGroup(ctx, groupSpec("fw", "gce-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := drv.Launch(ctx, launchSpec("fw", "gce-test", "fw-a", "", g.ProviderID, key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := drv.Launch(ctx, launchSpec("fw", "gce-test", "fw-b", "", g.ProviderID, key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe := fmt.Sprintf("timeout 3 bash -c '</dev/tcp/%s/22' && echo open || echo closed", b.PrivateIP)
-	reach := func() string {
-		t.Helper()
-		out, err := drivertest.SSHRun(t, a.PublicIP, keyFile, a.HostKeys, probe)
-		if err != nil {
-			t.Fatalf("ssh to %s: %v\n%s", a.PublicIP, err, out)
-		}
-		return strings.TrimSpace(out)
-	}
-	if got := reach(); got != "closed" {
-		t.Errorf("a reaches b with no sources in the group: %s", got)
-	}
-	if _, err := drv.EnsureGroup(ctx, groupSpec("fw", "gce-test", a.PublicIP, b.PublicIP)); err != nil {
-		t.Fatal(err)
-	}
-	if got := reach(); got != "open" {
-		t.Errorf("a does not reach b once both are sources: %s", got)
-	}
-	for _, inst := range []control.Instance{a, b} {
-		if err := drv.Terminate(ctx, inst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := drv.DeleteGroup(ctx, g); err != nil {
-		t.Fatal(err)
-	}
+	drivertest.BackedFirewall(t, w.driver(w.district(), w.credential(), fast()),
+		func(sources ...string) control.GroupSpec { return groupSpec("fw", "gce-test", sources...) },
+		func(node, group, key string) control.LaunchSpec {
+			return launchSpec("fw", "gce-test", node, "", group, key)
+		})
 }

@@ -1,6 +1,7 @@
 package openstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -61,6 +62,12 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 	netID, err := drv.resolveNetwork(ctx)
 	if err != nil {
 		return control.Instance{}, err
+	}
+	if drv.d.OSFloatingNetwork != "" {
+		// Before the server: a wrong key must not leave one behind.
+		if _, err := drv.resolveFloatingNetwork(ctx); err != nil {
+			return control.Instance{}, err
+		}
 	}
 	key, err := drv.keyPair(ctx, n.Cluster, spec.AuthorizedKey)
 	if err != nil {
@@ -341,7 +348,7 @@ func (drv *driver) resolveImage(ctx context.Context) (string, error) {
 	if id != "" {
 		return id, nil
 	}
-	want := cmpOr(drv.d.OSImage, DefaultImage)
+	want := cmp.Or(drv.d.OSImage, DefaultImage)
 	var found []images.Image
 	err := drv.retry(ctx, func() error {
 		for _, opts := range []images.ListOpts{{Name: want}, {ID: want}} {

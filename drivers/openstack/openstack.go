@@ -1,6 +1,7 @@
 package openstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -154,15 +156,15 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 			ApplicationCredentialSecret: string(cred.OSApplicationCredentialSecret)}
 	case cred != nil && cred.OSUsername != "":
 		drv.credName = fmt.Sprintf("credential %q (user %s)", cred.ID, cred.OSUsername)
-		domain := cmpOr(cred.OSDomainName, "Default")
+		domain := cmp.Or(cred.OSDomainName, "Default")
 		drv.auth = gophercloud.AuthOptions{Username: cred.OSUsername, Password: string(cred.OSPassword),
 			DomainName: domain, Scope: &gophercloud.AuthScope{ProjectName: cred.OSProjectName, DomainName: domain}}
 	default:
 		if cred != nil {
 			drv.credName = fmt.Sprintf("credential %q (the OS_* environment)", cred.ID)
 		}
-		ao, err := gopenstack.AuthOptionsFromEnv()
-		if err != nil && d.OSAuthURL == "" {
+		ao, err := authFromEnv()
+		if err != nil {
 			return nil, authErr(err)
 		}
 		drv.auth = ao
@@ -177,11 +179,45 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	return drv, nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+// authFromEnv reads the OS_* variables an openrc file or
+// python-openstackclient sets: a user, password and project (each with its
+// domain, default "Default"), or an application credential.
+func authFromEnv() (gophercloud.AuthOptions, error) {
+	env := func(names ...string) string {
+		for _, n := range names {
+			if v := os.Getenv(n); v != "" {
+				return v
+			}
+		}
+		return ""
 	}
-	return b
+	ao := gophercloud.AuthOptions{IdentityEndpoint: env("OS_AUTH_URL")}
+	if id := env("OS_APPLICATION_CREDENTIAL_ID"); id != "" {
+		ao.ApplicationCredentialID, ao.ApplicationCredentialSecret = id, env("OS_APPLICATION_CREDENTIAL_SECRET")
+		if ao.ApplicationCredentialSecret == "" {
+			return ao, errors.New("OS_APPLICATION_CREDENTIAL_ID is set but OS_APPLICATION_CREDENTIAL_SECRET is not")
+		}
+		return ao, nil
+	}
+	ao.Username, ao.UserID, ao.Password = env("OS_USERNAME"), env("OS_USER_ID"), env("OS_PASSWORD")
+	if ao.Username == "" && ao.UserID == "" || ao.Password == "" {
+		return ao, errors.New("the environment has neither OS_USERNAME and OS_PASSWORD nor OS_APPLICATION_CREDENTIAL_ID: source an openrc file, or name a credential")
+	}
+	ao.DomainID = env("OS_USER_DOMAIN_ID")
+	if ao.DomainID == "" {
+		ao.DomainName = cmp.Or(env("OS_USER_DOMAIN_NAME", "OS_DOMAIN_NAME"), "Default")
+	}
+	scope := &gophercloud.AuthScope{ProjectID: env("OS_PROJECT_ID", "OS_TENANT_ID"), ProjectName: env("OS_PROJECT_NAME", "OS_TENANT_NAME")}
+	if scope.ProjectID == "" && scope.ProjectName != "" {
+		scope.DomainID = env("OS_PROJECT_DOMAIN_ID")
+		if scope.DomainID == "" {
+			scope.DomainName = cmp.Or(env("OS_PROJECT_DOMAIN_NAME", "OS_DOMAIN_NAME"), "Default")
+		}
+	}
+	if scope.ProjectID != "" || scope.ProjectName != "" {
+		ao.Scope = scope
+	}
+	return ao, nil
 }
 
 // clients authenticates once and returns the service clients.
@@ -283,4 +319,3 @@ func (drv *driver) wait(ctx context.Context, n int) error {
 	}
 	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
 }
-

@@ -1,0 +1,50 @@
+// Package openstack is the infrastructure driver of OpenStack districts,
+// on github.com/gophercloud/gophercloud/v2. A district is one region
+// (os_region) of one cloud, whose Keystone is at os_auth_url (or the
+// credential's clouds.yaml entry's, or OS_AUTH_URL), optionally spread
+// over Nova availability zones (os_zones).
+//
+// Credentials: the district's credential's os_username and os_password
+// (with os_project_name and os_domain_name, default "Default"), or its
+// os_application_credential_id and secret, or os_cloud naming an entry of
+// clouds.yaml (found where python-openstackclient looks, or at
+// OS_CLIENT_CONFIG_FILE); without one, the OS_* variables an openrc file
+// sets. The driver authenticates at its first request and again when the
+// token expires. A refused credential is control.ErrCloudAuth naming the
+// credential id, never its secret.
+//
+// Nodes: a Nova server with the image os_image (a Glance name or id,
+// default debian-12), the flavor's os_flavor (a name or id), one port on
+// os_network (default: the project's only network that is not external),
+// the district's security group, the cluster's key pair (imported once,
+// named by the key's hash), cloud-config user data that lets root in with
+// the cluster's key, and transit's tags as server metadata. The server's
+// name is the node id plus a hash of cluster, lineage, district and node,
+// so a create whose answer was lost is found by the next attempt. Launch
+// waits for ACTIVE with a fixed address (a server that went to ERROR is
+// deleted and its fault reported), gives it a floating IP from
+// os_floating_network if the district names one (nodes are reached on
+// it; without, on the fixed address), and reads the host keys cloud-init
+// prints on the console for up to Options.HostKeyWait.
+//
+// List reads every server of the project (all pages) and keeps those
+// whose metadata carries the cluster; a server whose task_state is
+// deleting is terminating. Terminate looks first, refuses a server
+// without transit's cluster tag, releases its floating IPs (Neutron keeps
+// them otherwise), deletes it, and does not wait.
+//
+// Groups: one Neutron security group per cluster and district, its
+// identity as JSON in the description, with an ingress rule for all
+// traffic from each node's address and one for TCP 22 from each of
+// ssh_cidrs (default 0.0.0.0/0). EnsureGroup adds the missing rules in one
+// bulk request and deletes the extra ones; DeleteGroup retries while
+// Neutron says the group is in use by servers still being deleted.
+//
+// Every request is retried on 429, 5xx answers and connection errors,
+// with exponential backoff and full jitter, up to
+// Options.RetryMaxAttempts; creates look for what a lost answer made
+// before they make it again. Still rate-limited then is
+// control.ErrThrottled; "Quota exceeded" is control.ErrQuota naming the
+// quota; an unknown image, flavor, network, zone or region is
+// districts.ErrInvalid naming the district key.
+package openstack
