@@ -24,9 +24,10 @@ const cloudRoot = "/var/lib/transit/e2e-cloud"
 // Backing subnets of the emulated regions: apart from the local e2e
 // districts' and from the drivers' own backed tests'.
 var cloudBacking = map[string]string{
-	"aws:eu-central-1": "10.246.1.0/24",
-	"aws:us-east-1":    "10.246.2.0/24",
-	"gce:europe-west1": "10.246.3.0/24",
+	"aws:eu-central-1":    "10.246.1.0/24",
+	"aws:us-east-1":       "10.246.2.0/24",
+	"gce:europe-west1":    "10.246.3.0/24",
+	"openstack:RegionOne": "10.246.4.0/24",
 }
 
 // cloudPublic is where backed instances' public addresses come from: apart
@@ -38,6 +39,9 @@ const cloudPublic = "100.127.0.0/16"
 const (
 	awsKeyID  = "AKIAE2ETRANSIT000001"
 	awsSecret = "e2e-aws-secret-dQw4w9WgXcQ-never-printed"
+	osUser    = "transit-e2e"
+	osSecret  = "e2e-openstack-password-never-printed"
+	osProject = "transit-e2e"
 )
 
 // gceProject is the emulated GCE district's project; gceAccount the
@@ -47,8 +51,8 @@ const (
 	gceAccount = "transit@transit-e2e.iam.gserviceaccount.com"
 )
 
-// clouds is an emulated AWS and GCE (later OpenStack) on loopback whose
-// instances are real local nodes.
+// clouds is an emulated AWS, GCE and OpenStack on loopback whose instances
+// are real local nodes.
 type clouds struct {
 	tb     testing.TB
 	emu    *server.Emulator
@@ -68,6 +72,8 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	c := &clouds{tb: tb, creds: []districts.Credential{
 		{Type: "credential", ID: "aws-e2e", Provider: districts.ProviderAWS, AWSAccessKeyID: awsKeyID, AWSSecretAccessKey: awsSecret},
 		{Type: "credential", ID: "gce-e2e", Provider: districts.ProviderGCE, GCEKeyFile: keyFile},
+		{Type: "credential", ID: "os-e2e", Provider: districts.ProviderOpenStack, OSUsername: osUser, OSPassword: osSecret,
+			OSProjectName: osProject, OSDomainName: "Default"},
 	}}
 	// The emulator learns the account from the key; its token_uri is set
 	// once the emulator listens.
@@ -87,7 +93,7 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	}
 	c.before = hostSnapshot()
 	emu, err := server.Start(ctx, server.Options{
-		Profile: profile, AWS: "127.0.0.1:0", GCE: "127.0.0.1:0",
+		Profile: profile, AWS: "127.0.0.1:0", GCE: "127.0.0.1:0", OpenStack: "127.0.0.1:0",
 		Backing: cloudBacking, BackingRoot: cloudRoot, BackingPublic: cloudPublic, Credentials: c.creds,
 	})
 	if err != nil {
@@ -131,13 +137,18 @@ func (env *clouds) districts() []districts.District {
 		{Type: "district", ID: "gce-eu", Provider: districts.ProviderGCE, CredentialID: "gce-e2e",
 			GCEProjectID: gceProject, GCERegion: "europe-west1", GCEZones: []string{"europe-west1-b", "europe-west1-c"},
 			GCEEndpoint: env.emu.GCEURL, Flavors: gceSmall},
+		// Reached on floating IPs, as behind the other clouds' NAT.
+		{Type: "district", ID: "os-eu", Provider: districts.ProviderOpenStack, CredentialID: "os-e2e",
+			OSAuthURL: env.emu.OpenStackAuthURL, OSRegion: "RegionOne", OSNetwork: "private", OSFloatingNetwork: "public",
+			Flavors: []districts.DistrictFlavor{{Flavor: "small", OSFlavor: "m1.small"}}},
 	}
 }
 
 // secrets are the credential values nothing may show: the AWS secret key
-// and the lines of the service account's private key.
+// and OpenStack password, and the lines of the service account's private
+// key.
 func (env *clouds) secrets() []string {
-	out := []string{awsSecret}
+	out := []string{awsSecret, osSecret}
 	var k struct {
 		PrivateKey string `json:"private_key"`
 	}
@@ -162,6 +173,9 @@ func (env *clouds) writeCredentials(cl *cluster) {
 		m := map[string]string{"type": cr.Type, "id": cr.ID, "provider": cr.Provider}
 		if cr.AWSAccessKeyID != "" {
 			m["aws_access_key_id"], m["aws_secret_access_key"] = cr.AWSAccessKeyID, cr.AWSSecretAccessKey.Reveal()
+		}
+		if cr.OSUsername != "" {
+			m["os_username"], m["os_password"], m["os_project_name"] = cr.OSUsername, cr.OSPassword.Reveal(), cr.OSProjectName
 		}
 		if cr.GCEKeyFile != "" {
 			// Beside credentials.json, named relative to it.
@@ -193,6 +207,15 @@ func (env *clouds) resources() []string {
 	}
 	for _, r := range env.emu.GCE.Resources() {
 		out = append(out, "gce "+r.Zone+" "+r.Kind+" "+r.Name+" "+r.Status)
+	}
+	for _, r := range env.emu.OpenStack.Resources() {
+		switch r.Kind {
+		case "key-pair":
+		case "server":
+			out = append(out, "openstack "+r.Region+" instance "+r.ID+" "+r.Name+" "+r.Status)
+		default:
+			out = append(out, "openstack "+r.Region+" "+r.Kind+" "+r.ID+" "+r.Name)
+		}
 	}
 	return out
 }
@@ -290,6 +313,7 @@ func TestCloudSwarm(t *testing.T) {
 			{District: "aws-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 2, Tags: tags("aws-eu")},
 			{District: "aws-us", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("aws-us")},
 			{District: "gce-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("gce-eu")},
+			{District: "os-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 0, Tags: tags("os-eu")},
 		},
 		Strategy: districts.Strategy{MaxSurge: districts.Int(2), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(time.Minute)},
 	}
@@ -348,13 +372,17 @@ func TestCloudSwarm(t *testing.T) {
 			}
 			env.checkSwarm(t, c, 7)
 		}},
+		{"then an OpenStack district joins, its nodes behind floating IPs", func(t *testing.T, c *cluster) {
+			c.setQuantity("os-eu", districts.RoleWorker, 2)
+			env.checkSwarm(t, c, 9)
+		}},
 		{"migrate every worker from AWS to GCE by editing quantities", func(t *testing.T, c *cluster) {
 			c.setQuantity("aws-eu", districts.RoleWorker, 0)
 			c.setQuantity("aws-us", districts.RoleWorker, 0)
 			c.setQuantity("gce-eu", districts.RoleWorker, 6)
-			env.checkSwarm(t, c, 7)
+			env.checkSwarm(t, c, 9)
 			for _, n := range c.status().Nodes {
-				if n.Role == districts.RoleWorker && n.District != "gce-eu" {
+				if n.Role == districts.RoleWorker && n.District != "gce-eu" && n.District != "os-eu" {
 					t.Errorf("worker %s is still in %s", n.ID, n.District)
 				}
 			}

@@ -491,6 +491,11 @@ func (c *call) createFloatingIP() (reply, error) {
 			}
 		}
 		f.portID, f.fixedIP = port.portID, port.fixedIP
+		if port.backed && port.machine.Address != "" {
+			// A backed machine's public address is the host's 1:1 NAT
+			// of its fixed one: what a floating IP is.
+			f.address = port.machine.Address
+		}
 	}
 	s.fips[f.id] = f
 	return reply{201, map[string]any{"floatingip": c.xFIP(f)}}, nil

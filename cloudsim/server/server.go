@@ -27,6 +27,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
+	"github.com/cloudtransit/transit/cloudsim/openstack"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -35,8 +36,8 @@ type Options struct {
 	Profile cloudsim.Profile
 	// AWS is the EC2 API's listen address ("127.0.0.1:0" picks a port;
 	// empty: no AWS); GCE the Compute Engine API's (and its token
-	// endpoint's).
-	AWS, GCE string
+	// endpoint's); OpenStack Keystone's, Nova's, Neutron's and Glance's.
+	AWS, GCE, OpenStack string
 	// Backing maps emulated regions ("aws:eu-central-1") to the local
 	// subnets whose nodes back their instances; empty: instances are API
 	// records only. BackingRoot is the local driver's record directory
@@ -48,8 +49,9 @@ type Options struct {
 	// cloud's 1:1 NAT (see localnodes); empty: one address for both.
 	BackingPublic string
 	// Credentials are transit credentials.json entries the clouds accept
-	// (an AWS access key, a GCE service account key file); none: each
-	// front end's documented default (GCE: any bearer token).
+	// (an AWS access key, a GCE service account key file, an OpenStack
+	// user or application credential); none: each front end's documented
+	// default (GCE: any bearer token; OpenStack: any password).
 	Credentials []districts.Credential
 }
 
@@ -70,6 +72,13 @@ type Emulator struct {
 	GCEURL    string
 	GCE       *gce.Server
 	GCEFaults *cloudsim.Faults
+	// OpenStackAuthURL is Keystone's v3 endpoint (os_auth_url); its
+	// catalog lists RegionOne and every backed openstack region.
+	// OpenStack is the front end and OpenStackFaults the faults injected
+	// into it.
+	OpenStackAuthURL string
+	OpenStack        *openstack.Server
+	OpenStackFaults  *cloudsim.Faults
 
 	backer  *localnodes.Backer
 	servers []*http.Server
@@ -118,7 +127,44 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 			return nil, fmt.Errorf("cloudsim: serve Compute Engine: %w", err)
 		}
 	}
+	if opts.OpenStack != "" {
+		sim := newSim()
+		users, apps := openstackUsers(opts.Credentials)
+		regions := []string{"RegionOne"}
+		for r := range opts.Backing {
+			if name, ok := strings.CutPrefix(r, "openstack:"); ok && !slices.Contains(regions, name) {
+				regions = append(regions, name)
+			}
+		}
+		e.OpenStack = openstack.New(sim, openstack.Options{Users: users, AppCredentials: apps, Regions: regions})
+		e.OpenStackFaults = &sim.Faults
+		e.stops = append(e.stops, e.OpenStack.Close)
+		url, err := e.serve(ctx, opts.OpenStack, sim, e.OpenStack, func() any { return nonNil(e.OpenStack.Resources()) })
+		if err != nil {
+			return nil, fmt.Errorf("cloudsim: serve OpenStack: %w", err)
+		}
+		e.OpenStackAuthURL = url + "/identity/v3"
+	}
 	return e, nil
+}
+
+// openstackUsers are the users and application credentials of the
+// OpenStack credentials; both nil when there are none (any is accepted).
+func openstackUsers(creds []districts.Credential) ([]openstack.User, []openstack.AppCredential) {
+	var users []openstack.User
+	var apps []openstack.AppCredential
+	for _, c := range creds {
+		switch {
+		case c.Provider != districts.ProviderOpenStack:
+		case c.OSUsername != "":
+			users = append(users, openstack.User{Name: c.OSUsername, Password: string(c.OSPassword),
+				Project: c.OSProjectName, Domain: c.OSDomainName})
+		case c.OSApplicationCredentialID != "":
+			apps = append(apps, openstack.AppCredential{ID: c.OSApplicationCredentialID,
+				Secret: string(c.OSApplicationCredentialSecret), Project: "transit"})
+		}
+	}
+	return users, apps
 }
 
 // gceAccounts are the service accounts of the GCE credentials' key files;

@@ -2,7 +2,7 @@
 // loopback, so cloud districts can be tried without an account. It prints
 // one JSON line with each cloud's endpoint and serves until interrupted.
 //
-//	cloudsim --aws 127.0.0.1:4566 --gce 127.0.0.1:4567 --profile kratzke2017 --time-scale 0.1 \
+//	cloudsim --aws 127.0.0.1:4566 --gce 127.0.0.1:4567 --openstack 127.0.0.1:4568 --profile kratzke2017 --time-scale 0.1 \
 //	  --back aws:eu-central-1=10.250.1.0/24 --back gce:europe-west1=10.250.2.0/24
 package main
 
@@ -48,6 +48,7 @@ func run() error {
 	opts := server.Options{Backing: backing{}}
 	flag.StringVar(&opts.AWS, "aws", "127.0.0.1:0", "listen address of the EC2 API (empty: no AWS)")
 	flag.StringVar(&opts.GCE, "gce", "127.0.0.1:0", "listen address of the Compute Engine API and its token endpoint (empty: no GCE)")
+	flag.StringVar(&opts.OpenStack, "openstack", "127.0.0.1:0", "listen address of Keystone, Nova, Neutron and Glance (empty: no OpenStack)")
 	profile := flag.String("profile", cloudsim.ProfileZero, "latency profile: zero or kratzke2017")
 	scale := flag.Float64("time-scale", 1, "multiply every latency by this (0.1: ten times faster)")
 	flag.Var(backing(opts.Backing), "back", "back a region's instances with local nodes: provider:region=subnet (repeatable; needs root)")
@@ -81,6 +82,9 @@ func run() error {
 	if e.GCEURL != "" {
 		endpoints["gce"] = e.GCEURL
 		endpoints["gce_token_uri"] = e.GCEURL + gce.TokenPath
+	}
+	if e.OpenStackAuthURL != "" {
+		endpoints["openstack_auth_url"] = e.OpenStackAuthURL
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(endpoints); err != nil {
 		return errors.Join(err, e.Close(context.Background()))

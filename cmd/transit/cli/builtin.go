@@ -13,6 +13,7 @@ import (
 	"github.com/cloudtransit/transit/drivers/aws"
 	"github.com/cloudtransit/transit/drivers/gce"
 	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/drivers/openstack"
 	"github.com/cloudtransit/transit/platforms/kubernetes"
 	"github.com/cloudtransit/transit/platforms/ssh"
 	"github.com/cloudtransit/transit/platforms/swarm"
@@ -39,6 +40,13 @@ func BuiltinInfrastructures() map[string]InfrastructureFunc {
 				return nil, err
 			}
 			return gce.New(ctx, d, cred, gce.Options{PollInterval: poll, PollMaxInterval: poll})
+		},
+		districts.ProviderOpenStack: func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error) {
+			poll, err := pollInterval()
+			if err != nil {
+				return nil, err
+			}
+			return openstack.New(ctx, d, cred, openstack.Options{PollInterval: poll, PollMaxInterval: poll})
 		},
 	}
 }
