@@ -3,9 +3,7 @@ package aws
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 )
 
 // Defaults of Options, right for the real EC2.
@@ -131,15 +130,9 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	opts = opts.withDefaults()
 	drv := &driver{d: d, opts: opts, keys: map[string]string{}, inflight: map[string]string{},
 		credName: "the SDK's default credential chain"}
-	for _, c := range d.SSHCIDRs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil || p.Masked() != p {
-			return nil, invalid(d, "ssh_cidrs: %q is not a CIDR block such as 203.0.113.0/24", c)
-		}
-		drv.sshCIDRs = append(drv.sshCIDRs, p.String())
-	}
-	if len(drv.sshCIDRs) == 0 {
-		drv.sshCIDRs = []string{"0.0.0.0/0"}
+	var err error
+	if drv.sshCIDRs, err = cloudutil.SSHCIDRs(d); err != nil {
+		return nil, err
 	}
 
 	load := []func(*config.LoadOptions) error{
@@ -173,8 +166,8 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, load...)
 	if err != nil {
-		return nil, &cloudError{kind: districts.ErrInvalid,
-			msg: fmt.Sprintf("aws district %q: load the AWS configuration for %s", d.ID, drv.credName), err: err}
+		return nil, &cloudError{Kind: districts.ErrInvalid,
+			Msg: fmt.Sprintf("aws district %q: load the AWS configuration for %s", d.ID, drv.credName), Err: err}
 	}
 	if cfg.Credentials != nil {
 		cfg.Credentials = markedCredentials{cfg.Credentials}
@@ -193,14 +186,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 type fullJitter struct{ base, max time.Duration }
 
 func (j fullJitter) BackoffDelay(attempt int, _ error) (time.Duration, error) {
-	ceil := j.max
-	if attempt >= 1 && attempt < 31 {
-		ceil = min(j.max, j.base<<(attempt-1))
-	}
-	if ceil <= 0 {
-		return 0, nil
-	}
-	return rand.N(ceil + 1), nil
+	return cloudutil.Backoff(attempt, j.base, j.max), nil
 }
 
 // markedCredentials marks a failure to obtain credentials (no key in the

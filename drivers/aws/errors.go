@@ -10,31 +10,13 @@ import (
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 )
 
-// cloudError is an EC2 failure with the kind transit tells apart
-// (control.ErrQuota, ErrThrottled, ErrCloudAuth, ErrCloudNotFound,
-// districts.ErrInvalid) and a message naming what to look at. It wraps the
-// SDK's error, which never carries a secret.
-type cloudError struct {
-	kind error
-	msg  string
-	err  error
-}
+type cloudError = cloudutil.Error
 
-func (e *cloudError) Error() string {
-	if e.err == nil {
-		return e.msg
-	}
-	return e.msg + ": " + e.err.Error()
-}
-
-func (e *cloudError) Is(target error) bool { return e.kind != nil && target == e.kind }
-func (e *cloudError) Unwrap() error        { return e.err }
-
-// invalid is a configuration problem of the district.
 func invalid(d districts.District, format string, args ...any) error {
-	return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("districts.json: district %q: ", d.ID) + fmt.Sprintf(format, args...)}
+	return cloudutil.Invalid(d, format, args...)
 }
 
 // Codes EC2 answers when it refuses the credentials or the signature.
@@ -68,7 +50,7 @@ func (drv *driver) wrap(what string, err error) error {
 	prefix := fmt.Sprintf("aws district %q: %s", drv.d.ID, what)
 	var nc *noCredentials
 	if errors.As(err, &nc) {
-		return &cloudError{kind: control.ErrCloudAuth, msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), err: err}
+		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), Err: err}
 	}
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
@@ -77,20 +59,20 @@ func (drv *driver) wrap(what string, err error) error {
 	code := ae.ErrorCode()
 	switch {
 	case authCodes[code]:
-		return &cloudError{kind: control.ErrCloudAuth, msg: fmt.Sprintf("%s: EC2 refused %s (%s)", prefix, drv.credName, code), err: err}
+		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: EC2 refused %s (%s)", prefix, drv.credName, code), Err: err}
 	case throttles.IsErrorThrottle(err).Bool():
-		return &cloudError{kind: control.ErrThrottled,
-			msg: fmt.Sprintf("%s: EC2 kept throttling the requests (%s) through %d attempts", prefix, code, drv.opts.RetryMaxAttempts), err: err}
+		return &cloudError{Kind: control.ErrThrottled,
+			Msg: fmt.Sprintf("%s: EC2 kept throttling the requests (%s) through %d attempts", prefix, code, drv.opts.RetryMaxAttempts), Err: err}
 	case strings.HasSuffix(code, "LimitExceeded"):
-		return &cloudError{kind: control.ErrQuota, msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, code, drv.d.AWSRegion, ae.ErrorMessage()), err: err}
+		return &cloudError{Kind: control.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, code, drv.d.AWSRegion, ae.ErrorMessage()), Err: err}
 	case configKeys[code] != "":
-		return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("%s: districts.json: district %q: %s: EC2 says %s", prefix, drv.d.ID, configKeys[code], ae.ErrorMessage()), err: err}
+		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: %s: EC2 says %s", prefix, drv.d.ID, configKeys[code], ae.ErrorMessage()), Err: err}
 	case code == "InvalidParameterValue" && strings.Contains(ae.ErrorMessage(), "InstanceType"):
-		return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("%s: districts.json: district %q: flavors[].instance_type: EC2 says %s", prefix, drv.d.ID, ae.ErrorMessage()), err: err}
+		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: flavors[].instance_type: EC2 says %s", prefix, drv.d.ID, ae.ErrorMessage()), Err: err}
 	case code == "InvalidParameterValue" && strings.Contains(ae.ErrorMessage(), "availability zone"):
-		return &cloudError{kind: districts.ErrInvalid, msg: fmt.Sprintf("%s: districts.json: district %q: aws_zones: EC2 says %s", prefix, drv.d.ID, ae.ErrorMessage()), err: err}
+		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: aws_zones: EC2 says %s", prefix, drv.d.ID, ae.ErrorMessage()), Err: err}
 	case strings.HasSuffix(code, ".NotFound"):
-		return &cloudError{kind: control.ErrCloudNotFound, msg: prefix, err: err}
+		return &cloudError{Kind: control.ErrCloudNotFound, Msg: prefix, Err: err}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
 }

@@ -5,17 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"strings"
 
 	sdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 )
 
 // clientToken is RunInstances' idempotency token for a node: the same
@@ -26,18 +24,6 @@ import (
 func clientToken(n districts.Node, lineage string) string {
 	sum := sha256.Sum256([]byte(n.Cluster + "\x00" + lineage + "\x00" + n.District + "\x00" + n.ID))
 	return "transit-" + hex.EncodeToString(sum[:])[:40]
-}
-
-// userData is the cloud-config that lets root in with the cluster's key:
-// transit installs the platform over SSH as root, and EC2 images allow
-// only their default user unless told otherwise.
-func userData(authorizedKey string) string {
-	q, _ := json.Marshal(strings.TrimSpace(authorizedKey)) // a string always marshals
-	return "#cloud-config\n" +
-		"# transit: root logs in with the cluster's SSH key.\n" +
-		"disable_root: false\n" +
-		"ssh_authorized_keys:\n" +
-		"  - " + string(q) + "\n"
 }
 
 // Launch starts the node's instance, spread over the district's zones,
@@ -80,7 +66,7 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 			MinCount:     sdk.Int32(1),
 			MaxCount:     sdk.Int32(1),
 			ClientToken:  sdk.String(token),
-			UserData:     sdk.String(base64.StdEncoding.EncodeToString([]byte(userData(spec.AuthorizedKey)))),
+			UserData:     sdk.String(base64.StdEncoding.EncodeToString([]byte(cloudutil.CloudConfig(spec.AuthorizedKey)))),
 			NetworkInterfaces: []types.InstanceNetworkInterfaceSpecification{{
 				DeviceIndex: sdk.Int32(0), SubnetId: sdk.String(place.subnet), Groups: []string{spec.GroupID},
 				// Nodes in other clouds reach this one by its public
@@ -234,7 +220,7 @@ func (drv *driver) hostKeys(ctx context.Context, id string) ([]string, error) {
 		}
 		if err == nil {
 			text, derr := base64.StdEncoding.DecodeString(sdk.ToString(out.Output))
-			if keys := parseHostKeys(string(text)); derr == nil && len(keys) > 0 {
+			if keys := cloudutil.ParseHostKeys(string(text)); derr == nil && len(keys) > 0 {
 				return keys, nil
 			}
 		}
@@ -245,27 +231,4 @@ func (drv *driver) hostKeys(ctx context.Context, id string) ([]string, error) {
 			return nil, err
 		}
 	}
-}
-
-// parseHostKeys returns the keys of the console's last cloud-init host
-// key block, in authorized_keys form without comments.
-func parseHostKeys(console string) []string {
-	const begin, end = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
-	i := strings.LastIndex(console, begin)
-	if i < 0 {
-		return nil
-	}
-	block, _, ok := strings.Cut(console[i+len(begin):], end)
-	if !ok {
-		return nil // still being printed
-	}
-	var keys []string
-	for line := range strings.Lines(block) {
-		pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(strings.TrimSpace(line)))
-		if err != nil {
-			continue
-		}
-		keys = append(keys, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pk))))
-	}
-	return keys
 }

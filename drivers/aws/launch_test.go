@@ -20,6 +20,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 )
 
 // ready is a world with a driver, its group and a key.
@@ -171,7 +172,7 @@ func TestLaunchShape(t *testing.T) {
 			t.Errorf("RunInstances %s = %q, want %q", k, got, want)
 		}
 	}
-	if string(ud) != userData(key) || !strings.Contains(string(ud), "disable_root: false") || !strings.Contains(string(ud), key) {
+	if string(ud) != cloudutil.CloudConfig(key) || !strings.Contains(string(ud), "disable_root: false") || !strings.Contains(string(ud), key) {
 		t.Errorf("user data:\n%s", ud)
 	}
 	// The host keys are the ones the console shows.
@@ -180,7 +181,7 @@ func TestLaunchShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	console, _ := base64.StdEncoding.DecodeString(sdk.ToString(out.Output))
-	if want := parseHostKeys(string(console)); len(want) == 0 || !slices.Equal(want, inst.HostKeys) {
+	if want := cloudutil.ParseHostKeys(string(console)); len(want) == 0 || !slices.Equal(want, inst.HostKeys) {
 		t.Errorf("host keys %q, console shows %q", inst.HostKeys, want)
 	}
 	// The key pair and the image are looked up once per driver.
@@ -192,16 +193,6 @@ func TestLaunchShape(t *testing.T) {
 		if a == "DescribeImages" || a == "DescribeKeyPairs" || a == "ImportKeyPair" || a == "DescribeSubnets" {
 			t.Errorf("second launch asked %s again", a)
 		}
-	}
-}
-
-func TestUserData(t *testing.T) {
-	t.Parallel()
-	got := userData("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGk root: \"x\" # y\n")
-	want := "#cloud-config\n# transit: root logs in with the cluster's SSH key.\ndisable_root: false\nssh_authorized_keys:\n" +
-		"  - \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGk root: \\\"x\\\" # y\"\n"
-	if got != want {
-		t.Errorf("userData:\n%s\nwant:\n%s", got, want)
 	}
 }
 
@@ -408,25 +399,6 @@ func TestHostKeysMissing(t *testing.T) {
 	}
 	if time.Since(start) < opts.HostKeyWait {
 		t.Errorf("Launch gave up on the host keys before HostKeyWait")
-	}
-}
-
-func TestParseHostKeys(t *testing.T) {
-	t.Parallel()
-	const k1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
-	const k2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB1ilK+x5Vt2AAkb8AdWHh24BN9Y6Y1Dk+xrt2bWmfw8"
-	for _, tc := range []struct {
-		name, console string
-		want          []string
-	}{
-		{"none", "booting\r\n", nil},
-		{"one block", "x\r\n-----BEGIN SSH HOST KEY KEYS-----\r\n" + k1 + " root@ip-1\r\nnot a key\r\n-----END SSH HOST KEY KEYS-----\r\n", []string{k1}},
-		{"last block wins", "-----BEGIN SSH HOST KEY KEYS-----\n" + k1 + "\n-----END SSH HOST KEY KEYS-----\n-----BEGIN SSH HOST KEY KEYS-----\n" + k2 + " c\n-----END SSH HOST KEY KEYS-----\n", []string{k2}},
-		{"unfinished", "-----BEGIN SSH HOST KEY KEYS-----\n" + k1 + "\n", nil},
-	} {
-		if diff := cmp.Diff(tc.want, parseHostKeys(tc.console)); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
-		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 )
 
 // Defaults of Options, right for the real Compute Engine.
@@ -142,7 +142,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		drv.network = "default"
 	}
 	var err error
-	if drv.sshCIDRs, err = sshCIDRs(d); err != nil {
+	if drv.sshCIDRs, err = cloudutil.SSHCIDRs(d); err != nil {
 		return nil, err
 	}
 	var copts []option.ClientOption
@@ -158,16 +158,16 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 			drv.credName = fmt.Sprintf("credential %q (gce_key_file %s)", cred.ID, cred.GCEKeyFile)
 			key, err := os.ReadFile(cred.GCEKeyFile)
 			if err != nil {
-				return nil, &cloudError{kind: control.ErrCloudAuth,
-					msg: fmt.Sprintf("gce district %q: read the service account key of %s", d.ID, drv.credName), err: err}
+				return nil, &cloudError{Kind: control.ErrCloudAuth,
+					Msg: fmt.Sprintf("gce district %q: read the service account key of %s", d.ID, drv.credName), Err: err}
 			}
 			copts = append(copts, option.WithAuthCredentialsJSON(option.ServiceAccount, key))
 		}
 	}
 	fail := func(err error) (control.Infrastructure, error) {
 		drv.Close()
-		return nil, &cloudError{kind: control.ErrCloudAuth,
-			msg: fmt.Sprintf("gce district %q: set up the Compute Engine client with %s", d.ID, drv.credName), err: err}
+		return nil, &cloudError{Kind: control.ErrCloudAuth,
+			Msg: fmt.Sprintf("gce district %q: set up the Compute Engine client with %s", d.ID, drv.credName), Err: err}
 	}
 	if drv.instances, err = compute.NewInstancesRESTClient(ctx, copts...); err != nil {
 		return fail(err)
@@ -228,14 +228,7 @@ func (r *retryer) Retry(err error) (time.Duration, bool) {
 	if r.n >= r.o.RetryMaxAttempts || !retryable(err) {
 		return 0, false
 	}
-	ceil := r.o.RetryMaxDelay
-	if r.n < 31 {
-		ceil = min(ceil, r.o.RetryBaseDelay<<(r.n-1))
-	}
-	if ceil <= 0 {
-		return 0, true
-	}
-	return rand.N(ceil + 1), true
+	return cloudutil.Backoff(r.n, r.o.RetryBaseDelay, r.o.RetryMaxDelay), true
 }
 
 // retryable says whether err is worth another attempt.

@@ -282,11 +282,11 @@ func (drv *driver) opError(op *computepb.Operation, what string) error {
 	msg := fmt.Sprintf("%s: operation %s failed: %s: %s", prefix, op.GetName(), e.GetCode(), e.GetMessage())
 	switch {
 	case strings.Contains(e.GetCode(), "QUOTA"):
-		return &cloudError{kind: control.ErrQuota, msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, quotaOf(e.GetMessage()), drv.d.GCERegion, e.GetMessage())}
+		return &cloudError{Kind: control.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, quotaOf(e.GetMessage()), drv.d.GCERegion, e.GetMessage())}
 	case e.GetCode() == "RESOURCE_NOT_FOUND" && strings.Contains(e.GetMessage(), "/images/"):
-		return &cloudError{kind: districts.ErrInvalid, msg: msg}
+		return &cloudError{Kind: districts.ErrInvalid, Msg: msg}
 	}
-	return &cloudError{msg: msg}
+	return &cloudError{Msg: msg}
 }
 
 // waitRunning polls the instance until Compute Engine reports it running
