@@ -100,11 +100,15 @@ func (p Profile) Wall(d time.Duration) time.Duration {
 
 // Sleep waits the wall time of cloud duration d, or until ctx ends.
 func (p Profile) Sleep(ctx context.Context, d time.Duration) error {
-	w := p.Wall(d)
-	if w <= 0 {
+	return SleepWall(ctx, p.Wall(d))
+}
+
+// SleepWall waits wall time d, or until ctx ends (its error then).
+func SleepWall(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(w)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -322,7 +322,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, reqID, authFailure())
 			return
 		case cloudsim.FaultSlow:
-			if err := s.sleepWall(r.Context(), f.Delay); err != nil {
+			if err := cloudsim.SleepWall(r.Context(), f.Delay); err != nil {
 				return
 			}
 		case cloudsim.FaultLost:
@@ -344,20 +344,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Name: xml.Name{Local: name + "Response"},
 		Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: xmlns}},
 	}, out)
-}
-
-func (s *Server) sleepWall(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // parseForm reads the Query parameters from the URL and, for a

@@ -54,7 +54,7 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, body []byte)
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal_failure"})
 			return
 		case cloudsim.FaultSlow:
-			if err := sleepWall(r.Context(), f.Delay); err != nil {
+			if err := cloudsim.SleepWall(r.Context(), f.Delay); err != nil {
 				return
 			}
 		default:

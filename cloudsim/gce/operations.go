@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
 )
 
 // operation is a zonal or global long-running operation. Its effect
@@ -255,7 +257,7 @@ func (c *call) waitOperation() (any, error) {
 			return x, nil
 		}
 		step := min(max(left, 5*time.Millisecond), 50*time.Millisecond, time.Until(deadline))
-		if err := sleepWall(c.ctx, step); err != nil {
+		if err := cloudsim.SleepWall(c.ctx, step); err != nil {
 			return nil, err
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cloudtransit/transit/cloudsim"
 )
@@ -332,7 +331,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, unauthenticated())
 			return
 		case cloudsim.FaultSlow:
-			if err := sleepWall(r.Context(), f.Delay); err != nil {
+			if err := cloudsim.SleepWall(r.Context(), f.Delay); err != nil {
 				return
 			}
 		case cloudsim.FaultLost:
@@ -360,20 +359,6 @@ func regionOf(rest []string) string {
 		return zoneRegion(rest[1])
 	}
 	return "global"
-}
-
-func sleepWall(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // decode reads a JSON request body into v, refusing what is not JSON.

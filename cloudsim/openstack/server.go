@@ -435,7 +435,7 @@ func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, 
 	case cloudsim.FaultAuth:
 		writeError(w, svc, unauthorized())
 	case cloudsim.FaultSlow:
-		return false, sleepWall(ctx, f.Delay) == nil
+		return false, cloudsim.SleepWall(ctx, f.Delay) == nil
 	case cloudsim.FaultLost:
 		return true, true
 	default:
@@ -460,23 +460,9 @@ func (s *Server) serveVersions(w http.ResponseWriter, regionBase string, svc ser
 	}
 }
 
-func sleepWall(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // sleep waits the wall time of cloud latency d while serving c.
 func (c *call) sleep(d time.Duration) error {
-	if err := sleepWall(c.ctx, c.s.sim.Wall(d)); err != nil {
+	if err := cloudsim.SleepWall(c.ctx, c.s.sim.Wall(d)); err != nil {
 		return internalError()
 	}
 	return nil
