@@ -577,12 +577,21 @@ func planDestroy(in planInput, p *Plan) {
 			Reason: "destroy: the whole cluster goes"})
 		emptied[n.District]++
 	}
+	waited := map[string]bool{}
 	for _, g := range in.world.state.SecurityGroups {
 		switch n := emptied[g.District] + in.world.terminating[g.District]; {
 		case n > 0 && !in.world.eagerGroups[g.District]:
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d machine(s) in %s to be gone before deleting group %s", n, g.District, g.ID))
+			waited[g.District] = true
 		default:
 			p.Actions = append(p.Actions, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID, Reason: "destroy: no nodes left in the district"})
+		}
+	}
+	// Destroy is done when the clouds hold nothing: machines still
+	// terminating are waited for also where their group may go first.
+	for _, d := range slices.Sorted(maps.Keys(in.world.terminating)) {
+		if n := in.world.terminating[d]; n > 0 && !waited[d] {
+			p.Waiting = append(p.Waiting, fmt.Sprintf("%d terminating machine(s) in %s to be gone", n, d))
 		}
 	}
 	for _, g := range in.world.orphanGroups {

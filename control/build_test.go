@@ -451,6 +451,13 @@ func TestEagerGroupDelete(t *testing.T) {
 		t.Errorf("destroy deletes groups %v in the terminations' round, want only GCE's", groups)
 	}
 	checkContains(t, "waiting", p.Waiting, "1 machine(s) in aws-europe to be gone before deleting group transit-paper-aws-europe")
+	// The next round: GCE's machine is still terminating, its group is
+	// gone. Destroy is not done until the machine is (a destroy once
+	// ended here, leaving it in resources.json and in the cloud).
+	w.terminating[gce] = 1
+	w.state.SecurityGroups = slices.DeleteFunc(w.state.SecurityGroups, func(g districts.SecurityGroup) bool { return g.District == gce })
+	p = buildPlan(planInput{cluster: paperCluster(0, 0, 0), districts: simDistricts[:2], world: w, destroy: true, ids: newNodeNumbers("paper", w)})
+	checkContains(t, "waiting", p.Waiting, "1 terminating machine(s) in gce-europe to be gone")
 
 	// A district emptied by a migration: its last machine terminating.
 	leaving := pnode("paper-worker-3", aws, "worker", joined)

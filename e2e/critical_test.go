@@ -69,6 +69,9 @@ type boundModel struct {
 	// maxUnavailable is how many removals may overlap (the strategy's
 	// max_unavailable).
 	maxUnavailable int
+	// destroy says the run was a destroy: it ends once every machine is
+	// gone, whether or not its group had to wait for it.
+	destroy bool
 }
 
 // rulesApart says whether a provider's API creates a group and its rules
@@ -99,8 +102,11 @@ func emptyBeforeDelete(provider string) bool { return provider != "gce" }
 //     most maxUnavailable removals overlap, whatever their roles (the
 //     loop counts every cordoned node against max_unavailable);
 //   - drain, leave and terminate a node in order;
+//   - a node's address is revoked from the groups, every district's, only
+//     after it left the platform;
 //   - a group is deleted after its district's machines are removed and,
-//     where the provider insists, finished terminating.
+//     where the provider insists, finished terminating;
+//   - a destroy ends when every machine finished terminating.
 //
 // Install and join are one platform step each, as the run measured them;
 // the bound lets a worker's install overlap everything before its join.
@@ -223,10 +229,21 @@ func lowerBound(steps []step, m boundModel) time.Duration {
 		}
 		end = max(end, done)
 	}
+	// Every group holds every node's address: a revoke, in any district,
+	// follows the last removal anywhere.
+	var lastLeft time.Duration
+	for _, l := range left {
+		lastLeft = max(lastLeft, l)
+	}
+	if m.destroy {
+		for _, g := range gone {
+			end = max(end, g)
+		}
+	}
 	for _, s := range steps {
 		switch s.kind {
 		case "revoke":
-			end = max(end, left[s.district]+wall(lat(s.district).GroupUpdate))
+			end = max(end, lastLeft+wall(lat(s.district).GroupUpdate))
 		case "delete-group":
 			start := left[s.district]
 			if emptyBeforeDelete(m.provider[s.district]) {

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,11 +52,32 @@ func TestLowerBound(t *testing.T) {
 	if got, want := lowerBound(move, model), sec(120+220+25+2+1+10); got != want {
 		t.Errorf("transfer bound = %v, want %v", got, want)
 	}
+	// The old worker's address goes from the GCE group too, after it left:
+	// GCE's slower update (25 s) decides. (The bound once timed a revoke
+	// from the leaving nodes of the group's own district only, and took
+	// this one for free.)
+	both := append(slices.Clone(move), at("revoke", "gce", "", "", 374, 25))
+	if got, want := lowerBound(both, model), sec(120+220+25+2+1+25); got != want {
+		t.Errorf("transfer bound revoking from both groups = %v, want %v", got, want)
+	}
+
 	// Emptying AWS: its group goes only once the machine finished
 	// terminating (60 s), then takes 10 s. On GCE it need not wait.
 	emptied := append(move, at("delete-group", "aws", "", "", 440, 10))
 	if got, want := lowerBound(emptied, model), sec(120+220+25+2+1+60+10); got != want {
 		t.Errorf("transfer bound emptying AWS = %v, want %v", got, want)
+	}
+
+	// A destroy on GCE: the group may go at once, but the run ends when
+	// the machine is gone (60 s after its terminate).
+	e2 := []step{at("terminate", "gce", "w1", "worker", 0, 1), at("delete-group", "gce", "", "", 1, 25)}
+	if got, want := lowerBound(e2, model), sec(25); got != want {
+		t.Errorf("GCE terminations in an apply = %v, want %v (the group decides)", got, want)
+	}
+	destroy := model
+	destroy.destroy = true
+	if got, want := lowerBound(e2, destroy), sec(60); got != want {
+		t.Errorf("GCE destroy = %v, want %v (the machine decides)", got, want)
 	}
 
 	// Two removals one at a time add up; two at a time overlap.

@@ -212,6 +212,7 @@ func runExperiment(b *testing.B, c *cluster, e experiment, model boundModel, out
 		destroy()
 	}
 
+	model.destroy = e.id == "E2"
 	bound := lowerBound(steps, model)
 	unscaled := model
 	unscaled.profile.Scale = 1
