@@ -11,19 +11,26 @@ import (
 	"github.com/cloudtransit/transit/cloudsim"
 )
 
-// tokenLife is how long a token is valid.
-const tokenLife = time.Hour
+// token is what Keystone issued.
+type token struct {
+	project string
+	expires time.Time
+}
 
 // project is the project a token is scoped to, and whether Keystone issued
-// it.
-func (s *Server) project(token string) (string, bool) {
-	if token == "" {
+// it and it has not expired.
+func (s *Server) project(t string) (string, bool) {
+	if t == "" {
 		return "", false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, ok := s.tokens[token]
-	return p, ok
+	tok, ok := s.tokens[t]
+	if ok && !time.Now().Before(tok.expires) {
+		delete(s.tokens, t)
+		return "", false
+	}
+	return tok.project, ok
 }
 
 type authBody struct {
@@ -140,12 +147,12 @@ func (s *Server) issueToken(w http.ResponseWriter, base string, body []byte) {
 	}
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
-	token := "gAAAAA" + hex.EncodeToString(raw[:])
+	tokenID := "gAAAAA" + hex.EncodeToString(raw[:])
+	now := time.Now().UTC()
 	s.mu.Lock()
-	s.tokens[token] = project
+	s.tokens[tokenID] = token{project: project, expires: now.Add(s.opts.TokenLife)}
 	s.mu.Unlock()
 
-	now := time.Now().UTC()
 	var catalog []map[string]any
 	for _, svc := range []struct{ typ, name, path string }{
 		{"compute", "nova", "compute/v2.1"}, {"network", "neutron", "network"}, {"image", "glance", "image"},
@@ -164,11 +171,11 @@ func (s *Server) issueToken(w http.ResponseWriter, base string, body []byte) {
 		catalog = append(catalog, map[string]any{"type": svc.typ, "name": svc.name, "id": newID(), "endpoints": eps})
 	}
 	dom := map[string]string{"id": "default", "name": "Default"}
-	w.Header().Set("X-Subject-Token", token)
+	w.Header().Set("X-Subject-Token", tokenID)
 	writeJSON(w, http.StatusCreated, map[string]any{"token": map[string]any{
 		"methods":    []string{method},
 		"issued_at":  now.Format("2006-01-02T15:04:05.000000Z"),
-		"expires_at": now.Add(tokenLife).Format("2006-01-02T15:04:05.000000Z"),
+		"expires_at": now.Add(s.opts.TokenLife).Format("2006-01-02T15:04:05.000000Z"),
 		"user":       map[string]any{"id": projectID("user:" + user), "name": user, "domain": dom, "password_expires_at": nil},
 		"project":    map[string]any{"id": projectID(project), "name": project, "domain": dom},
 		"roles":      []map[string]string{{"id": projectID("role:member"), "name": "member"}},

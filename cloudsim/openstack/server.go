@@ -55,6 +55,9 @@ type Options struct {
 	// DefaultFlavors).
 	Images  []Image
 	Flavors []Flavor
+	// TokenLife is how long a token is valid (default an hour); a
+	// request with an expired one answers 401, as Keystone's does.
+	TokenLife time.Duration
 }
 
 // DefaultImages are what a fresh DevStack-like cloud offers.
@@ -91,7 +94,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	seq      uint64
-	tokens   map[string]string // token → project
+	tokens   map[string]token
 	servers  map[string]*server
 	keypairs map[string]*keypair // project/name
 	groups   map[string]*secGroup
@@ -122,8 +125,11 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	if opts.Flavors == nil {
 		opts.Flavors = DefaultFlavors()
 	}
+	if opts.TokenLife <= 0 {
+		opts.TokenLife = time.Hour
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{sim: sim, opts: opts, tokens: map[string]string{}, servers: map[string]*server{},
+	return &Server{sim: sim, opts: opts, tokens: map[string]token{}, servers: map[string]*server{},
 		keypairs: map[string]*keypair{}, groups: map[string]*secGroup{}, rules: map[string]*rule{},
 		fips: map[string]*floatingIP{}, regions: map[string]bool{}, bgCtx: ctx, bgCancel: cancel}
 }

@@ -3,6 +3,8 @@ package openstack
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/openstack"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -264,5 +267,32 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTokenExpiry: a token that expires mid-run is renewed with the
+// credential, and the request it failed is made again.
+func TestTokenExpiry(t *testing.T) {
+	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero})}
+	w.srv = openstack.New(w.sim, openstack.Options{
+		Users:     []openstack.User{{Name: user, Password: password, Project: project}},
+		Zones:     zones,
+		TokenLife: 200 * time.Millisecond,
+	})
+	ts := httptest.NewServer(http.HandlerFunc(w.serve))
+	w.url = ts.URL
+	t.Cleanup(func() {
+		ts.Close()
+		w.srv.Close()
+	})
+	drv := w.driver(w.district(), w.credential(), fast())
+	for i := range 3 {
+		if _, _, err := drv.List(t.Context(), "c"); err != nil {
+			t.Fatalf("List %d: %v", i, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if n := len(w.sent("POST /identity/v3/auth/tokens")); n != 3 {
+		t.Errorf("%d token requests for three Lists each after the last token expired, want 3", n)
 	}
 }
