@@ -616,8 +616,20 @@ func TestInterruptedLaunch(t *testing.T) {
 		if netnsExists(r.Netns) {
 			t.Errorf("netns %s left after Terminate", r.Netns)
 		}
-		if _, err := os.Stat(r.NodeDir); err == nil {
-			t.Errorf("node dir %s left after Terminate", r.NodeDir)
+		// The teardown's last two steps remove the record (List stops
+		// showing the node) and then the emptied directory: CI once
+		// looked in between.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := os.Stat(r.NodeDir)
+			if err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("node dir %s left after Terminate", r.NodeDir)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
