@@ -36,6 +36,9 @@ const (
 	DefaultGroupDeleteWait  = 5 * time.Minute
 )
 
+// requestTimeout bounds one API request.
+const requestTimeout = 2 * time.Minute
+
 // DefaultImage is the image name used without os_image.
 const DefaultImage = "debian-12"
 
@@ -64,8 +67,6 @@ type Options struct {
 	GroupDeleteWait time.Duration
 	// Clock times the waits (default the wall clock).
 	Clock clock.Clock
-	// HTTPClient, if set, makes every request (tests count them).
-	HTTPClient *http.Client
 }
 
 func (o Options) withDefaults() Options {
@@ -235,10 +236,9 @@ func (drv *driver) clients(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		hc := http.Client{}
-		if drv.opts.HTTPClient != nil {
-			hc = *drv.opts.HTTPClient
-		}
+		// A cloud that stops answering fails the request (and it is
+		// retried) instead of hanging the run.
+		hc := http.Client{Timeout: requestTimeout}
 		if drv.tls != nil {
 			tr := http.DefaultTransport.(*http.Transport).Clone()
 			tr.TLSClientConfig = drv.tls
