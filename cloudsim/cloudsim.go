@@ -290,3 +290,77 @@ func (s *Sim) Latency(provider string) Latency {
 
 // Wall turns a cloud duration into wall time under the profile.
 func (s *Sim) Wall(d time.Duration) time.Duration { return s.Profile.Wall(d) }
+
+// Front is what every front end of a Sim shares: the background work on
+// its backed machines, which Close stops and waits for, and the test hooks
+// that override its page size and latencies. A front end embeds it.
+type Front struct {
+	sim      *Sim
+	provider string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	pageSize int
+	latency  *Latency
+}
+
+// NewFront returns the shared part of provider's front end for sim.
+func NewFront(sim *Sim, provider string) *Front {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Front{sim: sim, provider: provider, ctx: ctx, cancel: cancel}
+}
+
+// Close stops the front end's background work (backed machines starting
+// or stopping) and waits for it. Backed machines that exist stay: the
+// Backer's owner tears them down.
+func (f *Front) Close() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+// Go runs fn in the background with a context Close cancels.
+func (f *Front) Go(fn func(ctx context.Context)) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		fn(f.ctx)
+	}()
+}
+
+// Context is the front end's background context, which Close cancels.
+func (f *Front) Context() context.Context { return f.ctx }
+
+// SetPageSize makes every list answer at most n items per page, whatever
+// the client asked for; 0 restores the API's own paging.
+func (f *Front) SetPageSize(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pageSize = max(n, 0)
+}
+
+// PageSize is what SetPageSize set (0: none).
+func (f *Front) PageSize() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pageSize
+}
+
+// SetLatency replaces the sim's latencies of this front end's provider.
+func (f *Front) SetLatency(l Latency) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.latency = &l
+}
+
+// Latency is the provider's latencies: SetLatency's, else the profile's.
+func (f *Front) Latency() Latency {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.latency != nil {
+		return *f.latency
+	}
+	return f.sim.Latency(f.provider)
+}

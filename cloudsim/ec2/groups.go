@@ -97,7 +97,7 @@ func (c *call) createSecurityGroup() (requestIDSetter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.s.sleep(c.ctx, c.s.lat().GroupCreate); err != nil {
+	if err := c.s.sleep(c.ctx, c.s.Latency().GroupCreate); err != nil {
 		return nil, err
 	}
 	s := c.s
@@ -310,7 +310,7 @@ func (c *call) authorizeIngress() (requestIDSetter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.s.sleep(c.ctx, c.s.lat().GroupUpdate); err != nil {
+	if err := c.s.sleep(c.ctx, c.s.Latency().GroupUpdate); err != nil {
 		return nil, err
 	}
 	s := c.s
@@ -377,7 +377,7 @@ func (c *call) revokeIngress() (requestIDSetter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.s.sleep(c.ctx, c.s.lat().GroupUpdate); err != nil {
+	if err := c.s.sleep(c.ctx, c.s.Latency().GroupUpdate); err != nil {
 		return nil, err
 	}
 	s := c.s
@@ -414,7 +414,7 @@ func (c *call) revokeIngress() (requestIDSetter, error) {
 }
 
 func (c *call) deleteSecurityGroup() (requestIDSetter, error) {
-	if err := c.s.sleep(c.ctx, c.s.lat().GroupDelete); err != nil {
+	if err := c.s.sleep(c.ctx, c.s.Latency().GroupDelete); err != nil {
 		return nil, err
 	}
 	s := c.s
@@ -463,7 +463,7 @@ func (s *Server) allow(region string) error {
 		}
 	}
 	s.mu.Unlock()
-	if err := s.sim.Backer.Allow(s.bgCtx, "aws:"+region, sortedKeys(set)); err != nil {
+	if err := s.sim.Backer.Allow(s.Context(), "aws:"+region, sortedKeys(set)); err != nil {
 		return internalError()
 	}
 	return nil

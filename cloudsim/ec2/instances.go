@@ -1,6 +1,7 @@
 package ec2
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -387,7 +388,7 @@ func (c *call) launch(req launchRequest) (*launchResult, error) {
 			msg: fmt.Sprintf("There are not enough free addresses in subnet '%s' to satisfy the requested number of instances.", sn.id)}
 	}
 
-	lat := s.latLocked()
+	lat := s.Latency()
 	res := &launchResult{resv: newID("r"), groups: groups}
 	for i := range n {
 		in := &instance{
@@ -440,10 +441,8 @@ func newHostKey() string {
 // startMachine boots a backed instance's machine in the background. Call
 // with s.mu held.
 func (s *Server) startMachine(region string, in *instance, authorizedKey string) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		m, err := s.sim.Backer.Start(s.bgCtx, "aws:"+region, in.id, authorizedKey)
+	s.Go(func(ctx context.Context) {
+		m, err := s.sim.Backer.Start(ctx, "aws:"+region, in.id, authorizedKey)
 		s.mu.Lock()
 		in.started = true
 		if err != nil {
@@ -467,22 +466,20 @@ func (s *Server) startMachine(region string, in *instance, authorizedKey string)
 		if stop {
 			s.stopMachine(region, in)
 		}
-	}()
+	})
 }
 
 // stopMachine tears a backed machine down in the background.
 // The instance stays shutting-down until the machine is gone: a machine
 // the API calls terminated must not answer anymore.
 func (s *Server) stopMachine(region string, in *instance) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.Go(func(ctx context.Context) {
 		// A failed stop leaves a machine the backer's Destroy removes.
-		_ = s.sim.Backer.Stop(s.bgCtx, "aws:"+region, in.machine.ID)
+		_ = s.sim.Backer.Stop(ctx, "aws:"+region, in.machine.ID)
 		s.mu.Lock()
 		in.stopped = true
 		s.mu.Unlock()
-	}()
+	})
 }
 
 func (s *Server) xInstance(rg *region, in *instance, now time.Time) xInstance {
@@ -688,7 +685,7 @@ func (c *call) terminateInstances() (requestIDSetter, error) {
 	if err != nil {
 		return nil, err
 	}
-	lat := s.latLocked()
+	lat := s.Latency()
 	out := &terminateInstancesResponse{}
 	for _, in := range list {
 		prev := s.state(in, now)

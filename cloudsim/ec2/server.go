@@ -108,6 +108,7 @@ func DefaultImages() []Image {
 // Server is the EC2 front end of a cloudsim.Sim: an http.Handler for the
 // EC2 Query API. It is safe for concurrent use.
 type Server struct {
+	*cloudsim.Front
 	sim     *cloudsim.Sim
 	creds   map[string]Credential
 	account string
@@ -118,19 +119,14 @@ type Server struct {
 	visible time.Duration
 	lag     time.Duration
 
-	mu       sync.Mutex
-	regions  map[string]*region
-	seq      uint64
-	pageSize int
-	latency  *cloudsim.Latency
-	public   *pool
+	mu      sync.Mutex
+	regions map[string]*region
+	seq     uint64
+	public  *pool
 
 	// allowMu orders Backer.Allow calls, so the last call carries the
 	// newest union of sources.
-	allowMu  sync.Mutex
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup
+	allowMu sync.Mutex
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -161,51 +157,12 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 			images[i].Architecture = "x86_64"
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
-		sim: sim, creds: maps.Clone(opts.Credentials), account: opts.AccountID, images: images,
+		Front: cloudsim.NewFront(sim, "aws"), sim: sim, creds: maps.Clone(opts.Credentials), account: opts.AccountID, images: images,
 		zones: opts.Zones, vcpus: opts.VCPULimit, rules: opts.RulesPerGroup, visible: opts.TerminatedVisible,
 		lag:     opts.VisibilityLag,
 		regions: map[string]*region{}, public: newPool(publicRange),
-		bgCtx: ctx, bgCancel: cancel,
 	}
-}
-
-// Close stops the server's background work (backed machines still
-// starting) and waits for it. Backed machines that exist stay: the
-// Backer's owner tears them down.
-func (s *Server) Close() {
-	s.bgCancel()
-	s.bg.Wait()
-}
-
-// SetPageSize makes every Describe answer at most n items per page, with a
-// NextToken for the rest, whatever MaxResults says; 0 restores EC2's own
-// paging (everything, or MaxResults).
-func (s *Server) SetPageSize(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pageSize = max(n, 0)
-}
-
-// SetLatency replaces the sim's AWS latencies for this server.
-func (s *Server) SetLatency(l cloudsim.Latency) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = &l
-}
-
-func (s *Server) lat() cloudsim.Latency {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.latLocked()
-}
-
-func (s *Server) latLocked() cloudsim.Latency {
-	if s.latency != nil {
-		return *s.latency
-	}
-	return s.sim.Latency("aws")
 }
 
 func (s *Server) now() time.Time { return s.sim.Time() }
@@ -451,9 +408,7 @@ func page[T any](c *call, items []T, seq func(T) uint64, limit int) ([]T, string
 	if err != nil {
 		return nil, "", err
 	}
-	c.s.mu.Lock()
-	ps := c.s.pageSize
-	c.s.mu.Unlock()
+	ps := c.s.PageSize()
 	if ps > 0 && (limit == 0 || ps < limit) {
 		limit = ps
 	}

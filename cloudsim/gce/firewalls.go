@@ -131,7 +131,7 @@ func (c *call) insertFirewall() (any, error) {
 	if s.firewalls[key] != nil || s.pendingInsert(key) {
 		return nil, alreadyExists(fmt.Sprintf("projects/%s/global/firewalls/%s", c.project, f.name))
 	}
-	op := s.newOp(c, "", "insert", c.link("global", "firewalls", f.name), f.id, s.lat().GroupCreate)
+	op := s.newOp(c, "", "insert", c.link("global", "firewalls", f.name), f.id, s.Latency().GroupCreate)
 	op.firewall = true
 	op.apply = func() { s.firewalls[key] = f }
 	s.remember(c, op)
@@ -197,7 +197,7 @@ func (c *call) patchFirewall() (any, error) {
 	if err := c.applyBody(&next, b); err != nil {
 		return nil, err
 	}
-	op := s.newOp(c, "", "patch", c.link("global", "firewalls", f.name), f.id, s.lat().GroupUpdate)
+	op := s.newOp(c, "", "patch", c.link("global", "firewalls", f.name), f.id, s.Latency().GroupUpdate)
 	op.firewall = true
 	op.apply = func() {
 		if cur := s.firewalls[fwKey(f.project, f.name)]; cur != nil {
@@ -221,7 +221,7 @@ func (c *call) deleteFirewall() (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	op := s.newOp(c, "", "delete", c.link("global", "firewalls", f.name), f.id, s.lat().GroupDelete)
+	op := s.newOp(c, "", "delete", c.link("global", "firewalls", f.name), f.id, s.Latency().GroupDelete)
 	op.firewall = true
 	op.apply = func() { delete(s.firewalls, fwKey(f.project, f.name)) }
 	s.remember(c, op)
@@ -316,7 +316,7 @@ func (s *Server) allow() {
 	sources := slices.Sorted(maps.Keys(set))
 	for _, r := range regions {
 		// A failure leaves the last firewall; the next change retries.
-		_ = s.sim.Backer.Allow(s.bgCtx, r, sources)
+		_ = s.sim.Backer.Allow(s.Context(), r, sources)
 	}
 }
 

@@ -194,7 +194,7 @@ func (c *call) insertInstance() (any, error) {
 			in.guestAttrsOn = true
 		}
 	}
-	lat := s.lat()
+	lat := s.Latency()
 	in.runningAt = in.created.Add(s.sim.Wall(lat.Launch))
 	if !in.backed {
 		in.privateIP = fmt.Sprintf("10.%d.%d.%d", 128+in.seq/65536%64, in.seq/256%256, in.seq%256)
@@ -248,10 +248,8 @@ func newHostKey() string {
 func (s *Server) startMachine(in *instance, op *operation, authorizedKey string) {
 	region := "gce:" + zoneRegion(in.zone)
 	s.regions[region] = true
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		m, err := s.sim.Backer.Start(s.bgCtx, region, in.name, authorizedKey)
+	s.Go(func(ctx context.Context) {
+		m, err := s.sim.Backer.Start(ctx, region, in.name, authorizedKey)
 		s.mu.Lock()
 		in.started = true
 		if err != nil {
@@ -277,22 +275,20 @@ func (s *Server) startMachine(in *instance, op *operation, authorizedKey string)
 		s.tick()
 		// The firewall of a region that had no machine yet.
 		s.allow()
-	}()
+	})
 }
 
 // stopMachine tears a backed machine down in the background; the
 // instance stays STOPPING until it is gone.
 func (s *Server) stopMachine(in *instance) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.Go(func(ctx context.Context) {
 		// A failed stop leaves a machine the backer's Destroy removes.
-		_ = s.sim.Backer.Stop(s.bgCtx, "gce:"+zoneRegion(in.zone), in.machine.ID)
+		_ = s.sim.Backer.Stop(ctx, "gce:"+zoneRegion(in.zone), in.machine.ID)
 		s.mu.Lock()
 		in.stopped = true
 		s.mu.Unlock()
 		s.tick()
-	}()
+	})
 }
 
 type xAccessConfig struct {
@@ -397,7 +393,7 @@ func (c *call) deleteInstance() (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	op := s.newOp(c, in.zone, "delete", c.link("zones", in.zone, "instances", in.name), in.id, s.lat().Terminate)
+	op := s.newOp(c, in.zone, "delete", c.link("zones", in.zone, "instances", in.name), in.id, s.Latency().Terminate)
 	op.ready = func() bool { return !in.backed || in.stopped || (in.started && in.machine.ID == "") }
 	op.apply = func() { delete(s.instances, instKey(in.project, in.zone, in.name)) }
 	s.remember(c, op)

@@ -54,7 +54,7 @@ func (s *Server) newOp(c *call, zone, opType, target string, targetID uint64, d 
 	wall := op.doneAt.Sub(now)
 	// Nobody needs to ask for an operation to take effect.
 	time.AfterFunc(max(wall, 0), func() {
-		if s.bgCtx.Err() == nil {
+		if s.Context().Err() == nil {
 			s.tick()
 		}
 	})

@@ -48,6 +48,7 @@ type Options struct {
 
 // Server is the Compute Engine front end of a cloudsim.Sim.
 type Server struct {
+	*cloudsim.Front
 	sim  *cloudsim.Sim
 	opts Options
 
@@ -59,15 +60,10 @@ type Server struct {
 	requests  map[string]*operation // project/requestId
 	tokens    map[string]string     // access token → account
 	regions   map[string]bool       // backed regions instances started in
-	pageSize  int
-	latency   *cloudsim.Latency
 
 	// allowMu orders Backer.Allow calls, so the last call carries the
 	// last firewall state.
-	allowMu  sync.Mutex
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup
+	allowMu sync.Mutex
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -81,45 +77,11 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 		opts.Networks = []string{"default"}
 	}
 	opts.Accounts = maps.Clone(opts.Accounts)
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
-		sim: sim, opts: opts,
+		Front: cloudsim.NewFront(sim, "gce"), sim: sim, opts: opts,
 		instances: map[string]*instance{}, firewalls: map[string]*firewall{}, ops: map[string]*operation{},
 		requests: map[string]*operation{}, tokens: map[string]string{}, regions: map[string]bool{},
-		bgCtx: ctx, bgCancel: cancel,
 	}
-}
-
-// Close stops the server's background work (backed machines starting or
-// stopping) and waits for it. Backed machines that exist stay: the
-// Backer's owner tears them down.
-func (s *Server) Close() {
-	s.bgCancel()
-	s.bg.Wait()
-}
-
-// SetPageSize makes every list answer at most n items per page, whatever
-// maxResults says; 0 restores Compute Engine's paging (maxResults, at
-// most 500).
-func (s *Server) SetPageSize(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pageSize = max(n, 0)
-}
-
-// SetLatency replaces the sim's GCE latencies for this server.
-func (s *Server) SetLatency(l cloudsim.Latency) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = &l
-}
-
-// lat is the GCE latency profile. Call with s.mu held.
-func (s *Server) lat() cloudsim.Latency {
-	if s.latency != nil {
-		return *s.latency
-	}
-	return s.sim.Latency("gce")
 }
 
 func (s *Server) nextSeq() uint64 {
@@ -390,11 +352,9 @@ func page[T any](c *call, items []T) ([]T, string, error) {
 			limit = n
 		}
 	}
-	c.s.mu.Lock()
-	if c.s.pageSize > 0 {
-		limit = c.s.pageSize
+	if ps := c.s.PageSize(); ps > 0 {
+		limit = ps
 	}
-	c.s.mu.Unlock()
 	to := min(from+limit, len(items))
 	next := ""
 	if to < len(items) {

@@ -201,7 +201,7 @@ func (c *call) createGroup() (reply, error) {
 	if b.Group.Name == "default" {
 		return reply{}, &apiError{409, "SecurityGroupDefaultAlreadyExists", "Default security group already exists."}
 	}
-	if err := c.sleep(c.s.lat().GroupCreate); err != nil {
+	if err := c.sleep(c.s.Latency().GroupCreate); err != nil {
 		return reply{}, err
 	}
 	s := c.s
@@ -224,7 +224,7 @@ func (c *call) deleteGroup() (reply, error) {
 	if g == nil || g.project != c.project || g.region != c.region {
 		return reply{}, &apiError{404, "SecurityGroupNotFound", fmt.Sprintf("Security group %s does not exist", id)}
 	}
-	if err := c.sleep(s.lat().GroupDelete); err != nil {
+	if err := c.sleep(s.Latency().GroupDelete); err != nil {
 		return reply{}, err
 	}
 	s.tick()
@@ -313,7 +313,7 @@ func (c *call) createRules() (reply, error) {
 			return reply{}, err
 		}
 	}
-	if err := c.sleep(c.s.lat().GroupUpdate); err != nil {
+	if err := c.sleep(c.s.Latency().GroupUpdate); err != nil {
 		return reply{}, err
 	}
 	s := c.s
@@ -407,7 +407,7 @@ func (c *call) deleteRule() (reply, error) {
 	if r == nil {
 		return reply{}, notFound
 	}
-	if err := c.sleep(s.lat().GroupUpdate); err != nil {
+	if err := c.sleep(s.Latency().GroupUpdate); err != nil {
 		return reply{}, err
 	}
 	s.mu.Lock()
@@ -553,6 +553,6 @@ func (s *Server) allow() {
 	s.mu.Unlock()
 	for _, r := range regions {
 		// A failure leaves the last firewall; the next change retries.
-		_ = s.sim.Backer.Allow(s.bgCtx, r, slices.Sorted(maps.Keys(set[r])))
+		_ = s.sim.Backer.Allow(s.Context(), r, slices.Sorted(maps.Keys(set[r])))
 	}
 }

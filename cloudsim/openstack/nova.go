@@ -205,7 +205,7 @@ func (c *call) createServer() (reply, error) {
 		}
 	}
 	s := c.s
-	lat := s.lat()
+	lat := s.Latency()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var groups []string
@@ -287,10 +287,8 @@ func newHostKey() string {
 func (s *Server) startMachine(sv *server, authorizedKey string) {
 	region := "openstack:" + sv.region
 	s.regions[region] = true
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		m, err := s.sim.Backer.Start(s.bgCtx, region, sv.name, authorizedKey)
+	s.Go(func(ctx context.Context) {
+		m, err := s.sim.Backer.Start(ctx, region, sv.name, authorizedKey)
 		s.mu.Lock()
 		sv.started = true
 		if err != nil {
@@ -311,20 +309,18 @@ func (s *Server) startMachine(sv *server, authorizedKey string) {
 			s.stopMachine(sv)
 		}
 		s.allow()
-	}()
+	})
 }
 
 // stopMachine tears a backed machine down in the background.
 func (s *Server) stopMachine(sv *server) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.Go(func(ctx context.Context) {
 		// A failed stop leaves a machine the backer's Destroy removes.
-		_ = s.sim.Backer.Stop(s.bgCtx, "openstack:"+sv.region, sv.machine.ID)
+		_ = s.sim.Backer.Stop(ctx, "openstack:"+sv.region, sv.machine.ID)
 		s.mu.Lock()
 		sv.stopped = true
 		s.mu.Unlock()
-	}()
+	})
 }
 
 // xServer is a server as Nova shows it. Call with s.mu held.
@@ -434,7 +430,7 @@ func (c *call) getServer() (reply, error) {
 
 func (c *call) deleteServer() (reply, error) {
 	s := c.s
-	lat := s.lat()
+	lat := s.Latency()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sv, err := c.lookupServer(c.rest[1])

@@ -89,6 +89,7 @@ const (
 
 // Server is the OpenStack front end of a cloudsim.Sim.
 type Server struct {
+	*cloudsim.Front
 	sim  *cloudsim.Sim
 	opts Options
 
@@ -101,11 +102,6 @@ type Server struct {
 	rules    map[string]*rule
 	fips     map[string]*floatingIP
 	regions  map[string]bool // backed regions machines started in
-	pageSize int
-	latency  *cloudsim.Latency
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup
 	allowMu  sync.Mutex
 }
 
@@ -128,41 +124,9 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	if opts.TokenLife <= 0 {
 		opts.TokenLife = time.Hour
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{sim: sim, opts: opts, tokens: map[string]token{}, servers: map[string]*server{},
+	return &Server{Front: cloudsim.NewFront(sim, "openstack"), sim: sim, opts: opts, tokens: map[string]token{}, servers: map[string]*server{},
 		keypairs: map[string]*keypair{}, groups: map[string]*secGroup{}, rules: map[string]*rule{},
-		fips: map[string]*floatingIP{}, regions: map[string]bool{}, bgCtx: ctx, bgCancel: cancel}
-}
-
-// Close stops the background work (machines starting or stopping) and
-// waits for it; the Backer's owner tears down machines that exist.
-func (s *Server) Close() {
-	s.bgCancel()
-	s.bg.Wait()
-}
-
-// SetPageSize makes every list answer at most n items per page whatever
-// limit says; 0 restores the client's limit (unlimited without one).
-func (s *Server) SetPageSize(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pageSize = max(n, 0)
-}
-
-// SetLatency replaces the sim's OpenStack latencies for this server.
-func (s *Server) SetLatency(l cloudsim.Latency) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = &l
-}
-
-func (s *Server) lat() cloudsim.Latency {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.latency != nil {
-		return *s.latency
-	}
-	return s.sim.Latency("openstack")
+		fips: map[string]*floatingIP{}, regions: map[string]bool{}}
 }
 
 // newID returns a random UUID.
@@ -495,11 +459,9 @@ func page[T any](c *call, items []T, id func(T) string, self string) ([]T, []map
 			limit = n
 		}
 	}
-	c.s.mu.Lock()
-	if c.s.pageSize > 0 {
-		limit = min(limit, c.s.pageSize)
+	if ps := c.s.PageSize(); ps > 0 {
+		limit = min(limit, ps)
 	}
-	c.s.mu.Unlock()
 	to := min(from+limit, len(items))
 	out := items[from:to]
 	if to == len(items) || len(out) == 0 {
