@@ -25,7 +25,7 @@ func TestKeyFileAuth(t *testing.T) {
 	if _, _, err := drv.List(t.Context(), "c"); err != nil {
 		t.Fatal(err)
 	}
-	if len(w.sent("POST /token")) == 0 {
+	if len(w.rec.Sent("POST /token")) == 0 {
 		t.Errorf("no token request: the key file's token_uri was not used")
 	}
 
@@ -98,22 +98,22 @@ func TestFirewallRules(t *testing.T) {
 	if !slices.Equal(g.Sources, spec.Sources) {
 		t.Errorf("Group.Sources %v, want %v", g.Sources, spec.Sources)
 	}
-	patches := len(w.sent("PATCH "))
+	patches := len(w.rec.Sent("PATCH "))
 	if _, err := drv.EnsureGroup(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(w.sent("PATCH ")); n != patches {
+	if n := len(w.rec.Sent("PATCH ")); n != patches {
 		t.Errorf("an unchanged group was patched again")
 	}
 
 	// A fresh group created with its sources: one insert per rule, no patch.
 	other := groupSpec("fw2", "gce-test", "198.51.100.1")
-	before, beforePatch := len(w.sent("POST /compute/v1/projects/"+project+"/global/firewalls?")), len(w.sent("PATCH "))
+	before, beforePatch := len(w.rec.Sent("POST /compute/v1/projects/"+project+"/global/firewalls?")), len(w.rec.Sent("PATCH "))
 	if _, err := drv.EnsureGroup(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	if ins := len(w.sent("POST /compute/v1/projects/"+project+"/global/firewalls?")) - before; ins != 2 || len(w.sent("PATCH ")) != beforePatch {
-		t.Errorf("creating a group with sources took %d inserts and %d patches, want 2 and 0", ins, len(w.sent("PATCH "))-beforePatch)
+	if ins := len(w.rec.Sent("POST /compute/v1/projects/"+project+"/global/firewalls?")) - before; ins != 2 || len(w.rec.Sent("PATCH ")) != beforePatch {
+		t.Errorf("creating a group with sources took %d inserts and %d patches, want 2 and 0", ins, len(w.rec.Sent("PATCH "))-beforePatch)
 	}
 	for _, gr := range []control.Group{g, {ProviderID: ruleName(other.Name), Name: other.Name}} {
 		if err := drv.DeleteGroup(ctx, gr); err != nil {

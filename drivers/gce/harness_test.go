@@ -1,19 +1,15 @@
 package gce
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/rsa"
 	"errors"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,16 +40,13 @@ type world struct {
 	url     string
 	keyFile string
 	key     []byte // the key file's bytes: a secret
-
-	mu       sync.Mutex
-	requests []string // "METHOD path?query"
-	bodies   []string
+	rec     *drivertest.Recorder
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero})}
-	ts := httptest.NewServer(http.HandlerFunc(w.serve))
+	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero}), rec: &drivertest.Recorder{}}
+	ts := httptest.NewServer(w.rec)
 	w.url = ts.URL
 	key, err := gce.NewKey(project, account, ts.URL+gce.TokenPath)
 	if err != nil {
@@ -64,6 +57,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	w.srv = gce.New(w.sim, gce.Options{Accounts: map[string]*rsa.PublicKey{email: pub}})
+	w.rec.Handler = w.srv
 	t.Cleanup(func() {
 		ts.Close()
 		w.srv.Close()
@@ -74,34 +68,6 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	return w
-}
-
-// serve records each request, then lets the emulator answer.
-func (w *world) serve(rw http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(rw, err.Error(), http.StatusBadRequest)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	w.mu.Lock()
-	w.requests = append(w.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-	w.bodies = append(w.bodies, string(body))
-	w.mu.Unlock()
-	w.srv.ServeHTTP(rw, r)
-}
-
-// sent returns the requests whose "METHOD path" contains substr.
-func (w *world) sent(substr string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []string
-	for _, r := range w.requests {
-		if strings.Contains(r, substr) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 func (w *world) district(mod ...func(*districts.District)) districts.District {

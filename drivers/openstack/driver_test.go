@@ -3,8 +3,6 @@ package openstack
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,8 +213,8 @@ func TestGroupInUse(t *testing.T) {
 	if err := drv.DeleteGroup(ctx, g); err != nil {
 		t.Fatalf("DeleteGroup while its server is deleting: %v", err)
 	}
-	if len(w.sent("DELETE /RegionOne/network/v2.0/security-groups/")) < 2 {
-		t.Errorf("DeleteGroup sent %v: want it refused while in use, then retried", w.sent("security-groups/"))
+	if len(w.rec.Sent("DELETE /RegionOne/network/v2.0/security-groups/")) < 2 {
+		t.Errorf("DeleteGroup sent %v: want it refused while in use, then retried", w.rec.Sent("security-groups/"))
 	}
 	for _, r := range w.srv.Resources() {
 		if r.Kind != "key-pair" {
@@ -238,10 +236,10 @@ func TestGroupRules(t *testing.T) {
 	if want := []string{"10.0.0.1", "10.0.0.2", "2001:db8::1"}; strings.Join(g.Sources, ",") != strings.Join(want, ",") {
 		t.Errorf("sources %v, want %v", g.Sources, want)
 	}
-	if n := len(w.sent("POST /RegionOne/network/v2.0/security-group-rules")); n != 1 {
+	if n := len(w.rec.Sent("POST /RegionOne/network/v2.0/security-group-rules")); n != 1 {
 		t.Errorf("%d rule creates, want one bulk request", n)
 	}
-	before := len(w.sent("security-group-rules"))
+	before := len(w.rec.Sent("security-group-rules"))
 	g2, err := drv.EnsureGroup(ctx, groupSpec("rules", "os-test", "10.0.0.1", "2001:db8::1"))
 	if err != nil {
 		t.Fatal(err)
@@ -249,13 +247,13 @@ func TestGroupRules(t *testing.T) {
 	if g2.ProviderID != g.ProviderID || strings.Join(g2.Sources, ",") != "10.0.0.1,2001:db8::1" {
 		t.Errorf("after removing a source: %+v", g2)
 	}
-	if dels := w.sent("DELETE /RegionOne/network/v2.0/security-group-rules/"); len(dels) != 1 {
+	if dels := w.rec.Sent("DELETE /RegionOne/network/v2.0/security-group-rules/"); len(dels) != 1 {
 		t.Errorf("rule deletes %v, want exactly one", dels)
 	}
 	if _, err := drv.EnsureGroup(ctx, groupSpec("rules", "os-test", "10.0.0.1", "2001:db8::1")); err != nil {
 		t.Fatal(err)
 	}
-	if after := len(w.sent("security-group-rules")); after != before+1 {
+	if after := len(w.rec.Sent("security-group-rules")); after != before+1 {
 		t.Errorf("an unchanged EnsureGroup changed rules: %d rule requests", after-before)
 	}
 	if err := drv.DeleteGroup(ctx, g); err != nil {
@@ -273,18 +271,7 @@ func writeFile(t *testing.T, path, content string) {
 // TestTokenExpiry: a token that expires mid-run is renewed with the
 // credential, and the request it failed is made again.
 func TestTokenExpiry(t *testing.T) {
-	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero})}
-	w.srv = openstack.New(w.sim, openstack.Options{
-		Users:     []openstack.User{{Name: user, Password: password, Project: project}},
-		Zones:     zones,
-		TokenLife: 200 * time.Millisecond,
-	})
-	ts := httptest.NewServer(http.HandlerFunc(w.serve))
-	w.url = ts.URL
-	t.Cleanup(func() {
-		ts.Close()
-		w.srv.Close()
-	})
+	w := newWorld(t, func(o *openstack.Options) { o.TokenLife = 200 * time.Millisecond })
 	drv := w.driver(w.district(), w.credential(), fast())
 	for i := range 3 {
 		if _, _, err := drv.List(t.Context(), "c"); err != nil {
@@ -292,7 +279,7 @@ func TestTokenExpiry(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if n := len(w.sent("POST /identity/v3/auth/tokens")); n != 3 {
+	if n := len(w.rec.Sent("POST /identity/v3/auth/tokens")); n != 3 {
 		t.Errorf("%d token requests for three Lists each after the last token expired, want 3", n)
 	}
 }

@@ -1,16 +1,12 @@
 package openstack
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,55 +37,31 @@ type world struct {
 	sim *cloudsim.Sim
 	srv *openstack.Server
 	url string
-
-	mu       sync.Mutex
-	requests []string // "METHOD path?query"
-	bodies   []string
+	rec *drivertest.Recorder
 }
 
-func newWorld(t *testing.T) *world {
+// newWorld starts the cloud: its users, application credentials and zones
+// are the tests' constants; mod changes more.
+func newWorld(t *testing.T, mod ...func(*openstack.Options)) *world {
 	t.Helper()
 	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero})}
-	w.srv = openstack.New(w.sim, openstack.Options{
+	opts := openstack.Options{
 		Users:          []openstack.User{{Name: user, Password: password, Project: project}},
 		AppCredentials: []openstack.AppCredential{{ID: appID, Secret: appKey, Project: project}},
 		Zones:          zones,
-	})
-	ts := httptest.NewServer(http.HandlerFunc(w.serve))
+	}
+	for _, m := range mod {
+		m(&opts)
+	}
+	w.srv = openstack.New(w.sim, opts)
+	w.rec = &drivertest.Recorder{Handler: w.srv}
+	ts := httptest.NewServer(w.rec)
 	w.url = ts.URL
 	t.Cleanup(func() {
 		ts.Close()
 		w.srv.Close()
 	})
 	return w
-}
-
-// serve records each request, then lets the emulator answer.
-func (w *world) serve(rw http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(rw, err.Error(), http.StatusBadRequest)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	w.mu.Lock()
-	w.requests = append(w.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-	w.bodies = append(w.bodies, string(body))
-	w.mu.Unlock()
-	w.srv.ServeHTTP(rw, r)
-}
-
-// sent returns the requests whose "METHOD path?query" contains substr.
-func (w *world) sent(substr string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []string
-	for _, r := range w.requests {
-		if strings.Contains(r, substr) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 func (w *world) district(mod ...func(*districts.District)) districts.District {
