@@ -209,9 +209,5 @@ func (e *noCredentials) Unwrap() error { return e.err }
 
 // wait sleeps for the poll interval after n polls (doubling, capped).
 func (drv *driver) wait(ctx context.Context, n int) error {
-	d := drv.opts.PollInterval
-	for i := 0; i < n && d < drv.opts.PollMaxInterval; i++ {
-		d *= 2
-	}
-	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
+	return drv.opts.Clock.Sleep(ctx, cloudutil.PollDelay(n, drv.opts.PollInterval, drv.opts.PollMaxInterval))
 }

@@ -212,23 +212,12 @@ func (drv *driver) waitRunning(ctx context.Context, id, what string) (types.Inst
 // polling until they show or HostKeyWait has passed; none (nil) means the
 // first key presented will be trusted. Only ctx's end is an error.
 func (drv *driver) hostKeys(ctx context.Context, id string) ([]string, error) {
-	deadline := drv.opts.Clock.Now().Add(drv.opts.HostKeyWait)
-	for i := 0; ; i++ {
+	return cloudutil.ConsoleHostKeys(ctx, drv.opts.Clock, drv.opts.HostKeyWait, drv.wait, func() (string, error) {
 		out, err := drv.ec2.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: sdk.String(id)})
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if err != nil {
+			return "", err
 		}
-		if err == nil {
-			text, derr := base64.StdEncoding.DecodeString(sdk.ToString(out.Output))
-			if keys := cloudutil.ParseHostKeys(string(text)); derr == nil && len(keys) > 0 {
-				return keys, nil
-			}
-		}
-		if !drv.opts.Clock.Now().Before(deadline) {
-			return nil, nil
-		}
-		if err := drv.wait(ctx, i); err != nil {
-			return nil, err
-		}
-	}
+		text, err := base64.StdEncoding.DecodeString(sdk.ToString(out.Output))
+		return string(text), err
+	})
 }

@@ -1,18 +1,24 @@
 // Package cloudutil is what the cloud drivers (aws, gce, openstack) share:
-// their error type, the district checks they make alike, and reading the
-// host keys cloud-init prints on a console.
+// their error type, the district checks they make alike, retry and poll
+// pacing, and reading the host keys cloud-init prints on a console.
 package cloudutil
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -108,4 +114,47 @@ func CloudConfig(authorizedKey string) string {
 		"disable_root: false\n" +
 		"ssh_authorized_keys:\n" +
 		"  - " + string(q) + "\n"
+}
+
+// ConnectionError says whether err is the connection's, not the cloud's
+// answer (a timeout, a reset or refused connection, a cut-off answer):
+// worth another attempt.
+func ConnectionError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// PollDelay is the wait after n polls: first, doubling with each poll, at
+// most maxDelay.
+func PollDelay(n int, first, maxDelay time.Duration) time.Duration {
+	d := first
+	for i := 0; i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+// ConsoleHostKeys polls a machine's console (console returns its text)
+// until cloud-init has printed the SSH host keys or within has passed;
+// wait sleeps between polls. None (nil) means the first key presented
+// will be trusted. Only ctx's end is an error.
+func ConsoleHostKeys(ctx context.Context, clk clock.Clock, within time.Duration, wait func(ctx context.Context, n int) error,
+	console func() (string, error)) ([]string, error) {
+	deadline := clk.Now().Add(within)
+	for i := 0; ; i++ {
+		text, err := console()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if keys := ParseHostKeys(text); err == nil && len(keys) > 0 {
+			return keys, nil
+		}
+		if !clk.Now().Before(deadline) {
+			return nil, nil
+		}
+		if err := wait(ctx, i); err != nil {
+			return nil, err
+		}
+	}
 }

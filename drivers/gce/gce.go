@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
@@ -240,9 +238,7 @@ func retryable(err error) bool {
 	if errors.As(err, &ge) {
 		return ge.Code >= 500
 	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+	return cloudutil.ConnectionError(err)
 }
 
 // throttled says whether Compute Engine refused err's request for its
@@ -271,9 +267,5 @@ func hasReason(ge *googleapi.Error, reasons ...string) bool {
 
 // wait sleeps for the poll interval after n polls (doubling, capped).
 func (drv *driver) wait(ctx context.Context, n int) error {
-	d := drv.opts.PollInterval
-	for i := 0; i < n && d < drv.opts.PollMaxInterval; i++ {
-		d *= 2
-	}
-	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
+	return drv.opts.Clock.Sleep(ctx, cloudutil.PollDelay(n, drv.opts.PollInterval, drv.opts.PollMaxInterval))
 }

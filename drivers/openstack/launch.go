@@ -321,22 +321,9 @@ func (drv *driver) floatingIP(ctx context.Context, sv *servers.Server) (string, 
 // polling until they show or HostKeyWait has passed; none (nil) means the
 // first key presented will be trusted. Only ctx's end is an error.
 func (drv *driver) hostKeys(ctx context.Context, id string) ([]string, error) {
-	deadline := drv.opts.Clock.Now().Add(drv.opts.HostKeyWait)
-	for i := 0; ; i++ {
-		out, err := servers.ShowConsoleOutput(ctx, drv.compute, id, servers.ShowConsoleOutputOpts{Length: 100}).Extract()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if keys := cloudutil.ParseHostKeys(out); err == nil && len(keys) > 0 {
-			return keys, nil
-		}
-		if !drv.opts.Clock.Now().Before(deadline) {
-			return nil, nil
-		}
-		if err := drv.wait(ctx, i); err != nil {
-			return nil, err
-		}
-	}
+	return cloudutil.ConsoleHostKeys(ctx, drv.opts.Clock, drv.opts.HostKeyWait, drv.wait, func() (string, error) {
+		return servers.ShowConsoleOutput(ctx, drv.compute, id, servers.ShowConsoleOutputOpts{Length: 100}).Extract()
+	})
 }
 
 // resolveImage is os_image's id: an image of that name (the newest if

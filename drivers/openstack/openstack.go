@@ -6,13 +6,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -22,6 +19,7 @@ import (
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 )
 
 // Defaults of Options, right for a real OpenStack cloud.
@@ -306,16 +304,10 @@ func retryable(err error) bool {
 	if s := status(err); s == 429 || s >= 500 {
 		return true
 	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+	return cloudutil.ConnectionError(err)
 }
 
 // wait sleeps for the poll interval after n polls (doubling, capped).
 func (drv *driver) wait(ctx context.Context, n int) error {
-	d := drv.opts.PollInterval
-	for i := 0; i < n && d < drv.opts.PollMaxInterval; i++ {
-		d *= 2
-	}
-	return drv.opts.Clock.Sleep(ctx, min(d, drv.opts.PollMaxInterval))
+	return drv.opts.Clock.Sleep(ctx, cloudutil.PollDelay(n, drv.opts.PollInterval, drv.opts.PollMaxInterval))
 }
