@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"net/http"
 	"time"
 
@@ -185,10 +187,7 @@ func (s *Server) issueToken(w http.ResponseWriter, base string, body []byte) {
 
 // projectID is a stable id for a name.
 func projectID(name string) string {
-	var h uint64 = 14695981039346656037
-	for i := range len(name) {
-		h = (h ^ uint64(name[i])) * 1099511628211
-	}
-	return hex.EncodeToString([]byte{byte(h >> 56), byte(h >> 48), byte(h >> 40), byte(h >> 32),
-		byte(h >> 24), byte(h >> 16), byte(h >> 8), byte(h)}) + "0000000000000000"
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("%016x0000000000000000", h.Sum64())
 }

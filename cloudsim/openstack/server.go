@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -467,32 +468,10 @@ func page[T any](c *call, items []T, id func(T) string, self string) ([]T, []map
 	if to == len(items) || len(out) == 0 {
 		return out, nil, nil
 	}
-	q := map[string][]string{}
-	for k, v := range c.query {
-		q[k] = v
-	}
-	q["marker"] = []string{id(out[len(out)-1])}
-	q["limit"] = []string{strconv.Itoa(limit)}
-	var enc []string
-	for _, k := range slices.Sorted(maps.Keys(q)) {
-		for _, v := range q[k] {
-			enc = append(enc, k+"="+urlQueryEscape(v))
-		}
-	}
-	return out, []map[string]string{{"rel": "next", "href": self + "?" + strings.Join(enc, "&")}}, nil
-}
-
-func urlQueryEscape(s string) string {
-	var b strings.Builder
-	for i := range len(s) {
-		ch := s[i]
-		if ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("-_.~", ch) >= 0 {
-			b.WriteByte(ch)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", ch)
-		}
-	}
-	return b.String()
+	q := url.Values(maps.Clone(c.query))
+	q.Set("marker", id(out[len(out)-1]))
+	q.Set("limit", strconv.Itoa(limit))
+	return out, []map[string]string{{"rel": "next", "href": self + "?" + q.Encode()}}, nil
 }
 
 func (c *call) url(svc string, parts ...string) string {

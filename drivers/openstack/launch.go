@@ -329,12 +329,10 @@ func (drv *driver) hostKeys(ctx context.Context, id string) ([]string, error) {
 // resolveImage is os_image's id: an image of that name (the newest if
 // several), or that id.
 func (drv *driver) resolveImage(ctx context.Context) (string, error) {
-	drv.mu.Lock()
-	id := drv.imageID
-	drv.mu.Unlock()
-	if id != "" {
-		return id, nil
-	}
+	return drv.resolve("image", func() (string, error) { return drv.findImage(ctx) })
+}
+
+func (drv *driver) findImage(ctx context.Context) (string, error) {
 	want := cmp.Or(drv.d.OSImage, DefaultImage)
 	var found []images.Image
 	err := drv.retry(ctx, func() error {
@@ -361,20 +359,15 @@ func (drv *driver) resolveImage(ctx context.Context) (string, error) {
 			best = im
 		}
 	}
-	drv.mu.Lock()
-	drv.imageID = best.ID
-	drv.mu.Unlock()
 	return best.ID, nil
 }
 
 // resolveFlavor is the id of the flavor named (or of id) machineType.
 func (drv *driver) resolveFlavor(ctx context.Context, machineType string) (string, error) {
-	drv.mu.Lock()
-	id := drv.flavors[machineType]
-	drv.mu.Unlock()
-	if id != "" {
-		return id, nil
-	}
+	return drv.resolve("flavor "+machineType, func() (string, error) { return drv.findFlavor(ctx, machineType) })
+}
+
+func (drv *driver) findFlavor(ctx context.Context, machineType string) (string, error) {
 	var all []flavors.Flavor
 	err := drv.retry(ctx, func() error {
 		pages, err := flavors.ListDetail(drv.compute, nil).AllPages(ctx)
@@ -387,6 +380,7 @@ func (drv *driver) resolveFlavor(ctx context.Context, machineType string) (strin
 	if err != nil {
 		return "", drv.wrap("find flavor "+machineType, err)
 	}
+	var id string
 	var names []string
 	for _, f := range all {
 		names = append(names, f.Name)
@@ -397,44 +391,37 @@ func (drv *driver) resolveFlavor(ctx context.Context, machineType string) (strin
 	if id == "" {
 		return "", invalid(drv.d, "flavors[].os_flavor: no flavor %q in region %s (it has %s)", machineType, drv.d.OSRegion, strings.Join(names, ", "))
 	}
-	drv.mu.Lock()
-	drv.flavors[machineType] = id
-	drv.mu.Unlock()
 	return id, nil
 }
 
 // resolveNetwork is os_network's id (by name or id); without os_network,
 // the project's only network that is not external.
 func (drv *driver) resolveNetwork(ctx context.Context) (string, error) {
-	drv.mu.Lock()
-	id := drv.networkID
-	drv.mu.Unlock()
-	if id != "" {
-		return id, nil
-	}
-	id, err := drv.findNetwork(ctx, drv.d.OSNetwork, "os_network", false)
-	if err != nil {
-		return "", err
-	}
-	drv.mu.Lock()
-	drv.networkID = id
-	drv.mu.Unlock()
-	return id, nil
+	return drv.resolve("network", func() (string, error) { return drv.findNetwork(ctx, drv.d.OSNetwork, "os_network", false) })
 }
 
+// resolveFloatingNetwork is os_floating_network's id (by name or id).
 func (drv *driver) resolveFloatingNetwork(ctx context.Context) (string, error) {
+	return drv.resolve("floating network", func() (string, error) {
+		return drv.findNetwork(ctx, drv.d.OSFloatingNetwork, "os_floating_network", true)
+	})
+}
+
+// resolve returns the id found before under key, or finds it (and keeps
+// it: images, flavors and networks do not move while transit runs).
+func (drv *driver) resolve(key string, find func() (string, error)) (string, error) {
 	drv.mu.Lock()
-	id := drv.floatingNetID
+	id := drv.resolved[key]
 	drv.mu.Unlock()
 	if id != "" {
 		return id, nil
 	}
-	id, err := drv.findNetwork(ctx, drv.d.OSFloatingNetwork, "os_floating_network", true)
+	id, err := find()
 	if err != nil {
 		return "", err
 	}
 	drv.mu.Lock()
-	drv.floatingNetID = id
+	drv.resolved[key] = id
 	drv.mu.Unlock()
 	return id, nil
 }

@@ -103,11 +103,8 @@ type driver struct {
 	compute, netw *gophercloud.ServiceClient
 	image         *gophercloud.ServiceClient
 	mu            sync.Mutex
-	imageID       string
-	flavors       map[string]string // name or id → id
-	networkID     string
-	floatingNetID string
-	keys          map[string]bool // key pair names known to hold the cluster's key
+	resolved      map[string]string // what resolve found: image, flavor, network ids
+	keys          map[string]bool   // key pair names known to hold the cluster's key
 	keyMu         sync.Mutex
 
 	// placeMu makes "count the servers per zone, pick the emptiest" one
@@ -131,7 +128,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		return nil, invalid(d, "os_region: missing")
 	}
 	drv := &driver{d: d, opts: opts.withDefaults(), inflight: map[string]string{}, keys: map[string]bool{},
-		flavors: map[string]string{}, credName: "the OS_* environment"}
+		resolved: map[string]string{}, credName: "the OS_* environment"}
 	var err error
 	if drv.sshCIDRs, err = sshCIDRs(d); err != nil {
 		return nil, err
