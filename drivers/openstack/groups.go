@@ -165,21 +165,15 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (con
 		if len(meta) > 255 {
 			return control.Group{}, fmt.Errorf("openstack district %q: %s: its tags do not fit a security group's description (%d of 255 bytes)", drv.d.ID, what, len(meta))
 		}
-		first := true
-		err = drv.retry(ctx, func() error {
-			if !first {
-				// The last create's answer may be lost, its group made.
-				if tg, err = drv.findGroup(ctx, spec.Name); err != nil || tg != nil {
-					return err
+		// A lost answer's group is found by its name.
+		tg, err = createOnce(ctx, drv, func() (*transitGroup, error) { return drv.findGroup(ctx, spec.Name) },
+			func() (*transitGroup, error) {
+				g, err := groups.Create(ctx, drv.netw, groups.CreateOpts{Name: spec.Name, Description: string(meta)}).Extract()
+				if err != nil {
+					return nil, err
 				}
-			}
-			first = false
-			g, err := groups.Create(ctx, drv.netw, groups.CreateOpts{Name: spec.Name, Description: string(meta)}).Extract()
-			if err == nil {
-				tg = &transitGroup{g: *g, meta: groupMeta{Transit: spec.Name, Tags: spec.Tags}}
-			}
-			return err
-		})
+				return &transitGroup{g: *g, meta: groupMeta{Transit: spec.Name, Tags: spec.Tags}}, nil
+			})
 		if err != nil {
 			return control.Group{}, drv.wrap(what, err)
 		}

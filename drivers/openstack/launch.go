@@ -87,23 +87,10 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 		if z := drv.inflightZone(name); z != "" {
 			opts.AvailabilityZone = z
 		}
-		first := true
-		err = drv.retry(ctx, func() error {
-			if !first {
-				// The last create's answer may be lost, its server made.
-				found, err := drv.serverByName(ctx, name)
-				if err != nil || found != nil {
-					sv = found
-					return err
-				}
-			}
-			first = false
-			made, err := servers.Create(ctx, drv.compute, keypairs.CreateOptsExt{CreateOptsBuilder: opts, KeyName: key}, nil).Extract()
-			if err == nil {
-				sv = made
-			}
-			return err
-		})
+		sv, err = createOnce(ctx, drv, func() (*servers.Server, error) { return drv.serverByName(ctx, name) },
+			func() (*servers.Server, error) {
+				return servers.Create(ctx, drv.compute, keypairs.CreateOptsExt{CreateOptsBuilder: opts, KeyName: key}, nil).Extract()
+			})
 	}
 	release()
 	if err != nil {
@@ -123,6 +110,27 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 		return control.Instance{}, drv.wrap(what, err)
 	}
 	return inst, nil
+}
+
+// createOnce makes something with create, retried as retry retries. Before
+// each retry find looks for what the last attempt made although its
+// answer was lost (the thing, or nil), and a thing found ends the retries:
+// Nova and Neutron take no idempotency token.
+func createOnce[T any](ctx context.Context, drv *driver, find, create func() (*T, error)) (*T, error) {
+	var out *T
+	first := true
+	err := drv.retry(ctx, func() error {
+		var err error
+		if !first {
+			if out, err = find(); err != nil || out != nil {
+				return err
+			}
+		}
+		first = false
+		out, err = create()
+		return err
+	})
+	return out, err
 }
 
 // place finds the node's server if a lost create made it, else picks the
@@ -290,26 +298,19 @@ func (drv *driver) floatingIP(ctx context.Context, sv *servers.Server) (string, 
 	if err != nil {
 		return "", err
 	}
-	var made *floatingips.FloatingIP
-	first := true
-	err = drv.retry(ctx, func() error {
-		if !first {
-			pages, err := floatingips.List(drv.netw, floatingips.ListOpts{PortID: portIDs[0]}).AllPages(ctx)
-			if err != nil {
-				return err
-			}
-			if fs, err := floatingips.ExtractFloatingIPs(pages); err != nil || len(fs) > 0 {
-				if len(fs) > 0 {
-					made = &fs[0]
-				}
-				return err
-			}
+	made, err := createOnce(ctx, drv, func() (*floatingips.FloatingIP, error) {
+		pages, err := floatingips.List(drv.netw, floatingips.ListOpts{PortID: portIDs[0]}).AllPages(ctx)
+		if err != nil {
+			return nil, err
 		}
-		first = false
-		var err error
-		made, err = floatingips.Create(ctx, drv.netw, floatingips.CreateOpts{FloatingNetworkID: netID,
+		fs, err := floatingips.ExtractFloatingIPs(pages)
+		if err != nil || len(fs) == 0 {
+			return nil, err
+		}
+		return &fs[0], nil
+	}, func() (*floatingips.FloatingIP, error) {
+		return floatingips.Create(ctx, drv.netw, floatingips.CreateOpts{FloatingNetworkID: netID,
 			PortID: portIDs[0], Description: desc}).Extract()
-		return err
 	})
 	if err != nil {
 		return "", err
