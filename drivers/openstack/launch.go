@@ -258,31 +258,11 @@ func (drv *driver) floatingIP(ctx context.Context, sv *servers.Server) (string, 
 		return ip, nil
 	}
 	desc := fipDescription(sv.Name)
-	var have []floatingips.FloatingIP
-	err := drv.retry(ctx, func() error {
-		pages, err := floatingips.List(drv.netw, floatingips.ListOpts{Description: desc}).AllPages(ctx)
-		if err != nil {
-			return err
-		}
-		have, err = floatingips.ExtractFloatingIPs(pages)
-		return err
-	})
+	have, err := drv.floatingIPs(ctx, floatingips.ListOpts{Description: desc})
 	if err != nil {
 		return "", err
 	}
-	var portIDs []string
-	err = drv.retry(ctx, func() error {
-		pages, err := ports.List(drv.netw, ports.ListOpts{DeviceID: sv.ID}).AllPages(ctx)
-		if err != nil {
-			return err
-		}
-		ps, err := ports.ExtractPorts(pages)
-		portIDs = nil
-		for _, p := range ps {
-			portIDs = append(portIDs, p.ID)
-		}
-		return err
-	})
+	portIDs, err := drv.portsOf(ctx, sv.ID)
 	if err != nil {
 		return "", err
 	}
@@ -299,11 +279,7 @@ func (drv *driver) floatingIP(ctx context.Context, sv *servers.Server) (string, 
 		return "", err
 	}
 	made, err := createOnce(ctx, drv, func() (*floatingips.FloatingIP, error) {
-		pages, err := floatingips.List(drv.netw, floatingips.ListOpts{PortID: portIDs[0]}).AllPages(ctx)
-		if err != nil {
-			return nil, err
-		}
-		fs, err := floatingips.ExtractFloatingIPs(pages)
+		fs, err := drv.floatingIPs(ctx, floatingips.ListOpts{PortID: portIDs[0]})
 		if err != nil || len(fs) == 0 {
 			return nil, err
 		}
@@ -316,6 +292,38 @@ func (drv *driver) floatingIP(ctx context.Context, sv *servers.Server) (string, 
 		return "", err
 	}
 	return made.FloatingIP, nil
+}
+
+// floatingIPs lists the project's floating IPs that match opts.
+func (drv *driver) floatingIPs(ctx context.Context, opts floatingips.ListOpts) ([]floatingips.FloatingIP, error) {
+	var out []floatingips.FloatingIP
+	err := drv.retry(ctx, func() error {
+		pages, err := floatingips.List(drv.netw, opts).AllPages(ctx)
+		if err != nil {
+			return err
+		}
+		out, err = floatingips.ExtractFloatingIPs(pages)
+		return err
+	})
+	return out, err
+}
+
+// portsOf lists the ids of a server's ports.
+func (drv *driver) portsOf(ctx context.Context, server string) ([]string, error) {
+	var ids []string
+	err := drv.retry(ctx, func() error {
+		pages, err := ports.List(drv.netw, ports.ListOpts{DeviceID: server}).AllPages(ctx)
+		if err != nil {
+			return err
+		}
+		ps, err := ports.ExtractPorts(pages)
+		ids = nil
+		for _, p := range ps {
+			ids = append(ids, p.ID)
+		}
+		return err
+	})
+	return ids, err
 }
 
 // hostKeys reads the SSH host keys cloud-init prints on the console,

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
-	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
@@ -130,47 +129,29 @@ func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
 // those marked as its own (a lost create's): Neutron keeps them, and
 // their addresses, after the server is gone.
 func (drv *driver) releaseFloatingIPs(ctx context.Context, sv *servers.Server) error {
-	var fips []floatingips.FloatingIP
-	err := drv.retry(ctx, func() error {
-		fips = nil
-		pages, err := ports.List(drv.netw, ports.ListOpts{DeviceID: sv.ID}).AllPages(ctx)
-		if err != nil {
-			return err
-		}
-		ps, err := ports.ExtractPorts(pages)
-		if err != nil {
-			return err
-		}
-		opts := []floatingips.ListOpts{{Description: fipDescription(sv.Name)}}
-		for _, p := range ps {
-			opts = append(opts, floatingips.ListOpts{PortID: p.ID})
-		}
-		seen := map[string]bool{}
-		for _, o := range opts {
-			pages, err := floatingips.List(drv.netw, o).AllPages(ctx)
-			if err != nil {
-				return err
-			}
-			fs, err := floatingips.ExtractFloatingIPs(pages)
-			if err != nil {
-				return err
-			}
-			for _, f := range fs {
-				if !seen[f.ID] {
-					seen[f.ID] = true
-					fips = append(fips, f)
-				}
-			}
-		}
-		return nil
-	})
+	portIDs, err := drv.portsOf(ctx, sv.ID)
 	if err != nil {
 		return err
 	}
-	for _, f := range fips {
-		err := drv.retry(ctx, func() error { return floatingips.Delete(ctx, drv.netw, f.ID).ExtractErr() })
-		if err != nil && !isNotFound(err) {
+	opts := []floatingips.ListOpts{{Description: fipDescription(sv.Name)}}
+	for _, p := range portIDs {
+		opts = append(opts, floatingips.ListOpts{PortID: p})
+	}
+	seen := map[string]bool{}
+	for _, o := range opts {
+		fs, err := drv.floatingIPs(ctx, o)
+		if err != nil {
 			return err
+		}
+		for _, f := range fs {
+			if seen[f.ID] {
+				continue
+			}
+			seen[f.ID] = true
+			err := drv.retry(ctx, func() error { return floatingips.Delete(ctx, drv.netw, f.ID).ExtractErr() })
+			if err != nil && !isNotFound(err) {
+				return err
+			}
 		}
 	}
 	return nil
