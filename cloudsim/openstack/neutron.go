@@ -154,25 +154,9 @@ func (c *call) groupsOf() []*secGroup {
 func (c *call) listGroups() (reply, error) {
 	s := c.s
 	s.mu.Lock()
-	all := c.groupsOf()
-	s.mu.Unlock()
-	items, links, err := page(c, all, func(g *secGroup) string { return g.id }, c.url("network", "v2.0", "security-groups"))
-	if err != nil {
-		return reply{}, err
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []map[string]any{}
-	for _, g := range items {
-		if s.groups[g.id] != nil {
-			out = append(out, c.xGroup(g))
-		}
-	}
-	body := map[string]any{"security_groups": out}
-	if links != nil {
-		body["security_groups_links"] = links
-	}
-	return reply{200, body}, nil
+	all := c.groupsOf()
+	return listReply(c, all, func(g *secGroup) string { return g.id }, c.url("network", "v2.0", "security-groups"), "security_groups", c.xGroup)
 }
 
 func (c *call) getGroup() (reply, error) {
@@ -253,6 +237,7 @@ func (c *call) deleteGroup() (reply, error) {
 func (c *call) listRules() (reply, error) {
 	s := c.s
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	var all []*rule
 	for _, r := range sortedBySeq(s.rules, func(v *rule) uint64 { return v.seq }) {
 		g := s.groups[r.group]
@@ -261,22 +246,7 @@ func (c *call) listRules() (reply, error) {
 			all = append(all, r)
 		}
 	}
-	s.mu.Unlock()
-	items, links, err := page(c, all, func(r *rule) string { return r.id }, c.url("network", "v2.0", "security-group-rules"))
-	if err != nil {
-		return reply{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := []map[string]any{}
-	for _, r := range items {
-		out = append(out, c.xRule(r))
-	}
-	body := map[string]any{"security_group_rules": out}
-	if links != nil {
-		body["security_group_rules_links"] = links
-	}
-	return reply{200, body}, nil
+	return listReply(c, all, func(r *rule) string { return r.id }, c.url("network", "v2.0", "security-group-rules"), "security_group_rules", c.xRule)
 }
 
 type ruleBody struct {
@@ -431,6 +401,7 @@ func (c *call) xFIP(f *floatingIP) map[string]any {
 func (c *call) listFloatingIPs() (reply, error) {
 	s := c.s
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	var all []*floatingIP
 	for _, f := range sortedBySeq(s.fips, func(v *floatingIP) uint64 { return v.seq }) {
 		if f.project == c.project && f.region == c.region && keep(c, "port_id", f.portID) &&
@@ -438,22 +409,7 @@ func (c *call) listFloatingIPs() (reply, error) {
 			all = append(all, f)
 		}
 	}
-	s.mu.Unlock()
-	items, links, err := page(c, all, func(f *floatingIP) string { return f.id }, c.url("network", "v2.0", "floatingips"))
-	if err != nil {
-		return reply{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := []map[string]any{}
-	for _, f := range items {
-		out = append(out, c.xFIP(f))
-	}
-	body := map[string]any{"floatingips": out}
-	if links != nil {
-		body["floatingips_links"] = links
-	}
-	return reply{200, body}, nil
+	return listReply(c, all, func(f *floatingIP) string { return f.id }, c.url("network", "v2.0", "floatingips"), "floatingips", c.xFIP)
 }
 
 func (c *call) createFloatingIP() (reply, error) {

@@ -393,6 +393,7 @@ func (c *call) listServers() (reply, error) {
 	}
 	s := c.s
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.sim.Time()
 	var all []*server
 	for _, sv := range sortedBySeq(s.servers, func(v *server) uint64 { return v.seq }) {
@@ -400,22 +401,7 @@ func (c *call) listServers() (reply, error) {
 			all = append(all, sv)
 		}
 	}
-	s.mu.Unlock()
-	items, links, err := page(c, all, func(sv *server) string { return sv.id }, c.url("compute/v2.1", "servers", "detail"))
-	if err != nil {
-		return reply{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := []map[string]any{}
-	for _, sv := range items {
-		out = append(out, c.xServer(sv, now))
-	}
-	body := map[string]any{"servers": out}
-	if links != nil {
-		body["servers_links"] = links
-	}
-	return reply{200, body}, nil
+	return listReply(c, all, func(sv *server) string { return sv.id }, c.url("compute/v2.1", "servers", "detail"), "servers", func(sv *server) map[string]any { return c.xServer(sv, now) })
 }
 
 func (c *call) getServer() (reply, error) {

@@ -439,14 +439,15 @@ func (c *call) sleep(d time.Duration) error {
 	return nil
 }
 
-// page cuts items (sorted by id) by limit and marker, and returns the
-// next page's link when there is more.
-func page[T any](c *call, items []T, id func(T) string, self string) ([]T, []map[string]string, error) {
+// listReply answers a list: the page of items (in order) that limit and
+// marker choose, rendered, as {key: [...]}, with key_links naming the
+// next page when there is more. Call with s.mu held.
+func listReply[T any](c *call, items []T, id func(T) string, self, key string, render func(T) map[string]any) (reply, error) {
 	from := 0
 	if m := c.q("marker"); m != "" {
 		i := slices.IndexFunc(items, func(t T) bool { return id(t) == m })
 		if i < 0 {
-			return nil, nil, badRequest(fmt.Sprintf("marker [%s] not found", m))
+			return reply{}, badRequest(fmt.Sprintf("marker [%s] not found", m))
 		}
 		from = i + 1
 	}
@@ -454,7 +455,7 @@ func page[T any](c *call, items []T, id func(T) string, self string) ([]T, []map
 	if l := c.q("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 0 {
-			return nil, nil, badRequest(fmt.Sprintf("Invalid input for field/attribute limit. Value: %s.", l))
+			return reply{}, badRequest(fmt.Sprintf("Invalid input for field/attribute limit. Value: %s.", l))
 		}
 		if n > 0 {
 			limit = n
@@ -464,14 +465,18 @@ func page[T any](c *call, items []T, id func(T) string, self string) ([]T, []map
 		limit = min(limit, ps)
 	}
 	to := min(from+limit, len(items))
-	out := items[from:to]
-	if to == len(items) || len(out) == 0 {
-		return out, nil, nil
+	out := []map[string]any{}
+	for _, it := range items[from:to] {
+		out = append(out, render(it))
 	}
-	q := url.Values(maps.Clone(c.query))
-	q.Set("marker", id(out[len(out)-1]))
-	q.Set("limit", strconv.Itoa(limit))
-	return out, []map[string]string{{"rel": "next", "href": self + "?" + q.Encode()}}, nil
+	body := map[string]any{key: out}
+	if to < len(items) && to > from {
+		q := url.Values(maps.Clone(c.query))
+		q.Set("marker", id(items[to-1]))
+		q.Set("limit", strconv.Itoa(limit))
+		body[key+"_links"] = []map[string]string{{"rel": "next", "href": self + "?" + q.Encode()}}
+	}
+	return reply{200, body}, nil
 }
 
 func (c *call) url(svc string, parts ...string) string {
