@@ -90,7 +90,9 @@ func buildPlan(in planInput) Plan {
 		}
 		p.Actions = append(p.Actions, launches...)
 		p.Actions = append(p.Actions, planInstalls(launches)...)
-		p.Actions = append(p.Actions, planJoins(in, c, launches, &p)...)
+		joins := planJoins(in, c, launches, &p)
+		p.Actions = append(p.Actions, joins...)
+		removals = append(removals, planHeld(in, c, joins, &p)...)
 		p.Actions = append(p.Actions, planChanges(in, c, &p)...)
 		p.Actions = append(p.Actions, planForget(in, &p)...)
 		if in.world.platform == platformNone && !in.world.state.PlatformFormedAt.IsZero() {
@@ -160,6 +162,10 @@ type roleWork struct {
 	// confirms are no members, members unhealthy for longer than
 	// strategy.replace_unhealthy_after.
 	replace []*districts.Node
+	// floor is how many members must stay ready while ready ones leave;
+	// held are the ready excess members the round's start cannot spare.
+	floor int
+	held  []*districts.Node
 }
 
 // removalRank orders removal candidates: the cheapest and least useful
@@ -260,8 +266,8 @@ func removeOrder(a, b *districts.Node, avoid map[string]bool) int {
 // machines above its intended size. Removing a member that is ready needs
 // the role to keep its intended size in ready members (with max_surge 0:
 // the intended size less max_unavailable): new nodes count once the
-// platform reports them ready, in a later round, never because transit
-// joined them.
+// platform reports them ready, never because transit joined them. The
+// ready members the round's start cannot spare are held for planHeld.
 func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, removals []Action) {
 	strat := in.cluster.Strategy.Resolved()
 	removing := len(rw.excess)+len(rw.replace) > 0
@@ -290,38 +296,73 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 		})
 	}
 
+	rw.floor = rw.want
+	if strat.MaxSurge == 0 {
+		rw.floor = rw.want - strat.MaxUnavailable
+	}
+	if rw.role == districts.RoleMaster {
+		rw.floor = max(rw.floor, 1)
+	}
+	// Every drain keeps the floor: a member not ready now may be ready
+	// when its drain comes (see readyGate).
+	keep := max(rw.floor, 0)
 	for _, n := range rw.replace {
 		reason := "its install or join failed and the platform does not list it: replaced"
 		if n.Phase.Member() {
 			reason = fmt.Sprintf("not ready since %s, longer than strategy.replace_unhealthy_after: replaced", n.NotReadySince.UTC().Format(time.RFC3339))
 		}
-		removals = append(removals, removalChain(n, reason)...)
+		removals = append(removals, removalChain(n, reason, keep)...)
 	}
-	floor := rw.want
-	if strat.MaxSurge == 0 {
-		floor = rw.want - strat.MaxUnavailable
-	}
-	if rw.role == districts.RoleMaster {
-		floor = max(floor, 1)
-	}
-	budget := rw.ready - floor
-	var held []string
+	budget := rw.ready - rw.floor
 	for _, n := range rw.excess {
 		if n.Phase == districts.PhaseJoined {
 			// Removing a ready member costs availability.
 			if budget <= 0 {
-				held = append(held, n.ID)
+				rw.held = append(rw.held, n)
 				continue
 			}
 			budget--
 		}
-		removals = append(removals, removalChain(n, removalReason(n, c))...)
-	}
-	if len(held) > 0 {
-		p.Blocked = append(p.Blocked, fmt.Sprintf("%s stays for now: the %ss have %d ready member(s); removing a ready one needs at least %d%s",
-			strings.Join(held, ", "), rw.role, rw.ready, floor+1, unavailableHint(in.world, rw.role)))
+		removals = append(removals, removalChain(n, removalReason(n, c), keep)...)
 	}
 	return launches, removals
+}
+
+// planHeld removes ready members the round's start could not spare in
+// the same round when as many members of their role join in it: each
+// drain waits until the platform reports enough ready members without it
+// (KeepReady), so a node leaves as soon as a replacement serves instead
+// of a round later. The others stay for now, and the plan says why.
+func planHeld(in planInput, c classified, joins []Action, p *Plan) []Action {
+	var out []Action
+	for _, role := range slices.Sorted(maps.Keys(c.roles)) {
+		rw := c.roles[role]
+		if len(rw.held) == 0 {
+			continue
+		}
+		n := 0
+		if in.world.platform == platformUp {
+			for _, a := range joins {
+				if a.Kind == KindJoin && a.Role == role {
+					n++
+				}
+			}
+			n = min(n, len(rw.held))
+		}
+		for _, h := range rw.held[:n] {
+			out = append(out, removalChain(h, removalReason(h, c), max(rw.floor, 0))...)
+		}
+		if n == len(rw.held) {
+			continue
+		}
+		var ids []string
+		for _, h := range rw.held[n:] {
+			ids = append(ids, h.ID)
+		}
+		p.Blocked = append(p.Blocked, fmt.Sprintf("%s stays for now: the %ss have %d ready member(s); removing a ready one needs at least %d%s",
+			strings.Join(ids, ", "), rw.role, rw.ready, rw.floor+1, unavailableHint(in.world, rw.role)))
+	}
+	return out
 }
 
 // unavailableHint names the members of role that are not ready or
@@ -341,14 +382,14 @@ func unavailableHint(w world, role string) string {
 
 // removalChain is how a node leaves: a member is drained, removed from
 // the platform and terminated; a machine the platform does not have is
-// just terminated.
-func removalChain(n *districts.Node, reason string) []Action {
+// just terminated. keep is the drain's KeepReady.
+func removalChain(n *districts.Node, reason string, keep int) []Action {
 	base := Action{District: n.District, Node: n.ID, Role: n.Role, Flavor: n.Flavor, Reason: reason}
 	var out []Action
 	if n.Phase.Member() {
 		if n.Phase != districts.PhaseDrained {
 			a := base
-			a.Kind = KindDrain
+			a.Kind, a.KeepReady = KindDrain, keep
 			out = append(out, a)
 		}
 		a := base
@@ -502,12 +543,12 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 	c := in.cluster
 	live := in.world.live()
 	sources := addressesOf(live)
-	needGroup := map[string]bool{}
+	needGroup, launching := map[string]bool{}, map[string]bool{}
 	for _, n := range live {
 		needGroup[n.District] = true
 	}
 	for _, a := range launches {
-		needGroup[a.District] = true
+		needGroup[a.District], launching[a.District] = true, true
 	}
 	groups := map[string]districts.SecurityGroup{}
 	for _, g := range in.world.state.SecurityGroups {
@@ -545,7 +586,7 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 			out = append(out, Action{Kind: KindAllow, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("allow %d new node(s) before they join", len(launches))})
 		}
-		if len(terminated) > 0 && needGroup[d.ID] && remainsAfter(d.ID, live, terminated) {
+		if len(terminated) > 0 && (launching[d.ID] || needGroup[d.ID] && remainsAfter(d.ID, live, terminated)) {
 			out = append(out, Action{Kind: KindRevoke, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("revoke the addresses of %d removed node(s)", len(terminated))})
 		}

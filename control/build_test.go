@@ -62,11 +62,15 @@ func (ws worldSpec) world() world {
 	return w
 }
 
-// nodeActions lists a plan's actions on nodes as "kind node".
+// nodeActions lists a plan's actions on nodes as "kind node", with a
+// drain's KeepReady.
 func nodeActions(p Plan) []string {
 	var out []string
 	for _, a := range p.Actions {
-		if a.Node != "" {
+		switch {
+		case a.KeepReady > 0:
+			out = append(out, fmt.Sprintf("%s %s keep %d", a.Kind, a.Node, a.KeepReady))
+		case a.Node != "":
 			out = append(out, string(a.Kind)+" "+a.Node)
 		}
 	}
@@ -121,19 +125,19 @@ func TestPlanRoleRollout(t *testing.T) {
 			name:    "scale down removes the newest ready member while the rest stay ready",
 			cluster: paperCluster(1, 2, 0),
 			nodes:   []districts.Node{master1, w(1, gce, joined), w(2, gce, joined), w(3, gce, joined)},
-			want:    []string{"drain paper-worker-3", "remove paper-worker-3", "terminate paper-worker-3"},
+			want:    []string{"drain paper-worker-3 keep 2", "remove paper-worker-3", "terminate paper-worker-3"},
 		},
 		{
 			name:    "a not-ready member goes first and costs no ready member",
 			cluster: paperCluster(1, 2, 0),
 			nodes:   []districts.Node{master1, w(1, gce, districts.PhaseNotReady), w(2, gce, joined), w(3, gce, joined)},
-			want:    []string{"drain paper-worker-1", "remove paper-worker-1", "terminate paper-worker-1"},
+			want:    []string{"drain paper-worker-1 keep 2", "remove paper-worker-1", "terminate paper-worker-1"},
 		},
 		{
 			name:    "an operator's cordoned node is the excess before any ready one",
 			cluster: paperCluster(1, 2, 0),
 			nodes:   []districts.Node{master1, w(1, gce, joined), w(2, gce, districts.PhaseCordoned), w(3, gce, joined)},
-			want:    []string{"drain paper-worker-2", "remove paper-worker-2", "terminate paper-worker-2"},
+			want:    []string{"drain paper-worker-2 keep 2", "remove paper-worker-2", "terminate paper-worker-2"},
 		},
 		{
 			name:    "a drained node an interrupted run left is removed without another drain",
@@ -154,31 +158,48 @@ func TestPlanRoleRollout(t *testing.T) {
 			name:    "once they are, the old ones go",
 			cluster: paperCluster(1, 0, 2),
 			nodes:   []districts.Node{master1, w(1, gce, joined), w(2, gce, joined), w(3, aws, joined), w(4, aws, joined)},
-			want: []string{"drain paper-worker-2", "remove paper-worker-2", "terminate paper-worker-2",
-				"drain paper-worker-1", "remove paper-worker-1", "terminate paper-worker-1"},
+			want: []string{"drain paper-worker-2 keep 2", "remove paper-worker-2", "terminate paper-worker-2",
+				"drain paper-worker-1 keep 2", "remove paper-worker-1", "terminate paper-worker-1"},
 		},
 		{
 			name:    "a migration launches at most max_surge above the size",
 			cluster: withStrategy(paperCluster(1, 0, 3), 1, 1),
 			nodes:   []districts.Node{master1, w(1, gce, joined), w(2, gce, joined), w(3, gce, joined)},
-			want:    []string{"launch paper-worker-4", "install paper-worker-4", "join paper-worker-4"},
-			// The ready gce workers are exactly the size: none goes yet.
-			wantBlocked: "stays for now: the workers have 3 ready member(s); removing a ready one needs at least 4",
+			// The ready gce workers are exactly the size: one goes once
+			// the new one is ready, in the same round, the others later.
+			want: []string{"launch paper-worker-4", "install paper-worker-4", "join paper-worker-4",
+				"drain paper-worker-3 keep 3", "remove paper-worker-3", "terminate paper-worker-3"},
+			wantBlocked: "paper-worker-2, paper-worker-1 stays for now: the workers have 3 ready member(s); removing a ready one needs at least 4",
 		},
 		{
 			name:    "max_surge 0 replaces in place, max_unavailable at a time",
 			cluster: withStrategy(paperCluster(1, 0, 2), 0, 1),
 			nodes:   []districts.Node{master1, w(1, gce, joined), w(2, gce, joined)},
-			want:    []string{"drain paper-worker-2", "remove paper-worker-2", "terminate paper-worker-2"},
+			want:    []string{"drain paper-worker-2 keep 1", "remove paper-worker-2", "terminate paper-worker-2"},
 			// And the other stays: the role may dip only one below its size.
 			wantBlocked: "paper-worker-1 stays for now: the workers have 2 ready member(s); removing a ready one needs at least 2",
 		},
 		{
-			name:        "a master moves only after its replacement is ready",
-			cluster:     withLine(paperCluster(1, 1, 0), aws, districts.RoleMaster, 0),
-			nodes:       []districts.Node{pnode("paper-master-1", aws, districts.RoleMaster, joined), w(1, gce, joined)},
-			want:        []string{"launch paper-master-2", "install paper-master-2", "join paper-master-2"},
-			wantBlocked: "paper-master-1 stays for now: the masters have 1 ready member(s)",
+			name:    "a master moves only after its replacement is ready",
+			cluster: withLine(paperCluster(1, 1, 0), aws, districts.RoleMaster, 0),
+			nodes:   []districts.Node{pnode("paper-master-1", aws, districts.RoleMaster, joined), w(1, gce, joined)},
+			want: []string{"launch paper-master-2", "install paper-master-2", "join paper-master-2",
+				"drain paper-master-1 keep 1", "remove paper-master-1", "terminate paper-master-1"},
+		},
+		{
+			name:    "a machine an earlier run launched, joining now, stands in too",
+			cluster: withLine(paperCluster(1, 1, 0), aws, districts.RoleMaster, 0),
+			nodes:   []districts.Node{pnode("paper-master-1", aws, districts.RoleMaster, joined), w(1, gce, joined), pnode("paper-master-2", gce, districts.RoleMaster, districts.PhaseLaunched)},
+			want:    []string{"join paper-master-2", "drain paper-master-1 keep 1", "remove paper-master-1", "terminate paper-master-1"},
+		},
+		{
+			// worker-2 is spare now; worker-1 goes once worker-4 is ready.
+			name:    "a spare member goes at once, one more for each that joins",
+			cluster: withStrategy(paperCluster(1, 0, 2), 2, 1),
+			nodes:   []districts.Node{master1, w(1, gce, joined), w(2, gce, joined), w(3, aws, joined)},
+			want: []string{"launch paper-worker-4", "install paper-worker-4", "join paper-worker-4",
+				"drain paper-worker-2 keep 2", "remove paper-worker-2", "terminate paper-worker-2",
+				"drain paper-worker-1 keep 2", "remove paper-worker-1", "terminate paper-worker-1"},
 		},
 		{
 			name:    "a failed join the platform does not list is replaced",

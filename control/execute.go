@@ -50,6 +50,8 @@ type runner struct {
 	progress int
 	// done holds the actions of the round that finished, for Result.Left.
 	done map[string]bool
+	// gate admits the round's drains of ready members.
+	gate *readyGate
 }
 
 func newRunner(opts Options) *runner {
@@ -108,11 +110,17 @@ func (r *runner) left(p Plan) []string {
 
 // execute runs one plan, stage by stage. Failures of single actions become
 // problems; only a cancelled context or a failed save stops the round.
-func (r *runner) execute(ctx context.Context, p Plan) error {
+//
+// When the round joins nodes, the workers' removals run beside the joins
+// instead of after them: each drain of a ready member waits (readyGate)
+// until enough others are ready, so a replaced node leaves as soon as its
+// replacement serves. Masters still leave in the removal stage, last.
+func (r *runner) execute(ctx context.Context, p Plan) (result error) {
 	r.mu.Lock()
 	r.done = map[string]bool{}
 	r.installed, r.installing = map[string]bool{}, map[string]chan struct{}{}
 	r.mu.Unlock()
+	r.gate = newReadyGate(r.st.read(), p, r.lookReady)
 	r.installs = &errgroup.Group{}
 	r.installs.SetLimit(max(r.opts.Parallel, 1))
 	defer func() { _ = r.installs.Wait() }()
@@ -120,17 +128,48 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 	for _, a := range p.Actions {
 		stages[a.Kind.Stage()] = append(stages[a.Kind.Stage()], a)
 	}
+	early, late := splitRemovals(p, stages[StageRemove])
+	if len(early) > 0 {
+		stages[StageRemove] = late
+	}
+	// The early removals' own context: a round that stops early stops
+	// them, and waits for them.
+	rctx, cancel := context.WithCancel(ctx)
+	var removing chan error
+	defer func() {
+		cancel()
+		if removing != nil {
+			if err := <-removing; result == nil {
+				result = err
+			}
+		}
+	}()
 	for _, stage := range slices.Sorted(maps.Keys(stages)) {
 		batch := stages[stage]
+		if stage == StageJoin && len(early) > 0 {
+			removing = make(chan error, 1)
+			go func() { removing <- r.removeNodes(rctx, early) }()
+		}
 		var err error
 		switch stage {
 		case StageRemove:
-			err = r.removeNodes(ctx, batch)
+			if removing != nil {
+				err, removing = <-removing, nil
+			}
+			if err == nil {
+				err = r.removeNodes(ctx, batch)
+			}
 		case StageInit, StageForget:
 			err = r.each(ctx, batch, 1, r.do)
 		case StageLaunch:
 			err = r.launchAndInstall(ctx, batch)
-		case StageJoin, StageChange:
+		case StageJoin:
+			err = r.each(ctx, batch, r.opts.Parallel, func(ctx context.Context, a Action) error {
+				defer r.gate.joinEnded(a.Role)
+				return r.do(ctx, a)
+			})
+			r.gate.joinsOver()
+		case StageChange:
 			err = r.each(ctx, batch, r.opts.Parallel, r.do)
 		default:
 			err = r.each(ctx, batch, len(batch), r.do)
@@ -143,6 +182,48 @@ func (r *runner) execute(ctx context.Context, p Plan) error {
 		}
 	}
 	return r.installs.Wait()
+}
+
+// splitRemovals picks the removals that run beside the round's joins: the
+// workers', when the plan joins nodes and changes no cordon (an uncordon
+// later in the round frees room under max_unavailable the removals need).
+func splitRemovals(p Plan, removals []Action) (early, late []Action) {
+	joins := slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Kind == KindJoin })
+	uncordons := slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Kind == KindUncordon })
+	if !joins || uncordons {
+		return nil, removals
+	}
+	for _, a := range removals {
+		if a.Role == districts.RoleMaster {
+			late = append(late, a)
+		} else {
+			early = append(early, a)
+		}
+	}
+	return early, late
+}
+
+// lookReady asks the platform which of the cluster's live nodes are
+// ready, schedulable members, and returns their roles.
+func (r *runner) lookReady(ctx context.Context) (map[string]string, error) {
+	nodes := liveValues(r.st.read())
+	members, err := r.opts.Platform.Members(ctx, nodes)
+	if err != nil {
+		return nil, err
+	}
+	ready := map[string]bool{}
+	for _, m := range members {
+		if m.Ready && !m.Draining {
+			ready[m.NodeID] = true
+		}
+	}
+	out := map[string]string{}
+	for _, n := range nodes {
+		if ready[n.ID] {
+			out[n.ID] = n.Role
+		}
+	}
+	return out, nil
 }
 
 // launchAndInstall launches the batch's machines and starts each one's
@@ -779,12 +860,52 @@ func (r *runner) removeNodes(ctx context.Context, batch []Action) error {
 			}
 			return nil
 		}
+		drains = rest
+		wave, err := r.admit(ctx, wave)
+		if err != nil {
+			return err
+		}
 		if err := r.chainsAtOnce(ctx, wave, len(wave)); err != nil {
 			return err
 		}
-		drains = rest
 	}
 	return nil
+}
+
+// admit lets the readyGate decide the wave's drains of members; a chain
+// it does not admit is skipped: its node stays for a later round.
+func (r *runner) admit(ctx context.Context, wave [][]Action) ([][]Action, error) {
+	var drains []Action
+	for _, c := range wave {
+		if c[0].Kind == KindDrain && c[0].KeepReady > 0 {
+			drains = append(drains, c[0])
+		}
+	}
+	if len(drains) == 0 {
+		return wave, nil
+	}
+	why, err := r.gate.admit(ctx, drains)
+	if err != nil {
+		return nil, err
+	}
+	refused := map[string]string{}
+	for i, a := range drains {
+		if why[i] != "" {
+			refused[a.Node] = why[i]
+		}
+	}
+	var out [][]Action
+	for _, c := range wave {
+		reason, ok := refused[c[0].Node]
+		if !ok {
+			out = append(out, c)
+			continue
+		}
+		for _, a := range c {
+			r.emit(Event{Type: EventAction, Phase: PhaseSkip, Action: &a, Error: reason})
+		}
+	}
+	return out, nil
 }
 
 func isWorkerChain(c []Action) bool { return c[0].Role != districts.RoleMaster }

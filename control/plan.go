@@ -97,6 +97,12 @@ type Action struct {
 	// After lists nodes this action waits for within the round: joins
 	// wait for the node that initialises the platform.
 	After []string `json:"after,omitempty"`
+	// KeepReady, on the drain of a ready member, is how many other
+	// members of its role must stay ready: the drain starts only once the
+	// platform reports that many (not counting nodes this round removes),
+	// waiting for the role's joins of the same round; otherwise the node
+	// stays until a later round.
+	KeepReady int `json:"keep_ready,omitempty"`
 }
 
 // Plan is what one round will do. `transit plan` prints it and

@@ -133,21 +133,21 @@ func actionDetails(a control.Action) string {
 
 // actionReason is why the action is planned and what it waits for.
 func actionReason(a control.Action) string {
-	var after string
+	var parts []string
+	if a.Reason != "" {
+		parts = append(parts, a.Reason)
+	}
 	switch n := len(a.After); {
 	case n == 0:
 	case n <= 3:
-		after = "after " + strings.Join(a.After, ", ")
+		parts = append(parts, "after "+strings.Join(a.After, ", "))
 	default:
-		after = fmt.Sprintf("after %d new nodes", n)
+		parts = append(parts, fmt.Sprintf("after %d new nodes", n))
 	}
-	switch {
-	case a.Reason == "":
-		return after
-	case after == "":
-		return a.Reason
+	if a.KeepReady > 0 {
+		parts = append(parts, fmt.Sprintf("once %d other %ss are ready", a.KeepReady, a.Role))
 	}
-	return a.Reason + "; " + after
+	return strings.Join(parts, "; ")
 }
 
 // groupOrder returns the keys items fall into: those named in order first,

@@ -1,0 +1,163 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// readyGate admits the drains of ready members (actions with KeepReady)
+// against the platform's latest answer: a drain starts only while, without
+// its node, at least KeepReady members of the role are ready, not counting
+// the nodes this round removes. It asks the platform again only when that
+// can change the answer, after one of the round's joins ended, and waits
+// for joins of the role still running; so a node leaves as soon as its
+// replacement serves, and a member that turned unhealthy since the round
+// began is never drained on the round's old count.
+type readyGate struct {
+	look func(context.Context) (map[string]string, error)
+
+	mu sync.Mutex
+	// ready holds the role of each node that was a ready, schedulable
+	// member at the last look.
+	ready   map[string]string
+	lookErr error
+	// leaving holds the nodes this round removes: admitted drains and
+	// every removal that needs no admission.
+	leaving map[string]bool
+	// pending counts the round's joins per role still running; ended the
+	// joins that ended, looked how many had when the platform was last
+	// asked. wake is closed when a join ends.
+	pending       map[string]int
+	ended, looked int
+	wake          chan struct{}
+}
+
+// newReadyGate starts from the round's observation (s, whose phases the
+// platform reported) and the plan's joins and removals.
+func newReadyGate(s districts.Resources, p Plan, look func(context.Context) (map[string]string, error)) *readyGate {
+	g := &readyGate{look: look, ready: map[string]string{}, leaving: map[string]bool{},
+		pending: map[string]int{}, wake: make(chan struct{})}
+	for _, n := range liveNodes(s) {
+		if n.Phase == districts.PhaseJoined {
+			g.ready[n.ID] = n.Role
+		}
+	}
+	admitted := map[string]bool{}
+	for _, a := range p.Actions {
+		if a.Kind == KindDrain && a.KeepReady > 0 {
+			admitted[a.Node] = true
+		}
+	}
+	for _, a := range p.Actions {
+		switch a.Kind {
+		case KindJoin:
+			g.pending[a.Role]++
+		case KindDrain, KindRemove, KindTerminate:
+			if !admitted[a.Node] {
+				g.leaving[a.Node] = true
+			}
+		}
+	}
+	return g
+}
+
+// joinEnded counts one of the round's joins of role as ended, whatever
+// its outcome.
+func (g *readyGate) joinEnded(role string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[role] > 0 {
+		g.pending[role]--
+	}
+	g.ended++
+	close(g.wake)
+	g.wake = make(chan struct{})
+}
+
+// joinsOver says no join of the round runs any more (some may not have
+// started at all).
+func (g *readyGate) joinsOver() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.pending)
+	close(g.wake)
+	g.wake = make(chan struct{})
+}
+
+// admit decides a wave's drains together, against one answer of the
+// platform: a drain goes when its node is no ready member (it costs
+// nothing) or, without it and the wave's drains before it, at least
+// KeepReady members of its role are ready. While a drain cannot go and a
+// join of the round could change that, it asks the platform again or
+// waits for the join. It returns, per drain, why it may not go ("" when
+// it may); admitted nodes count as leaving.
+func (g *readyGate) admit(ctx context.Context, drains []Action) ([]string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for {
+		why, waitFor := g.decide(drains)
+		switch {
+		case len(waitFor) == 0:
+		case g.ended > g.looked:
+			g.looked = g.ended
+			g.mu.Unlock()
+			ready, err := g.look(ctx)
+			g.mu.Lock()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if g.lookErr = err; err == nil {
+				g.ready = ready
+			}
+			continue
+		case slices.ContainsFunc(waitFor, func(role string) bool { return g.pending[role] > 0 }):
+			wake := g.wake
+			g.mu.Unlock()
+			select {
+			case <-wake:
+			case <-ctx.Done():
+			}
+			g.mu.Lock()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		for i, a := range drains {
+			if why[i] == "" {
+				g.leaving[a.Node] = true
+			}
+		}
+		return why, nil
+	}
+}
+
+// decide judges drains against the last answer, in order; waitFor lists
+// the roles of those that may not go.
+func (g *readyGate) decide(drains []Action) (why, waitFor []string) {
+	leaving := maps.Clone(g.leaving)
+	why = make([]string, len(drains))
+	for i, a := range drains {
+		others := 0
+		for id, role := range g.ready {
+			if role == a.Role && !leaving[id] && id != a.Node {
+				others++
+			}
+		}
+		if _, ready := g.ready[a.Node]; ready && others < a.KeepReady {
+			why[i] = fmt.Sprintf("the platform reports %d other ready %s(s) and %d must stay ready; the node stays until a later round", others, a.Role, a.KeepReady)
+			if g.lookErr != nil {
+				why[i] += fmt.Sprintf(" (asking the platform again failed: %v)", g.lookErr)
+			}
+			waitFor = append(waitFor, a.Role)
+			continue
+		}
+		leaving[a.Node] = true
+	}
+	return why, waitFor
+}

@@ -1,0 +1,261 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+)
+
+// heldJoins holds the joins of the nodes it names until the test releases
+// them, and reports the nodes in notReady as not ready whatever the
+// platform says: a node the platform lists, but that does not serve yet.
+type heldJoins struct {
+	Platform
+	mu       sync.Mutex
+	held     map[string]chan struct{}
+	notReady map[string]bool
+}
+
+func newHeldJoins(p Platform, ids ...string) *heldJoins {
+	h := &heldJoins{Platform: p, held: map[string]chan struct{}{}, notReady: map[string]bool{}}
+	for _, id := range ids {
+		h.held[id] = make(chan struct{})
+	}
+	return h
+}
+
+func (h *heldJoins) release(id string) { close(h.held[id]) }
+
+func (h *heldJoins) setReady(id string, ready bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.notReady[id] = !ready
+}
+
+func (h *heldJoins) Join(ctx context.Context, n districts.Node) error {
+	if ch, ok := h.held[n.ID]; ok {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return h.Platform.Join(ctx, n)
+}
+
+func (h *heldJoins) Members(ctx context.Context, nodes []districts.Node) ([]Member, error) {
+	list, err := h.Platform.Members(ctx, nodes)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range list {
+		if h.notReady[list[i].NodeID] {
+			list[i].Ready = false
+		}
+	}
+	return list, err
+}
+
+// events records a run's action events as "phase kind node", in order.
+type events struct {
+	mu   sync.Mutex
+	log  []string
+	skip map[string]string // node -> why its drain was skipped
+	seen chan string       // every event, for tests that wait for one
+}
+
+func newEvents() *events {
+	return &events{skip: map[string]string{}, seen: make(chan string, 1000)}
+}
+
+func (e *events) on(ev Event) {
+	if ev.Type != EventAction {
+		return
+	}
+	line := fmt.Sprintf("%s %s %s", ev.Phase, ev.Action.Kind, ev.Action.Node)
+	e.mu.Lock()
+	e.log = append(e.log, line)
+	if ev.Phase == PhaseSkip && ev.Action.Kind == KindDrain {
+		e.skip[ev.Action.Node] = ev.Error
+	}
+	e.mu.Unlock()
+	e.seen <- line
+}
+
+func (e *events) index(line string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Index(e.log, line)
+}
+
+// waitFor waits until an event starting with prefix happened.
+func (e *events) waitFor(t *testing.T, prefix string, within time.Duration) bool {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case line := <-e.seen:
+			if strings.HasPrefix(line, prefix) {
+				return true
+			}
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// migration is 1 master and 3 gce workers, moving to 3 aws workers with
+// max_surge 3: all replacements launch at once, nothing is spare.
+func migration(t *testing.T) (*harness, districts.Cluster, []string) {
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 3, 0))
+	old := h.nodeIDs("worker")
+	c := withStrategy(paperCluster(1, 0, 3), 3, 1)
+	h.prepare(c)
+	return h, c, old
+}
+
+// A replaced worker leaves as soon as a replacement is ready, while the
+// other replacements still join, not a round after all of them joined.
+func TestReplacedNodesLeaveAsReplacementsJoin(t *testing.T) {
+	t.Parallel()
+	h, c, old := migration(t)
+	opts := h.options(c)
+	p := newHeldJoins(opts.Platform, "paper-worker-4", "paper-worker-5", "paper-worker-6")
+	opts.Platform = p
+	ev := newEvents()
+	opts.OnEvent = ev.on
+	done := make(chan error, 1)
+	var res Result
+	go func() {
+		var err error
+		res, err = Apply(t.Context(), opts)
+		done <- err
+	}()
+	p.release("paper-worker-4")
+	drained := ev.waitFor(t, "finish drain ", 5*time.Second)
+	p.release("paper-worker-5")
+	p.release("paper-worker-6")
+	if err := <-done; err != nil || !res.Converged {
+		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
+	}
+	if !drained {
+		t.Fatalf("no old worker was drained while two replacements were still joining: %v", ev.log)
+	}
+	if res.Rounds != 2 {
+		t.Log(ev.log)
+		t.Errorf("%d rounds, want 2: the first does the whole move, the second finds nothing to do", res.Rounds)
+	}
+	// Each old worker's drain started after as many replacements joined:
+	// the platform's ready count, not the plan, let it go.
+	joined := 0
+	for _, line := range ev.log {
+		switch {
+		case strings.HasPrefix(line, "finish join "):
+			joined++
+		case strings.HasPrefix(line, "start drain "):
+			if joined == 0 {
+				t.Errorf("%s before any replacement joined: %v", line, ev.log)
+			}
+			joined--
+		}
+	}
+	for _, id := range old {
+		if ev.index("finish terminate "+id) < 0 {
+			t.Errorf("old worker %s was not terminated: %v", id, ev.log)
+		}
+	}
+	h.checkConverged(c)
+}
+
+// A replacement that joined but that the platform does not report ready
+// stands in for no one: the node it replaces stays, and the round says
+// why; a later run moves it once the platform reports the replacement
+// ready.
+func TestJoinedButNotReadyReplacesNoOne(t *testing.T) {
+	t.Parallel()
+	h, c, old := migration(t)
+	opts := h.options(c)
+	p := newHeldJoins(opts.Platform)
+	p.setReady("paper-worker-6", false)
+	opts.Platform = p
+	opts.MaxRounds = 1
+	ev := newEvents()
+	opts.OnEvent = ev.on
+	if _, err := Apply(t.Context(), opts); err == nil {
+		t.Fatal("apply converged with a replacement not ready")
+	}
+	var drained, stayed []string
+	for _, id := range old {
+		switch why := ev.skip[id]; {
+		case why != "":
+			if !strings.Contains(why, "2 other ready worker(s) and 3 must stay ready") {
+				t.Errorf("%s skipped because %q, want the ready count", id, why)
+			}
+			stayed = append(stayed, id)
+		case ev.index("finish drain "+id) >= 0:
+			drained = append(drained, id)
+		}
+	}
+	if len(drained) != 2 || len(stayed) != 1 {
+		t.Fatalf("drained %v and kept %v, want two drained and one kept: %v", drained, stayed, ev.log)
+	}
+	for _, s := range h.sim.violations {
+		t.Errorf("safety violation: %s", s)
+	}
+
+	p.setReady("paper-worker-6", true)
+	opts = h.options(c)
+	opts.Platform = p
+	if res, err := Apply(t.Context(), opts); err != nil || !res.Converged {
+		t.Fatalf("apply once the replacement is ready: converged=%v err=%v", res.Converged, err)
+	}
+	h.checkConverged(c)
+}
+
+// The gate counts what the platform says now, not what the round began
+// with: a kept worker that stops being ready while replacements join
+// holds back one more of the nodes being replaced.
+func TestMemberLostMidRoundHoldsARemoval(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 2, 1))
+	var kept string
+	for _, n := range h.load().Nodes {
+		if n.Role == districts.RoleWorker && n.District == "aws-europe" {
+			kept = n.ID
+		}
+	}
+	c := withStrategy(paperCluster(1, 0, 3), 2, 1)
+	h.prepare(c)
+	opts := h.options(c)
+	p := newHeldJoins(opts.Platform)
+	opts.Platform = p
+	opts.MaxRounds = 1
+	ev := newEvents()
+	opts.OnEvent = func(e Event) {
+		// The round began with the kept worker ready; it is lost once
+		// joins run.
+		if e.Type == EventAction && e.Action.Kind == KindJoin {
+			p.setReady(kept, false)
+		}
+		ev.on(e)
+	}
+	if _, err := Apply(t.Context(), opts); err == nil {
+		t.Fatal("apply converged with a worker lost")
+	}
+	drains := 0
+	for _, line := range ev.log {
+		if strings.HasPrefix(line, "finish drain ") {
+			drains++
+		}
+	}
+	if drains != 1 || len(ev.skip) != 1 {
+		t.Errorf("%d drains and %d skipped, want one of each: with %s lost, two replacements stand in for one: %v", drains, len(ev.skip), kept, ev.log)
+	}
+}
