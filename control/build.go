@@ -581,6 +581,12 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d terminating machine(s) in %s to be gone before deleting group %s", in.world.terminating[d.ID], d.ID, name))
 		case !needGroup[d.ID] && has:
 			out = append(out, Action{Kind: KindDeleteGroup, District: d.ID, Group: name, Reason: "no nodes left in the district"})
+		case has && needGroup[d.ID] && !launching[d.ID] && !wants(c, d.ID) && len(terminated) > 0 &&
+			!remainsAfter(d.ID, live, terminated) && in.world.eagerGroups[d.ID]:
+			// The round removes the district's last nodes, and its cloud
+			// deletes a group its machines still use: it goes once they
+			// left, without waiting for their terminations.
+			out = append(out, Action{Kind: KindDeleteGroup, District: d.ID, Group: name, Reason: "no nodes left in the district once its removals are done"})
 		}
 		if len(launches) > 0 && needGroup[d.ID] {
 			out = append(out, Action{Kind: KindAllow, District: d.ID, Group: name,

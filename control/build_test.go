@@ -454,8 +454,8 @@ func TestPlanDestroy(t *testing.T) {
 
 // Where the cloud deletes a group its terminating machines are still in
 // (GCE), the group goes with the machines' terminations instead of a
-// termination later: in the same destroy round, and in the round after a
-// district's last node was removed.
+// termination later: in the same destroy round, in the round that removes
+// a district's last node, or in the next one if that round could not.
 func TestEagerGroupDelete(t *testing.T) {
 	t.Parallel()
 	nodes := []districts.Node{master1, pnode("paper-worker-1", gce, "worker", joined), pnode("paper-worker-2", aws, "worker", joined)}
@@ -495,6 +495,20 @@ func TestEagerGroupDelete(t *testing.T) {
 		}
 		if !eager {
 			checkContains(t, "waiting", p.Waiting, "1 terminating machine(s) in aws-europe to be gone before deleting group transit-paper-aws-europe")
+		}
+	}
+
+	// The round that removes a district's last node deletes its group
+	// too where the cloud allows it (after the removals, if they went).
+	for _, eager := range []bool{false, true} {
+		ws := worldSpec{nodes: []districts.Node{master1, pnode("paper-worker-1", gce, "worker", joined), pnode("paper-worker-2", gce, "worker", joined),
+			pnode("paper-worker-3", aws, "worker", joined)}, platform: platformUp, formed: true}
+		w := ws.world()
+		w.eagerGroups = map[string]bool{aws: eager}
+		p := buildPlan(planInput{cluster: paperCluster(1, 2, 0), districts: simDistricts[:2], world: w, avoid: map[string]bool{}, ids: newNodeNumbers("paper", w)})
+		deletes := slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Kind == KindDeleteGroup && a.District == aws })
+		if deletes != eager {
+			t.Errorf("eager=%v: delete-group planned with the last removal: %v (actions %v)", eager, deletes, nodeActions(p))
 		}
 	}
 }

@@ -50,8 +50,12 @@ type runner struct {
 	progress int
 	// done holds the actions of the round that finished, for Result.Left.
 	done map[string]bool
-	// gate admits the round's drains of ready members.
-	gate *readyGate
+	// gate admits the round's drains of ready members. judging is held
+	// while the platform is asked and acted on by decisions that must not
+	// interleave: the gate's looks and a forget's quorum check and
+	// removal (the early removals run beside the forget stage).
+	gate    *readyGate
+	judging sync.Mutex
 }
 
 func newRunner(opts Options) *runner {
@@ -164,8 +168,8 @@ func (r *runner) execute(ctx context.Context, p Plan) (result error) {
 		case StageLaunch:
 			err = r.launchAndInstall(ctx, batch)
 		case StageJoin:
-			err = r.each(ctx, batch, r.opts.Parallel, func(ctx context.Context, a Action) error {
-				defer r.gate.joinEnded(a.Role)
+			err = r.each(ctx, batch, r.opts.Parallel, func(ctx context.Context, a Action) (err error) {
+				defer func() { r.gate.joinEnded(a, err == nil) }()
 				return r.do(ctx, a)
 			})
 			r.gate.joinsOver()
@@ -206,6 +210,8 @@ func splitRemovals(p Plan, removals []Action) (early, late []Action) {
 // lookReady asks the platform which of the cluster's live nodes are
 // ready, schedulable members, and returns their roles.
 func (r *runner) lookReady(ctx context.Context) (map[string]string, error) {
+	r.judging.Lock()
+	defer r.judging.Unlock()
 	nodes := liveValues(r.st.read())
 	members, err := r.opts.Platform.Members(ctx, nodes)
 	if err != nil {
@@ -257,10 +263,16 @@ func (r *runner) launchAndInstall(ctx context.Context, batch []Action) error {
 			return nil
 		})
 	}
+	var mu sync.Mutex // guards installs: the launches end concurrently
 	err := r.each(ctx, launches, r.opts.Parallel, func(ctx context.Context, a Action) error {
 		err := r.do(ctx, a)
-		if ia, ok := installs[a.Node]; ok && err == nil {
+		mu.Lock()
+		ia, ok := installs[a.Node]
+		if ok && err == nil {
 			delete(installs, a.Node)
+		}
+		mu.Unlock()
+		if ok && err == nil {
 			start(ia)
 		}
 		return err
@@ -508,6 +520,13 @@ func (r *runner) deleteGroup(ctx context.Context, a Action) error {
 	if !ok {
 		if g, ok = findGroup(s, a.District); !ok {
 			return errNoChange
+		}
+		// Planned for after the round's removals: a node that stayed
+		// (its drain refused) keeps the group.
+		for _, n := range liveNodes(s) {
+			if n.District == a.District {
+				return errSkip{fmt.Sprintf("node %s is still in the district", n.ID)}
+			}
 		}
 	}
 	infra, err := r.infra(a.District)
@@ -773,6 +792,8 @@ func (r *runner) uncordon(ctx context.Context, a Action) error {
 // forget takes a member whose machine is gone out of the platform, asking
 // the platform first when it is a master.
 func (r *runner) forget(ctx context.Context, a Action) error {
+	r.judging.Lock()
+	defer r.judging.Unlock()
 	n := districts.Node{ID: a.Node, Cluster: r.opts.Cluster.ID, Role: a.Role}
 	if a.Role == districts.RoleMaster {
 		if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(r.st.read())); err != nil {
@@ -884,7 +905,7 @@ func (r *runner) admit(ctx context.Context, wave [][]Action) ([][]Action, error)
 	if len(drains) == 0 {
 		return wave, nil
 	}
-	why, err := r.gate.admit(ctx, drains)
+	why, err := r.gate.admit(ctx, drains, func(msg string) { r.emit(Event{Type: EventWait, Phase: PhaseStart, Message: msg}) })
 	if err != nil {
 		return nil, err
 	}

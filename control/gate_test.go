@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,17 +14,19 @@ import (
 )
 
 // heldJoins holds the joins of the nodes it names until the test releases
-// them, and reports the nodes in notReady as not ready whatever the
-// platform says: a node the platform lists, but that does not serve yet.
+// them (or only their labels, which follow the join), and reports the
+// nodes in notReady as not ready whatever the platform says: a node the
+// platform lists, but that does not serve yet.
 type heldJoins struct {
 	Platform
 	mu       sync.Mutex
 	held     map[string]chan struct{}
+	labels   map[string]chan struct{}
 	notReady map[string]bool
 }
 
 func newHeldJoins(p Platform, ids ...string) *heldJoins {
-	h := &heldJoins{Platform: p, held: map[string]chan struct{}{}, notReady: map[string]bool{}}
+	h := &heldJoins{Platform: p, held: map[string]chan struct{}{}, labels: map[string]chan struct{}{}, notReady: map[string]bool{}}
 	for _, id := range ids {
 		h.held[id] = make(chan struct{})
 	}
@@ -31,6 +34,21 @@ func newHeldJoins(p Platform, ids ...string) *heldJoins {
 }
 
 func (h *heldJoins) release(id string) { close(h.held[id]) }
+
+func (h *heldJoins) holdLabel(id string) { h.labels[id] = make(chan struct{}) }
+
+func (h *heldJoins) releaseLabel(id string) { close(h.labels[id]) }
+
+func (h *heldJoins) Label(ctx context.Context, n districts.Node, labels map[string]string) error {
+	if ch, ok := h.labels[n.ID]; ok {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return h.Platform.Label(ctx, n, labels)
+}
 
 func (h *heldJoins) setReady(id string, ready bool) {
 	h.mu.Lock()
@@ -74,13 +92,18 @@ func newEvents() *events {
 }
 
 func (e *events) on(ev Event) {
-	if ev.Type != EventAction {
+	var line string
+	switch ev.Type {
+	case EventAction:
+		line = fmt.Sprintf("%s %s %s", ev.Phase, ev.Action.Kind, ev.Action.Node)
+	case EventWait:
+		line = "wait " + ev.Message
+	default:
 		return
 	}
-	line := fmt.Sprintf("%s %s %s", ev.Phase, ev.Action.Kind, ev.Action.Node)
 	e.mu.Lock()
 	e.log = append(e.log, line)
-	if ev.Phase == PhaseSkip && ev.Action.Kind == KindDrain {
+	if ev.Type == EventAction && ev.Phase == PhaseSkip && ev.Action.Kind == KindDrain {
 		e.skip[ev.Action.Node] = ev.Error
 	}
 	e.mu.Unlock()
@@ -257,5 +280,87 @@ func TestMemberLostMidRoundHoldsARemoval(t *testing.T) {
 	}
 	if drains != 1 || len(ev.skip) != 1 {
 		t.Errorf("%d drains and %d skipped, want one of each: with %s lost, two replacements stand in for one: %v", drains, len(ev.skip), kept, ev.log)
+	}
+}
+
+// A replacement counts only once its own join succeeded, labels set: the
+// platform may report it ready before, when workloads that need its
+// labels cannot move to it yet.
+func TestUnlabelledReplacementReplacesNoOne(t *testing.T) {
+	t.Parallel()
+	h, c, _ := migration(t)
+	opts := h.options(c)
+	p := newHeldJoins(opts.Platform)
+	p.holdLabel("paper-worker-5")
+	p.holdLabel("paper-worker-6")
+	opts.Platform = p
+	ev := newEvents()
+	opts.OnEvent = ev.on
+	done := make(chan error, 1)
+	var res Result
+	go func() {
+		var err error
+		res, err = Apply(t.Context(), opts)
+		done <- err
+	}()
+	// worker-4 joined and is labelled: one old worker may go. The next
+	// must wait, although the platform lists 5 and 6 as ready members.
+	left := ev.waitFor(t, "finish terminate ", 5*time.Second)
+	waited := ev.waitFor(t, "wait the drain of node ", 5*time.Second)
+	p.releaseLabel("paper-worker-5")
+	p.releaseLabel("paper-worker-6")
+	if err := <-done; err != nil || !res.Converged {
+		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
+	}
+	if !left || !waited {
+		t.Fatalf("want one old worker gone once paper-worker-4 joined (%v), the next waiting for another labelled replacement (%v): %v", left, waited, ev.log)
+	}
+	var drains []int
+	for i, line := range ev.log {
+		if strings.HasPrefix(line, "start drain ") {
+			drains = append(drains, i)
+		}
+	}
+	if first := min(ev.index("finish join paper-worker-5"), ev.index("finish join paper-worker-6")); len(drains) < 2 || drains[1] < first {
+		t.Errorf("the second drain started before paper-worker-5 or 6 finished joining: %v", ev.log)
+	}
+	h.checkConverged(c)
+}
+
+// After a failed look the gate knows nothing: the last answer no longer
+// holds (the world went on), so no drain is admitted on it, not even of a
+// node that answer reported not ready.
+func TestGateTrustsNoAnswerAfterAFailedLook(t *testing.T) {
+	t.Parallel()
+	w := func(id string) districts.Node { return pnode(id, gce, districts.RoleWorker, joined) }
+	s := districts.Resources{Nodes: []districts.Node{w("paper-worker-1"), w("paper-worker-2"), w("paper-worker-3"), w("paper-worker-4")}}
+	drain := func(id string) Action {
+		return Action{Kind: KindDrain, Node: id, Role: districts.RoleWorker, KeepReady: 4}
+	}
+	join := func(id string) Action { return Action{Kind: KindJoin, Node: id, Role: districts.RoleWorker} }
+	p := Plan{Actions: []Action{join("paper-worker-5"), join("paper-worker-6"), drain("paper-worker-3"), drain("paper-worker-4")}}
+	looks := 0
+	var g *readyGate
+	look := func(context.Context) (map[string]string, error) {
+		looks++
+		if looks == 1 { // worker-4 has failed; worker-5 serves; worker-6 joins meanwhile
+			g.joinEnded(join("paper-worker-6"), true)
+			return map[string]string{"paper-worker-1": "worker", "paper-worker-2": "worker", "paper-worker-3": "worker", "paper-worker-5": "worker"}, nil
+		}
+		return nil, errors.New("ssh: dial tcp 192.0.2.1:22: i/o timeout")
+	}
+	g = newReadyGate(s, p, look)
+	g.joinEnded(join("paper-worker-5"), true)
+	why, err := g.admit(t.Context(), []Action{drain("paper-worker-3"), drain("paper-worker-4")}, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if looks != 2 {
+		t.Fatalf("%d looks, want 2: one after each join", looks)
+	}
+	for i, w := range why {
+		if !strings.Contains(w, "i/o timeout") {
+			t.Errorf("drain %d admitted (%q) after the platform did not answer", i, w)
+		}
 	}
 }

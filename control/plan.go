@@ -42,8 +42,7 @@ const (
 	StageChange              // label, uncordon
 	StageForget              // forget (one at a time, quorum checked)
 	StageRemove              // drain → remove → terminate, one chain per node
-	StageRevoke              // revoke
-	StageDelete              // delete-group
+	StageNarrow              // revoke, delete-group: each group on its own, at once
 )
 
 // Stage is the stage kind k runs in.
@@ -65,10 +64,8 @@ func (k Kind) Stage() Stage {
 		return StageForget
 	case KindDrain, KindRemove, KindTerminate:
 		return StageRemove
-	case KindRevoke:
-		return StageRevoke
 	}
-	return StageDelete
+	return StageNarrow
 }
 
 // Symbol is the terraform-style mark of a kind: + adds, ~ changes, - removes.

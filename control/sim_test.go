@@ -255,13 +255,22 @@ func (c *simInfra) DeleteGroup(ctx context.Context, gr Group) error {
 		s.violate("deleted foreign group %s", gr.ProviderID)
 	}
 	for _, in := range s.instances {
-		if in.group == gr.ProviderID {
+		switch {
+		case in.group != gr.ProviderID:
+		case !c.DeletesGroupsInUse():
 			return fmt.Errorf("group %s is in use by %s (DependencyViolation)", gr.Name, in.ProviderID)
+		case in.State != InstanceTerminating && !s.destroying:
+			// The cloud would delete it, and cut the node off.
+			s.violate("deleted group %s while %s, a running node, is in it", gr.Name, in.Tags[districts.TagNode])
 		}
 	}
 	delete(s.groups, gr.ProviderID)
 	return nil
 }
+
+// DeletesGroupsInUse: the sim's GCE deletes a group whose machines still
+// run or terminate, as Compute Engine deletes firewall rules.
+func (c *simInfra) DeletesGroupsInUse() bool { return c.district == "gce-europe" }
 
 func (c *simInfra) Launch(ctx context.Context, spec LaunchSpec) (Instance, error) {
 	s := c.s

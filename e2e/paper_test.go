@@ -62,7 +62,8 @@ func paperStrategy() districts.Strategy {
 // critical-path lower bound under the same profile and their ratio, and
 // writes the table as JSON and an SVG chart to TRANSIT_PAPER_OUT (default
 // ../build/paper), with each measured run's apply --json events.
-// TRANSIT_PAPER_ONLY=aws runs the experiments of one provider. `make
+// TRANSIT_PAPER_ONLY=aws runs the experiments of one provider,
+// TRANSIT_PAPER_ONLY=E5 one experiment. `make
 // bench-paper` runs it.
 func BenchmarkPaper(b *testing.B) {
 	scale := 0.1
@@ -100,7 +101,7 @@ func BenchmarkPaper(b *testing.B) {
 	for b.Loop() {
 		rows = rows[:0]
 		for _, e := range experiments {
-			if only := os.Getenv("TRANSIT_PAPER_ONLY"); only != "" && (e.from != only || e.to != "" && e.to != only) {
+			if only := os.Getenv("TRANSIT_PAPER_ONLY"); only != "" && only != e.id && (e.from != only || e.to != "" && e.to != only) {
 				continue
 			}
 			if missing := missingDistrict(e, provider); missing != "" {
