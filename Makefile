@@ -42,7 +42,7 @@ DEMO_DIR := $(CURDIR)/demo
 # Where `make demo-kubernetes` keeps its working directory.
 DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: help build test test-unit fuzz bench lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
+.PHONY: help build test test-unit test-race fuzz bench lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,6 +56,9 @@ test: ## Run all tests; e2e tests run only as root
 
 test-unit: ## Run unit tests only (go test -short), no root needed
 	$(GO) test -short $(GOTESTFLAGS) $(PKGS)
+
+test-race: ## Run the control loop's tests (-short) under the race detector
+	$(GO) test -race -short ./control
 
 fuzz: ## Run every Fuzz target for FUZZTIME executions each (default 50000x)
 	@targets=$$($(GO) test -list '^Fuzz' $(PKGS) \
