@@ -132,6 +132,23 @@ func (e *events) waitFor(t *testing.T, prefix string, within time.Duration) bool
 	}
 }
 
+// applyInBackground starts Apply; the returned func waits for its end.
+func applyInBackground(t *testing.T, opts Options) func() (Result, error) {
+	type outcome struct {
+		res Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := Apply(t.Context(), opts)
+		done <- outcome{res, err}
+	}()
+	return func() (Result, error) {
+		o := <-done
+		return o.res, o.err
+	}
+}
+
 // migration is 1 master and 3 gce workers, moving to 3 aws workers with
 // max_surge 3: all replacements launch at once, nothing is spare.
 func migration(t *testing.T) (*harness, districts.Cluster, []string) {
@@ -153,18 +170,13 @@ func TestReplacedNodesLeaveAsReplacementsJoin(t *testing.T) {
 	opts.Platform = p
 	ev := newEvents()
 	opts.OnEvent = ev.on
-	done := make(chan error, 1)
-	var res Result
-	go func() {
-		var err error
-		res, err = Apply(t.Context(), opts)
-		done <- err
-	}()
+	wait := applyInBackground(t, opts)
 	p.release("paper-worker-4")
 	drained := ev.waitFor(t, "finish drain ", 5*time.Second)
 	p.release("paper-worker-5")
 	p.release("paper-worker-6")
-	if err := <-done; err != nil || !res.Converged {
+	res, err := wait()
+	if err != nil || !res.Converged {
 		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
 	}
 	if !drained {
@@ -296,20 +308,14 @@ func TestUnlabelledReplacementReplacesNoOne(t *testing.T) {
 	opts.Platform = p
 	ev := newEvents()
 	opts.OnEvent = ev.on
-	done := make(chan error, 1)
-	var res Result
-	go func() {
-		var err error
-		res, err = Apply(t.Context(), opts)
-		done <- err
-	}()
+	wait := applyInBackground(t, opts)
 	// worker-4 joined and is labelled: one old worker may go. The next
 	// must wait, although the platform lists 5 and 6 as ready members.
 	left := ev.waitFor(t, "finish terminate ", 5*time.Second)
 	waited := ev.waitFor(t, "wait the drain of node ", 5*time.Second)
 	p.releaseLabel("paper-worker-5")
 	p.releaseLabel("paper-worker-6")
-	if err := <-done; err != nil || !res.Converged {
+	if res, err := wait(); err != nil || !res.Converged {
 		t.Fatalf("apply: converged=%v err=%v", res.Converged, err)
 	}
 	if !left || !waited {
