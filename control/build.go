@@ -162,8 +162,9 @@ type roleWork struct {
 	// confirms are no members, members unhealthy for longer than
 	// strategy.replace_unhealthy_after.
 	replace []*districts.Node
-	// floor is how many members must stay ready while ready ones leave;
-	// held are the ready excess members the round's start cannot spare.
+	// floor is how many members must stay ready while ready ones leave
+	// (each drain's KeepReady); held are the ready excess members the
+	// round's start cannot spare.
 	floor int
 	held  []*districts.Node
 }
@@ -298,20 +299,19 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 
 	rw.floor = rw.want
 	if strat.MaxSurge == 0 {
-		rw.floor = rw.want - strat.MaxUnavailable
+		rw.floor = max(rw.want-strat.MaxUnavailable, 0)
 	}
 	if rw.role == districts.RoleMaster {
 		rw.floor = max(rw.floor, 1)
 	}
 	// Every drain keeps the floor: a member not ready now may be ready
 	// when its drain comes (see readyGate).
-	keep := max(rw.floor, 0)
 	for _, n := range rw.replace {
 		reason := "its install or join failed and the platform does not list it: replaced"
 		if n.Phase.Member() {
 			reason = fmt.Sprintf("not ready since %s, longer than strategy.replace_unhealthy_after: replaced", n.NotReadySince.UTC().Format(time.RFC3339))
 		}
-		removals = append(removals, removalChain(n, reason, keep)...)
+		removals = append(removals, removalChain(n, reason, rw.floor)...)
 	}
 	budget := rw.ready - rw.floor
 	for _, n := range rw.excess {
@@ -323,7 +323,7 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 			}
 			budget--
 		}
-		removals = append(removals, removalChain(n, removalReason(n, c), keep)...)
+		removals = append(removals, removalChain(n, removalReason(n, c), rw.floor)...)
 	}
 	return launches, removals
 }
@@ -350,7 +350,7 @@ func planHeld(in planInput, c classified, joins []Action, p *Plan) []Action {
 			n = min(n, len(rw.held))
 		}
 		for _, h := range rw.held[:n] {
-			out = append(out, removalChain(h, removalReason(h, c), max(rw.floor, 0))...)
+			out = append(out, removalChain(h, removalReason(h, c), rw.floor)...)
 		}
 		if n == len(rw.held) {
 			continue

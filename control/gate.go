@@ -52,10 +52,10 @@ func newReadyGate(s districts.Resources, p Plan, look func(context.Context) (map
 			g.ready[n.ID] = n.Role
 		}
 	}
-	admitted := map[string]bool{}
+	gated := map[string]bool{}
 	for _, a := range p.Actions {
 		if a.Kind == KindDrain && a.KeepReady > 0 {
-			admitted[a.Node] = true
+			gated[a.Node] = true
 		}
 	}
 	for _, a := range p.Actions {
@@ -64,7 +64,7 @@ func newReadyGate(s districts.Resources, p Plan, look func(context.Context) (map
 			g.pending[a.Role]++
 			g.joining[a.Node] = true
 		case KindDrain, KindRemove, KindTerminate:
-			if !admitted[a.Node] {
+			if !gated[a.Node] {
 				g.leaving[a.Node] = true
 			}
 		}
