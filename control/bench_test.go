@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // bigWorld is a 10,000-node cluster in three districts, as resources.json
@@ -48,12 +49,12 @@ func bigWorld() (districts.Cluster, world) {
 	}
 	sortState(&w.state)
 	for _, d := range simDistricts {
-		w.state.SecurityGroups = append(w.state.SecurityGroups, districts.SecurityGroup{ID: GroupName("big", d.ID), District: d.ID, Sources: addressesOf(liveNodes(w.state))})
+		w.state.SecurityGroups = append(w.state.SecurityGroups, districts.SecurityGroup{ID: provider.GroupName("big", d.ID), District: d.ID, Sources: addressesOf(liveNodes(w.state))})
 	}
 	w.platform = platformUp
-	w.members = map[string]Member{}
+	w.members = map[string]provider.Member{}
 	for _, n := range w.state.Nodes {
-		w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: true, Labels: n.Tags}
+		w.members[n.ID] = provider.Member{NodeID: n.ID, Role: n.Role, Ready: true, Labels: n.Tags}
 	}
 	return c, w
 }

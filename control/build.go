@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // The planner is pure: buildPlan turns one observation into the actions
@@ -563,7 +564,7 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 	var out []Action
 	for _, d := range in.districts {
 		g, has := groups[d.ID]
-		name := GroupName(c.ID, d.ID)
+		name := provider.GroupName(c.ID, d.ID)
 		if why := in.world.blocked[d.ID]; why != "" {
 			if needGroup[d.ID] || wants(c, d.ID) {
 				p.Blocked = append(p.Blocked, why)

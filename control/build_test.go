@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Table tests of the planner's steps, from hand-made observations.
@@ -24,7 +25,7 @@ type worldSpec struct {
 	platform platformView
 	err      error
 	formed   bool
-	strays   []Member
+	strays   []provider.Member
 	failures map[string]districts.Failure
 }
 
@@ -43,7 +44,7 @@ func pnode(id, district, role string, phase districts.Phase) districts.Node {
 
 func (ws worldSpec) world() world {
 	w := world{terminating: map[string]int{}, blocked: map[string]string{}, now: planNow,
-		platform: ws.platform, platformErr: ws.err, members: map[string]Member{}, strays: ws.strays}
+		platform: ws.platform, platformErr: ws.err, members: map[string]provider.Member{}, strays: ws.strays}
 	w.state.Failures = ws.failures
 	if ws.formed {
 		w.state.PlatformFormedAt = planNow.Add(-24 * time.Hour)
@@ -51,13 +52,13 @@ func (ws worldSpec) world() world {
 	for _, n := range ws.nodes {
 		w.state.Nodes = append(w.state.Nodes, n)
 		if n.Phase.Member() {
-			w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
+			w.members[n.ID] = provider.Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
 				Draining: isCordoned(&n), Labels: n.Tags}
 		}
 	}
 	for _, d := range simDistricts[:2] {
 		w.state.SecurityGroups = append(w.state.SecurityGroups, districts.SecurityGroup{
-			ID: GroupName("paper", d.ID), District: d.ID, ProviderID: "sg-" + d.ID, Sources: addressesOf(w.live())})
+			ID: provider.GroupName("paper", d.ID), District: d.ID, ProviderID: "sg-" + d.ID, Sources: addressesOf(w.live())})
 	}
 	return w
 }
@@ -261,7 +262,7 @@ func TestPlanPlatformViews(t *testing.T) {
 		n.JoinFailed = true
 		return n
 	}
-	unreachable := &UnreachableError{Masters: []string{"paper-master-1"}, Err: errors.New("ssh: i/o timeout")}
+	unreachable := &provider.UnreachableError{Masters: []string{"paper-master-1"}, Err: errors.New("ssh: i/o timeout")}
 	tests := []struct {
 		name        string
 		ws          worldSpec
@@ -324,7 +325,7 @@ func TestPlanForgetAndChanges(t *testing.T) {
 	tests := []struct {
 		name        string
 		nodes       []districts.Node
-		strays      []Member
+		strays      []provider.Member
 		fresh       []string
 		want        []string
 		wantWarning string
@@ -333,19 +334,19 @@ func TestPlanForgetAndChanges(t *testing.T) {
 		{
 			name:   "a down member transit made, whose machine is gone, is forgotten",
 			nodes:  []districts.Node{master1, worker(joined)},
-			strays: []Member{{NodeID: "paper-master-2", Role: "master"}},
+			strays: []provider.Member{{NodeID: "paper-master-2", Role: "master"}},
 			want:   []string{"forget paper-master-2"},
 		},
 		{
 			name:        "a member the platform calls ready is not forgotten",
 			nodes:       []districts.Node{master1, worker(joined)},
-			strays:      []Member{{NodeID: "paper-worker-7", Role: "worker", Ready: true}},
+			strays:      []provider.Member{{NodeID: "paper-worker-7", Role: "worker", Ready: true}},
 			wantWarning: "the platform lists paper-worker-7 as a ready member",
 		},
 		{
 			name:        "a member someone joined by hand is left alone when it is down",
 			nodes:       []districts.Node{master1, worker(joined)},
-			strays:      []Member{{NodeID: "db-box", Role: "worker"}},
+			strays:      []provider.Member{{NodeID: "db-box", Role: "worker"}},
 			wantWarning: "db-box as a member that is down; transit did not make it",
 		},
 		{

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // undoTimeout bounds making a node schedulable again after an
@@ -379,7 +380,7 @@ func (r *runner) do(ctx context.Context, a Action) error {
 	return fmt.Errorf("unknown action kind %q", a.Kind)
 }
 
-func (r *runner) infra(district string) (Infrastructure, error) {
+func (r *runner) infra(district string) (provider.Infrastructure, error) {
 	infra, ok := r.opts.Infra[district]
 	if !ok {
 		return nil, fmt.Errorf("district %q has no infrastructure driver", district)
@@ -495,7 +496,7 @@ func (r *runner) ensureGroup(ctx context.Context, a Action) error {
 	if s.Lineage != "" {
 		tags[districts.TagLineage] = s.Lineage
 	}
-	g, err := infra.EnsureGroup(ctx, GroupSpec{Name: a.Group, Cluster: r.opts.Cluster.ID, District: a.District, Sources: sources, Tags: tags})
+	g, err := infra.EnsureGroup(ctx, provider.GroupSpec{Name: a.Group, Cluster: r.opts.Cluster.ID, District: a.District, Sources: sources, Tags: tags})
 	if err != nil {
 		return err
 	}
@@ -533,7 +534,7 @@ func (r *runner) deleteGroup(ctx context.Context, a Action) error {
 	if err != nil {
 		return err
 	}
-	if err := infra.DeleteGroup(ctx, Group{ProviderID: g.ProviderID, Name: g.ID}); err != nil {
+	if err := infra.DeleteGroup(ctx, provider.Group{ProviderID: g.ProviderID, Name: g.ID}); err != nil {
 		return err
 	}
 	if err := r.st.update(func(s *districts.Resources) {
@@ -557,13 +558,13 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 		Type: "node", ID: a.Node, Cluster: r.opts.Cluster.ID, District: a.District, Role: a.Role, Flavor: a.Flavor,
 		Zone: r.zones[a.Node],
 	}
-	tags := IdentityTags(n, s.Lineage)
+	tags := provider.IdentityTags(n, s.Lineage)
 	maps.Copy(tags, r.desired[n.Key()].Tags)
 	infra, err := r.infra(a.District)
 	if err != nil {
 		return err
 	}
-	inst, err := infra.Launch(ctx, LaunchSpec{
+	inst, err := infra.Launch(ctx, provider.LaunchSpec{
 		Node: n, MachineType: machine, GroupID: g.ProviderID, Tags: tags, AuthorizedKey: r.opts.AuthorizedKey,
 	})
 	if err != nil {
@@ -809,8 +810,8 @@ func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 	if err != nil {
 		return err
 	}
-	tags := IdentityTags(n, r.st.read().Lineage)
-	if err := infra.Terminate(ctx, Instance{ProviderID: n.ProviderID, Tags: tags, Zone: n.Zone}); err != nil {
+	tags := provider.IdentityTags(n, r.st.read().Lineage)
+	if err := infra.Terminate(ctx, provider.Instance{ProviderID: n.ProviderID, Tags: tags, Zone: n.Zone}); err != nil {
 		return err
 	}
 	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = districts.PhaseTerminating })
@@ -1030,7 +1031,7 @@ func (r *runner) drain(ctx context.Context, n districts.Node) error {
 			return serr
 		}
 		return err
-	case errors.Is(err, ErrDrainRefused):
+	case errors.Is(err, provider.ErrDrainRefused):
 		// The node stays, and this run tries other candidates first. The
 		// driver should have left it schedulable; transit makes sure,
 		// since an earlier interrupted drain may have cordoned it.

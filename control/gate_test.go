@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // heldJoins holds the joins of the nodes it names until the test releases
@@ -18,14 +19,14 @@ import (
 // nodes in notReady as not ready whatever the platform says: a node the
 // platform lists, but that does not serve yet.
 type heldJoins struct {
-	Platform
+	provider.Platform
 	mu       sync.Mutex
 	held     map[string]chan struct{}
 	labels   map[string]chan struct{}
 	notReady map[string]bool
 }
 
-func newHeldJoins(p Platform, ids ...string) *heldJoins {
+func newHeldJoins(p provider.Platform, ids ...string) *heldJoins {
 	h := &heldJoins{Platform: p, held: map[string]chan struct{}{}, labels: map[string]chan struct{}{}, notReady: map[string]bool{}}
 	for _, id := range ids {
 		h.held[id] = make(chan struct{})
@@ -67,7 +68,7 @@ func (h *heldJoins) Join(ctx context.Context, n districts.Node) error {
 	return h.Platform.Join(ctx, n)
 }
 
-func (h *heldJoins) Members(ctx context.Context, nodes []districts.Node) ([]Member, error) {
+func (h *heldJoins) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
 	list, err := h.Platform.Members(ctx, nodes)
 	h.mu.Lock()
 	defer h.mu.Unlock()

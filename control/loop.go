@@ -13,6 +13,7 @@ import (
 
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Defaults for Options.
@@ -245,7 +246,7 @@ func blockedError(w world, in planInput, blocked []string) error {
 	e := &notConverged{msg: strings.Join(blocked, "; ")}
 	switch {
 	case w.platform == platformUnreachable:
-		e.causes = append(e.causes, ErrPlatformUnreachable)
+		e.causes = append(e.causes, provider.ErrPlatformUnreachable)
 	case w.platform == platformNone && !w.state.PlatformFormedAt.IsZero() && !in.rebuild && len(w.live()) > 0:
 		e.causes = append(e.causes, ErrPlatformLost)
 	}

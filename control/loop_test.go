@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // paperCluster is the paper's example scaled down: masters in gce-europe,
@@ -294,7 +295,7 @@ func TestOrphanedGroupIsRemoved(t *testing.T) {
 	h := newTestHarness(t)
 	c := paperCluster(1, 1, 1)
 	h.mustConverge(c)
-	h.sim.groups["sg-leftover"] = &simGroup{Group: Group{ProviderID: "sg-leftover", Name: "transit-paper-aws-europe-old",
+	h.sim.groups["sg-leftover"] = &simGroup{Group: provider.Group{ProviderID: "sg-leftover", Name: "transit-paper-aws-europe-old",
 		Tags: map[string]string{districts.TagCluster: "paper", districts.TagLineage: h.load().Lineage}}, district: "aws-europe"}
 	plan, err := MakePlan(t.Context(), h.options(c), true)
 	if err != nil {

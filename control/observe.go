@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // platformView is what the platform said when asked.
@@ -43,8 +44,8 @@ type world struct {
 	platformErr  error
 	// members are the platform's members by node id: those of live
 	// nodes, and strays, whose machine the clouds no longer have.
-	members map[string]Member
-	strays  []Member
+	members map[string]provider.Member
+	strays  []provider.Member
 	// blocked holds districts where another cluster of the same name
 	// owns the group name transit would use.
 	blocked map[string]string
@@ -79,8 +80,8 @@ func observe(ctx context.Context, opts Options) (world, error) {
 		return world{}, err
 	}
 	type listing struct {
-		instances []Instance
-		groups    []Group
+		instances []provider.Instance
+		groups    []provider.Group
 	}
 	listings := make([]listing, len(opts.Districts))
 	g, gctx := errgroup.WithContext(ctx)
@@ -141,7 +142,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 
 	w := world{terminating: map[string]int{}, eagerGroups: map[string]bool{}, blocked: map[string]string{}, starting: map[string]bool{}, now: opts.Clock.Now()}
 	for id, infra := range opts.Infra {
-		if e, ok := infra.(InUseGroupDeleter); ok && e.DeletesGroupsInUse() {
+		if e, ok := infra.(provider.InUseGroupDeleter); ok && e.DeletesGroupsInUse() {
 			w.eagerGroups[id] = true
 		}
 	}
@@ -176,7 +177,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 			n, tracked := byProvider[key]
 			if !tracked {
 				n = nodeFromInstance(cluster, d.ID, inst)
-				if inst.State != InstanceTerminating {
+				if inst.State != provider.InstanceTerminating {
 					w.notes = append(w.notes, fmt.Sprintf("adopted node %s (%s) in district %s: it carries transit's tags but was missing from resources.json", n.ID, inst.ProviderID, d.ID))
 				}
 			}
@@ -191,10 +192,10 @@ func observe(ctx context.Context, opts Options) (world, error) {
 			if inst.Zone != "" {
 				n.Zone = inst.Zone
 			}
-			if inst.State == InstanceTerminating {
+			if inst.State == provider.InstanceTerminating {
 				n.Phase = districts.PhaseTerminating
 				w.terminating[d.ID]++
-			} else if inst.State == InstancePending || len(n.Addresses()) == 0 {
+			} else if inst.State == provider.InstancePending || len(n.Addresses()) == 0 {
 				w.starting[n.ID] = true
 			}
 			w.state.Nodes = append(w.state.Nodes, n)
@@ -206,7 +207,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 			if !ours(gr.Tags) {
 				msg := fmt.Sprintf("security group %s (%s) in district %s belongs to another cluster named %q (lineage %q): never touched", gr.Name, gr.ProviderID, d.ID, cluster, gr.Tags[districts.TagLineage])
 				w.warnings = append(w.warnings, msg)
-				if gr.Name == GroupName(cluster, d.ID) {
+				if gr.Name == provider.GroupName(cluster, d.ID) {
 					w.blocked[d.ID] = msg + "; it holds the group name this cluster needs there: rename one of the two clusters"
 				}
 				continue
@@ -220,7 +221,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 					sg.CreatedAt, sg.UpdatedAt = old.CreatedAt, old.UpdatedAt
 				}
 			}
-			if _, dup := findGroup(w.state, d.ID); dup || gr.Name != GroupName(cluster, d.ID) {
+			if _, dup := findGroup(w.state, d.ID); dup || gr.Name != provider.GroupName(cluster, d.ID) {
 				w.orphanGroups = append(w.orphanGroups, sg)
 				continue
 			}
@@ -249,7 +250,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 // observePlatform sets every live node's phase from what the platform
 // says. A platform that cannot be asked is no error: the phases stay as
 // resources.json has them and the plan changes no node.
-func observePlatform(ctx context.Context, p Platform, w *world) error {
+func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
 	live := w.live()
 	if len(live) == 0 {
 		w.platform = platformNone // nothing to be a member of anything
@@ -266,7 +267,7 @@ func observePlatform(ctx context.Context, p Platform, w *world) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, ErrNoPlatform):
+	case errors.Is(err, provider.ErrNoPlatform):
 		w.platform = platformNone
 	case lost(err):
 		// Every master answered, or none is left, and no master serves
@@ -284,7 +285,7 @@ func observePlatform(ctx context.Context, p Platform, w *world) error {
 	default:
 		w.platform = platformUp
 	}
-	w.members = map[string]Member{}
+	w.members = map[string]provider.Member{}
 	for _, m := range list {
 		w.members[m.NodeID] = m
 	}
@@ -339,11 +340,11 @@ func observePlatform(ctx context.Context, p Platform, w *world) error {
 // lost says err reports a platform that no master serves although every
 // master answered (or none is left).
 func lost(err error) bool {
-	ue, ok := errors.AsType[*UnreachableError](err)
+	ue, ok := errors.AsType[*provider.UnreachableError](err)
 	return ok && len(ue.Masters) == 0
 }
 
-func nodeFromInstance(cluster, district string, inst Instance) districts.Node {
+func nodeFromInstance(cluster, district string, inst provider.Instance) districts.Node {
 	id := inst.Tags[districts.TagNode]
 	if id == "" {
 		id = inst.ProviderID
@@ -368,14 +369,14 @@ func stateWorld(r districts.Resources, now time.Time) world {
 	w := world{state: r, terminating: map[string]int{}, blocked: map[string]string{}, now: now}
 	w.state.Nodes = slices.Clone(r.Nodes)
 	w.state.SecurityGroups = slices.Clone(r.SecurityGroups)
-	w.members = map[string]Member{}
+	w.members = map[string]provider.Member{}
 	w.platform = platformNone
 	for _, n := range r.Nodes {
 		switch {
 		case n.Phase == districts.PhaseTerminating:
 			w.terminating[n.District]++
 		case n.Phase.Member():
-			w.members[n.ID] = Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
+			w.members[n.ID] = provider.Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
 				Draining: n.Phase != districts.PhaseJoined && n.Phase != districts.PhaseNotReady, Labels: n.Tags}
 			if n.Role == districts.RoleMaster {
 				w.platform = platformUp

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Options configure a run of the control loop.
@@ -14,10 +15,10 @@ type Options struct {
 	Cluster   districts.Cluster
 	Districts []districts.District
 	// Infra holds one driver per district id named in Districts.
-	Infra map[string]Infrastructure
+	Infra map[string]provider.Infrastructure
 	// Platform is nil only for work that never asks it (plan without
 	// refresh, destroy).
-	Platform Platform
+	Platform provider.Platform
 	// Destroy tears the whole cluster down: every machine is terminated
 	// without asking the platform (it goes away too) and every group
 	// deleted. transit destroy sets it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // meeting lets two kinds of call prove they run at the same time: each
@@ -43,12 +44,12 @@ func (m *meeting) arrive(side int) {
 }
 
 type meetingInfra struct {
-	Infrastructure
+	provider.Infrastructure
 	m *meeting
 }
 
 // EnsureGroup meets an install when it allows addresses into a group.
-func (i meetingInfra) EnsureGroup(ctx context.Context, spec GroupSpec) (Group, error) {
+func (i meetingInfra) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	if len(spec.Sources) > 0 {
 		i.m.arrive(0)
 	}
@@ -56,7 +57,7 @@ func (i meetingInfra) EnsureGroup(ctx context.Context, spec GroupSpec) (Group, e
 }
 
 type meetingPlatform struct {
-	Platform
+	provider.Platform
 	m        *meeting
 	mu       sync.Mutex
 	installs map[string]int
@@ -102,7 +103,7 @@ func TestInstallOverlapsTheGroupUpdate(t *testing.T) {
 }
 
 type failingInstall struct {
-	Platform
+	provider.Platform
 	node string
 }
 
@@ -152,7 +153,7 @@ func TestFailedInstallSkipsTheJoinAndIsReplaced(t *testing.T) {
 
 // initMeeting meets the first master's init with the workers' installs.
 type initMeeting struct {
-	Platform
+	provider.Platform
 	m *meeting
 }
 

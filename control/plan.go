@@ -1,9 +1,5 @@
 package control
 
-import (
-	"github.com/cloudtransit/transit/districts"
-)
-
 // Kind is what an action does.
 type Kind string
 
@@ -182,24 +178,3 @@ func (p Plan) has(k Kind, district string) bool {
 // Empty reports whether the plan has nothing to do, nothing to wait for
 // and nothing it cannot do: the cluster matches cluster.json.
 func (p Plan) Empty() bool { return len(p.Actions) == 0 && len(p.Waiting) == 0 && len(p.Blocked) == 0 }
-
-// GroupName is the name of a cluster's security group in a district.
-func GroupName(cluster, district string) string {
-	return "transit-" + cluster + "-" + district
-}
-
-// IdentityTags are the tags that mark a node as transit's: its cluster and
-// lineage, district, role, flavor and id.
-func IdentityTags(n districts.Node, lineage string) map[string]string {
-	t := map[string]string{
-		districts.TagCluster:  n.Cluster,
-		districts.TagDistrict: n.District,
-		districts.TagRole:     n.Role,
-		districts.TagFlavor:   n.Flavor,
-		districts.TagNode:     n.ID,
-	}
-	if lineage != "" {
-		t[districts.TagLineage] = lineage
-	}
-	return t
-}

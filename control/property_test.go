@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // harness runs Apply against a sim the way cron would: each run starts
@@ -62,7 +63,7 @@ func (h *harness) save(r districts.Resources) error {
 }
 
 func (h *harness) options(c districts.Cluster) Options {
-	infra := map[string]Infrastructure{}
+	infra := map[string]provider.Infrastructure{}
 	for _, d := range h.districts {
 		infra[d.ID] = h.sim.infra(d.ID)
 	}
@@ -120,7 +121,7 @@ func (h *harness) prepare(c districts.Cluster) {
 		}
 	}
 	for _, in := range s.instances {
-		if in.State != InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
+		if in.State != provider.InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
 			live[in.Tags[districts.TagRole]]++
 		}
 	}
@@ -146,7 +147,7 @@ func (h *harness) checkConverged(c districts.Cluster) {
 	var addrs []string
 	liveDistricts := map[string]bool{}
 	for _, in := range s.instances {
-		if in.Tags[districts.TagCluster] != s.cluster || in.State == InstanceTerminating {
+		if in.Tags[districts.TagCluster] != s.cluster || in.State == provider.InstanceTerminating {
 			continue
 		}
 		id := in.Tags[districts.TagNode]
@@ -204,7 +205,7 @@ func (h *harness) checkConverged(c districts.Cluster) {
 		}
 	}
 	for id, in := range s.instances {
-		if strings.HasPrefix(id, "i-foreign-") && in.State != InstanceRunning {
+		if strings.HasPrefix(id, "i-foreign-") && in.State != provider.InstanceRunning {
 			t.Errorf("foreign machine %s is %s", id, in.State)
 		}
 	}
@@ -401,7 +402,7 @@ func (h *harness) disturb(rng *rand.Rand, step int) {
 	defer s.mu.Unlock()
 	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
 		in := s.instances[id]
-		if in.Tags[districts.TagCluster] == s.cluster && in.Tags[districts.TagRole] == role && in.State == InstanceRunning {
+		if in.Tags[districts.TagCluster] == s.cluster && in.Tags[districts.TagRole] == role && in.State == provider.InstanceRunning {
 			delete(s.instances, id)
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // One test per scenario of the control-loop safety issue: each failed on
@@ -45,7 +46,7 @@ func TestUnreachablePlatformChangesNoNode(t *testing.T) {
 	c := paperCluster(1, 1, 2)
 	h.prepare(c)
 	_, err := h.apply(c, 0)
-	if !errors.Is(err, ErrPlatformUnreachable) || !strings.Contains(err.Error(), "paper-master-1") {
+	if !errors.Is(err, provider.ErrPlatformUnreachable) || !strings.Contains(err.Error(), "paper-master-1") {
 		t.Fatalf("err = %v, want not converged, platform unreachable, naming paper-master-1", err)
 	}
 	if len(h.sim.instances) != before || len(h.sim.violations) > 0 {

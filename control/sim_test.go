@@ -13,6 +13,7 @@ import (
 
 	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // sim is a deterministic in-memory cloud and platform for the loop's
@@ -68,14 +69,14 @@ type sim struct {
 }
 
 type simInstance struct {
-	Instance
+	provider.Instance
 	district string
 	group    string
 	goneAt   time.Time // zero while not terminating
 }
 
 type simGroup struct {
-	Group
+	provider.Group
 	district string
 }
 
@@ -143,14 +144,14 @@ func (s *sim) addForeign(district string) {
 	defer s.mu.Unlock()
 	s.nextID++
 	id := fmt.Sprintf("i-foreign-%d", s.nextID)
-	s.instances[id] = &simInstance{Instance: Instance{ProviderID: id, State: InstanceRunning,
+	s.instances[id] = &simInstance{Instance: provider.Instance{ProviderID: id, State: provider.InstanceRunning,
 		Tags: map[string]string{"Name": "someone-elses"}}, district: district}
 	s.nextID++
 	id2 := fmt.Sprintf("i-foreign-%d", s.nextID)
-	s.instances[id2] = &simInstance{Instance: Instance{ProviderID: id2, State: InstanceRunning,
+	s.instances[id2] = &simInstance{Instance: provider.Instance{ProviderID: id2, State: provider.InstanceRunning,
 		Tags: map[string]string{districts.TagCluster: "other-cluster", districts.TagNode: "other-1"}}, district: district}
 	gid := "sg-foreign-" + district
-	s.groups[gid] = &simGroup{Group: Group{ProviderID: gid, Name: "default"}, district: district}
+	s.groups[gid] = &simGroup{Group: provider.Group{ProviderID: gid, Name: "default"}, district: district}
 }
 
 func isForeign(id string) bool {
@@ -161,22 +162,22 @@ func isForeign(id string) bool {
 func (s *sim) gc() {
 	now := s.clock.Peek()
 	for id, in := range s.instances {
-		if in.State == InstanceTerminating && !now.Before(in.goneAt) {
+		if in.State == provider.InstanceTerminating && !now.Before(in.goneAt) {
 			delete(s.instances, id)
 		}
 	}
 }
 
-func (s *sim) infra(district string) Infrastructure { return &simInfra{s, district} }
+func (s *sim) infra(district string) provider.Infrastructure { return &simInfra{s, district} }
 
 type simInfra struct {
 	s        *sim
 	district string
 }
 
-var _ Infrastructure = (*simInfra)(nil)
+var _ provider.Infrastructure = (*simInfra)(nil)
 
-func (c *simInfra) List(ctx context.Context, cluster string) ([]Instance, []Group, error) {
+func (c *simInfra) List(ctx context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,7 +185,7 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]Instance, []Grou
 		return nil, nil, err
 	}
 	s.gc()
-	var out []Instance
+	var out []provider.Instance
 	for _, in := range s.instances {
 		if in.district != c.district {
 			continue
@@ -196,7 +197,7 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]Instance, []Grou
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ProviderID < out[j].ProviderID })
-	var gs []Group
+	var gs []provider.Group
 	for _, g := range s.groups {
 		if g.district == c.district && (g.Tags[districts.TagCluster] == cluster || s.sloppyList) {
 			cp := g.Group
@@ -208,13 +209,13 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]Instance, []Grou
 	return out, gs, nil
 }
 
-func (c *simInfra) EnsureGroup(ctx context.Context, spec GroupSpec) (Group, error) {
+func (c *simInfra) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	crash, err := s.step(ctx, "ensure-group "+spec.Name)
 	if err != nil && !crash {
-		return Group{}, err
+		return provider.Group{}, err
 	}
 	var g *simGroup
 	for _, x := range s.groups {
@@ -225,7 +226,7 @@ func (c *simInfra) EnsureGroup(ctx context.Context, spec GroupSpec) (Group, erro
 	if g == nil {
 		s.nextID++
 		id := fmt.Sprintf("sg-%d", s.nextID)
-		g = &simGroup{Group: Group{ProviderID: id, Name: spec.Name, Tags: maps.Clone(spec.Tags)}, district: c.district}
+		g = &simGroup{Group: provider.Group{ProviderID: id, Name: spec.Name, Tags: maps.Clone(spec.Tags)}, district: c.district}
 		s.groups[id] = g
 	}
 	if isForeign(g.ProviderID) {
@@ -233,14 +234,14 @@ func (c *simInfra) EnsureGroup(ctx context.Context, spec GroupSpec) (Group, erro
 	}
 	g.Sources = slices.Clone(spec.Sources)
 	if crash {
-		return Group{}, err
+		return provider.Group{}, err
 	}
 	cp := g.Group
 	cp.Sources = slices.Clone(g.Sources)
 	return cp, nil
 }
 
-func (c *simInfra) DeleteGroup(ctx context.Context, gr Group) error {
+func (c *simInfra) DeleteGroup(ctx context.Context, gr provider.Group) error {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -259,7 +260,7 @@ func (c *simInfra) DeleteGroup(ctx context.Context, gr Group) error {
 		case in.group != gr.ProviderID:
 		case !c.DeletesGroupsInUse():
 			return fmt.Errorf("group %s is in use by %s (DependencyViolation)", gr.Name, in.ProviderID)
-		case in.State != InstanceTerminating && !s.destroying:
+		case in.State != provider.InstanceTerminating && !s.destroying:
 			// The cloud would delete it, and cut the node off.
 			s.violate("deleted group %s while %s, a running node, is in it", gr.Name, in.Tags[districts.TagNode])
 		}
@@ -272,13 +273,13 @@ func (c *simInfra) DeleteGroup(ctx context.Context, gr Group) error {
 // run or terminate, as Compute Engine deletes firewall rules.
 func (c *simInfra) DeletesGroupsInUse() bool { return c.district == "gce-europe" }
 
-func (c *simInfra) Launch(ctx context.Context, spec LaunchSpec) (Instance, error) {
+func (c *simInfra) Launch(ctx context.Context, spec provider.LaunchSpec) (provider.Instance, error) {
 	s := c.s
 	s.mu.Lock()
 	crash, err := s.step(ctx, "launch "+spec.Node.ID)
 	if err != nil && !crash {
 		s.mu.Unlock()
-		return Instance{}, err
+		return provider.Instance{}, err
 	}
 	g, ok := s.groups[spec.GroupID]
 	if !ok || g.district != c.district {
@@ -299,31 +300,31 @@ func (c *simInfra) Launch(ctx context.Context, spec LaunchSpec) (Instance, error
 	defer s.mu.Unlock()
 	s.inflight--
 	if fail {
-		return Instance{}, errors.New("InsufficientInstanceCapacity: try another zone")
+		return provider.Instance{}, errors.New("InsufficientInstanceCapacity: try another zone")
 	}
 	live := 0
 	for _, in := range s.instances {
-		if in.district == c.district && in.State != InstanceTerminating && !isForeign(in.ProviderID) {
+		if in.district == c.district && in.State != provider.InstanceTerminating && !isForeign(in.ProviderID) {
 			live++
 		}
 	}
 	if quota, ok := s.quota[c.district]; ok && live >= quota {
-		return Instance{}, fmt.Errorf("quota exceeded: %d instances in %s", quota, c.district)
+		return provider.Instance{}, fmt.Errorf("quota exceeded: %d instances in %s", quota, c.district)
 	}
 	s.nextID++
 	id := fmt.Sprintf("i-%04d", s.nextID)
-	inst := Instance{ProviderID: id, Tags: maps.Clone(spec.Tags), Zone: spec.Node.Zone,
+	inst := provider.Instance{ProviderID: id, Tags: maps.Clone(spec.Tags), Zone: spec.Node.Zone,
 		PublicIP: fmt.Sprintf("203.0.%d.%d", s.nextID/250, s.nextID%250+1), PrivateIP: fmt.Sprintf("10.0.%d.%d", s.nextID/250, s.nextID%250+1),
-		State: InstanceRunning, CreatedAt: s.clock.Peek()}
+		State: provider.InstanceRunning, CreatedAt: s.clock.Peek()}
 	s.instances[id] = &simInstance{Instance: inst, district: c.district, group: spec.GroupID}
 	s.checkPeak()
 	if crash {
-		return Instance{}, err
+		return provider.Instance{}, err
 	}
 	return inst, nil
 }
 
-func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
+func (c *simInfra) Terminate(ctx context.Context, inst provider.Instance) error {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -342,8 +343,8 @@ func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
 	if m, ok := s.current(node); ok && m.machine == inst.ProviderID && !s.destroying {
 		s.violate("terminated %s while it is still a platform member (cordoned=%v)", node, m.cordoned)
 	}
-	if in.State != InstanceTerminating {
-		in.State = InstanceTerminating
+	if in.State != provider.InstanceTerminating {
+		in.State = provider.InstanceTerminating
 		in.goneAt = s.clock.Peek().Add(s.terminateFor)
 	}
 	if s.destroying {
@@ -357,7 +358,7 @@ func (c *simInfra) Terminate(ctx context.Context, inst Instance) error {
 func (s *sim) checkPeak() {
 	live := map[string]int{}
 	for _, in := range s.instances {
-		if in.State != InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
+		if in.State != provider.InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
 			live[in.Tags[districts.TagRole]]++
 		}
 	}
@@ -404,7 +405,7 @@ func (s *sim) founded() bool {
 // alive: the member's machine exists and is not dying.
 func (s *sim) alive(m *simMember) bool {
 	in, ok := s.instances[m.machine]
-	return ok && in.State != InstanceTerminating
+	return ok && in.State != provider.InstanceTerminating
 }
 
 // current: a member of the platform as it is now.
@@ -418,13 +419,13 @@ func (s *sim) current(id string) (*simMember, bool) {
 
 type simPlatform struct{ s *sim }
 
-var _ Platform = (*simPlatform)(nil)
+var _ provider.Platform = (*simPlatform)(nil)
 
-func (s *sim) platform() Platform { return &simPlatform{s} }
+func (s *sim) platform() provider.Platform { return &simPlatform{s} }
 
 func (p *simPlatform) instanceOf(n districts.Node) *simInstance {
 	in := p.s.instances[n.ProviderID]
-	if in == nil || in.State == InstanceTerminating {
+	if in == nil || in.State == provider.InstanceTerminating {
 		return nil
 	}
 	return in
@@ -469,7 +470,7 @@ func (p *simPlatform) Install(ctx context.Context, n districts.Node) error {
 func (s *sim) allowedEverywhere(n districts.Node) {
 	inUse := map[string]bool{}
 	for _, in := range s.instances {
-		if in.Tags[districts.TagCluster] == s.cluster && in.State != InstanceTerminating {
+		if in.Tags[districts.TagCluster] == s.cluster && in.State != provider.InstanceTerminating {
 			inUse[in.district] = true
 		}
 	}
@@ -573,7 +574,7 @@ func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.
 		return nil
 	}
 	if s.refuse[n.ID] || s.rng.Float64() < s.refuseProb {
-		return &DrainError{Node: n.ID, Reason: "a disruption budget allows no eviction", Blocking: []string{"default/web-1"}}
+		return &provider.DrainError{Node: n.ID, Reason: "a disruption budget allows no eviction", Blocking: []string{"default/web-1"}}
 	}
 	wasCordoned := m.cordoned
 	cordoned := 0
@@ -661,7 +662,7 @@ func (s *sim) healthy(m *simMember) bool { return m.ready && !m.sick && s.alive(
 // every member, including members whose machine is gone (down); when none
 // answers, nodes still in a platform make it unreachable, never "no
 // platform".
-func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Member, error) {
+func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
 	s := p.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -676,7 +677,7 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Me
 	}
 	if s.rng.Float64() < s.membersFail {
 		s.clock.Advance(2 * time.Minute) // the SSH timeout
-		return nil, &UnreachableError{Masters: masters, Err: errors.New("ssh: dial tcp: i/o timeout")}
+		return nil, &provider.UnreachableError{Masters: masters, Err: errors.New("ssh: dial tcp: i/o timeout")}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.members)) {
 		m := s.members[id]
@@ -702,23 +703,23 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]Me
 			}
 		}
 		if len(silent) > 0 {
-			return nil, &UnreachableError{Masters: silent, Err: errors.New("the docker engine does not answer")}
+			return nil, &provider.UnreachableError{Masters: silent, Err: errors.New("the docker engine does not answer")}
 		}
 		for _, n := range nodes {
 			if m, ok := s.members[n.ID]; ok && s.alive(m) {
 				// Every master answered; none serves it.
-				return nil, &UnreachableError{Err: fmt.Errorf("%s is in a swarm, but no master serves it", n.ID)}
+				return nil, &provider.UnreachableError{Err: fmt.Errorf("%s is in a swarm, but no master serves it", n.ID)}
 			}
 		}
-		return nil, ErrNoPlatform
+		return nil, provider.ErrNoPlatform
 	}
-	var out []Member
+	var out []provider.Member
 	for _, id := range slices.Sorted(maps.Keys(s.members)) {
 		m := s.members[id]
 		if m.gen != s.gen {
 			continue
 		}
-		out = append(out, Member{NodeID: id, Role: m.role, Ready: s.healthy(m), Draining: m.cordoned, Labels: maps.Clone(m.labels)})
+		out = append(out, provider.Member{NodeID: id, Role: m.role, Ready: s.healthy(m), Draining: m.cordoned, Labels: maps.Clone(m.labels)})
 	}
 	return out, nil
 }
@@ -743,5 +744,5 @@ func (p *simPlatform) MayRemoveMaster(ctx context.Context, n districts.Node, _ [
 			}
 		}
 	}
-	return RaftQuorum(n.ID, voters, reachable, s.healthy(m))
+	return provider.RaftQuorum(n.ID, voters, reachable, s.healthy(m))
 }

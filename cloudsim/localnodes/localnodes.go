@@ -21,9 +21,9 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/cloudsim"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Cluster is the local cluster id every backing node belongs to.
@@ -48,8 +48,8 @@ type Backer struct {
 }
 
 type backedRegion struct {
-	drv   control.Infrastructure
-	group control.Group
+	drv   provider.Infrastructure
+	group provider.Group
 }
 
 // District is the local district id a region is backed by.
@@ -86,9 +86,9 @@ func (b *Backer) region(ctx context.Context, region string) (*backedRegion, erro
 	return r, nil
 }
 
-func groupSpec(district string, sources []string) control.GroupSpec {
-	return control.GroupSpec{
-		Name: control.GroupName(Cluster, district), Cluster: Cluster, District: district,
+func groupSpec(district string, sources []string) provider.GroupSpec {
+	return provider.GroupSpec{
+		Name: provider.GroupName(Cluster, district), Cluster: Cluster, District: district,
 		Tags:    map[string]string{districts.TagCluster: Cluster, districts.TagDistrict: district},
 		Sources: sources,
 	}
@@ -108,7 +108,7 @@ func (b *Backer) Start(ctx context.Context, region, name, authorizedKey string) 
 	}
 	district := District(region)
 	n := districts.Node{ID: name, Cluster: Cluster, District: district, Role: districts.RoleWorker}
-	inst, err := r.drv.Launch(ctx, control.LaunchSpec{
+	inst, err := r.drv.Launch(ctx, provider.LaunchSpec{
 		Node: n, GroupID: r.group.ProviderID, AuthorizedKey: authorizedKey,
 		Tags: map[string]string{districts.TagCluster: Cluster, districts.TagDistrict: district, districts.TagNode: name},
 	})
@@ -149,7 +149,7 @@ func (b *Backer) Stop(ctx context.Context, region, id string) error {
 	if err := b.unmapPublic(ctx, id); err != nil {
 		return err
 	}
-	err = r.drv.Terminate(ctx, control.Instance{ProviderID: id,
+	err = r.drv.Terminate(ctx, provider.Instance{ProviderID: id,
 		Tags: map[string]string{districts.TagCluster: Cluster, districts.TagDistrict: District(region)}})
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func (b *Backer) Stop(ctx context.Context, region, id string) error {
 		if err != nil {
 			return err
 		}
-		if !slices.ContainsFunc(insts, func(in control.Instance) bool { return in.ProviderID == id }) {
+		if !slices.ContainsFunc(insts, func(in provider.Instance) bool { return in.ProviderID == id }) {
 			return nil
 		}
 		select {

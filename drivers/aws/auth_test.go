@@ -11,8 +11,8 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/ec2"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 func TestThrottling(t *testing.T) {
@@ -41,7 +41,7 @@ func TestThrottling(t *testing.T) {
 	w.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultThrottle, Times: -1})
 	start := time.Now()
 	_, _, err := drv.List(t.Context(), "thr")
-	wantKind(t, err, control.ErrThrottled)
+	wantKind(t, err, provider.ErrThrottled)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("gave up after %s", d)
 	}
@@ -58,7 +58,7 @@ func TestThrottling(t *testing.T) {
 	w.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultServer, Times: -1})
 	_, _, err = drv.List(t.Context(), "thr")
 	noSecret(t, err)
-	for _, kind := range []error{control.ErrThrottled, control.ErrQuota, control.ErrCloudAuth, districts.ErrInvalid} {
+	for _, kind := range []error{provider.ErrThrottled, provider.ErrQuota, provider.ErrCloudAuth, districts.ErrInvalid} {
 		if err == nil || errors.Is(err, kind) {
 			t.Errorf("List on a failing server: %v", err)
 		}
@@ -91,7 +91,7 @@ func TestAuthFailures(t *testing.T) {
 	w.sim.Faults.Add(cloudsim.Fault{Kind: cloudsim.FaultAuth, Times: -1})
 	w.actions()
 	_, _, err := drv.List(t.Context(), "auth")
-	wantKind(t, err, control.ErrCloudAuth)
+	wantKind(t, err, provider.ErrCloudAuth)
 	if !strings.Contains(err.Error(), `credential "aws-cred"`) {
 		t.Errorf("auth error does not name the credential: %v", err)
 	}
@@ -103,14 +103,14 @@ func TestAuthFailures(t *testing.T) {
 	bad := credential()
 	bad.AWSSecretAccessKey = "wrong/" + secretKey
 	_, _, err = w.driver(w.district(), bad, fast()).List(t.Context(), "auth")
-	wantKind(t, err, control.ErrCloudAuth)
+	wantKind(t, err, provider.ErrCloudAuth)
 	if strings.Contains(err.Error(), bad.AWSSecretAccessKey.Reveal()) || !strings.Contains(err.Error(), `credential "aws-cred"`) {
 		t.Errorf("auth error: %v", err)
 	}
 	unknown := credential()
 	unknown.AWSAccessKeyID = "AKIAUNKNOWN000000000"
 	_, _, err = w.driver(w.district(), unknown, fast()).List(t.Context(), "auth")
-	wantKind(t, err, control.ErrCloudAuth)
+	wantKind(t, err, provider.ErrCloudAuth)
 }
 
 // isolateAWSEnv makes the SDK's default chain see only what a test sets.
@@ -133,7 +133,7 @@ func TestDefaultCredentialChain(t *testing.T) {
 	isolateAWSEnv(t)
 
 	_, _, err := w.driver(w.district(), nil, fast()).List(t.Context(), "chain")
-	wantKind(t, err, control.ErrCloudAuth)
+	wantKind(t, err, provider.ErrCloudAuth)
 	if !strings.Contains(err.Error(), "the SDK's default credential chain") {
 		t.Errorf("error does not name the default chain: %v", err)
 	}
@@ -146,7 +146,7 @@ func TestDefaultCredentialChain(t *testing.T) {
 	}
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong-"+secretKey)
 	_, _, err = w.driver(w.district(), nil, fast()).List(t.Context(), "chain")
-	wantKind(t, err, control.ErrCloudAuth)
+	wantKind(t, err, provider.ErrCloudAuth)
 	if strings.Contains(err.Error(), "wrong-"+secretKey) || !strings.Contains(err.Error(), "default credential chain") {
 		t.Errorf("auth error: %v", err)
 	}
@@ -223,7 +223,7 @@ func TestNoSecretInErrors(t *testing.T) {
 		w.sim.Faults.Add(f)
 		errs = append(errs, list(drv), launch(drv, "leak-n1"))
 		_, err := drv.EnsureGroup(ctx, groupSpec("leak", "aws-test", "192.0.2.1"))
-		errs = append(errs, err, drv.Terminate(ctx, control.Instance{ProviderID: "i-0123456789abcdef0", Tags: map[string]string{districts.TagCluster: "leak"}}))
+		errs = append(errs, err, drv.Terminate(ctx, provider.Instance{ProviderID: "i-0123456789abcdef0", Tags: map[string]string{districts.TagCluster: "leak"}}))
 		w.sim.Faults.Clear()
 	}
 	_, err := drv.EnsureGroup(ctx, groupSpec("leak", "aws-test", "192.0.2.1", "192.0.2.2"))

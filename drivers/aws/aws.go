@@ -14,9 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/cloudtransit/transit/clock"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Defaults of Options, right for the real EC2.
@@ -113,14 +113,14 @@ type driver struct {
 	inflight map[string]string
 }
 
-var _ control.Infrastructure = (*driver)(nil)
+var _ provider.Infrastructure = (*driver)(nil)
 
 // New returns the driver of an AWS district. cred is the district's
 // credential: its access key (aws_access_key_id, aws_secret_access_key,
 // aws_session_token) or shared-config profile (aws_profile); nil means the
 // SDK's default chain (environment, shared config and SSO, the instance's
 // role). New makes no request.
-func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (control.Infrastructure, error) {
+func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (provider.Infrastructure, error) {
 	if d.Provider != districts.ProviderAWS {
 		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderAWS)
 	}
@@ -191,7 +191,7 @@ func (j fullJitter) BackoffDelay(attempt int, _ error) (time.Duration, error) {
 
 // markedCredentials marks a failure to obtain credentials (no key in the
 // environment, an expired SSO session, no instance role), which the SDK
-// reports as a plain error, so that it maps to control.ErrCloudAuth.
+// reports as a plain error, so that it maps to provider.ErrCloudAuth.
 type markedCredentials struct{ sdk.CredentialsProvider }
 
 func (m markedCredentials) Retrieve(ctx context.Context) (sdk.Credentials, error) {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // The backed test's own local root and subnet, apart from every other
@@ -36,13 +36,13 @@ func backedWorld(t *testing.T) *world {
 func TestBackedConformance(t *testing.T) {
 	w := backedWorld(t)
 	key, keyFile := drivertest.NewKeyFile(t)
-	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+	drivertest.Run(t, func(t *testing.T) provider.Infrastructure {
 		return w.driver(w.district(), credential(), fast())
 	}, drivertest.Config{
 		Cluster: "backed", District: "aws-test", Flavor: "small", MachineType: "t3.micro", AuthorizedKey: key,
 		MissingProviderID: "i-0123456789abcdef0", Cloud: cloud{w}, CredentialID: "aws-cred",
 		Secrets: []string{secretKey, session}, Zones: zones, Timeout: 2 * time.Minute,
-		CheckSSH: func(t *testing.T, inst control.Instance) {
+		CheckSSH: func(t *testing.T, inst provider.Instance) {
 			if len(inst.HostKeys) == 0 {
 				t.Errorf("no host keys pinned for %s", inst.ProviderID)
 			}
@@ -62,8 +62,8 @@ func TestBackedConformance(t *testing.T) {
 func TestBackedFirewall(t *testing.T) {
 	w := backedWorld(t)
 	drivertest.BackedFirewall(t, w.driver(w.district(), credential(), fast()),
-		func(sources ...string) control.GroupSpec { return groupSpec("fw", "aws-test", sources...) },
-		func(node, group, key string) control.LaunchSpec {
+		func(sources ...string) provider.GroupSpec { return groupSpec("fw", "aws-test", sources...) },
+		func(node, group, key string) provider.LaunchSpec {
 			return launchSpec("fw", "aws-test", node, "", group, key)
 		})
 }

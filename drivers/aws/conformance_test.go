@@ -4,15 +4,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, ec2Options())
 	key, _ := newKey(t)
-	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+	drivertest.Run(t, func(t *testing.T) provider.Infrastructure {
 		return w.driver(w.district(), credential(), fast())
 	}, drivertest.Config{
 		Cluster:           "conf",

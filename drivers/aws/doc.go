@@ -8,7 +8,7 @@
 // aws_secret_access_key, aws_session_token) or shared-config profile
 // (aws_profile); without a credential the SDK's default chain
 // (environment, shared config and SSO, the instance's role). A refused or
-// missing credential is control.ErrCloudAuth, naming the credential id,
+// missing credential is provider.ErrCloudAuth, naming the credential id,
 // never a secret.
 //
 // Nodes: RunInstances with the image (aws_image_id, else the newest
@@ -34,7 +34,7 @@
 // refuses a machine without transit's cluster tag and does not wait.
 //
 // Groups: one security group per cluster and district, named by
-// control.GroupName, tagged with the spec's tags; ingress is all traffic
+// provider.GroupName, tagged with the spec's tags; ingress is all traffic
 // from each source (/32) and TCP 22 from ssh_cidrs (default 0.0.0.0/0).
 // EnsureGroup authorizes and revokes only the difference (and adds spec
 // tags the group lacks); Group.Sources are the all-traffic sources. DeleteGroup retries DependencyViolation
@@ -43,7 +43,7 @@
 // Every request is retried by the SDK's standard retryer on throttling,
 // 5xx answers and connection errors, with exponential backoff and full
 // jitter, up to Options.RetryMaxAttempts; what is still throttled then is
-// control.ErrThrottled. Quota refusals (*LimitExceeded) are
-// control.ErrQuota naming the quota, values EC2 refuses from districts.json
+// provider.ErrThrottled. Quota refusals (*LimitExceeded) are
+// provider.ErrQuota naming the quota, values EC2 refuses from districts.json
 // districts.ErrInvalid naming the key.
 package aws

@@ -8,9 +8,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 type cloudError = cloudutil.Error
@@ -50,7 +50,7 @@ func (drv *driver) wrap(what string, err error) error {
 	prefix := fmt.Sprintf("aws district %q: %s", drv.d.ID, what)
 	var nc *noCredentials
 	if errors.As(err, &nc) {
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), Err: err}
 	}
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
@@ -59,12 +59,12 @@ func (drv *driver) wrap(what string, err error) error {
 	code := ae.ErrorCode()
 	switch {
 	case authCodes[code]:
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: EC2 refused %s (%s)", prefix, drv.credName, code), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: EC2 refused %s (%s)", prefix, drv.credName, code), Err: err}
 	case throttles.IsErrorThrottle(err).Bool():
-		return &cloudError{Kind: control.ErrThrottled,
+		return &cloudError{Kind: provider.ErrThrottled,
 			Msg: fmt.Sprintf("%s: EC2 kept throttling the requests (%s) through %d attempts", prefix, code, drv.opts.RetryMaxAttempts), Err: err}
 	case strings.HasSuffix(code, "LimitExceeded"):
-		return &cloudError{Kind: control.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, code, drv.d.AWSRegion, ae.ErrorMessage()), Err: err}
+		return &cloudError{Kind: provider.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, code, drv.d.AWSRegion, ae.ErrorMessage()), Err: err}
 	case configKeys[code] != "":
 		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: %s: EC2 says %s", prefix, drv.d.ID, configKeys[code], ae.ErrorMessage()), Err: err}
 	case code == "InvalidParameterValue" && strings.Contains(ae.ErrorMessage(), "InstanceType"):
@@ -72,7 +72,7 @@ func (drv *driver) wrap(what string, err error) error {
 	case code == "InvalidParameterValue" && strings.Contains(ae.ErrorMessage(), "availability zone"):
 		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: aws_zones: EC2 says %s", prefix, drv.d.ID, ae.ErrorMessage()), Err: err}
 	case strings.HasSuffix(code, ".NotFound"):
-		return &cloudError{Kind: control.ErrCloudNotFound, Msg: prefix, Err: err}
+		return &cloudError{Kind: provider.ErrCloudNotFound, Msg: prefix, Err: err}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // EnsureGroup creates the cluster's security group in the district's VPC
@@ -21,19 +21,19 @@ import (
 // and makes its ingress exactly: all traffic from each source, SSH from
 // ssh_cidrs. Only the rules that differ are authorized or revoked, new
 // ones first, so no allowed source is ever cut off on the way.
-func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (control.Group, error) {
+func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	what := "ensure security group " + spec.Name
 	vpc, err := drv.vpcID(ctx)
 	if err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
 	want, sources, err := drv.wantRules(spec.Sources)
 	if err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
 	g, err := drv.findGroup(ctx, vpc, spec.Name)
 	if err != nil {
-		return control.Group{}, drv.wrap(what, err)
+		return provider.Group{}, drv.wrap(what, err)
 	}
 	if g == nil {
 		created, err := drv.ec2.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
@@ -52,25 +52,25 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (con
 			g = &types.SecurityGroup{GroupId: created.GroupId, GroupName: sdk.String(spec.Name), VpcId: sdk.String(vpc), Tags: created.Tags}
 		}
 		if err != nil {
-			return control.Group{}, drv.wrap(what, err)
+			return provider.Group{}, drv.wrap(what, err)
 		}
 	}
 	tags := userTags(g.Tags)
 	if c := tags[districts.TagCluster]; c != spec.Cluster {
-		return control.Group{}, fmt.Errorf("aws district %q: %s: group %s in VPC %s carries %s=%q, not cluster %q's tag: transit leaves it alone; rename the cluster or delete the group",
+		return provider.Group{}, fmt.Errorf("aws district %q: %s: group %s in VPC %s carries %s=%q, not cluster %q's tag: transit leaves it alone; rename the cluster or delete the group",
 			drv.d.ID, what, sdk.ToString(g.GroupId), vpc, districts.TagCluster, c, spec.Cluster)
 	}
 	id := sdk.ToString(g.GroupId)
 	if missing := missingTags(tags, spec.Tags); len(missing) > 0 {
 		if _, err := drv.ec2.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{id}, Tags: tagSpec("", missing).Tags}); err != nil {
-			return control.Group{}, drv.wrap(what, err)
+			return provider.Group{}, drv.wrap(what, err)
 		}
 		maps.Copy(tags, missing)
 	}
 	if err := drv.reconcile(ctx, g, want, what); err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
-	return control.Group{ProviderID: id, Name: spec.Name, Tags: tags, Sources: sources}, nil
+	return provider.Group{ProviderID: id, Name: spec.Name, Tags: tags, Sources: sources}, nil
 }
 
 // wantRules are the ingress rules of a group with sources, and the
@@ -204,7 +204,7 @@ func sortedRules(m map[rule]bool) []rule {
 // DeleteGroup deletes the group. While instances that used it are still
 // terminating EC2 refuses (DependencyViolation): it retries with backoff
 // for up to GroupDeleteWait. A missing group is fine.
-func (drv *driver) DeleteGroup(ctx context.Context, g control.Group) error {
+func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	what := "delete security group " + g.Name
 	id := g.ProviderID
 	if id == "" {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/ec2"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // cidrsOf lists the CidrIp values of an Authorize or Revoke request.
@@ -62,7 +62,7 @@ func TestEnsureGroupChangesOnlyTheDifference(t *testing.T) {
 	if diff := cmp.Diff([]string{"-1 00 192.0.2.10/32", "-1 00 192.0.2.11/32", "tcp 22 203.0.113.0/24"}, rulesOf(t, w, g.ProviderID)); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
 	}
-	if g.Tags[districts.TagCluster] != "diff" || g.Name != control.GroupName("diff", "aws-test") {
+	if g.Tags[districts.TagCluster] != "diff" || g.Name != provider.GroupName("diff", "aws-test") {
 		t.Errorf("group %+v", g)
 	}
 	w.actions()
@@ -132,7 +132,7 @@ func TestEnsureGroupRefusesForeignGroup(t *testing.T) {
 	w := newWorld(t, ec2.Options{})
 	drv := w.driver(w.district(), credential(), fast())
 	if _, err := w.sdk().CreateSecurityGroup(t.Context(), &sdkec2.CreateSecurityGroupInput{
-		GroupName: sdk.String(control.GroupName("squat", "aws-test")), Description: sdk.String("someone else's")}); err != nil {
+		GroupName: sdk.String(provider.GroupName("squat", "aws-test")), Description: sdk.String("someone else's")}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := drv.EnsureGroup(t.Context(), groupSpec("squat", "aws-test", "192.0.2.1"))
@@ -146,7 +146,7 @@ func TestGroupQuota(t *testing.T) {
 	w := newWorld(t, ec2.Options{RulesPerGroup: 3})
 	drv := w.driver(w.district(), credential(), fast())
 	_, err := drv.EnsureGroup(t.Context(), groupSpec("rules", "aws-test", "192.0.2.1", "192.0.2.2", "192.0.2.3"))
-	wantKind(t, err, control.ErrQuota)
+	wantKind(t, err, provider.ErrQuota)
 	if !strings.Contains(err.Error(), "RulesPerSecurityGroupLimitExceeded") {
 		t.Errorf("quota error does not name the quota: %v", err)
 	}
@@ -169,7 +169,7 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 		t.Errorf("Terminate waited %s", d)
 	}
 	insts, _, err := drv.List(t.Context(), "dep")
-	if err != nil || len(insts) != 1 || insts[0].State != control.InstanceTerminating {
+	if err != nil || len(insts) != 1 || insts[0].State != provider.InstanceTerminating {
 		t.Fatalf("right after Terminate: %v %+v", err, insts)
 	}
 
@@ -198,7 +198,7 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.DeleteGroup(t.Context(), control.Group{Name: g2.Name}); err != nil {
+	if err := drv.DeleteGroup(t.Context(), provider.Group{Name: g2.Name}); err != nil {
 		t.Fatal(err)
 	}
 	if _, groups, err := drv.List(t.Context(), "dep"); err != nil || len(groups) != 0 {

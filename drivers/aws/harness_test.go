@@ -22,9 +22,9 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/ec2"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 const (
@@ -183,17 +183,17 @@ func noSecret(t *testing.T, err error) {
 	}
 }
 
-func groupSpec(cluster, district string, sources ...string) control.GroupSpec {
-	return control.GroupSpec{
-		Name: control.GroupName(cluster, district), Cluster: cluster, District: district,
+func groupSpec(cluster, district string, sources ...string) provider.GroupSpec {
+	return provider.GroupSpec{
+		Name: provider.GroupName(cluster, district), Cluster: cluster, District: district,
 		Tags:    map[string]string{districts.TagCluster: cluster, districts.TagDistrict: district},
 		Sources: sources,
 	}
 }
 
-func launchSpec(cluster, district, node, zone, group, key string) control.LaunchSpec {
+func launchSpec(cluster, district, node, zone, group, key string) provider.LaunchSpec {
 	n := districts.Node{ID: node, Cluster: cluster, District: district, Role: districts.RoleWorker, Flavor: "small", Zone: zone}
-	return control.LaunchSpec{Node: n, MachineType: "t3.micro", GroupID: group, Tags: control.IdentityTags(n, "lin-1"), AuthorizedKey: key}
+	return provider.LaunchSpec{Node: n, MachineType: "t3.micro", GroupID: group, Tags: provider.IdentityTags(n, "lin-1"), AuthorizedKey: key}
 }
 
 func wantKind(t *testing.T, err, kind error) {

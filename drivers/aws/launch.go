@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // clientToken is RunInstances' idempotency token for a node: the same
@@ -29,31 +29,31 @@ func clientToken(n districts.Node, lineage string) string {
 // Launch starts the node's instance, spread over the district's zones,
 // and returns once EC2 reports it running with its addresses, with the
 // SSH host keys its console shows (if it shows them within HostKeyWait).
-func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control.Instance, error) {
+func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provider.Instance, error) {
 	n := spec.Node
 	what := "launch node " + n.ID
 	switch {
 	case spec.MachineType == "":
-		return control.Instance{}, invalid(drv.d, "flavors: flavor %q has no instance_type", n.Flavor)
+		return provider.Instance{}, invalid(drv.d, "flavors: flavor %q has no instance_type", n.Flavor)
 	case spec.GroupID == "":
-		return control.Instance{}, fmt.Errorf("aws district %q: %s: no security group to launch it in", drv.d.ID, what)
+		return provider.Instance{}, fmt.Errorf("aws district %q: %s: no security group to launch it in", drv.d.ID, what)
 	}
 	image, err := drv.imageID(ctx)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	key, err := drv.keyPair(ctx, n.Cluster, spec.Tags, spec.AuthorizedKey)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	pl, err := drv.placements(ctx)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	token := clientToken(n, spec.Tags[districts.TagLineage])
 	inst, place, done, err := drv.place(ctx, pl, n, token)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	// In flight until it runs: EC2 may list a new instance only a while
 	// after creating it.
@@ -79,21 +79,21 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 			},
 		})
 		if err != nil {
-			return control.Instance{}, drv.wrap(fmt.Sprintf("%s in %s", what, place.zone), err)
+			return provider.Instance{}, drv.wrap(fmt.Sprintf("%s in %s", what, place.zone), err)
 		}
 		inst = &out.Instances[0]
 	}
 	id := sdk.ToString(inst.InstanceId)
 	if st := stateOf(*inst); st != types.InstanceStateNamePending && st != types.InstanceStateNameRunning {
-		return control.Instance{}, fmt.Errorf("aws district %q: %s: it was launched before as %s, which is %s now (node ids are never reused)", drv.d.ID, what, id, st)
+		return provider.Instance{}, fmt.Errorf("aws district %q: %s: it was launched before as %s, which is %s now (node ids are never reused)", drv.d.ID, what, id, st)
 	}
 	running, err := drv.waitRunning(ctx, id, what)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	out := toInstance(running)
 	if out.HostKeys, err = drv.hostKeys(ctx, id); err != nil {
-		return control.Instance{}, fmt.Errorf("aws district %q: %s: read the host keys of %s: %w", drv.d.ID, what, id, err)
+		return provider.Instance{}, fmt.Errorf("aws district %q: %s: read the host keys of %s: %w", drv.d.ID, what, id, err)
 	}
 	return out, nil
 }

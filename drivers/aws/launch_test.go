@@ -18,13 +18,13 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/ec2"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // ready is a world with a driver, its group and a key.
-func ready(t *testing.T, w *world, cluster string, mod ...func(*districts.District)) (*driver, control.Group, string) {
+func ready(t *testing.T, w *world, cluster string, mod ...func(*districts.District)) (*driver, provider.Group, string) {
 	t.Helper()
 	drv := w.driver(w.district(mod...), credential(), fast())
 	g, err := drv.EnsureGroup(t.Context(), groupSpec(cluster, "aws-test"))
@@ -36,9 +36,9 @@ func ready(t *testing.T, w *world, cluster string, mod ...func(*districts.Distri
 }
 
 // launchAll launches nodes <cluster>-n0... at once and returns them.
-func launchAll(t *testing.T, drv *driver, cluster, zone, group, key string, n int) []control.Instance {
+func launchAll(t *testing.T, drv *driver, cluster, zone, group, key string, n int) []provider.Instance {
 	t.Helper()
-	out := make([]control.Instance, n)
+	out := make([]provider.Instance, n)
 	var eg errgroup.Group
 	for i := range n {
 		eg.Go(func() error {
@@ -53,7 +53,7 @@ func launchAll(t *testing.T, drv *driver, cluster, zone, group, key string, n in
 	return out
 }
 
-func perZone(insts []control.Instance) map[string]int {
+func perZone(insts []provider.Instance) map[string]int {
 	m := map[string]int{}
 	for _, in := range insts {
 		m[in.Zone]++
@@ -79,7 +79,7 @@ func TestParallelLaunchesSpread(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var victim control.Instance
+		var victim provider.Instance
 		for _, in := range insts {
 			if in.Zone == zones[1] {
 				victim = in
@@ -145,7 +145,7 @@ func TestLaunchShape(t *testing.T) {
 	if diff := cmp.Diff(spec.Tags, inst.Tags); diff != "" {
 		t.Errorf("tags (-want +got):\n%s", diff)
 	}
-	if inst.State != control.InstanceRunning || inst.PublicIP == "" || inst.PrivateIP == "" || inst.CreatedAt.IsZero() || !strings.HasPrefix(inst.ProviderID, "i-") {
+	if inst.State != provider.InstanceRunning || inst.PublicIP == "" || inst.PrivateIP == "" || inst.CreatedAt.IsZero() || !strings.HasPrefix(inst.ProviderID, "i-") {
 		t.Errorf("launched %+v", inst)
 	}
 	runs := w.forms("RunInstances")
@@ -268,7 +268,7 @@ func TestLaunchFailures(t *testing.T) {
 		for _, q := range []string{"", "VcpuLimitExceeded", "on-demand-standard-vcpus"} {
 			w.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultQuota, Quota: q})
 			_, err := drv.Launch(t.Context(), launchSpec("quota", "aws-test", "quota-n1", "", g.ProviderID, key))
-			wantKind(t, err, control.ErrQuota)
+			wantKind(t, err, provider.ErrQuota)
 			if name := cmpOr(q, "InstanceLimitExceeded"); !strings.Contains(err.Error(), name) {
 				t.Errorf("quota error does not name %s: %v", name, err)
 			}
@@ -282,7 +282,7 @@ func TestLaunchFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := drv.Launch(t.Context(), launchSpec("vcpu", "aws-test", "vcpu-n2", "", g.ProviderID, key))
-		wantKind(t, err, control.ErrQuota)
+		wantKind(t, err, provider.ErrQuota)
 		if !strings.Contains(err.Error(), "VcpuLimitExceeded") || !strings.Contains(err.Error(), "vcpu-n2") {
 			t.Errorf("quota error: %v", err)
 		}
@@ -294,15 +294,15 @@ func TestLaunchFailures(t *testing.T) {
 		for _, tc := range []struct {
 			name   string
 			mod    func(*districts.District)
-			spec   func(*control.LaunchSpec)
+			spec   func(*provider.LaunchSpec)
 			naming string
 		}{
 			{"unknown image id", func(d *districts.District) { d.AWSImageID = "ami-00000000000000000" }, nil, "aws_image_id"},
 			{"no such image name", func(d *districts.District) { d.AWSImageName = "debian-12-amd64-*" }, nil, "aws_image_name"},
 			{"unknown subnet", func(d *districts.District) { d.AWSSubnetIDs = []string{"subnet-00000000000000000"} }, nil, "aws_subnet_ids"},
 			{"zone without subnet", func(d *districts.District) { d.AWSZones = []string{"eu-central-1z"} }, nil, "aws_zones"},
-			{"unknown instance type", nil, func(s *control.LaunchSpec) { s.MachineType = "huge" }, "instance_type"},
-			{"no instance type", nil, func(s *control.LaunchSpec) { s.MachineType = "" }, "instance_type"},
+			{"unknown instance type", nil, func(s *provider.LaunchSpec) { s.MachineType = "huge" }, "instance_type"},
+			{"no instance type", nil, func(s *provider.LaunchSpec) { s.MachineType = "" }, "instance_type"},
 		} {
 			mod := tc.mod
 			if mod == nil {
@@ -352,7 +352,7 @@ func TestLaunchFailures(t *testing.T) {
 			t.Errorf("launch past LaunchWait: %v", err)
 		}
 		insts, _, err := drv.List(t.Context(), "slow")
-		if err != nil || len(insts) != 1 || insts[0].State != control.InstancePending {
+		if err != nil || len(insts) != 1 || insts[0].State != provider.InstancePending {
 			t.Errorf("the slow instance is listed as %+v (%v)", insts, err)
 		}
 	})
@@ -461,7 +461,7 @@ func TestEventualConsistency(t *testing.T) {
 		t.Fatal(err)
 	}
 	insts, _, err := drv.List(t.Context(), "lag")
-	if err != nil || len(insts) != 4 || inst.State != control.InstanceRunning {
+	if err != nil || len(insts) != 4 || inst.State != provider.InstanceRunning {
 		t.Errorf("after 4 launches: %v %+v", err, insts)
 	}
 }

@@ -13,15 +13,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // List returns the cluster's instances and security groups in the
 // district: those tagged transit-cluster=cluster whose transit-district
 // tag is this district or missing (a machine another tool made with only
 // the cluster's tag). Terminated instances are left out.
-func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+func (drv *driver) List(ctx context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
 	what := "list cluster " + cluster
 	insts, err := drv.describeAll(ctx, []types.Filter{
 		filter("tag:"+districts.TagCluster, cluster),
@@ -30,14 +30,14 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance
 	if err != nil {
 		return nil, nil, drv.wrap(what, err)
 	}
-	var out []control.Instance
+	var out []provider.Instance
 	for _, in := range insts {
 		if !drv.mine(userTags(in.Tags), cluster) || stateOf(in) == types.InstanceStateNameTerminated {
 			continue
 		}
 		out = append(out, toInstance(in))
 	}
-	var groups []control.Group
+	var groups []provider.Group
 	pg := ec2.NewDescribeSecurityGroupsPaginator(drv.ec2, &ec2.DescribeSecurityGroupsInput{
 		Filters: []types.Filter{filter("tag:"+districts.TagCluster, cluster)}, MaxResults: sdk.Int32(1000)})
 	for pg.HasMorePages() {
@@ -79,8 +79,8 @@ func (drv *driver) describeAll(ctx context.Context, filters []types.Filter) ([]t
 // toInstance maps an EC2 instance. A stopped instance is reported
 // pending: it exists and does not run, and transit neither forgets nor
 // restarts it; its platform reports it down.
-func toInstance(in types.Instance) control.Instance {
-	out := control.Instance{
+func toInstance(in types.Instance) provider.Instance {
+	out := provider.Instance{
 		ProviderID: sdk.ToString(in.InstanceId),
 		Tags:       userTags(in.Tags),
 		PublicIP:   sdk.ToString(in.PublicIpAddress),
@@ -92,19 +92,19 @@ func toInstance(in types.Instance) control.Instance {
 	}
 	switch stateOf(in) {
 	case types.InstanceStateNameRunning:
-		out.State = control.InstanceRunning
+		out.State = provider.InstanceRunning
 	case types.InstanceStateNameShuttingDown, types.InstanceStateNameStopping, types.InstanceStateNameTerminated:
-		out.State = control.InstanceTerminating
+		out.State = provider.InstanceTerminating
 	default:
-		out.State = control.InstancePending
+		out.State = provider.InstancePending
 	}
 	return out
 }
 
 // toGroup maps a security group; its sources are the addresses of its
 // all-traffic rules (the nodes), not the SSH rules' CIDR blocks.
-func toGroup(g types.SecurityGroup) control.Group {
-	out := control.Group{ProviderID: sdk.ToString(g.GroupId), Name: sdk.ToString(g.GroupName), Tags: userTags(g.Tags)}
+func toGroup(g types.SecurityGroup) provider.Group {
+	out := provider.Group{ProviderID: sdk.ToString(g.GroupId), Name: sdk.ToString(g.GroupName), Tags: userTags(g.Tags)}
 	for _, r := range ingress(g) {
 		if r.proto == "-1" {
 			out.Sources = append(out.Sources, source(r.cidr))
@@ -128,7 +128,7 @@ func source(cidr string) string {
 // instance shows as terminating until it is gone. A missing or terminated
 // instance is fine; one without transit's cluster tag, or with another
 // cluster's than inst.Tags names, is refused.
-func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
+func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error {
 	id := inst.ProviderID
 	what := "terminate instance " + id
 	out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})

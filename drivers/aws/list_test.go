@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/cloudsim/ec2"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 func TestListPages(t *testing.T) {
@@ -109,15 +109,15 @@ func TestPlantedMachines(t *testing.T) {
 		t.Fatalf("Terminate the half-tagged machine: %v", err)
 	}
 	// What transit did not create, it does not terminate.
-	err = drv.Terminate(ctx, control.Instance{ProviderID: untagged, Tags: map[string]string{districts.TagCluster: "planted"}})
+	err = drv.Terminate(ctx, provider.Instance{ProviderID: untagged, Tags: map[string]string{districts.TagCluster: "planted"}})
 	if err == nil || !strings.Contains(err.Error(), "never terminates") {
 		t.Errorf("Terminate of a foreign machine: %v", err)
 	}
-	err = drv.Terminate(ctx, control.Instance{ProviderID: untagged})
+	err = drv.Terminate(ctx, provider.Instance{ProviderID: untagged})
 	if err == nil {
 		t.Error("Terminate of a machine without transit's tag succeeded")
 	}
-	err = drv.Terminate(ctx, control.Instance{ProviderID: other, Tags: map[string]string{districts.TagCluster: "planted"}})
+	err = drv.Terminate(ctx, provider.Instance{ProviderID: other, Tags: map[string]string{districts.TagCluster: "planted"}})
 	if err == nil {
 		t.Error("Terminate of another cluster's machine succeeded")
 	}
@@ -128,12 +128,12 @@ func TestPlantedMachines(t *testing.T) {
 	// A caller that does not say the cluster may terminate a machine
 	// with transit's cluster tag.
 	bare := plant(map[string]string{districts.TagCluster: "planted"})
-	if err := drv.Terminate(ctx, control.Instance{ProviderID: bare}); err != nil {
+	if err := drv.Terminate(ctx, provider.Instance{ProviderID: bare}); err != nil {
 		t.Errorf("Terminate without tags of a tagged machine: %v", err)
 	}
 	// Missing and malformed ids are gone already.
 	for _, id := range []string{"i-0123456789abcdef0", "not-an-id"} {
-		if err := drv.Terminate(ctx, control.Instance{ProviderID: id, Tags: map[string]string{districts.TagCluster: "planted"}}); err != nil {
+		if err := drv.Terminate(ctx, provider.Instance{ProviderID: id, Tags: map[string]string{districts.TagCluster: "planted"}}); err != nil {
 			t.Errorf("Terminate(%s): %v", id, err)
 		}
 	}
@@ -141,12 +141,12 @@ func TestPlantedMachines(t *testing.T) {
 
 func TestInstanceStates(t *testing.T) {
 	t.Parallel()
-	for st, want := range map[types.InstanceStateName]control.InstanceState{
-		types.InstanceStateNamePending:      control.InstancePending,
-		types.InstanceStateNameRunning:      control.InstanceRunning,
-		types.InstanceStateNameShuttingDown: control.InstanceTerminating,
-		types.InstanceStateNameStopping:     control.InstanceTerminating,
-		types.InstanceStateNameStopped:      control.InstancePending,
+	for st, want := range map[types.InstanceStateName]provider.InstanceState{
+		types.InstanceStateNamePending:      provider.InstancePending,
+		types.InstanceStateNameRunning:      provider.InstanceRunning,
+		types.InstanceStateNameShuttingDown: provider.InstanceTerminating,
+		types.InstanceStateNameStopping:     provider.InstanceTerminating,
+		types.InstanceStateNameStopped:      provider.InstancePending,
 	} {
 		got := toInstance(types.Instance{InstanceId: sdk.String("i-1"), State: &types.InstanceState{Name: st},
 			Tags:       []types.Tag{{Key: sdk.String("k"), Value: sdk.String("v")}, {Key: sdk.String("aws:ec2:fleet-id"), Value: sdk.String("x")}},

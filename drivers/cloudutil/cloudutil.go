@@ -23,7 +23,7 @@ import (
 )
 
 // Error is a cloud's failure with the kind transit tells apart
-// (control.ErrQuota, ErrThrottled, ErrCloudAuth, ErrCloudNotFound,
+// (provider.ErrQuota, ErrThrottled, ErrCloudAuth, ErrCloudNotFound,
 // districts.ErrInvalid) and a message naming what to look at. It wraps the
 // SDK's error, which never carries a secret.
 type Error struct {

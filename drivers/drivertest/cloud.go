@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/cloudsim"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // parallelLaunch launches four nodes at once without a zone: all run,
@@ -21,7 +21,7 @@ import (
 // district's zones. Against a cloud, List then pages through pages of two.
 func (s *suite) parallelLaunch(t *testing.T) {
 	const n = 4
-	insts := make([]control.Instance, n)
+	insts := make([]provider.Instance, n)
 	var g errgroup.Group
 	for i := range n {
 		g.Go(func() error {
@@ -39,7 +39,7 @@ func (s *suite) parallelLaunch(t *testing.T) {
 	}
 	ids := map[string]bool{s.inst.ProviderID: true}
 	for i, inst := range insts {
-		if inst.State != control.InstanceRunning || inst.ProviderID == "" {
+		if inst.State != provider.InstanceRunning || inst.ProviderID == "" {
 			t.Errorf("parallel Launch %d returned %+v, want a running instance", i, inst)
 		}
 		if ids[inst.ProviderID] {
@@ -94,7 +94,7 @@ func (s *suite) planted(t *testing.T) {
 		return id
 	}
 	foreign := plant(map[string]string{"team": "someone-else", "Name": "not-transit"})
-	other := plant(control.IdentityTags(districts.Node{ID: s.cfg.OtherCluster + "-n1", Cluster: s.cfg.OtherCluster,
+	other := plant(provider.IdentityTags(districts.Node{ID: s.cfg.OtherCluster + "-n1", Cluster: s.cfg.OtherCluster,
 		District: s.cfg.District, Role: districts.RoleWorker, Flavor: s.cfg.Flavor}, ""))
 	t.Cleanup(func() {
 		// Not the driver's to delete: the cloud's owner removes them.
@@ -106,7 +106,7 @@ func (s *suite) planted(t *testing.T) {
 	})
 	partialTags := map[string]string{districts.TagCluster: s.cfg.Cluster}
 	partial := plant(partialTags)
-	s.keep(control.Instance{ProviderID: partial, Tags: partialTags})
+	s.keep(provider.Instance{ProviderID: partial, Tags: partialTags})
 
 	insts, _, err := s.drv.List(ctx, s.cfg.Cluster)
 	if err != nil {
@@ -160,8 +160,8 @@ func (s *suite) faults(t *testing.T) {
 		defer cancel()
 		_, _, err := s.drv.List(lctx, s.cfg.Cluster)
 		s.noSecret(t, err)
-		if !errors.Is(err, control.ErrThrottled) {
-			t.Errorf("List throttled forever: err = %v, want one matching control.ErrThrottled", err)
+		if !errors.Is(err, provider.ErrThrottled) {
+			t.Errorf("List throttled forever: err = %v, want one matching provider.ErrThrottled", err)
 		}
 		if lctx.Err() != nil {
 			t.Errorf("List throttled forever ran until the test's deadline: retries must be bounded")
@@ -172,8 +172,8 @@ func (s *suite) faults(t *testing.T) {
 		faults.Add(cloudsim.Fault{Op: cloudsim.OpAny, Kind: cloudsim.FaultAuth, Times: -1})
 		defer faults.Clear()
 		err := list()
-		if !errors.Is(err, control.ErrCloudAuth) {
-			t.Fatalf("List with refused credentials: err = %v, want one matching control.ErrCloudAuth", err)
+		if !errors.Is(err, provider.ErrCloudAuth) {
+			t.Fatalf("List with refused credentials: err = %v, want one matching provider.ErrCloudAuth", err)
 		}
 		if s.cfg.CredentialID != "" && !strings.Contains(err.Error(), s.cfg.CredentialID) {
 			t.Errorf("auth error %q does not name credential %q", err, s.cfg.CredentialID)
@@ -204,8 +204,8 @@ func (s *suite) faults(t *testing.T) {
 			s.keep(inst)
 			t.Fatalf("Launch over quota succeeded: %+v", inst)
 		}
-		if !errors.Is(err, control.ErrQuota) || !strings.Contains(err.Error(), quota) {
-			t.Errorf("Launch over quota: err = %v, want one matching control.ErrQuota that names %s", err, quota)
+		if !errors.Is(err, provider.ErrQuota) || !strings.Contains(err.Error(), quota) {
+			t.Errorf("Launch over quota: err = %v, want one matching provider.ErrQuota that names %s", err, quota)
 		}
 		s.machinesOf(t, n.ID, 0)
 	})
@@ -232,13 +232,13 @@ func (s *suite) faults(t *testing.T) {
 
 // machinesOf lists the cluster's machines of node id and checks there are
 // want of them.
-func (s *suite) machinesOf(t *testing.T, id string, want int) []control.Instance {
+func (s *suite) machinesOf(t *testing.T, id string, want int) []provider.Instance {
 	t.Helper()
 	insts, _, err := s.drv.List(t.Context(), s.cfg.Cluster)
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
-	var got []control.Instance
+	var got []provider.Instance
 	for _, in := range insts {
 		if in.Tags[districts.TagNode] == id {
 			got = append(got, in)

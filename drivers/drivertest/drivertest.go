@@ -1,5 +1,5 @@
 // Package drivertest is the conformance suite every infrastructure driver
-// (control.Infrastructure) passes: groups are idempotent and replace their
+// (provider.Infrastructure) passes: groups are idempotent and replace their
 // sources, List finds a cluster's groups and instances by tag and nothing of
 // other clusters, Launch returns a running, tagged, addressed instance,
 // parallel launches spread over the zones, Terminate is asynchronous and
@@ -9,7 +9,7 @@
 // Against an emulated cloud (Config.Cloud) it also checks what only the
 // cloud's side can set up: List pages through small pages; throttling is
 // retried, and throttling that does not stop, refused credentials and an
-// exhausted quota are reported as control.ErrThrottled, ErrCloudAuth and
+// exhausted quota are reported as provider.ErrThrottled, ErrCloudAuth and
 // ErrQuota, naming the credential or quota and never a secret; a create
 // whose answer is lost never leaves two machines for one node; a machine
 // planted outside the driver is listed only if it carries the cluster's
@@ -28,8 +28,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/cloudsim"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Config describes the district the suite works in.
@@ -61,7 +61,7 @@ type Config struct {
 	MissingProviderID string
 	// CheckSSH, if set, checks that a launched instance accepts
 	// AuthorizedKey's private key for root.
-	CheckSSH func(t *testing.T, inst control.Instance)
+	CheckSSH func(t *testing.T, inst provider.Instance)
 	// Timeout bounds each wait for an eventual state (an instance leaving
 	// List after Terminate); default 2 minutes. It is a bound, not a
 	// performance assertion.
@@ -129,7 +129,7 @@ func (c Config) withDefaults() Config {
 // Run runs the suite against the driver newDriver returns (called once).
 // The subtests run in order and build on each other; whatever is left when
 // one fails is terminated and deleted at cleanup.
-func Run(t *testing.T, newDriver func(t *testing.T) control.Infrastructure, cfg Config) {
+func Run(t *testing.T, newDriver func(t *testing.T) provider.Infrastructure, cfg Config) {
 	t.Helper()
 	cfg = cfg.withDefaults()
 	drv := newDriver(t)
@@ -160,24 +160,24 @@ func Run(t *testing.T, newDriver func(t *testing.T) control.Infrastructure, cfg 
 
 type suite struct {
 	cfg   Config
-	drv   control.Infrastructure
-	group control.Group
-	other control.Group
-	inst  control.Instance
+	drv   provider.Infrastructure
+	group provider.Group
+	other provider.Group
+	inst  provider.Instance
 
 	mu     sync.Mutex
-	extras []control.Instance // launched or planted besides inst, terminated at the end
+	extras []provider.Instance // launched or planted besides inst, terminated at the end
 }
 
-func (s *suite) keep(inst control.Instance) {
+func (s *suite) keep(inst provider.Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.extras = append(s.extras, inst)
 }
 
-func (s *suite) spec(cluster string, sources []string) control.GroupSpec {
-	return control.GroupSpec{
-		Name:     control.GroupName(cluster, s.cfg.District),
+func (s *suite) spec(cluster string, sources []string) provider.GroupSpec {
+	return provider.GroupSpec{
+		Name:     provider.GroupName(cluster, s.cfg.District),
 		Cluster:  cluster,
 		District: s.cfg.District,
 		Tags:     map[string]string{districts.TagCluster: cluster, districts.TagDistrict: s.cfg.District},
@@ -274,7 +274,7 @@ func (s *suite) otherCluster(t *testing.T) {
 		if err := s.drv.DeleteGroup(ctx, s.other); err != nil {
 			t.Fatalf("DeleteGroup(%s): %v", s.other.ProviderID, err)
 		}
-		s.other = control.Group{}
+		s.other = provider.Group{}
 	}
 }
 
@@ -296,14 +296,14 @@ func (s *suite) wantTags() map[string]string { return s.tagsOf(s.node()) }
 // tagsOf are a node's identity tags and a user tag whose value no cloud
 // takes as it is (GCE labels: capitals, spaces, dots).
 func (s *suite) tagsOf(n districts.Node) map[string]string {
-	tags := control.IdentityTags(n, "")
+	tags := provider.IdentityTags(n, "")
 	tags["team"] = "conformance"
 	tags["policy"] = "Safe-Harbour v1.2"
 	return tags
 }
 
-func (s *suite) launchSpec(n districts.Node) control.LaunchSpec {
-	return control.LaunchSpec{
+func (s *suite) launchSpec(n districts.Node) provider.LaunchSpec {
+	return provider.LaunchSpec{
 		Node:          n,
 		MachineType:   s.cfg.MachineType,
 		GroupID:       s.group.ProviderID,
@@ -321,8 +321,8 @@ func (s *suite) launch(t *testing.T) {
 	if inst.ProviderID == "" {
 		t.Errorf("Launch returned no provider id: %+v", inst)
 	}
-	if inst.State != control.InstanceRunning {
-		t.Errorf("Launch returned state %q, want %q", inst.State, control.InstanceRunning)
+	if inst.State != provider.InstanceRunning {
+		t.Errorf("Launch returned state %q, want %q", inst.State, provider.InstanceRunning)
 	}
 	if diff := cmp.Diff(s.wantTags(), inst.Tags); diff != "" {
 		t.Errorf("Launch tags (-want +got):\n%s", diff)
@@ -347,8 +347,8 @@ func (s *suite) listInstances(t *testing.T) {
 	if got == nil {
 		t.Fatalf("List does not show instance %s: %+v", s.inst.ProviderID, insts)
 	}
-	if got.State != control.InstanceRunning {
-		t.Errorf("listed state = %q, want %q", got.State, control.InstanceRunning)
+	if got.State != provider.InstanceRunning {
+		t.Errorf("listed state = %q, want %q", got.State, provider.InstanceRunning)
 	}
 	if diff := cmp.Diff(s.wantTags(), got.Tags); diff != "" {
 		t.Errorf("listed tags (-want +got):\n%s", diff)
@@ -384,8 +384,8 @@ func (s *suite) terminate(t *testing.T) {
 		switch got := findInstance(insts, s.inst.ProviderID); {
 		case got == nil:
 			t.Errorf("instance %s left List as soon as Terminate returned: Terminate waited for the cloud to finish (it must not)", s.inst.ProviderID)
-		case got.State != control.InstanceTerminating:
-			t.Errorf("instance %s is %q right after Terminate, want %q", s.inst.ProviderID, got.State, control.InstanceTerminating)
+		case got.State != provider.InstanceTerminating:
+			t.Errorf("instance %s is %q right after Terminate, want %q", s.inst.ProviderID, got.State, provider.InstanceTerminating)
 		}
 	}
 	if err := s.drv.Terminate(ctx, s.inst); err != nil {
@@ -396,12 +396,12 @@ func (s *suite) terminate(t *testing.T) {
 		t.Errorf("Terminate after the instance is gone: %v", err)
 	}
 	if s.cfg.MissingProviderID != "" {
-		missing := control.Instance{ProviderID: s.cfg.MissingProviderID, Tags: s.wantTags()}
+		missing := provider.Instance{ProviderID: s.cfg.MissingProviderID, Tags: s.wantTags()}
 		if err := s.drv.Terminate(ctx, missing); err != nil {
 			t.Errorf("Terminate of a missing instance: %v", err)
 		}
 	}
-	s.inst = control.Instance{}
+	s.inst = provider.Instance{}
 	s.terminateExtras(t)
 }
 
@@ -439,8 +439,8 @@ func (s *suite) waitGone(t *testing.T, id string) {
 		if got == nil {
 			return
 		}
-		if got.State != control.InstanceTerminating {
-			t.Errorf("instance %s is %q after Terminate, want %q", id, got.State, control.InstanceTerminating)
+		if got.State != provider.InstanceTerminating {
+			t.Errorf("instance %s is %q after Terminate, want %q", id, got.State, provider.InstanceTerminating)
 		}
 		select {
 		case <-ctx.Done():
@@ -465,7 +465,7 @@ func (s *suite) deleteGroup(t *testing.T) {
 	if err := s.drv.DeleteGroup(ctx, s.group); err != nil {
 		t.Errorf("DeleteGroup again: %v", err)
 	}
-	s.group = control.Group{}
+	s.group = provider.Group{}
 }
 
 // cleanup removes what a failed step left behind.
@@ -480,7 +480,7 @@ func (s *suite) cleanup(t *testing.T) {
 			errs = append(errs, err.Error())
 		}
 	}
-	for _, g := range []control.Group{s.other, s.group} {
+	for _, g := range []provider.Group{s.other, s.group} {
 		if g.ProviderID != "" {
 			if err := s.drv.DeleteGroup(ctx, g); err != nil {
 				errs = append(errs, err.Error())
@@ -492,7 +492,7 @@ func (s *suite) cleanup(t *testing.T) {
 	}
 }
 
-func findGroup(gs []control.Group, id string) *control.Group {
+func findGroup(gs []provider.Group, id string) *provider.Group {
 	for i := range gs {
 		if gs[i].ProviderID == id {
 			return &gs[i]
@@ -501,7 +501,7 @@ func findGroup(gs []control.Group, id string) *control.Group {
 	return nil
 }
 
-func findInstance(is []control.Instance, id string) *control.Instance {
+func findInstance(is []provider.Instance, id string) *provider.Instance {
 	for i := range is {
 		if is[i].ProviderID == id {
 			return &is[i]

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudtransit/transit/provider"
 	"golang.org/x/crypto/ssh"
-
-	"github.com/cloudtransit/transit/control"
 )
 
 // SSHRun runs cmd as root on addr with the ssh client, accepting only the
@@ -65,8 +64,8 @@ func NewKeyFile(t *testing.T) (authorized, file string) {
 // group's sources are the machines' firewall: one node reaches another
 // only once both addresses are sources. spec is the group's spec with
 // those sources; launch the LaunchSpec of a node in the group.
-func BackedFirewall(t *testing.T, drv control.Infrastructure, spec func(sources ...string) control.GroupSpec,
-	launch func(node, group, key string) control.LaunchSpec) {
+func BackedFirewall(t *testing.T, drv provider.Infrastructure, spec func(sources ...string) provider.GroupSpec,
+	launch func(node, group, key string) provider.LaunchSpec) {
 	ctx := t.Context()
 	key, keyFile := NewKeyFile(t)
 	g, err := drv.EnsureGroup(ctx, spec())
@@ -99,7 +98,7 @@ func BackedFirewall(t *testing.T, drv control.Infrastructure, spec func(sources 
 	if got := reach(); got != "open" {
 		t.Errorf("a does not reach b once both are sources: %s", got)
 	}
-	for _, inst := range []control.Instance{a, b} {
+	for _, inst := range []provider.Instance{a, b} {
 		if err := drv.Terminate(ctx, inst); err != nil {
 			t.Fatal(err)
 		}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // The backed tests' own local root and subnet, apart from every other
@@ -35,13 +35,13 @@ func backedWorld(t *testing.T) *world {
 func TestBackedConformance(t *testing.T) {
 	w := backedWorld(t)
 	key, keyFile := drivertest.NewKeyFile(t)
-	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+	drivertest.Run(t, func(t *testing.T) provider.Infrastructure {
 		return w.driver(w.district(), w.credential(), fast())
 	}, drivertest.Config{
 		Cluster: "backed", District: "gce-test", Flavor: "small", MachineType: "e2-small", AuthorizedKey: key,
 		MissingProviderID: "europe-west1-b/no-such-instance", Cloud: cloud{w}, CredentialID: "gce-cred",
 		Secrets: w.secrets(), Zones: zones, Timeout: 2 * time.Minute,
-		CheckSSH: func(t *testing.T, inst control.Instance) {
+		CheckSSH: func(t *testing.T, inst provider.Instance) {
 			if len(inst.HostKeys) == 0 {
 				t.Errorf("no host keys pinned for %s", inst.ProviderID)
 			}
@@ -61,8 +61,8 @@ func TestBackedConformance(t *testing.T) {
 func TestBackedFirewall(t *testing.T) {
 	w := backedWorld(t)
 	drivertest.BackedFirewall(t, w.driver(w.district(), w.credential(), fast()),
-		func(sources ...string) control.GroupSpec { return groupSpec("fw", "gce-test", sources...) },
-		func(node, group, key string) control.LaunchSpec {
+		func(sources ...string) provider.GroupSpec { return groupSpec("fw", "gce-test", sources...) },
+		func(node, group, key string) provider.LaunchSpec {
 			return launchSpec("fw", "gce-test", node, "", group, key)
 		})
 }

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+	drivertest.Run(t, func(t *testing.T) provider.Infrastructure {
 		return w.driver(w.district(), w.credential(), fast())
 	}, drivertest.Config{
 		Cluster:           "conf",

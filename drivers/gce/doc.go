@@ -8,7 +8,7 @@
 // key; a relative path is relative to credentials.json), else application
 // default credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud's, the
 // metadata server's). A refused or missing credential is
-// control.ErrCloudAuth, naming the credential id and key file, never the
+// provider.ErrCloudAuth, naming the credential id and key file, never the
 // key.
 //
 // Nodes: instances.insert with the image (gce_image, a name in
@@ -45,7 +45,7 @@
 // Every request is retried on throttling (429, rateLimitExceeded), 5xx
 // answers and connection errors, with exponential backoff and full
 // jitter, up to Options.RetryMaxAttempts; what is still throttled then is
-// control.ErrThrottled. quotaExceeded (in an answer or an operation) is
-// control.ErrQuota naming the quota; an unknown image, network, zone or
+// provider.ErrThrottled. quotaExceeded (in an answer or an operation) is
+// provider.ErrQuota naming the quota; an unknown image, network, zone or
 // machine type districts.ErrInvalid naming the key.
 package gce

@@ -12,8 +12,8 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/gce"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // The driver authenticates with the key file's service account through
@@ -37,7 +37,7 @@ func TestKeyFileAuth(t *testing.T) {
 	writeFile(t, file, other)
 	cred := &districts.Credential{Type: "credential", ID: "gce-other", Provider: districts.ProviderGCE, GCEKeyFile: file}
 	_, _, err = w.driver(w.district(), cred, fast()).List(t.Context(), "c")
-	w.wantKind(err, control.ErrCloudAuth)
+	w.wantKind(err, provider.ErrCloudAuth)
 	if !strings.Contains(err.Error(), `"gce-other"`) {
 		t.Errorf("auth error does not name the credential: %v", err)
 	}
@@ -49,7 +49,7 @@ func TestKeyFileAuth(t *testing.T) {
 
 	missing := &districts.Credential{Type: "credential", ID: "gce-gone", Provider: districts.ProviderGCE, GCEKeyFile: filepath.Join(t.TempDir(), "nope.json")}
 	_, err = New(t.Context(), w.district(), missing, fast())
-	if !errors.Is(err, control.ErrCloudAuth) || !strings.Contains(err.Error(), "gce-gone") {
+	if !errors.Is(err, provider.ErrCloudAuth) || !strings.Contains(err.Error(), "gce-gone") {
 		t.Errorf("missing key file: err = %v, want ErrCloudAuth naming the credential", err)
 	}
 }
@@ -115,7 +115,7 @@ func TestFirewallRules(t *testing.T) {
 	if ins := len(w.rec.Sent("POST /compute/v1/projects/"+project+"/global/firewalls?")) - before; ins != 2 || len(w.rec.Sent("PATCH ")) != beforePatch {
 		t.Errorf("creating a group with sources took %d inserts and %d patches, want 2 and 0", ins, len(w.rec.Sent("PATCH "))-beforePatch)
 	}
-	for _, gr := range []control.Group{g, {ProviderID: ruleName(other.Name), Name: other.Name}} {
+	for _, gr := range []provider.Group{g, {ProviderID: ruleName(other.Name), Name: other.Name}} {
 		if err := drv.DeleteGroup(ctx, gr); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestTerminate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.Terminate(ctx, control.Instance{ProviderID: foreign, Tags: map[string]string{districts.TagCluster: "c"}}); err == nil {
+	if err := drv.Terminate(ctx, provider.Instance{ProviderID: foreign, Tags: map[string]string{districts.TagCluster: "c"}}); err == nil {
 		t.Errorf("Terminate deleted %s, which has no transit label", foreign)
 	}
 	w.srv.SetLatency(cloudsim.Latency{Terminate: time.Hour})
@@ -199,7 +199,7 @@ func TestTerminate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(insts) != 1 || insts[0].State != control.InstanceTerminating {
+	if len(insts) != 1 || insts[0].State != provider.InstanceTerminating {
 		t.Errorf("right after Terminate: %+v, want the instance terminating", insts)
 	}
 }

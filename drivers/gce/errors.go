@@ -9,9 +9,9 @@ import (
 	"cloud.google.com/go/auth"
 	"google.golang.org/api/googleapi"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 type cloudError = cloudutil.Error
@@ -30,10 +30,10 @@ func (drv *driver) wrap(what string, err error) error {
 	prefix := fmt.Sprintf("gce district %q: %s", drv.d.ID, what)
 	var ae *auth.Error
 	if errors.As(err, &ae) && ae.Response != nil && ae.Response.StatusCode < 500 && ae.Response.StatusCode != 429 {
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: the token endpoint refused %s", prefix, drv.credName), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: the token endpoint refused %s", prefix, drv.credName), Err: err}
 	}
 	if errors.As(err, &ae) && ae.Response == nil {
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), Err: err}
 	}
 	var ge *googleapi.Error
 	if !errors.As(err, &ge) {
@@ -41,12 +41,12 @@ func (drv *driver) wrap(what string, err error) error {
 	}
 	switch {
 	case ge.Code == 401 || ge.Code == 403 && hasReason(ge, "forbidden", "authError", "accessNotConfigured", "insufficientPermissions"):
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: Compute Engine refused %s (%d)", prefix, drv.credName, ge.Code), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: Compute Engine refused %s (%d)", prefix, drv.credName, ge.Code), Err: err}
 	case throttled(err):
-		return &cloudError{Kind: control.ErrThrottled,
+		return &cloudError{Kind: provider.ErrThrottled,
 			Msg: fmt.Sprintf("%s: Compute Engine kept throttling the requests through %d attempts", prefix, drv.opts.RetryMaxAttempts), Err: err}
 	case hasReason(ge, "quotaExceeded"):
-		return &cloudError{Kind: control.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s", prefix, quotaOf(ge.Message), drv.d.GCERegion), Err: err}
+		return &cloudError{Kind: provider.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s", prefix, quotaOf(ge.Message), drv.d.GCERegion), Err: err}
 	case ge.Code == 404 && strings.Contains(ge.Message, "/images/"):
 		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: gce_image, gce_image_family, gce_image_project: Compute Engine says %s", prefix, drv.d.ID, ge.Message), Err: err}
 	case ge.Code == 404 && strings.Contains(ge.Message, "/networks/"):
@@ -58,7 +58,7 @@ func (drv *driver) wrap(what string, err error) error {
 	case ge.Code == 400 && strings.Contains(ge.Message, "machineType"):
 		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: flavors[].machine_type: Compute Engine says %s", prefix, drv.d.ID, ge.Message), Err: err}
 	case ge.Code == 404:
-		return &cloudError{Kind: control.ErrCloudNotFound, Msg: prefix, Err: err}
+		return &cloudError{Kind: provider.ErrCloudNotFound, Msg: prefix, Err: err}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
 }

@@ -13,11 +13,10 @@ import (
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/cloudtransit/transit/provider"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/cloudtransit/transit/control"
 )
 
 // A district's group is two firewall rules on the district's network,
@@ -56,10 +55,10 @@ type rule struct {
 	meta ruleMeta
 }
 
-// group is the nodes' rule as a control.Group: its sources are plain
+// group is the nodes' rule as a provider.Group: its sources are plain
 // addresses (a /32 written without its length).
-func (r rule) group() control.Group {
-	g := control.Group{ProviderID: r.fw.GetName(), Name: r.meta.Transit, Tags: maps.Clone(r.meta.Tags)}
+func (r rule) group() provider.Group {
+	g := provider.Group{ProviderID: r.fw.GetName(), Name: r.meta.Transit, Tags: maps.Clone(r.meta.Tags)}
 	if !r.fw.GetDisabled() {
 		for _, s := range r.fw.GetSourceRanges() {
 			g.Sources = append(g.Sources, plain(s))
@@ -110,7 +109,7 @@ func (drv *driver) getRule(ctx context.Context, name string) (*computepb.Firewal
 }
 
 // wanted is the rule of spec: the nodes' one, or the SSH one.
-func (drv *driver) wanted(spec control.GroupSpec, ssh bool) (*computepb.Firewall, error) {
+func (drv *driver) wanted(spec provider.GroupSpec, ssh bool) (*computepb.Firewall, error) {
 	meta, err := json.Marshal(ruleMeta{Transit: spec.Name, Tags: spec.Tags, SSH: ssh})
 	if err != nil {
 		return nil, err
@@ -166,14 +165,14 @@ func sortedCopy(xs []string) []string {
 // EnsureGroup creates the group's two rules or patches them to the spec,
 // and waits until Compute Engine applied every change (the next launch's
 // traffic depends on it).
-func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (control.Group, error) {
+func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	what := "ensure firewall rules of group " + spec.Name
 	var g errgroup.Group
 	var nodes *computepb.Firewall
 	for _, ssh := range []bool{false, true} {
 		want, err := drv.wanted(spec, ssh)
 		if err != nil {
-			return control.Group{}, err
+			return provider.Group{}, err
 		}
 		if !ssh {
 			nodes = want
@@ -181,7 +180,7 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (con
 		g.Go(func() error { return drv.ensureRule(ctx, want, what) })
 	}
 	if err := g.Wait(); err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
 	var meta ruleMeta
 	_ = json.Unmarshal([]byte(nodes.GetDescription()), &meta)
@@ -250,7 +249,7 @@ func (drv *driver) waitRule(ctx context.Context, name, what string) error {
 // DeleteGroup deletes the group's two rules and waits for it; missing
 // rules are not an error. Compute Engine deletes a rule whose target
 // instances still exist.
-func (drv *driver) DeleteGroup(ctx context.Context, grp control.Group) error {
+func (drv *driver) DeleteGroup(ctx context.Context, grp provider.Group) error {
 	what := "delete firewall rules of group " + grp.Name
 	base := grp.ProviderID
 	if base == "" {

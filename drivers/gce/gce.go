@@ -16,9 +16,9 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/cloudtransit/transit/clock"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Defaults of Options, right for the real Compute Engine.
@@ -113,15 +113,15 @@ type driver struct {
 }
 
 var (
-	_ control.Infrastructure    = (*driver)(nil)
-	_ control.InUseGroupDeleter = (*driver)(nil)
+	_ provider.Infrastructure    = (*driver)(nil)
+	_ provider.InUseGroupDeleter = (*driver)(nil)
 )
 
 // New returns the driver of a GCE district. cred is the district's
 // credential: its gce_key_file (a service account key, read now); nil, or
 // a credential without a key file, means application default
 // credentials. New makes no API request.
-func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (control.Infrastructure, error) {
+func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (provider.Infrastructure, error) {
 	if d.Provider != districts.ProviderGCE {
 		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderGCE)
 	}
@@ -156,15 +156,15 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 			drv.credName = fmt.Sprintf("credential %q (gce_key_file %s)", cred.ID, cred.GCEKeyFile)
 			key, err := os.ReadFile(cred.GCEKeyFile)
 			if err != nil {
-				return nil, &cloudError{Kind: control.ErrCloudAuth,
+				return nil, &cloudError{Kind: provider.ErrCloudAuth,
 					Msg: fmt.Sprintf("gce district %q: read the service account key of %s", d.ID, drv.credName), Err: err}
 			}
 			copts = append(copts, option.WithAuthCredentialsJSON(option.ServiceAccount, key))
 		}
 	}
-	fail := func(err error) (control.Infrastructure, error) {
+	fail := func(err error) (provider.Infrastructure, error) {
 		drv.Close()
-		return nil, &cloudError{Kind: control.ErrCloudAuth,
+		return nil, &cloudError{Kind: provider.ErrCloudAuth,
 			Msg: fmt.Sprintf("gce district %q: set up the Compute Engine client with %s", d.ID, drv.credName), Err: err}
 	}
 	if drv.instances, err = compute.NewInstancesRESTClient(ctx, copts...); err != nil {

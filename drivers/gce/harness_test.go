@@ -17,9 +17,9 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/gce"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 const (
@@ -146,17 +146,17 @@ func newKey(t testing.TB) string {
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))) + " transit-test"
 }
 
-func groupSpec(cluster, district string, sources ...string) control.GroupSpec {
-	return control.GroupSpec{
-		Name: control.GroupName(cluster, district), Cluster: cluster, District: district,
+func groupSpec(cluster, district string, sources ...string) provider.GroupSpec {
+	return provider.GroupSpec{
+		Name: provider.GroupName(cluster, district), Cluster: cluster, District: district,
 		Tags:    map[string]string{districts.TagCluster: cluster, districts.TagDistrict: district},
 		Sources: sources,
 	}
 }
 
-func launchSpec(cluster, district, node, zone, group, key string) control.LaunchSpec {
+func launchSpec(cluster, district, node, zone, group, key string) provider.LaunchSpec {
 	n := districts.Node{ID: node, Cluster: cluster, District: district, Role: districts.RoleWorker, Flavor: "small", Zone: zone}
-	return control.LaunchSpec{Node: n, MachineType: "e2-small", GroupID: group, Tags: control.IdentityTags(n, "lin-1"), AuthorizedKey: key}
+	return provider.LaunchSpec{Node: n, MachineType: "e2-small", GroupID: group, Tags: provider.IdentityTags(n, "lin-1"), AuthorizedKey: key}
 }
 
 func (w *world) noSecret(err error) {

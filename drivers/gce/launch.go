@@ -13,8 +13,8 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 	"github.com/cloudtransit/transit/shellquote"
 )
 
@@ -104,27 +104,27 @@ func (drv *driver) sourceImage(ctx context.Context) (string, error) {
 // and returns once Compute Engine reports it running with its addresses,
 // with the SSH host keys the guest agent publishes (if it does within
 // HostKeyWait).
-func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control.Instance, error) {
+func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provider.Instance, error) {
 	n := spec.Node
 	what := "launch node " + n.ID
 	switch {
 	case spec.MachineType == "":
-		return control.Instance{}, invalid(drv.d, "flavors: flavor %q has no machine_type", n.Flavor)
+		return provider.Instance{}, invalid(drv.d, "flavors: flavor %q has no machine_type", n.Flavor)
 	case spec.GroupID == "":
-		return control.Instance{}, fmt.Errorf("gce district %q: %s: no firewall rule to launch it under", drv.d.ID, what)
+		return provider.Instance{}, fmt.Errorf("gce district %q: %s: no firewall rule to launch it under", drv.d.ID, what)
 	}
 	labels, err := encodeLabels(spec.Tags)
 	if err != nil {
-		return control.Instance{}, invalid(drv.d, "%s: %v", what, err)
+		return provider.Instance{}, invalid(drv.d, "%s: %v", what, err)
 	}
 	image, err := drv.sourceImage(ctx)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	name := instanceName(n, spec.Tags[districts.TagLineage])
 	found, zone, done, err := drv.place(ctx, n, name)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	defer done()
 	if found == nil {
@@ -158,26 +158,26 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 		case isConflict(err):
 			// Made by an earlier attempt that the listing did not show.
 		case err != nil:
-			return control.Instance{}, drv.wrap(what, err)
+			return provider.Instance{}, drv.wrap(what, err)
 		default:
 			if err := drv.waitZoneOp(ctx, zone, op.Proto(), what); err != nil {
-				return control.Instance{}, err
+				return provider.Instance{}, err
 			}
 		}
 	} else {
 		zone = found.zone
 		if found.status == "STOPPING" || found.status == "TERMINATED" {
-			return control.Instance{}, fmt.Errorf("gce district %q: %s: it was launched before as %s/%s, which is %s now (node ids are never reused)",
+			return provider.Instance{}, fmt.Errorf("gce district %q: %s: it was launched before as %s/%s, which is %s now (node ids are never reused)",
 				drv.d.ID, what, zone, name, strings.ToLower(found.status))
 		}
 	}
 	running, err := drv.waitRunning(ctx, zone, name, what)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	out := drv.toInstance(running)
 	if out.HostKeys, err = drv.hostKeys(ctx, zone, name); err != nil {
-		return control.Instance{}, fmt.Errorf("gce district %q: %s: read the host keys of %s/%s: %w", drv.d.ID, what, zone, name, err)
+		return provider.Instance{}, fmt.Errorf("gce district %q: %s: read the host keys of %s/%s: %w", drv.d.ID, what, zone, name, err)
 	}
 	return out, nil
 }
@@ -282,7 +282,7 @@ func (drv *driver) opError(op *computepb.Operation, what string) error {
 	msg := fmt.Sprintf("%s: operation %s failed: %s: %s", prefix, op.GetName(), e.GetCode(), e.GetMessage())
 	switch {
 	case strings.Contains(e.GetCode(), "QUOTA"):
-		return &cloudError{Kind: control.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, quotaOf(e.GetMessage()), drv.d.GCERegion, e.GetMessage())}
+		return &cloudError{Kind: provider.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, quotaOf(e.GetMessage()), drv.d.GCERegion, e.GetMessage())}
 	case e.GetCode() == "RESOURCE_NOT_FOUND" && strings.Contains(e.GetMessage(), "/images/"):
 		return &cloudError{Kind: districts.ErrInvalid, Msg: msg}
 	}

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // listInstances pages through the project's instances labelled with the
@@ -60,13 +60,13 @@ func (drv *driver) mine(tags map[string]string, cluster string) bool {
 
 // List returns the cluster's instances and firewall rules in the
 // district. Deleted instances are gone from Compute Engine's listing.
-func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+func (drv *driver) List(ctx context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
 	what := "list cluster " + cluster
 	insts, err := drv.listInstances(ctx, cluster)
 	if err != nil {
 		return nil, nil, drv.wrap(what, err)
 	}
-	var out []control.Instance
+	var out []provider.Instance
 	for _, in := range insts {
 		out = append(out, drv.toInstance(in))
 	}
@@ -74,7 +74,7 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance
 	if err != nil {
 		return nil, nil, drv.wrap(what, err)
 	}
-	var groups []control.Group
+	var groups []provider.Group
 	for _, r := range rules {
 		if r.meta.SSH || !drv.mine(r.meta.Tags, cluster) {
 			continue
@@ -103,9 +103,9 @@ func addresses(in *computepb.Instance) (public, private string) {
 // stopped instance (TERMINATED, SUSPENDED: it exists and does not run,
 // and transit neither forgets nor restarts it) are pending; STOPPING and
 // SUSPENDING terminating.
-func (drv *driver) toInstance(in *computepb.Instance) control.Instance {
+func (drv *driver) toInstance(in *computepb.Instance) provider.Instance {
 	pub, priv := addresses(in)
-	out := control.Instance{
+	out := provider.Instance{
 		ProviderID: last(in.GetZone()) + "/" + in.GetName(),
 		Tags:       decodeLabels(in.GetLabels()),
 		Zone:       last(in.GetZone()),
@@ -117,11 +117,11 @@ func (drv *driver) toInstance(in *computepb.Instance) control.Instance {
 	}
 	switch in.GetStatus() {
 	case "RUNNING":
-		out.State = control.InstanceRunning
+		out.State = provider.InstanceRunning
 	case "STOPPING", "SUSPENDING":
-		out.State = control.InstanceTerminating
+		out.State = provider.InstanceTerminating
 	default:
-		out.State = control.InstancePending
+		out.State = provider.InstancePending
 	}
 	return out
 }
@@ -131,7 +131,7 @@ func (drv *driver) toInstance(in *computepb.Instance) control.Instance {
 // found waiting for it the slowest step of a migration). It looks before
 // it deletes: a missing instance is done, one without transit's cluster
 // label is refused.
-func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
+func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error {
 	zone, name, ok := strings.Cut(inst.ProviderID, "/")
 	what := "terminate " + inst.ProviderID
 	if !ok || zone == "" || name == "" {

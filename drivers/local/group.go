@@ -12,37 +12,37 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // EnsureGroup creates the cluster's chain in the district or replaces its
 // rules atomically, creating the district bridge if it is missing.
-func (d *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (control.Group, error) {
+func (d *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	if spec.District != "" && spec.District != d.district {
-		return control.Group{}, fmt.Errorf("ensure group %s: district %q is not this driver's district %q", spec.Name, spec.District, d.district)
+		return provider.Group{}, fmt.Errorf("ensure group %s: district %q is not this driver's district %q", spec.Name, spec.District, d.district)
 	}
 	if !validName(spec.Cluster) {
-		return control.Group{}, fmt.Errorf("ensure group %s: invalid cluster id %q", spec.Name, spec.Cluster)
+		return provider.Group{}, fmt.Errorf("ensure group %s: invalid cluster id %q", spec.Name, spec.Cluster)
 	}
 	sources, err := normalizeSources(spec.Sources)
 	if err != nil {
-		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	chain := chainName(d.root, spec.Cluster, d.district)
 
 	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
 	defer unlock()
 	groups, err := readGroups(d.root, d.district)
 	if err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
 	var rec *groupRecord
 	for _, g := range groups {
 		if g.Cluster != spec.Cluster {
-			return control.Group{}, fmt.Errorf("ensure group %s: local district %q already serves cluster %q (group %s); a local district holds one cluster",
+			return provider.Group{}, fmt.Errorf("ensure group %s: local district %q already serves cluster %q (group %s); a local district holds one cluster",
 				spec.Name, d.district, g.Cluster, g.Name)
 		}
 		if g.Chain == chain {
@@ -57,25 +57,25 @@ func (d *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (contr
 	rec.Sources = sources
 	// The record first, so a crash leaves something to list and delete.
 	if err := writeJSON(groupPath(d.root, d.district, chain), rec); err != nil {
-		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	if err := d.ensureBridge(ctx); err != nil {
-		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	if _, err := run(ctx, groupRestore(chain, sources), "iptables-restore", "-w", "--noflush"); err != nil {
-		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	if err := ensureJump(ctx, "FORWARD", "-o", d.bridge, chain); err != nil {
-		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	got, ok, err := chainSources(ctx, chain)
 	if err != nil {
-		return control.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	if !ok {
-		return control.Group{}, fmt.Errorf("ensure group %s: chain %s vanished", spec.Name, chain)
+		return provider.Group{}, fmt.Errorf("ensure group %s: chain %s vanished", spec.Name, chain)
 	}
-	return control.Group{ProviderID: chain, Name: rec.Name, Tags: maps.Clone(rec.Tags), Sources: got}, nil
+	return provider.Group{ProviderID: chain, Name: rec.Name, Tags: maps.Clone(rec.Tags), Sources: got}, nil
 }
 
 // normalizeSources checks the addresses (IPv4 addresses or subnets), sorts
@@ -151,7 +151,7 @@ func inputJump(bridge, chain string) string   { return "-A INPUT -i " + bridge +
 
 // DeleteGroup removes the chain, its FORWARD jumps and the record. Like a
 // cloud's security group, a group machines still use cannot be deleted.
-func (d *driver) DeleteGroup(ctx context.Context, g control.Group) error {
+func (d *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	unlock, err := lockRoot(ctx, d.root)
 	if err != nil {
 		return err
@@ -386,12 +386,12 @@ func cgroupParents(hs []hierarchy) []string {
 
 // listGroups returns the cluster's groups whose chain exists, with the
 // sources read back from the chain.
-func (d *driver) listGroups(ctx context.Context, cluster string) ([]control.Group, error) {
+func (d *driver) listGroups(ctx context.Context, cluster string) ([]provider.Group, error) {
 	recs, err := readGroups(d.root, d.district)
 	if err != nil {
 		return nil, err
 	}
-	var out []control.Group
+	var out []provider.Group
 	var dump string
 	for _, r := range recs {
 		if r.Cluster != cluster {
@@ -412,8 +412,8 @@ func (d *driver) listGroups(ctx context.Context, cluster string) ([]control.Grou
 			// group, and EnsureGroup puts the jump back.
 			srcs = nil
 		}
-		out = append(out, control.Group{ProviderID: r.Chain, Name: r.Name, Tags: maps.Clone(r.Tags), Sources: srcs})
+		out = append(out, provider.Group{ProviderID: r.Chain, Name: r.Name, Tags: maps.Clone(r.Tags), Sources: srcs})
 	}
-	slices.SortFunc(out, func(a, b control.Group) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b provider.Group) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

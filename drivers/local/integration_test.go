@@ -24,9 +24,9 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // env is one integration test's world: its own root, districts and key.
@@ -121,10 +121,10 @@ func (e *env) driver(d districts.District) *driver {
 }
 
 // group ensures cluster's group in drv's district with sources.
-func (e *env) group(drv *driver, cluster string, sources ...string) control.Group {
+func (e *env) group(drv *driver, cluster string, sources ...string) provider.Group {
 	e.t.Helper()
-	g, err := drv.EnsureGroup(e.t.Context(), control.GroupSpec{
-		Name: control.GroupName(cluster, drv.district), Cluster: cluster, District: drv.district,
+	g, err := drv.EnsureGroup(e.t.Context(), provider.GroupSpec{
+		Name: provider.GroupName(cluster, drv.district), Cluster: cluster, District: drv.district,
 		Tags:    map[string]string{districts.TagCluster: cluster},
 		Sources: sources,
 	})
@@ -137,12 +137,12 @@ func (e *env) group(drv *driver, cluster string, sources ...string) control.Grou
 	return g
 }
 
-func (e *env) launchSpec(drv *driver, g control.Group, cluster, id string) control.LaunchSpec {
+func (e *env) launchSpec(drv *driver, g provider.Group, cluster, id string) provider.LaunchSpec {
 	n := districts.Node{ID: id, Cluster: cluster, District: drv.district, Role: districts.RoleWorker, Flavor: "small"}
-	return control.LaunchSpec{Node: n, GroupID: g.ProviderID, Tags: control.IdentityTags(n, ""), AuthorizedKey: e.pubKey}
+	return provider.LaunchSpec{Node: n, GroupID: g.ProviderID, Tags: provider.IdentityTags(n, ""), AuthorizedKey: e.pubKey}
 }
 
-func (e *env) launch(drv *driver, g control.Group, cluster, id string) control.Instance {
+func (e *env) launch(drv *driver, g provider.Group, cluster, id string) provider.Instance {
 	e.t.Helper()
 	inst, err := drv.Launch(e.t.Context(), e.launchSpec(drv, g, cluster, id))
 	if err != nil {
@@ -297,7 +297,7 @@ func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	d := e.district()
 	cluster := "conf-" + randHex(3)
-	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+	drivertest.Run(t, func(t *testing.T) provider.Infrastructure {
 		drv := e.driver(d)
 		e.chains = append(e.chains, chainName(e.root, cluster, d.ID))
 		return drv
@@ -306,7 +306,7 @@ func TestConformance(t *testing.T) {
 		District:          d.ID,
 		AuthorizedKey:     e.pubKey,
 		MissingProviderID: "ln-000000000000",
-		CheckSSH: func(t *testing.T, inst control.Instance) {
+		CheckSSH: func(t *testing.T, inst provider.Instance) {
 			e.track(inst.ProviderID)
 			if out, err := e.ssh(inst.PublicIP, "true"); err != nil {
 				t.Errorf("ssh root@%s with the authorized key: %v\n%s", inst.PublicIP, err, out)
@@ -426,7 +426,7 @@ func TestNodeShape(t *testing.T) {
 
 // connects says whether a TCP connection from inside a node's netns to
 // addr:22 succeeds within 2 s.
-func connects(t *testing.T, from control.Instance, addr string) bool {
+func connects(t *testing.T, from provider.Instance, addr string) bool {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), "nsenter", "--net=/run/netns/"+netnsName(from.ProviderID),
 		"timeout", "2", "bash", "-c", "exec 3<>/dev/tcp/"+addr+"/22")
@@ -463,7 +463,7 @@ func TestFirewall(t *testing.T) {
 	}
 
 	// One cluster per local district.
-	_, err := a.EnsureGroup(t.Context(), control.GroupSpec{Name: "transit-other-x", Cluster: "other", District: a.district})
+	_, err := a.EnsureGroup(t.Context(), provider.GroupSpec{Name: "transit-other-x", Cluster: "other", District: a.district})
 	if err == nil || !strings.Contains(err.Error(), "one cluster") {
 		t.Errorf("EnsureGroup of a second cluster in a district: err = %v, want the one-cluster error", err)
 	}
@@ -483,7 +483,7 @@ func waitGone(t testing.TB, drv *driver, cluster string, ids ...string) {
 		for _, i := range insts {
 			if slices.Contains(ids, i.ProviderID) {
 				left++
-				if i.State != control.InstanceTerminating {
+				if i.State != provider.InstanceTerminating {
 					t.Errorf("%s is %s while being torn down", i.ProviderID, i.State)
 				}
 			}
@@ -525,7 +525,7 @@ func TestResumeTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(insts) != 1 || insts[0].State != control.InstanceTerminating {
+	if len(insts) != 1 || insts[0].State != provider.InstanceTerminating {
 		t.Fatalf("List after the crash = %+v, want the node terminating", insts)
 	}
 	waitGone(t, drv, "crash", inst.ProviderID)
@@ -598,7 +598,7 @@ func TestInterruptedLaunch(t *testing.T) {
 	}
 	var ids []string
 	for _, i := range insts {
-		if i.State != control.InstancePending {
+		if i.State != provider.InstancePending {
 			t.Errorf("interrupted launch %s listed as %s, want pending", i.ProviderID, i.State)
 		}
 		ids = append(ids, i.ProviderID)
@@ -639,7 +639,7 @@ func TestParallelLaunch(t *testing.T) {
 	drv := e.driver(e.district())
 	g := e.group(drv, "par")
 	const n = 5
-	insts := make([]control.Instance, n)
+	insts := make([]provider.Instance, n)
 	var eg errgroup.Group
 	start := time.Now()
 	for i := range n {
@@ -714,11 +714,11 @@ func TestLaunchValidates(t *testing.T) {
 	e := newEnv(t)
 	drv := e.driver(e.district())
 	g := e.group(drv, "val")
-	for name, mut := range map[string]func(*control.LaunchSpec){
-		"missing group": func(s *control.LaunchSpec) { s.GroupID = "TRANSIT-0000000000" },
-		"no key":        func(s *control.LaunchSpec) { s.AuthorizedKey = "" },
-		"bad node id":   func(s *control.LaunchSpec) { s.Node.ID = "a b" },
-		"no tags":       func(s *control.LaunchSpec) { s.Tags = nil },
+	for name, mut := range map[string]func(*provider.LaunchSpec){
+		"missing group": func(s *provider.LaunchSpec) { s.GroupID = "TRANSIT-0000000000" },
+		"no key":        func(s *provider.LaunchSpec) { s.AuthorizedKey = "" },
+		"bad node id":   func(s *provider.LaunchSpec) { s.Node.ID = "a b" },
+		"no tags":       func(s *provider.LaunchSpec) { s.Tags = nil },
 	} {
 		spec := e.launchSpec(drv, g, "val", "val-n1")
 		mut(&spec)
@@ -726,7 +726,7 @@ func TestLaunchValidates(t *testing.T) {
 			t.Errorf("%s: Launch succeeded", name)
 		}
 	}
-	if err := drv.DeleteGroup(t.Context(), control.Group{ProviderID: "TRANSIT-0000000000"}); err != nil {
+	if err := drv.DeleteGroup(t.Context(), provider.Group{ProviderID: "TRANSIT-0000000000"}); err != nil {
 		t.Errorf("DeleteGroup of a missing group: %v", err)
 	}
 }
@@ -759,7 +759,7 @@ func benchLaunch(b *testing.B, n int) {
 	var launch, term time.Duration
 	for b.Loop() {
 		start := time.Now()
-		insts := make([]control.Instance, n)
+		insts := make([]provider.Instance, n)
 		var eg errgroup.Group
 		for i := range n {
 			eg.Go(func() error {
@@ -831,7 +831,7 @@ func TestDeadNodeIsListedGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(insts) == 1 && insts[0].State == control.InstanceRunning {
+	if len(insts) == 1 && insts[0].State == provider.InstanceRunning {
 		t.Fatalf("List = %+v: a node whose init died is listed running", insts)
 	}
 	waitGone(t, drv, "dead", inst.ProviderID)

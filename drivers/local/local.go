@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/clock"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // DefaultRoot is where the local provider keeps its records.
@@ -46,12 +46,12 @@ type driver struct {
 	hierarchies []hierarchy
 }
 
-var _ control.Infrastructure = (*driver)(nil)
+var _ provider.Infrastructure = (*driver)(nil)
 
 // New returns the driver of a local district: d.Provider must be "local"
 // and d.LocalSubnet an IPv4 subnet (at most /30). It checks the host (Check)
 // and creates the root directory.
-func New(_ context.Context, d districts.District, opts Options) (control.Infrastructure, error) {
+func New(_ context.Context, d districts.District, opts Options) (provider.Infrastructure, error) {
 	if d.Provider != districts.ProviderLocal {
 		return nil, fmt.Errorf("district %q: provider %q is not %q", d.ID, d.Provider, districts.ProviderLocal)
 	}

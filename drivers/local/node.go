@@ -24,18 +24,18 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Launch starts a node and returns once it answers SSH.
-func (d *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control.Instance, error) {
+func (d *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provider.Instance, error) {
 	r, err := d.prepare(ctx, spec)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	if err := d.boot(ctx, r); err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	return instance(r), nil
 }
@@ -43,7 +43,7 @@ func (d *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control.I
 // prepare validates the spec, allocates the node's address and writes its
 // record (state pending, every resource name) before anything is created,
 // then writes the node's files.
-func (d *driver) prepare(ctx context.Context, spec control.LaunchSpec) (*nodeRecord, error) {
+func (d *driver) prepare(ctx context.Context, spec provider.LaunchSpec) (*nodeRecord, error) {
 	n := spec.Node
 	fail := func(err error) (*nodeRecord, error) {
 		return nil, fmt.Errorf("launch node %s in %s: %w", n.ID, d.district, err)
@@ -83,7 +83,7 @@ func (d *driver) prepare(ctx context.Context, spec control.LaunchSpec) (*nodeRec
 // root lock; it also makes sure the bridge and the host mount points exist.
 // After the record is written it returns the record with any error, so the
 // caller can tear the node down.
-func (d *driver) record(ctx context.Context, spec control.LaunchSpec, id, cluster string) (*nodeRecord, error) {
+func (d *driver) record(ctx context.Context, spec provider.LaunchSpec, id, cluster string) (*nodeRecord, error) {
 	n := spec.Node
 	fail := func(err error) (*nodeRecord, error) { return nil, err }
 	unlock, err := lockRoot(ctx, d.root)
@@ -216,14 +216,14 @@ func (d *driver) updateNode(ctx context.Context, id string, fn func(*nodeRecord)
 // instance is the node as Launch and List report it. Its host key is read
 // from the node's own boot directory, which the driver wrote at launch, so
 // transit pins it instead of trusting it on first use.
-func instance(r *nodeRecord) control.Instance {
-	inst := control.Instance{
+func instance(r *nodeRecord) provider.Instance {
+	inst := provider.Instance{
 		ProviderID: r.ProviderID,
 		Tags:       maps.Clone(r.Tags),
 		Zone:       r.Zone,
 		PublicIP:   r.IP,
 		PrivateIP:  r.IP,
-		State:      control.InstanceState(r.State),
+		State:      provider.InstanceState(r.State),
 		CreatedAt:  r.CreatedAt,
 	}
 	if data, err := os.ReadFile(filepath.Join(r.NodeDir, "boot", "ssh_host_ed25519_key.pub")); err == nil {
@@ -511,7 +511,7 @@ func nodeLogs(r *nodeRecord) string {
 }
 
 // Terminate starts the node's teardown and returns at once.
-func (d *driver) Terminate(ctx context.Context, inst control.Instance) error {
+func (d *driver) Terminate(ctx context.Context, inst provider.Instance) error {
 	_, err := d.terminate(ctx, inst.ProviderID)
 	if err != nil {
 		return fmt.Errorf("terminate %s in %s: %w", inst.ProviderID, d.district, err)
@@ -574,12 +574,12 @@ func (d *driver) teardownNow(ctx context.Context, id string) {
 // as terminating until the teardown is done. A running node whose init
 // died (it crashed, or the host rebooted) is a dead machine: it is torn
 // down and listed as terminating, so the loop replaces it.
-func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+func (d *driver) List(ctx context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
 	recs, err := d.readNodes()
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s: %w", d.district, err)
 	}
-	var insts []control.Instance
+	var insts []provider.Instance
 	var resume []string
 	for _, r := range recs {
 		if r.Tags[districts.TagCluster] != cluster {
@@ -597,7 +597,7 @@ func (d *driver) List(ctx context.Context, cluster string) ([]control.Instance, 
 			return nil, nil, fmt.Errorf("list %s: %w", d.district, err)
 		}
 	}
-	slices.SortFunc(insts, func(a, b control.Instance) int { return strings.Compare(a.ProviderID, b.ProviderID) })
+	slices.SortFunc(insts, func(a, b provider.Instance) int { return strings.Compare(a.ProviderID, b.ProviderID) })
 	groups, err := d.listGroups(ctx, cluster)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s: %w", d.district, err)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // What the driver trusts: records are data, never names of things to kill
@@ -176,7 +176,7 @@ func TestDoctoredRecordTouchesNothingElse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(insts) != 1 || insts[0].State != control.InstanceTerminating {
+	if len(insts) != 1 || insts[0].State != provider.InstanceTerminating {
 		t.Errorf("List = %+v, want the node terminating (its recorded init is not its own)", insts)
 	}
 	waitGone(t, drv, "doctor", inst.ProviderID)
@@ -357,8 +357,8 @@ func TestSubnetConflicts(t *testing.T) {
 		[]string{"addr", "add", hostNet.String(), "dev", dummy},
 		[]string{"link", "set", dummy, "up"})
 	drv := e.driver(d)
-	_, err := drv.EnsureGroup(t.Context(), control.GroupSpec{
-		Name: control.GroupName("clash", d.ID), Cluster: "clash", District: d.ID,
+	_, err := drv.EnsureGroup(t.Context(), provider.GroupSpec{
+		Name: provider.GroupName("clash", d.ID), Cluster: "clash", District: d.ID,
 	})
 	if err == nil || !strings.Contains(err.Error(), "overlaps the host route") || !strings.Contains(err.Error(), dummy) {
 		t.Errorf("EnsureGroup in a subnet overlapping %s on %s = %v, want a refusal naming the route", hostNet, dummy, err)
@@ -368,8 +368,8 @@ func TestSubnetConflicts(t *testing.T) {
 	e.group(drv, "clash")
 	moved := d
 	moved.LocalSubnet = strings.Replace(d.LocalSubnet, "10.250.", "10.251.", 1)
-	_, err = e.driver(moved).EnsureGroup(t.Context(), control.GroupSpec{
-		Name: control.GroupName("clash", d.ID), Cluster: "clash", District: d.ID,
+	_, err = e.driver(moved).EnsureGroup(t.Context(), provider.GroupSpec{
+		Name: provider.GroupName("clash", d.ID), Cluster: "clash", District: d.ID,
 	})
 	if err == nil || !strings.Contains(err.Error(), "local_subnet changed") {
 		t.Errorf("EnsureGroup with the subnet changed = %v, want a refusal", err)
@@ -465,7 +465,7 @@ func TestRootLockHonoursContext(t *testing.T) {
 	defer unlock()
 	for name, call := range map[string]func(ctx context.Context) error{
 		"EnsureGroup": func(ctx context.Context) error {
-			_, err := drv.EnsureGroup(ctx, control.GroupSpec{Name: g.Name, Cluster: "lock", District: drv.district})
+			_, err := drv.EnsureGroup(ctx, provider.GroupSpec{Name: g.Name, Cluster: "lock", District: drv.district})
 			return err
 		},
 		"DeleteGroup": func(ctx context.Context) error { return drv.DeleteGroup(ctx, g) },

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/drivertest"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // The backed tests' own local root and subnet, apart from every other
@@ -33,13 +33,13 @@ func backedWorld(t *testing.T) *world {
 func TestBackedConformance(t *testing.T) {
 	w := backedWorld(t)
 	key, keyFile := drivertest.NewKeyFile(t)
-	drivertest.Run(t, func(t *testing.T) control.Infrastructure {
+	drivertest.Run(t, func(t *testing.T) provider.Infrastructure {
 		return w.driver(w.district(), w.credential(), fast())
 	}, drivertest.Config{
 		Cluster: "backed", District: "os-test", Flavor: "small", MachineType: "m1.small", AuthorizedKey: key,
 		MissingProviderID: "00000000-0000-4000-8000-000000000000", Cloud: cloud{w}, CredentialID: "os-cred",
 		Secrets: secrets(), Zones: zones, Timeout: 2 * time.Minute,
-		CheckSSH: func(t *testing.T, inst control.Instance) {
+		CheckSSH: func(t *testing.T, inst provider.Instance) {
 			if len(inst.HostKeys) == 0 {
 				t.Errorf("no host keys pinned for %s", inst.ProviderID)
 			}
@@ -59,8 +59,8 @@ func TestBackedConformance(t *testing.T) {
 func TestBackedFirewall(t *testing.T) {
 	w := backedWorld(t)
 	drivertest.BackedFirewall(t, w.driver(w.district(), w.credential(), fast()),
-		func(sources ...string) control.GroupSpec { return groupSpec("fw", "os-test", sources...) },
-		func(node, group, key string) control.LaunchSpec {
+		func(sources ...string) provider.GroupSpec { return groupSpec("fw", "os-test", sources...) },
+		func(node, group, key string) provider.LaunchSpec {
 			return launchSpec("fw", "os-test", node, "", group, key)
 		})
 }

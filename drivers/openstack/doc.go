@@ -10,7 +10,7 @@
 // clouds.yaml (found where python-openstackclient looks, or at
 // OS_CLIENT_CONFIG_FILE); without one, the OS_* variables an openrc file
 // sets. The driver authenticates at its first request and again when the
-// token expires. A refused credential is control.ErrCloudAuth naming the
+// token expires. A refused credential is provider.ErrCloudAuth naming the
 // credential id, never its secret.
 //
 // Nodes: a Nova server with the image os_image (a Glance name or id,
@@ -44,7 +44,7 @@
 // with exponential backoff and full jitter, up to
 // Options.RetryMaxAttempts; creates look for what a lost answer made
 // before they make it again. Still rate-limited then is
-// control.ErrThrottled; "Quota exceeded" is control.ErrQuota naming the
+// provider.ErrThrottled; "Quota exceeded" is provider.ErrQuota naming the
 // quota; an unknown image, flavor, network, zone or region is
 // districts.ErrInvalid naming the district key.
 package openstack

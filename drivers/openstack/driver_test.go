@@ -11,8 +11,8 @@ import (
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/openstack"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // TestCredentialSources authenticates each way a credential can say: a
@@ -58,7 +58,7 @@ func TestCredentialSources(t *testing.T) {
 				}
 				return
 			}
-			w.wantKind(err, control.ErrCloudAuth)
+			w.wantKind(err, provider.ErrCloudAuth)
 			if !strings.Contains(err.Error(), `credential "os-cred"`) {
 				t.Errorf("auth error %q does not name the credential", err)
 			}
@@ -93,7 +93,7 @@ func TestInvalidConfiguration(t *testing.T) {
 			if err == nil {
 				spec := launchSpec("inv", "os-test", "inv-"+strings.ReplaceAll(tc.name, " ", "-"), "", g.ProviderID, key)
 				spec.MachineType = tc.machine
-				var inst control.Instance
+				var inst provider.Instance
 				inst, err = drv.Launch(t.Context(), spec)
 				if err == nil {
 					t.Cleanup(func() { _ = drv.Terminate(t.Context(), inst) })

@@ -8,9 +8,9 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 type cloudError = cloudutil.Error
@@ -36,7 +36,7 @@ func (drv *driver) wrap(what string, err error) error {
 	prefix := fmt.Sprintf("openstack district %q: %s", drv.d.ID, what)
 	var reauth *gophercloud.ErrUnableToReauthenticate
 	if errors.As(err, &reauth) {
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: Keystone refused %s", prefix, drv.credName), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: Keystone refused %s", prefix, drv.credName), Err: err}
 	}
 	body := ""
 	var ue gophercloud.ErrUnexpectedResponseCode
@@ -45,14 +45,14 @@ func (drv *driver) wrap(what string, err error) error {
 	}
 	switch s := status(err); {
 	case s == 401:
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: OpenStack refused %s (401)", prefix, drv.credName), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: OpenStack refused %s (401)", prefix, drv.credName), Err: err}
 	case s == 429:
-		return &cloudError{Kind: control.ErrThrottled,
+		return &cloudError{Kind: provider.ErrThrottled,
 			Msg: fmt.Sprintf("%s: OpenStack kept rate-limiting the requests through %d attempts", prefix, drv.opts.RetryMaxAttempts), Err: err}
 	case (s == 403 || s == 413) && strings.Contains(body, "Quota exceeded"):
-		return &cloudError{Kind: control.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s", prefix, quotaOf(body), drv.d.OSRegion), Err: err}
+		return &cloudError{Kind: provider.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s", prefix, quotaOf(body), drv.d.OSRegion), Err: err}
 	case s == 403:
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("%s: OpenStack refused %s the request (403)", prefix, drv.credName), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: OpenStack refused %s the request (403)", prefix, drv.credName), Err: err}
 	case s == 400 && strings.Contains(body, "image"):
 		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: os_image: OpenStack says %s", prefix, drv.d.ID, body), Err: err}
 	case s == 400 && strings.Contains(body, "Flavor"):
@@ -62,7 +62,7 @@ func (drv *driver) wrap(what string, err error) error {
 	case s == 400 && strings.Contains(body, "Network"):
 		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: os_network: OpenStack says %s", prefix, drv.d.ID, body), Err: err}
 	case s == 404:
-		return &cloudError{Kind: control.ErrCloudNotFound, Msg: prefix, Err: err}
+		return &cloudError{Kind: provider.ErrCloudNotFound, Msg: prefix, Err: err}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
 }

@@ -9,11 +9,10 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/cloudtransit/transit/provider"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/cloudtransit/transit/control"
 )
 
 // groupMeta is transit's identity of a security group, as JSON in its
@@ -80,8 +79,8 @@ type transitGroup struct {
 	meta groupMeta
 }
 
-func (tg transitGroup) group() control.Group {
-	out := control.Group{ProviderID: tg.g.ID, Name: tg.meta.Transit, Tags: maps.Clone(tg.meta.Tags)}
+func (tg transitGroup) group() provider.Group {
+	out := provider.Group{ProviderID: tg.g.ID, Name: tg.meta.Transit, Tags: maps.Clone(tg.meta.Tags)}
 	for _, r := range tg.g.Rules {
 		if w, ok := ruleOf(r); ok && !w.ssh {
 			p := netip.MustParsePrefix(w.prefix)
@@ -144,26 +143,26 @@ func (drv *driver) findGroup(ctx context.Context, name string) (*transitGroup, e
 // EnsureGroup creates the group or makes its ingress rules exactly the
 // spec's: all traffic from each source and TCP 22 from ssh_cidrs. Missing
 // rules are added in one bulk request, extra ones deleted in parallel.
-func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (control.Group, error) {
+func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	what := "ensure security group " + spec.Name
 	if err := drv.clients(ctx); err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
 	want, err := drv.wanted(spec.Sources)
 	if err != nil {
-		return control.Group{}, err
+		return provider.Group{}, err
 	}
 	tg, err := drv.findGroup(ctx, spec.Name)
 	if err != nil {
-		return control.Group{}, drv.wrap(what, err)
+		return provider.Group{}, drv.wrap(what, err)
 	}
 	if tg == nil {
 		meta, err := json.Marshal(groupMeta{Transit: spec.Name, Tags: spec.Tags})
 		if err != nil {
-			return control.Group{}, err
+			return provider.Group{}, err
 		}
 		if len(meta) > 255 {
-			return control.Group{}, fmt.Errorf("openstack district %q: %s: its tags do not fit a security group's description (%d of 255 bytes)", drv.d.ID, what, len(meta))
+			return provider.Group{}, fmt.Errorf("openstack district %q: %s: its tags do not fit a security group's description (%d of 255 bytes)", drv.d.ID, what, len(meta))
 		}
 		// A lost answer's group is found by its name.
 		tg, err = createOnce(ctx, drv, func() (*transitGroup, error) { return drv.findGroup(ctx, spec.Name) },
@@ -175,7 +174,7 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (con
 				return &transitGroup{g: *g, meta: groupMeta{Transit: spec.Name, Tags: spec.Tags}}, nil
 			})
 		if err != nil {
-			return control.Group{}, drv.wrap(what, err)
+			return provider.Group{}, drv.wrap(what, err)
 		}
 	}
 	for round := 0; ; round++ {
@@ -184,7 +183,7 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (con
 			return tg.group(), nil
 		}
 		if err != nil && (neutronType(err) != "SecurityGroupRuleExists" || round >= 3) {
-			return control.Group{}, drv.wrap(what, err)
+			return provider.Group{}, drv.wrap(what, err)
 		}
 		// Re-read what the group holds now: another run's change, or a
 		// lost answer's.
@@ -195,7 +194,7 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec control.GroupSpec) (con
 			return err
 		})
 		if err != nil {
-			return control.Group{}, drv.wrap(what, err)
+			return provider.Group{}, drv.wrap(what, err)
 		}
 		tg.g = *g
 		if round >= 3 {
@@ -273,7 +272,7 @@ func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wan
 // DeleteGroup deletes the group. While servers that used it are still
 // deleting Neutron refuses (409 SecurityGroupInUse): it retries with
 // backoff for up to GroupDeleteWait. A missing group is fine.
-func (drv *driver) DeleteGroup(ctx context.Context, g control.Group) error {
+func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	what := "delete security group " + g.Name
 	if err := drv.clients(ctx); err != nil {
 		return err

@@ -19,9 +19,9 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // serverName is a node's server name: its id and a hash of cluster,
@@ -39,45 +39,45 @@ func fipDescription(server string) string { return "transit: floating IP of " + 
 // Launch starts the node's server, spread over os_zones, and returns once
 // Nova reports it ACTIVE with its address (and, with os_floating_network,
 // a floating IP), with the host keys its console shows.
-func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control.Instance, error) {
+func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provider.Instance, error) {
 	n := spec.Node
 	what := "launch node " + n.ID
 	switch {
 	case spec.MachineType == "":
-		return control.Instance{}, invalid(drv.d, "flavors: flavor %q has no os_flavor", n.Flavor)
+		return provider.Instance{}, invalid(drv.d, "flavors: flavor %q has no os_flavor", n.Flavor)
 	case spec.GroupID == "":
-		return control.Instance{}, fmt.Errorf("openstack district %q: %s: no security group to launch it in", drv.d.ID, what)
+		return provider.Instance{}, fmt.Errorf("openstack district %q: %s: no security group to launch it in", drv.d.ID, what)
 	}
 	if err := drv.clients(ctx); err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	imageID, err := drv.resolveImage(ctx)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	flavorID, err := drv.resolveFlavor(ctx, spec.MachineType)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	netID, err := drv.resolveNetwork(ctx)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	if drv.d.OSFloatingNetwork != "" {
 		// Before the server: a wrong key must not leave one behind.
 		if _, err := drv.resolveFloatingNetwork(ctx); err != nil {
-			return control.Instance{}, err
+			return provider.Instance{}, err
 		}
 	}
 	key, err := drv.keyPair(ctx, n.Cluster, spec.AuthorizedKey)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	name := serverName(n, spec.Tags[districts.TagLineage])
 
 	sv, release, err := drv.place(ctx, n, name)
 	if err != nil {
-		return control.Instance{}, drv.wrap(what, err)
+		return provider.Instance{}, drv.wrap(what, err)
 	}
 	if sv == nil {
 		opts := servers.CreateOpts{Name: name, ImageRef: imageID, FlavorRef: flavorID,
@@ -94,20 +94,20 @@ func (drv *driver) Launch(ctx context.Context, spec control.LaunchSpec) (control
 	}
 	release()
 	if err != nil {
-		return control.Instance{}, drv.wrap(what, err)
+		return provider.Instance{}, drv.wrap(what, err)
 	}
 	ready, err := drv.waitActive(ctx, sv.ID, what)
 	if err != nil {
-		return control.Instance{}, err
+		return provider.Instance{}, err
 	}
 	inst := toInstance(*ready)
 	if drv.d.OSFloatingNetwork != "" {
 		if inst.PublicIP, err = drv.floatingIP(ctx, ready); err != nil {
-			return control.Instance{}, drv.wrap(what+": floating IP", err)
+			return provider.Instance{}, drv.wrap(what+": floating IP", err)
 		}
 	}
 	if inst.HostKeys, err = drv.hostKeys(ctx, sv.ID); err != nil {
-		return control.Instance{}, drv.wrap(what, err)
+		return provider.Instance{}, drv.wrap(what, err)
 	}
 	return inst, nil
 }

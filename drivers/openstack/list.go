@@ -9,8 +9,8 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // mine says whether tags put a resource in this district of cluster: the
@@ -23,7 +23,7 @@ func (drv *driver) mine(tags map[string]string, cluster string) bool {
 
 // List returns the cluster's servers (by their metadata) and security
 // groups (by the identity in their description) in the district.
-func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+func (drv *driver) List(ctx context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
 	what := "list cluster " + cluster
 	if err := drv.clients(ctx); err != nil {
 		return nil, nil, err
@@ -32,7 +32,7 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance
 	if err != nil {
 		return nil, nil, drv.wrap(what, err)
 	}
-	var out []control.Instance
+	var out []provider.Instance
 	for _, sv := range all {
 		if drv.mine(sv.Metadata, cluster) {
 			out = append(out, toInstance(sv))
@@ -42,7 +42,7 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]control.Instance
 	if err != nil {
 		return nil, nil, drv.wrap(what, err)
 	}
-	var groups []control.Group
+	var groups []provider.Group
 	for _, tg := range tgs {
 		if drv.mine(tg.meta.Tags, cluster) {
 			groups = append(groups, tg.group())
@@ -56,18 +56,18 @@ func deleting(sv servers.Server) bool {
 	return sv.TaskState == "deleting" || sv.Status == "DELETED" || sv.Status == "SOFT_DELETED"
 }
 
-func toInstance(sv servers.Server) control.Instance {
-	inst := control.Instance{ProviderID: sv.ID, Tags: maps.Clone(sv.Metadata), Zone: sv.AvailabilityZone,
-		PrivateIP: fixedIP(sv), CreatedAt: sv.Created, State: control.InstancePending}
+func toInstance(sv servers.Server) provider.Instance {
+	inst := provider.Instance{ProviderID: sv.ID, Tags: maps.Clone(sv.Metadata), Zone: sv.AvailabilityZone,
+		PrivateIP: fixedIP(sv), CreatedAt: sv.Created, State: provider.InstancePending}
 	inst.PublicIP = addressOf(sv, "floating")
 	if inst.PublicIP == "" {
 		inst.PublicIP = inst.PrivateIP
 	}
 	switch {
 	case deleting(sv):
-		inst.State = control.InstanceTerminating
+		inst.State = provider.InstanceTerminating
 	case sv.Status == "ACTIVE":
-		inst.State = control.InstanceRunning
+		inst.State = provider.InstanceRunning
 	}
 	return inst
 }
@@ -95,7 +95,7 @@ func addressOf(sv servers.Server, kind string) string {
 // Terminate looks first (a missing server is fine; one without transit's
 // cluster tag is refused), releases its floating IPs, deletes it, and
 // does not wait.
-func (drv *driver) Terminate(ctx context.Context, inst control.Instance) error {
+func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error {
 	what := "terminate server " + inst.ProviderID
 	if err := drv.clients(ctx); err != nil {
 		return err

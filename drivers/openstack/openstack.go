@@ -17,9 +17,9 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
 
 	"github.com/cloudtransit/transit/clock"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Defaults of Options, right for a real OpenStack cloud.
@@ -114,13 +114,13 @@ type driver struct {
 	inflight map[string]string
 }
 
-var _ control.Infrastructure = (*driver)(nil)
+var _ provider.Infrastructure = (*driver)(nil)
 
 // New returns the driver of an OpenStack district. cred is the district's
 // credential: a user and password or an application credential, or
 // os_cloud naming a clouds.yaml entry; nil, or a credential with none of
 // these, means the OS_* environment. New makes no API request.
-func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (control.Infrastructure, error) {
+func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (provider.Infrastructure, error) {
 	if d.Provider != districts.ProviderOpenStack {
 		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderOpenStack)
 	}
@@ -134,7 +134,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		return nil, err
 	}
 	authErr := func(err error) error {
-		return &cloudError{Kind: control.ErrCloudAuth, Msg: fmt.Sprintf("openstack district %q: read %s", d.ID, drv.credName), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("openstack district %q: read %s", d.ID, drv.credName), Err: err}
 	}
 	switch {
 	case cred != nil && cred.Provider != districts.ProviderOpenStack:

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Drain cordons n and evicts its pods through the Eviction API, so every
@@ -22,7 +22,7 @@ import (
 // DaemonSets and static (mirror) pods stay, as with kubectl drain; a pod
 // no controller would recreate blocks the drain instead of being lost.
 // Nothing is forced and no pod is deleted directly. A drain that does not
-// finish uncordons n and returns a *control.DrainError naming the pods
+// finish uncordons n and returns a *provider.DrainError naming the pods
 // left.
 func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Duration) error {
 	a, err := d.client(ctx)
@@ -70,7 +70,7 @@ func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Durat
 		reason = fmt.Sprintf("a PodDisruptionBudget refused evictions for %s", timeout)
 		last.left = last.refused
 	}
-	return &control.DrainError{Node: n.ID, Reason: reason, Blocking: last.left}
+	return &provider.DrainError{Node: n.ID, Reason: reason, Blocking: last.left}
 }
 
 // drainFailed uncordons n after a drain that could not go on (the API

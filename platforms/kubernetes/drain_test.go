@@ -18,8 +18,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cloudtransit/transit/clock/clocktest"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // fakeCluster is an API server for the drain: pods on nodes, evictions a
@@ -171,8 +171,8 @@ func TestDrainRefusedByBudgetUncordonsAndNamesPods(t *testing.T) {
 	f.refuse["default/db-1"] = true
 	d, clk := drainDriver(f)
 	err := d.Drain(context.Background(), districts.Node{ID: "w1"}, 30*time.Second)
-	var de *control.DrainError
-	if !errors.As(err, &de) || !errors.Is(err, control.ErrDrainRefused) {
+	var de *provider.DrainError
+	if !errors.As(err, &de) || !errors.Is(err, provider.ErrDrainRefused) {
 		t.Fatalf("Drain = %v, want a refused drain", err)
 	}
 	if !slices.Equal(de.Blocking, []string{"default/db-1"}) {
@@ -194,7 +194,7 @@ func TestDrainRefusesBarePods(t *testing.T) {
 	d, clk := drainDriver(f)
 	start := clk.Now()
 	err := d.Drain(context.Background(), districts.Node{ID: "w1"}, time.Hour)
-	var de *control.DrainError
+	var de *provider.DrainError
 	if !errors.As(err, &de) || !slices.Equal(de.Blocking, []string{"default/bare"}) {
 		t.Fatalf("Drain = %v, want refused naming default/bare", err)
 	}

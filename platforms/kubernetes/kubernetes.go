@@ -14,9 +14,9 @@ import (
 
 	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/clock"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Options configure the driver.
@@ -70,11 +70,11 @@ type driver struct {
 	systemdOn map[string]bool
 }
 
-var _ control.Platform = (*driver)(nil)
+var _ provider.Platform = (*driver)(nil)
 
 // New returns the Kubernetes driver for a cluster. It keeps one SSH
 // connection per node; close it (it is an io.Closer) when the run ends.
-func New(c districts.Cluster, opts Options) control.Platform {
+func New(c districts.Cluster, opts Options) provider.Platform {
 	pool := ssh.NewPool(opts.SSH, "the kubernetes driver")
 	return newDriver(c, opts, pool)
 }

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Labels and annotations transit keeps on Nodes.
@@ -34,8 +34,8 @@ const (
 )
 
 // Members reports the cluster's Nodes as the API server sees them, with
-// each master's etcd membership deciding its role (see control.Platform).
-func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control.Member, error) {
+// each master's etcd membership deciding its role (see provider.Platform).
+func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
 	d.mu.Lock()
 	d.nodes = slices.Clone(nodes)
 	d.mu.Unlock()
@@ -51,11 +51,11 @@ func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control
 	list, err := a.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		d.dropClient(a.master.ID)
-		return nil, &control.UnreachableError{Masters: []string{a.master.ID}, Err: err}
+		return nil, &provider.UnreachableError{Masters: []string{a.master.ID}, Err: err}
 	}
 	etcdMembers, err := d.etcdMembers(ctx, a.master)
 	if err != nil {
-		return nil, &control.UnreachableError{Masters: []string{a.master.ID}, Err: err}
+		return nil, &provider.UnreachableError{Masters: []string{a.master.ID}, Err: err}
 	}
 	voters := map[string]etcdMember{}
 	for _, em := range etcdMembers {
@@ -63,10 +63,10 @@ func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control
 			voters[em.Name] = em
 		}
 	}
-	var out []control.Member
+	var out []provider.Member
 	seen := map[string]bool{}
 	for _, kn := range list.Items {
-		m := control.Member{NodeID: kn.Name, Role: districts.RoleWorker, Ready: nodeReady(&kn), Draining: kn.Spec.Unschedulable,
+		m := provider.Member{NodeID: kn.Name, Role: districts.RoleWorker, Ready: nodeReady(&kn), Draining: kn.Spec.Unschedulable,
 			Labels: tagLabels(&kn)}
 		if em, ok := voters[kn.Name]; ok {
 			m.Role = districts.RoleMaster
@@ -79,7 +79,7 @@ func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control
 	// transit's back) still counts for quorum: it is a member, down.
 	for _, em := range etcdMembers {
 		if em.Name != "" && !seen[em.Name] {
-			out = append(out, control.Member{NodeID: em.Name, Role: districts.RoleMaster})
+			out = append(out, provider.Member{NodeID: em.Name, Role: districts.RoleMaster})
 		}
 	}
 	return out, nil
@@ -132,10 +132,10 @@ func (d *driver) noAPI(ctx context.Context, nodes []districts.Node, apiErr error
 	}
 	wg.Wait()
 	if !member && !unanswered {
-		return control.ErrNoPlatform
+		return provider.ErrNoPlatform
 	}
 	slices.Sort(masters)
-	return &control.UnreachableError{Masters: masters, Err: apiErr}
+	return &provider.UnreachableError{Masters: masters, Err: apiErr}
 }
 
 // membershipScript prints "none" on a node that holds no trace of a
@@ -454,15 +454,15 @@ func (d *driver) cordon(ctx context.Context, n districts.Node, on bool) error {
 }
 
 // MayRemoveMaster judges by etcd's voting members and which of them
-// answer (control.RaftQuorum).
+// answer (provider.RaftQuorum).
 func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
 	a, err := d.clientExcept(ctx, n.ID)
 	if err != nil {
-		return &control.QuorumError{Node: n.ID, Reason: "no other master's API server answers: " + err.Error()}
+		return &provider.QuorumError{Node: n.ID, Reason: "no other master's API server answers: " + err.Error()}
 	}
 	members, err := d.etcdMembers(ctx, a.master)
 	if err != nil {
-		return &control.QuorumError{Node: n.ID, Reason: err.Error()}
+		return &provider.QuorumError{Node: n.ID, Reason: err.Error()}
 	}
 	voters, reachable, leaving, isVoter := 0, 0, false, false
 	for _, em := range members {
@@ -480,7 +480,7 @@ func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []dist
 	if !isVoter {
 		return nil
 	}
-	return control.RaftQuorum(n.ID, voters, reachable, leaving)
+	return provider.RaftQuorum(n.ID, voters, reachable, leaving)
 }
 
 // clientExcept returns a client through a master other than id when one

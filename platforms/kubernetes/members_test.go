@@ -11,9 +11,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // noAPIRunner is a cluster whose API server never answers: each node
@@ -71,13 +71,13 @@ func TestMembersWithoutAPIServer(t *testing.T) {
 			d := newDriver(districts.Cluster{ID: "k"}, Options{}, r)
 			_, err := d.Members(context.Background(), tc.nodes)
 			if tc.none {
-				if !errors.Is(err, control.ErrNoPlatform) {
+				if !errors.Is(err, provider.ErrNoPlatform) {
 					t.Fatalf("Members = %v, want no platform", err)
 				}
 				return
 			}
-			var ue *control.UnreachableError
-			if !errors.As(err, &ue) || errors.Is(err, control.ErrNoPlatform) {
+			var ue *provider.UnreachableError
+			if !errors.As(err, &ue) || errors.Is(err, provider.ErrNoPlatform) {
 				t.Fatalf("Members = %v, want unreachable and never no platform", err)
 			}
 			if !slices.Equal(ue.Masters, tc.masters) {

@@ -15,7 +15,7 @@
 // # Host keys
 //
 // A machine's host key is pinned before transit first connects when its
-// provider reports it (control.Instance.HostKeys; PinHostKeys wraps a
+// provider reports it (provider.Instance.HostKeys; PinHostKeys wraps a
 // driver to pin at Launch and List, and to forget at Terminate). A
 // machine whose provider cannot say has the first key it presents pinned
 // (trust on first use). Later connections accept only the pinned key and

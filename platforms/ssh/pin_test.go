@@ -11,54 +11,54 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // memInfra is an in-memory cloud whose machines have the host keys it was
 // told to report.
 type memInfra struct {
-	control.Infrastructure // unused methods panic
+	provider.Infrastructure // unused methods panic
 
 	mu    sync.Mutex
-	insts map[string]control.Instance
+	insts map[string]provider.Instance
 	next  []string // host keys of the next machine launched
 }
 
-func (m *memInfra) Launch(_ context.Context, spec control.LaunchSpec) (control.Instance, error) {
+func (m *memInfra) Launch(_ context.Context, spec provider.LaunchSpec) (provider.Instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	inst := control.Instance{ProviderID: "i-" + spec.Node.ID, State: control.InstanceRunning, HostKeys: m.next}
+	inst := provider.Instance{ProviderID: "i-" + spec.Node.ID, State: provider.InstanceRunning, HostKeys: m.next}
 	m.insts[inst.ProviderID] = inst
 	return inst, nil
 }
 
-func (m *memInfra) List(context.Context, string) ([]control.Instance, []control.Group, error) {
+func (m *memInfra) List(context.Context, string) ([]provider.Instance, []provider.Group, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []control.Instance
+	var out []provider.Instance
 	for _, inst := range m.insts {
 		out = append(out, inst)
 	}
 	return out, nil, nil
 }
 
-func (m *memInfra) Terminate(_ context.Context, inst control.Instance) error {
+func (m *memInfra) Terminate(_ context.Context, inst provider.Instance) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.insts, inst.ProviderID)
 	return nil
 }
 
-func launchSpec(id string) control.LaunchSpec {
-	return control.LaunchSpec{Node: districts.Node{ID: id}}
+func launchSpec(id string) provider.LaunchSpec {
+	return provider.LaunchSpec{Node: districts.Node{ID: id}}
 }
 
 func TestPinHostKeysFollowsMachines(t *testing.T) {
 	t.Parallel()
 	hosts := openHostKeys(t, filepath.Join(t.TempDir(), "known_hosts"))
 	k1, k2 := newPublicKey(t), newPublicKey(t)
-	mem := &memInfra{insts: map[string]control.Instance{}}
+	mem := &memInfra{insts: map[string]provider.Instance{}}
 	infra := PinHostKeys(mem, hosts)
 
 	// Launch pins what the provider reported.
@@ -73,8 +73,8 @@ func TestPinHostKeysFollowsMachines(t *testing.T) {
 
 	// List pins machines launched by a run that died before pinning, and
 	// leaves dying machines alone.
-	mem.insts["i-adopted"] = control.Instance{ProviderID: "i-adopted", State: control.InstanceRunning, HostKeys: []string{authorizedLine(k2)}}
-	mem.insts["i-dying"] = control.Instance{ProviderID: "i-dying", State: control.InstanceTerminating, HostKeys: []string{authorizedLine(k2)}}
+	mem.insts["i-adopted"] = provider.Instance{ProviderID: "i-adopted", State: provider.InstanceRunning, HostKeys: []string{authorizedLine(k2)}}
+	mem.insts["i-dying"] = provider.Instance{ProviderID: "i-dying", State: provider.InstanceTerminating, HostKeys: []string{authorizedLine(k2)}}
 	if _, _, err := infra.List(t.Context(), "c"); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func (s *testSSHD) hostKey(t *testing.T) gossh.PublicKey {
 func TestDialVerifiesLaunchPin(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
-	mem := &memInfra{insts: map[string]control.Instance{}}
+	mem := &memInfra{insts: map[string]provider.Instance{}}
 	infra := PinHostKeys(mem, e.cfg.HostKeys)
 
 	mem.next = []string{authorizedLine(e.sshd.hostKey(t))}
@@ -172,10 +172,10 @@ func (*eagerInfra) DeletesGroupsInUse() bool { return true }
 func TestPinningPassesOnInUseGroupDeletion(t *testing.T) {
 	hosts := &HostKeys{}
 	for _, tc := range []struct {
-		infra control.Infrastructure
+		infra provider.Infrastructure
 		want  bool
 	}{{&memInfra{}, false}, {&eagerInfra{}, true}} {
-		d, ok := PinHostKeys(tc.infra, hosts).(control.InUseGroupDeleter)
+		d, ok := PinHostKeys(tc.infra, hosts).(provider.InUseGroupDeleter)
 		if got := ok && d.DeletesGroupsInUse(); got != tc.want {
 			t.Errorf("%T wrapped: deletes groups in use = %v, want %v", tc.infra, got, tc.want)
 		}

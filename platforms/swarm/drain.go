@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // labelDrain records, in the same update that drains a node, the services
@@ -28,7 +28,7 @@ const stuckPolls = 3
 // shut down) runs its desired tasks elsewhere. When that does not happen
 // within timeout, a task can be placed on no other node, or a global
 // service would be left with no task, it makes n active again and returns
-// a *control.DrainError.
+// a *provider.DrainError.
 func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Duration) error {
 	sn, err := d.find(ctx, n)
 	if err != nil {
@@ -41,7 +41,7 @@ func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Durat
 	services := drainServices(sn.Spec.Labels[labelDrain], history)
 	refuse := func(reason string, blocking []string) error {
 		if sn.Spec.Availability == "active" && sn.Spec.Labels[labelDrain] == "" {
-			return &control.DrainError{Node: n.ID, Reason: reason, Blocking: blocking}
+			return &provider.DrainError{Node: n.ID, Reason: reason, Blocking: blocking}
 		}
 		return d.undrain(ctx, n, sn.ID, reason, blocking)
 	}
@@ -106,13 +106,13 @@ func (d *driver) Drain(ctx context.Context, n districts.Node, timeout time.Durat
 }
 
 // undrain makes n active again after a refused drain, dropping the
-// services recorded, and returns the *control.DrainError.
+// services recorded, and returns the *provider.DrainError.
 func (d *driver) undrain(ctx context.Context, n districts.Node, swarmID, reason string, blocking []string) error {
 	if err := d.onManager(ctx, "make node "+n.ID+" active again",
 		nodeUpdateScript(swarmID, nil, []string{labelDrain}, "active", ""), ""); err != nil {
 		return fmt.Errorf("drain of node %s failed (%s), and so did making it active again: %w", n.ID, reason, err)
 	}
-	return &control.DrainError{Node: n.ID, Reason: reason, Blocking: blocking}
+	return &provider.DrainError{Node: n.ID, Reason: reason, Blocking: blocking}
 }
 
 // drainServices are the services a drain of a node waits for: those

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/clock/clocktest"
-	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // drainFake is a manager (master1) of a swarm in which worker1 (swarm node
@@ -248,9 +248,9 @@ func TestDrainRefused(t *testing.T) {
 			d, _ := f.driver()
 			start := d.opts.Clock.Now()
 			err := d.Drain(t.Context(), worker1, tt.timeout)
-			var de *control.DrainError
-			if !errors.As(err, &de) || !errors.Is(err, control.ErrDrainRefused) {
-				t.Fatalf("Drain: %v, want a *control.DrainError", err)
+			var de *provider.DrainError
+			if !errors.As(err, &de) || !errors.Is(err, provider.ErrDrainRefused) {
+				t.Fatalf("Drain: %v, want a *provider.DrainError", err)
 			}
 			if de.Node != worker1.ID || de.Reason != tt.wantReason || len(de.Blocking) == 0 {
 				t.Errorf("DrainError %+v, want node %s, reason %q and what blocks", de, worker1.ID, tt.wantReason)

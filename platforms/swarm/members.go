@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // askWorkersAtOnce bounds how many workers Members asks at a time.
@@ -20,12 +20,12 @@ const askWorkersAtOnce = 10
 // Members asks every master among nodes at once for the swarm's node list
 // and takes the first that answers as an active manager: one dead master
 // must not stall the others. When none does, it asks the workers whether
-// they are in a swarm. It returns control.ErrNoPlatform only when every
+// they are in a swarm. It returns provider.ErrNoPlatform only when every
 // node answered and none is in a swarm; when a master could not be asked,
 // or workers belong to a swarm no master serves, it returns a
-// *control.UnreachableError, since building a new swarm then would split
+// *provider.UnreachableError, since building a new swarm then would split
 // the cluster.
-func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]control.Member, error) {
+func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
 	var masters, workers []districts.Node
 	for _, n := range nodes {
 		if n.Role == districts.RoleMaster {
@@ -180,8 +180,8 @@ func (d *driver) askWorkers(ctx context.Context, workers []districts.Node) []ans
 }
 
 // judge decides from the nodes' answers: the swarm's node list and the
-// master that gave it, control.ErrNoPlatform when every node answered and
-// none is in a swarm, else a *control.UnreachableError with each node's
+// master that gave it, provider.ErrNoPlatform when every node answered and
+// none is in a swarm, else a *provider.UnreachableError with each node's
 // reason, naming the masters that could not serve now (unreachable,
 // engine down, locked, joining, listing nothing). When every master
 // answered that it is in no swarm or a mere worker while nodes are in a
@@ -231,17 +231,17 @@ func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
 		doubt = true
 	}
 	if !doubt {
-		return nil, districts.Node{}, control.ErrNoPlatform
+		return nil, districts.Node{}, provider.ErrNoPlatform
 	}
-	return nil, districts.Node{}, &control.UnreachableError{Masters: silent, Err: errors.Join(errs...)}
+	return nil, districts.Node{}, &provider.UnreachableError{Masters: silent, Err: errors.Join(errs...)}
 }
 
 // membersOf maps the swarm's nodes onto transit's: one member per
 // identity, nodes' members first in their order, then the members whose
 // machine is not among nodes (deleted behind transit's back) by id. It also
 // returns the nodes that are ready managers, to run manager commands on.
-func membersOf(list []swarmNode, nodes []districts.Node) ([]control.Member, []districts.Node) {
-	var out []control.Member
+func membersOf(list []swarmNode, nodes []districts.Node) ([]provider.Member, []districts.Node) {
+	var out []provider.Member
 	var managers []districts.Node
 	known := map[string]bool{}
 	for _, n := range nodes {
@@ -274,8 +274,8 @@ func membersOf(list []swarmNode, nodes []districts.Node) ([]control.Member, []di
 // member is swarm node sn as the member with transit node id id. Its role
 // is the swarm's: a master holds a Raft seat (a manager), whatever transit
 // meant it to be. A manager is ready only when the others reach it.
-func member(sn swarmNode, id string) control.Member {
-	m := control.Member{
+func member(sn swarmNode, id string) provider.Member {
+	m := provider.Member{
 		NodeID:   id,
 		Role:     districts.RoleWorker,
 		Ready:    sn.Status.State == "ready",
@@ -296,7 +296,7 @@ func member(sn swarmNode, id string) control.Member {
 
 // members maps the swarm's nodes onto transit's (membersOf) and remembers
 // the ready managers.
-func (d *driver) members(list []swarmNode, nodes []districts.Node) []control.Member {
+func (d *driver) members(list []swarmNode, nodes []districts.Node) []provider.Member {
 	out, managers := membersOf(list, nodes)
 	d.mu.Lock()
 	d.managers = managers

@@ -13,9 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/clock/clocktest"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/provider"
 )
 
 func TestParseLocalState(t *testing.T) {
@@ -176,17 +176,17 @@ func TestJudge(t *testing.T) {
 				}
 				return
 			case tt.wantNone:
-				if !errors.Is(err, control.ErrNoPlatform) {
+				if !errors.Is(err, provider.ErrNoPlatform) {
 					t.Errorf("error %v, want ErrNoPlatform", err)
 				}
 				return
 			}
-			if errors.Is(err, control.ErrNoPlatform) || !errors.Is(err, control.ErrPlatformUnreachable) {
+			if errors.Is(err, provider.ErrNoPlatform) || !errors.Is(err, provider.ErrPlatformUnreachable) {
 				t.Fatalf("error %v, want ErrPlatformUnreachable and not ErrNoPlatform", err)
 			}
-			var ue *control.UnreachableError
+			var ue *provider.UnreachableError
 			if !errors.As(err, &ue) {
-				t.Fatalf("error %T, want *control.UnreachableError", err)
+				t.Fatalf("error %T, want *provider.UnreachableError", err)
 			}
 			if diff := cmp.Diff(tt.wantMasters, ue.Masters); diff != "" {
 				t.Errorf("masters (-want +got):\n%s", diff)
@@ -336,9 +336,9 @@ func TestMembersUnreachableOrNoPlatform(t *testing.T) {
 			d := testDriver(f)
 			_, err := d.Members(t.Context(), tt.nodes)
 			switch {
-			case tt.wantNone && !errors.Is(err, control.ErrNoPlatform):
+			case tt.wantNone && !errors.Is(err, provider.ErrNoPlatform):
 				t.Errorf("error %v, want ErrNoPlatform", err)
-			case !tt.wantNone && (errors.Is(err, control.ErrNoPlatform) || !errors.Is(err, control.ErrPlatformUnreachable)):
+			case !tt.wantNone && (errors.Is(err, provider.ErrNoPlatform) || !errors.Is(err, provider.ErrPlatformUnreachable)):
 				t.Errorf("error %v, want ErrPlatformUnreachable", err)
 			}
 			var asked []string
@@ -364,14 +364,14 @@ func TestMembersOf(t *testing.T) {
 		name         string
 		list         []swarmNode
 		nodes        []districts.Node
-		want         []control.Member
+		want         []provider.Member
 		wantManagers []string
 	}{
 		{
 			name:  "every swarm node is listed, machine or not",
 			list:  list,
 			nodes: []districts.Node{master1, worker1, master2, worker2},
-			want: []control.Member{
+			want: []provider.Member{
 				{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{"location": "Germany"}},
 				// The ready entry on the node's address wins over the old, down one.
 				{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{}},
@@ -399,7 +399,7 @@ func TestMembersOf(t *testing.T) {
  {"ID":"anon","Spec":{"Role":"worker","Availability":"active"},"Status":{"State":"ready"}}
 ]`),
 			nodes: []districts.Node{master1},
-			want: []control.Member{
+			want: []provider.Member{
 				{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{}},
 				{NodeID: "c-master-3", Role: "master", Ready: false, Labels: map[string]string{"tier": "db"}},
 				{NodeID: "c-worker-8", Role: "worker", Ready: false, Labels: map[string]string{}},
@@ -420,7 +420,7 @@ func TestMembersOf(t *testing.T) {
   "Status":{"State":"ready","Addr":"10.0.0.4"}}
 ]`),
 			nodes: []districts.Node{master1, worker1, master2},
-			want: []control.Member{
+			want: []provider.Member{
 				{NodeID: "c-master-1", Role: "worker", Ready: true, Labels: map[string]string{}},
 				{NodeID: "c-worker-1", Role: "master", Ready: true, Labels: map[string]string{}},
 				// Promoted, but without a Raft seat yet: not a voter.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // manager is one manager's `docker node inspect` entry; reach is its
@@ -137,7 +137,7 @@ func TestQuorum(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, control.ErrQuorum) {
+			if !errors.Is(err, provider.ErrQuorum) {
 				t.Fatalf("mayRemove: %v, want an error matching ErrQuorum", err)
 			}
 			if want := "master " + tt.leaving + " may not leave: " + tt.wantWhy; err.Error() != want {
@@ -170,7 +170,7 @@ func TestMayRemoveMasterAsksALiveManager(t *testing.T) {
 			t.Errorf("the gone master was asked: %v", f.calls())
 		}
 	}
-	if err := d.MayRemoveMaster(t.Context(), master1, []districts.Node{master1, gone}); !errors.Is(err, control.ErrQuorum) {
+	if err := d.MayRemoveMaster(t.Context(), master1, []districts.Node{master1, gone}); !errors.Is(err, provider.ErrQuorum) {
 		t.Errorf("MayRemoveMaster(%s) with the other reachable manager and a dead one: %v, want ErrQuorum", master1.ID, err)
 	}
 }

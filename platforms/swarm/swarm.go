@@ -31,9 +31,9 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/clock"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // Labels transit keeps on every swarm node.
@@ -68,7 +68,7 @@ const progressEvery = 30 * time.Second
 
 // New returns the Swarm driver for a cluster. It keeps one SSH connection
 // per node; close it (it is an io.Closer) when the run ends.
-func New(c districts.Cluster, opts Options) control.Platform {
+func New(c districts.Cluster, opts Options) provider.Platform {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
@@ -109,7 +109,7 @@ type driver struct {
 	rotate bool
 }
 
-var _ control.Platform = (*driver)(nil)
+var _ provider.Platform = (*driver)(nil)
 
 // swarmNode is the part of `docker node inspect` the driver reads.
 type swarmNode struct {
@@ -686,20 +686,20 @@ func countRaft(list []swarmNode, id string) raftCount {
 }
 
 // mayRemove says whether the node with identity id may leave list's swarm
-// now: nil when it holds no seat, else control.RaftQuorum for each of its
+// now: nil when it holds no seat, else provider.RaftQuorum for each of its
 // seats in the order Remove gives them up (unreachable ones first). Taking
 // away even a dead seat needs a quorum now.
 func mayRemove(list []swarmNode, id string) error {
 	c := countRaft(list, id)
 	voters, reachable := c.voters, c.reachable
 	for range c.leavingUnreachable {
-		if err := control.RaftQuorum(id, voters, reachable, false); err != nil {
+		if err := provider.RaftQuorum(id, voters, reachable, false); err != nil {
 			return err
 		}
 		voters--
 	}
 	for range c.leavingReachable {
-		if err := control.RaftQuorum(id, voters, reachable, true); err != nil {
+		if err := provider.RaftQuorum(id, voters, reachable, true); err != nil {
 			return err
 		}
 		voters, reachable = voters-1, reachable-1

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/bundle"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/aws"
 	"github.com/cloudtransit/transit/drivers/gce"
@@ -17,6 +16,7 @@ import (
 	"github.com/cloudtransit/transit/platforms/kubernetes"
 	"github.com/cloudtransit/transit/platforms/ssh"
 	"github.com/cloudtransit/transit/platforms/swarm"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // BuiltinInfrastructures are the infrastructure drivers compiled into
@@ -24,24 +24,24 @@ import (
 // records away from /var/lib/transit/local (the e2e tests use that).
 func BuiltinInfrastructures() map[string]InfrastructureFunc {
 	return map[string]InfrastructureFunc{
-		districts.ProviderLocal: func(ctx context.Context, d districts.District, _ *districts.Credential) (control.Infrastructure, error) {
+		districts.ProviderLocal: func(ctx context.Context, d districts.District, _ *districts.Credential) (provider.Infrastructure, error) {
 			return local.New(ctx, d, local.Options{Root: os.Getenv("TRANSIT_LOCAL_ROOT")})
 		},
-		districts.ProviderAWS: func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error) {
+		districts.ProviderAWS: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
 			poll, err := pollInterval()
 			if err != nil {
 				return nil, err
 			}
 			return aws.New(ctx, d, cred, aws.Options{PollInterval: poll, PollMaxInterval: poll})
 		},
-		districts.ProviderGCE: func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error) {
+		districts.ProviderGCE: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
 			poll, err := pollInterval()
 			if err != nil {
 				return nil, err
 			}
 			return gce.New(ctx, d, cred, gce.Options{PollInterval: poll, PollMaxInterval: poll})
 		},
-		districts.ProviderOpenStack: func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error) {
+		districts.ProviderOpenStack: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
 			poll, err := pollInterval()
 			if err != nil {
 				return nil, err
@@ -71,14 +71,14 @@ func pollInterval() (time.Duration, error) {
 // platform name.
 func BuiltinPlatforms() map[string]PlatformFunc {
 	return map[string]PlatformFunc{
-		"swarm": func(_ context.Context, c districts.Cluster, env PlatformEnv) (control.Platform, error) {
+		"swarm": func(_ context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error) {
 			cfg, err := sshConfig(env.Key, env.HostKeys)
 			if err != nil {
 				return nil, err
 			}
 			return swarm.New(c, swarm.Options{SSH: cfg, Clock: env.Clock, Logger: env.Logger}), nil
 		},
-		"kubernetes": func(_ context.Context, c districts.Cluster, env PlatformEnv) (control.Platform, error) {
+		"kubernetes": func(_ context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error) {
 			cfg, err := sshConfig(env.Key, env.HostKeys)
 			if err != nil {
 				return nil, err

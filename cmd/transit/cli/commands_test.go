@@ -16,6 +16,7 @@ import (
 	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 	"github.com/cloudtransit/transit/state"
 )
 
@@ -853,9 +854,9 @@ func TestCloudErrorKinds(t *testing.T) {
 		err  error
 		kind string
 	}{
-		{withKind(kindRefresh, fmt.Errorf("district %q: list: %w", "aws-eu", fmt.Errorf("%w: EC2 refused credential \"a\"", control.ErrCloudAuth))), kindCloudAuth},
-		{fmt.Errorf("launch: %w", control.ErrThrottled), kindCloudThrottled},
-		{fmt.Errorf("launch: %w: VcpuLimitExceeded", control.ErrQuota), kindCloudQuota},
+		{withKind(kindRefresh, fmt.Errorf("district %q: list: %w", "aws-eu", fmt.Errorf("%w: EC2 refused credential \"a\"", provider.ErrCloudAuth))), kindCloudAuth},
+		{fmt.Errorf("launch: %w", provider.ErrThrottled), kindCloudThrottled},
+		{fmt.Errorf("launch: %w: VcpuLimitExceeded", provider.ErrQuota), kindCloudQuota},
 		{withKind(kindRefresh, errors.New("connection refused")), kindRefresh},
 	} {
 		if got := errorKind(tc.err); got != tc.kind {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/provider"
 	"github.com/cloudtransit/transit/state"
 )
 
@@ -67,15 +68,15 @@ func errorKind(err error) string {
 		return kindStalePlan
 	case errors.Is(err, control.ErrPlatformLost):
 		return kindPlatformLost
-	case errors.Is(err, control.ErrPlatformUnreachable):
+	case errors.Is(err, provider.ErrPlatformUnreachable):
 		return kindPlatformUnreachable
 	case errors.Is(err, control.ErrForeign):
 		return kindForeign
-	case errors.Is(err, control.ErrCloudAuth):
+	case errors.Is(err, provider.ErrCloudAuth):
 		return kindCloudAuth
-	case errors.Is(err, control.ErrThrottled):
+	case errors.Is(err, provider.ErrThrottled):
 		return kindCloudThrottled
-	case errors.Is(err, control.ErrQuota):
+	case errors.Is(err, provider.ErrQuota):
 		return kindCloudQuota
 	case errors.Is(err, control.ErrNotConverged):
 		return kindNotConverged

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // fakeCloud is an in-memory cloud shared by the districts of a test: every
@@ -20,9 +20,9 @@ import (
 type fakeCloud struct {
 	mu        sync.Mutex
 	next      int
-	instances map[string]map[string]control.Instance // district → provider id → instance
-	groups    map[string]map[string]control.Group    // district → name → group
-	built     atomic.Int32                           // drivers constructed
+	instances map[string]map[string]provider.Instance // district → provider id → instance
+	groups    map[string]map[string]provider.Group    // district → name → group
+	built     atomic.Int32                            // drivers constructed
 	// terminateErr, when set, fails every Terminate.
 	terminateErr string
 }
@@ -34,11 +34,11 @@ func (c *fakeCloud) failTerminate(msg string) {
 }
 
 func newFakeCloud() *fakeCloud {
-	return &fakeCloud{instances: map[string]map[string]control.Instance{}, groups: map[string]map[string]control.Group{}}
+	return &fakeCloud{instances: map[string]map[string]provider.Instance{}, groups: map[string]map[string]provider.Group{}}
 }
 
 // driver is an InfrastructureFunc for any provider.
-func (c *fakeCloud) driver(_ context.Context, d districts.District, _ *districts.Credential) (control.Infrastructure, error) {
+func (c *fakeCloud) driver(_ context.Context, d districts.District, _ *districts.Credential) (provider.Infrastructure, error) {
 	c.built.Add(1)
 	return &fakeInfra{cloud: c, district: d.ID}, nil
 }
@@ -77,20 +77,20 @@ type fakeInfra struct {
 	district string
 }
 
-var _ control.Infrastructure = (*fakeInfra)(nil)
+var _ provider.Infrastructure = (*fakeInfra)(nil)
 
-func (f *fakeInfra) List(_ context.Context, cluster string) ([]control.Instance, []control.Group, error) {
+func (f *fakeInfra) List(_ context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
 	c := f.cloud
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var insts []control.Instance
+	var insts []provider.Instance
 	for _, id := range slices.Sorted(maps.Keys(c.instances[f.district])) {
 		if in := c.instances[f.district][id]; in.Tags[districts.TagCluster] == cluster {
 			in.Tags = maps.Clone(in.Tags)
 			insts = append(insts, in)
 		}
 	}
-	var groups []control.Group
+	var groups []provider.Group
 	for _, name := range slices.Sorted(maps.Keys(c.groups[f.district])) {
 		if g := c.groups[f.district][name]; g.Tags[districts.TagCluster] == cluster {
 			g.Tags = maps.Clone(g.Tags)
@@ -101,17 +101,17 @@ func (f *fakeInfra) List(_ context.Context, cluster string) ([]control.Instance,
 	return insts, groups, nil
 }
 
-func (f *fakeInfra) EnsureGroup(_ context.Context, spec control.GroupSpec) (control.Group, error) {
+func (f *fakeInfra) EnsureGroup(_ context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	c := f.cloud
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.groups[f.district] == nil {
-		c.groups[f.district] = map[string]control.Group{}
+		c.groups[f.district] = map[string]provider.Group{}
 	}
 	g, ok := c.groups[f.district][spec.Name]
 	if !ok {
 		c.next++
-		g = control.Group{ProviderID: fmt.Sprintf("sg-%d", c.next), Name: spec.Name}
+		g = provider.Group{ProviderID: fmt.Sprintf("sg-%d", c.next), Name: spec.Name}
 	}
 	g.Tags = maps.Clone(spec.Tags)
 	if g.Tags == nil {
@@ -123,7 +123,7 @@ func (f *fakeInfra) EnsureGroup(_ context.Context, spec control.GroupSpec) (cont
 	return g, nil
 }
 
-func (f *fakeInfra) DeleteGroup(_ context.Context, g control.Group) error {
+func (f *fakeInfra) DeleteGroup(_ context.Context, g provider.Group) error {
 	c := f.cloud
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -135,28 +135,28 @@ func (f *fakeInfra) DeleteGroup(_ context.Context, g control.Group) error {
 	return nil
 }
 
-func (f *fakeInfra) Launch(_ context.Context, spec control.LaunchSpec) (control.Instance, error) {
+func (f *fakeInfra) Launch(_ context.Context, spec provider.LaunchSpec) (provider.Instance, error) {
 	c := f.cloud
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
-	in := control.Instance{
+	in := provider.Instance{
 		ProviderID: fmt.Sprintf("i-%d", c.next),
 		Tags:       maps.Clone(spec.Tags),
 		Zone:       spec.Node.Zone,
 		PublicIP:   fmt.Sprintf("203.0.113.%d", c.next),
 		PrivateIP:  fmt.Sprintf("10.0.0.%d", c.next),
-		State:      control.InstanceRunning,
+		State:      provider.InstanceRunning,
 		CreatedAt:  time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 	}
 	if c.instances[f.district] == nil {
-		c.instances[f.district] = map[string]control.Instance{}
+		c.instances[f.district] = map[string]provider.Instance{}
 	}
 	c.instances[f.district][in.ProviderID] = in
 	return in, nil
 }
 
-func (f *fakeInfra) Terminate(_ context.Context, in control.Instance) error {
+func (f *fakeInfra) Terminate(_ context.Context, in provider.Instance) error {
 	c := f.cloud
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -171,10 +171,10 @@ func (f *fakeInfra) Terminate(_ context.Context, in control.Instance) error {
 // drain fail the way a disruption budget does.
 type fakePlatform struct {
 	mu          sync.Mutex
-	members     map[string]control.Member
+	members     map[string]provider.Member
 	refuseDrain bool
 	// unreachable, when set, is why no master answers: Members fails
-	// with an *control.UnreachableError naming the masters.
+	// with an *provider.UnreachableError naming the masters.
 	unreachable string
 	// onInstall, when set, runs in every Install (a test blocks it until
 	// the run is interrupted).
@@ -216,10 +216,10 @@ func (p *fakePlatform) loseMasters() {
 	}
 }
 
-func newFakePlatform() *fakePlatform { return &fakePlatform{members: map[string]control.Member{}} }
+func newFakePlatform() *fakePlatform { return &fakePlatform{members: map[string]provider.Member{}} }
 
 // driver is a PlatformFunc for any platform.
-func (p *fakePlatform) driver(context.Context, districts.Cluster, PlatformEnv) (control.Platform, error) {
+func (p *fakePlatform) driver(context.Context, districts.Cluster, PlatformEnv) (provider.Platform, error) {
 	p.built.Add(1)
 	return p, nil
 }
@@ -230,7 +230,7 @@ func (p *fakePlatform) refuse(b bool) {
 	p.refuseDrain = b
 }
 
-var _ control.Platform = (*fakePlatform)(nil)
+var _ provider.Platform = (*fakePlatform)(nil)
 
 func (p *fakePlatform) Install(ctx context.Context, n districts.Node) error {
 	p.mu.Lock()
@@ -275,7 +275,7 @@ func (p *fakePlatform) Drain(_ context.Context, n districts.Node, _ time.Duratio
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.refuseDrain {
-		return &control.DrainError{Node: n.ID, Reason: "disruption budget of web allows no eviction", Blocking: []string{"web-7d4f"}}
+		return &provider.DrainError{Node: n.ID, Reason: "disruption budget of web allows no eviction", Blocking: []string{"web-7d4f"}}
 	}
 	if m, ok := p.members[n.ID]; ok {
 		m.Draining = true
@@ -304,7 +304,7 @@ func (p *fakePlatform) Remove(_ context.Context, n districts.Node) error {
 // Members keeps the Platform contract: no platform only when no node is a
 // member; workers without a master are a platform nobody can be asked
 // about.
-func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]control.Member, error) {
+func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]provider.Member, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var masters []string
@@ -315,9 +315,9 @@ func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]con
 	}
 	slices.SortFunc(masters, districts.CompareNodeIDs)
 	if p.unreachable != "" {
-		return nil, &control.UnreachableError{Masters: masters, Err: errors.New(p.unreachable)}
+		return nil, &provider.UnreachableError{Masters: masters, Err: errors.New(p.unreachable)}
 	}
-	var out []control.Member
+	var out []provider.Member
 	master := false
 	for _, id := range slices.Sorted(maps.Keys(p.members)) {
 		m := p.members[id]
@@ -327,9 +327,9 @@ func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]con
 	}
 	switch {
 	case len(out) == 0:
-		return nil, control.ErrNoPlatform
+		return nil, provider.ErrNoPlatform
 	case !master:
-		return nil, &control.UnreachableError{Masters: masters, Err: errors.New("no master serves the platform the workers belong to")}
+		return nil, &provider.UnreachableError{Masters: masters, Err: errors.New("no master serves the platform the workers belong to")}
 	}
 	return out, nil
 }
@@ -350,5 +350,5 @@ func (p *fakePlatform) MayRemoveMaster(_ context.Context, n districts.Node, _ []
 			voters++
 		}
 	}
-	return control.RaftQuorum(n.ID, voters, voters, true)
+	return provider.RaftQuorum(n.ID, voters, voters, true)
 }

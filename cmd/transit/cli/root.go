@@ -18,20 +18,20 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/cloudtransit/transit/clock"
-	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // InfrastructureFunc builds the infrastructure driver for one district. cred
 // is the district's entry of credentials.json, nil when it names none (the
 // driver then uses its ecosystem's usual sources).
-type InfrastructureFunc func(ctx context.Context, d districts.District, cred *districts.Credential) (control.Infrastructure, error)
+type InfrastructureFunc func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error)
 
 // PlatformFunc builds the platform driver for a cluster. A driver that
 // holds connections may be an io.Closer: it is closed when the command
 // ends.
-type PlatformFunc func(ctx context.Context, c districts.Cluster, env PlatformEnv) (control.Platform, error)
+type PlatformFunc func(ctx context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error)
 
 // PlatformEnv is what a platform driver gets from the command.
 type PlatformEnv struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/provider"
 	"github.com/cloudtransit/transit/state"
 )
 
@@ -167,8 +168,8 @@ func (s *session) close() error {
 	return errors.Join(errs...)
 }
 
-func buildInfrastructures(ctx context.Context, deps Deps, cfg districts.Config) (map[string]control.Infrastructure, error) {
-	infra := make(map[string]control.Infrastructure, len(cfg.Districts))
+func buildInfrastructures(ctx context.Context, deps Deps, cfg districts.Config) (map[string]provider.Infrastructure, error) {
+	infra := make(map[string]provider.Infrastructure, len(cfg.Districts))
 	var errs []error
 	for _, d := range cfg.Districts {
 		newInfra, ok := deps.Infrastructures[d.Provider]
@@ -190,7 +191,7 @@ func buildInfrastructures(ctx context.Context, deps Deps, cfg districts.Config) 
 	return infra, nil
 }
 
-func buildPlatform(ctx context.Context, deps Deps, c districts.Cluster, env PlatformEnv) (control.Platform, error) {
+func buildPlatform(ctx context.Context, deps Deps, c districts.Cluster, env PlatformEnv) (provider.Platform, error) {
 	newPlatform, ok := deps.Platforms[c.Platform]
 	if !ok || newPlatform == nil {
 		return nil, fmt.Errorf("cluster %q: no platform driver for %q in this build (available: %s)",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 type statusFlags struct {
@@ -87,7 +88,7 @@ func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ 
 			return shownStatus{}, withKind(kindRefresh, err)
 		}
 		st.res, st.notes, st.platformError = obs.State, obs.Notes, obs.PlatformError
-		if v, ok := s.opts.Platform.(control.Versioner); ok && obs.PlatformError == "" && len(obs.State.Nodes) > 0 {
+		if v, ok := s.opts.Platform.(provider.Versioner); ok && obs.PlatformError == "" && len(obs.State.Nodes) > 0 {
 			if st.version, err = v.Version(ctx); err != nil {
 				st.version = ""
 			}

@@ -1,4 +1,9 @@
-package control
+// Package provider holds the contracts between the control loop and its
+// drivers: what an infrastructure driver (a cloud) and a platform driver
+// (Kubernetes, Swarm) must do, the values they exchange, the errors they
+// answer with, and the quorum rule. It imports nothing of transit but the
+// config model, so drivers and the cloud emulator never import the loop.
+package provider
 
 import (
 	"context"
@@ -280,3 +285,24 @@ func (e *DrainError) Error() string {
 
 // Is makes errors.Is(err, ErrDrainRefused) true.
 func (e *DrainError) Is(target error) bool { return target == ErrDrainRefused }
+
+// GroupName is the name of a cluster's security group in a district.
+func GroupName(cluster, district string) string {
+	return "transit-" + cluster + "-" + district
+}
+
+// IdentityTags are the tags that mark a node as transit's: its cluster and
+// lineage, district, role, flavor and id.
+func IdentityTags(n districts.Node, lineage string) map[string]string {
+	t := map[string]string{
+		districts.TagCluster:  n.Cluster,
+		districts.TagDistrict: n.District,
+		districts.TagRole:     n.Role,
+		districts.TagFlavor:   n.Flavor,
+		districts.TagNode:     n.ID,
+	}
+	if lineage != "" {
+		t[districts.TagLineage] = lineage
+	}
+	return t
+}
