@@ -69,10 +69,21 @@ var (
 // InstanceState is a machine's life as the cloud reports it.
 type InstanceState string
 
-// Instance states. Terminated machines are not listed at all.
+// Instance states. Terminated machines are not listed at all. A driver
+// maps every state of its cloud onto one of these; a state it does not
+// know is pending (waited for, bounded), never running.
 const (
-	InstancePending     InstanceState = "pending"
-	InstanceRunning     InstanceState = "running"
+	InstancePending InstanceState = "pending"
+	InstanceRunning InstanceState = "running"
+	// InstanceStopped: the machine exists, does not run and may run
+	// again: EC2 stopping and stopped, Compute Engine STOPPING,
+	// TERMINATED (GCE's word for stopped), SUSPENDING and SUSPENDED,
+	// Nova SHUTOFF, SUSPENDED, PAUSED, SHELVED and SOFT_DELETED. It is
+	// never gone: Terminate must delete it.
+	InstanceStopped InstanceState = "stopped"
+	// InstanceFailed: the cloud gave up on the machine (Nova ERROR); it
+	// will not run. Terminate must delete it.
+	InstanceFailed      InstanceState = "failed"
 	InstanceTerminating InstanceState = "terminating"
 )
 
@@ -190,12 +201,25 @@ type Member struct {
 	// NodeID is transit's node id, from the member's identity label.
 	NodeID string
 	// Role is the role the platform gives the member: RoleMaster for a
-	// voter (a Swarm manager, a control-plane node with a voting etcd
-	// member), else RoleWorker.
-	Role     string
+	// Swarm manager or a control-plane node (an etcd member, voting or
+	// not yet), else RoleWorker.
+	Role string
+	// Voter says the member holds a vote in the platform's quorum now: a
+	// Swarm manager the other managers reach, a control-plane node whose
+	// etcd member is a voter (not a learner). Only a voter counts as a
+	// ready master.
+	Voter    bool
 	Ready    bool
 	Draining bool // cordoned or drained
 	Labels   map[string]string
+	// ProviderID and Addresses are how the platform knows the member's
+	// machine: the cloud's id when the platform records one (a Kubernetes
+	// Node's spec.providerID), and the addresses the member reaches the
+	// platform from (a Swarm node's Status.Addr, a Node's InternalIP and
+	// ExternalIP). transit tells a member's machine from a copy carrying
+	// the same tags by them, never by listing order.
+	ProviderID string
+	Addresses  []string
 }
 
 // ErrNoPlatform says every node answered and none is in a platform.
