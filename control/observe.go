@@ -341,7 +341,7 @@ func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
 // master answered (or none is left).
 func lost(err error) bool {
 	ue, ok := errors.AsType[*provider.UnreachableError](err)
-	return ok && len(ue.Masters) == 0
+	return ok && ue.Lost()
 }
 
 func nodeFromInstance(cluster, district string, inst provider.Instance) districts.Node {

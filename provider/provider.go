@@ -232,18 +232,28 @@ var ErrPlatformUnreachable = errors.New("platform unreachable")
 // UnreachableError names the masters that did not answer and why.
 type UnreachableError struct {
 	// Masters are the node ids of the masters that could not be asked or
-	// cannot serve the platform now (down, locked, without quorum). Empty
-	// means every master answered that it serves no platform (or none is
-	// left) while other nodes are in one: the platform is lost.
+	// cannot serve the platform now (down, locked, without quorum).
 	Masters []string
-	Err     error
+	// Silent are the other nodes that did not answer while every master
+	// answered that it serves no platform: whether they are in one is
+	// unknown, and silence proves nothing, so this is no verdict either.
+	Silent []string
+	Err    error
 }
 
+// Lost says every master answered (or none is left), every other node
+// answered too, and nodes belong to a platform no master serves: it
+// formed and is lost.
+func (e *UnreachableError) Lost() bool { return len(e.Masters) == 0 && len(e.Silent) == 0 }
+
 func (e *UnreachableError) Error() string {
-	if len(e.Masters) == 0 {
-		return fmt.Sprintf("platform unreachable: no master serves it: %v", e.Err)
+	switch {
+	case len(e.Masters) > 0:
+		return fmt.Sprintf("platform unreachable: no master answered (%s): %v", strings.Join(e.Masters, ", "), e.Err)
+	case len(e.Silent) > 0:
+		return fmt.Sprintf("platform unreachable: no master serves a platform and %s did not answer, so whether one exists is unknown: %v", strings.Join(e.Silent, ", "), e.Err)
 	}
-	return fmt.Sprintf("platform unreachable: no master answered (%s): %v", strings.Join(e.Masters, ", "), e.Err)
+	return fmt.Sprintf("platform unreachable: no master serves it: %v", e.Err)
 }
 
 // Is makes errors.Is(err, ErrPlatformUnreachable) true.
