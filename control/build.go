@@ -47,8 +47,9 @@ const (
 	maxJoinBackoff  = time.Hour
 )
 
-// retryAt is when a deployment with f may launch again.
-func retryAt(f districts.Failure) time.Time {
+// retryAt is when a deployment with f may launch again: never later than
+// maxJoinBackoff from now, whatever clock wrote f.LastAt.
+func retryAt(f districts.Failure, now time.Time) time.Time {
 	if f.Count < maxJoinFailures {
 		return time.Time{}
 	}
@@ -56,7 +57,7 @@ func retryAt(f districts.Failure) time.Time {
 	for i := maxJoinFailures; i < f.Count && d < maxJoinBackoff; i++ {
 		d *= 2
 	}
-	return f.LastAt.Add(min(d, maxJoinBackoff))
+	return notAfter(f.LastAt, now).Add(min(d, maxJoinBackoff))
 }
 
 // buildPlan diffs the observed world against the intended cluster and
@@ -174,11 +175,13 @@ type roleWork struct {
 // first. Nodes an interrupted run left cordoned come before any healthy
 // one is cordoned, so they never add to max_unavailable.
 var removalRank = map[districts.Phase]int{
+	districts.PhaseFailed:   0,
 	districts.PhaseLaunched: 0,
 	districts.PhaseLeft:     1,
 	districts.PhaseDrained:  2,
 	districts.PhaseDraining: 3,
 	districts.PhaseNotReady: 4,
+	districts.PhaseStopped:  4,
 	districts.PhaseCordoned: 5,
 	districts.PhaseJoined:   6,
 }
@@ -218,9 +221,11 @@ func classify(in planInput) classified {
 		var usable []*districts.Node
 		for _, n := range c.byKey[k] {
 			switch {
+			case n.CopyOf != "" || n.Phase == districts.PhaseFailed:
+				rw.replace = append(rw.replace, n)
 			case n.JoinFailed && !n.Phase.Member():
 				rw.replace = append(rw.replace, n)
-			case unhealthyAfter > 0 && n.Phase == districts.PhaseNotReady && !in.fresh[n.ID] &&
+			case unhealthyAfter > 0 && (n.Phase == districts.PhaseNotReady || n.Phase == districts.PhaseStopped) && !in.fresh[n.ID] &&
 				!n.NotReadySince.IsZero() && in.world.now.Sub(n.NotReadySince) >= unhealthyAfter:
 				rw.replace = append(rw.replace, n)
 			default:
@@ -280,7 +285,7 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 	blocked := map[districts.DeploymentKey]bool{}
 	for _, k := range rw.adds[:nAdd] {
 		f := in.world.state.Failures[k.String()]
-		if at := retryAt(f); in.world.now.Before(at) {
+		if at := retryAt(f, in.world.now); in.world.now.Before(at) {
 			if !blocked[k] {
 				p.Blocked = append(p.Blocked, fmt.Sprintf("%s: %d launched nodes in a row failed to install or join (last: %s); no relaunch before %s",
 					k, f.Count, f.LastError, at.UTC().Format(time.RFC3339)))
@@ -309,7 +314,14 @@ func planRole(in planInput, c classified, rw *roleWork, p *Plan) (launches, remo
 	// when its drain comes (see readyGate).
 	for _, n := range rw.replace {
 		reason := "its install or join failed and the platform does not list it: replaced"
-		if n.Phase.Member() {
+		switch {
+		case n.CopyOf != "":
+			reason = fmt.Sprintf("a copy of node %s (the platform, or resources.json, has another machine as %s): removed", n.CopyOf, n.CopyOf)
+		case n.Phase == districts.PhaseFailed:
+			reason = n.Message + ": replaced"
+		case n.Phase == districts.PhaseStopped:
+			reason = fmt.Sprintf("its machine is %s and the member not ready since %s, longer than strategy.replace_unhealthy_after: replaced", n.Machine, n.NotReadySince.UTC().Format(time.RFC3339))
+		case n.Phase.Member():
 			reason = fmt.Sprintf("not ready since %s, longer than strategy.replace_unhealthy_after: replaced", n.NotReadySince.UTC().Format(time.RFC3339))
 		}
 		removals = append(removals, removalChain(n, reason, rw.floor)...)
@@ -474,6 +486,9 @@ func planChanges(in planInput, c classified, p *Plan) []Action {
 			continue
 		}
 		switch n.Phase {
+		case districts.PhaseStopped:
+			p.Warnings = append(p.Warnings, fmt.Sprintf("node %s: the cloud reports its machine %s; not waited on%s",
+				n.ID, n.Machine, unhealthyHint(in.cluster)))
 		case districts.PhaseNotReady:
 			if in.fresh[n.ID] {
 				p.Waiting = append(p.Waiting, fmt.Sprintf("node %s to become ready (it joined in this run)", n.ID))
@@ -561,6 +576,11 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 			terminated[a.Node] = true
 		}
 	}
+	// Unless the platform answered (or none ever formed), nothing
+	// confirms that a machine the listings lack is gone (resources.json
+	// lost and a listing that answers an empty page look alike): groups
+	// only widen.
+	narrow := in.world.platform == platformUp || in.world.platform == platformNone && in.world.state.PlatformFormedAt.IsZero()
 	var out []Action
 	for _, d := range in.districts {
 		g, has := groups[d.ID]
@@ -575,9 +595,10 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 		case needGroup[d.ID] && !has:
 			out = append(out, Action{Kind: KindCreateGroup, District: d.ID, Group: name,
 				Reason: "the district has or gets nodes and has no security group"})
-		case needGroup[d.ID] && !slices.Equal(g.Sources, sources):
+		case needGroup[d.ID] && !slices.Equal(g.Sources, sources) && (narrow || subset(g.Sources, sources)):
 			out = append(out, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("allow exactly the cluster's %d node addresses (has %d)", len(sources), len(g.Sources))})
+		case !narrow:
 		case !needGroup[d.ID] && has && in.world.terminating[d.ID] > 0 && !in.world.eagerGroups[d.ID]:
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d terminating machine(s) in %s to be gone before deleting group %s", in.world.terminating[d.ID], d.ID, name))
 		case !needGroup[d.ID] && has:
@@ -602,6 +623,16 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 		out = append(out, Action{Kind: KindDeleteGroup, District: g.District, Group: g.ID, Reason: "orphaned group with the cluster's tags"})
 	}
 	return out
+}
+
+// subset says every address of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 func wants(c districts.Cluster, district string) bool {

@@ -389,7 +389,7 @@ func TestJoinFailureBackoff(t *testing.T) {
 	t.Parallel()
 	at := planNow
 	for count, want := range map[int]time.Duration{0: -1, 2: -1, 3: 5 * time.Minute, 4: 10 * time.Minute, 6: 40 * time.Minute, 7: time.Hour, 30: time.Hour} {
-		got := retryAt(districts.Failure{Count: count, LastAt: at})
+		got := retryAt(districts.Failure{Count: count, LastAt: at}, planNow)
 		if want < 0 {
 			if !got.IsZero() {
 				t.Errorf("%d failures: retry at %v, want at once", count, got)

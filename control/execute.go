@@ -51,6 +51,13 @@ type runner struct {
 	progress int
 	// done holds the actions of the round that finished, for Result.Left.
 	done map[string]bool
+	// launched holds the machines this run launched and has not
+	// terminated (provider id → district): a listing must show them.
+	// launches counts the run's launch calls against budget (the spend
+	// guard; negative until the first round sets it).
+	launched map[string]string
+	launches int
+	budget   int
 	// gate admits the round's drains of ready members. judging is held
 	// while the platform is asked and acted on by decisions that must not
 	// interleave: the gate's looks and a forget's quorum check and
@@ -67,6 +74,8 @@ func newRunner(opts Options) *runner {
 		st:        &guarded{state: opts.State, save: opts.Save},
 		avoid:     map[string]bool{},
 		fresh:     map[string]bool{},
+		launched:  map[string]string{},
+		budget:    -1,
 	}
 	for _, d := range opts.Districts {
 		r.districts[d.ID] = d
@@ -218,15 +227,13 @@ func (r *runner) lookReady(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ready := map[string]bool{}
+	byID := map[string]provider.Member{}
 	for _, m := range members {
-		if m.Ready && !m.Draining {
-			ready[m.NodeID] = true
-		}
+		byID[m.NodeID] = m
 	}
 	out := map[string]string{}
 	for _, n := range nodes {
-		if ready[n.ID] {
+		if m, ok := byID[n.ID]; ok && n.CopyOf == "" && !m.Draining && readyAs(n.Role, m) {
 			out[n.ID] = n.Role
 		}
 	}
@@ -564,6 +571,15 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	spent := r.launches >= r.budget && r.budget >= 0
+	if !spent {
+		r.launches++
+	}
+	r.mu.Unlock()
+	if spent {
+		return fmt.Errorf("%w: this run launched %d machine(s), what cluster.json lacked at its start plus max_surge; it launches no more (the next run may)", ErrSpendGuard, r.launches)
+	}
 	inst, err := infra.Launch(ctx, provider.LaunchSpec{
 		Node: n, MachineType: machine, GroupID: g.ProviderID, Tags: tags, AuthorizedKey: r.opts.AuthorizedKey,
 	})
@@ -576,6 +592,9 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	}
 	now := r.opts.Clock.Now()
 	n.Phase, n.CreatedAt, n.UpdatedAt = districts.PhaseLaunched, now, now
+	r.mu.Lock()
+	r.launched[inst.ProviderID] = a.District
+	r.mu.Unlock()
 	if err := r.st.update(func(s *districts.Resources) {
 		s.Nodes = append(s.Nodes, n)
 		if s.NodeNumbers == nil {
@@ -695,6 +714,7 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 	}
 	tags := r.desired[n.Key()].Tags
 	if err := p.Label(ctx, n, tags); err != nil {
+		r.changed() // the join went through: the round made progress
 		return fmt.Errorf("joined, but setting its labels failed (a later round retries): %w", err)
 	}
 	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Tags = maps.Clone(tags) })
@@ -751,13 +771,7 @@ func (r *runner) joinFailed(n districts.Node, cause error) error {
 	now := r.opts.Clock.Now()
 	err := r.updateNode(n.ID, func(x *districts.Node, s *districts.Resources) {
 		x.JoinFailed, x.Message = true, cause.Error()
-		if s.Failures == nil {
-			s.Failures = map[string]districts.Failure{}
-		}
-		f := s.Failures[x.Key().String()]
-		f.Count++
-		f.LastError, f.LastAt = cause.Error(), now
-		s.Failures[x.Key().String()] = f
+		countFailure(s, *x, cause.Error(), now)
 	})
 	if err != nil {
 		return err
@@ -804,17 +818,33 @@ func (r *runner) forget(ctx context.Context, a Action) error {
 	return r.opts.Platform.Remove(ctx, n)
 }
 
-// terminate asks the cloud to delete the machine; it does not wait.
+// terminate asks the cloud to delete the machine; it does not wait. The
+// state says "terminating" before the cloud is asked: a run killed between
+// the two leaves a record that explains the machine's absence (or, if the
+// call never went out, a machine alive although transit terminated it,
+// which the next run terminates again), never a machine that vanished
+// unexplained.
 func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 	infra, err := r.infra(n.District)
 	if err != nil {
 		return err
 	}
-	tags := provider.IdentityTags(n, r.st.read().Lineage)
-	if err := infra.Terminate(ctx, provider.Instance{ProviderID: n.ProviderID, Tags: tags, Zone: n.Zone}); err != nil {
+	if err := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = districts.PhaseTerminating }); err != nil {
 		return err
 	}
-	return r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = districts.PhaseTerminating })
+	tags := provider.IdentityTags(n, r.st.read().Lineage)
+	if err := infra.Terminate(ctx, provider.Instance{ProviderID: n.ProviderID, Tags: tags, Zone: n.Zone}); err != nil {
+		if ctx.Err() == nil {
+			if serr := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = n.Phase }); serr != nil {
+				return serr
+			}
+		}
+		return err
+	}
+	r.mu.Lock()
+	delete(r.launched, n.ProviderID)
+	r.mu.Unlock()
+	return nil
 }
 
 // removeNodes runs the removal stage as one chain per node (drain, remove,

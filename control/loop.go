@@ -24,6 +24,10 @@ const (
 	DefaultPollInterval = 2 * time.Second
 )
 
+// listingWait bounds how long a run waits for listings that lack machines
+// they must show (eventual consistency) before it stops.
+const listingWait = 2 * time.Minute
+
 func withDefaults(o Options) Options {
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
@@ -67,11 +71,14 @@ type Observation struct {
 // entries the clouds no longer have are dropped. It writes nothing. An
 // unreachable platform is no error: Observation.PlatformError says so.
 func Refresh(ctx context.Context, opts Options) (Observation, error) {
-	w, err := observe(ctx, withDefaults(opts))
+	w, err := observe(ctx, observation{opts: withDefaults(opts)})
 	if err != nil {
 		return Observation{}, err
 	}
 	obs := Observation{State: w.state, Notes: append(w.notes, w.warnings...)}
+	for _, m := range w.missing {
+		obs.Notes = append(obs.Notes, "missing from the listing, not believed: "+m.String())
+	}
 	if w.platformErr != nil {
 		obs.PlatformError = w.platformErr.Error()
 	}
@@ -83,19 +90,52 @@ func Refresh(ctx context.Context, opts Options) (Observation, error) {
 // nothing.
 func MakePlan(ctx context.Context, opts Options, refreshed bool) (Plan, error) {
 	opts = withDefaults(opts)
+	if err := checkSize(opts.Cluster); err != nil {
+		return Plan{}, err
+	}
 	if err := districts.CheckStateDistricts(opts.State, opts.Districts, "resources.json"); err != nil {
 		return Plan{}, err
 	}
 	w := stateWorld(opts.State, opts.Clock.Now())
 	if refreshed {
 		var err error
-		if w, err = observe(ctx, opts); err != nil {
+		if w, err = observe(ctx, observation{opts: opts}); err != nil {
 			return Plan{}, err
 		}
+	}
+	if len(w.missing) > 0 {
+		return Plan{Cluster: opts.Cluster.ID, Notes: w.notes, Warnings: w.warnings, Blocked: []string{missingText(w.missing)}}, nil
 	}
 	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w,
 		destroy: opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster), rebuild: opts.RebuildPlatform,
 		ids: newNodeNumbers(opts.Cluster.ID, w)}), nil
+}
+
+// checkSize refuses a cluster larger than validation allows, for callers
+// that build one without loading cluster.json: planning a typo's billion
+// nodes would eat the host's memory.
+func checkSize(c districts.Cluster) error {
+	total := 0
+	for _, d := range c.Deployments {
+		if d.Quantity > districts.MaxDeploymentQuantity {
+			return fmt.Errorf("%w: deployment %s wants %d nodes, more than %d", districts.ErrInvalid, d.Key(), d.Quantity, districts.MaxDeploymentQuantity)
+		}
+		total += max(d.Quantity, 0)
+	}
+	if total > districts.MaxClusterNodes {
+		return fmt.Errorf("%w: cluster %s wants %d nodes, more than %d", districts.ErrInvalid, c.ID, total, districts.MaxClusterNodes)
+	}
+	return nil
+}
+
+// missingText says which machines a listing lacks and what to do.
+func missingText(missing []missingMachine) string {
+	parts := make([]string, len(missing))
+	for i, m := range missing {
+		parts[i] = m.String()
+	}
+	return fmt.Sprintf("the clouds' listings lack %d machine(s) that must be there: %s; transit does not act on a listing it cannot believe: check the district's region, project and credential; if the machines are really gone, run again with --forget-missing",
+		len(missing), strings.Join(parts, "; "))
 }
 
 // Apply runs rounds (observe, plan, execute, persist) until the cluster
@@ -111,10 +151,13 @@ func MakePlan(ctx context.Context, opts Options, refreshed bool) (Plan, error) {
 // becoming ready) is no round at all: it is bounded by WaitTimeout.
 func Apply(ctx context.Context, opts Options) (Result, error) {
 	opts = withDefaults(opts)
+	if err := checkSize(opts.Cluster); err != nil {
+		return Result{}, err
+	}
 	r := newRunner(opts)
 	destroy := opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster)
 	var res Result
-	var waited time.Duration
+	var waited, listingWaited time.Duration
 	var plan Plan
 	lastProgress := -1 // progress of the last round that executed, -1 before any
 	for r.round = 1; ; r.round++ {
@@ -125,10 +168,31 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		r.emit(Event{Type: EventRound, Phase: PhaseStart})
 		o := opts
 		o.State = r.st.read()
-		w, err := observe(ctx, o)
+		r.mu.Lock()
+		launched := maps.Clone(r.launched)
+		r.mu.Unlock()
+		w, err := observe(ctx, observation{opts: o, launched: launched})
 		if err != nil {
 			return r.finish(res, err)
 		}
+		if len(w.missing) > 0 {
+			// A listing that lacks machines it must show is not acted
+			// on: the clouds' listings are eventually consistent, so wait
+			// a little, then stop.
+			if listingWaited >= min(opts.WaitTimeout, listingWait) {
+				msg := missingText(w.missing)
+				r.problems = append(r.problems, msg)
+				return r.finish(res, &notConverged{msg: msg, causes: []error{ErrMissingMachines}})
+			}
+			r.emit(Event{Type: EventWait, Phase: PhaseStart, Message: missingText(w.missing)})
+			if err := opts.Clock.Sleep(ctx, opts.PollInterval); err != nil {
+				return r.finish(res, err)
+			}
+			listingWaited += opts.PollInterval
+			r.round--
+			continue
+		}
+		listingWaited = 0
 		if w.state.Lineage == "" && len(w.state.Nodes) == 0 && len(w.state.SecurityGroups) == 0 && len(o.State.Nodes) == 0 {
 			w.state.Lineage = opts.NewLineage()
 		}
@@ -147,6 +211,9 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			fresh: maps.Clone(r.fresh), destroy: destroy, rebuild: opts.RebuildPlatform, ids: r.ids}
 		r.mu.Unlock()
 		plan = buildPlan(in)
+		if r.budget < 0 {
+			r.budget = spendBudget(in)
+		}
 		r.emit(Event{Type: EventPlan, Phase: PhaseStart, Plan: &plan})
 		for _, n := range plan.Notes {
 			opts.Logger.Info(n)
@@ -204,6 +271,18 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		lastProgress = r.progress
 		r.mu.Unlock()
 	}
+}
+
+// spendBudget is how many machines one run may launch: what the intended
+// state lacks at the run's start (each line's shortfall of usable nodes:
+// nodes to replace do not count as had) plus max_surge. Whatever later
+// rounds believe, a run launches no more.
+func spendBudget(in planInput) int {
+	n := in.cluster.Strategy.Resolved().MaxSurge
+	for _, rw := range classify(in).roles {
+		n += len(rw.adds)
+	}
+	return n
 }
 
 // addons runs the platform's addons step once the nodes converged. A

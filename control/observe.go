@@ -18,6 +18,15 @@ import (
 	"github.com/cloudtransit/transit/provider"
 )
 
+// Observation runs in named steps, each a small function with its own
+// tests: list every district (in parallel), find the cluster's lineage,
+// merge the listings with the last saved state (phases follow what the
+// clouds say now), check the listing against what must be there, ask the
+// platform, identify which machine is which node by the platform's own
+// identity of its members, and take each node's phase from both answers.
+// The clouds and the platform win over resources.json; nothing is
+// written.
+
 // platformView is what the platform said when asked.
 type platformView int
 
@@ -27,6 +36,11 @@ const (
 	platformNone                            // every node answered: none is a member
 	platformUnreachable                     // no master answered
 )
+
+// startTimeout bounds the wait for a machine the cloud does not run yet
+// (pending, or without an address), counted from when transit first saw
+// it so, across runs: then its launch counts as failed.
+const startTimeout = 15 * time.Minute
 
 // world is what one observation found: the current state plus what the
 // plan needs beyond resources.json.
@@ -51,11 +65,34 @@ type world struct {
 	blocked map[string]string
 	// starting holds the nodes whose machine the cloud reports pending
 	// or without an address (adopted after a crash during its launch):
-	// waited for, not joined.
+	// waited for, not joined, until startTimeout.
 	starting map[string]bool
-	notes    []string
+	// missing are machines the listings lack although they must be
+	// there; the world is not acted on while it has any.
+	missing []missingMachine
+	notes   []string
+	// warnings report what the loop does not fix and does not wait for.
 	warnings []string
 	now      time.Time
+}
+
+// missingMachine is a machine a listing lacks, as resources.json has it,
+// and why it must be there.
+type missingMachine struct {
+	node     districts.Node
+	launched bool // this run launched it
+	ready    bool // the platform reports it a ready member
+	// else its district's listing dropped every machine it had
+}
+
+func (m missingMachine) String() string {
+	switch {
+	case m.launched:
+		return fmt.Sprintf("%s (%s) in %s: this run launched it", m.node.ID, m.node.ProviderID, m.node.District)
+	case m.ready:
+		return fmt.Sprintf("%s: the platform reports it a ready member, but no listing shows its machine", m.node.ID)
+	}
+	return fmt.Sprintf("%s (%s) in %s: the district's listing dropped every machine it had", m.node.ID, m.node.ProviderID, m.node.District)
 }
 
 // live returns the nodes that are not terminating.
@@ -71,27 +108,60 @@ func (w world) node(id string) (*districts.Node, bool) {
 	return nil, false
 }
 
-// observe lists every district's tagged machines and groups in parallel,
-// asks the platform which nodes are members, and merges that with the last
-// saved state: the clouds and the platform win. It writes nothing.
-func observe(ctx context.Context, opts Options) (world, error) {
-	cluster := opts.Cluster.ID
+// listing is one district's answer.
+type listing struct {
+	instances []provider.Instance
+	groups    []provider.Group
+}
+
+// observation is what one observation is given: the run's options and
+// the machines the run itself launched (provider id → district), which
+// a listing must show.
+type observation struct {
+	opts     Options
+	launched map[string]string
+}
+
+// observe lists, merges, asks the platform and identifies; see above.
+func observe(ctx context.Context, ob observation) (world, error) {
+	opts := ob.opts
 	if err := districts.CheckStateDistricts(opts.State, opts.Districts, "resources.json"); err != nil {
 		return world{}, err
 	}
-	type listing struct {
-		instances []provider.Instance
-		groups    []provider.Group
+	listings, err := listAll(ctx, opts)
+	if err != nil {
+		return world{}, err
 	}
+	lineage, err := lineageOf(opts.Cluster.ID, opts.State, listings)
+	if err != nil {
+		return world{}, err
+	}
+	w := merge(opts, lineage, listings)
+	w.missing = missingFrom(opts.State, ob.launched, listings, opts.Districts)
+	if !opts.Destroy {
+		if err := observePlatform(ctx, opts.Platform, &w); err != nil {
+			return world{}, err
+		}
+	}
+	if opts.ForgetMissing {
+		w.missing = nil
+	}
+	recordDistricts(&w, opts.Districts)
+	sortState(&w.state)
+	return w, nil
+}
+
+// listAll lists every district's tagged machines and groups in parallel.
+func listAll(ctx context.Context, opts Options) ([]listing, error) {
 	listings := make([]listing, len(opts.Districts))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, d := range opts.Districts {
 		infra, ok := opts.Infra[d.ID]
 		if !ok {
-			return world{}, fmt.Errorf("district %q: no infrastructure driver", d.ID)
+			return nil, fmt.Errorf("district %q: no infrastructure driver", d.ID)
 		}
 		g.Go(func() error {
-			inst, groups, err := infra.List(gctx, cluster)
+			inst, groups, err := infra.List(gctx, opts.Cluster.ID)
 			if err != nil {
 				return fmt.Errorf("district %q: list machines and groups: %w", d.ID, err)
 			}
@@ -100,66 +170,81 @@ func observe(ctx context.Context, opts Options) (world, error) {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return world{}, err
+		return nil, err
 	}
+	return listings, nil
+}
 
-	// Which lineage is this cluster? The state says; without a state
-	// (first apply, or resources.json lost) the clouds must show one.
-	lineage, legacy := opts.State.Lineage, opts.State.Lineage == "" && len(opts.State.Nodes)+len(opts.State.SecurityGroups) > 0
-	if lineage == "" && !legacy {
-		seen := map[string]int{}
-		for _, l := range listings {
-			for _, in := range l.instances {
-				if in.Tags[districts.TagCluster] == cluster && in.ProviderID != "" {
-					seen[in.Tags[districts.TagLineage]]++
-				}
-			}
-			for _, gr := range l.groups {
-				if gr.Tags[districts.TagCluster] == cluster {
-					seen[gr.Tags[districts.TagLineage]]++
-				}
+// lineageOf says which lineage is this cluster: the state says; without a
+// state (first apply, or resources.json lost) the clouds must show one.
+func lineageOf(cluster string, st districts.Resources, listings []listing) (string, error) {
+	if st.Lineage != "" || len(st.Nodes)+len(st.SecurityGroups) > 0 {
+		return st.Lineage, nil
+	}
+	seen := map[string]int{}
+	for _, l := range listings {
+		for _, in := range l.instances {
+			if in.Tags[districts.TagCluster] == cluster && in.ProviderID != "" {
+				seen[in.Tags[districts.TagLineage]]++
 			}
 		}
-		switch len(seen) {
-		case 0:
-		case 1:
-			for l := range seen {
-				lineage = l
+		for _, gr := range l.groups {
+			if gr.Tags[districts.TagCluster] == cluster {
+				seen[gr.Tags[districts.TagLineage]]++
 			}
-		default:
-			var parts []string
-			for _, l := range slices.Sorted(maps.Keys(seen)) {
-				name := l
-				if name == "" {
-					name = "(untagged)"
-				}
-				parts = append(parts, fmt.Sprintf("%s (%d resources)", name, seen[l]))
-			}
-			return world{}, fmt.Errorf("%w: the clouds hold resources of cluster %q from %d lineages: %s; without resources.json transit cannot tell which cluster is this one: restore resources.json (it records the lineage), or rename one cluster",
-				ErrForeign, cluster, len(seen), strings.Join(parts, ", "))
 		}
 	}
+	if len(seen) <= 1 {
+		for l := range seen {
+			return l, nil
+		}
+		return "", nil
+	}
+	var parts []string
+	for _, l := range slices.Sorted(maps.Keys(seen)) {
+		name := l
+		if name == "" {
+			name = "(untagged)"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d resources)", name, seen[l]))
+	}
+	return "", fmt.Errorf("%w: the clouds hold resources of cluster %q from %d lineages: %s; without resources.json transit cannot tell which cluster is this one: restore resources.json (it records the lineage), or rename one cluster",
+		ErrForeign, cluster, len(seen), strings.Join(parts, ", "))
+}
 
-	w := world{terminating: map[string]int{}, eagerGroups: map[string]bool{}, blocked: map[string]string{}, starting: map[string]bool{}, now: opts.Clock.Now()}
+// merge turns the listings into the current state: every machine of the
+// lineage becomes a node (tracked ones keep what resources.json knows of
+// them, others are adopted), its addresses and zone from the cloud and
+// its phase from the cloud's present answer; the platform's answer
+// refines the phases later. Times read from the state are clamped to now
+// (a clock that ran ahead never defers anything for long). Machines that
+// claim one node id are told apart later by the platform (identify); here
+// the one resources.json has, else the oldest, holds the id.
+func merge(opts Options, lineage string, listings []listing) world {
+	cluster, now := opts.Cluster.ID, opts.Clock.Now()
+	w := world{terminating: map[string]int{}, eagerGroups: map[string]bool{}, blocked: map[string]string{},
+		starting: map[string]bool{}, now: now}
 	for id, infra := range opts.Infra {
 		if e, ok := infra.(provider.InUseGroupDeleter); ok && e.DeletesGroupsInUse() {
 			w.eagerGroups[id] = true
 		}
 	}
+	st := opts.State
 	w.state = districts.Resources{
 		Type: "resources", Version: districts.ResourcesVersion, Cluster: cluster, Lineage: lineage,
-		Serial: opts.State.Serial, UpdatedAt: opts.State.UpdatedAt, PlatformFormedAt: opts.State.PlatformFormedAt,
-		NodeNumbers: maps.Clone(opts.State.NodeNumbers), Failures: maps.Clone(opts.State.Failures),
+		Serial: st.Serial, UpdatedAt: st.UpdatedAt, PlatformFormedAt: notAfter(st.PlatformFormedAt, now),
+		NodeNumbers: maps.Clone(st.NodeNumbers), Failures: clampFailures(st.Failures, now),
+		Districts: maps.Clone(st.Districts),
 	}
 	ours := func(tags map[string]string) bool {
 		return tags[districts.TagCluster] == cluster && tags[districts.TagLineage] == lineage
 	}
 	byProvider := map[string]districts.Node{}
-	for _, n := range opts.State.Nodes {
+	for _, n := range st.Nodes {
 		byProvider[n.District+"\x00"+n.ProviderID] = n
 	}
 	seen := map[string]bool{}
-	ids := map[string]bool{}
+	var claims []claim
 	for i, d := range opts.Districts {
 		for _, inst := range listings[i].instances {
 			// Re-check the tags: a driver bug must never make transit
@@ -173,32 +258,43 @@ func observe(ctx context.Context, opts Options) (world, error) {
 				continue
 			}
 			key := d.ID + "\x00" + inst.ProviderID
+			if seen[key] {
+				continue // a listing that repeats a machine (pages that overlap)
+			}
 			seen[key] = true
-			n, tracked := byProvider[key]
+			saved, tracked := byProvider[key]
+			n := saved
 			if !tracked {
 				n = nodeFromInstance(cluster, d.ID, inst)
 				if inst.State != provider.InstanceTerminating {
 					w.notes = append(w.notes, fmt.Sprintf("adopted node %s (%s) in district %s: it carries transit's tags but was missing from resources.json", n.ID, inst.ProviderID, d.ID))
 				}
 			}
-			if ids[n.ID] {
-				// Two machines claim one name (copied tags): keep both,
-				// told apart by the cloud's id, so the surplus is removed.
-				w.notes = append(w.notes, fmt.Sprintf("machine %s in district %s carries node id %s, which another machine has; tracking it as %s", inst.ProviderID, d.ID, n.ID, inst.ProviderID))
-				n.ID = inst.ProviderID
-			}
-			ids[n.ID] = true
 			n.PublicIP, n.PrivateIP = inst.PublicIP, inst.PrivateIP
 			if inst.Zone != "" {
 				n.Zone = inst.Zone
 			}
-			if inst.State == provider.InstanceTerminating {
-				n.Phase = districts.PhaseTerminating
+			n.NotReadySince = notAfter(n.NotReadySince, now)
+			n.Machine = machineState(inst)
+			switch {
+			case inst.State == provider.InstanceTerminating:
+				n.Phase, n.StartingSince = districts.PhaseTerminating, time.Time{}
 				w.terminating[d.ID]++
-			} else if inst.State == provider.InstancePending || len(n.Addresses()) == 0 {
-				w.starting[n.ID] = true
+			case tracked && saved.Phase == districts.PhaseTerminating:
+				// transit asked for its termination, yet the cloud lists
+				// it alive: the platform says what it is (observePlatform).
+				n.Phase, n.Message = districts.PhaseLaunched, fmt.Sprintf("transit terminated it, but the cloud lists it %s", inst.State)
+				n.Reappeared = true
 			}
-			w.state.Nodes = append(w.state.Nodes, n)
+			if n.Phase != districts.PhaseTerminating && (inst.State == provider.InstancePending || inst.State == provider.InstanceRunning && len(n.Addresses()) == 0) {
+				n.StartingSince = notAfter(n.StartingSince, now)
+				if n.StartingSince.IsZero() {
+					n.StartingSince = now
+				}
+			} else {
+				n.StartingSince = time.Time{}
+			}
+			claims = append(claims, claim{node: n, saved: tracked && saved.CopyOf == ""})
 		}
 		for _, gr := range listings[i].groups {
 			if gr.Tags[districts.TagCluster] != cluster {
@@ -216,7 +312,7 @@ func observe(ctx context.Context, opts Options) (world, error) {
 				Type: "security_group", ID: gr.Name, Cluster: cluster, District: d.ID,
 				ProviderID: gr.ProviderID, Sources: slices.Sorted(slices.Values(gr.Sources)),
 			}
-			for _, old := range opts.State.SecurityGroups {
+			for _, old := range st.SecurityGroups {
 				if old.District == d.ID && old.ProviderID == gr.ProviderID {
 					sg.CreatedAt, sg.UpdatedAt = old.CreatedAt, old.UpdatedAt
 				}
@@ -228,51 +324,191 @@ func observe(ctx context.Context, opts Options) (world, error) {
 			w.state.SecurityGroups = append(w.state.SecurityGroups, sg)
 		}
 	}
-	for _, n := range opts.State.Nodes {
+	w.state.Nodes = holdClaims(claims)
+	if len(liveNodes(st)) == 0 && len(liveNodes(w.state)) == 0 {
+		// transit terminated every node it had (or never had one), and
+		// the clouds agree: a new platform may form on the next nodes.
+		w.state.PlatformFormedAt = time.Time{}
+	}
+	if st.Lineage == "" && lineage != "" && len(claims) == 0 && w.state.PlatformFormedAt.IsZero() {
+		// resources.json is lost and the clouds show this lineage's
+		// groups but no machine: whether a platform formed is unknown,
+		// so one is assumed (an empty page must not start a second).
+		w.state.PlatformFormedAt = now
+		w.warnings = append(w.warnings, fmt.Sprintf("resources.json is missing and the clouds hold groups of cluster %s (lineage %s) but no machine: a platform may have formed, so transit starts a new one only with --rebuild-platform", cluster, lineage))
+	}
+	for _, n := range w.state.Nodes {
+		if !n.StartingSince.IsZero() {
+			w.starting[n.ID] = true
+		}
+		if n.CopyOf != "" && !slices.ContainsFunc(st.Nodes, func(s districts.Node) bool { return s.ProviderID == n.ProviderID && s.CopyOf != "" }) {
+			w.notes = append(w.notes, fmt.Sprintf("machine %s in district %s carries the tags of node %s, which another machine is: tracked as %s and removed (never drained)", n.ProviderID, n.District, n.CopyOf, n.ID))
+		}
+	}
+	for _, n := range st.Nodes {
 		if !seen[n.District+"\x00"+n.ProviderID] && n.Phase != districts.PhaseTerminating {
 			w.notes = append(w.notes, fmt.Sprintf("forgot node %s (%s): district %s no longer has it", n.ID, n.ProviderID, n.District))
 		}
 	}
-
-	if !opts.Destroy {
-		if err := observePlatform(ctx, opts.Platform, &w); err != nil {
-			return world{}, err
-		}
-	}
-	if len(w.live()) == 0 {
-		// Nothing is left that could hold a platform.
-		w.state.PlatformFormedAt = time.Time{}
-	}
-	sortState(&w.state)
-	return w, nil
+	return w
 }
 
-// observePlatform sets every live node's phase from what the platform
-// says. A platform that cannot be asked is no error: the phases stay as
-// resources.json has them and the plan changes no node.
+// machineState is the cloud's answer as the node records it: stopped and
+// failed machines are told apart from running ones on every observation.
+func machineState(inst provider.Instance) string {
+	switch inst.State {
+	case provider.InstanceStopped, provider.InstanceFailed:
+		return string(inst.State)
+	}
+	return ""
+}
+
+// claim is a machine and the node id it claims; saved says
+// resources.json has this very machine as that node.
+type claim struct {
+	node  districts.Node
+	saved bool
+}
+
+// holdClaims gives each claimed node id to one machine, never by listing
+// order: the one resources.json has as that node, else the oldest, else
+// the smallest provider id. The others are copies, tracked under their
+// provider id. identify corrects the choice by the platform's answer.
+func holdClaims(claims []claim) []districts.Node {
+	byID := map[string][]int{}
+	for i, c := range claims {
+		id := c.node.ID
+		if c.node.CopyOf != "" {
+			id = c.node.CopyOf
+		}
+		byID[id] = append(byID[id], i)
+	}
+	out := make([]districts.Node, 0, len(claims))
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		idx := byID[id]
+		slices.SortFunc(idx, func(a, b int) int {
+			ca, cb := claims[a], claims[b]
+			if ca.saved != cb.saved {
+				return b2i(cb.saved) - b2i(ca.saved)
+			}
+			if c := ca.node.CreatedAt.Compare(cb.node.CreatedAt); c != 0 {
+				return c
+			}
+			return strings.Compare(ca.node.ProviderID, cb.node.ProviderID)
+		})
+		for k, i := range idx {
+			n := claims[i].node
+			if k == 0 {
+				n.ID, n.CopyOf = id, ""
+			} else {
+				n.ID, n.CopyOf = n.ProviderID, id
+			}
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// missingFrom lists the machines the listings lack although they must be
+// there: every machine this run launched and did not terminate, and the
+// machines of a district whose listing dropped every one resources.json
+// had there (a changed region or credential, an API that answered an
+// empty page). Nothing but the operator (--forget-missing) confirms that
+// they are gone: a platform that calls a member not ready says nothing
+// about its machine.
+func missingFrom(st districts.Resources, launched map[string]string, listings []listing, ds []districts.District) []missingMachine {
+	listed := map[string]bool{}
+	ours := map[string]int{}
+	for i, d := range ds {
+		for _, in := range listings[i].instances {
+			if in.Tags[districts.TagCluster] == st.Cluster && in.Tags[districts.TagLineage] == st.Lineage {
+				listed[d.ID+"\x00"+in.ProviderID] = true
+				ours[d.ID]++
+			}
+		}
+	}
+	had := map[string][]districts.Node{}
+	for _, n := range st.Nodes {
+		if n.Phase != districts.PhaseTerminating && n.ProviderID != "" {
+			had[n.District] = append(had[n.District], n)
+		}
+	}
+	var out []missingMachine
+	for _, d := range ds {
+		for _, n := range had[d.ID] {
+			switch {
+			case listed[d.ID+"\x00"+n.ProviderID]:
+			case launched[n.ProviderID] == d.ID:
+				out = append(out, missingMachine{node: n, launched: true})
+			case ours[d.ID] == 0:
+				out = append(out, missingMachine{node: n})
+			}
+		}
+	}
+	return out
+}
+
+// recordDistricts keeps the identity of every district that holds nodes
+// or a group, so a districts.json that points it elsewhere is refused.
+func recordDistricts(w *world, ds []districts.District) {
+	used := map[string]bool{}
+	for _, n := range w.state.Nodes {
+		used[n.District] = true
+	}
+	for _, g := range w.state.SecurityGroups {
+		used[g.District] = true
+	}
+	for _, m := range w.missing {
+		used[m.node.District] = true
+	}
+	rec := map[string]map[string]string{}
+	for _, d := range ds {
+		if used[d.ID] {
+			rec[d.ID] = d.Identity()
+		}
+	}
+	w.state.Districts = rec
+	if len(rec) == 0 {
+		w.state.Districts = nil
+	}
+}
+
+// observePlatform asks the platform which nodes are members, tells apart
+// machines that claim one node by the platform's identity of its members
+// (identify), and sets every live node's phase from both answers
+// (phases). A platform that cannot be asked
+// is no error: the phases stay as resources.json has them and the plan
+// changes no node.
 func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
-	live := w.live()
-	if len(live) == 0 {
+	ask, stopped := askable(w)
+	if len(ask) == 0 && len(stopped) > 0 {
+		w.platform, w.platformErr = platformUnreachable, &provider.UnreachableError{Masters: stopped, Err: errors.New("the cloud reports their machines stopped")}
+		return nil
+	}
+	if len(ask) == 0 {
 		w.platform = platformNone // nothing to be a member of anything
+		phases(w)
 		return nil
 	}
 	if p == nil {
 		return errors.New("no platform driver to ask which nodes are members")
 	}
-	nodes := make([]districts.Node, len(live))
-	for i, n := range live {
-		nodes[i] = *n
+	list, err := p.Members(ctx, ask)
+	if len(stopped) > 0 && (errors.Is(err, provider.ErrNoPlatform) || lost(err)) {
+		// Masters that were members do not run: the platform may
+		// come back with them.
+		err = &provider.UnreachableError{Masters: stopped, Err: errors.New("the cloud reports their machines stopped")}
 	}
-	list, err := p.Members(ctx, nodes)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case errors.Is(err, provider.ErrNoPlatform):
 		w.platform = platformNone
 	case lost(err):
-		// Every master answered, or none is left, and no master serves
-		// the platform workers still belong to: it is lost; only
-		// --rebuild-platform builds a new one.
+		// Every node answered, and nodes belong to a platform no master
+		// serves: it formed and is lost; only --rebuild-platform builds
+		// a new one. (Silence would prove nothing: a node that did not
+		// answer makes the platform unreachable, not lost.)
 		w.platform, w.platformErr = platformNone, err
 		if w.state.PlatformFormedAt.IsZero() {
 			w.state.PlatformFormedAt = w.now
@@ -288,7 +524,115 @@ func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
 	w.members = map[string]provider.Member{}
 	for _, m := range list {
 		w.members[m.NodeID] = m
+		if w.platform == platformUp && m.Role == districts.RoleMaster && w.state.PlatformFormedAt.IsZero() {
+			w.state.PlatformFormedAt = w.now
+		}
 	}
+	identify(w)
+	phases(w)
+	if w.platform == platformUp {
+		w.missing = append(w.missing, unlisted(w)...)
+	}
+	return nil
+}
+
+// unlisted are the ready members transit named whose machine no listing
+// shows: the platform says they serve, so the listings are incomplete.
+func unlisted(w *world) []missingMachine {
+	var out []missingMachine
+	for _, m := range w.strays {
+		if m.Ready && transitName(w.state.Cluster, m.NodeID) {
+			out = append(out, missingMachine{node: districts.Node{ID: m.NodeID, Role: m.Role}, ready: true})
+		}
+	}
+	return out
+}
+
+// askable are the nodes the platform is asked about: the machines that
+// run. A copy is no node of the cluster; a machine that is stopped,
+// failed or still starting cannot answer, and its silence would say
+// nothing: the masters' member list says what it is. stopped names the
+// masters among them that were members.
+func askable(w *world) (ask []districts.Node, stopped []string) {
+	for _, n := range w.live() {
+		switch {
+		case n.CopyOf != "":
+		case n.Machine != "" || w.starting[n.ID]:
+			if n.Role == districts.RoleMaster && n.Phase.Member() {
+				stopped = append(stopped, n.ID)
+			}
+		default:
+			ask = append(ask, *n)
+		}
+	}
+	return ask, stopped
+}
+
+// identify corrects holdClaims by the platform's own identity of its
+// members: when the member a node id names is known by exactly one of the
+// machines that claim that id (its provider id, or one of its addresses)
+// and that machine is a copy, the two swap. A member is never held by a
+// machine the platform does not know it by.
+func identify(w *world) {
+	byClaim := map[string][]int{}
+	for i, n := range w.state.Nodes {
+		if n.Phase == districts.PhaseTerminating {
+			continue
+		}
+		id := n.ID
+		if n.CopyOf != "" {
+			id = n.CopyOf
+		}
+		byClaim[id] = append(byClaim[id], i)
+	}
+	for id, idx := range byClaim {
+		m, ok := w.members[id]
+		if len(idx) < 2 || !ok {
+			continue
+		}
+		var match []int
+		for _, i := range idx {
+			if knownBy(m, w.state.Nodes[i]) {
+				match = append(match, i)
+			}
+		}
+		if len(match) != 1 || w.state.Nodes[match[0]].CopyOf == "" {
+			continue
+		}
+		for _, i := range idx {
+			n := &w.state.Nodes[i]
+			switch {
+			case i == match[0]:
+				n.ID, n.CopyOf = id, ""
+			case n.CopyOf == "":
+				n.ID, n.CopyOf = n.ProviderID, id
+				w.notes = append(w.notes, fmt.Sprintf("machine %s in district %s carries the tags of node %s, but the platform knows that member by another machine: tracked as %s and removed (never drained)", n.ProviderID, n.District, id, n.ID))
+			}
+		}
+	}
+}
+
+// knownBy says the platform knows member m by n's machine: its provider
+// id (a Kubernetes providerID ends in it) or one of its addresses.
+func knownBy(m provider.Member, n districts.Node) bool {
+	if m.ProviderID != "" && (m.ProviderID == n.ProviderID || strings.HasSuffix(m.ProviderID, "/"+n.ProviderID)) {
+		return true
+	}
+	for _, a := range m.Addresses {
+		if a != "" && slices.Contains(n.Addresses(), a) {
+			return true
+		}
+	}
+	return false
+}
+
+// phases sets every live node's phase from the platform's answer and
+// the cloud's: a member whose machine is stopped is stopped (not ready);
+// a machine that is no member and will not become one (stopped or failed,
+// not started in time, or alive although transit terminated it) failed;
+// a master is ready only while it holds a vote.
+func phases(w *world) {
+	live := w.live()
 	liveIDs := map[string]bool{}
 	for _, n := range live {
 		liveIDs[n.ID] = true
@@ -300,7 +644,21 @@ func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
 	}
 	for _, n := range live {
 		m, ok := w.members[n.ID]
+		if n.CopyOf != "" {
+			ok = false
+		}
+		ready := ok && readyAs(n.Role, m)
+		was := n.Phase
 		switch {
+		case ok && n.Machine != "":
+			n.Phase = districts.PhaseStopped
+		case !ok && n.Machine != "":
+			n.Phase, n.Message = districts.PhaseFailed, fmt.Sprintf("the cloud reports the machine %s and the platform does not list it", n.Machine)
+		case !ok && (n.Reappeared || was == districts.PhaseFailed):
+			n.Phase = districts.PhaseFailed
+		case !ok && w.starting[n.ID] && w.now.Sub(n.StartingSince) >= startTimeout:
+			n.Phase, n.Message = districts.PhaseFailed, fmt.Sprintf("the cloud has not run it since %s (%s)", n.StartingSince.UTC().Format(time.RFC3339), startTimeout)
+			delete(w.starting, n.ID)
 		case !ok && (n.Phase == districts.PhaseLeft || n.Phase == districts.PhaseDrained):
 			n.Phase = districts.PhaseLeft
 		case !ok:
@@ -310,17 +668,17 @@ func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
 		case m.Draining && n.Phase == districts.PhaseDrained:
 		case m.Draining:
 			n.Phase = districts.PhaseDraining
-		case !m.Ready:
+		case !ready:
 			n.Phase = districts.PhaseNotReady
 		default:
 			n.Phase = districts.PhaseJoined
 		}
+		if n.Phase == districts.PhaseFailed && was != districts.PhaseFailed && !n.Reappeared {
+			countFailure(&w.state, *n, n.Message, w.now)
+		}
 		if ok {
 			n.Tags = maps.Clone(m.Labels)
 			n.JoinFailed = false
-			if m.Role == districts.RoleMaster && m.Ready && w.state.PlatformFormedAt.IsZero() {
-				w.state.PlatformFormedAt = w.now
-			}
 		} else {
 			n.CordonedByTransit = false
 		}
@@ -328,20 +686,59 @@ func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
 			n.CordonedByTransit = false
 		}
 		switch {
-		case ok && !m.Ready && n.NotReadySince.IsZero():
+		case ok && !ready && n.NotReadySince.IsZero():
 			n.NotReadySince = w.now
-		case !ok || m.Ready:
+		case !ok || ready:
 			n.NotReadySince = time.Time{}
 		}
 	}
-	return nil
+}
+
+// readyAs says member m serves as a ready node of role: a master must
+// hold a vote (an etcd learner, a manager the others do not reach, does
+// not count), a worker must be ready.
+func readyAs(role string, m provider.Member) bool {
+	return m.Ready && (role != districts.RoleMaster || m.Role == districts.RoleMaster && m.Voter)
+}
+
+// countFailure records a failed install, join or launch on the node's
+// deployment line, whose launches back off after maxJoinFailures in a row.
+func countFailure(s *districts.Resources, n districts.Node, cause string, now time.Time) {
+	if s.Failures == nil {
+		s.Failures = map[string]districts.Failure{}
+	}
+	f := s.Failures[n.Key().String()]
+	f.Count++
+	f.LastError, f.LastAt = cause, now
+	s.Failures[n.Key().String()] = f
 }
 
 // lost says err reports a platform that no master serves although every
-// master answered (or none is left).
+// node answered.
 func lost(err error) bool {
 	ue, ok := errors.AsType[*provider.UnreachableError](err)
 	return ok && ue.Lost()
+}
+
+// notAfter clamps a time read from the state: one in the future (written
+// by a clock that ran ahead) counts as now.
+func notAfter(t, now time.Time) time.Time {
+	if t.After(now) {
+		return now
+	}
+	return t
+}
+
+func clampFailures(fs map[string]districts.Failure, now time.Time) map[string]districts.Failure {
+	if fs == nil {
+		return nil
+	}
+	out := make(map[string]districts.Failure, len(fs))
+	for k, f := range fs {
+		f.LastAt = notAfter(f.LastAt, now)
+		out[k] = f
+	}
+	return out
 }
 
 func nodeFromInstance(cluster, district string, inst provider.Instance) districts.Node {
@@ -369,15 +766,20 @@ func stateWorld(r districts.Resources, now time.Time) world {
 	w := world{state: r, terminating: map[string]int{}, blocked: map[string]string{}, now: now}
 	w.state.Nodes = slices.Clone(r.Nodes)
 	w.state.SecurityGroups = slices.Clone(r.SecurityGroups)
+	w.state.PlatformFormedAt = notAfter(r.PlatformFormedAt, now)
+	w.state.Failures = clampFailures(r.Failures, now)
 	w.members = map[string]provider.Member{}
 	w.platform = platformNone
-	for _, n := range r.Nodes {
+	for i := range w.state.Nodes {
+		n := &w.state.Nodes[i]
+		n.NotReadySince = notAfter(n.NotReadySince, now)
+		n.StartingSince = notAfter(n.StartingSince, now)
 		switch {
 		case n.Phase == districts.PhaseTerminating:
 			w.terminating[n.District]++
 		case n.Phase.Member():
-			w.members[n.ID] = provider.Member{NodeID: n.ID, Role: n.Role, Ready: n.Phase == districts.PhaseJoined,
-				Draining: n.Phase != districts.PhaseJoined && n.Phase != districts.PhaseNotReady, Labels: n.Tags}
+			w.members[n.ID] = provider.Member{NodeID: n.ID, Role: n.Role, Voter: n.Role == districts.RoleMaster, Ready: n.Phase == districts.PhaseJoined,
+				Draining: n.Phase != districts.PhaseJoined && n.Phase != districts.PhaseNotReady && n.Phase != districts.PhaseStopped, Labels: n.Tags}
 			if n.Role == districts.RoleMaster {
 				w.platform = platformUp
 			}
@@ -402,6 +804,9 @@ func newNodeNumbers(cluster string, w world) *nodeNumbers {
 	}
 	for _, n := range w.state.Nodes {
 		nn.seeID(n.Role, n.ID)
+		if n.CopyOf != "" {
+			nn.seeID(n.Role, n.CopyOf)
+		}
 	}
 	for _, m := range w.members {
 		for _, role := range []string{districts.RoleMaster, districts.RoleWorker} {

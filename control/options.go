@@ -32,6 +32,14 @@ type Options struct {
 	// whose platform formed once and is now lost (every master gone).
 	// Without it the run stops not converged.
 	RebuildPlatform bool
+	// ForgetMissing believes listings that lack machines transit expects
+	// (every machine a district had, or one this run launched): they are
+	// forgotten and replaced. Without it such a listing is not acted on:
+	// the run waits for the clouds to show them, then stops not converged
+	// naming them (ErrMissingMachines), since a region, project or
+	// credential that changed, or an API that answers an empty page, must
+	// not start a second platform.
+	ForgetMissing bool
 	// State is the last saved resources.json (may be empty).
 	State districts.Resources
 	// Save persists state; the loop calls it after every action.
@@ -130,6 +138,14 @@ var ErrPlatformLost = errors.New("platform lost")
 // ErrForeign says the clouds hold resources of the cluster's name from
 // another lineage, and transit cannot tell which cluster is this one.
 var ErrForeign = errors.New("foreign resources")
+
+// ErrMissingMachines says the clouds' listings lack machines that must be
+// there, and nothing confirms they are gone; the run did not act on them.
+var ErrMissingMachines = errors.New("machines missing from the listing")
+
+// ErrSpendGuard says a run was about to launch more machines than the
+// intended state lacked at its start plus max_surge.
+var ErrSpendGuard = errors.New("spend guard")
 
 // ErrNotConverged is returned (wrapped, with the reasons) when a round made
 // no progress or the rounds ran out. The next run retries.

@@ -62,6 +62,23 @@ func (h *harness) save(r districts.Resources) error {
 	return nil
 }
 
+// record keeps what the loop decided, for the trace of a failing seed:
+// every plan's notes and every action with its reason.
+func (h *harness) record(e Event) {
+	var line string
+	switch {
+	case e.Type == EventPlan && e.Plan != nil:
+		line = fmt.Sprintf("plan: notes %q blocked %q waiting %q", e.Plan.Notes, e.Plan.Blocked, e.Plan.Waiting)
+	case e.Type == EventAction && e.Phase == PhaseStart:
+		line = fmt.Sprintf("%s %s: %s", e.Action.Kind, target(*e.Action), e.Action.Reason)
+	default:
+		return
+	}
+	h.sim.mu.Lock()
+	defer h.sim.mu.Unlock()
+	h.sim.decisions = append(h.sim.decisions, line)
+}
+
 func (h *harness) options(c districts.Cluster) Options {
 	infra := map[string]provider.Infrastructure{}
 	for _, d := range h.districts {
@@ -70,7 +87,8 @@ func (h *harness) options(c districts.Cluster) Options {
 	return Options{
 		Cluster: c, Districts: h.districts, Infra: infra, Platform: h.sim.platform(),
 		State: h.load(), Save: h.save, Parallel: h.sim.parallel, Clock: h.sim.clock,
-		MaxRounds: 60, RebuildPlatform: h.sim.rebuild, Destroy: wantsNothing(c),
+		MaxRounds: 60, RebuildPlatform: h.sim.rebuild, ForgetMissing: h.sim.forget, Destroy: wantsNothing(c),
+		OnEvent: h.record,
 	}
 }
 
@@ -79,7 +97,7 @@ func (h *harness) apply(c districts.Cluster, crashAt int) (Result, error) {
 	ctx, cancel := context.WithCancel(h.t.Context())
 	defer cancel()
 	h.sim.mu.Lock()
-	h.sim.cancel, h.sim.crashAt, h.sim.calls, h.sim.crashed = cancel, crashAt, 0, false
+	h.sim.cancel, h.sim.crashAt, h.sim.calls, h.sim.crashed, h.sim.launchCalls = cancel, crashAt, 0, false, 0
 	h.sim.mu.Unlock()
 	res, err := Apply(ctx, h.options(c))
 	if os.Getenv("SIMTRACE") != "" { // debugging a seed: every run's result and saved nodes
@@ -92,6 +110,15 @@ func (h *harness) apply(c districts.Cluster, crashAt int) (Result, error) {
 	h.rounds += res.Rounds
 	h.sim.mu.Lock()
 	defer h.sim.mu.Unlock()
+	// The spend guard: one run never launches more than the whole
+	// intended state plus max_surge, whatever its rounds believed.
+	want := c.Strategy.Resolved().MaxSurge
+	for _, d := range c.Deployments {
+		want += d.Quantity
+	}
+	if h.sim.launchCalls > want {
+		h.sim.violate("one run launched %d machines; the intended state has %d plus max_surge", h.sim.launchCalls, want-c.Strategy.Resolved().MaxSurge)
+	}
 	if !h.sim.crashed {
 		if err != nil && !errors.Is(err, ErrNotConverged) {
 			h.t.Fatalf("apply failed without a crash: %v", err)
@@ -116,12 +143,12 @@ func (h *harness) prepare(c districts.Cluster) {
 	s.maxUnavailable = strat.MaxUnavailable
 	ready, live := map[string]int{}, map[string]int{}
 	for _, m := range s.members {
-		if m.ready && !m.cordoned && m.gen == s.gen && s.alive(m) {
+		if s.healthy(m) && !m.cordoned && m.gen == s.gen && (m.role != districts.RoleMaster || m.voter) {
 			ready[m.role]++
 		}
 	}
 	for _, in := range s.instances {
-		if in.State != provider.InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
+		if s.counts(in) {
 			live[in.Tags[districts.TagRole]]++
 		}
 	}
@@ -160,8 +187,11 @@ func (h *harness) checkConverged(c districts.Cluster) {
 			t.Errorf("machine %s (%s) runs but is not a platform member", id, in.ProviderID)
 			continue
 		}
-		if !m.ready || m.cordoned {
-			t.Errorf("member %s: ready=%v cordoned=%v", id, m.ready, m.cordoned)
+		if !s.healthy(m) || m.cordoned || m.role == districts.RoleMaster && !m.voter {
+			t.Errorf("member %s: healthy=%v cordoned=%v voter=%v", id, s.healthy(m), m.cordoned, m.voter)
+		}
+		if m.machine != in.ProviderID {
+			t.Errorf("member %s is machine %s, but the cloud's %s carries its tags", id, m.machine, in.ProviderID)
 		}
 		var want map[string]string
 		for _, d := range c.Deployments {
@@ -174,7 +204,7 @@ func (h *harness) checkConverged(c districts.Cluster) {
 		}
 	}
 	for id, m := range s.members {
-		if m.gen == s.gen && !s.alive(m) && len(liveDistricts) > 0 {
+		if m.gen == s.gen && !s.exists(m) && len(liveDistricts) > 0 {
 			t.Errorf("the platform still lists %s, whose machine is gone", id)
 		}
 	}
@@ -247,7 +277,8 @@ var simDistricts = []districts.District{
 func randomCluster(rng *rand.Rand, prev districts.Cluster) districts.Cluster {
 	c := districts.Cluster{Type: "cluster", ID: "paper", Platform: "swarm",
 		Flavors:  []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 2}, {Flavor: "large", Cores: 4, MemoryGB: 16}},
-		Strategy: districts.Strategy{MaxSurge: districts.Int(1 + rng.IntN(2)), MaxUnavailable: districts.Int(1 + rng.IntN(2))}}
+		Strategy: districts.Strategy{MaxSurge: districts.Int(1 + rng.IntN(2)), MaxUnavailable: districts.Int(1 + rng.IntN(2)),
+			ReplaceUnhealthyAfter: districts.Duration([]time.Duration{0, 20 * time.Minute}[rng.IntN(2)])}}
 	tagSets := []map[string]string{nil, {"location": "Europe"}, {"location": "Germany", "policy": "Safe-Harbour"}}
 	switch r := rng.Float64(); {
 	case r < 0.1:
@@ -329,7 +360,7 @@ func TestConvergesUnderFaults(t *testing.T) {
 				h.prepare(c)
 				converged := false
 				var lastErr error
-				h.sim.rebuild = false
+				h.sim.rebuild, h.sim.forget = false, false
 				for attempt := 0; attempt < 12 && !converged; attempt++ {
 					faulty := attempt < 4
 					h.setFaults(rng, faulty)
@@ -337,21 +368,33 @@ func TestConvergesUnderFaults(t *testing.T) {
 					if faulty && rng.IntN(2) == 0 {
 						crashAt = 1 + rng.IntN(80)
 					}
+					if !faulty {
+						h.sim.startStopped() // someone starts what was stopped
+					}
 					res, err := h.apply(c, crashAt)
 					// Converged with faults on may leave members the sim made
 					// sick reported, not waited on: only a clean run counts.
 					converged, lastErr = err == nil && res.Converged && !faulty, err
 					// What an operator does: rebuild a lost platform on
-					// purpose; cron runs again a while later.
+					// purpose, confirm that machines the listing lacks are
+					// gone (once the faults stopped, the listing tells the
+					// truth); cron runs again a while later.
 					h.sim.rebuild = h.sim.rebuild || errors.Is(err, ErrPlatformLost)
+					h.sim.forget = h.sim.forget || errors.Is(err, ErrMissingMachines) && !faulty
 					h.sim.clock.Advance(30 * time.Minute)
 				}
 				if !converged {
+					for _, d := range h.sim.decisions[max(len(h.sim.decisions)-80, 0):] {
+						t.Log("decision: " + d)
+					}
 					log := h.sim.log[max(len(h.sim.log)-40, 0):]
 					t.Fatalf("step %d: did not converge to %v after the faults stopped: %v; last calls: %v", step, c.Deployments, lastErr, log)
 				}
 				h.checkConverged(c)
 				if t.Failed() {
+					for _, d := range h.sim.decisions[max(len(h.sim.decisions)-80, 0):] {
+						t.Log("decision: " + d)
+					}
 					log := h.sim.log[max(len(h.sim.log)-40, 0):]
 					t.Fatalf("step %d (deployments %v) broke the rules; last calls: %v", step, c.Deployments, log)
 				}
@@ -369,10 +412,12 @@ func (h *harness) setFaults(rng *rand.Rand, on bool) {
 	defer s.mu.Unlock()
 	s.launchFail, s.joinFail, s.refuseProb, s.sickProb = 0, 0, 0, 0
 	s.membersFail, s.joinDrop, s.labelFail = 0, 0, 0
+	s.emptyList, s.hideNew, s.launchBroken, s.learnerProb, s.promoteProb = 0, 0, 0, 0, 1
 	clear(s.quota)
 	if on {
 		s.launchFail, s.joinFail, s.refuseProb, s.sickProb = 0.1, 0.1, 0.15, 0.05
 		s.membersFail, s.joinDrop, s.labelFail = 0.05, 0.1, 0.1
+		s.emptyList, s.hideNew, s.launchBroken, s.learnerProb, s.promoteProb = 0.05, 2, 0.05, 0.3, 0.5
 		if rng.IntN(4) == 0 {
 			s.quota[simDistricts[rng.IntN(3)].ID] = rng.IntN(4)
 		}
@@ -381,23 +426,42 @@ func (h *harness) setFaults(rng *rand.Rand, on bool) {
 
 // disturb does what happens outside transit between runs: a lost
 // resources.json, a worker or a master deleted by hand (the platform
-// keeps listing it as a member that is down).
+// keeps listing it as a member that is down), a member cloned with its
+// tags, a machine stopped (and, later, started again), transit's clock
+// jumping a year forward or back.
 func (h *harness) disturb(rng *rand.Rand, step int) {
 	if step == 0 {
 		return
 	}
 	role := districts.RoleWorker
-	switch rng.IntN(7) {
+	s := h.sim
+	switch rng.IntN(12) {
 	case 0:
 		h.saved = nil // resources.json lost: everything must be adopted
 		return
 	case 1:
 	case 2:
 		role = districts.RoleMaster
+	case 3, 4:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.cloneMember(rng)
+		return
+	case 5, 6:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.stopOne(rng)
+		return
+	case 7:
+		d := []time.Duration{365 * 24 * time.Hour, -365 * 24 * time.Hour}[rng.IntN(2)]
+		s.clock.Advance(d)
+		s.mu.Lock()
+		s.skew += d
+		s.mu.Unlock()
+		return
 	default:
 		return
 	}
-	s := h.sim
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
@@ -405,6 +469,56 @@ func (h *harness) disturb(rng *rand.Rand, step int) {
 		if in.Tags[districts.TagCluster] == s.cluster && in.Tags[districts.TagRole] == role && in.State == provider.InstanceRunning {
 			delete(s.instances, id)
 			return
+		}
+	}
+}
+
+// cloneMember copies a running member's machine, tags and all, as an
+// image or "launch more like this" would: a new machine, not a member.
+func (s *sim) cloneMember(rng *rand.Rand) {
+	var ids []string
+	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
+		in := s.instances[id]
+		if m, ok := s.current(in.Tags[districts.TagNode]); ok && m.machine == id && in.State == provider.InstanceRunning {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	orig := s.instances[ids[rng.IntN(len(ids))]]
+	s.nextID++
+	cp := *orig
+	cp.Tags = maps.Clone(orig.Tags)
+	cp.ProviderID = fmt.Sprintf("i-%04d", s.nextID)
+	cp.PublicIP, cp.PrivateIP = fmt.Sprintf("198.51.%d.%d", s.nextID/250, s.nextID%250+1), fmt.Sprintf("10.1.%d.%d", s.nextID/250, s.nextID%250+1)
+	cp.CreatedAt = s.cloudNow()
+	s.instances[cp.ProviderID] = &cp
+}
+
+// stopOne stops a running machine of the cluster behind transit's back.
+func (s *sim) stopOne(rng *rand.Rand) {
+	var ids []string
+	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
+		if in := s.instances[id]; in.Tags[districts.TagCluster] == s.cluster && in.State == provider.InstanceRunning {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 {
+		in := s.instances[ids[rng.IntN(len(ids))]]
+		in.State, in.PublicIP = provider.InstanceStopped, "" // a stopped EC2 machine loses its public address
+	}
+}
+
+// startStopped starts every stopped machine again, with a new public
+// address, as EC2 does.
+func (s *sim) startStopped() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
+		if in := s.instances[id]; in.State == provider.InstanceStopped {
+			s.nextID++
+			in.State, in.PublicIP = provider.InstanceRunning, fmt.Sprintf("198.18.%d.%d", s.nextID/250, s.nextID%250+1)
 		}
 	}
 }

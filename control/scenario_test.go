@@ -198,7 +198,9 @@ func TestDroppedDistrictIsRefused(t *testing.T) {
 }
 
 // Scenario 11: a deployment that always fails to join stops relaunching
-// after maxJoinFailures and says why; node numbers are never reused.
+// after maxJoinFailures and says why; node numbers are never reused. One
+// run launches no more than the intended state lacked at its start plus
+// max_surge (the spend guard), so the third attempt is the next run's.
 func TestFailingJoinsBackOff(t *testing.T) {
 	t.Parallel()
 	h := newTestHarness(t)
@@ -208,6 +210,10 @@ func TestFailingJoinsBackOff(t *testing.T) {
 	c := paperCluster(1, 1, 0)
 	h.prepare(c)
 	_, err := h.apply(c, 0)
+	if !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "spend guard: this run launched 2 machine(s)") {
+		t.Fatalf("err = %v, want not converged naming the spend guard", err)
+	}
+	_, err = h.apply(c, 0)
 	if !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "failed to install or join") {
 		t.Fatalf("err = %v, want not converged naming the failing joins", err)
 	}
@@ -230,6 +236,32 @@ func TestFailingJoinsBackOff(t *testing.T) {
 	h.mustConverge(c)
 	if ids := h.nodeIDs("worker"); len(ids) != 1 || ids[0] != "paper-worker-4" {
 		t.Errorf("workers %v, want paper-worker-4 (numbers 1-3 are never reused)", ids)
+	}
+}
+
+// Case 8 of the listing issue: a failure time written by a clock that ran
+// a year ahead counts as now, and is saved so: the backoff ends after its
+// documented maximum, not a year later.
+func TestBackoffFromAClockThatRanAhead(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 0, 0))
+	st := h.load()
+	key := districts.DeploymentKey{District: "gce-europe", Flavor: "small", Role: "worker"}
+	st.Failures = map[string]districts.Failure{key.String(): {Count: 30, LastError: "apt-get: unable to fetch",
+		LastAt: h.sim.clock.Peek().AddDate(1, 0, 0)}}
+	if err := h.save(st); err != nil {
+		t.Fatal(err)
+	}
+	c := paperCluster(1, 1, 0)
+	h.prepare(c)
+	if _, err := h.apply(c, 0); !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "no relaunch before") {
+		t.Fatalf("err = %v, want the backoff", err)
+	}
+	h.sim.clock.Advance(maxJoinBackoff + time.Minute)
+	h.mustConverge(c)
+	if got := retryAt(districts.Failure{Count: 30, LastAt: h.sim.clock.Peek().AddDate(1, 0, 0)}, h.sim.clock.Peek()); got.Sub(h.sim.clock.Peek()) != maxJoinBackoff {
+		t.Errorf("a backoff from a time a year ahead ends at %v, want %v from now", got, maxJoinBackoff)
 	}
 }
 

@@ -48,7 +48,22 @@ type sim struct {
 	addonsFail   float64        // probability the addons step fails
 	addonsRuns   [][]string     // the addons each addons step was given
 	rebuild      bool           // the run may initialise a new platform over a lost one
+	forget       bool           // the run believes listings that lack machines (--forget-missing)
 	gen          int            // the platform's generation: Init over a lost platform starts a new one
+
+	// Listing and cloud faults.
+	emptyList    float64 // probability a district's listing answers an empty page
+	hideNew      int     // a new machine stays out of listings for up to this many List calls
+	launchBroken float64 // probability a launch ends failed (ERROR), stopped or stuck pending, with an error
+	learnerProb  float64 // probability a joining master starts as a non-voter (an etcd learner)
+	promoteProb  float64 // probability a non-voter becomes a voter at a Members call
+	providerIDs  bool    // members carry their machine's provider id (Kubernetes) besides addresses
+	// skew is how far transit's clock is ahead of the clouds': the cloud
+	// runs on clock.Peek() - skew, so a jump of transit's clock moves no
+	// cloud deadline.
+	skew time.Duration
+	// launchCalls counts the launches of the current run.
+	launchCalls int
 
 	// Crash: when calls reaches crashAt, cancel is called.
 	calls   int
@@ -66,6 +81,7 @@ type sim struct {
 	peak           map[string]int // role -> live machines allowed at most
 	violations     []string
 	log            []string
+	decisions      []string // the loop's plans and actions (harness.record)
 }
 
 type simInstance struct {
@@ -73,6 +89,9 @@ type simInstance struct {
 	district string
 	group    string
 	goneAt   time.Time // zero while not terminating
+	hiddenTo time.Time // the listings miss the machine until then (eventual consistency)
+	launched bool      // transit's Launch made it (not a copy someone made)
+	broken   bool      // its launch ended failed, stopped or stuck, with an error
 }
 
 type simGroup struct {
@@ -82,6 +101,8 @@ type simGroup struct {
 
 type simMember struct {
 	role     string
+	voter    bool // holds a vote (a master that is no learner)
+	addr     string
 	ready    bool
 	sick     bool   // unhealthy for reasons outside transit (a crashed kubelet)
 	machine  string // provider id of the machine that joined
@@ -124,6 +145,11 @@ func (s *sim) violate(format string, args ...any) {
 // effect of the crashing call happens when effectFirst is true: the cloud
 // acted, transit died before it heard back.
 func (s *sim) step(ctx context.Context, what string) (crash bool, err error) {
+	if s.crashed {
+		// transit was killed: nothing it would still do arrives, not
+		// even an uncordon that ignores the run's cancellation.
+		return false, errors.New("transit was killed")
+	}
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -160,7 +186,7 @@ func isForeign(id string) bool {
 
 // gc forgets machines whose termination finished.
 func (s *sim) gc() {
-	now := s.clock.Peek()
+	now := s.cloudNow()
 	for id, in := range s.instances {
 		if in.State == provider.InstanceTerminating && !now.Before(in.goneAt) {
 			delete(s.instances, id)
@@ -185,18 +211,24 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]provider.Instanc
 		return nil, nil, err
 	}
 	s.gc()
+	empty := s.rng.Float64() < s.emptyList // an API that answers an empty page
 	var out []provider.Instance
-	for _, in := range s.instances {
+	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
+		in := s.instances[id]
 		if in.district != c.district {
 			continue
 		}
-		if in.Tags[districts.TagCluster] == cluster || s.sloppyList {
+		if s.cloudNow().Before(in.hiddenTo) {
+			continue
+		}
+		if !empty && (in.Tags[districts.TagCluster] == cluster || s.sloppyList) {
 			cp := in.Instance
 			cp.Tags = maps.Clone(in.Tags)
 			out = append(out, cp)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ProviderID < out[j].ProviderID })
+	// Clouds promise no order.
+	s.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	var gs []provider.Group
 	for _, g := range s.groups {
 		if g.district == c.district && (g.Tags[districts.TagCluster] == cluster || s.sloppyList) {
@@ -311,12 +343,34 @@ func (c *simInfra) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	if quota, ok := s.quota[c.district]; ok && live >= quota {
 		return provider.Instance{}, fmt.Errorf("quota exceeded: %d instances in %s", quota, c.district)
 	}
+	s.launchCalls++
 	s.nextID++
 	id := fmt.Sprintf("i-%04d", s.nextID)
 	inst := provider.Instance{ProviderID: id, Tags: maps.Clone(spec.Tags), Zone: spec.Node.Zone,
 		PublicIP: fmt.Sprintf("203.0.%d.%d", s.nextID/250, s.nextID%250+1), PrivateIP: fmt.Sprintf("10.0.%d.%d", s.nextID/250, s.nextID%250+1),
-		State: provider.InstanceRunning, CreatedAt: s.clock.Peek()}
-	s.instances[id] = &simInstance{Instance: inst, district: c.district, group: spec.GroupID}
+		State: provider.InstanceRunning, CreatedAt: s.cloudNow()}
+	in := &simInstance{Instance: inst, district: c.district, group: spec.GroupID, launched: true}
+	s.instances[id] = in
+	if !crash && s.rng.Float64() < s.launchBroken {
+		// The machine exists but never runs: the driver waited and
+		// reports its end, as real drivers do.
+		in.broken = true
+		switch s.rng.IntN(3) {
+		case 0:
+			in.State = provider.InstanceFailed
+			return provider.Instance{}, fmt.Errorf("server %s went to ERROR: No valid host was found", id)
+		case 1:
+			in.State = provider.InstanceStopped
+			return provider.Instance{}, fmt.Errorf("instance %s stopped while starting: Server.InternalError", id)
+		default:
+			in.State, in.PublicIP, in.PrivateIP = provider.InstancePending, "", ""
+			return provider.Instance{}, fmt.Errorf("instance %s still pending after the launch timeout", id)
+		}
+	}
+	if s.hideNew > 0 {
+		// The cloud's listing lags behind its launch answer.
+		in.hiddenTo = s.cloudNow().Add(time.Duration(s.rng.IntN(s.hideNew+1)) * 10 * time.Second)
+	}
 	s.checkPeak()
 	if crash {
 		return provider.Instance{}, err
@@ -345,7 +399,7 @@ func (c *simInfra) Terminate(ctx context.Context, inst provider.Instance) error 
 	}
 	if in.State != provider.InstanceTerminating {
 		in.State = provider.InstanceTerminating
-		in.goneAt = s.clock.Peek().Add(s.terminateFor)
+		in.goneAt = s.cloudNow().Add(s.terminateFor)
 	}
 	if s.destroying {
 		delete(s.members, node)
@@ -358,7 +412,7 @@ func (c *simInfra) Terminate(ctx context.Context, inst provider.Instance) error 
 func (s *sim) checkPeak() {
 	live := map[string]int{}
 	for _, in := range s.instances {
-		if in.State != provider.InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster {
+		if s.counts(in) {
 			live[in.Tags[districts.TagRole]]++
 		}
 	}
@@ -367,6 +421,13 @@ func (s *sim) checkPeak() {
 			s.violate("%d %s machines live, more than %d (max of before and after, plus max_surge)", n, role, limit)
 		}
 	}
+}
+
+// counts: a machine transit launched that runs, starts or may run again
+// counts toward a role's size; a copy someone made, and a launch that
+// failed before transit heard of its machine, do not.
+func (s *sim) counts(in *simInstance) bool {
+	return in.launched && !in.broken && in.State != provider.InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster
 }
 
 // checkFloor: transit never takes a healthy member of role away while
@@ -383,7 +444,7 @@ func (s *sim) checkFloor(role, when string) {
 	}
 	ready := 0
 	for _, m := range s.members {
-		if m.role == role && s.healthy(m) && !m.cordoned && m.gen == s.gen {
+		if m.role == role && s.healthy(m) && !m.cordoned && m.gen == s.gen && (role != districts.RoleMaster || m.voter) {
 			ready++
 		}
 	}
@@ -402,11 +463,22 @@ func (s *sim) founded() bool {
 	return false
 }
 
-// alive: the member's machine exists and is not dying.
+// alive: the member's machine runs.
 func (s *sim) alive(m *simMember) bool {
+	in, ok := s.instances[m.machine]
+	return ok && in.State == provider.InstanceRunning
+}
+
+// exists: the member's machine is there, running or not (a stopped one
+// may run again and bring its platform back).
+func (s *sim) exists(m *simMember) bool {
 	in, ok := s.instances[m.machine]
 	return ok && in.State != provider.InstanceTerminating
 }
+
+// cloudNow is the clouds' time, which a jump of transit's clock does not
+// move.
+func (s *sim) cloudNow() time.Time { return s.clock.Peek().Add(-s.skew) }
 
 // current: a member of the platform as it is now.
 func (s *sim) current(id string) (*simMember, bool) {
@@ -425,7 +497,7 @@ func (s *sim) platform() provider.Platform { return &simPlatform{s} }
 
 func (p *simPlatform) instanceOf(n districts.Node) *simInstance {
 	in := p.s.instances[n.ProviderID]
-	if in == nil || in.State == provider.InstanceTerminating {
+	if in == nil || in.State != provider.InstanceRunning {
 		return nil
 	}
 	return in
@@ -497,8 +569,11 @@ func (p *simPlatform) Init(ctx context.Context, n districts.Node) error {
 	if s.founded() {
 		s.violate("init of %s, but the platform exists", n.ID)
 	}
+	if p.instanceOf(n) == nil {
+		return fmt.Errorf("ssh %s: connection refused", n.PublicIP)
+	}
 	for id, m := range s.members {
-		if s.alive(m) && !s.rebuild {
+		if s.exists(m) && !s.rebuild {
 			s.violate("init of %s over a lost platform %s still belongs to, without --rebuild-platform", n.ID, id)
 			break
 		}
@@ -508,7 +583,7 @@ func (p *simPlatform) Init(ctx context.Context, n districts.Node) error {
 	}
 	s.allowedEverywhere(n)
 	s.gen++
-	s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID, gen: s.gen}
+	s.members[n.ID] = &simMember{role: n.Role, voter: true, ready: true, machine: n.ProviderID, addr: n.PrivateIP, gen: s.gen}
 	return err
 }
 
@@ -523,14 +598,24 @@ func (p *simPlatform) Join(ctx context.Context, n districts.Node) error {
 	if !s.founded() {
 		return errors.New("join: no manager to join")
 	}
+	if p.instanceOf(n) == nil {
+		return fmt.Errorf("ssh %s: connection refused", n.PublicIP)
+	}
 	if !crash && s.rng.Float64() < s.joinFail {
 		return errors.New("join: timeout waiting for the manager")
 	}
 	s.allowedEverywhere(n)
 	if m, ok := s.current(n.ID); ok {
+		if m.machine != n.ProviderID {
+			s.violate("join of %s on machine %s, but the platform has it on %s", n.ID, n.ProviderID, m.machine)
+		}
+		if m.role != n.Role {
+			m.voter = n.Role == districts.RoleMaster
+		}
 		m.ready, m.role = true, n.Role
 	} else {
-		s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID, gen: s.gen}
+		s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID, addr: n.PrivateIP, gen: s.gen,
+			voter: n.Role == districts.RoleMaster && s.rng.Float64() >= s.learnerProb}
 	}
 	if err == nil && s.rng.Float64() < s.joinDrop {
 		// It joined; transit never hears.
@@ -586,8 +671,8 @@ func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.
 	if !wasCordoned && cordoned+1 > s.maxUnavailable {
 		s.violate("drain of %s with %d nodes already cordoned, max_unavailable %d", n.ID, cordoned, s.maxUnavailable)
 	}
-	if m.role == districts.RoleMaster {
-		s.checkQuorum(n.ID, "drain")
+	if m.role == districts.RoleMaster && m.voter {
+		s.checkQuorum(n.ID, "drain") // a learner's leaving changes no quorum
 	}
 	m.cordoned, m.operator = true, false
 	if s.healthy(m) && !wasCordoned {
@@ -628,8 +713,8 @@ func (p *simPlatform) Remove(ctx context.Context, n districts.Node) error {
 	if !m.cordoned && !s.destroying && s.alive(m) {
 		s.violate("remove of %s without a drain", n.ID)
 	}
-	if m.role == districts.RoleMaster {
-		s.checkQuorum(n.ID, "remove")
+	if m.role == districts.RoleMaster && m.voter {
+		s.checkQuorum(n.ID, "remove") // a learner's leaving changes no quorum
 	}
 	delete(s.members, n.ID)
 	if s.healthy(m) && !m.cordoned {
@@ -643,7 +728,7 @@ func (p *simPlatform) Remove(ctx context.Context, n districts.Node) error {
 func (s *sim) checkQuorum(id, what string) {
 	total, healthy := 0, 0
 	for mid, m := range s.members {
-		if m.role != districts.RoleMaster || mid == id || m.gen != s.gen {
+		if m.role != districts.RoleMaster || !m.voter || mid == id || m.gen != s.gen {
 			continue
 		}
 		total++
@@ -658,10 +743,12 @@ func (s *sim) checkQuorum(id, what string) {
 
 func (s *sim) healthy(m *simMember) bool { return m.ready && !m.sick && s.alive(m) }
 
-// Members keeps the driver contract: a master of the platform answers with
-// every member, including members whose machine is gone (down); when none
-// answers, nodes still in a platform make it unreachable, never "no
-// platform".
+// Members keeps the driver contract as a real driver would, node by node:
+// a node whose machine does not run does not answer; a master of the
+// platform answers with every member, including members whose machine is
+// gone (down); when none answers, masters that did not make it
+// unreachable, and nodes still in a platform make it lost only when every
+// node answered.
 func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
 	s := p.s
 	s.mu.Lock()
@@ -686,31 +773,39 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]pr
 		} else if s.rng.Float64() < s.sickProb {
 			m.sick = !m.sick
 		}
-	}
-	answered := false
-	for _, n := range nodes {
-		if m, ok := s.current(n.ID); ok && m.role == districts.RoleMaster && s.healthy(m) {
-			answered = true
+		if m.role == districts.RoleMaster && !m.voter && s.healthy(m) && s.rng.Float64() < s.promoteProb {
+			m.voter = true // the learner caught up
 		}
 	}
-	if !answered {
-		// A master of the platform that is sick did not answer; a master
-		// in no platform answered "none".
-		var silent []string
-		for _, n := range nodes {
-			if m, ok := s.members[n.ID]; ok && n.Role == districts.RoleMaster && m.role == districts.RoleMaster && s.alive(m) {
+	answered, inPlatform := false, false
+	var silentMasters, silent []string
+	for _, n := range nodes {
+		m, member := s.members[n.ID]
+		member = member && m.machine == n.ProviderID // a copy's engine is in no platform
+		master := n.Role == districts.RoleMaster || member && m.role == districts.RoleMaster
+		switch {
+		case p.instanceOf(n) == nil || member && m.sick:
+			// No answer: its machine does not run, or its engine hangs.
+			if master {
+				silentMasters = append(silentMasters, n.ID)
+			} else {
 				silent = append(silent, n.ID)
 			}
+		case member && m.gen == s.gen && m.role == districts.RoleMaster:
+			answered = true
+		case member:
+			inPlatform = true
 		}
-		if len(silent) > 0 {
-			return nil, &provider.UnreachableError{Masters: silent, Err: errors.New("the docker engine does not answer")}
-		}
-		for _, n := range nodes {
-			if m, ok := s.members[n.ID]; ok && s.alive(m) {
-				// Every master answered; none serves it.
-				return nil, &provider.UnreachableError{Err: fmt.Errorf("%s is in a swarm, but no master serves it", n.ID)}
-			}
-		}
+	}
+	switch {
+	case answered:
+	case len(silentMasters) > 0:
+		return nil, &provider.UnreachableError{Masters: silentMasters, Err: errors.New("the docker engine does not answer")}
+	case len(silent) > 0:
+		return nil, &provider.UnreachableError{Silent: silent, Err: errors.New("ssh: connect: no route to host")}
+	case inPlatform:
+		return nil, &provider.UnreachableError{Err: errors.New("nodes are in a swarm, but no master serves it")}
+	default:
 		return nil, provider.ErrNoPlatform
 	}
 	var out []provider.Member
@@ -719,7 +814,12 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]pr
 		if m.gen != s.gen {
 			continue
 		}
-		out = append(out, provider.Member{NodeID: id, Role: m.role, Ready: s.healthy(m), Draining: m.cordoned, Labels: maps.Clone(m.labels)})
+		pm := provider.Member{NodeID: id, Role: m.role, Voter: m.role == districts.RoleMaster && m.voter,
+			Ready: s.healthy(m), Draining: m.cordoned, Labels: maps.Clone(m.labels), Addresses: []string{m.addr}}
+		if s.providerIDs {
+			pm.ProviderID = "sim:///" + m.machine
+		}
+		out = append(out, pm)
 	}
 	return out, nil
 }
@@ -735,9 +835,12 @@ func (p *simPlatform) MayRemoveMaster(ctx context.Context, n districts.Node, _ [
 	if !ok || m.role != districts.RoleMaster {
 		return nil
 	}
+	if !m.voter {
+		return nil // a learner holds no vote
+	}
 	voters, reachable := 0, 0
 	for _, o := range s.members {
-		if o.role == districts.RoleMaster && o.gen == s.gen {
+		if o.role == districts.RoleMaster && o.voter && o.gen == s.gen {
 			voters++
 			if s.healthy(o) {
 				reachable++

@@ -237,6 +237,37 @@ func (d District) MachineType(flavor string) (string, bool) {
 	return "", false
 }
 
+// Identity is what makes a district the place it is: its provider and
+// where in it (project, region, network, endpoint), keyed by the
+// districts.json key. Zones, images, flavors and credentials may change
+// under nodes; these may not.
+func (d District) Identity() map[string]string {
+	id := map[string]string{"provider": d.Provider}
+	set := func(k, v string) {
+		if v != "" {
+			id[k] = v
+		}
+	}
+	switch d.Provider {
+	case ProviderAWS:
+		set("aws_region", d.AWSRegion)
+		set("aws_vpc_id", d.AWSVPCID)
+		set("aws_endpoint", d.AWSEndpoint)
+	case ProviderGCE:
+		set("gce_project_id", d.GCEProjectID)
+		set("gce_region", d.GCERegion)
+		set("gce_network", d.GCENetwork)
+		set("gce_endpoint", d.GCEEndpoint)
+	case ProviderOpenStack:
+		set("os_auth_url", d.OSAuthURL)
+		set("os_region", d.OSRegion)
+		set("os_network", d.OSNetwork)
+	case ProviderLocal:
+		set("local_subnet", d.LocalSubnet)
+	}
+	return id
+}
+
 // Zones returns the district's zones for spreading nodes, in file order.
 func (d District) Zones() []string {
 	switch d.Provider {
@@ -294,10 +325,17 @@ type Resources struct {
 	// snapshots apart.
 	Serial    int64     `json:"serial"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
-	// PlatformFormedAt is when a master was first seen joined. From then
-	// on transit never initialises another platform over the nodes unless
-	// asked to rebuild it; it is cleared when the cluster has no node left.
+	// PlatformFormedAt is when a master first reported being one (or
+	// transit's init of one succeeded). From then on transit never
+	// initialises another platform over the nodes unless asked to rebuild
+	// it. No observation clears it: only transit terminating the
+	// cluster's last node does.
 	PlatformFormedAt time.Time `json:"platform_formed_at,omitzero"`
+	// Districts records the identity of each district that has nodes or
+	// a group (provider, project, region, endpoint: District.Identity),
+	// so a districts.json edit that points a district elsewhere is
+	// refused instead of read as "every machine is gone".
+	Districts map[string]map[string]string `json:"districts,omitempty"`
 	// NodeNumbers is the highest node number used per role in this
 	// lineage, so a name is never given twice.
 	NodeNumbers map[string]int `json:"node_numbers,omitempty"`
@@ -347,6 +385,21 @@ type Node struct {
 	// NotReadySince is when the platform first reported the member not
 	// ready (strategy.replace_unhealthy_after counts from it).
 	NotReadySince time.Time `json:"not_ready_since,omitzero"`
+	// StartingSince is when transit first saw the machine not yet running
+	// (pending, or without an address): the wait for it is bounded from
+	// then, across runs.
+	StartingSince time.Time `json:"starting_since,omitzero"`
+	// Machine is what the cloud reports of the machine when it does not
+	// run: "stopped" or "failed"; empty while it runs or starts.
+	Machine string `json:"machine,omitempty"`
+	// Reappeared marks, within one observation, a machine transit
+	// terminated that the cloud lists alive again.
+	Reappeared bool `json:"-"`
+	// CopyOf is the node id this machine's tags claim while the platform
+	// (or, failing that, resources.json) says another machine is that
+	// node: a copy (an image or launch template made from a node), which
+	// is tracked under its provider id and terminated, never drained.
+	CopyOf string `json:"copy_of,omitempty"`
 	CreatedAt     time.Time `json:"created_at,omitzero"`
 	UpdatedAt     time.Time `json:"updated_at,omitzero"`
 }
@@ -380,13 +433,23 @@ const (
 	PhaseDrained     Phase = "drained"     // no workloads left; ready to leave
 	PhaseLeft        Phase = "left"        // removed from the platform
 	PhaseTerminating Phase = "terminating" // the cloud is deleting the machine
+	// PhaseStopped: the cloud reports the machine of a member stopped
+	// (it may run again): not ready, replaced after
+	// strategy.replace_unhealthy_after like any unhealthy member, removed
+	// through drain, remove, terminate. Never counted as gone.
+	PhaseStopped Phase = "stopped"
+	// PhaseFailed: a machine that is no member and will not become one:
+	// its launch ended in the cloud's failed or stopped state, it did not
+	// run within the start timeout, or the cloud lists running a machine
+	// transit terminated. It is terminated and replaced.
+	PhaseFailed Phase = "failed"
 )
 
 // Member says a node in phase p is in the platform, by its observed
 // phase: joined, possibly not ready, cordoned or on its way out.
 func (p Phase) Member() bool {
 	switch p {
-	case PhaseJoined, PhaseNotReady, PhaseCordoned, PhaseDraining, PhaseDrained:
+	case PhaseJoined, PhaseNotReady, PhaseCordoned, PhaseDraining, PhaseDrained, PhaseStopped:
 		return true
 	}
 	return false

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -20,7 +21,7 @@ var Providers = []string{ProviderAWS, ProviderGCE, ProviderOpenStack, ProviderLo
 var credentialProviders = []string{ProviderAWS, ProviderGCE, ProviderOpenStack}
 
 // Phases lists the node phases in order of a normal life.
-var Phases = []Phase{PhaseLaunched, PhaseJoined, PhaseNotReady, PhaseCordoned, PhaseDraining, PhaseDrained, PhaseLeft, PhaseTerminating}
+var Phases = []Phase{PhaseLaunched, PhaseJoined, PhaseNotReady, PhaseCordoned, PhaseDraining, PhaseDrained, PhaseLeft, PhaseTerminating, PhaseStopped, PhaseFailed}
 
 // MaxIDLength bounds cluster and district ids, which become part of
 // machine names, labels and tags.
@@ -113,6 +114,21 @@ func checkNotNegative[T int | float64 | Duration](c *problems, path string, v T)
 
 // validateCluster checks cluster.json. District references are checked
 // only when districtsOK (districts.json decoded).
+// Size limits. A cluster is at most MaxClusterNodes nodes: Kubernetes'
+// own tested limit (its "considerations for large clusters": no more than
+// 5,000 nodes), above what anyone runs a Swarm with, and well inside what
+// transit's benchmarks plan in milliseconds (10,000 nodes). One deployment
+// line is at most MaxDeploymentQuantity machines of one size in one
+// region, already far beyond a cloud account's default quotas. Both
+// limits make a typo (a quantity of a billion) an error instead of a
+// plan that eats the host's memory.
+const (
+	MaxDeploymentQuantity = 1000
+	MaxClusterNodes       = 5000
+)
+
+const quantityHint = "check the quantity for a typo; transit plans clusters up to 5,000 nodes"
+
 func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, districtsFile string) {
 	checkType(c, "type", cl.Type, "cluster", true)
 	checkID(c, "id", cl.ID)
@@ -192,9 +208,12 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 			c.add(p+".role", fmt.Sprintf("%q is not a role of %s %s", d.Role, cl.Platform, known(roles)), "")
 		}
 
-		if d.Quantity < 0 {
+		switch {
+		case d.Quantity < 0:
 			c.add(p+".quantity", fmt.Sprintf("must not be negative, got %d", d.Quantity), "")
-		} else {
+		case d.Quantity > MaxDeploymentQuantity:
+			c.add(p+".quantity", fmt.Sprintf("%d is more than %d, the most one deployment line may hold", d.Quantity, MaxDeploymentQuantity), quantityHint)
+		default:
 			total += d.Quantity
 			if d.Role == RoleMaster {
 				masters += d.Quantity
@@ -214,6 +233,9 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		}
 	}
 	validateKubernetes(c, cl, ds, districtsOK, districtsFile)
+	if total > MaxClusterNodes {
+		c.add("deployments", fmt.Sprintf("the quantities add up to %d nodes, more than %d, the most one cluster may hold", total, MaxClusterNodes), quantityHint)
+	}
 	if total > 0 && masters == 0 {
 		c.add("deployments", fmt.Sprintf("no master: a cluster with nodes needs at least one node with role %q", RoleMaster), "")
 	}
@@ -654,26 +676,62 @@ func validateResources(c *problems, r Resources) {
 // while the state still has nodes or a security group there: transit could
 // no longer reach them and would silently forget them.
 func CheckStateDistricts(r Resources, ds []District, stateFile string) error {
-	known := map[string]bool{}
-	for _, d := range ds {
-		known[d.ID] = true
+	known := map[string]int{}
+	for i, d := range ds {
+		known[d.ID] = i
 	}
 	c := newProblems(stateFile, reflect.TypeFor[Resources]())
 	const hint = "put the district back in districts.json, set its quantities to 0 and apply; remove it once transit has emptied it"
+	used := map[string]bool{}
 	for i, n := range r.Nodes {
-		if !known[n.District] {
+		used[n.District] = true
+		if _, ok := known[n.District]; !ok {
 			c.add(joinIndex("nodes", i)+".district", fmt.Sprintf("node %s is in district %q, which districts.json no longer defines", n.ID, n.District), hint)
 		}
 	}
 	for i, g := range r.SecurityGroups {
-		if !known[g.District] {
+		used[g.District] = true
+		if _, ok := known[g.District]; !ok {
 			c.add(joinIndex("security_groups", i)+".district", fmt.Sprintf("security group %s is in district %q, which districts.json no longer defines", g.ID, g.District), hint)
 		}
 	}
-	if len(c.list) > 0 {
-		return c.sorted()
+	// A district that holds something stays where it is: a changed
+	// region, project or endpoint would list nothing and read as "every
+	// machine is gone".
+	const moveHint = "to move nodes, add a new district with the new settings, move the quantities to it in cluster.json and apply (transit migrates), then set the old one's quantities to 0 and drop it once empty"
+	moved := newProblems("districts.json", reflect.TypeFor[[]District]())
+	for _, id := range slices.Sorted(maps.Keys(r.Districts)) {
+		i, ok := known[id]
+		if !ok || !used[id] {
+			continue
+		}
+		was, now := r.Districts[id], ds[i].Identity()
+		for _, k := range slices.Sorted(maps.Keys(joinKeys(was, now))) {
+			if was[k] != now[k] {
+				moved.add(joinKey(joinIndex("", i), k), fmt.Sprintf("district %q has nodes or a group where %s is %s (%s), but districts.json now says %s: refused before any action",
+					id, k, quoteOrUnset(was[k]), stateFile, quoteOrUnset(now[k])), moveHint)
+			}
+		}
 	}
-	return nil
+	return collect(c, moved).Err()
+}
+
+func joinKeys(a, b map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+func quoteOrUnset(v string) string {
+	if v == "" {
+		return "unset"
+	}
+	return strconv.Quote(v)
 }
 
 // firsts remembers where each name of a list was first met, so a repeat

@@ -130,6 +130,14 @@ func TestValidate(t *testing.T) {
 			Problems{cl("deployments[1].role", `"manager" is not a role of swarm (known: master, worker)`)}},
 		{"deployment quantity negative", func(c *Config) { c.Cluster.Deployments[1].Quantity = -2 },
 			Problems{cl("deployments[1].quantity", "must not be negative, got -2")}},
+		{"deployment quantity a typo", func(c *Config) { c.Cluster.Deployments[1].Quantity = 1000000000 },
+			Problems{withHint(cl("deployments[1].quantity", "1000000000 is more than 1000, the most one deployment line may hold"), quantityHint)}},
+		{"cluster too large", func(c *Config) {
+			for _, d := range []string{"gce-europe", "os-lab", "local-a", "aws-europe"} {
+				c.Cluster.Deployments = append(c.Cluster.Deployments, Deployment{District: d, Flavor: "small", Role: "worker", Quantity: 1000})
+			}
+			c.Cluster.Deployments = append(c.Cluster.Deployments, Deployment{District: "gce-europe", Flavor: "large", Role: "worker", Quantity: 1000})
+		}, Problems{withHint(cl("deployments", "the quantities add up to 5005 nodes, more than 5000, the most one cluster may hold"), quantityHint)}},
 		{"no master", func(c *Config) { c.Cluster.Deployments[0].Role = "worker" },
 			Problems{cl("deployments", `no master: a cluster with nodes needs at least one node with role "master"`)}},
 		{"no master but no nodes either", func(c *Config) {
@@ -458,7 +466,7 @@ func TestValidateResources(t *testing.T) {
 			rs("nodes[1].id", `"n1" is listed twice (first at nodes[0])`),
 			rs("nodes[1].cluster", `"other" does not match the state's cluster "demo"`),
 			rs("nodes[2].id", "missing"),
-			rs("nodes[2].phase", `"dead" is not a node phase (known: launched, joined, not-ready, cordoned, draining, drained, left, terminating)`),
+			rs("nodes[2].phase", `"dead" is not a node phase (known: launched, joined, not-ready, cordoned, draining, drained, left, terminating, stopped, failed)`),
 			rs("security_groups[0].type", `must be "security_group" or left out, got "group"`),
 			rs("security_groups[1].id", `"g1" is listed twice (first at security_groups[0])`),
 			rs("security_groups[1].cluster", `"other" does not match the state's cluster "demo"`),
@@ -500,5 +508,34 @@ func TestStrategyResolved(t *testing.T) {
 		if r.MaxSurge != tt.surge || r.MaxUnavailable != tt.unavail {
 			t.Errorf("%+v: surge %d unavailable %d, want %d %d", tt.s, r.MaxSurge, r.MaxUnavailable, tt.surge, tt.unavail)
 		}
+	}
+}
+
+// A district that holds nodes or a group may not be pointed elsewhere: its
+// recorded identity must match districts.json.
+func TestCheckStateDistrictsRefusesAMovedDistrict(t *testing.T) {
+	t.Parallel()
+	c := validConfig()
+	state := Resources{Cluster: "demo",
+		Nodes:     []Node{{ID: "demo-worker-1", District: "aws-europe"}},
+		Districts: map[string]map[string]string{"aws-europe": c.Districts[1].Identity(), "gce-europe": c.Districts[0].Identity()}}
+	if err := CheckStateDistricts(state, c.Districts, "resources.json"); err != nil {
+		t.Fatalf("unchanged districts refused: %v", err)
+	}
+	// gce-europe holds nothing: it may change. aws-europe may not.
+	c.Districts[0].GCEProjectID = "other"
+	c.Districts[1].AWSRegion = "eu-west-1"
+	c.Districts[1].AWSEndpoint = "http://127.0.0.1:9999"
+	err := CheckStateDistricts(state, c.Districts, "resources.json")
+	const hint = "to move nodes, add a new district with the new settings, move the quantities to it in cluster.json and apply (transit migrates), then set the old one's quantities to 0 and drop it once empty"
+	want := Problems{
+		withHint(ds("[1].aws_region", `district "aws-europe" has nodes or a group where aws_region is "eu-central-1" (resources.json), but districts.json now says "eu-west-1": refused before any action`), hint),
+		withHint(ds("[1].aws_endpoint", `district "aws-europe" has nodes or a group where aws_endpoint is unset (resources.json), but districts.json now says "http://127.0.0.1:9999": refused before any action`), hint),
+	}
+	if diff := cmp.Diff(want, err); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("err %v does not match ErrInvalid", err)
 	}
 }

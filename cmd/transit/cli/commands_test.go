@@ -365,6 +365,7 @@ func TestLockHeld(t *testing.T) {
 	if !h.cloud.vanish("swarm-europe-worker-4") {
 		t.Fatal("no machine swarm-europe-worker-4")
 	}
+	h.platform.down("swarm-europe-worker-4")
 	before, err := os.ReadFile(h.path("resources.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -617,6 +618,7 @@ func TestStatusPlatformUnreachable(t *testing.T) {
 	if !h.cloud.vanish("swarm-europe-worker-4") {
 		t.Fatal("no machine swarm-europe-worker-4")
 	}
+	h.platform.down("swarm-europe-worker-4")
 	r := h.run(t, runOpts{}, "status")
 	wantCode(t, r, 0)
 	for _, want := range []string{

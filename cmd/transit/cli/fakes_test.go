@@ -255,8 +255,20 @@ func (p *fakePlatform) add(n districts.Node) error {
 	defer p.mu.Unlock()
 	m := p.members[n.ID]
 	m.NodeID, m.Role, m.Ready, m.Draining = n.ID, n.Role, true, false
+	m.Voter = n.Role == districts.RoleMaster
 	p.members[n.ID] = m
 	return nil
+}
+
+// down makes node a member that is not ready, as a platform reports a
+// member whose machine is gone once its heartbeats stop.
+func (p *fakePlatform) down(node string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.members[node]; ok {
+		m.Ready = false
+		p.members[node] = m
+	}
 }
 
 func (p *fakePlatform) Label(_ context.Context, n districts.Node, labels map[string]string) error {
