@@ -276,7 +276,7 @@ var simDistricts = []districts.District{
 // a migration of one district's nodes to another, sometimes destroy.
 func randomCluster(rng *rand.Rand, prev districts.Cluster) districts.Cluster {
 	c := districts.Cluster{Type: "cluster", ID: "paper", Platform: "swarm",
-		Flavors:  []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 2}, {Flavor: "large", Cores: 4, MemoryGB: 16}},
+		Flavors: []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 2}, {Flavor: "large", Cores: 4, MemoryGB: 16}},
 		Strategy: districts.Strategy{MaxSurge: districts.Int(1 + rng.IntN(2)), MaxUnavailable: districts.Int(1 + rng.IntN(2)),
 			ReplaceUnhealthyAfter: districts.Duration([]time.Duration{0, 20 * time.Minute}[rng.IntN(2)])}}
 	tagSets := []map[string]string{nil, {"location": "Europe"}, {"location": "Germany", "policy": "Safe-Harbour"}}

@@ -399,9 +399,9 @@ type Node struct {
 	// (or, failing that, resources.json) says another machine is that
 	// node: a copy (an image or launch template made from a node), which
 	// is tracked under its provider id and terminated, never drained.
-	CopyOf string `json:"copy_of,omitempty"`
-	CreatedAt     time.Time `json:"created_at,omitzero"`
-	UpdatedAt     time.Time `json:"updated_at,omitzero"`
+	CopyOf    string    `json:"copy_of,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
 // Key is the deployment line the node belongs to.
