@@ -326,7 +326,7 @@ func blockedError(w world, in planInput, blocked []string) error {
 	switch {
 	case w.platform == platformUnreachable:
 		e.causes = append(e.causes, provider.ErrPlatformUnreachable)
-	case w.platform == platformNone && !w.state.PlatformFormedAt.IsZero() && !in.rebuild && len(w.live()) > 0:
+	case w.platform == platformNone && !w.state.PlatformFormedAt.IsZero() && !in.rebuild:
 		e.causes = append(e.causes, ErrPlatformLost)
 	}
 	return e

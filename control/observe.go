@@ -549,13 +549,19 @@ func unlisted(w *world) []missingMachine {
 }
 
 // askable are the nodes the platform is asked about: the machines that
-// run. A copy is no node of the cluster; a machine that is stopped,
-// failed or still starting cannot answer, and its silence would say
-// nothing: the masters' member list says what it is. stopped names the
-// masters among them that were members.
+// run. A machine that is stopped, failed or still starting cannot answer,
+// and its silence would say nothing: the masters' member list says what
+// it is. stopped names the masters among them that were members. A copy
+// of a master is asked too, under the id it claims: which of the two is
+// the master is not known yet (identify decides by the answer), and the
+// one that is must be asked.
 func askable(w *world) (ask []districts.Node, stopped []string) {
 	for _, n := range w.live() {
 		switch {
+		case n.CopyOf != "" && n.Role == districts.RoleMaster && n.Machine == "" && !w.starting[n.ID]:
+			as := *n
+			as.ID, as.CopyOf = n.CopyOf, ""
+			ask = append(ask, as)
 		case n.CopyOf != "":
 		case n.Machine != "" || w.starting[n.ID]:
 			if n.Role == districts.RoleMaster && n.Phase.Member() {

@@ -64,6 +64,12 @@ type sim struct {
 	skew time.Duration
 	// launchCalls counts the launches of the current run.
 	launchCalls int
+	// Scripted faults for scenario tests.
+	emptyDistricts map[string]bool          // districts whose listing always answers an empty page
+	silent         map[string]bool          // nodes that do not answer (sshd down), though their machine runs
+	labelFailOnce  map[string]bool          // nodes whose next label fails
+	listLag        time.Duration            // every new machine is missing from listings this long
+	breakLaunches  []provider.InstanceState // the next launches end in these states, with an error
 
 	// Crash: when calls reaches crashAt, cancel is called.
 	calls   int
@@ -124,6 +130,10 @@ func newSim(seed uint64, cluster string) *sim {
 		quota:     map[string]int{},
 		floor:     map[string]int{},
 		peak:      map[string]int{},
+
+		emptyDistricts: map[string]bool{},
+		silent:         map[string]bool{},
+		labelFailOnce:  map[string]bool{},
 	}
 	return s
 }
@@ -211,7 +221,7 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]provider.Instanc
 		return nil, nil, err
 	}
 	s.gc()
-	empty := s.rng.Float64() < s.emptyList // an API that answers an empty page
+	empty := s.rng.Float64() < s.emptyList || s.emptyDistricts[c.district] // an API that answers an empty page
 	var out []provider.Instance
 	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
 		in := s.instances[id]
@@ -351,15 +361,21 @@ func (c *simInfra) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 		State: provider.InstanceRunning, CreatedAt: s.cloudNow()}
 	in := &simInstance{Instance: inst, district: c.district, group: spec.GroupID, launched: true}
 	s.instances[id] = in
-	if !crash && s.rng.Float64() < s.launchBroken {
+	brokenAs := provider.InstanceState("")
+	if len(s.breakLaunches) > 0 {
+		brokenAs, s.breakLaunches = s.breakLaunches[0], s.breakLaunches[1:]
+	} else if !crash && s.rng.Float64() < s.launchBroken {
+		brokenAs = []provider.InstanceState{provider.InstanceFailed, provider.InstanceStopped, provider.InstancePending}[s.rng.IntN(3)]
+	}
+	if brokenAs != "" {
 		// The machine exists but never runs: the driver waited and
 		// reports its end, as real drivers do.
 		in.broken = true
-		switch s.rng.IntN(3) {
-		case 0:
+		switch brokenAs {
+		case provider.InstanceFailed:
 			in.State = provider.InstanceFailed
 			return provider.Instance{}, fmt.Errorf("server %s went to ERROR: No valid host was found", id)
-		case 1:
+		case provider.InstanceStopped:
 			in.State = provider.InstanceStopped
 			return provider.Instance{}, fmt.Errorf("instance %s stopped while starting: Server.InternalError", id)
 		default:
@@ -367,7 +383,10 @@ func (c *simInfra) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 			return provider.Instance{}, fmt.Errorf("instance %s still pending after the launch timeout", id)
 		}
 	}
-	if s.hideNew > 0 {
+	switch {
+	case s.listLag > 0:
+		in.hiddenTo = s.cloudNow().Add(s.listLag)
+	case s.hideNew > 0:
 		// The cloud's listing lags behind its launch answer.
 		in.hiddenTo = s.cloudNow().Add(time.Duration(s.rng.IntN(s.hideNew+1)) * 10 * time.Second)
 	}
@@ -638,7 +657,8 @@ func (p *simPlatform) Label(ctx context.Context, n districts.Node, labels map[st
 	if !ok {
 		return fmt.Errorf("node %s is not a member", n.ID)
 	}
-	if !crash && s.rng.Float64() < s.labelFail {
+	if !crash && (s.rng.Float64() < s.labelFail || s.labelFailOnce[n.ID]) {
+		delete(s.labelFailOnce, n.ID)
 		return errors.New("docker node update: rpc error: context deadline exceeded")
 	}
 	m.labels = maps.Clone(labels)
@@ -784,7 +804,7 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]pr
 		member = member && m.machine == n.ProviderID // a copy's engine is in no platform
 		master := n.Role == districts.RoleMaster || member && m.role == districts.RoleMaster
 		switch {
-		case p.instanceOf(n) == nil || member && m.sick:
+		case p.instanceOf(n) == nil || member && m.sick || s.silent[n.ID]:
 			// No answer: its machine does not run, or its engine hangs.
 			if master {
 				silentMasters = append(silentMasters, n.ID)
