@@ -59,7 +59,8 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	// In flight until it runs: EC2 may list a new instance only a while
 	// after creating it.
 	defer done()
-	if inst == nil {
+	found := inst != nil
+	if !found {
 		out, err := drv.ec2.RunInstances(ctx, &ec2.RunInstancesInput{
 			ImageId:      sdk.String(image),
 			InstanceType: types.InstanceType(spec.MachineType),
@@ -86,6 +87,10 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	}
 	id := sdk.ToString(inst.InstanceId)
 	if st := stateOf(*inst); st != types.InstanceStateNamePending && st != types.InstanceStateNameRunning {
+		if !found {
+			// This launch made it, and it failed at once.
+			return provider.Instance{}, drv.launchFailed(ctx, what, *inst)
+		}
 		return provider.Instance{}, fmt.Errorf("aws district %q: %s: it was launched before as %s, which is %s now (node ids are never reused)", drv.d.ID, what, id, st)
 	}
 	running, err := drv.waitRunning(ctx, id, what)

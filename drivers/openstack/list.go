@@ -69,17 +69,17 @@ func toInstance(sv servers.Server) provider.Instance {
 }
 
 // stateOf maps a server's status and task state: being deleted
-// (task_state deleting, DELETED) is terminating; powering off or being
-// soft-deleted is stopped; ERROR (Nova gave up on it) failed; powering on
+// (task_state deleting or soft-deleting, DELETED) is terminating;
+// powering off is stopped; ERROR (Nova gave up on it) failed; powering on
 // pending; ACTIVE running; SHUTOFF, SUSPENDED, PAUSED, SHELVED,
 // SHELVED_OFFLOADED and SOFT_DELETED (the server exists and does not run)
 // stopped; BUILD and every passing status (REBOOT, REBUILD, RESIZE,
 // MIGRATING, ...) or one Nova may add pending.
 func stateOf(sv servers.Server) provider.InstanceState {
 	switch {
-	case deleting(sv):
+	case deleting(sv), sv.TaskState == "soft-deleting":
 		return provider.InstanceTerminating
-	case sv.TaskState == "powering-off", sv.TaskState == "soft-deleting":
+	case sv.TaskState == "powering-off":
 		return provider.InstanceStopped
 	case sv.Status == "ERROR":
 		return provider.InstanceFailed
@@ -117,9 +117,13 @@ func addressOf(sv servers.Server, kind string) string {
 
 // Terminate looks first (a missing server is fine; one without transit's
 // cluster tag is refused), releases its floating IPs, deletes it, and
-// does not wait. A SOFT_DELETED server is force-deleted: a plain DELETE
-// of one soft-deletes it again, as Nova does, and leaves it until it is
-// reclaimed.
+// does not wait for it to go. A SOFT_DELETED server is force-deleted: a
+// plain DELETE of one soft-deletes it again, as Nova does, and leaves it
+// until it is reclaimed. On a cloud that soft-deletes (Nova's
+// reclaim_instance_interval) the DELETE powers the server off first:
+// Terminate waits (bounded by LaunchWait) until it is SOFT_DELETED and
+// then force-deletes it, since Nova ignores a forceDelete while it is
+// soft-deleting.
 func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error {
 	what := "terminate server " + inst.ProviderID
 	if err := drv.clients(ctx); err != nil {
@@ -143,7 +147,57 @@ func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error 
 	if err := drv.releaseFloatingIPs(ctx, sv); err != nil {
 		return drv.wrap(what+": release its floating IPs", err)
 	}
-	return drv.wrap(what, drv.deleteServer(ctx, sv))
+	if sv.Status == "SOFT_DELETED" || sv.TaskState == "soft-deleting" {
+		return drv.forceDelete(ctx, sv.ID, what)
+	}
+	if err := drv.deleteServer(ctx, sv); err != nil {
+		return drv.wrap(what, err)
+	}
+	// Did the cloud soft-delete it?
+	err = drv.retry(ctx, func() error {
+		var err error
+		sv, err = servers.Get(ctx, drv.compute, sv.ID).Extract()
+		return err
+	})
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return drv.wrap(what, err)
+	case sv.Status == "SOFT_DELETED" || sv.TaskState == "soft-deleting":
+		return drv.forceDelete(ctx, sv.ID, what)
+	}
+	return nil
+}
+
+// forceDelete waits until a server being soft-deleted is SOFT_DELETED,
+// then force-deletes it.
+func (drv *driver) forceDelete(ctx context.Context, id, what string) error {
+	deadline := drv.opts.Clock.Now().Add(drv.opts.LaunchWait)
+	for i := 0; ; i++ {
+		var sv *servers.Server
+		err := drv.retry(ctx, func() error {
+			var err error
+			sv, err = servers.Get(ctx, drv.compute, id).Extract()
+			return err
+		})
+		switch {
+		case isNotFound(err):
+			return nil
+		case err != nil:
+			return drv.wrap(what, err)
+		case sv.Status == "SOFT_DELETED" && sv.TaskState == "":
+			return drv.wrap(what, drv.deleteServer(ctx, sv))
+		case sv.TaskState != "soft-deleting":
+			return nil // deleted meanwhile, or restored by someone: not ours to judge
+		}
+		if drv.opts.Clock.Now().After(deadline) {
+			return fmt.Errorf("openstack district %q: %s: server %s is still being soft-deleted after %s", drv.d.ID, what, id, drv.opts.LaunchWait)
+		}
+		if err := drv.wait(ctx, i); err != nil {
+			return err
+		}
+	}
 }
 
 // deleteServer deletes a server, force-deleting a SOFT_DELETED one; a
