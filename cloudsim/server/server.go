@@ -6,8 +6,9 @@
 // Besides each provider's API, every listener answers a small control API
 // under /_cloudsim/: GET /_cloudsim/resources lists what exists in that
 // cloud (JSON), POST /_cloudsim/faults queues a cloudsim.Fault (JSON, as
-// {"op": "launch", "kind": "throttle", "times": 2}), DELETE
-// /_cloudsim/faults clears them.
+// {"op": "launch", "kind": "throttle", "times": 2}, or {"op": "launch",
+// "kind": "failed", "reason": "..."} for a launch whose machine ends in
+// the cloud's failed state), DELETE /_cloudsim/faults clears them.
 package server
 
 import (
