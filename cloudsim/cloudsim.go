@@ -35,6 +35,11 @@ type Latency struct {
 	// GroupCreate, GroupUpdate and GroupDelete are a security group's (a
 	// firewall rule's) creation, one change of its rules, and deletion.
 	GroupCreate, GroupUpdate, GroupDelete time.Duration
+	// Stop is an instance's stopping time, from the stop request until
+	// the cloud reports it stopped (EC2 stopping, Compute Engine
+	// STOPPING, Nova powering-off); Start its booting time from the
+	// start request until it runs again.
+	Stop, Start time.Duration
 }
 
 // Profile is a named set of latencies, one per provider, and the factor
@@ -60,15 +65,21 @@ const (
 // ~10 s on AWS and ~120 s on GCE, adjustment ~10 s and ~25 s per change,
 // node termination ~60 s on both. VM launch is the part of E1 (260 s on AWS,
 // 450 s on GCE) that is neither group creation nor the platform's install
-// and join, which the paper's Swarm 1.12 setup spent about 110 s on.
+// and join, which the paper's Swarm 1.12 setup spent about 110 s on. The
+// paper measured no stop or start: the profile takes a termination's time
+// for a stop (both shut the machine down) and a launch's for a start
+// (both boot it).
 var Kratzke2017 = Profile{
 	Name: ProfileKratzke2017,
 	AWS: Latency{Launch: 140 * time.Second, Terminate: 60 * time.Second,
-		GroupCreate: 10 * time.Second, GroupUpdate: 10 * time.Second, GroupDelete: 10 * time.Second},
+		GroupCreate: 10 * time.Second, GroupUpdate: 10 * time.Second, GroupDelete: 10 * time.Second,
+		Stop: 60 * time.Second, Start: 140 * time.Second},
 	GCE: Latency{Launch: 220 * time.Second, Terminate: 60 * time.Second,
-		GroupCreate: 120 * time.Second, GroupUpdate: 25 * time.Second, GroupDelete: 25 * time.Second},
+		GroupCreate: 120 * time.Second, GroupUpdate: 25 * time.Second, GroupDelete: 25 * time.Second,
+		Stop: 60 * time.Second, Start: 220 * time.Second},
 	OpenStack: Latency{Launch: 60 * time.Second, Terminate: 20 * time.Second,
-		GroupCreate: 5 * time.Second, GroupUpdate: 5 * time.Second, GroupDelete: 5 * time.Second},
+		GroupCreate: 5 * time.Second, GroupUpdate: 5 * time.Second, GroupDelete: 5 * time.Second,
+		Stop: 20 * time.Second, Start: 60 * time.Second},
 	Scale: 1,
 }
 
@@ -127,6 +138,7 @@ const (
 	OpAny       Op = ""          // every request
 	OpLaunch    Op = "launch"    // create an instance (RunInstances, instances.insert, servers create)
 	OpTerminate Op = "terminate" // delete an instance
+	OpPower     Op = "power"     // stop or start an instance (StopInstances, instances.stop, os-stop, ...)
 	OpList      Op = "list"      // read instances, groups, images, zones
 	OpGroup     Op = "group"     // create, change or delete a security group or its rules
 	OpKeys      Op = "keys"      // import or read SSH key pairs
@@ -155,6 +167,14 @@ const (
 	// FaultSlow delays the request by Fault.Delay (wall time) and then
 	// does it.
 	FaultSlow FaultKind = "slow"
+	// FaultFailed lets a launch (Op OpLaunch) succeed and the machine
+	// then end in the cloud's failed state, as a host or capacity
+	// failure leaves it: Nova ERROR with a fault, an EC2 instance that
+	// goes pending → terminated (or, for
+	// Server.InsufficientInstanceCapacity, stopped) with a state reason,
+	// a Compute Engine instance that is TERMINATED right after its
+	// insert. Fault.Reason is the cloud's reason for it.
+	FaultFailed FaultKind = "failed"
 )
 
 // Fault is one injected failure.
@@ -169,6 +189,11 @@ type Fault struct {
 	Quota string
 	// Delay is FaultSlow's wall-time delay.
 	Delay time.Duration
+	// Reason is FaultFailed's cause as the cloud words it: EC2's state
+	// reason code (default Server.InternalError), Compute Engine's
+	// statusMessage, Nova's fault message (default "No valid host was
+	// found. ...").
+	Reason string
 }
 
 // Faults is a queue of injected failures, safe for concurrent use.
@@ -240,15 +265,28 @@ type Machine struct {
 }
 
 // Backer gives instances real machines. Start is called when an instance
-// is created and Stop when it terminates; Allow keeps a region's firewall
-// equal to the union of its security groups' sources.
+// is created and Stop when it terminates; PowerOff and PowerOn when it is
+// stopped and started again; Allow keeps a region's firewall equal to the
+// union of its security groups' sources.
 type Backer interface {
 	// Start boots a machine named name (a hostname) in region that
 	// accepts authorizedKey (authorized_keys lines) for root.
 	Start(ctx context.Context, region, name, authorizedKey string) (Machine, error)
 	// Stop tears down a machine and returns once it is gone; a missing
-	// one is not an error.
+	// one is not an error. A powered-off machine is torn down too.
 	Stop(ctx context.Context, region, id string) error
+	// PowerOff stops a machine as a cloud stops a VM: every process of
+	// it ends and it answers nothing, but it keeps its disk, its private
+	// address and its host keys. With release its public address is
+	// given up (an EC2 or Compute Engine ephemeral address); without, it
+	// stays the machine's (a floating IP). Powering off a powered-off
+	// machine is not an error.
+	PowerOff(ctx context.Context, region, id string, release bool) error
+	// PowerOn boots a powered-off machine again, as after a VM's stop:
+	// the same disk, private address and host keys, its sshd running
+	// again; a public address it gave up is a new one. It returns the
+	// machine as Start does.
+	PowerOn(ctx context.Context, region, id string) (Machine, error)
 	// Allow makes sources the only addresses let into region's machines
 	// (besides this host).
 	Allow(ctx context.Context, region string, sources []string) error

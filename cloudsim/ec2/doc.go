@@ -22,7 +22,7 @@
 // RunInstances (ImageId, InstanceType, KeyName, SecurityGroupId(s),
 // SubnetId or one NetworkInterface, Placement.AvailabilityZone, UserData,
 // TagSpecifications, ClientToken, MinCount/MaxCount); DescribeInstances;
-// TerminateInstances; GetConsoleOutput. Describe filters take EC2's names
+// TerminateInstances; StopInstances and StartInstances; GetConsoleOutput. Describe filters take EC2's names
 // (tag:<key>, tag-key, instance-state-name, client-token, group-name,
 // vpc-id, ...) and wildcards; an unknown filter is refused as EC2 refuses
 // it. Describe actions that page on EC2 page here with MaxResults and
@@ -31,7 +31,16 @@
 // Instances live by the sim's AWS latencies (Server.SetLatency replaces
 // them): pending until Launch has passed, running, shutting-down from
 // TerminateInstances until Terminate has passed, then terminated and still
-// listed for Options.TerminatedVisible. Security group changes take
+// listed for Options.TerminatedVisible. StopInstances makes a running
+// instance stopping until Stop has passed, then stopped (state reason
+// Client.UserInitiatedShutdown); a stopped instance keeps its private
+// address and gives its auto-assigned public one back; StartInstances
+// makes it pending until Start has passed, then running with a new public
+// address. As on EC2, stopping an instance that never ran, one shutting
+// down or terminated, or starting one that is stopping or gone, answers
+// IncorrectInstanceState (the whole request fails); stopping a stopped or
+// starting a running one is no error; a stopped instance can be
+// terminated; StartInstances counts against the vCPU quota. Security group changes take
 // GroupCreate, GroupUpdate or GroupDelete before they answer. Without a
 // zone or subnet RunInstances always picks the region's first zone.
 // Options.VisibilityLag hides a new instance from DescribeInstances for
@@ -45,7 +54,11 @@
 // VcpuLimitExceeded (the message names any other quota), FaultServer 500
 // InternalError, FaultLost the same after doing the request, FaultAuth
 // 401 AuthFailure, FaultSlow a delay. Faults for cloudsim.OpAuth hit every
-// request, since EC2 checks credentials on each.
+// request, since EC2 checks credentials on each. FaultFailed on a launch
+// lets RunInstances succeed and its instances go pending, then, when they
+// would run, terminated with state reason Server.InternalError, or, if
+// the fault's Reason is Server.InsufficientInstanceCapacity, stopped with
+// it (other reasons: terminated with that code).
 //
 // Without a Backer, private addresses come from the subnet, public ones
 // from 198.18.0.0/15 (RFC 2544, never routed), and each instance gets an
@@ -56,8 +69,16 @@
 // and the machine is up, its public and private address is the machine's,
 // and its console shows the machine's host keys. Every change of a
 // region's security group rules calls Backer.Allow with the union of their
-// /32 sources; TerminateInstances calls Backer.Stop.
+// /32 sources; TerminateInstances calls Backer.Stop. StopInstances calls
+// Backer.PowerOff (releasing the public address; the instance is stopping
+// until the machine is off) and StartInstances Backer.PowerOn (pending
+// until the machine is up again, at its new public address; a machine
+// that does not come up leaves the instance stopped with
+// Server.InsufficientInstanceCapacity).
 //
 // Resources lists what exists (for checks that nothing is left), Plant
-// creates an instance as another tool would.
+// creates an instance as another tool would, Remove terminates one, Stop
+// and Start stop and start one (StopInstances' and StartInstances'
+// effect, outside any client), Fail makes one end as EC2 ends an instance
+// it gave up on.
 package ec2

@@ -21,34 +21,42 @@ import (
 )
 
 // instance is one EC2 instance. Its state is computed from timestamps:
-// pending until created + Launch latency (and, when backed, until its
-// machine is up), running, then shutting-down from the terminate request
-// until + Terminate latency, then terminated, visible for a while.
+// pending until runningAt (and, when backed, until its machine is up),
+// running; stopping from stopAt until stoppedAt (and its machine is
+// off), stopped; pending again from a start until the new runningAt;
+// shutting-down from termAt until goneAt (and its machine is gone), then
+// terminated, visible for a while.
 type instance struct {
-	seq            uint64
-	id, resv       string
-	image, itype   string
-	keyName        string
-	subnet, vpc    string
-	zone           string
-	groups         []string
-	privateIP      string
-	publicIP       string
-	tags           map[string]string
-	token          string
-	launchIndex    int
-	created        time.Time
-	runningAt      time.Time
-	termAt, goneAt time.Time // zero until terminated
-	stateReason    *xStateReason
-	hostKeys       []string
-	released       bool // addresses returned to their pools
+	seq               uint64
+	id, resv          string
+	image, itype      string
+	keyName           string
+	subnet, vpc       string
+	zone              string
+	groups            []string
+	privateIP         string
+	publicIP          string
+	public            bool // it gets an auto-assigned public address when it runs
+	tags              map[string]string
+	token             string
+	launchIndex       int
+	created           time.Time
+	runningAt         time.Time
+	ran               bool      // it reached running once
+	stopAt, stoppedAt time.Time // zero unless stopped
+	termAt, goneAt    time.Time // zero until terminated
+	stateReason       *xStateReason
+	transition        string // the state transition reason, as DescribeInstances says it
+	hostKeys          []string
+	released          bool // addresses returned to their pools
 
 	backed   bool
 	started  bool // the backer's Start returned
 	machine  cloudsim.Machine
-	stopping bool // Backer.Stop was called
-	stopped  bool // and returned: the machine is gone
+	powering bool // a Backer.PowerOff or PowerOn is under way
+	off      bool // the machine is powered off
+	tearing  bool // Backer.Stop was called
+	torn     bool // and returned: the machine is gone
 }
 
 type instState struct {
@@ -61,25 +69,52 @@ var (
 	stateRunning      = instState{16, "running"}
 	stateShuttingDown = instState{32, "shutting-down"}
 	stateTerminated   = instState{48, "terminated"}
+	stateStopping     = instState{64, "stopping"}
+	stateStopped      = instState{80, "stopped"}
 )
 
-// state is the instance's state at now. Call with s.mu held.
+// state is the instance's state at now. A backed instance is terminated
+// only once its machine is gone, stopped once it is off, and running once
+// it is up. Call with s.mu held.
 func (s *Server) state(in *instance, now time.Time) instState {
 	switch {
-	case !in.termAt.IsZero() && !now.Before(in.goneAt) && (!in.stopping || in.stopped):
-		return stateTerminated
-	case !in.termAt.IsZero():
+	case !in.termAt.IsZero() && !now.Before(in.termAt):
+		if !now.Before(in.goneAt) && (!in.backed || in.started && !in.powering && (!in.tearing || in.torn)) {
+			return stateTerminated
+		}
 		return stateShuttingDown
-	case in.backed && !in.started, now.Before(in.runningAt):
+	case !in.stopAt.IsZero() && !now.Before(in.stopAt):
+		if !now.Before(in.stoppedAt) && !in.powering {
+			return stateStopped
+		}
+		return stateStopping
+	case in.backed && (!in.started || in.powering), now.Before(in.runningAt):
 		return statePending
 	}
 	return stateRunning
+}
+
+// settle notes what the instance's state says happened: it ran once; a
+// stopped or terminated unbacked instance's public address is released
+// (EC2 gives an auto-assigned one back when the instance stops). Call
+// with s.mu held.
+func (s *Server) settle(in *instance, now time.Time) {
+	switch s.state(in, now) {
+	case stateRunning:
+		in.ran = true
+	case stateStopped, stateTerminated:
+		if !in.backed && in.publicIP != "" {
+			s.public.release(in.publicIP)
+			in.publicIP = ""
+		}
+	}
 }
 
 // sweep releases the addresses of terminated instances and forgets those
 // terminated longer than TerminatedVisible ago. Call with s.mu held.
 func (s *Server) sweep(rg *region, now time.Time) {
 	for id, in := range rg.instances {
+		s.settle(in, now)
 		if s.state(in, now) != stateTerminated {
 			continue
 		}
@@ -88,9 +123,6 @@ func (s *Server) sweep(rg *region, now time.Time) {
 			if !in.backed {
 				if sn := rg.subnets[in.subnet]; sn != nil {
 					sn.addrs.release(in.privateIP)
-				}
-				if in.publicIP != "" {
-					s.public.release(in.publicIP)
 				}
 			}
 		}
@@ -125,6 +157,9 @@ type launchRequest struct {
 	tags                map[string]string
 	token               string
 	min, max            int
+	// fail, if set, makes the instances end as a failed launch
+	// (cloudsim.FaultFailed); not part of the request's identity.
+	fail *cloudsim.Fault
 }
 
 // hash identifies the request's arguments for idempotency.
@@ -217,6 +252,7 @@ func (c *call) runInstances() (requestIDSetter, error) {
 	if req.tags, err = p.tagSpecs("instance", "volume", "network-interface"); err != nil {
 		return nil, err
 	}
+	req.fail = c.failed
 	res, err := c.launch(req)
 	if err != nil {
 		return nil, err
@@ -364,14 +400,7 @@ func (c *call) launch(req launchRequest) (*launchResult, error) {
 
 	n := req.max
 	if s.vcpus > 0 {
-		used := 0
-		for _, in := range rg.instances {
-			if st := s.state(in, now); st == statePending || st == stateRunning {
-				c, _ := vcpus(in.itype)
-				used += c
-			}
-		}
-		fit := (s.vcpus - used) / cpu
+		fit := (s.vcpus - s.usedVCPUs(rg, now)) / cpu
 		if fit < req.min {
 			return nil, &apiError{status: 400, code: "VcpuLimitExceeded",
 				msg: fmt.Sprintf("You have requested more vCPU capacity than your current vCPU limit of %d allows for the instance bucket that the specified instance type belongs to. Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit.", s.vcpus)}
@@ -394,7 +423,7 @@ func (c *call) launch(req launchRequest) (*launchResult, error) {
 		in := &instance{
 			seq: s.nextSeq(), id: newID("i"), resv: res.resv, image: req.image, itype: req.instanceType,
 			keyName: req.keyName, subnet: sn.id, vpc: sn.vpc, zone: sn.zone, groups: groups,
-			tags: maps.Clone(req.tags), token: req.token, launchIndex: i,
+			tags: maps.Clone(req.tags), token: req.token, launchIndex: i, public: public,
 			created: now, runningAt: now.Add(s.sim.Wall(lat.Launch)), backed: backed,
 		}
 		if !backed {
@@ -406,6 +435,12 @@ func (c *call) launch(req launchRequest) (*launchResult, error) {
 		}
 		rg.instances[in.id] = in
 		res.instances = append(res.instances, in)
+		if req.fail != nil {
+			// It never gets a machine: it ends when it would have run.
+			in.started = true
+			failInstance(in, in.runningAt, req.fail.Reason)
+			continue
+		}
 		if backed {
 			authorized := ""
 			if key != nil {
@@ -447,9 +482,7 @@ func (s *Server) startMachine(region string, in *instance, authorizedKey string)
 		in.started = true
 		if err != nil {
 			if in.termAt.IsZero() {
-				now := s.now()
-				in.termAt, in.goneAt = now, now
-				in.stateReason = &xStateReason{Code: "Server.InternalError", Message: "Server.InternalError: Internal error on launch"}
+				failInstance(in, s.now(), "Server.InternalError")
 			}
 			s.mu.Unlock()
 			return
@@ -460,26 +493,101 @@ func (s *Server) startMachine(region string, in *instance, authorizedKey string)
 			in.privateIP = m.PrivateAddress
 		}
 		in.hostKeys = slices.Clone(m.HostKeys)
-		stop := !in.termAt.IsZero() && !in.stopping
-		in.stopping = in.stopping || stop
 		s.mu.Unlock()
-		if stop {
-			s.stopMachine(region, in)
-		}
+		s.afterMachine(region, in)
 	})
 }
 
-// stopMachine tears a backed machine down in the background.
+// afterMachine brings the machine in line with what happened to the
+// instance while a backer call on it was under way: torn down if it was
+// terminated, powered off if it was stopped.
+func (s *Server) afterMachine(region string, in *instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case in.machine.ID == "" || in.tearing || in.powering:
+	case !in.termAt.IsZero():
+		in.tearing = true
+		s.tearDown(region, in)
+	case !in.stopAt.IsZero() && !in.off:
+		s.powerOff(region, in)
+	}
+}
+
+// tearDown tears a backed machine down in the background.
 // The instance stays shutting-down until the machine is gone: a machine
 // the API calls terminated must not answer anymore.
-func (s *Server) stopMachine(region string, in *instance) {
+func (s *Server) tearDown(region string, in *instance) {
 	s.Go(func(ctx context.Context) {
 		// A failed stop leaves a machine the backer's Destroy removes.
 		_ = s.sim.Backer.Stop(ctx, "aws:"+region, in.machine.ID)
 		s.mu.Lock()
-		in.stopped = true
+		in.torn = true
 		s.mu.Unlock()
 	})
+}
+
+// powerOff stops a backed instance's machine in the background; the
+// instance is stopping until it is off. Its public address goes with it.
+// Call with s.mu held.
+func (s *Server) powerOff(region string, in *instance) {
+	in.powering = true
+	s.Go(func(ctx context.Context) {
+		// A failed power-off leaves a machine the backer's Destroy removes.
+		_ = s.sim.Backer.PowerOff(ctx, "aws:"+region, in.machine.ID, true)
+		s.mu.Lock()
+		in.powering, in.off, in.publicIP = false, true, ""
+		s.mu.Unlock()
+		s.afterMachine(region, in)
+	})
+}
+
+// powerOn boots a stopped backed instance's machine again in the
+// background; the instance is pending until it is up, with its new public
+// address. A machine that does not come up leaves the instance stopped,
+// as EC2 leaves one it found no capacity for. Call with s.mu held.
+func (s *Server) powerOn(region string, in *instance) {
+	in.powering = true
+	s.Go(func(ctx context.Context) {
+		m, err := s.sim.Backer.PowerOn(ctx, "aws:"+region, in.machine.ID)
+		s.mu.Lock()
+		in.powering = false
+		switch {
+		case err != nil:
+			if in.termAt.IsZero() {
+				failInstance(in, s.now(), "Server.InsufficientInstanceCapacity")
+			}
+		default:
+			in.off = false
+			in.machine.Address, in.machine.PrivateAddress = m.Address, m.PrivateAddress
+			in.publicIP, in.privateIP = m.Address, m.Address
+			if m.PrivateAddress != "" {
+				in.privateIP = m.PrivateAddress
+			}
+		}
+		s.mu.Unlock()
+		s.afterMachine(region, in)
+	})
+}
+
+// failInstance makes in end at at as an instance EC2 gave up on ends,
+// with state reason code (default Server.InternalError): terminated, or
+// for Server.InsufficientInstanceCapacity stopped.
+func failInstance(in *instance, at time.Time, code string) {
+	msg := code
+	switch code {
+	case "", "Server.InternalError":
+		code, msg = "Server.InternalError", "Server.InternalError: Internal error on launch"
+	case "Server.InsufficientInstanceCapacity":
+		msg = "Server.InsufficientInstanceCapacity: Insufficient capacity."
+	}
+	in.stateReason = &xStateReason{Code: code, Message: msg}
+	in.transition = msg
+	if code == "Server.InsufficientInstanceCapacity" {
+		in.stopAt, in.stoppedAt = at, at
+		return
+	}
+	in.termAt, in.goneAt = at, at
 }
 
 func (s *Server) xInstance(rg *region, in *instance, now time.Time) xInstance {
@@ -500,7 +608,7 @@ func (s *Server) xInstance(rg *region, in *instance, now time.Time) xInstance {
 		if in.privateIP != "" {
 			x.PrivateDNSName = "ip-" + strings.ReplaceAll(in.privateIP, ".", "-") + "." + rg.name + ".compute.internal"
 		}
-		if st != stateShuttingDown {
+		if st == statePending || st == stateRunning {
 			x.IPAddress = in.publicIP
 			if in.publicIP != "" {
 				x.DNSName = "ec2-" + strings.ReplaceAll(in.publicIP, ".", "-") + "." + rg.name + ".compute.amazonaws.com"
@@ -514,8 +622,8 @@ func (s *Server) xInstance(rg *region, in *instance, now time.Time) xInstance {
 			x.Groups = append(x.Groups, xGroupID{GroupID: g, GroupName: name})
 		}
 	}
-	if st == stateShuttingDown || st == stateTerminated {
-		x.Reason = fmt.Sprintf("User initiated (%s)", in.termAt.UTC().Format("2006-01-02 15:04:05 MST"))
+	if st != statePending && st != stateRunning {
+		x.Reason = in.transition
 		if x.StateReason == nil {
 			x.StateReason = &xStateReason{Code: "Client.UserInitiatedShutdown", Message: "Client.UserInitiatedShutdown: User initiated shutdown"}
 		}
@@ -686,14 +794,15 @@ func (c *call) terminateInstances() (requestIDSetter, error) {
 		return nil, err
 	}
 	lat := s.Latency()
-	out := &terminateInstancesResponse{}
+	out := &stateChangeResponse{}
 	for _, in := range list {
 		prev := s.state(in, now)
-		if in.termAt.IsZero() {
+		if in.termAt.IsZero() || in.termAt.After(now) {
 			in.termAt, in.goneAt = now, now.Add(s.sim.Wall(lat.Terminate))
-			if in.backed && in.started && !in.stopping && in.machine.ID != "" {
-				in.stopping = true
-				s.stopMachine(c.region, in)
+			in.transition, in.stateReason = userInitiated(now), nil // Client.UserInitiatedShutdown
+			if in.backed && in.started && !in.tearing && !in.powering && in.machine.ID != "" {
+				in.tearing = true
+				s.tearDown(c.region, in)
 			}
 		}
 		cur := s.state(in, now)

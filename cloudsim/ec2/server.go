@@ -182,6 +182,9 @@ type call struct {
 	s      *Server
 	region string
 	p      params
+	// failed is a cloudsim.FaultFailed that hit the request: a launch
+	// whose instances end failed.
+	failed *cloudsim.Fault
 }
 
 type handler func(c *call) (requestIDSetter, error)
@@ -210,6 +213,8 @@ var actions = map[string]action{
 	"RunInstances":                  {cloudsim.OpLaunch, (*call).runInstances},
 	"DescribeInstances":             {cloudsim.OpList, (*call).describeInstances},
 	"TerminateInstances":            {cloudsim.OpTerminate, (*call).terminateInstances},
+	"StopInstances":                 {cloudsim.OpPower, (*call).stopInstances},
+	"StartInstances":                {cloudsim.OpPower, (*call).startInstances},
 	"GetConsoleOutput":              {cloudsim.OpList, (*call).getConsoleOutput},
 }
 
@@ -284,6 +289,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		case cloudsim.FaultLost:
 			lost = true
+		case cloudsim.FaultFailed:
+			c.failed = &f
 		}
 	}
 	out, err := act.fn(c)

@@ -1,11 +1,13 @@
 package ec2
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -20,7 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/cloudsim"
@@ -163,7 +165,7 @@ func TestNetworkDefaults(t *testing.T) {
 			t.Errorf("zone %+v", z)
 		}
 	}
-	if diff := cmp.Diff([]string{"eu-central-1a", "eu-central-1b", "eu-central-1c"}, names); diff != "" {
+	if diff := gocmp.Diff([]string{"eu-central-1a", "eu-central-1b", "eu-central-1c"}, names); diff != "" {
 		t.Errorf("zones (-want +got):\n%s", diff)
 	}
 	vpcs, err := c.DescribeVpcs(ctx, &ec2.DescribeVpcsInput{Filters: []types.Filter{flt("is-default", "true")}})
@@ -219,7 +221,7 @@ func TestImages(t *testing.T) {
 	}
 	slices.Sort(names)
 	want := []string{"debian-12-amd64-20250428-2096", "debian-12-amd64-20250610-2140", "debian-12-amd64-20250814-2204"}
-	if diff := cmp.Diff(want, names); diff != "" {
+	if diff := gocmp.Diff(want, names); diff != "" {
 		t.Errorf("images (-want +got):\n%s", diff)
 	}
 	self, err := c.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"self"}})
@@ -360,7 +362,7 @@ func TestSecurityGroups(t *testing.T) {
 		}
 	}
 	f.srv.SetPageSize(0)
-	if diff := cmp.Diff(ids, got); diff != "" || pages != 2 {
+	if diff := gocmp.Diff(ids, got); diff != "" || pages != 2 {
 		t.Errorf("paged groups in %d pages (-want +got):\n%s", pages, diff)
 	}
 	byName, err := c.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{flt("group-name", "g*"), flt("tag:name", "g2")}})
@@ -410,7 +412,7 @@ func TestSecurityGroups(t *testing.T) {
 		perms = append(perms, x)
 	}
 	want := []perm{{Proto: "-1", Cidrs: []string{"192.0.2.10/32"}}, {Proto: "tcp", From: 22, To: 22, Cidrs: []string{"0.0.0.0/0"}}}
-	if diff := cmp.Diff(want, perms); diff != "" {
+	if diff := gocmp.Diff(want, perms); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
 	}
 	if len(sg.IpPermissionsEgress) != 1 || aws.ToString(sg.VpcId) == "" || aws.ToString(sg.GroupName) != "g1" {
@@ -459,7 +461,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	if in.State.Name != types.InstanceStateNamePending || aws.ToString(in.Placement.AvailabilityZone) != "eu-central-1c" {
 		t.Errorf("launched %s in %s, want pending in eu-central-1c", in.State.Name, aws.ToString(in.Placement.AvailabilityZone))
 	}
-	if diff := cmp.Diff(map[string]string{"transit-cluster": "c", "team": "x"}, tagMap(in.Tags)); diff != "" {
+	if diff := gocmp.Diff(map[string]string{"transit-cluster": "c", "team": "x"}, tagMap(in.Tags)); diff != "" {
 		t.Errorf("tags (-want +got):\n%s", diff)
 	}
 	out, err := c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id)})
@@ -676,7 +678,7 @@ func TestDescribeInstancesPaging(t *testing.T) {
 			}
 		}
 	}
-	if diff := cmp.Diff(want, got); diff != "" || pages != 2 {
+	if diff := gocmp.Diff(want, got); diff != "" || pages != 2 {
 		t.Errorf("%d pages (-want +got):\n%s", pages, diff)
 	}
 	_, err = c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{MaxResults: aws.Int32(2)})
@@ -794,7 +796,7 @@ func TestPlantAndTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := f.describe(id)
-	if diff := cmp.Diff(map[string]string{"transit-cluster": "c", "aws:autoscaling:groupName": "asg"}, tagMap(got.Tags)); diff != "" {
+	if diff := gocmp.Diff(map[string]string{"transit-cluster": "c", "aws:autoscaling:groupName": "asg"}, tagMap(got.Tags)); diff != "" {
 		t.Errorf("planted tags (-want +got):\n%s", diff)
 	}
 	if _, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{id}, Tags: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}); err != nil {
@@ -803,7 +805,7 @@ func TestPlantAndTags(t *testing.T) {
 	if _, err := c.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{id}, Tags: []types.Tag{{Key: aws.String("transit-cluster")}}}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]string{"k": "v", "aws:autoscaling:groupName": "asg"}, tagMap(f.describe(id).Tags)); diff != "" {
+	if diff := gocmp.Diff(map[string]string{"k": "v", "aws:autoscaling:groupName": "asg"}, tagMap(f.describe(id).Tags)); diff != "" {
 		t.Errorf("tags after CreateTags and DeleteTags (-want +got):\n%s", diff)
 	}
 	_, err = c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{"i-00000000000000000"}, Tags: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}})
@@ -823,7 +825,27 @@ type fakeBacker struct {
 	fail     bool
 	starts   []string // region name key
 	stops    []string
+	powers   []string // "off region id release", "on region id"
 	allowed  map[string][]string
+	nextAddr string // PowerOn's address (default 10.241.1.8)
+}
+
+func (b *fakeBacker) PowerOff(_ context.Context, region, id string, release bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.powers = append(b.powers, fmt.Sprintf("off %s %s %v", region, id, release))
+	return nil
+}
+
+func (b *fakeBacker) PowerOn(_ context.Context, region, id string) (cloudsim.Machine, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.powers = append(b.powers, "on "+region+" "+id)
+	if b.fail {
+		return cloudsim.Machine{}, errors.New("no room")
+	}
+	addr := cmp.Or(b.nextAddr, "10.241.1.8")
+	return cloudsim.Machine{ID: id, Address: addr, PrivateAddress: "10.241.1.7"}, nil
 }
 
 func (b *fakeBacker) Start(ctx context.Context, region, name, key string) (cloudsim.Machine, error) {
@@ -888,7 +910,7 @@ func TestBacked(t *testing.T) {
 		}
 	}
 	b.mu.Lock()
-	if diff := cmp.Diff([]string{"192.0.2.1/32", "192.0.2.2/32"}, b.allowed["aws:"+testRegion]); diff != "" {
+	if diff := gocmp.Diff([]string{"192.0.2.1/32", "192.0.2.2/32"}, b.allowed["aws:"+testRegion]); diff != "" {
 		t.Errorf("allowed sources (-want +got):\n%s", diff)
 	}
 	b.mu.Unlock()
@@ -896,7 +918,7 @@ func TestBacked(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.mu.Lock()
-	if diff := cmp.Diff([]string{"192.0.2.1/32"}, b.allowed["aws:"+testRegion]); diff != "" {
+	if diff := gocmp.Diff([]string{"192.0.2.1/32"}, b.allowed["aws:"+testRegion]); diff != "" {
 		t.Errorf("allowed sources after a delete (-want +got):\n%s", diff)
 	}
 	b.mu.Unlock()
@@ -920,7 +942,7 @@ func TestBacked(t *testing.T) {
 	}
 	fields := strings.Fields(key)
 	b.mu.Lock()
-	if diff := cmp.Diff([]string{"aws:" + testRegion + " " + id + " " + fields[0] + " " + fields[1]}, b.starts); diff != "" {
+	if diff := gocmp.Diff([]string{"aws:" + testRegion + " " + id + " " + fields[0] + " " + fields[1]}, b.starts); diff != "" {
 		t.Errorf("starts (-want +got):\n%s", diff)
 	}
 	b.mu.Unlock()
@@ -937,7 +959,7 @@ func TestBacked(t *testing.T) {
 	}
 	f.srv.Close() // waits for the background Stop
 	b.mu.Lock()
-	if diff := cmp.Diff([]string{"aws:" + testRegion + " m-" + id}, b.stops); diff != "" {
+	if diff := gocmp.Diff([]string{"aws:" + testRegion + " m-" + id}, b.stops); diff != "" {
 		t.Errorf("stops (-want +got):\n%s", diff)
 	}
 	b.mu.Unlock()

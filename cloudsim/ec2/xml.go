@@ -115,7 +115,7 @@ type xStateChange struct {
 	PreviousState xState `xml:"previousState"`
 }
 
-type terminateInstancesResponse struct {
+type stateChangeResponse struct {
 	base
 	Instances []xStateChange `xml:"instancesSet>item"`
 }

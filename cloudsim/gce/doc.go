@@ -5,13 +5,14 @@
 // Served, under /compute/v1/projects/{project}/:
 //
 //   - zones/{zone}/instances: insert (with requestId: a repeated request
-//     answers the first one's operation), get, list, delete, and
-//     getGuestAttributes (queryPath hostkeys/, as the guest agent
+//     answers the first one's operation), get, list, delete, stop, start,
+//     and getGuestAttributes (queryPath hostkeys/, as the guest agent
 //     publishes a machine's SSH host keys once it runs);
 //   - aggregated/instances, with maxResults and pageToken;
 //   - zones/{zone}/operations/{name} and global/operations/{name}: get and
 //     wait (wait answers when the operation is done, or after at most two
-//     minutes, as Compute Engine does);
+//     minutes, as Compute Engine does); zones/{zone}/operations: list,
+//     filtered by name, status, operationType, targetId, targetLink;
 //   - global/firewalls: insert, get, list, patch, delete;
 //   - global/images/{name} and global/images/family/{family} of any
 //     project (DefaultImages).
@@ -27,19 +28,36 @@
 // Instances go PROVISIONING → RUNNING after the profile's GCE launch
 // latency (the insert operation is done then); delete makes them STOPPING
 // until the profile's termination latency has passed (the delete
-// operation's duration). A firewall exists once its insert operation is
+// operation's duration), whatever their status. stop makes a RUNNING
+// instance STOPPING for the Stop latency (the stop operation's duration),
+// then TERMINATED, Compute Engine's word for stopped: it keeps its
+// networkIP and gives its ephemeral natIP back; start makes a TERMINATED
+// one PROVISIONING, STAGING, then RUNNING after the Start latency, with a
+// new natIP. Stopping a stopped instance or starting a running one is an
+// operation done at once; stopping one that is being made, or starting
+// one that is STOPPING, and either while it is deleted, answers 400
+// resourceNotReady. A firewall exists once its insert operation is
 // done (GroupCreate) and a patch or delete takes effect when its
 // operation is done (GroupUpdate, GroupDelete). A firewall with no
 // sourceRanges would allow every source, as in Compute Engine.
 //
 // Errors are Google's JSON errors with Compute Engine's reasons:
 // notFound, alreadyExists, invalid, rateLimitExceeded (HTTP 429),
-// quotaExceeded (403, "Quota 'X' exceeded"), authError (401). Injected
-// faults (cloudsim.Faults) map onto those.
+// quotaExceeded (403, "Quota 'X' exceeded"), authError (401),
+// resourceNotReady (400). Injected faults (cloudsim.Faults) map onto
+// those; FaultFailed on an insert lets it succeed and the instance be
+// TERMINATED when it would have run, with the fault's Reason (default a
+// host error's words) as its statusMessage.
 //
 // With a cloudsim.Backer each instance is a real machine in backing
 // region "gce:{region}" that accepts the keys of the instance's ssh-keys
 // metadata for their user; its address is the instance's natIP (and its
 // private address networkIP), and the /32 sourceRanges of the enabled
-// firewalls are the backing regions' firewall.
+// firewalls are the backing regions' firewall. stop powers the machine off
+// (Backer.PowerOff, releasing its public address; STOPPING until it is
+// off) and start powers it on again (STAGING until it is up, at its new
+// address).
+//
+// Plant, Remove, Stop, Start and Fail (TERMINATED at once, as after a
+// host failure) act on an instance outside any client.
 package gce

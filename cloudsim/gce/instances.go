@@ -1,6 +1,7 @@
 package gce
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -29,18 +30,25 @@ type instance struct {
 	netTags      []string
 	metadata     []metaItem
 	created      time.Time
-	runningAt    time.Time
+	bootAt       time.Time // the last insert or start
+	runningAt    time.Time // PROVISIONING, STAGING until then
+	stopAt       time.Time // zero unless stopped: STOPPING from then
+	stoppedAt    time.Time // TERMINATED from then
+	statusMsg    string    // statusMessage: why it is TERMINATED, when the cloud did it
 	deleting     bool
 	privateIP    string
 	publicIP     string
+	public       bool // it has an ephemeral external address while it runs
 	hostKeys     []string
 	guestAttrsOn bool
 
 	backed   bool
 	started  bool // the backer's Start returned
 	machine  cloudsim.Machine
-	stopping bool // Backer.Stop was called
-	stopped  bool // and returned: the machine is gone
+	powering bool // a Backer.PowerOff or PowerOn is under way
+	off      bool // the machine is powered off
+	tearing  bool // Backer.Stop was called
+	torn     bool // and returned: the machine is gone
 }
 
 type metaItem struct {
@@ -68,15 +76,24 @@ func zoneRegion(zone string) string {
 
 func instKey(project, zone, name string) string { return project + "/" + zone + "/" + name }
 
-// status is the instance's status at now. Call with s.mu held.
+// status is the instance's status at now: STOPPING while it is deleted
+// (as Compute Engine shows it) or stopped, TERMINATED once stopped (and,
+// backed, its machine off). Call with s.mu held.
 func (s *Server) status(in *instance, now time.Time) string {
 	switch {
 	case in.deleting:
 		return "STOPPING"
+	case !in.stopAt.IsZero() && !now.Before(in.stopAt):
+		if !now.Before(in.stoppedAt) && !in.powering {
+			return "TERMINATED"
+		}
+		return "STOPPING"
 	case in.backed && !in.started:
 		return "PROVISIONING"
+	case in.backed && in.powering:
+		return "STAGING"
 	case now.Before(in.runningAt):
-		if in.runningAt.Sub(now) < in.runningAt.Sub(in.created)/4 {
+		if in.runningAt.Sub(now) < in.runningAt.Sub(in.bootAt)/4 {
 			return "STAGING"
 		}
 		return "PROVISIONING"
@@ -180,7 +197,7 @@ func (c *call) insertInstance() (any, error) {
 		return nil, alreadyExists(fmt.Sprintf("projects/%s/zones/%s/instances/%s", c.project, zone, b.Name))
 	}
 	in := &instance{seq: s.nextSeq(), project: c.project, zone: zone, name: b.Name, machineType: mt, image: image,
-		network: network, labels: maps.Clone(b.Labels), created: s.sim.Time(), backed: s.sim.Backer != nil}
+		network: network, labels: maps.Clone(b.Labels), created: s.sim.Time(), backed: s.sim.Backer != nil, public: public}
 	in.id = 4_000_000_000_000_000 + in.seq
 	in.fingerprint = fmt.Sprintf("%016x", in.seq*2654435761)
 	if b.Tags != nil {
@@ -195,11 +212,11 @@ func (c *call) insertInstance() (any, error) {
 		}
 	}
 	lat := s.Latency()
-	in.runningAt = in.created.Add(s.sim.Wall(lat.Launch))
+	in.bootAt, in.runningAt = in.created, in.created.Add(s.sim.Wall(lat.Launch))
 	if !in.backed {
 		in.privateIP = fmt.Sprintf("10.%d.%d.%d", 128+in.seq/65536%64, in.seq/256%256, in.seq%256)
 		if public {
-			in.publicIP = fmt.Sprintf("34.%d.%d.%d", 64+in.seq/65536%64, in.seq/256%256, in.seq%256)
+			in.publicIP = externalIP(in.seq)
 		}
 		in.hostKeys = []string{newHostKey()}
 	}
@@ -207,6 +224,14 @@ func (c *call) insertInstance() (any, error) {
 	op := s.newOp(c, zone, "insert", c.link("zones", zone, "instances", in.name), in.id, lat.Launch)
 	op.ready = func() bool { return !in.backed || in.started }
 	s.remember(c, op)
+	if c.failed != nil {
+		// It never gets a machine: the insert succeeds, and the instance
+		// is TERMINATED when it would have run.
+		in.started = true
+		in.stopAt, in.stoppedAt = in.runningAt, in.runningAt
+		in.statusMsg = cmp.Or(c.failed.Reason, hostError)
+		return c.xOp(op), nil
+	}
 	if in.backed {
 		s.startMachine(in, op, sshKeysFor(in.metadata, "root"))
 	}
@@ -266,26 +291,38 @@ func (s *Server) startMachine(in *instance, op *operation, authorizedKey string)
 			in.privateIP = m.PrivateAddress
 		}
 		in.hostKeys = slices.Clone(m.HostKeys)
-		stop := in.deleting && !in.stopping
-		in.stopping = in.stopping || stop
 		s.mu.Unlock()
-		if stop {
-			s.stopMachine(in)
-		}
+		s.afterMachine(in)
 		s.tick()
 		// The firewall of a region that had no machine yet.
 		s.allow()
 	})
 }
 
-// stopMachine tears a backed machine down in the background; the
-// instance stays STOPPING until it is gone.
-func (s *Server) stopMachine(in *instance) {
+// afterMachine brings the machine in line with what happened to the
+// instance while a backer call on it was under way: torn down if it is
+// being deleted, powered off if it was stopped.
+func (s *Server) afterMachine(in *instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case in.machine.ID == "" || in.tearing || in.powering:
+	case in.deleting:
+		in.tearing = true
+		s.tearDown(in)
+	case !in.stopAt.IsZero() && !in.off:
+		s.powerOff(in)
+	}
+}
+
+// tearDown tears a backed machine down in the background; the instance
+// stays STOPPING until it is gone.
+func (s *Server) tearDown(in *instance) {
 	s.Go(func(ctx context.Context) {
 		// A failed stop leaves a machine the backer's Destroy removes.
 		_ = s.sim.Backer.Stop(ctx, "gce:"+zoneRegion(in.zone), in.machine.ID)
 		s.mu.Lock()
-		in.stopped = true
+		in.torn = true
 		s.mu.Unlock()
 		s.tick()
 	})
@@ -323,6 +360,7 @@ type xInstance struct {
 	SelfLink          string              `json:"selfLink"`
 	Labels            map[string]string   `json:"labels,omitempty"`
 	LabelFingerprint  string              `json:"labelFingerprint"`
+	StatusMessage     string              `json:"statusMessage,omitempty"`
 }
 
 // xInst renders in. Call with s.mu held.
@@ -332,15 +370,21 @@ func (c *call) xInst(in *instance, now time.Time) xInstance {
 		Network:    c.link("global", "networks", in.network),
 		Subnetwork: c.link("regions", zoneRegion(in.zone), "subnetworks", in.network)}
 	running := st == "RUNNING" || st == "STOPPING"
-	if running {
+	if running || st == "TERMINATED" {
+		// A stopped instance keeps its internal address.
 		ni.NetworkIP = in.privateIP
 	}
-	if in.publicIP != "" || in.backed {
+	if in.public {
 		ac := xAccessConfig{Kind: "compute#accessConfig", Type: "ONE_TO_ONE_NAT", Name: "External NAT", NetworkTier: "PREMIUM"}
 		if running {
+			// An ephemeral external address: gone once stopped.
 			ac.NatIP = in.publicIP
 		}
 		ni.AccessConfigs = []xAccessConfig{ac}
+	}
+	msg := ""
+	if st == "TERMINATED" {
+		msg = in.statusMsg
 	}
 	tags := map[string]any{"fingerprint": in.fingerprint}
 	if len(in.netTags) > 0 {
@@ -357,7 +401,7 @@ func (c *call) xInst(in *instance, now time.Time) xInstance {
 			"boot": true, "autoDelete": true, "deviceName": "persistent-disk-0",
 			"source": c.link("zones", in.zone, "disks", in.name)}},
 		Metadata: meta, SelfLink: c.link("zones", in.zone, "instances", in.name),
-		Labels: maps.Clone(in.labels), LabelFingerprint: in.fingerprint}
+		Labels: maps.Clone(in.labels), LabelFingerprint: in.fingerprint, StatusMessage: msg}
 }
 
 func (c *call) lookupInstance() (*instance, error) {
@@ -394,13 +438,13 @@ func (c *call) deleteInstance() (any, error) {
 		return nil, err
 	}
 	op := s.newOp(c, in.zone, "delete", c.link("zones", in.zone, "instances", in.name), in.id, s.Latency().Terminate)
-	op.ready = func() bool { return !in.backed || in.stopped || (in.started && in.machine.ID == "") }
 	op.apply = func() { delete(s.instances, instKey(in.project, in.zone, in.name)) }
 	s.remember(c, op)
 	in.deleting = true
-	if in.backed && in.started && !in.stopping && in.machine.ID != "" {
-		in.stopping = true
-		s.stopMachine(in)
+	op.ready = func() bool { return !in.backed || in.torn || (in.started && in.machine.ID == "") }
+	if in.backed && in.started && !in.tearing && !in.powering && in.machine.ID != "" {
+		in.tearing = true
+		s.tearDown(in)
 	}
 	return c.xOp(op), nil
 }

@@ -172,6 +172,9 @@ type call struct {
 	rest    []string // path after projects/{project}
 	query   map[string][]string
 	body    []byte
+	// failed is a cloudsim.FaultFailed that hit the request: an insert
+	// whose instance ends TERMINATED.
+	failed *cloudsim.Fault
 }
 
 func (c *call) q(name string) string {
@@ -198,6 +201,9 @@ var routes = []route{
 	{"GET", "zones/*/instances/*", cloudsim.OpList, (*call).getInstance},
 	{"DELETE", "zones/*/instances/*", cloudsim.OpTerminate, (*call).deleteInstance},
 	{"GET", "zones/*/instances/*/getGuestAttributes", cloudsim.OpList, (*call).guestAttributes},
+	{"POST", "zones/*/instances/*/stop", cloudsim.OpPower, (*call).stopInstance},
+	{"POST", "zones/*/instances/*/start", cloudsim.OpPower, (*call).startInstance},
+	{"GET", "zones/*/operations", cloudsim.OpList, (*call).listOperations},
 	{"GET", "aggregated/instances", cloudsim.OpList, (*call).aggregatedInstances},
 	{"GET", "zones/*/operations/*", cloudsim.OpList, (*call).getOperation},
 	{"POST", "zones/*/operations/*/wait", cloudsim.OpList, (*call).waitOperation},
@@ -298,6 +304,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		case cloudsim.FaultLost:
 			lost = true
+		case cloudsim.FaultFailed:
+			c.failed = &f
 		}
 	}
 	s.tick()
@@ -405,6 +413,12 @@ func (s *Server) Resources() []Resource {
 func (s *Server) sortedInstances() []*instance {
 	out := slices.Collect(maps.Values(s.instances))
 	slices.SortFunc(out, func(a, b *instance) int { return cmp.Compare(a.seq, b.seq) })
+	return out
+}
+
+func (s *Server) sortedOps() []*operation {
+	out := slices.Collect(maps.Values(s.ops))
+	slices.SortFunc(out, func(a, b *operation) int { return cmp.Compare(a.seq, b.seq) })
 	return out
 }
 

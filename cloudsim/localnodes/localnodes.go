@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -42,9 +43,10 @@ type Backer struct {
 	// machine's one address is both.
 	PublicPool string
 
-	mu      sync.Mutex
-	drivers map[string]*backedRegion
-	public  map[string][2]string // machine id → public, private address
+	mu         sync.Mutex
+	drivers    map[string]*backedRegion
+	public     map[string][2]string // machine id → public, private address
+	lastPublic netip.Addr           // the public address handed out last
 }
 
 type backedRegion struct {
@@ -168,6 +170,69 @@ func (b *Backer) Stop(ctx context.Context, region, id string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// power is the local driver's side that stops and starts a node as a
+// cloud stops and starts a VM (drivers/local power.go).
+type power interface {
+	PowerOff(ctx context.Context, id string) error
+	PowerOn(ctx context.Context, id string) (provider.Instance, error)
+}
+
+func (r *backedRegion) power() (power, error) {
+	p, ok := r.drv.(power)
+	if !ok {
+		return nil, fmt.Errorf("cloudsim: the local driver cannot stop and start nodes")
+	}
+	return p, nil
+}
+
+// PowerOff stops a local node: its processes end, it keeps its disk,
+// private address and host key. With release its public address goes.
+func (b *Backer) PowerOff(ctx context.Context, region, id string, release bool) error {
+	r, err := b.region(ctx, region)
+	if err != nil {
+		return err
+	}
+	p, err := r.power()
+	if err != nil {
+		return err
+	}
+	if err := p.PowerOff(ctx, id); err != nil {
+		return err
+	}
+	if release {
+		return b.unmapPublic(ctx, id)
+	}
+	return nil
+}
+
+// PowerOn boots a stopped local node again; a public address it gave up
+// is a new one (a freed one is handed out last).
+func (b *Backer) PowerOn(ctx context.Context, region, id string) (cloudsim.Machine, error) {
+	r, err := b.region(ctx, region)
+	if err != nil {
+		return cloudsim.Machine{}, err
+	}
+	p, err := r.power()
+	if err != nil {
+		return cloudsim.Machine{}, err
+	}
+	inst, err := p.PowerOn(ctx, id)
+	if err != nil {
+		return cloudsim.Machine{}, err
+	}
+	m := cloudsim.Machine{ID: inst.ProviderID, Address: inst.PrivateIP, HostKeys: inst.HostKeys}
+	if b.PublicPool != "" {
+		public, ok := b.publicOf(id)
+		if !ok {
+			if public, err = b.mapPublic(ctx, id, inst.PrivateIP); err != nil {
+				return cloudsim.Machine{}, errors.Join(err, p.PowerOff(context.WithoutCancel(ctx), id))
+			}
+		}
+		m.Address, m.PrivateAddress = public, inst.PrivateIP
+	}
+	return m, nil
 }
 
 // Allow refills the region's firewall with sources. Only addresses are

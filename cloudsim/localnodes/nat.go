@@ -78,10 +78,25 @@ func (b *Backer) mapPublic(ctx context.Context, id, private string) (string, err
 	for _, m := range b.public {
 		used[m[0]] = true
 	}
+	// The first free address after the last one handed out, wrapping
+	// around: a freed address goes to someone else only once the others
+	// did, as a cloud's ephemeral addresses do.
+	first := pool.Masked().Addr().Next()
+	start := first
+	if b.lastPublic.IsValid() && pool.Contains(b.lastPublic.Next()) {
+		start = b.lastPublic.Next()
+	}
 	var public string
-	for a := pool.Masked().Addr().Next(); pool.Contains(a); a = a.Next() {
+	for a := start; ; {
 		if !used[a.String()] {
 			public = a.String()
+			b.lastPublic = a
+			break
+		}
+		if a = a.Next(); !pool.Contains(a) {
+			a = first
+		}
+		if a == start {
 			break
 		}
 	}
@@ -117,6 +132,14 @@ func (b *Backer) unmapPublic(ctx context.Context, id string) error {
 		}
 	}
 	return nil
+}
+
+// publicOf is the public address mapped to a machine, if any.
+func (b *Backer) publicOf(id string) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, ok := b.public[id]
+	return m[0], ok
 }
 
 // privateOf translates public addresses among sources to the private

@@ -1,6 +1,7 @@
 package openstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -27,16 +28,25 @@ type server struct {
 	portID                 string
 	created                time.Time
 	activeAt, goneAt       time.Time
+	restart                bool      // activeAt is a start's (SHUTOFF, powering-on until then), not the build's
+	ran                    bool      // it was ACTIVE once (Nova's launched_at)
+	host                   bool      // it was scheduled to a host
+	stopAt, offAt          time.Time // zero unless stopped: powering-off from stopAt, SHUTOFF from offAt
+	softAt, softDone       time.Time // zero unless soft-deleted: soft-deleting from softAt, SOFT_DELETED from softDone
+	reclaimAt              time.Time // when a SOFT_DELETED server is deleted for good
 	deleting               bool
 	fixedIP                string
 	hostKeys               []string
-	failed                 string // the fault of a server that did not start
+	failed                 string    // the fault of a server Nova gave up on
+	failAt                 time.Time // ERROR from then (zero: at once)
 
 	backed   bool
 	started  bool // the backer's Start returned
 	machine  cloudsim.Machine
-	stopping bool
-	stopped  bool
+	powering bool // a Backer.PowerOff or PowerOn is under way
+	off      bool // the machine is powered off
+	tearing  bool // Backer.Stop was called
+	torn     bool // and returned: the machine is gone
 }
 
 type keypair struct {
@@ -47,22 +57,78 @@ type keypair struct {
 
 // status is the server's Nova status at now. Call with s.mu held.
 func (s *Server) status(sv *server, now time.Time) string {
-	switch {
-	case sv.failed != "":
-		return "ERROR"
-	case sv.backed && !sv.started, now.Before(sv.activeAt):
-		return "BUILD"
-	}
-	return "ACTIVE"
+	st, _ := s.state(sv, now)
+	return st
 }
 
-// tick removes the servers whose deletion is done.
+// state is the server's Nova status and task state at now. A backed
+// server is SHUTOFF or SOFT_DELETED only once its machine is off, and
+// ACTIVE once it is up. Call with s.mu held.
+func (s *Server) state(sv *server, now time.Time) (status, task string) {
+	status, task = s.vmState(sv, now)
+	if sv.deleting {
+		task = "deleting"
+	}
+	return status, task
+}
+
+func (s *Server) vmState(sv *server, now time.Time) (status, task string) {
+	prior := "ACTIVE"
+	if !sv.stopAt.IsZero() {
+		prior = "SHUTOFF"
+	}
+	switch {
+	case sv.failed != "" && !now.Before(sv.failAt):
+		return "ERROR", ""
+	case !sv.softAt.IsZero():
+		if !now.Before(sv.softDone) && !sv.powering {
+			return "SOFT_DELETED", ""
+		}
+		return prior, "soft-deleting"
+	case !sv.stopAt.IsZero():
+		if !now.Before(sv.offAt) && !sv.powering {
+			return "SHUTOFF", ""
+		}
+		return "ACTIVE", "powering-off"
+	case sv.restart && (sv.powering || now.Before(sv.activeAt)):
+		return "SHUTOFF", "powering-on"
+	case sv.backed && !sv.started, now.Before(sv.activeAt):
+		return "BUILD", "spawning"
+	}
+	return "ACTIVE", ""
+}
+
+// vmStateName is Nova's vm_state of a status.
+func vmStateName(status string) string {
+	switch status {
+	case "BUILD":
+		return "building"
+	case "SHUTOFF":
+		return "stopped"
+	case "ERROR":
+		return "error"
+	case "SOFT_DELETED":
+		return "soft-delete"
+	}
+	return "active"
+}
+
+// tick notes the servers that ran, deletes the soft-deleted ones whose
+// reclaim time has come, and removes the servers whose deletion is done.
 func (s *Server) tick() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.sim.Time()
+	for _, sv := range s.servers {
+		switch st := s.status(sv, now); {
+		case st == "ACTIVE":
+			sv.ran = true
+		case st == "SOFT_DELETED" && !now.Before(sv.reclaimAt) && !sv.deleting:
+			s.hardDelete(sv, now)
+		}
+	}
 	for id, sv := range s.servers {
-		if sv.deleting && !now.Before(sv.goneAt) && (!sv.backed || sv.stopped || sv.started && sv.machine.ID == "") {
+		if sv.deleting && !now.Before(sv.goneAt) && (!sv.backed || sv.torn || sv.started && sv.machine.ID == "") {
 			delete(s.servers, id)
 			for _, f := range s.fips {
 				if f.portID == sv.portID {
@@ -245,7 +311,15 @@ func (c *call) createServer() (reply, error) {
 		sv.hostKeys = []string{newHostKey()}
 	}
 	s.servers[sv.id] = sv
-	if sv.backed {
+	if c.failed != nil {
+		// The scheduler finds no host for it: ERROR when it would have
+		// been ACTIVE, and no machine.
+		sv.started, sv.failAt = true, sv.activeAt
+		sv.failed = cmp.Or(c.failed.Reason, noValidHost)
+	} else if !sv.backed {
+		sv.host = true
+	}
+	if sv.backed && c.failed == nil {
 		pub := ""
 		if kp != nil {
 			pub = kp.public
@@ -292,33 +366,51 @@ func (s *Server) startMachine(sv *server, authorizedKey string) {
 		s.mu.Lock()
 		sv.started = true
 		if err != nil {
-			sv.failed = "No valid host was found. There are not enough hosts available."
+			sv.failed = noValidHost
 			s.mu.Unlock()
 			return
 		}
-		sv.machine = m
+		sv.machine, sv.host = m, true
 		sv.fixedIP = m.Address
 		if m.PrivateAddress != "" {
 			sv.fixedIP = m.PrivateAddress
 		}
 		sv.hostKeys = slices.Clone(m.HostKeys)
-		stop := sv.deleting && !sv.stopping
-		sv.stopping = sv.stopping || stop
 		s.mu.Unlock()
-		if stop {
-			s.stopMachine(sv)
-		}
+		s.afterMachine(sv)
 		s.allow()
 	})
 }
 
-// stopMachine tears a backed machine down in the background.
-func (s *Server) stopMachine(sv *server) {
+// noValidHost is the fault of a server Nova could not schedule.
+const noValidHost = "No valid host was found. There are not enough hosts available."
+
+// afterMachine brings the machine in line with what happened to the
+// server while a backer call on it was under way: torn down if it is
+// deleted, powered off if it was stopped or soft-deleted, on if it was
+// started or restored.
+func (s *Server) afterMachine(sv *server) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case sv.machine.ID == "" || sv.tearing || sv.powering:
+	case sv.deleting:
+		sv.tearing = true
+		s.tearDown(sv)
+	case (!sv.stopAt.IsZero() || !sv.softAt.IsZero()) && !sv.off:
+		s.powerOff(sv)
+	case sv.stopAt.IsZero() && sv.softAt.IsZero() && sv.off:
+		s.powerOn(sv)
+	}
+}
+
+// tearDown tears a backed machine down in the background.
+func (s *Server) tearDown(sv *server) {
 	s.Go(func(ctx context.Context) {
 		// A failed stop leaves a machine the backer's Destroy removes.
 		_ = s.sim.Backer.Stop(ctx, "openstack:"+sv.region, sv.machine.ID)
 		s.mu.Lock()
-		sv.stopped = true
+		sv.torn = true
 		s.mu.Unlock()
 	})
 }
@@ -326,16 +418,16 @@ func (s *Server) stopMachine(sv *server) {
 // xServer is a server as Nova shows it. Call with s.mu held.
 func (c *call) xServer(sv *server, now time.Time) map[string]any {
 	s := c.s
-	status := s.status(sv, now)
-	task, vm, power := any(nil), "active", 1
-	switch status {
-	case "BUILD":
-		task, vm, power = "spawning", "building", 0
-	case "ERROR":
-		vm, power = "error", 0
+	status, taskState := s.state(sv, now)
+	task, vm, power := any(nil), vmStateName(status), 1
+	if taskState != "" {
+		task = taskState
 	}
-	if sv.deleting {
-		task = "deleting"
+	switch status {
+	case "BUILD", "ERROR":
+		power = 0 // NOSTATE
+	case "SHUTOFF", "SOFT_DELETED":
+		power = 4 // SHUTDOWN
 	}
 	addrs := map[string]any{}
 	if sv.fixedIP != "" {
@@ -423,25 +515,52 @@ func (c *call) deleteServer() (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if !sv.deleting {
-		sv.deleting = true
-		sv.goneAt = s.sim.Time().Add(s.sim.Wall(lat.Terminate))
-		if sv.backed && sv.started && !sv.stopping && sv.machine.ID != "" {
-			sv.stopping = true
-			s.stopMachine(sv)
-		}
+	now := s.sim.Time()
+	if s.opts.ReclaimInterval > 0 && sv.ran && !sv.deleting {
+		// Nova with reclaim_instance_interval soft-deletes a server that
+		// was ever ACTIVE, a SOFT_DELETED one again (its reclaim time
+		// starts anew); only forceDelete deletes it now.
+		s.softDelete(sv, now, lat.Stop)
+		return reply{204, nil}, nil
 	}
+	s.hardDelete(sv, now)
 	return reply{204, nil}, nil
 }
 
-// serverAction answers os-getConsoleOutput: the console of a booted
-// server shows cloud-init's host key block.
+// hardDelete starts a server's deletion. Call with s.mu held.
+func (s *Server) hardDelete(sv *server, now time.Time) {
+	if sv.deleting {
+		return
+	}
+	sv.deleting = true
+	sv.goneAt = now.Add(s.sim.Wall(s.Latency().Terminate))
+	if sv.backed && sv.started && !sv.tearing && !sv.powering && sv.machine.ID != "" {
+		sv.tearing = true
+		s.tearDown(sv)
+	}
+}
+
+// serverAction answers the server actions: os-getConsoleOutput (the
+// console of a booted server shows cloud-init's host key block), os-stop,
+// os-start, forceDelete and restore (power.go).
 func (c *call) serverAction() (reply, error) {
 	var b map[string]any
 	if err := c.decode(&b); err != nil {
 		return reply{}, err
 	}
-	if _, ok := b["os-getConsoleOutput"]; !ok || len(b) != 1 {
+	if len(b) != 1 {
+		return reply{}, badRequest("There is no such action: " + strings.Join(slices.Sorted(maps.Keys(b)), ","))
+	}
+	switch {
+	case has(b, "os-stop"):
+		return c.powerAction("stop")
+	case has(b, "os-start"):
+		return c.powerAction("start")
+	case has(b, "forceDelete"):
+		return c.forceDelete()
+	case has(b, "restore"):
+		return c.restore()
+	case !has(b, "os-getConsoleOutput"):
 		return reply{}, badRequest("There is no such action: " + strings.Join(slices.Sorted(maps.Keys(b)), ","))
 	}
 	s := c.s
@@ -451,8 +570,8 @@ func (c *call) serverAction() (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if s.status(sv, s.sim.Time()) != "ACTIVE" {
-		return reply{}, conflict("conflictingRequest", fmt.Sprintf("Cannot 'get_console_output' instance %s while it is in vm_state building", sv.id))
+	if st := s.status(sv, s.sim.Time()); st != "ACTIVE" {
+		return reply{}, conflict("conflictingRequest", fmt.Sprintf("Cannot 'get_console_output' instance %s while it is in vm_state %s", sv.id, vmStateName(st)))
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "[    0.000000] Linux version 6.1.0-28-cloud-amd64\nCloud-init v. 22.4.2 running 'modules:final'.\n")
@@ -462,6 +581,11 @@ func (c *call) serverAction() (reply, error) {
 	}
 	fmt.Fprintf(&out, "-----END SSH HOST KEY KEYS-----\nCloud-init v. 22.4.2 finished.\n")
 	return reply{200, map[string]any{"output": out.String()}}, nil
+}
+
+func has(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // Plant creates a server in region outside any client (another tool's, or

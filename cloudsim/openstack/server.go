@@ -59,6 +59,11 @@ type Options struct {
 	// TokenLife is how long a token is valid (default an hour); a
 	// request with an expired one answers 401, as Keystone's does.
 	TokenLife time.Duration
+	// ReclaimInterval is Nova's reclaim_instance_interval (cloud time):
+	// set, a DELETE soft-deletes a server that was ever ACTIVE
+	// (SOFT_DELETED until it has passed; forceDelete deletes it now).
+	// Zero: a DELETE deletes, as in most clouds.
+	ReclaimInterval time.Duration
 }
 
 // DefaultImages are what a fresh DevStack-like cloud offers.
@@ -233,6 +238,9 @@ type call struct {
 	rest    []string
 	query   map[string][]string
 	body    []byte
+	// failed is a cloudsim.FaultFailed that hit the request: a create
+	// whose server ends ERROR.
+	failed *cloudsim.Fault
 }
 
 func (c *call) q(name string) string {
@@ -368,10 +376,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &call{ctx: r.Context(), s: s, base: base, region: region, project: project, rest: parts,
 		query: r.URL.Query(), body: body}
-	lost, ok := s.fault(r.Context(), w, svc, rt.op)
+	op := rt.op
+	if rt.path == "servers/*/action" {
+		op = actionOp(body)
+	}
+	lost, failed, ok := s.fault(r.Context(), w, svc, op)
 	if !ok {
 		return
 	}
+	c.failed = failed
 	s.tick()
 	out, err := rt.fn(c)
 	s.tick()
@@ -386,15 +399,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // fault applies an injected fault to a request of class op: it either
-// answers (ok false), or lets the request run, maybe with its answer lost.
-func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, op cloudsim.Op) (lost, ok bool) {
+// answers (ok false), or lets the request run, maybe with its answer lost
+// or its server failing (failed).
+func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, op cloudsim.Op) (lost bool, failed *cloudsim.Fault, ok bool) {
 	f, faulted := s.sim.Faults.Take(op)
 	if !faulted && op != cloudsim.OpAuth {
 		// Every request's token is checked: auth faults hit them all.
 		f, faulted = s.sim.Faults.Take(cloudsim.OpAuth)
 	}
 	if !faulted {
-		return false, true
+		return false, nil, true
 	}
 	switch f.Kind {
 	case cloudsim.FaultThrottle:
@@ -406,13 +420,15 @@ func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, 
 	case cloudsim.FaultAuth:
 		writeError(w, svc, unauthorized())
 	case cloudsim.FaultSlow:
-		return false, cloudsim.SleepWall(ctx, f.Delay) == nil
+		return false, nil, cloudsim.SleepWall(ctx, f.Delay) == nil
 	case cloudsim.FaultLost:
-		return true, true
+		return true, nil, true
+	case cloudsim.FaultFailed:
+		return false, &f, true
 	default:
-		return false, true
+		return false, nil, true
 	}
-	return false, false
+	return false, nil, false
 }
 
 // serveVersions answers a service's version discovery document.

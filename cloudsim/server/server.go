@@ -6,8 +6,9 @@
 // Besides each provider's API, every listener answers a small control API
 // under /_cloudsim/: GET /_cloudsim/resources lists what exists in that
 // cloud (JSON), POST /_cloudsim/faults queues a cloudsim.Fault (JSON, as
-// {"op": "launch", "kind": "throttle", "times": 2}), DELETE
-// /_cloudsim/faults clears them.
+// {"op": "launch", "kind": "throttle", "times": 2}, or {"op": "launch",
+// "kind": "failed", "reason": "..."} for a launch whose machine ends in
+// the cloud's failed state), DELETE /_cloudsim/faults clears them.
 package server
 
 import (
@@ -220,11 +221,12 @@ func (e *Emulator) serve(ctx context.Context, addr string, sim *cloudsim.Sim, ap
 	})
 	mux.HandleFunc("POST /_cloudsim/faults", func(w http.ResponseWriter, r *http.Request) {
 		var f struct {
-			Op    cloudsim.Op        `json:"op"`
-			Kind  cloudsim.FaultKind `json:"kind"`
-			Times int                `json:"times"`
-			Quota string             `json:"quota"`
-			Delay string             `json:"delay"`
+			Op     cloudsim.Op        `json:"op"`
+			Kind   cloudsim.FaultKind `json:"kind"`
+			Times  int                `json:"times"`
+			Quota  string             `json:"quota"`
+			Delay  string             `json:"delay"`
+			Reason string             `json:"reason"`
 		}
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
@@ -232,7 +234,7 @@ func (e *Emulator) serve(ctx context.Context, addr string, sim *cloudsim.Sim, ap
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		fault := cloudsim.Fault{Op: f.Op, Kind: f.Kind, Times: f.Times, Quota: f.Quota}
+		fault := cloudsim.Fault{Op: f.Op, Kind: f.Kind, Times: f.Times, Quota: f.Quota, Reason: f.Reason}
 		if f.Delay != "" {
 			d, err := time.ParseDuration(f.Delay)
 			if err != nil {
@@ -259,13 +261,16 @@ func (e *Emulator) serve(ctx context.Context, addr string, sim *cloudsim.Sim, ap
 }
 
 var (
-	ops   = []cloudsim.Op{cloudsim.OpAny, cloudsim.OpLaunch, cloudsim.OpTerminate, cloudsim.OpList, cloudsim.OpGroup, cloudsim.OpKeys, cloudsim.OpAuth}
-	kinds = []cloudsim.FaultKind{cloudsim.FaultThrottle, cloudsim.FaultQuota, cloudsim.FaultServer, cloudsim.FaultLost, cloudsim.FaultAuth, cloudsim.FaultSlow}
+	ops   = []cloudsim.Op{cloudsim.OpAny, cloudsim.OpLaunch, cloudsim.OpTerminate, cloudsim.OpPower, cloudsim.OpList, cloudsim.OpGroup, cloudsim.OpKeys, cloudsim.OpAuth}
+	kinds = []cloudsim.FaultKind{cloudsim.FaultThrottle, cloudsim.FaultQuota, cloudsim.FaultServer, cloudsim.FaultLost, cloudsim.FaultAuth, cloudsim.FaultSlow, cloudsim.FaultFailed}
 )
 
 func checkFault(f cloudsim.Fault) error {
 	if !slices.Contains(ops, f.Op) {
-		return fmt.Errorf("op %q: want one of launch, terminate, list, group, keys, auth or empty (any)", f.Op)
+		return fmt.Errorf("op %q: want one of launch, terminate, power, list, group, keys, auth or empty (any)", f.Op)
+	}
+	if f.Kind == cloudsim.FaultFailed && f.Op != cloudsim.OpLaunch {
+		return fmt.Errorf("kind %q: only a launch can fail so (op %q)", f.Kind, cloudsim.OpLaunch)
 	}
 	if !slices.Contains(kinds, f.Kind) {
 		names := make([]string, len(kinds))

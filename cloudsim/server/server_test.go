@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
+	ec2sim "github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -39,7 +40,7 @@ func TestControlAPI(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	for _, bad := range []string{`{"kind": "meteor"}`, `{"op": "reboot", "kind": "throttle"}`, `{"kind": "slow", "delay": "soon"}`, `{"kind": "throttle", "extra": 1}`, `not json`} {
+	for _, bad := range []string{`{"kind": "meteor"}`, `{"op": "reboot", "kind": "throttle"}`, `{"kind": "slow", "delay": "soon"}`, `{"kind": "throttle", "extra": 1}`, `not json`, `{"op": "list", "kind": "failed"}`} {
 		if code := post(bad); code != http.StatusBadRequest {
 			t.Errorf("POST faults %s: %d, want 400", bad, code)
 		}
@@ -55,6 +56,24 @@ func TestControlAPI(t *testing.T) {
 	}
 	if _, err := client.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{}); err == nil || !strings.Contains(err.Error(), "RequestLimitExceeded") {
 		t.Errorf("DescribeInstances after a throttle fault: %v, want RequestLimitExceeded", err)
+	}
+	if code := post(`{"op": "launch", "kind": "failed", "reason": "Server.InsufficientInstanceCapacity"}`); code != http.StatusOK {
+		t.Fatalf("POST a failed-launch fault: %d", code)
+	}
+	run, err := client.RunInstances(t.Context(), &ec2.RunInstancesInput{ImageId: awssdk.String(ec2sim.DefaultImages()[0].ID),
+		MinCount: awssdk.Int32(1), MaxCount: awssdk.Int32(1)})
+	if err != nil {
+		t.Fatalf("RunInstances with a failed-launch fault: %v", err)
+	}
+	failed, err := client.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{InstanceIds: []string{awssdk.ToString(run.Instances[0].InstanceId)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := failed.Reservations[0].Instances[0]; got.State.Name != "stopped" || awssdk.ToString(got.StateReason.Code) != "Server.InsufficientInstanceCapacity" {
+		t.Errorf("the failed launch's instance: %s %+v", got.State.Name, got.StateReason)
+	}
+	if _, err := client.TerminateInstances(t.Context(), &ec2.TerminateInstancesInput{InstanceIds: []string{awssdk.ToString(run.Instances[0].InstanceId)}}); err != nil {
+		t.Fatal(err)
 	}
 	other := ec2.New(ec2.Options{Region: "eu-central-1", BaseEndpoint: awssdk.String(e.AWSURL),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIAOTHER", "x", ""), RetryMaxAttempts: 1})

@@ -42,6 +42,8 @@ func TestBackedConformance(t *testing.T) {
 		Cluster: "backed", District: "aws-test", Flavor: "small", MachineType: "t3.micro", AuthorizedKey: key,
 		MissingProviderID: "i-0123456789abcdef0", Cloud: cloud{w}, CredentialID: "aws-cred",
 		Secrets: []string{secretKey, session}, Zones: zones, Timeout: 2 * time.Minute,
+		FailedState: provider.InstanceStopped, FailReason: "Server.InsufficientInstanceCapacity",
+		CheckStopped: drivertest.CheckDown,
 		CheckSSH: func(t *testing.T, inst provider.Instance) {
 			if len(inst.HostKeys) == 0 {
 				t.Errorf("no host keys pinned for %s", inst.ProviderID)

@@ -26,6 +26,8 @@ func TestConformance(t *testing.T) {
 		CredentialID:      "aws-cred",
 		Secrets:           []string{secretKey, session},
 		Zones:             zones,
+		FailedState:       provider.InstanceStopped,
+		FailReason:        "Server.InsufficientInstanceCapacity",
 		Timeout:           30 * time.Second,
 		Poll:              10 * time.Millisecond,
 	})

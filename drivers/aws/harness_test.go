@@ -155,6 +155,22 @@ func (c cloud) Remove(ctx context.Context, id string) error { return c.w.srv.Rem
 func (c cloud) SetPageSize(n int)                           { c.w.srv.SetPageSize(n) }
 func (c cloud) SetLatency(l cloudsim.Latency)               { c.w.srv.SetLatency(l) }
 
+// Stop and Start go through the EC2 API with the SDK.
+func (c cloud) Stop(ctx context.Context, id string) error {
+	_, err := c.w.sdk().StopInstances(ctx, &sdkec2.StopInstancesInput{InstanceIds: []string{id}})
+	return err
+}
+
+func (c cloud) Start(ctx context.Context, id string) error {
+	_, err := c.w.sdk().StartInstances(ctx, &sdkec2.StartInstancesInput{InstanceIds: []string{id}})
+	return err
+}
+
+// Fail stops the instance as EC2 does when it loses its capacity.
+func (c cloud) Fail(ctx context.Context, id string) error {
+	return c.w.srv.Fail(ctx, region, id, "Server.InsufficientInstanceCapacity")
+}
+
 var _ drivertest.Cloud = cloud{}
 
 func newKey(t testing.TB) (string, ssh.Signer) {

@@ -1,6 +1,7 @@
 package aws
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -58,7 +59,8 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	// In flight until it runs: EC2 may list a new instance only a while
 	// after creating it.
 	defer done()
-	if inst == nil {
+	found := inst != nil
+	if !found {
 		out, err := drv.ec2.RunInstances(ctx, &ec2.RunInstancesInput{
 			ImageId:      sdk.String(image),
 			InstanceType: types.InstanceType(spec.MachineType),
@@ -85,6 +87,10 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	}
 	id := sdk.ToString(inst.InstanceId)
 	if st := stateOf(*inst); st != types.InstanceStateNamePending && st != types.InstanceStateNameRunning {
+		if !found {
+			// This launch made it, and it failed at once.
+			return provider.Instance{}, drv.launchFailed(ctx, what, *inst)
+		}
 		return provider.Instance{}, fmt.Errorf("aws district %q: %s: it was launched before as %s, which is %s now (node ids are never reused)", drv.d.ID, what, id, st)
 	}
 	running, err := drv.waitRunning(ctx, id, what)
@@ -183,11 +189,7 @@ func (drv *driver) waitRunning(ctx context.Context, id, what string) (types.Inst
 						}
 					case types.InstanceStateNamePending:
 					default:
-						reason := ""
-						if in.StateReason != nil {
-							reason = ": " + sdk.ToString(in.StateReason.Message)
-						}
-						return types.Instance{}, fmt.Errorf("aws district %q: %s: instance %s is %s%s", drv.d.ID, what, id, state, reason)
+						return types.Instance{}, drv.launchFailed(ctx, what, in)
 					}
 				}
 			}
@@ -206,6 +208,27 @@ func (drv *driver) waitRunning(ctx context.Context, id, what string) (types.Inst
 			return types.Instance{}, fmt.Errorf("aws district %q: %s: wait for instance %s: %w", drv.d.ID, what, id, err)
 		}
 	}
+}
+
+// launchFailed is the error of a launch whose instance stopped or
+// terminated instead of running (EC2 found no capacity, an internal
+// error, someone stopped it), with EC2's reason. A stopped or stopping
+// instance is terminated, not waited for: it is no node.
+func (drv *driver) launchFailed(ctx context.Context, what string, in types.Instance) error {
+	id, st := sdk.ToString(in.InstanceId), stateOf(in)
+	msg := fmt.Sprintf("instance %s is %s, not running", id, st)
+	if in.StateReason != nil {
+		msg += ": " + cmp.Or(sdk.ToString(in.StateReason.Message), sdk.ToString(in.StateReason.Code))
+	}
+	if state(st) != provider.InstanceTerminating {
+		_, err := drv.ec2.TerminateInstances(context.WithoutCancel(ctx), &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
+		if err != nil && code(err) != "InvalidInstanceID.NotFound" {
+			msg += fmt.Sprintf(" (terminating it failed: %v)", drv.wrap("terminate "+id, err))
+		} else {
+			msg += " (terminated)"
+		}
+	}
+	return fmt.Errorf("aws district %q: %s: %s", drv.d.ID, what, msg)
 }
 
 // hostKeys reads the SSH host keys cloud-init prints on the console,

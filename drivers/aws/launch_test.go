@@ -443,6 +443,12 @@ func (b *fakeBacker) Start(_ context.Context, _, name, _ string) (cloudsim.Machi
 }
 func (b *fakeBacker) Stop(context.Context, string, string) error    { return nil }
 func (b *fakeBacker) Allow(context.Context, string, []string) error { return nil }
+func (b *fakeBacker) PowerOff(context.Context, string, string, bool) error {
+	return nil
+}
+func (b *fakeBacker) PowerOn(_ context.Context, _, id string) (cloudsim.Machine, error) {
+	return cloudsim.Machine{ID: id, Address: "10.9.9.9"}, nil
+}
 
 // TestEventualConsistency launches while EC2 shows new instances only a
 // while after creating them: Launch waits them out, and parallel launches

@@ -76,9 +76,10 @@ func (drv *driver) describeAll(ctx context.Context, filters []types.Filter) ([]t
 	return out, nil
 }
 
-// toInstance maps an EC2 instance. A stopped instance is reported
-// pending: it exists and does not run, and transit neither forgets nor
-// restarts it; its platform reports it down.
+// toInstance maps an EC2 instance: running is running; pending
+// pending; stopping and stopped (the instance exists and may start
+// again) stopped; shutting-down and terminated terminating; a state EC2
+// may add is pending.
 func toInstance(in types.Instance) provider.Instance {
 	out := provider.Instance{
 		ProviderID: sdk.ToString(in.InstanceId),
@@ -86,19 +87,25 @@ func toInstance(in types.Instance) provider.Instance {
 		PublicIP:   sdk.ToString(in.PublicIpAddress),
 		PrivateIP:  sdk.ToString(in.PrivateIpAddress),
 		CreatedAt:  sdk.ToTime(in.LaunchTime),
+		State:      state(stateOf(in)),
 	}
 	if in.Placement != nil {
 		out.Zone = sdk.ToString(in.Placement.AvailabilityZone)
 	}
-	switch stateOf(in) {
-	case types.InstanceStateNameRunning:
-		out.State = provider.InstanceRunning
-	case types.InstanceStateNameShuttingDown, types.InstanceStateNameStopping, types.InstanceStateNameTerminated:
-		out.State = provider.InstanceTerminating
-	default:
-		out.State = provider.InstancePending
-	}
 	return out
+}
+
+// state maps an instance state name (toInstance).
+func state(name types.InstanceStateName) provider.InstanceState {
+	switch name {
+	case types.InstanceStateNameRunning:
+		return provider.InstanceRunning
+	case types.InstanceStateNameStopping, types.InstanceStateNameStopped:
+		return provider.InstanceStopped
+	case types.InstanceStateNameShuttingDown, types.InstanceStateNameTerminated:
+		return provider.InstanceTerminating
+	}
+	return provider.InstancePending
 }
 
 // toGroup maps a security group; its sources are the addresses of its

@@ -145,8 +145,10 @@ func TestInstanceStates(t *testing.T) {
 		types.InstanceStateNamePending:      provider.InstancePending,
 		types.InstanceStateNameRunning:      provider.InstanceRunning,
 		types.InstanceStateNameShuttingDown: provider.InstanceTerminating,
-		types.InstanceStateNameStopping:     provider.InstanceTerminating,
-		types.InstanceStateNameStopped:      provider.InstancePending,
+		types.InstanceStateNameTerminated:   provider.InstanceTerminating,
+		types.InstanceStateNameStopping:     provider.InstanceStopped,
+		types.InstanceStateNameStopped:      provider.InstanceStopped,
+		"hibernating":                       provider.InstancePending, // a state EC2 may add
 	} {
 		got := toInstance(types.Instance{InstanceId: sdk.String("i-1"), State: &types.InstanceState{Name: st},
 			Tags:       []types.Tag{{Key: sdk.String("k"), Value: sdk.String("v")}, {Key: sdk.String("aws:ec2:fleet-id"), Value: sdk.String("x")}},

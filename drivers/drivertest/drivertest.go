@@ -13,7 +13,13 @@
 // ErrQuota, naming the credential or quota and never a secret; a create
 // whose answer is lost never leaves two machines for one node; a machine
 // planted outside the driver is listed only if it carries the cluster's
-// tag, with exactly the tags it has (a crash between create and tag).
+// tag, with exactly the tags it has (a crash between create and tag); a
+// machine stopped through the cloud's API is listed stopped with its tags
+// and private address, started again running with its (maybe new) public
+// address, and Terminate deletes it stopped; a machine the cloud gave up
+// on is listed as Config.FailedState and Terminate deletes it; a launch
+// whose machine fails is an error naming the cloud's reason and leaves no
+// machine behind (stopstart.go).
 package drivertest
 
 import (
@@ -81,6 +87,18 @@ type Config struct {
 	// Zones are the district's zones; parallel launches without a zone
 	// must spread over them (the driver picks when Node.Zone is empty).
 	Zones []string
+	// FailedState is how the driver lists a machine the cloud gave up on
+	// (Cloud.Fail): provider.InstanceFailed where the cloud has such a
+	// state (Nova ERROR), else provider.InstanceStopped.
+	FailedState provider.InstanceState
+	// FailReason is the cloud's reason a failing launch
+	// (cloudsim.FaultFailed with this Reason) carries: Launch's error must
+	// name it.
+	FailReason string
+	// CheckStopped, if set, checks that a machine the cloud stopped is
+	// really down: it no longer answers on the address it had. It may
+	// wait (bounded) for the cloud to finish stopping it.
+	CheckStopped func(t *testing.T, inst provider.Instance)
 }
 
 // Cloud is the emulator behind a driver (a cloudsim front end's test
@@ -102,6 +120,17 @@ type Cloud interface {
 	SetPageSize(n int)
 	// SetLatency replaces the provider's latencies.
 	SetLatency(l cloudsim.Latency)
+	// Stop and Start stop and start a machine through the cloud's API
+	// with its SDK, as someone in the console would (EC2 StopInstances
+	// and StartInstances, Compute Engine instances.stop and
+	// instances.start, Nova os-stop and os-start), and return once the
+	// cloud took the request.
+	Stop(ctx context.Context, providerID string) error
+	Start(ctx context.Context, providerID string) error
+	// Fail makes a running machine end as the cloud leaves one it gave
+	// up on (Nova ERROR with a fault, an EC2 instance stopped for
+	// capacity, a Compute Engine instance TERMINATED by a host failure).
+	Fail(ctx context.Context, providerID string) error
 }
 
 func (c Config) withDefaults() Config {
@@ -148,6 +177,8 @@ func Run(t *testing.T, newDriver func(t *testing.T) provider.Infrastructure, cfg
 		{"ParallelLaunch", s.parallelLaunch},
 		{"Planted", s.planted},
 		{"Faults", s.faults},
+		{"StopStart", s.stopStart},
+		{"Failed", s.failed},
 		{"Terminate", s.terminate},
 		{"DeleteGroup", s.deleteGroup},
 	}

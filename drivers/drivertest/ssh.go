@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,5 +106,25 @@ func BackedFirewall(t *testing.T, drv provider.Infrastructure, spec func(sources
 	}
 	if err := drv.DeleteGroup(ctx, g); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// CheckDown waits (up to a minute) until nothing answers on port 22 of
+// the machine's public address, as for a stopped VM: a backed machine's
+// CheckStopped.
+func CheckDown(t *testing.T, inst provider.Instance) {
+	t.Helper()
+	addr := net.JoinHostPort(inst.PublicIP, "22")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("machine %s still answers on %s a minute after it was stopped", inst.ProviderID, addr)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -41,6 +41,8 @@ func TestBackedConformance(t *testing.T) {
 		Cluster: "backed", District: "gce-test", Flavor: "small", MachineType: "e2-small", AuthorizedKey: key,
 		MissingProviderID: "europe-west1-b/no-such-instance", Cloud: cloud{w}, CredentialID: "gce-cred",
 		Secrets: w.secrets(), Zones: zones, Timeout: 2 * time.Minute,
+		FailedState: provider.InstanceStopped, FailReason: "transit conformance: the host failed",
+		CheckStopped: drivertest.CheckDown,
 		CheckSSH: func(t *testing.T, inst provider.Instance) {
 			if len(inst.HostKeys) == 0 {
 				t.Errorf("no host keys pinned for %s", inst.ProviderID)

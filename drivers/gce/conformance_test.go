@@ -25,6 +25,8 @@ func TestConformance(t *testing.T) {
 		CredentialID:      "gce-cred",
 		Secrets:           w.secrets(),
 		Zones:             zones,
+		FailedState:       provider.InstanceStopped,
+		FailReason:        "transit conformance: the host failed",
 		Timeout:           30 * time.Second,
 		Poll:              10 * time.Millisecond,
 	})

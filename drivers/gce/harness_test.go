@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
 	"golang.org/x/crypto/ssh"
+	"google.golang.org/api/option"
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/gce"
@@ -130,6 +133,38 @@ func (c cloud) Plant(ctx context.Context, tags map[string]string) (string, error
 func (c cloud) Remove(ctx context.Context, id string) error { return c.w.srv.Remove(ctx, project, id) }
 func (c cloud) SetPageSize(n int)                           { c.w.srv.SetPageSize(n) }
 func (c cloud) SetLatency(l cloudsim.Latency)               { c.w.srv.SetLatency(l) }
+
+// instances is a Compute Engine client of the SDK's on the emulator, with
+// the world's key: how someone in the console reaches it.
+func (c cloud) instances(ctx context.Context) (*compute.InstancesClient, error) {
+	return compute.NewInstancesRESTClient(ctx, option.WithEndpoint(c.w.url),
+		option.WithAuthCredentialsJSON(option.ServiceAccount, c.w.key))
+}
+
+// power stops or starts an instance ("zone/name") through instances.stop
+// or instances.start, without waiting for the operation.
+func (c cloud) power(ctx context.Context, id string, stop bool) error {
+	zone, name, _ := strings.Cut(id, "/")
+	api, err := c.instances(ctx)
+	if err != nil {
+		return err
+	}
+	defer api.Close()
+	if stop {
+		_, err = api.Stop(ctx, &computepb.StopInstanceRequest{Project: project, Zone: zone, Instance: name})
+	} else {
+		_, err = api.Start(ctx, &computepb.StartInstanceRequest{Project: project, Zone: zone, Instance: name})
+	}
+	return err
+}
+
+func (c cloud) Stop(ctx context.Context, id string) error  { return c.power(ctx, id, true) }
+func (c cloud) Start(ctx context.Context, id string) error { return c.power(ctx, id, false) }
+
+// Fail makes the instance TERMINATED as a host failure does.
+func (c cloud) Fail(ctx context.Context, id string) error {
+	return c.w.srv.Fail(ctx, project, id, "")
+}
 
 var _ drivertest.Cloud = cloud{}
 

@@ -166,7 +166,7 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 		}
 	} else {
 		zone = found.zone
-		if found.status == "STOPPING" || found.status == "TERMINATED" {
+		if stateOf(found.status) == provider.InstanceStopped {
 			return provider.Instance{}, fmt.Errorf("gce district %q: %s: it was launched before as %s/%s, which is %s now (node ids are never reused)",
 				drv.d.ID, what, zone, name, strings.ToLower(found.status))
 		}
@@ -304,14 +304,26 @@ func (drv *driver) waitRunning(ctx context.Context, zone, name, what string) (*c
 			return nil, fmt.Errorf("gce district %q: %s: instance %s/%s is gone", drv.d.ID, what, zone, name)
 		}
 		status = in.GetStatus()
-		switch status {
-		case "RUNNING":
+		switch stateOf(status) {
+		case provider.InstanceRunning:
 			if pub, priv := addresses(in); pub != "" && priv != "" {
 				return in, nil
 			}
-		case "PROVISIONING", "STAGING":
-		default:
-			return nil, fmt.Errorf("gce district %q: %s: instance %s/%s is %s, not running", drv.d.ID, what, zone, name, strings.ToLower(status))
+		case provider.InstanceStopped:
+			// Compute Engine stopped it (a host failure) or someone did:
+			// the launch failed, and the instance is no node.
+			msg := fmt.Sprintf("instance %s/%s is %s, not running", zone, name, strings.ToLower(status))
+			if m := in.GetStatusMessage(); m != "" {
+				msg += ": " + m
+			}
+			_, derr := drv.instances.Delete(context.WithoutCancel(ctx), &computepb.DeleteInstanceRequest{Project: drv.d.GCEProjectID,
+				Zone: zone, Instance: name, RequestId: proto.String(newRequestID())}, drv.retry())
+			if derr != nil && !isNotFound(derr) {
+				msg += fmt.Sprintf(" (deleting it failed: %v)", drv.wrap("delete", derr))
+			} else {
+				msg += " (deleted)"
+			}
+			return nil, fmt.Errorf("gce district %q: %s: %s", drv.d.ID, what, msg)
 		}
 		if drv.opts.Clock.Now().After(deadline) {
 			return nil, fmt.Errorf("gce district %q: %s: instance %s/%s still %s after %s", drv.d.ID, what, zone, name, strings.ToLower(status), drv.opts.LaunchWait)

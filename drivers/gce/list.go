@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,9 +68,17 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]provider.Instanc
 	if err != nil {
 		return nil, nil, drv.wrap(what, err)
 	}
+	deleting, err := drv.deleting(ctx, insts)
+	if err != nil {
+		return nil, nil, drv.wrap(what, err)
+	}
 	var out []provider.Instance
 	for _, in := range insts {
-		out = append(out, drv.toInstance(in))
+		inst := drv.toInstance(in)
+		if deleting[in.GetId()] {
+			inst.State = provider.InstanceTerminating
+		}
+		out = append(out, inst)
 	}
 	rules, err := drv.listFirewalls(ctx)
 	if err != nil {
@@ -99,10 +109,13 @@ func addresses(in *computepb.Instance) (public, private string) {
 	return public, private
 }
 
-// toInstance maps a Compute Engine instance. PROVISIONING, STAGING and a
-// stopped instance (TERMINATED, SUSPENDED: it exists and does not run,
-// and transit neither forgets nor restarts it) are pending; STOPPING and
-// SUSPENDING terminating.
+// toInstance maps a Compute Engine instance: RUNNING is running;
+// PROVISIONING, STAGING, PENDING (waiting for capacity) and REPAIRING are
+// pending; STOPPING, PENDING_STOP, STOPPED, TERMINATED (Compute Engine's
+// word for stopped: the instance exists and may start again),
+// SUSPENDING, SUSPENDED and DEPROVISIONING are stopped; any other status
+// is pending. Compute Engine shows an instance being deleted as STOPPING
+// too: List tells those apart by their delete operation (deleting).
 func (drv *driver) toInstance(in *computepb.Instance) provider.Instance {
 	pub, priv := addresses(in)
 	out := provider.Instance{
@@ -111,19 +124,55 @@ func (drv *driver) toInstance(in *computepb.Instance) provider.Instance {
 		Zone:       last(in.GetZone()),
 		PublicIP:   pub,
 		PrivateIP:  priv,
+		State:      stateOf(in.GetStatus()),
 	}
 	if t, err := time.Parse(time.RFC3339, in.GetCreationTimestamp()); err == nil {
 		out.CreatedAt = t
 	}
-	switch in.GetStatus() {
-	case "RUNNING":
-		out.State = provider.InstanceRunning
-	case "STOPPING", "SUSPENDING":
-		out.State = provider.InstanceTerminating
-	default:
-		out.State = provider.InstancePending
-	}
 	return out
+}
+
+// stateOf maps an instance status (toInstance).
+func stateOf(status string) provider.InstanceState {
+	switch status {
+	case "RUNNING":
+		return provider.InstanceRunning
+	case "STOPPING", "PENDING_STOP", "STOPPED", "TERMINATED", "SUSPENDING", "SUSPENDED", "DEPROVISIONING":
+		return provider.InstanceStopped
+	}
+	return provider.InstancePending
+}
+
+// deleting returns the ids of the instances among insts that a delete
+// operation is removing: one under way, or one done without error since
+// the instances were listed (the instance is gone then; ids are never
+// reused). Only instances that would be listed stopped are asked about,
+// one zoneOperations.list per zone they are in: none in the usual case.
+func (drv *driver) deleting(ctx context.Context, insts []*computepb.Instance) (map[uint64]bool, error) {
+	zones := map[string]bool{}
+	for _, in := range insts {
+		if stateOf(in.GetStatus()) == provider.InstanceStopped {
+			zones[last(in.GetZone())] = true
+		}
+	}
+	out := map[uint64]bool{}
+	for _, zone := range slices.Sorted(maps.Keys(zones)) {
+		it := drv.zoneOps.List(ctx, &computepb.ListZoneOperationsRequest{Project: drv.d.GCEProjectID, Zone: zone,
+			Filter: proto.String(`operationType = "delete"`)}, drv.retry())
+		for {
+			op, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			if op.GetOperationType() == "delete" && (op.GetStatus() != computepb.Operation_DONE || len(op.GetError().GetErrors()) == 0) {
+				out[op.GetTargetId()] = true
+			}
+		}
+	}
+	return out, nil
 }
 
 // Terminate deletes the instance and returns without waiting for the

@@ -29,7 +29,12 @@
 //     only, with a host key of its own.
 //
 // The init is detached (its own session, logs in files), so nodes outlive
-// the transit process. Launch returns once the node sends its SSH banner.
+// the transit process. A node can be powered off and on again as a cloud
+// stops and starts a VM (power.go, what cloudsim's backed machines use):
+// off, its processes, cgroups, netns and veth are gone and it is listed
+// stopped, keeping its record, address, disk and host key; on, it boots
+// anew from them. A running node whose init died unasked is not stopped
+// but dead (see List). Launch returns once the node sends its SSH banner.
 // Terminate starts a detached teardown (a shell script, like the boot and
 // init scripts built by pure functions) that kills every process in the
 // node's cgroups, removes them, the namespace and the veth, the node's files

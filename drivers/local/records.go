@@ -24,6 +24,7 @@ const (
 	statePending     = "pending"
 	stateRunning     = "running"
 	stateTerminating = "terminating"
+	stateStopped     = "stopped" // powered off (power.go)
 )
 
 // nodeRecord is <root>/districts/<district>/nodes/<provider id>/record.json:

@@ -330,6 +330,21 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 	w("# wait until whoever started this teardown has recorded it")
 	w("flock \"$ROOT/lock\" true")
 	w("")
+	killScript(w, r)
+	w("find \"$NODE\" -mindepth 1 -maxdepth 1 ! -name record.json ! -name teardown.log -exec rm -rf {} +")
+	w("")
+	w("exec 9>>\"$ROOT/lock\"")
+	w("flock 9")
+	w("rm -f \"$NODE/record.json\" \"$NODE/teardown.log\"")
+	w("rmdir \"$NODE\"")
+	b.WriteString(gcScript(r.Root, r.District, cgroupParents))
+	return b.String()
+}
+
+// killScript writes the lines that end every process of a node and
+// remove its cgroups, network namespace and host veth: what a teardown and
+// a power-off share. $NODE must be the node's directory.
+func killScript(w func(format string, args ...any), r *nodeRecord) {
 	if r.InitPID > 0 {
 		w("# the boot process and its children (its own process group), in case")
 		w("# it had not reached its cgroups yet; only if it is still this node's")
@@ -368,13 +383,18 @@ func teardownScript(r *nodeRecord, cgroupParents []string) string {
 	w("ip netns del %s 2>/dev/null", shellquote.Quote(r.Netns))
 	w("ip link del %s 2>/dev/null", shellquote.Quote(r.HostVeth))
 	w("if [ -e /run/netns/%s ]; then echo \"transit: cannot delete netns %s\" >&2; exit 1; fi", r.Netns, r.Netns)
-	w("find \"$NODE\" -mindepth 1 -maxdepth 1 ! -name record.json ! -name teardown.log -exec rm -rf {} +")
-	w("")
-	w("exec 9>>\"$ROOT/lock\"")
-	w("flock 9")
-	w("rm -f \"$NODE/record.json\" \"$NODE/teardown.log\"")
-	w("rmdir \"$NODE\"")
-	b.WriteString(gcScript(r.Root, r.District, cgroupParents))
+}
+
+// powerOffScript stops a node as a cloud stops a VM: its processes,
+// cgroups, network namespace and veth go; its files (disk, boot files,
+// host key) and record stay, so booting it again (PowerOn) brings the same node
+// back. It runs under the root lock its caller holds.
+func powerOffScript(r *nodeRecord) string {
+	b, w := script("power-off", r, "-u")
+	w("NODE=%s", shellquote.Quote(r.NodeDir))
+	killScript(w, r)
+	w("# the next boot's mark goes: booted again means booted anew")
+	w("rm -f \"$NODE/boot/booted\"")
 	return b.String()
 }
 

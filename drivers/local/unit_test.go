@@ -146,6 +146,15 @@ func TestScripts(t *testing.T) {
 			"ip link del " + bridgeName("/var/lib/transit/local", "home") + " 2>/dev/null",
 			"rmdir /sys/fs/cgroup/cpuset/transit 2>/dev/null",
 		}},
+		{"power-off", powerOffScript(r), []string{
+			"NODE=" + r.NodeDir,
+			"kill -9 -- -4242 4242 2>/dev/null",
+			"kill -9 $p 2>/dev/null",
+			"find \"$d\" -depth -type d -exec rmdir {} \\; 2>/dev/null",
+			"ip netns del transit-ln-0123456789ab 2>/dev/null",
+			"ip link del tv0123456789ab 2>/dev/null",
+			"rm -f \"$NODE/boot/booted\"",
+		}},
 		{"gc", gcScript("/r", "home", parents), []string{
 			"if [ -z \"$(ls /r/districts/home/nodes 2>/dev/null)\" ] && [ -z \"$(ls /r/districts/home/groups 2>/dev/null)\" ]; then",
 			"ip link del " + bridgeName("/r", "home") + " 2>/dev/null",
@@ -372,6 +381,17 @@ func TestNewRejects(t *testing.T) {
 	} {
 		if _, err := New(t.Context(), d, Options{Root: t.TempDir()}); err == nil {
 			t.Errorf("%s: New succeeded", name)
+		}
+	}
+}
+
+// A power-off keeps the node's files and record, and waits for no lock
+// (its caller holds it).
+func TestPowerOffScriptKeepsTheNode(t *testing.T) {
+	script := powerOffScript(testRecord())
+	for _, bad := range []string{"rm -rf", "record.json", "flock", "$NODE/fs"} {
+		if strings.Contains(script, bad) {
+			t.Errorf("the power-off script holds %q:\n%s", bad, script)
 		}
 	}
 }

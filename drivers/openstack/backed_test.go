@@ -39,6 +39,8 @@ func TestBackedConformance(t *testing.T) {
 		Cluster: "backed", District: "os-test", Flavor: "small", MachineType: "m1.small", AuthorizedKey: key,
 		MissingProviderID: "00000000-0000-4000-8000-000000000000", Cloud: cloud{w}, CredentialID: "os-cred",
 		Secrets: secrets(), Zones: zones, Timeout: 2 * time.Minute,
+		FailedState: provider.InstanceFailed, FailReason: "transit conformance: no valid host",
+		CheckStopped: drivertest.CheckDown,
 		CheckSSH: func(t *testing.T, inst provider.Instance) {
 			if len(inst.HostKeys) == 0 {
 				t.Errorf("no host keys pinned for %s", inst.ProviderID)

@@ -25,6 +25,8 @@ func TestConformance(t *testing.T) {
 		CredentialID:      "os-cred",
 		Secrets:           secrets(),
 		Zones:             zones,
+		FailedState:       provider.InstanceFailed,
+		FailReason:        "transit conformance: no valid host",
 		Timeout:           30 * time.Second,
 		Poll:              10 * time.Millisecond,
 	})

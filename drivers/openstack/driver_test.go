@@ -191,6 +191,12 @@ func (failingBacker) Start(context.Context, string, string, string) (cloudsim.Ma
 }
 func (failingBacker) Stop(context.Context, string, string) error    { return nil }
 func (failingBacker) Allow(context.Context, string, []string) error { return nil }
+func (failingBacker) PowerOff(context.Context, string, string, bool) error {
+	return nil
+}
+func (failingBacker) PowerOn(context.Context, string, string) (cloudsim.Machine, error) {
+	return cloudsim.Machine{}, errors.New("no valid host")
+}
 
 // TestGroupInUse: Neutron refuses to delete a group a deleting server
 // still uses; DeleteGroup waits for the server to be gone.

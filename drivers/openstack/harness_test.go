@@ -12,6 +12,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/openstack"
 	"github.com/cloudtransit/transit/districts"
@@ -111,6 +114,37 @@ func (c cloud) Remove(ctx context.Context, id string) error {
 }
 func (c cloud) SetPageSize(n int)             { c.w.srv.SetPageSize(n) }
 func (c cloud) SetLatency(l cloudsim.Latency) { c.w.srv.SetLatency(l) }
+
+// Stop and Start go through Nova's os-stop and os-start with gophercloud.
+func (c cloud) Stop(ctx context.Context, id string) error {
+	compute, err := c.compute(ctx)
+	if err != nil {
+		return err
+	}
+	return servers.Stop(ctx, compute, id).ExtractErr()
+}
+
+func (c cloud) Start(ctx context.Context, id string) error {
+	compute, err := c.compute(ctx)
+	if err != nil {
+		return err
+	}
+	return servers.Start(ctx, compute, id).ExtractErr()
+}
+
+// compute is a Nova client of gophercloud's with the test user.
+func (c cloud) compute(ctx context.Context) (*gophercloud.ServiceClient, error) {
+	drv := c.w.driver(c.w.district(), c.w.credential(), fast())
+	if err := drv.clients(ctx); err != nil {
+		return nil, err
+	}
+	return drv.compute, nil
+}
+
+// Fail makes the server ERROR, as Nova leaves one a hypervisor lost.
+func (c cloud) Fail(ctx context.Context, id string) error {
+	return c.w.srv.Fail(ctx, region, project, id, "transit conformance: the hypervisor is gone")
+}
 
 var _ drivertest.Cloud = cloud{}
 

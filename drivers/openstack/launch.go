@@ -220,7 +220,8 @@ func (drv *driver) listServers(ctx context.Context, name string) ([]servers.Serv
 }
 
 // waitActive polls the server until it is ACTIVE with an address. A
-// server that went to ERROR is deleted, and its fault reported.
+// server that went to ERROR (or was stopped) is deleted, and its fault
+// reported.
 func (drv *driver) waitActive(ctx context.Context, id, what string) (*servers.Server, error) {
 	deadline := drv.opts.Clock.Now().Add(drv.opts.LaunchWait)
 	for i := 0; ; i++ {
@@ -233,13 +234,24 @@ func (drv *driver) waitActive(ctx context.Context, id, what string) (*servers.Se
 		if err != nil {
 			return nil, drv.wrap(what, err)
 		}
-		switch {
-		case sv.Status == "ERROR":
-			_ = drv.retry(ctx, func() error { return servers.Delete(ctx, drv.compute, id).ExtractErr() })
-			return nil, fmt.Errorf("openstack district %q: %s: server %s failed to build (deleted): %s", drv.d.ID, what, id, sv.Fault.Message)
-		case deleting(*sv):
+		switch st := stateOf(*sv); {
+		case st == provider.InstanceFailed, st == provider.InstanceStopped:
+			msg := fmt.Sprintf("server %s is %s, not ACTIVE", id, sv.Status)
+			if st == provider.InstanceFailed {
+				msg = fmt.Sprintf("server %s failed to build", id)
+			}
+			if sv.Fault.Message != "" {
+				msg += ": " + sv.Fault.Message
+			}
+			if err := drv.deleteServer(context.WithoutCancel(ctx), sv); err != nil {
+				msg += fmt.Sprintf(" (deleting it failed: %v)", drv.wrap("delete", err))
+			} else {
+				msg += " (deleted)"
+			}
+			return nil, fmt.Errorf("openstack district %q: %s: %s", drv.d.ID, what, msg)
+		case st == provider.InstanceTerminating:
 			return nil, fmt.Errorf("openstack district %q: %s: server %s is being deleted", drv.d.ID, what, id)
-		case sv.Status == "ACTIVE" && fixedIP(*sv) != "":
+		case st == provider.InstanceRunning && fixedIP(*sv) != "":
 			return sv, nil
 		}
 		if drv.opts.Clock.Now().After(deadline) {

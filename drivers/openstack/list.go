@@ -51,25 +51,48 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]provider.Instanc
 	return out, groups, nil
 }
 
-// deleting says whether Nova is deleting the server.
+// deleting says whether Nova is deleting the server for good (a
+// SOFT_DELETED server is not: it stays until it is reclaimed or
+// force-deleted).
 func deleting(sv servers.Server) bool {
-	return sv.TaskState == "deleting" || sv.Status == "DELETED" || sv.Status == "SOFT_DELETED"
+	return sv.TaskState == "deleting" || sv.Status == "DELETED"
 }
 
 func toInstance(sv servers.Server) provider.Instance {
 	inst := provider.Instance{ProviderID: sv.ID, Tags: maps.Clone(sv.Metadata), Zone: sv.AvailabilityZone,
-		PrivateIP: fixedIP(sv), CreatedAt: sv.Created, State: provider.InstancePending}
+		PrivateIP: fixedIP(sv), CreatedAt: sv.Created, State: stateOf(sv)}
 	inst.PublicIP = addressOf(sv, "floating")
 	if inst.PublicIP == "" {
 		inst.PublicIP = inst.PrivateIP
 	}
-	switch {
-	case deleting(sv):
-		inst.State = provider.InstanceTerminating
-	case sv.Status == "ACTIVE":
-		inst.State = provider.InstanceRunning
-	}
 	return inst
+}
+
+// stateOf maps a server's status and task state: being deleted
+// (task_state deleting or soft-deleting, DELETED) is terminating;
+// powering off is stopped; ERROR (Nova gave up on it) failed; powering on
+// pending; ACTIVE running; SHUTOFF, SUSPENDED, PAUSED, SHELVED,
+// SHELVED_OFFLOADED and SOFT_DELETED (the server exists and does not run)
+// stopped; BUILD and every passing status (REBOOT, REBUILD, RESIZE,
+// MIGRATING, ...) or one Nova may add pending.
+func stateOf(sv servers.Server) provider.InstanceState {
+	switch {
+	case deleting(sv), sv.TaskState == "soft-deleting":
+		return provider.InstanceTerminating
+	case sv.TaskState == "powering-off":
+		return provider.InstanceStopped
+	case sv.Status == "ERROR":
+		return provider.InstanceFailed
+	case sv.TaskState == "powering-on":
+		return provider.InstancePending
+	}
+	switch sv.Status {
+	case "ACTIVE":
+		return provider.InstanceRunning
+	case "SHUTOFF", "SUSPENDED", "PAUSED", "SHELVED", "SHELVED_OFFLOADED", "SOFT_DELETED":
+		return provider.InstanceStopped
+	}
+	return provider.InstancePending
 }
 
 func fixedIP(sv servers.Server) string { return addressOf(sv, "fixed") }
@@ -94,7 +117,13 @@ func addressOf(sv servers.Server, kind string) string {
 
 // Terminate looks first (a missing server is fine; one without transit's
 // cluster tag is refused), releases its floating IPs, deletes it, and
-// does not wait.
+// does not wait for it to go. A SOFT_DELETED server is force-deleted: a
+// plain DELETE of one soft-deletes it again, as Nova does, and leaves it
+// until it is reclaimed. On a cloud that soft-deletes (Nova's
+// reclaim_instance_interval) the DELETE powers the server off first:
+// Terminate waits (bounded by LaunchWait) until it is SOFT_DELETED and
+// then force-deletes it, since Nova ignores a forceDelete while it is
+// soft-deleting.
 func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error {
 	what := "terminate server " + inst.ProviderID
 	if err := drv.clients(ctx); err != nil {
@@ -118,11 +147,72 @@ func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error 
 	if err := drv.releaseFloatingIPs(ctx, sv); err != nil {
 		return drv.wrap(what+": release its floating IPs", err)
 	}
-	err = drv.retry(ctx, func() error { return servers.Delete(ctx, drv.compute, sv.ID).ExtractErr() })
+	if sv.Status == "SOFT_DELETED" || sv.TaskState == "soft-deleting" {
+		return drv.forceDelete(ctx, sv.ID, what)
+	}
+	if err := drv.deleteServer(ctx, sv); err != nil {
+		return drv.wrap(what, err)
+	}
+	// Did the cloud soft-delete it?
+	err = drv.retry(ctx, func() error {
+		var err error
+		sv, err = servers.Get(ctx, drv.compute, sv.ID).Extract()
+		return err
+	})
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return drv.wrap(what, err)
+	case sv.Status == "SOFT_DELETED" || sv.TaskState == "soft-deleting":
+		return drv.forceDelete(ctx, sv.ID, what)
+	}
+	return nil
+}
+
+// forceDelete waits until a server being soft-deleted is SOFT_DELETED,
+// then force-deletes it.
+func (drv *driver) forceDelete(ctx context.Context, id, what string) error {
+	deadline := drv.opts.Clock.Now().Add(drv.opts.LaunchWait)
+	for i := 0; ; i++ {
+		var sv *servers.Server
+		err := drv.retry(ctx, func() error {
+			var err error
+			sv, err = servers.Get(ctx, drv.compute, id).Extract()
+			return err
+		})
+		switch {
+		case isNotFound(err):
+			return nil
+		case err != nil:
+			return drv.wrap(what, err)
+		case sv.Status == "SOFT_DELETED" && sv.TaskState == "":
+			return drv.wrap(what, drv.deleteServer(ctx, sv))
+		case sv.TaskState != "soft-deleting":
+			return nil // deleted meanwhile, or restored by someone: not ours to judge
+		}
+		if drv.opts.Clock.Now().After(deadline) {
+			return fmt.Errorf("openstack district %q: %s: server %s is still being soft-deleted after %s", drv.d.ID, what, id, drv.opts.LaunchWait)
+		}
+		if err := drv.wait(ctx, i); err != nil {
+			return err
+		}
+	}
+}
+
+// deleteServer deletes a server, force-deleting a SOFT_DELETED one; a
+// server that is gone already is no error.
+func (drv *driver) deleteServer(ctx context.Context, sv *servers.Server) error {
+	err := drv.retry(ctx, func() error {
+		if sv.Status == "SOFT_DELETED" {
+			return servers.ForceDelete(ctx, drv.compute, sv.ID).ExtractErr()
+		}
+		return servers.Delete(ctx, drv.compute, sv.ID).ExtractErr()
+	})
 	if isNotFound(err) {
 		return nil
 	}
-	return drv.wrap(what, err)
+	return err
 }
 
 // releaseFloatingIPs deletes the floating IPs on the server's ports and
