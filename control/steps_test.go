@@ -142,7 +142,9 @@ func TestPlanRole(t *testing.T) {
 // each drain keeping the floor, and says why the rest stay.
 func TestPlanHeld(t *testing.T) {
 	t.Parallel()
-	w := func(i int) districts.Node { return pnode(fmt.Sprintf("paper-worker-%d", i), gce, districts.RoleWorker, joined) }
+	w := func(i int) districts.Node {
+		return pnode(fmt.Sprintf("paper-worker-%d", i), gce, districts.RoleWorker, joined)
+	}
 	in := inputFor(withStrategy(paperCluster(1, 0, 3), 1, 1), worldSpec{nodes: []districts.Node{master1, w(1), w(2), w(3)}, platform: platformUp, formed: true})
 	c := classify(in)
 	var p Plan
