@@ -365,6 +365,73 @@ func TestCloudSwarm(t *testing.T) {
 				}
 			}
 		}},
+		{"a machine stopped behind transit's back stays a node; started again it is allowed in; replaced once unhealthy too long", func(t *testing.T, c *cluster) {
+			var victim districts.Node
+			for _, n := range c.status().Nodes {
+				if n.Role == districts.RoleWorker && n.District == "aws-eu" {
+					victim = n
+				}
+			}
+			if err := env.emu.EC2.Stop(t.Context(), "eu-central-1", victim.ProviderID); err != nil {
+				t.Fatal(err)
+			}
+			find := func(res districts.Resources) (districts.Node, bool) {
+				for _, n := range res.Nodes {
+					if n.ProviderID == victim.ProviderID {
+						return n, true
+					}
+				}
+				return districts.Node{}, false
+			}
+			// Stopped: a node that is not ready, never gone, not replaced.
+			r := c.transit("apply", "--auto-approve")
+			if r.code != 0 || !strings.Contains(r.stdout+r.stderr, victim.ID+": the cloud reports its machine stopped") {
+				t.Fatalf("apply with a stopped worker: exit %d, want 0 and a warning naming it\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			res := c.statusNow()
+			if n, ok := find(res); !ok || n.Phase != districts.PhaseStopped || len(res.Nodes) != 6 {
+				t.Fatalf("after apply: %d nodes, the stopped one %+v (listed %v); want it stopped among 6", len(res.Nodes), n, ok)
+			}
+			// Started again (its engine does not start by itself): the
+			// same node, at a new public address every group allows.
+			if err := env.emu.EC2.Start(t.Context(), "eu-central-1", victim.ProviderID); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				if n, _ := find(c.statusNow()); n.Machine == "" && n.PublicIP != "" || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			if r := c.transit("apply", "--auto-approve"); r.code != 0 {
+				t.Fatalf("apply after the start: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			res = c.statusNow()
+			n, ok := find(res)
+			if !ok || n.PublicIP == victim.PublicIP || len(res.Nodes) != 6 {
+				t.Fatalf("after the start: %d nodes, the restarted one %+v (listed %v); want it back at a new public address", len(res.Nodes), n, ok)
+			}
+			for _, g := range res.SecurityGroups {
+				if !slices.Contains(g.Sources, n.PublicIP) {
+					t.Errorf("group %s does not allow the restarted machine's new address %s: %v", g.ID, n.PublicIP, g.Sources)
+				}
+			}
+			// Its platform did not come back with it: replaced once it is
+			// unhealthy for longer than replace_unhealthy_after, through
+			// drain, remove, terminate.
+			c.cfg.Strategy.ReplaceUnhealthyAfter = districts.Duration(time.Second)
+			c.writeConfig()
+			defer func() {
+				c.cfg.Strategy.ReplaceUnhealthyAfter = 0
+				c.writeConfig()
+			}()
+			time.Sleep(2 * time.Second)
+			env.checkSwarm(t, c, 6)
+			if _, ok := find(c.status()); ok {
+				t.Errorf("the machine that stayed unhealthy (%s) is still a node", victim.ProviderID)
+			}
+		}},
 		{"kill -9 transit while it launches, then converge: no extra machine", func(t *testing.T, c *cluster) {
 			c.setQuantity("aws-us", districts.RoleWorker, 3)
 			if !c.applyKilledAt("launch", "start", 100*time.Millisecond) {
