@@ -102,3 +102,42 @@ func TestMembersWithoutAPIServer(t *testing.T) {
 		})
 	}
 }
+
+// A master whose machine is gone since the driver last asked it is not
+// asked again: with no master left among the nodes and a worker holding
+// the cluster, the cluster is lost, not "unreachable through a master
+// that is not there".
+func TestMembersForgetsMastersWhoseMachineIsGone(t *testing.T) {
+	m1 := districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "10.0.0.2"}
+	w1 := districts.Node{ID: "k-worker-1", Role: districts.RoleWorker, PrivateIP: "10.0.0.4"}
+	r := &recordingRunner{noAPIRunner: noAPIRunner{holds: map[string]string{"k-worker-1": "member"}}}
+	d := newDriver(districts.Cluster{ID: "k"}, Options{}, r)
+	d.addMaster(m1) // asked in an earlier round
+	_, err := d.Members(t.Context(), []districts.Node{w1})
+	ue, ok := errors.AsType[*provider.UnreachableError](err)
+	if !ok || !ue.Lost() {
+		t.Fatalf("Members = %v, want a lost cluster", err)
+	}
+	if slices.Contains(r.asked(), m1.ID) {
+		t.Errorf("the gone master was asked: %v", r.asked())
+	}
+}
+
+type recordingRunner struct {
+	noAPIRunner
+	mu  sync.Mutex
+	ran []string
+}
+
+func (r *recordingRunner) Run(ctx context.Context, n districts.Node, name, script string, stdin []byte) (string, error) {
+	r.mu.Lock()
+	r.ran = append(r.ran, n.ID)
+	r.mu.Unlock()
+	return r.noAPIRunner.Run(ctx, n, name, script, stdin)
+}
+
+func (r *recordingRunner) asked() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ran)
+}
