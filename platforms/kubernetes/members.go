@@ -545,8 +545,15 @@ func (d *driver) cordon(ctx context.Context, n districts.Node, on bool) error {
 }
 
 // MayRemoveMaster judges by etcd's voting members and which of them
-// answer (provider.RaftQuorum).
-func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
+// answer (provider.RaftQuorum), asked through a master among nodes other
+// than n when one answers (a driver that has not listed the members yet
+// learns them from nodes).
+func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, nodes []districts.Node) error {
+	for _, m := range nodes {
+		if m.Role == districts.RoleMaster && hasAddress(m) {
+			d.addMaster(m)
+		}
+	}
 	a, err := d.clientExcept(ctx, n.ID)
 	if err != nil {
 		return &provider.QuorumError{Node: n.ID, Reason: "no other master's API server answers: " + err.Error()}

@@ -141,3 +141,20 @@ func (r *recordingRunner) asked() []string {
 	defer r.mu.Unlock()
 	return slices.Clone(r.ran)
 }
+
+// A driver that has not listed the members yet (a new run whose first
+// step is a quorum question) asks the masters among the nodes it is
+// given, instead of refusing for want of a known master.
+func TestMayRemoveMasterAsksTheMastersAmongNodes(t *testing.T) {
+	m1 := districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "10.0.0.2"}
+	m2 := districts.Node{ID: "k-master-2", Role: districts.RoleMaster, PrivateIP: "10.0.0.3"}
+	r := &recordingRunner{noAPIRunner: noAPIRunner{holds: map[string]string{"k-master-1": "member", "k-master-2": "member"}}}
+	d := newDriver(districts.Cluster{ID: "k"}, Options{}, r)
+	err := d.MayRemoveMaster(t.Context(), m2, []districts.Node{m1, m2})
+	if !errors.Is(err, provider.ErrQuorum) {
+		t.Fatalf("MayRemoveMaster with no API server = %v, want ErrQuorum", err)
+	}
+	if !slices.Contains(r.asked(), m1.ID) {
+		t.Errorf("the other master was not asked: %v", r.asked())
+	}
+}
