@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cloudtransit/transit/atomicfile"
@@ -67,6 +68,11 @@ func build(ctx context.Context, opts Options, p plan) (*bundle.Manifest, error) 
 			return nil, err
 		}
 	}
+	unlock, err := lockOut(ctx, opts.Out, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	b := &builder{opts: opts, work: filepath.Join(opts.Out, ".work"), sums: map[string]string{}}
 	for _, g := range p.goBuilds {
 		if err := b.goBuild(ctx, g); err != nil {
@@ -103,6 +109,40 @@ func build(ctx context.Context, opts Options, p plan) (*bundle.Manifest, error) 
 		return nil, err
 	}
 	return m, nil
+}
+
+// lockOut takes the bundle directory's lock (.work/lock, flock), waiting
+// while another build holds it: two builds of one directory at once (the
+// e2e tests and a platform's conformance test start theirs together)
+// would write the same files. The kernel drops the lock of a build that
+// died.
+func lockOut(ctx context.Context, out string, log io.Writer) (func(), error) {
+	path := filepath.Join(out, ".work", "lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock the bundle directory: %w", err)
+	}
+	logged := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock the bundle directory %s: %w", path, err)
+		}
+		if !logged {
+			_, _ = fmt.Fprintf(log, "waiting for another build of %s to finish\n", out)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 type builder struct {

@@ -35,9 +35,19 @@ const (
 
 // Members reports the cluster's Nodes as the API server sees them, with
 // each master's etcd membership deciding its role (see provider.Platform).
+// It asks the masters among nodes only: a master known from earlier whose
+// machine is gone since (not among nodes, or without an address) is
+// forgotten, and so is a client through it.
 func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
+	askable := func(id string) bool {
+		return slices.ContainsFunc(nodes, func(n districts.Node) bool { return n.ID == id && hasAddress(n) })
+	}
 	d.mu.Lock()
 	d.nodes = slices.Clone(nodes)
+	d.masters = slices.DeleteFunc(d.masters, func(m districts.Node) bool { return !askable(m.ID) })
+	if d.api != nil && !askable(d.api.master.ID) {
+		d.api = nil
+	}
 	d.mu.Unlock()
 	for _, n := range nodes {
 		if n.Role == districts.RoleMaster && hasAddress(n) {
@@ -57,32 +67,95 @@ func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]provide
 	if err != nil {
 		return nil, &provider.UnreachableError{Masters: []string{a.master.ID}, Err: err}
 	}
-	voters := map[string]etcdMember{}
-	for _, em := range etcdMembers {
-		if !em.Learner && em.Name != "" {
-			voters[em.Name] = em
-		}
-	}
+	return membersOf(list.Items, etcdMembers), nil
+}
+
+// membersOf maps the API server's Nodes and etcd's members onto transit's
+// members. A Node is a master when it is a control-plane node: it has an
+// etcd member (by name, or by address for a member that never started),
+// voting or still a learner, or kubeadm's control-plane label. It votes
+// when its member is a voter, and a master is ready only while its member
+// answers. An etcd member whose Node is gone (its machine deleted behind
+// transit's back) still counts for quorum: it is a member, down. A
+// member's ProviderID is its Node's spec.providerID, its addresses the
+// Node's InternalIP and ExternalIP (for a member without Node, its etcd
+// peer address).
+func membersOf(nodes []corev1.Node, etcd []etcdMember) []provider.Member {
 	var out []provider.Member
-	seen := map[string]bool{}
-	for _, kn := range list.Items {
-		m := provider.Member{NodeID: kn.Name, Role: districts.RoleWorker, Ready: nodeReady(&kn), Draining: kn.Spec.Unschedulable,
-			Labels: tagLabels(&kn)}
-		if em, ok := voters[kn.Name]; ok {
+	seen := map[uint64]bool{}
+	names := map[string]bool{}
+	for i := range nodes {
+		kn := &nodes[i]
+		m := provider.Member{NodeID: kn.Name, Role: districts.RoleWorker, Ready: nodeReady(kn), Draining: kn.Spec.Unschedulable,
+			Labels: tagLabels(kn), ProviderID: kn.Spec.ProviderID, Addresses: nodeAddresses(kn)}
+		names[kn.Name] = true
+		em, ok := etcdMemberOf(etcd, kn.Name, m.Addresses)
+		switch {
+		case ok:
+			seen[em.ID] = true
 			m.Role = districts.RoleMaster
+			m.Voter = !em.Learner
 			m.Ready = m.Ready && em.Healthy
+		case hasLabel(kn, labelControlPlane):
+			// A control-plane node without an etcd member (a join not
+			// through yet, a removal half done): a master with no vote.
+			m.Role = districts.RoleMaster
 		}
-		seen[kn.Name] = true
 		out = append(out, m)
 	}
-	// An etcd member whose Node is gone (its machine deleted behind
-	// transit's back) still counts for quorum: it is a member, down.
-	for _, em := range etcdMembers {
-		if em.Name != "" && !seen[em.Name] {
-			out = append(out, provider.Member{NodeID: em.Name, Role: districts.RoleMaster})
+	for _, em := range etcd {
+		if em.Name == "" || seen[em.ID] || names[em.Name] {
+			continue
+		}
+		names[em.Name] = true
+		m := provider.Member{NodeID: em.Name, Role: districts.RoleMaster, Voter: !em.Learner}
+		if h := em.host(); h != "" {
+			m.Addresses = []string{h}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// etcdMemberOf finds the etcd member of the Node named name with addrs:
+// by name, or, for a member that never started (no name yet), by its
+// peer address. Of several, a voter wins over a learner, then a healthy
+// one.
+func etcdMemberOf(etcd []etcdMember, name string, addrs []string) (etcdMember, bool) {
+	best, score := etcdMember{}, -1
+	for _, em := range etcd {
+		if em.Name != name && (em.Name != "" || !slices.Contains(addrs, em.host())) {
+			continue
+		}
+		s := 0
+		if !em.Learner {
+			s += 2
+		}
+		if em.Healthy {
+			s++
+		}
+		if s > score {
+			best, score = em, s
 		}
 	}
-	return out, nil
+	return best, score >= 0
+}
+
+// nodeAddresses are a Node's InternalIP and ExternalIP addresses, in the
+// order its kubelet reports them.
+func nodeAddresses(kn *corev1.Node) []string {
+	var out []string
+	for _, a := range kn.Status.Addresses {
+		if (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP) && a.Address != "" && !slices.Contains(out, a.Address) {
+			out = append(out, a.Address)
+		}
+	}
+	return out
+}
+
+func hasLabel(kn *corev1.Node, key string) bool {
+	_, ok := kn.Labels[key]
+	return ok
 }
 
 // Version is the API server's version, as it reports it.
@@ -100,17 +173,26 @@ func (d *driver) Version(ctx context.Context) (string, error) {
 
 // noAPI is Members' answer when no API server answered: no platform only
 // if every node answered that it holds no trace of one. Otherwise the
-// masters that did not answer, or hold a control plane that does not
-// serve, are the ones named unreachable.
+// masters that did not answer (or have no address: they cannot be asked),
+// or hold a control plane that does not serve, are named in Masters; when
+// every master answered that it holds nothing, the other nodes that did
+// not answer are named in Silent (they may hold a cluster); only when
+// every node answered and some hold a cluster no master serves is none
+// named: it is lost.
 func (d *driver) noAPI(ctx context.Context, nodes []districts.Node, apiErr error) error {
 	var mu sync.Mutex
-	member, unanswered := false, false
-	var masters []string
+	member := false
+	var masters, silent []string
+	errs := []error{apiErr}
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		isMaster := n.Role == districts.RoleMaster
 		if !hasAddress(n) {
-			unanswered = true
+			if isMaster {
+				masters = append(masters, n.ID)
+			} else {
+				silent = append(silent, n.ID)
+			}
 			continue
 		}
 		wg.Add(1)
@@ -121,21 +203,30 @@ func (d *driver) noAPI(ctx context.Context, nodes []districts.Node, apiErr error
 			defer mu.Unlock()
 			answeredNone := err == nil && strings.TrimSpace(out) == "none"
 			if err != nil {
-				unanswered = true
-			} else if !answeredNone {
-				member = true
+				errs = append(errs, err)
 			}
-			if isMaster && !answeredNone {
+			switch {
+			case isMaster && !answeredNone:
 				masters = append(masters, n.ID)
+			case err != nil:
+				silent = append(silent, n.ID)
+			case !answeredNone:
+				member = true
 			}
 		}()
 	}
 	wg.Wait()
-	if !member && !unanswered {
-		return provider.ErrNoPlatform
-	}
 	slices.Sort(masters)
-	return &provider.UnreachableError{Masters: masters, Err: apiErr}
+	slices.Sort(silent)
+	switch {
+	case len(masters) > 0:
+		return &provider.UnreachableError{Masters: masters, Err: errors.Join(errs...)}
+	case len(silent) > 0:
+		return &provider.UnreachableError{Silent: silent, Err: errors.Join(errs...)}
+	case member:
+		return &provider.UnreachableError{Err: apiErr}
+	}
+	return provider.ErrNoPlatform
 }
 
 // membershipScript prints "none" on a node that holds no trace of a
@@ -454,8 +545,15 @@ func (d *driver) cordon(ctx context.Context, n districts.Node, on bool) error {
 }
 
 // MayRemoveMaster judges by etcd's voting members and which of them
-// answer (provider.RaftQuorum).
-func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, _ []districts.Node) error {
+// answer (provider.RaftQuorum), asked through a master among nodes other
+// than n when one answers (a driver that has not listed the members yet
+// learns them from nodes).
+func (d *driver) MayRemoveMaster(ctx context.Context, n districts.Node, nodes []districts.Node) error {
+	for _, m := range nodes {
+		if m.Role == districts.RoleMaster && hasAddress(m) {
+			d.addMaster(m)
+		}
+	}
 	a, err := d.clientExcept(ctx, n.ID)
 	if err != nil {
 		return &provider.QuorumError{Node: n.ID, Reason: "no other master's API server answers: " + err.Error()}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -19,12 +21,16 @@ const askWorkersAtOnce = 10
 
 // Members asks every master among nodes at once for the swarm's node list
 // and takes the first that answers as an active manager: one dead master
-// must not stall the others. When none does, it asks the workers whether
-// they are in a swarm. It returns provider.ErrNoPlatform only when every
-// node answered and none is in a swarm; when a master could not be asked,
-// or workers belong to a swarm no master serves, it returns a
+// must not stall the others. When every master answered and none can
+// serve, it asks the workers (one may be the swarm's manager, whatever
+// transit meant it to be). It returns provider.ErrNoPlatform only when
+// every node answered and none is in a swarm. Otherwise it returns a
 // *provider.UnreachableError, since building a new swarm then would split
-// the cluster.
+// the cluster: naming the masters that could not be asked or cannot serve
+// (Masters); else, when every master answered that it serves no swarm,
+// naming the workers that did not answer (Silent); else, every node
+// having answered and some being in a swarm nobody serves, naming none
+// (the swarm is lost).
 func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
 	var masters, workers []districts.Node
 	for _, n := range nodes {
@@ -153,10 +159,13 @@ func (d *driver) askMasters(ctx context.Context, masters []districts.Node) []ans
 }
 
 // needWorkers says whether the workers must be asked: every master
-// answered and none is in a swarm. Otherwise the masters' answers decide.
+// answered, and none is a manager that cannot serve (down, locked,
+// joining, listing nothing). A master that is a mere worker of a swarm
+// leaves the question open: a node transit made a worker may be its
+// manager. Otherwise the masters' answers decide.
 func needWorkers(masters []answer) bool {
 	for _, a := range masters {
-		if a.err != nil || a.state.inSwarm() || a.list != nil {
+		if a.err != nil || a.list != nil || a.state.serves() || (a.state.inSwarm() && a.state.State != "active") {
 			return false
 		}
 	}
@@ -164,14 +173,15 @@ func needWorkers(masters []answer) bool {
 }
 
 // askWorkers asks the workers, a few at a time, whether they are in a
-// swarm.
+// swarm; one that is an active manager (the swarm's role, whatever
+// transit meant) also lists the swarm's nodes.
 func (d *driver) askWorkers(ctx context.Context, workers []districts.Node) []answer {
 	answers := make([]answer, len(workers))
 	var g errgroup.Group
 	g.SetLimit(askWorkersAtOnce)
 	for i, w := range workers {
 		g.Go(func() error {
-			answers[i] = d.ask(ctx, w, "ask for the swarm state", localStateScript())
+			answers[i] = d.ask(ctx, w, "ask for the swarm state", membersScript())
 			return nil
 		})
 	}
@@ -180,21 +190,23 @@ func (d *driver) askWorkers(ctx context.Context, workers []districts.Node) []ans
 }
 
 // judge decides from the nodes' answers: the swarm's node list and the
-// master that gave it, provider.ErrNoPlatform when every node answered and
-// none is in a swarm, else a *provider.UnreachableError with each node's
-// reason, naming the masters that could not serve now (unreachable,
-// engine down, locked, joining, listing nothing). When every master
-// answered that it is in no swarm or a mere worker while nodes are in a
-// swarm, it names none: that swarm is lost.
+// node that gave it (a master, else a worker that is a manager), or
+// provider.ErrNoPlatform when every node answered and none is in a swarm,
+// else a *provider.UnreachableError with each node's reason. It names the
+// masters that could not serve now (unreachable, engine down, locked,
+// joining, listing nothing) in Masters; when every master answered that
+// it serves no swarm, it names the other nodes that did not answer in
+// Silent (whether they are in a swarm is unknown); only when every node
+// answered and some are in a swarm no master serves does it name none:
+// that swarm is lost.
 func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
-	for _, a := range masters {
+	for _, a := range append(slices.Clone(masters), workers...) {
 		if a.err == nil && a.state.serves() && a.list != nil {
 			return a.list, a.node, nil
 		}
 	}
 	var errs []error
-	var silent []string
-	doubt := false // some node is in a swarm, or could not be asked
+	var down, silent, inSwarm []string
 	for _, a := range masters {
 		switch {
 		case a.err != nil:
@@ -205,7 +217,7 @@ func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
 			errs = append(errs, fmt.Errorf("master %s is a swarm manager but listed no nodes", a.node.ID))
 		case a.state.State == "active":
 			errs = append(errs, fmt.Errorf("master %s is only a worker of its swarm", a.node.ID))
-			doubt = true
+			inSwarm = append(inSwarm, a.node.ID)
 			continue
 		case a.state.inSwarm():
 			errs = append(errs, fmt.Errorf("master %s cannot serve its swarm now (state %s)", a.node.ID, a.state.State))
@@ -213,33 +225,38 @@ func judge(masters, workers []answer) ([]swarmNode, districts.Node, error) {
 			errs = append(errs, fmt.Errorf("master %s is in no swarm", a.node.ID))
 			continue
 		}
-		silent = append(silent, a.node.ID)
-		doubt = true
+		down = append(down, a.node.ID)
 	}
-	var inSwarm []string
+	var workersIn []string
 	for _, a := range workers {
 		switch {
 		case a.err != nil:
 			errs = append(errs, a.err)
-			doubt = true
+			silent = append(silent, a.node.ID)
 		case a.state.inSwarm():
-			inSwarm = append(inSwarm, fmt.Sprintf("%s (%s)", a.node.ID, a.state.State))
+			workersIn = append(workersIn, fmt.Sprintf("%s (%s)", a.node.ID, a.state.State))
+			inSwarm = append(inSwarm, a.node.ID)
 		}
 	}
-	if len(inSwarm) > 0 {
-		errs = append(errs, fmt.Errorf("workers in a swarm no master serves: %s", strings.Join(inSwarm, ", ")))
-		doubt = true
+	if len(workersIn) > 0 {
+		errs = append(errs, fmt.Errorf("workers in a swarm no master serves: %s", strings.Join(workersIn, ", ")))
 	}
-	if !doubt {
-		return nil, districts.Node{}, provider.ErrNoPlatform
+	switch {
+	case len(down) > 0:
+		return nil, districts.Node{}, &provider.UnreachableError{Masters: down, Err: errors.Join(errs...)}
+	case len(silent) > 0:
+		return nil, districts.Node{}, &provider.UnreachableError{Silent: silent, Err: errors.Join(errs...)}
+	case len(inSwarm) > 0:
+		return nil, districts.Node{}, &provider.UnreachableError{Err: errors.Join(errs...)}
 	}
-	return nil, districts.Node{}, &provider.UnreachableError{Masters: silent, Err: errors.Join(errs...)}
+	return nil, districts.Node{}, provider.ErrNoPlatform
 }
 
 // membersOf maps the swarm's nodes onto transit's: one member per
 // identity, nodes' members first in their order, then the members whose
 // machine is not among nodes (deleted behind transit's back) by id. It also
-// returns the nodes that are ready managers, to run manager commands on.
+// returns the nodes that are voting, ready managers, to run manager commands
+// on.
 func membersOf(list []swarmNode, nodes []districts.Node) ([]provider.Member, []districts.Node) {
 	var out []provider.Member
 	var managers []districts.Node
@@ -251,7 +268,7 @@ func membersOf(list []swarmNode, nodes []districts.Node) ([]provider.Member, []d
 			continue
 		}
 		m := member(sn, n.ID)
-		if m.Role == districts.RoleMaster && m.Ready {
+		if m.Voter && m.Ready {
 			managers = append(managers, n)
 		}
 		out = append(out, m)
@@ -272,19 +289,25 @@ func membersOf(list []swarmNode, nodes []districts.Node) ([]provider.Member, []d
 }
 
 // member is swarm node sn as the member with transit node id id. Its role
-// is the swarm's: a master holds a Raft seat (a manager), whatever transit
-// meant it to be. A manager is ready only when the others reach it.
+// is the swarm's, whatever transit meant it to be: a master is a manager,
+// one holding a Raft seat or promoted and about to get one. It votes
+// while it holds a seat the other managers reach, and a manager is ready
+// only then. Its addresses are those the swarm reaches it on.
 func member(sn swarmNode, id string) provider.Member {
 	m := provider.Member{
-		NodeID:   id,
-		Role:     districts.RoleWorker,
-		Ready:    sn.Status.State == "ready",
-		Draining: sn.Spec.Availability != "active",
-		Labels:   map[string]string{},
+		NodeID:    id,
+		Role:      districts.RoleWorker,
+		Ready:     sn.Status.State == "ready",
+		Draining:  sn.Spec.Availability != "active",
+		Labels:    map[string]string{},
+		Addresses: addresses(sn),
+	}
+	if isVoter(sn) || sn.Spec.Role == "manager" {
+		m.Role = districts.RoleMaster
 	}
 	if isVoter(sn) {
-		m.Role = districts.RoleMaster
-		m.Ready = m.Ready && sn.ManagerStatus.Reachability == "reachable"
+		m.Voter = reachable(sn)
+		m.Ready = m.Ready && m.Voter
 	}
 	for _, k := range managedKeys(sn.Spec.Labels) {
 		if v, ok := sn.Spec.Labels[k]; ok {
@@ -292,6 +315,28 @@ func member(sn swarmNode, id string) provider.Member {
 		}
 	}
 	return m
+}
+
+// addresses are the addresses the swarm knows node sn by: the one its
+// engine reports from (Status.Addr) and, for a manager, the one it
+// advertises to the other managers; never the unspecified address a
+// manager may report as its Status.Addr.
+func addresses(sn swarmNode) []string {
+	var out []string
+	add := func(a string) {
+		if ip, err := netip.ParseAddr(a); err == nil && !ip.IsUnspecified() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	add(sn.Status.Addr)
+	if sn.ManagerStatus != nil {
+		host, _, err := net.SplitHostPort(sn.ManagerStatus.Addr)
+		if err != nil {
+			host = sn.ManagerStatus.Addr
+		}
+		add(host)
+	}
+	return out
 }
 
 // members maps the swarm's nodes onto transit's (membersOf) and remembers
@@ -304,9 +349,9 @@ func (d *driver) members(list []swarmNode, nodes []districts.Node) []provider.Me
 	return out
 }
 
-// isVoter says the swarm node holds a Raft seat: it is a manager,
-// reachable or not (a promotion takes effect, and a demotion ends, when
-// the seat appears or goes).
+// isVoter says the swarm node holds a Raft seat, reachable or not (a
+// promotion takes effect, and a demotion ends, when the seat appears or
+// goes); it votes while the other managers reach it.
 func isVoter(sn swarmNode) bool { return sn.ManagerStatus != nil }
 
 // identity is the transit node id a swarm node carries: its identity

@@ -79,6 +79,8 @@ func TestJudge(t *testing.T) {
 		wantFrom    string
 		wantNone    bool     // ErrNoPlatform
 		wantMasters []string // UnreachableError.Masters
+		wantSilent  []string // UnreachableError.Silent
+		wantLost    bool     // UnreachableError.Lost()
 		wantSays    []string // in the error text
 	}{
 		{
@@ -98,17 +100,51 @@ func TestJudge(t *testing.T) {
 			wantFrom: "m2",
 		},
 		{
+			// The swarm's roles, not transit's: a node transit made a
+			// worker is its manager (promoted by hand, or the roles
+			// were swapped), and the masters are its workers.
+			name:     "a worker is the swarm's manager",
+			masters:  []answer{said("m1", "active false x\n")},
+			workers:  []answer{said("w1", "inactive false \n"), said("w2", list)},
+			wantList: []string{"aaa"},
+			wantFrom: "w2",
+		},
+		{
 			// The issue "No master answered becomes build a new
 			// platform": the master machines vanished, the workers
 			// still hold the swarm.
 			name:     "no master among nodes but a worker is in a swarm",
 			workers:  []answer{said("w1", "active false w1id\n"), said("w2", "inactive false \n")},
+			wantLost: true,
 			wantSays: []string{"w1 (active)"},
 		},
 		{
-			name:     "no master among nodes and a worker cannot be asked",
-			workers:  []answer{failed("w1"), said("w2", "none\n")},
-			wantSays: []string{"w1 (10.0.0.9:22)"},
+			name:       "no master among nodes and a worker cannot be asked",
+			workers:    []answer{failed("w1"), said("w2", "none\n")},
+			wantSilent: []string{"w1"},
+			wantSays:   []string{"w1 (10.0.0.9:22)"},
+		},
+		{
+			// Silence proves nothing: the platform may or may not have
+			// formed, so the answer is neither "none" nor "lost".
+			name:       "every master in no swarm, a worker does not answer",
+			masters:    []answer{said("m1", "none\n"), said("m2", "inactive false \n")},
+			workers:    []answer{said("w1", "none\n"), failed("w2")},
+			wantSilent: []string{"w2"},
+			wantSays:   []string{"master m1 is in no swarm", "w2 (10.0.0.9:22)"},
+		},
+		{
+			name:       "every master in no swarm, a worker in one and another silent",
+			masters:    []answer{said("m1", "none\n")},
+			workers:    []answer{said("w1", "active false a\n"), failed("w2")},
+			wantSilent: []string{"w2"},
+			wantSays:   []string{"workers in a swarm no master serves: w1 (active)"},
+		},
+		{
+			name:       "the masters are workers of a swarm and a worker does not answer",
+			masters:    []answer{said("m1", "active false x\n")},
+			workers:    []answer{failed("w1")},
+			wantSilent: []string{"w1"},
 		},
 		{
 			name:        "the only master is unreachable",
@@ -129,10 +165,11 @@ func TestJudge(t *testing.T) {
 			wantSays:    []string{"master m1 is only a worker of its swarm", "master m2 cannot serve its swarm now (state pending)"},
 		},
 		{
-			// Every master answered: the swarm the nodes are in is lost.
+			// Every node answered: the swarm the nodes are in is lost.
 			name:     "the masters are workers of a swarm no manager serves",
 			masters:  []answer{said("m1", "active false x\n")},
 			workers:  []answer{said("w1", "active false a\n")},
+			wantLost: true,
 			wantSays: []string{"master m1 is only a worker of its swarm", "workers in a swarm no master serves: w1 (active)"},
 		},
 		{
@@ -142,11 +179,11 @@ func TestJudge(t *testing.T) {
 			wantSays:    []string{"state locked"},
 		},
 		{
-			name:        "masters in no swarm, workers still are",
-			masters:     []answer{said("m1", "none\n")},
-			workers:     []answer{said("w1", "error false a\n"), said("w2", "locked false b\n"), said("w3", "down\n")},
-			wantMasters: nil, // m1 answered: the swarm is lost
-			wantSays:    []string{"master m1 is in no swarm", "workers in a swarm no master serves: w1 (error), w2 (locked), w3 (down)"},
+			name:     "masters in no swarm, workers still are",
+			masters:  []answer{said("m1", "none\n")},
+			workers:  []answer{said("w1", "error false a\n"), said("w2", "locked false b\n"), said("w3", "down\n")},
+			wantLost: true, // m1 answered, and so did every worker
+			wantSays: []string{"master m1 is in no swarm", "workers in a swarm no master serves: w1 (error), w2 (locked), w3 (down)"},
 		},
 		{
 			name:        "a master answers something unreadable",
@@ -190,6 +227,12 @@ func TestJudge(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantMasters, ue.Masters); diff != "" {
 				t.Errorf("masters (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantSilent, ue.Silent); diff != "" {
+				t.Errorf("silent (-want +got):\n%s", diff)
+			}
+			if ue.Lost() != tt.wantLost {
+				t.Errorf("Lost() = %t, want %t: %v", ue.Lost(), tt.wantLost, err)
 			}
 			for _, s := range tt.wantSays {
 				if !strings.Contains(err.Error(), s) {
@@ -295,6 +338,7 @@ func TestMembersUnreachableOrNoPlatform(t *testing.T) {
 		nodes     []districts.Node
 		answers   map[string]func(context.Context, string) (string, error)
 		wantNone  bool
+		wantLost  bool
 		wantAsked []string
 	}{
 		{
@@ -304,7 +348,22 @@ func TestMembersUnreachableOrNoPlatform(t *testing.T) {
 				worker1.ID: replies("active false x\n"),
 				worker2.ID: replies("inactive false \n"),
 			},
+			wantLost:  true,
 			wantAsked: []string{worker1.ID, worker2.ID},
+		},
+		{
+			// Its sshd stopped, or its machine is partitioned away: it
+			// may hold a swarm the master knows nothing of.
+			name:  "the master is in no swarm, a worker does not answer",
+			nodes: []districts.Node{master1, worker1, worker2},
+			answers: map[string]func(context.Context, string) (string, error){
+				master1.ID: replies("inactive false \n"),
+				worker1.ID: func(context.Context, string) (string, error) {
+					return "", fmt.Errorf("%s: %w", worker1.ID, ssh.ErrUnreachable)
+				},
+				worker2.ID: replies("none\n"),
+			},
+			wantAsked: []string{master1.ID, worker1.ID, worker2.ID},
 		},
 		{
 			name:  "no swarm anywhere",
@@ -341,6 +400,9 @@ func TestMembersUnreachableOrNoPlatform(t *testing.T) {
 			case !tt.wantNone && (errors.Is(err, provider.ErrNoPlatform) || !errors.Is(err, provider.ErrPlatformUnreachable)):
 				t.Errorf("error %v, want ErrPlatformUnreachable", err)
 			}
+			if ue, ok := errors.AsType[*provider.UnreachableError](err); ok && ue.Lost() != tt.wantLost {
+				t.Errorf("Lost() = %t, want %t: %v", ue.Lost(), tt.wantLost, err)
+			}
 			var asked []string
 			for _, c := range f.calls() {
 				id, _, _ := strings.Cut(c, ":")
@@ -372,14 +434,19 @@ func TestMembersOf(t *testing.T) {
 			list:  list,
 			nodes: []districts.Node{master1, worker1, master2, worker2},
 			want: []provider.Member{
-				{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{"location": "Germany"}},
+				{NodeID: "c-master-1", Role: "master", Voter: true, Ready: true, Labels: map[string]string{"location": "Germany"},
+					Addresses: []string{"10.0.0.2"}},
 				// The ready entry on the node's address wins over the old, down one.
-				{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{}},
-				// A manager the others cannot reach is not ready.
-				{NodeID: "c-master-2", Role: "master", Ready: false, Labels: map[string]string{}},
+				{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.3"}},
+				// A manager the others cannot reach holds its seat
+				// but casts no vote: not a voter, not ready.
+				{NodeID: "c-master-2", Role: "master", Ready: false, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.4"}},
 				// Not among nodes: a swarm node transit did not make is
 				// still a member, named by its hostname.
-				{NodeID: "somebody-else", Role: "worker", Ready: true, Labels: map[string]string{}},
+				{NodeID: "somebody-else", Role: "worker", Ready: true, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.9"}},
 			},
 			wantManagers: []string{"c-master-1"},
 		},
@@ -400,12 +467,18 @@ func TestMembersOf(t *testing.T) {
 ]`),
 			nodes: []districts.Node{master1},
 			want: []provider.Member{
-				{NodeID: "c-master-1", Role: "master", Ready: true, Labels: map[string]string{}},
-				{NodeID: "c-master-3", Role: "master", Ready: false, Labels: map[string]string{"tier": "db"}},
-				{NodeID: "c-worker-8", Role: "worker", Ready: false, Labels: map[string]string{}},
+				{NodeID: "c-master-1", Role: "master", Voter: true, Ready: true, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.2"}},
+				// Its machine is gone: still a master, no vote.
+				{NodeID: "c-master-3", Role: "master", Ready: false, Labels: map[string]string{"tier": "db"},
+					Addresses: []string{"10.0.0.7"}},
+				{NodeID: "c-worker-8", Role: "worker", Ready: false, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.6"}},
 				// One member per id; a down duplicate does not hide
-				// the live one.
-				{NodeID: "c-worker-9", Role: "worker", Ready: true, Labels: map[string]string{}},
+				// the live one, and the member's address is the live
+				// one's.
+				{NodeID: "c-worker-9", Role: "worker", Ready: true, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.9"}},
 			},
 			wantManagers: []string{"c-master-1"},
 		},
@@ -417,16 +490,65 @@ func TestMembersOf(t *testing.T) {
  {"ID":"w1","Spec":{"Labels":{"transit-node":"c-worker-1"},"Role":"manager","Availability":"active"},
   "Status":{"State":"ready","Addr":"10.0.0.3"},"ManagerStatus":{"Leader":true,"Reachability":"reachable"}},
  {"ID":"m2","Spec":{"Labels":{"transit-node":"c-master-2"},"Role":"manager","Availability":"active"},
-  "Status":{"State":"ready","Addr":"10.0.0.4"}}
+  "Status":{"State":"ready","Addr":"10.0.0.4"}},
+ {"ID":"w2","Spec":{"Labels":{"transit-node":"c-worker-2"},"Role":"worker","Availability":"active"},
+  "Status":{"State":"ready","Addr":"10.0.0.5"},"ManagerStatus":{"Reachability":"reachable"}}
 ]`),
-			nodes: []districts.Node{master1, worker1, master2},
+			nodes: []districts.Node{master1, worker1, master2, worker2},
 			want: []provider.Member{
-				{NodeID: "c-master-1", Role: "worker", Ready: true, Labels: map[string]string{}},
-				{NodeID: "c-worker-1", Role: "master", Ready: true, Labels: map[string]string{}},
-				// Promoted, but without a Raft seat yet: not a voter.
-				{NodeID: "c-master-2", Role: "worker", Ready: true, Labels: map[string]string{}},
+				{NodeID: "c-master-1", Role: "worker", Ready: true, Labels: map[string]string{}, Addresses: []string{"10.0.0.2"}},
+				{NodeID: "c-worker-1", Role: "master", Voter: true, Ready: true, Labels: map[string]string{}, Addresses: []string{"10.0.0.3"}},
+				// Promoted, but without a Raft seat yet: a master that
+				// does not vote yet.
+				{NodeID: "c-master-2", Role: "master", Ready: true, Labels: map[string]string{}, Addresses: []string{"10.0.0.4"}},
+				// Demoted, but still holding its seat: it votes until
+				// the seat goes.
+				{NodeID: "c-worker-2", Role: "master", Voter: true, Ready: true, Labels: map[string]string{}, Addresses: []string{"10.0.0.5"}},
 			},
-			wantManagers: []string{"c-worker-1"},
+			wantManagers: []string{"c-worker-1", "c-worker-2"},
+		},
+		{
+			// Some engines report a manager's Status.Addr as 0.0.0.0;
+			// its Raft address says where it is.
+			name: "a manager's addresses",
+			list: nodesJSON(t, `[
+ {"ID":"m1","Spec":{"Labels":{"transit-node":"c-master-1"},"Role":"manager","Availability":"active"},
+  "Status":{"State":"ready","Addr":"0.0.0.0"},"ManagerStatus":{"Leader":true,"Reachability":"reachable","Addr":"10.0.0.2:2377"}},
+ {"ID":"m2","Spec":{"Labels":{"transit-node":"c-master-2"},"Role":"manager","Availability":"active"},
+  "Status":{"State":"ready","Addr":"192.168.1.4"},"ManagerStatus":{"Reachability":"reachable","Addr":"10.0.0.4:2377"}},
+ {"ID":"w1","Spec":{"Labels":{"transit-node":"c-worker-1"},"Role":"worker","Availability":"active"},
+  "Status":{"State":"ready"}}
+]`),
+			nodes: []districts.Node{master1, master2, worker1},
+			want: []provider.Member{
+				{NodeID: "c-master-1", Role: "master", Voter: true, Ready: true, Labels: map[string]string{}, Addresses: []string{"10.0.0.2"}},
+				{NodeID: "c-master-2", Role: "master", Voter: true, Ready: true, Labels: map[string]string{}, Addresses: []string{"192.168.1.4", "10.0.0.4"}},
+				{NodeID: "c-worker-1", Role: "worker", Ready: true, Labels: map[string]string{}},
+			},
+			wantManagers: []string{"c-master-1", "c-master-2"},
+		},
+		{
+			// A copy of c-worker-1's machine (same tags, same
+			// hostname) is given the id: the member's address is
+			// still the real machine's, so the copy can be told
+			// apart.
+			name: "a machine carrying a member's id is not the member",
+			list: list,
+			nodes: []districts.Node{
+				{ID: "c-worker-1", Role: districts.RoleWorker, PublicIP: "10.0.0.99"},
+				master1,
+			},
+			want: []provider.Member{
+				{NodeID: "c-worker-1", Role: "worker", Ready: true, Draining: true, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.3"}},
+				{NodeID: "c-master-1", Role: "master", Voter: true, Ready: true, Labels: map[string]string{"location": "Germany"},
+					Addresses: []string{"10.0.0.2"}},
+				{NodeID: "c-master-2", Role: "master", Ready: false, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.4"}},
+				{NodeID: "somebody-else", Role: "worker", Ready: true, Labels: map[string]string{},
+					Addresses: []string{"10.0.0.9"}},
+			},
+			wantManagers: []string{"c-master-1"},
 		},
 		{
 			name:  "empty swarm list",
@@ -461,4 +583,26 @@ func nodesJSON(t *testing.T, s string) []swarmNode {
 		t.Fatal(err)
 	}
 	return list
+}
+
+// The swarm's roles decide, not transit's: when the masters are workers of
+// the swarm and a node transit made a worker manages it, that node lists
+// the members, and the driver runs manager commands there.
+func TestMembersFromAWorkerThatManages(t *testing.T) {
+	t.Parallel()
+	f := &fakeNodes{nodes: map[string]func(context.Context, string) (string, error){
+		master1.ID: replies("active false aaa\n"),
+		worker1.ID: replies("active true bbb\n" + inspectJSON),
+	}}
+	d := testDriver(f)
+	members, err := d.Members(t.Context(), []districts.Node{master1, worker1})
+	if err != nil {
+		t.Fatalf("Members: %v", err)
+	}
+	if len(members) == 0 {
+		t.Fatal("Members listed nobody")
+	}
+	if !d.knowsManager() || d.managers[0].ID != worker1.ID {
+		t.Errorf("known managers %v, want %s first", d.managers, worker1.ID)
+	}
 }

@@ -11,10 +11,16 @@
 //
 // The swarm's own view decides membership, roles and quorum: a master is a
 // node holding a Raft seat (a manager), whatever transit meant it to be.
-// Only an active manager among the masters answers for the swarm; when none
-// can be asked, or workers still belong to a swarm no master serves, the
-// driver says the swarm is unreachable, never that there is none. A node
-// whose machine is gone (no address) is never dialed.
+// An active manager answers for the swarm (a master, else a worker the
+// swarm made a manager); when none can be asked, or a node that did not
+// answer may hold one, or workers still belong to a swarm no master
+// serves, the driver says the swarm is unreachable, never that there is
+// none. A node whose machine is gone (no address) is never dialed.
+//
+// A member's role is the swarm's: a master is a manager (holding a Raft
+// seat, or promoted and about to); it is a voter while it holds a seat
+// the other managers reach. Its addresses are the swarm node's
+// Status.Addr and, for a manager, its Raft address.
 package swarm
 
 import (
