@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/filelock"
 	"github.com/cloudtransit/transit/provider"
-	"github.com/cloudtransit/transit/state"
 )
 
 // Error kinds: the error_kind of a --json result line, so that a script
@@ -60,7 +60,7 @@ func errorKind(err error) string {
 		return ""
 	case errors.Is(err, context.Canceled):
 		return kindInterrupted
-	case errors.Is(err, state.ErrLocked):
+	case errors.Is(err, filelock.ErrLocked):
 		return kindLocked
 	case errors.Is(err, control.ErrWouldDestroy):
 		return kindWouldDestroy

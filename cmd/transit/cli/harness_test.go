@@ -16,7 +16,7 @@ import (
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/state"
+	"github.com/cloudtransit/transit/filelock"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -215,7 +215,7 @@ func TestExitCode(t *testing.T) {
 // would, until the test ends.
 func (h *harness) holdLock(t *testing.T) {
 	t.Helper()
-	lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
+	lock, err := filelock.Acquire(t.Context(), h.path("resources.json"), filelock.Options{Command: "transit apply --watch"})
 	if err != nil {
 		t.Fatal(err)
 	}

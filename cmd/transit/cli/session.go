@@ -12,6 +12,7 @@ import (
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/filelock"
 	"github.com/cloudtransit/transit/platforms/ssh"
 	"github.com/cloudtransit/transit/provider"
 	"github.com/cloudtransit/transit/state"
@@ -22,7 +23,7 @@ import (
 type session struct {
 	cfg  districts.Config
 	opts control.Options
-	lock *state.Lock
+	lock *filelock.Lock
 }
 
 // access says what a command does with the clouds and the state.
@@ -64,11 +65,11 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 	}
 	s := &session{cfg: cfg}
 	if so.access == mutate {
-		s.lock, err = state.Acquire(ctx, g.State, state.LockOptions{
+		s.lock, err = filelock.Acquire(ctx, g.State, filelock.Options{
 			Timeout: g.LockTimeout,
 			Command: so.command,
 			Clock:   deps.Clock,
-			Waiting: func(e *state.LockedError) {
+			Waiting: func(e *filelock.LockedError) {
 				logger.Info("waiting for the state lock", "state", e.Path, "holder", e.Holder, "timeout", g.LockTimeout)
 			},
 		})
@@ -83,8 +84,14 @@ func openSession(ctx context.Context, deps Deps, g *GlobalFlags, so sessionOptio
 		if p := s.lock.Previous; p != nil {
 			logger.Warn("took over the state lock of a run that ended without releasing it", "previous", p)
 		}
-		if len(s.lock.Leftovers) > 0 {
-			logger.Info("removed temporary files of an interrupted state write", "files", s.lock.Leftovers)
+		// Every writer of the state holds the lock: what an interrupted
+		// write left is no other run's.
+		leftovers, err := state.RemoveLeftovers(g.State)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: remove temporary files of an interrupted write: %w", g.State, err)
+		}
+		if len(leftovers) > 0 {
+			logger.Info("removed temporary files of an interrupted state write", "files", leftovers)
 		}
 	}
 	res, err := loadResources(g.State, cfg.Cluster.ID)
