@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
@@ -94,11 +95,16 @@ func (h *harness) run(t *testing.T, o runOpts, args ...string) result {
 		IsTerminal: func(s any) bool {
 			return o.tty && (s == in || s == &out)
 		},
-		Clock: h.clock,
+		Clock:     h.clock,
+		LookupEnv: os.LookupEnv, // as main does: tests set flags with t.Setenv
 	}
 	if !h.noDrivers {
-		deps.Infrastructures = map[string]InfrastructureFunc{"gce": h.cloud.driver, "aws": h.cloud.driver}
-		deps.Platforms = map[string]PlatformFunc{"swarm": h.platform.driver}
+		deps.Drivers = func(transit.BuiltinOptions) transit.Drivers {
+			return transit.Drivers{
+				Infrastructures: map[string]transit.InfrastructureFunc{"gce": h.cloud.driver, "aws": h.cloud.driver},
+				Platforms:       map[string]transit.PlatformFunc{"swarm": h.platform.driver},
+			}
+		}
 	}
 	args = append(args, "-c", h.path("cluster.json"), "-d", h.path("districts.json"), "--credentials", h.path("credentials.json"))
 	if !o.noState {
