@@ -2,7 +2,6 @@ package state
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,11 +15,11 @@ import (
 	"github.com/cloudtransit/transit/districts"
 )
 
-// Tests re-execute the test binary as a helper process that holds a lock or
-// writes state until it is killed. The helper's role comes from these
+// Tests re-execute the test binary as a helper process that writes state
+// until it is killed. The helper's role comes from these
 // environment variables.
 const (
-	helperEnv     = "TRANSIT_STATE_TEST_HELPER" // hold | flock | write | exit
+	helperEnv     = "TRANSIT_STATE_TEST_HELPER" // write
 	helperPathEnv = "TRANSIT_STATE_TEST_PATH"
 )
 
@@ -36,35 +35,6 @@ func TestMain(m *testing.M) {
 
 func runHelper(role, path string) int {
 	switch role {
-	case "exit":
-		return 0
-	case "hold":
-		ctx, cancel := context.WithTimeout(context.Background(), helperLifetime)
-		defer cancel()
-		l, err := Acquire(ctx, path, LockOptions{Command: "helper hold"})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Println("locked")
-		<-ctx.Done()
-		if err := l.Release(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return 0
-	case "flock":
-		ctx, cancel := context.WithTimeout(context.Background(), helperLifetime)
-		defer cancel()
-		unlock, err := FlockContext(ctx, path, FlockOptions{Command: "helper flock"})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Println("locked")
-		<-ctx.Done()
-		unlock()
-		return 0
 	case "write":
 		serial := int64(0)
 		if data, err := os.ReadFile(path); err == nil {

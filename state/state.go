@@ -1,12 +1,11 @@
-// Package state keeps resources.json safe: atomic writes and a lock so two
-// runs never interleave.
+// Package state keeps resources.json safe: atomic writes, serials, and the
+// clean-up of what an interrupted write left.
 //
 // Write replaces the file atomically (temp file, fsync, rename, fsync of the
 // directory), so a crash at any moment leaves either the old or the new
-// content, never a mix. Acquire takes an flock on the sibling file
-// "<state>.lock", which records who holds it; the kernel drops the lock when
-// its holder dies, so a lock left behind by a killed run is simply taken
-// over and reported in Lock.Previous.
+// content, never a mix. Two runs never interleave because every writer
+// holds the state's lock (package filelock: an flock on "<state>.lock")
+// while it writes; the lock holder calls RemoveLeftovers once.
 package state
 
 import (
@@ -83,10 +82,10 @@ func Saver(path string, serial int64, now func() time.Time) func(districts.Resou
 	}
 }
 
-// removeLeftovers deletes temporary files that a crashed Write left beside
-// statePath and returns their paths. Only the lock holder calls it, so no
-// Write of another run can be in progress.
-func removeLeftovers(statePath string) ([]string, error) {
+// RemoveLeftovers deletes temporary files that a crashed Write left beside
+// statePath and returns their paths. Only the holder of the state's lock
+// may call it, so that no Write of another run can be in progress.
+func RemoveLeftovers(statePath string) ([]string, error) {
 	dir := filepath.Dir(statePath)
 	entries, err := os.ReadDir(dir)
 	if err != nil {

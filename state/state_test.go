@@ -269,20 +269,37 @@ func TestWriteSurvivesKill(t *testing.T) {
 	t.Logf("%d kills, %d writes, %d temporary files left by interrupted writes", rounds, last-1, len(tempFiles(t, dir)))
 
 	// The next lock holder clears the temporary files interrupted writes left.
-	l, err := Acquire(t.Context(), path, LockOptions{})
-	if err != nil {
+	if _, err := RemoveLeftovers(path); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mustRelease(t, l) })
 	if tmp := tempFiles(t, dir); len(tmp) > 0 {
-		t.Errorf("temporary files left after Acquire: %v", tmp)
+		t.Errorf("temporary files left after RemoveLeftovers: %v", tmp)
 	}
 }
 
-func mustRelease(t *testing.T, l *Lock) {
-	t.Helper()
-	if err := l.Release(); err != nil {
-		t.Error(err)
+func TestRemoveLeftovers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "resources.json")
+	leftover := filepath.Join(dir, ".resources.json.tmp-123")
+	other := filepath.Join(dir, ".other.json.tmp-123")
+	for _, p := range []string{leftover, other} {
+		if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := RemoveLeftovers(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{leftover}, removed); diff != "" {
+		t.Errorf("leftovers (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("leftover still there: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("another file's temporary file was touched: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/cmd/transit/cli"
 )
 
@@ -24,8 +25,10 @@ func main() {
 			f, ok := s.(*os.File)
 			return ok && term.IsTerminal(int(f.Fd()))
 		},
-		Infrastructures: cli.BuiltinInfrastructures(),
-		Platforms:       cli.BuiltinPlatforms(),
+		// The environment is read once, by the root command, into the
+		// options of flags, the session and the drivers.
+		LookupEnv: os.LookupEnv,
+		Drivers:   transit.BuiltinDrivers,
 	})
 	err := root.ExecuteContext(ctx)
 	stop()

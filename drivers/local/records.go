@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/atomicfile"
-	"github.com/cloudtransit/transit/state"
+	"github.com/cloudtransit/transit/filelock"
 )
 
 // Node states as recorded.
@@ -215,7 +215,7 @@ func lockRoot(ctx context.Context, root string) (func(), error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	return state.FlockContext(ctx, filepath.Join(root, "lock"), state.FlockOptions{Command: "transit (local provider)"})
+	return filelock.FlockContext(ctx, filepath.Join(root, "lock"), filelock.FlockOptions{Command: "transit (local provider)"})
 }
 
 // procStart returns a process's start time (clock ticks since boot), which

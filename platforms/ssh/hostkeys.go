@@ -20,7 +20,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/atomicfile"
-	"github.com/cloudtransit/transit/state"
+	"github.com/cloudtransit/transit/filelock"
 )
 
 // HostKeysPath is where the cluster's pinned host keys live in stateDir.
@@ -315,7 +315,7 @@ func lockFile(ctx context.Context, path string) (unlock func(), err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	return state.FlockContext(ctx, path, state.FlockOptions{Command: "transit (host key pins)"})
+	return filelock.FlockContext(ctx, path, filelock.FlockOptions{Command: "transit (host key pins)"})
 }
 
 // HostKeyChangedError is a machine presenting a host key other than the one

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/cloudtransit/transit/state"
+	"github.com/cloudtransit/transit/filelock"
 )
 
 func newPublicKey(t *testing.T) gossh.PublicKey {
@@ -272,7 +272,7 @@ func TestHostKeysCheckTakesNoLock(t *testing.T) {
 	if err := h.Callback("i-1")("h:22", nil, k); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := state.FlockContext(t.Context(), path+".lock", state.FlockOptions{Command: "test holds the pins"})
+	unlock, err := filelock.FlockContext(t.Context(), path+".lock", filelock.FlockOptions{Command: "test holds the pins"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestHostKeysFirstContactHonoursContext(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "known_hosts")
 	h := openHostKeys(t, path)
-	unlock, err := state.FlockContext(t.Context(), path+".lock", state.FlockOptions{Command: "stuck transit"})
+	unlock, err := filelock.FlockContext(t.Context(), path+".lock", filelock.FlockOptions{Command: "stuck transit"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestHostKeysFirstContactHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	err = h.callback(ctx, "i-1")("h:22", nil, newPublicKey(t))
-	if !errors.Is(err, state.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"stuck transit"`) {
+	if !errors.Is(err, filelock.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"stuck transit"`) {
 		t.Errorf("got %v, want the lock holder and context.DeadlineExceeded", err)
 	}
 	if err := h.ForgetContext(ctx, "i-1"); err != nil {

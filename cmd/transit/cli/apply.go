@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -68,38 +69,11 @@ func (f *safetyFlags) register(fs *pflag.FlagSet) {
 		"initialise a new platform over the nodes when the platform was lost (no master is left); workloads and platform state are not recovered")
 }
 
-func (f *safetyFlags) apply(o *control.Options) {
-	o.AllowDestroy = f.allowDestroy
-	o.RebuildPlatform = f.rebuildPlatform
-}
-
-// refuseDestroy returns control.ErrWouldDestroy when the plan terminates
-// machines although cluster.json wants no node and nothing allows it: one
-// bad write of cluster.json must not wipe a platform. The loop refuses such
-// a run too; refusing here spares confirming a plan that would not run.
-func refuseDestroy(o control.Options, p control.Plan) error {
-	if o.Destroy || o.AllowDestroy {
-		return nil
-	}
-	for _, d := range o.Cluster.Deployments {
-		if d.Quantity > 0 {
-			return nil
-		}
-	}
-	for _, a := range p.Actions {
-		if a.Kind == control.KindTerminate {
-			return control.ErrWouldDestroy
-		}
-	}
-	return nil
-}
-
-// change is what an apply asks for: the intended state and how to confirm
+// change is what an apply asks for: apply or destroy, and how to confirm
 // it.
 type change struct {
 	verb    string // "apply" or "destroy"
-	destroy bool   // tear the cluster down (Options.Destroy): the platform is not asked
-	intend  func(districts.Cluster) districts.Cluster
+	destroy bool   // tear the cluster down (Session.Destroy): the platform is not asked
 	confirm func(districts.Cluster) prompt
 }
 
@@ -110,8 +84,7 @@ type prompt struct {
 }
 
 var applyChange = change{
-	verb:   "apply",
-	intend: func(c districts.Cluster) districts.Cluster { return c },
+	verb: "apply",
 	confirm: func(districts.Cluster) prompt {
 		return prompt{
 			question: "Do you want to perform these actions? Only 'yes' will be accepted:",
@@ -189,57 +162,46 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 	return view.result(res, explain(err, res, ch.verb))
 }
 
-// runOnce locks the state, shows the plan, confirms and runs the loop.
+// runOnce opens the cluster to change it, shows the plan, has it confirmed
+// and runs the loop.
 func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) (_ control.Result, err error) {
-	s, err := openSession(ctx, deps, g, sessionOptions{command: "transit " + ch.verb, access: mutate, noPlatform: ch.destroy})
+	o, err := g.sessionOptions(deps, transit.Change, "transit "+ch.verb)
 	if err != nil {
 		return control.Result{}, err
 	}
-	defer s.closeInto(&err)
-	s.opts.Cluster = ch.intend(s.cfg.Cluster)
-	s.opts.Destroy = ch.destroy
-	s.opts.Parallel = f.parallel
-	s.opts.MaxRounds = f.maxRounds
-	f.safety.apply(&s.opts)
-	s.opts.OnEvent = view.event
-
-	// The plan shown is made in memory; the loop's first round observes
-	// again, saves, and runs only if it would do the same.
-	preview := s.opts
-	preview.Save = nil
-	p, err := control.MakePlan(ctx, preview, true)
+	s, err := transit.Open(ctx, o)
 	if err != nil {
-		return control.Result{}, withKind(kindRefresh, err)
-	}
-	if err := refuseDestroy(s.opts, p); err != nil {
 		return control.Result{}, err
 	}
-	shown := s.show(p, true)
-	shown.destroy = ch.destroy
-	if err := view.plan(shown); err != nil {
-		return control.Result{}, err
+	defer closeInto(s, &err)
+	ao := transit.ApplyOptions{
+		Parallel:        f.parallel,
+		MaxRounds:       f.maxRounds,
+		AllowDestroy:    f.safety.allowDestroy,
+		RebuildPlatform: f.safety.rebuildPlatform,
+		OnPlan: func(p control.Plan) error {
+			shown := showPlan(deps, s, p, true)
+			shown.destroy = ch.destroy
+			return view.plan(shown)
+		},
+		OnEvent: view.event,
 	}
-	// Nothing to change: the loop still runs its addons step on a live
-	// cluster (addons are matched on every apply), in one round.
-	if p.Empty() && (ch.destroy || !hasLiveNodes(s.opts.State)) {
-		return control.Result{Converged: true, Warnings: p.Warnings}, nil
-	}
-	// Only waiting or blocked items: nothing to confirm.
-	if !f.autoApprove && len(p.Actions) > 0 {
-		w := deps.Out
-		if f.json {
-			w = deps.Err // keep stdout JSON only
-		}
-		if err := confirm(ctx, deps.In, w, ch.confirm(s.opts.Cluster)); err != nil {
-			if ctx.Err() != nil {
-				return control.Result{}, ctx.Err()
+	if !f.autoApprove {
+		ao.Confirm = func(ctx context.Context, _ control.Plan) error {
+			w := deps.Out
+			if f.json {
+				w = deps.Err // keep stdout JSON only
 			}
-			return control.Result{}, withKind(kindCancelled, fmt.Errorf("%s cancelled: %w", ch.verb, err))
+			return confirm(ctx, deps.In, w, ch.confirm(s.Config().Cluster))
 		}
-		s.opts.Confirmed = &p
 	}
-	res, err := control.Apply(ctx, s.opts)
-	if err != nil && errors.Is(err, context.Canceled) {
+	run := s.Apply
+	if ch.destroy {
+		run = s.Destroy
+	}
+	res, err := run(ctx, ao)
+	// A loop that ran saved what it did before it stopped.
+	if err != nil && errors.Is(err, context.Canceled) && res.Rounds > 0 {
 		err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
 	}
 	return res, err
@@ -299,14 +261,4 @@ func confirm(ctx context.Context, in io.Reader, w io.Writer, p prompt) error {
 		}
 		return fmt.Errorf("the answer was %q, not %q", strings.TrimSpace(a.line), p.answer)
 	}
-}
-
-// hasLiveNodes says the state holds a node not on its way out.
-func hasLiveNodes(res districts.Resources) bool {
-	for _, n := range res.Nodes {
-		if n.Phase != districts.PhaseLeft && n.Phase != districts.PhaseTerminating {
-			return true
-		}
-	}
-	return false
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/filelock"
 	"github.com/cloudtransit/transit/provider"
-	"github.com/cloudtransit/transit/state"
 )
 
 func TestValidate(t *testing.T) {
@@ -378,7 +378,7 @@ func TestLockHeld(t *testing.T) {
 	} {
 		r := h.run(t, runOpts{}, args...)
 		wantCode(t, r, 1)
-		if !errors.Is(r.error, state.ErrLocked) || !strings.Contains(r.err, `"transit apply --watch"`) {
+		if !errors.Is(r.error, filelock.ErrLocked) || !strings.Contains(r.err, `"transit apply --watch"`) {
 			t.Errorf("%v with a held lock:\n%s", args, r)
 		}
 	}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -12,13 +11,6 @@ import (
 var destroyChange = change{
 	verb:    "destroy",
 	destroy: true,
-	intend: func(c districts.Cluster) districts.Cluster {
-		c.Deployments = slices.Clone(c.Deployments)
-		for i := range c.Deployments {
-			c.Deployments[i].Quantity = 0
-		}
-		return c
-	},
 	confirm: func(c districts.Cluster) prompt {
 		return prompt{
 			question: fmt.Sprintf("Do you really want to destroy cluster %q? Every machine transit created for it\n"+

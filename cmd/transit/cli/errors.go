@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/provider"
-	"github.com/cloudtransit/transit/state"
 )
 
 // Error kinds: the error_kind of a --json result line, so that a script
@@ -60,7 +60,7 @@ func errorKind(err error) string {
 		return ""
 	case errors.Is(err, context.Canceled):
 		return kindInterrupted
-	case errors.Is(err, state.ErrLocked):
+	case errors.Is(err, transit.ErrLocked):
 		return kindLocked
 	case errors.Is(err, control.ErrWouldDestroy):
 		return kindWouldDestroy
@@ -80,6 +80,12 @@ func errorKind(err error) string {
 		return kindCloudQuota
 	case errors.Is(err, control.ErrNotConverged):
 		return kindNotConverged
+	case errors.Is(err, transit.ErrConfig):
+		return kindConfig
+	case errors.Is(err, transit.ErrRefresh):
+		return kindRefresh
+	case errors.Is(err, transit.ErrCancelled):
+		return kindCancelled
 	}
 	if ke, ok := errors.AsType[*stageError](err); ok {
 		return ke.kind

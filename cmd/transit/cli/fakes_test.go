@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -37,7 +38,7 @@ func newFakeCloud() *fakeCloud {
 	return &fakeCloud{instances: map[string]map[string]provider.Instance{}, groups: map[string]map[string]provider.Group{}}
 }
 
-// driver is an InfrastructureFunc for any provider.
+// driver is a transit.InfrastructureFunc for any provider.
 func (c *fakeCloud) driver(_ context.Context, d districts.District, _ *districts.Credential) (provider.Infrastructure, error) {
 	c.built.Add(1)
 	return &fakeInfra{cloud: c, district: d.ID}, nil
@@ -218,8 +219,8 @@ func (p *fakePlatform) loseMasters() {
 
 func newFakePlatform() *fakePlatform { return &fakePlatform{members: map[string]provider.Member{}} }
 
-// driver is a PlatformFunc for any platform.
-func (p *fakePlatform) driver(context.Context, districts.Cluster, PlatformEnv) (provider.Platform, error) {
+// driver is a transit.PlatformFunc for any platform.
+func (p *fakePlatform) driver(context.Context, districts.Cluster, transit.PlatformEnv) (provider.Platform, error) {
 	p.built.Add(1)
 	return p, nil
 }

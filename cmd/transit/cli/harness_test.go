@@ -13,10 +13,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/state"
+	"github.com/cloudtransit/transit/filelock"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -94,11 +95,16 @@ func (h *harness) run(t *testing.T, o runOpts, args ...string) result {
 		IsTerminal: func(s any) bool {
 			return o.tty && (s == in || s == &out)
 		},
-		Clock: h.clock,
+		Clock:     h.clock,
+		LookupEnv: os.LookupEnv, // as main does: tests set flags with t.Setenv
 	}
 	if !h.noDrivers {
-		deps.Infrastructures = map[string]InfrastructureFunc{"gce": h.cloud.driver, "aws": h.cloud.driver}
-		deps.Platforms = map[string]PlatformFunc{"swarm": h.platform.driver}
+		deps.Drivers = func(transit.BuiltinOptions) transit.Drivers {
+			return transit.Drivers{
+				Infrastructures: map[string]transit.InfrastructureFunc{"gce": h.cloud.driver, "aws": h.cloud.driver},
+				Platforms:       map[string]transit.PlatformFunc{"swarm": h.platform.driver},
+			}
+		}
 	}
 	args = append(args, "-c", h.path("cluster.json"), "-d", h.path("districts.json"), "--credentials", h.path("credentials.json"))
 	if !o.noState {
@@ -215,7 +221,7 @@ func TestExitCode(t *testing.T) {
 // would, until the test ends.
 func (h *harness) holdLock(t *testing.T) {
 	t.Helper()
-	lock, err := state.Acquire(t.Context(), h.path("resources.json"), state.LockOptions{Command: "transit apply --watch"})
+	lock, err := filelock.Acquire(t.Context(), h.path("resources.json"), filelock.Options{Command: "transit apply --watch"})
 	if err != nil {
 		t.Fatal(err)
 	}

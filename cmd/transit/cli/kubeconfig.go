@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cloudtransit/transit/platforms/kubernetes"
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/platforms/kubernetes/kubeconfig"
 )
 
@@ -48,14 +47,14 @@ with mode 0600.`,
 				return err
 			}
 			if !f.merge {
-				_, err := deps.Out.Write(kc.data)
+				_, err := deps.Out.Write(kc.Data)
 				return err
 			}
-			path, err := kubeconfig.MergePath(os.Getenv)
+			path, err := kubeconfig.MergePath(g.env.getenv)
 			if err != nil {
 				return err
 			}
-			if err := kubeconfig.WriteMerged(cmd.Context(), path, kc.data); err != nil {
+			if err := kubeconfig.WriteMerged(cmd.Context(), path, kc.Data); err != nil {
 				return err
 			}
 			return writeMerged(deps.Out, path, kc)
@@ -65,41 +64,31 @@ with mode 0600.`,
 	return cmd
 }
 
-// exportedKubeconfig is the cluster's kubeconfig and where it points.
-type exportedKubeconfig struct {
-	cluster string // also the context's name
-	data    []byte
-	server  kubernetes.APIServer
-}
-
 // runKubeconfig reads the state, as status --refresh=false does (no lock,
 // no driver), and exports the cluster's kubeconfig.
-func runKubeconfig(ctx context.Context, deps Deps, g *GlobalFlags) (_ exportedKubeconfig, err error) {
-	s, err := openSession(ctx, deps, g, sessionOptions{command: "transit kubeconfig", access: readState})
+func runKubeconfig(ctx context.Context, deps Deps, g *GlobalFlags) (_ transit.Kubeconfig, err error) {
+	o, err := g.sessionOptions(deps, transit.ReadState, "transit kubeconfig")
 	if err != nil {
-		return exportedKubeconfig{}, err
+		return transit.Kubeconfig{}, err
 	}
-	defer s.closeInto(&err)
-	data, srv, err := kubernetes.ExportKubeconfig(kubernetes.KubeconfigOptions{
-		Cluster:   s.cfg.Cluster,
-		State:     s.opts.State,
-		StateFile: g.State,
-	})
-	if errors.Is(err, kubernetes.ErrNotKubernetes) {
-		return exportedKubeconfig{}, withKind(kindUsage, err)
-	}
+	s, err := transit.Open(ctx, o)
 	if err != nil {
-		return exportedKubeconfig{}, err
+		return transit.Kubeconfig{}, err
 	}
-	return exportedKubeconfig{cluster: s.cfg.Cluster.ID, data: data, server: srv}, nil
+	defer closeInto(s, &err)
+	kc, err := s.Kubeconfig(ctx)
+	if errors.Is(err, transit.ErrNotKubernetes) {
+		return transit.Kubeconfig{}, withKind(kindUsage, err)
+	}
+	return kc, err
 }
 
 // writeMerged says which file and context --merge wrote.
-func writeMerged(w io.Writer, path string, kc exportedKubeconfig) error {
+func writeMerged(w io.Writer, path string, kc transit.Kubeconfig) error {
 	via := ""
-	if kc.server.Master != "" {
-		via = ", master " + kc.server.Master
+	if kc.Master != "" {
+		via = ", master " + kc.Master
 	}
-	_, err := fmt.Fprintf(w, "Wrote context %q to %s and made it current (server %s%s).\n", kc.cluster, path, kc.server.URL, via)
+	_, err := fmt.Fprintf(w, "Wrote context %q to %s and made it current (server %s%s).\n", kc.Context, path, kc.Server, via)
 	return err
 }

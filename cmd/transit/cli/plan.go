@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/control"
 )
 
@@ -76,25 +77,33 @@ type shownPlan struct {
 // nothing: with refresh the drivers ask the clouds and the platform, and
 // what they say stays in memory.
 func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, f *planFlags) (_ shownPlan, err error) {
-	so := sessionOptions{command: "transit plan", access: readState}
+	access := transit.ReadState
 	if f.refresh {
-		so.access = observe
+		access = transit.Observe
 	}
-	s, err := openSession(ctx, deps, g, so)
+	o, err := g.sessionOptions(deps, access, "transit plan")
 	if err != nil {
 		return shownPlan{}, err
 	}
-	defer s.closeInto(&err)
-	f.safety.apply(&s.opts)
-	p, err := control.MakePlan(ctx, s.opts, f.refresh)
+	s, err := transit.Open(ctx, o)
 	if err != nil {
-		return shownPlan{}, withKind(kindRefresh, err)
+		return shownPlan{}, err
 	}
-	return s.show(p, f.refresh), nil
+	defer closeInto(s, &err)
+	p, err := s.Plan(ctx, transit.PlanOptions{
+		Refresh:         f.refresh,
+		AllowDestroy:    f.safety.allowDestroy,
+		RebuildPlatform: f.safety.rebuildPlatform,
+	})
+	if err != nil {
+		return shownPlan{}, err
+	}
+	return showPlan(deps, s, p, f.refresh), nil
 }
 
-func (s *session) show(p control.Plan, refreshed bool) shownPlan {
-	return shownPlan{plan: p, made: s.opts.Clock.Now(), platform: s.cfg.Cluster.Platform, order: s.districtOrder(), refreshed: refreshed}
+// showPlan is p with what its views need to know.
+func showPlan(deps Deps, s *transit.Session, p control.Plan, refreshed bool) shownPlan {
+	return shownPlan{plan: p, made: deps.clock().Now(), platform: s.Config().Cluster.Platform, order: districtOrder(s), refreshed: refreshed}
 }
 
 func (f *planFlags) render(w io.Writer, p shownPlan) error {

@@ -1,11 +1,10 @@
 // Package cli holds transit's cobra commands. Each command maps its flags to
-// an options struct, calls the library (districts, state, control) and
-// renders the result; the package owns the output streams, the libraries
-// never print.
+// an options struct, calls the session API (package transit) and renders
+// the result; the package owns the output streams and reads the
+// environment, the libraries do neither.
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,46 +14,14 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/platforms/ssh"
-	"github.com/cloudtransit/transit/provider"
 )
 
-// InfrastructureFunc builds the infrastructure driver for one district. cred
-// is the district's entry of credentials.json, nil when it names none (the
-// driver then uses its ecosystem's usual sources).
-type InfrastructureFunc func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error)
-
-// PlatformFunc builds the platform driver for a cluster. A driver that
-// holds connections may be an io.Closer: it is closed when the command
-// ends.
-type PlatformFunc func(ctx context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error)
-
-// PlatformEnv is what a platform driver gets from the command.
-type PlatformEnv struct {
-	// StateDir is the directory of resources.json, where a driver may
-	// keep what it needs to reach the platform (host keys, kubeconfig).
-	StateDir string
-	// Districts are the cluster's districts, and DistrictsFile the file
-	// they came from (paths in it are relative to its directory).
-	Districts     []districts.District
-	DistrictsFile string
-	// Changes says the command may change the cluster (apply, destroy):
-	// a driver checks then what installing needs.
-	Changes bool
-	// Key is the cluster's SSH key and HostKeys its nodes' pinned host
-	// keys, both read once per command.
-	Key      *ssh.Key
-	HostKeys *ssh.HostKeys
-	Clock    clock.Clock
-	Logger   *slog.Logger
-}
-
 // Deps is everything the commands take from outside: the streams, the
-// terminal checks, time and the driver registries.
+// terminal checks, time, the environment and the driver registry.
 type Deps struct {
 	In  io.Reader
 	Out io.Writer
@@ -64,12 +31,16 @@ type Deps struct {
 	IsTerminal func(stream any) bool
 	// Clock tells time and waits (apply --watch); nil is the wall clock.
 	Clock clock.Clock
-	// Infrastructures maps a provider name ("aws", "gce", "openstack",
-	// "local") to its driver constructor.
-	Infrastructures map[string]InfrastructureFunc
-	// Platforms maps a platform name ("kubernetes", "swarm") to its driver
-	// constructor.
-	Platforms map[string]PlatformFunc
+	// LookupEnv reads the environment, once per command, before it runs:
+	// the TRANSIT_* settings of flags and drivers, and $KUBECONFIG and
+	// $HOME for kubeconfig --merge. main passes os.LookupEnv; nil is an
+	// empty environment.
+	LookupEnv func(key string) (string, bool)
+	// Drivers returns the driver registry, tuned by the environment's
+	// settings (TRANSIT_LOCAL_ROOT, TRANSIT_POLL_INTERVAL,
+	// TRANSIT_SSH_TIMEOUT, TRANSIT_BUNDLE): main passes
+	// transit.BuiltinDrivers. Nil means no driver.
+	Drivers func(transit.BuiltinOptions) transit.Drivers
 }
 
 func (d Deps) isTerminal(stream any) bool {
@@ -83,7 +54,9 @@ func (d Deps) clock() clock.Clock {
 	return d.Clock
 }
 
-// GlobalFlags are the persistent flags every command shares.
+// GlobalFlags are the persistent flags every command shares, and the
+// settings the root command read from the environment before the command
+// runs.
 type GlobalFlags struct {
 	Cluster     string
 	Districts   string
@@ -91,6 +64,8 @@ type GlobalFlags struct {
 	State       string
 	LockTimeout time.Duration
 	LogLevel    string
+
+	env environment
 }
 
 func (g *GlobalFlags) paths() districts.Paths {
@@ -127,9 +102,6 @@ func NewRootCommand(deps Deps) *cobra.Command {
 		deps.Err = io.Discard
 	}
 	g := &GlobalFlags{}
-	v := viper.New()
-	v.SetEnvPrefix(EnvPrefix)
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 
 	cmd := &cobra.Command{
 		Use:   "transit",
@@ -145,7 +117,8 @@ the command line wins.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return flagsFromEnv(v, cmd.Flags())
+			g.env = readEnvironment(deps.LookupEnv, cmd.Flags())
+			return flagsFromEnv(g.env, cmd.Flags())
 		},
 	}
 	cmd.SetIn(deps.In)
@@ -173,23 +146,21 @@ the command line wins.`,
 }
 
 // flagsFromEnv sets every flag not given on the command line from its
-// TRANSIT_* environment variable, so the flags structs see one value.
-func flagsFromEnv(v *viper.Viper, fs *pflag.FlagSet) error {
+// TRANSIT_* environment variable (an empty one counts as unset), so the
+// flags structs see one value.
+func flagsFromEnv(env environment, fs *pflag.FlagSet) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Changed || f.Name == "help" {
 			return
 		}
-		if err := v.BindEnv(f.Name); err != nil {
-			errs = append(errs, err)
+		name := envName(f.Name)
+		val := env.getenv(name)
+		if val == "" {
 			return
 		}
-		if !v.IsSet(f.Name) {
-			return
-		}
-		val := v.GetString(f.Name)
 		if err := fs.Set(f.Name, val); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q (for --%s): %w", envName(f.Name), val, f.Name, err))
+			errs = append(errs, fmt.Errorf("%s=%q (for --%s): %w", name, val, f.Name, err))
 		}
 	})
 	return errors.Join(errs...)

@@ -12,9 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/provider"
 )
 
 type statusFlags struct {
@@ -72,29 +71,25 @@ type shownStatus struct {
 // runStatus reads the state, and with refresh asks the clouds and the
 // platform. It takes no lock and writes nothing.
 func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ shownStatus, err error) {
-	so := sessionOptions{command: "transit status", access: readState}
+	access := transit.ReadState
 	if refresh {
-		so.access = observe
+		access = transit.Observe
 	}
-	s, err := openSession(ctx, deps, g, so)
+	o, err := g.sessionOptions(deps, access, "transit status")
 	if err != nil {
 		return shownStatus{}, err
 	}
-	defer s.closeInto(&err)
-	st := shownStatus{res: s.opts.State, cluster: s.cfg.Cluster, order: s.districtOrder(), refreshed: refresh}
-	if refresh {
-		obs, err := control.Refresh(ctx, s.opts)
-		if err != nil {
-			return shownStatus{}, withKind(kindRefresh, err)
-		}
-		st.res, st.notes, st.platformError = obs.State, obs.Notes, obs.PlatformError
-		if v, ok := s.opts.Platform.(provider.Versioner); ok && obs.PlatformError == "" && len(obs.State.Nodes) > 0 {
-			if st.version, err = v.Version(ctx); err != nil {
-				st.version = ""
-			}
-		}
+	s, err := transit.Open(ctx, o)
+	if err != nil {
+		return shownStatus{}, err
 	}
-	return st, nil
+	defer closeInto(s, &err)
+	st, err := s.Status(ctx, transit.StatusOptions{Refresh: refresh})
+	if err != nil {
+		return shownStatus{}, err
+	}
+	return shownStatus{res: st.State, cluster: st.Cluster, order: districtOrder(s), refreshed: st.Refreshed,
+		notes: st.Notes, platformError: st.PlatformError, version: st.PlatformVersion}, nil
 }
 
 // writeStatus prints the nodes grouped by district and role.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -18,7 +19,7 @@ checks them together. It reports every problem at once, each with its file and
 JSON path, and exits 1 if there is any. It calls no cloud and reads no state.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadConfig(g)
+			cfg, err := transit.LoadConfig(g.paths())
 			if err != nil {
 				return err
 			}

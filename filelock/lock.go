@@ -1,4 +1,14 @@
-package state
+// Package filelock is an exclusive lock between processes on one host, on a
+// lock file that records its holder (pid, host, command, start time).
+//
+// Acquire guards a file, such as resources.json, with the sibling lock file
+// "<path>.lock": a second run fails at once with a *LockedError naming the
+// holder, or waits up to a timeout. FlockContext locks a file itself, for
+// short critical sections, waiting until its context ends. Both take an
+// flock(2): the kernel drops it when its holder dies, so a lock left behind
+// by a killed process is simply taken over (and reported in
+// Lock.Previous). Lock descriptors are close-on-exec.
+package filelock
 
 import (
 	"context"
@@ -15,12 +25,12 @@ import (
 	"github.com/cloudtransit/transit/clock"
 )
 
-// ErrLocked is matched (errors.Is) by every *LockedError: another run holds
-// the state lock, or another process a lock taken with FlockContext.
-var ErrLocked = errors.New("state is locked")
+// ErrLocked is matched (errors.Is) by every *LockedError: another process
+// holds a lock taken with Acquire or FlockContext.
+var ErrLocked = errors.New("locked by another process")
 
-// LockOptions configure Acquire.
-type LockOptions struct {
+// Options configure Acquire.
+type Options struct {
 	// Timeout is how long to wait for a held lock: 0 fails at once, a
 	// negative value waits until ctx ends.
 	Timeout time.Duration
@@ -78,11 +88,11 @@ func age(d time.Duration) string {
 	}
 }
 
-// LockedError says a lock is held by another process: the state lock
+// LockedError says a lock is held by another process: a file's lock
 // (Acquire) or a lock file (FlockContext). It matches ErrLocked, and also
 // ctx's error when waiting was cut short by ctx.
 type LockedError struct {
-	// Path is what the lock guards: the state file for Acquire, the lock
+	// Path is what the lock guards: the file given to Acquire, the lock
 	// file itself for FlockContext.
 	Path string
 	// File is the lock file: "<Path>.lock" for Acquire, Path for
@@ -133,11 +143,11 @@ func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 // Unwrap returns the ctx error that stopped the wait, if any.
 func (e *LockedError) Unwrap() error { return e.Err }
 
-// Lock is a held lock on a state file. Release it when done; if the process
-// dies instead, the kernel releases it and the next Acquire reports this
-// run as its Previous.
+// Lock is a held lock on a file. Release it when done; if the process dies
+// instead, the kernel releases it and the next Acquire reports this run as
+// its Previous.
 type Lock struct {
-	// Path is the lock file, "<state>.lock".
+	// Path is the lock file, "<path>.lock".
 	Path string
 	// Holder is what the lock file records about this process.
 	Holder Holder
@@ -145,37 +155,34 @@ type Lock struct {
 	// ended (crashed, was killed) without releasing the lock. nil when the
 	// lock file was clean.
 	Previous *Holder
-	// Leftovers are temporary files of interrupted Writes that Acquire
-	// removed from beside the state file.
-	Leftovers []string
 
 	mu sync.Mutex
 	f  *os.File
 }
 
-// lockPath is the lock file guarding statePath.
-func lockPath(statePath string) string { return statePath + ".lock" }
+// lockPath is the lock file guarding path.
+func lockPath(path string) string { return path + ".lock" }
 
-// Acquire locks statePath against other runs by taking an exclusive flock
-// on the sibling file "<statePath>.lock" (created with mode 0600) and
-// recording this process in it as the holder. When another run holds it,
-// Acquire fails at once with a *LockedError (Timeout 0) or retries with a
-// short backoff until the timeout passes or ctx ends.
+// Acquire locks path against other processes by taking an exclusive flock
+// on the sibling file "<path>.lock" (created with mode 0600, in path's
+// directory, which must exist) and recording this process in it as the
+// holder. When another process holds it, Acquire fails at once with a
+// *LockedError (Timeout 0) or retries with a short backoff until the
+// timeout passes or ctx ends.
 //
 // flock is released by the kernel when its holder dies, so a lock left by a
 // killed run is taken over; the holder it recorded is returned as
-// Lock.Previous. Every writer of the state file must hold the lock:
-// Acquire removes temporary files that interrupted Writes left behind.
+// Lock.Previous.
 //
 // The lock descriptor is close-on-exec, so commands the holder starts do
 // not inherit the lock.
-func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, error) {
+func Acquire(ctx context.Context, path string, opts Options) (*Lock, error) {
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	path := lockPath(statePath)
-	f, err := lockFile(ctx, statePath, path, waitOptions{
+	file := lockPath(path)
+	f, err := lockFile(ctx, path, file, waitOptions{
 		timeout:      opts.Timeout,
 		firstBackoff: firstBackoff,
 		maxBackoff:   maxBackoff,
@@ -186,7 +193,7 @@ func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, er
 		return nil, err
 	}
 
-	l := &Lock{Path: path, f: f}
+	l := &Lock{Path: file, f: f}
 	// Metadata left in the file belongs to a run that died holding the
 	// lock: Release truncates it.
 	if prev, err := readHolder(f); err == nil && prev != nil {
@@ -198,17 +205,12 @@ func Acquire(ctx context.Context, statePath string, opts LockOptions) (*Lock, er
 	}
 	l.Holder = Holder{PID: os.Getpid(), Host: host, Command: opts.Command, Started: clk.Now().UTC()}
 	if err := writeHolder(f, l.Holder); err != nil {
-		return nil, errors.Join(fmt.Errorf("lock %s: record holder in %s: %w", statePath, path, err), l.Release())
-	}
-	removed, err := removeLeftovers(statePath)
-	l.Leftovers = removed
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("lock %s: remove temporary files of an interrupted write: %w", statePath, err), l.Release())
+		return nil, errors.Join(fmt.Errorf("lock %s: record holder in %s: %w", path, file, err), l.Release())
 	}
 	return l, nil
 }
 
-// Backoff between attempts to take a held state lock.
+// Backoff between attempts to take a lock held by Acquire.
 const (
 	firstBackoff = 20 * time.Millisecond
 	maxBackoff   = 500 * time.Millisecond

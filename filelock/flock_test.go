@@ -1,4 +1,4 @@
-package state
+package filelock
 
 import (
 	"context"
@@ -150,7 +150,7 @@ func TestLockBackoff(t *testing.T) {
 			name: "Acquire",
 			lock: func(ctx context.Context, file string, clk *clocktest.Fake) error {
 				statePath := strings.TrimSuffix(file, ".lock")
-				l, err := Acquire(ctx, statePath, LockOptions{Timeout: time.Hour, Clock: clk})
+				l, err := Acquire(ctx, statePath, Options{Timeout: time.Hour, Clock: clk})
 				return errors.Join(err, l.Release())
 			},
 			want: []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 500 * ms, 500 * ms, 500 * ms},

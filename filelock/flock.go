@@ -1,4 +1,4 @@
-package state
+package filelock
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const (
 
 // FlockContext takes an exclusive flock on path, creating the file (mode
 // 0600) but not its directory, for short critical sections between
-// processes (the state itself uses Acquire). While another process holds
+// processes (a file guarded for a whole run uses Acquire). While another process holds
 // it, FlockContext retries with a short backoff until ctx ends, then
 // returns a *LockedError naming the holder, whose Path and File are both
 // path; nothing is left behind (no goroutine, no descriptor). The holder

@@ -1,4 +1,4 @@
-package state
+package filelock
 
 import (
 	"context"
@@ -28,7 +28,14 @@ func hostname(t *testing.T) string {
 	return h
 }
 
-func acquire(t *testing.T, path string, opts LockOptions) *Lock {
+func mustRelease(t *testing.T, l *Lock) {
+	t.Helper()
+	if err := l.Release(); err != nil {
+		t.Error(err)
+	}
+}
+
+func acquire(t *testing.T, path string, opts Options) *Lock {
 	t.Helper()
 	l, err := Acquire(t.Context(), path, opts)
 	if err != nil {
@@ -54,7 +61,7 @@ func lockedError(t *testing.T, err error) *LockedError {
 func TestAcquireRecordsHolderAndReleaseClears(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
-	l, err := Acquire(t.Context(), path, LockOptions{Command: "transit apply"})
+	l, err := Acquire(t.Context(), path, Options{Command: "transit apply"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +105,7 @@ func TestAcquireRecordsHolderAndReleaseClears(t *testing.T) {
 	}
 
 	// A cleanly released lock leaves nothing to report.
-	l2 := acquire(t, path, LockOptions{})
+	l2 := acquire(t, path, Options{})
 	if l2.Previous != nil {
 		t.Errorf("previous holder after a clean release: %+v", l2.Previous)
 	}
@@ -106,7 +113,7 @@ func TestAcquireRecordsHolderAndReleaseClears(t *testing.T) {
 
 func TestLockDescriptorIsCloseOnExec(t *testing.T) {
 	t.Parallel()
-	l := acquire(t, filepath.Join(t.TempDir(), "resources.json"), LockOptions{})
+	l := acquire(t, filepath.Join(t.TempDir(), "resources.json"), Options{})
 	flags, err := unix.FcntlInt(l.f.Fd(), unix.F_GETFD, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +128,10 @@ func TestLockDescriptorIsCloseOnExec(t *testing.T) {
 func TestAcquireHeldFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
-	first := acquire(t, path, LockOptions{Command: "transit apply"})
+	first := acquire(t, path, Options{Command: "transit apply"})
 
 	waited := false
-	_, err := Acquire(t.Context(), path, LockOptions{Waiting: func(*LockedError) { waited = true }})
+	_, err := Acquire(t.Context(), path, Options{Waiting: func(*LockedError) { waited = true }})
 	lerr := lockedError(t, err)
 	if waited || lerr.Waited != 0 {
 		t.Errorf("waited (callback %v, %v) with Timeout 0", waited, lerr.Waited)
@@ -144,9 +151,9 @@ func TestAcquireHeldFailsAtOnce(t *testing.T) {
 func TestAcquireWaitsForRelease(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
-	first := acquire(t, path, LockOptions{Command: "first"})
+	first := acquire(t, path, Options{Command: "first"})
 	var calls int
-	second := acquire(t, path, LockOptions{
+	second := acquire(t, path, Options{
 		Timeout: time.Minute,
 		Command: "second",
 		Waiting: func(e *LockedError) {
@@ -168,9 +175,9 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 func TestAcquireTimesOut(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
-	acquire(t, path, LockOptions{})
+	acquire(t, path, Options{})
 	const timeout = 100 * time.Millisecond
-	_, err := Acquire(t.Context(), path, LockOptions{Timeout: timeout})
+	_, err := Acquire(t.Context(), path, Options{Timeout: timeout})
 	lerr := lockedError(t, err)
 	if lerr.Waited < timeout || lerr.Err != nil {
 		t.Errorf("waited %v (err %v), want at least %v", lerr.Waited, lerr.Err, timeout)
@@ -183,9 +190,9 @@ func TestAcquireTimesOut(t *testing.T) {
 func TestAcquireUsesClock(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
-	acquire(t, path, LockOptions{})
+	acquire(t, path, Options{})
 	clk := clocktest.NewFake(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	_, err := Acquire(t.Context(), path, LockOptions{Timeout: time.Hour, Clock: clk})
+	_, err := Acquire(t.Context(), path, Options{Timeout: time.Hour, Clock: clk})
 	lerr := lockedError(t, err)
 	if lerr.Waited != time.Hour {
 		t.Errorf("waited %v, want 1h", lerr.Waited)
@@ -199,10 +206,10 @@ func TestAcquireUsesClock(t *testing.T) {
 func TestAcquireStopsWhenContextEnds(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
-	acquire(t, path, LockOptions{})
+	acquire(t, path, Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	_, err := Acquire(ctx, path, LockOptions{Timeout: -1, Waiting: func(*LockedError) { cancel() }})
+	_, err := Acquire(ctx, path, Options{Timeout: -1, Waiting: func(*LockedError) { cancel() }})
 	if lerr := lockedError(t, err); lerr.Err == nil {
 		t.Error("LockedError.Err is nil, want why waiting stopped")
 	}
@@ -214,7 +221,7 @@ func TestAcquireStopsWhenContextEnds(t *testing.T) {
 	}
 
 	// An ended context fails before touching the lock.
-	if _, err := Acquire(ctx, filepath.Join(t.TempDir(), "other.json"), LockOptions{}); !errors.Is(err, context.Canceled) {
+	if _, err := Acquire(ctx, filepath.Join(t.TempDir(), "other.json"), Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want context.Canceled", err)
 	}
 }
@@ -228,14 +235,14 @@ func TestAcquireTakesOverFromKilledHolder(t *testing.T) {
 	h.expect(t, "locked")
 	pid := h.cmd.Process.Pid
 
-	_, err := Acquire(t.Context(), path, LockOptions{})
+	_, err := Acquire(t.Context(), path, Options{})
 	lerr := lockedError(t, err)
 	if lerr.Holder == nil || lerr.Holder.PID != pid || lerr.Holder.Command != "helper hold" || lerr.HolderGone {
 		t.Fatalf("got %+v holder %+v, want live pid %d", lerr, lerr.Holder, pid)
 	}
 
 	h.kill(t)
-	l := acquire(t, path, LockOptions{})
+	l := acquire(t, path, Options{})
 	if l.Previous == nil || l.Previous.PID != pid || l.Previous.Host != hostname(t) {
 		t.Fatalf("previous holder %+v, want pid %d on this host", l.Previous, pid)
 	}
@@ -266,7 +273,7 @@ func TestAcquireReportsGoneHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err = Acquire(t.Context(), path, LockOptions{})
+	_, err = Acquire(t.Context(), path, Options{})
 	lerr := lockedError(t, err)
 	if !lerr.HolderGone {
 		t.Errorf("holder pid %d reported alive", deadPID)
@@ -276,36 +283,13 @@ func TestAcquireReportsGoneHolder(t *testing.T) {
 	}
 }
 
-func TestAcquireRemovesLeftovers(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "resources.json")
-	leftover := filepath.Join(dir, ".resources.json.tmp-123")
-	other := filepath.Join(dir, ".other.json.tmp-123")
-	for _, p := range []string{leftover, other} {
-		if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l := acquire(t, path, LockOptions{})
-	if diff := cmp.Diff([]string{leftover}, l.Leftovers); diff != "" {
-		t.Errorf("leftovers (-want +got):\n%s", diff)
-	}
-	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("leftover still there: %v", err)
-	}
-	if _, err := os.Stat(other); err != nil {
-		t.Errorf("another file's temporary file was touched: %v", err)
-	}
-}
-
 func TestAcquireIgnoresUnreadableMetadata(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
 	if err := os.WriteFile(path+".lock", []byte("not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l := acquire(t, path, LockOptions{})
+	l := acquire(t, path, Options{})
 	if l.Previous != nil {
 		t.Errorf("previous holder %+v from garbage", l.Previous)
 	}
@@ -315,8 +299,8 @@ func TestLockedErrorMessage(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 22, 10, 3, 20, 0, time.UTC)
 	holder := &Holder{PID: 4242, Host: "ci-7", Command: "transit apply", Started: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	// Acquire guards a state file with "<state>.lock"; FlockContext
-	// locks the file it guards (Path and File are the same).
+	// Acquire guards a file with "<file>.lock"; FlockContext locks the
+	// file it guards (Path and File are the same).
 	const state, lock = "resources.json", "resources.json.lock"
 	tests := []struct {
 		name string

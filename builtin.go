@@ -1,0 +1,116 @@
+package transit
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/cloudtransit/transit/bundle"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/aws"
+	"github.com/cloudtransit/transit/drivers/gce"
+	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/drivers/openstack"
+	"github.com/cloudtransit/transit/platforms/kubernetes"
+	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/platforms/swarm"
+	"github.com/cloudtransit/transit/provider"
+)
+
+// BuiltinOptions tune transit's own drivers. The transit command takes them
+// from the environment (TRANSIT_LOCAL_ROOT, TRANSIT_POLL_INTERVAL,
+// TRANSIT_SSH_TIMEOUT, TRANSIT_BUNDLE); the zero value is each driver's
+// default.
+type BuiltinOptions struct {
+	// LocalRoot is where the local provider keeps its records (default
+	// /var/lib/transit/local).
+	LocalRoot string
+	// PollInterval is how often a cloud driver re-asks about a machine it
+	// waits for (default: each driver's own pace). An emulated cloud with
+	// scaled latencies wants it short.
+	PollInterval time.Duration
+	// SSHTimeout bounds how long a platform driver waits for a node that
+	// does not answer SSH (default 2m).
+	SSHTimeout time.Duration
+	// Bundle is the offline Kubernetes bundle of the districts that
+	// install from one and name none (kubernetes_bundle).
+	Bundle string
+}
+
+// BuiltinDrivers are the drivers compiled into transit: the aws, gce,
+// openstack and local providers, and the swarm and kubernetes platforms.
+func BuiltinDrivers(o BuiltinOptions) Drivers {
+	return Drivers{
+		Infrastructures: map[string]InfrastructureFunc{
+			districts.ProviderLocal: func(ctx context.Context, d districts.District, _ *districts.Credential) (provider.Infrastructure, error) {
+				return local.New(ctx, d, local.Options{Root: o.LocalRoot})
+			},
+			districts.ProviderAWS: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
+				return aws.New(ctx, d, cred, aws.Options{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval})
+			},
+			districts.ProviderGCE: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
+				return gce.New(ctx, d, cred, gce.Options{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval})
+			},
+			districts.ProviderOpenStack: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
+				return openstack.New(ctx, d, cred, openstack.Options{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval})
+			},
+		},
+		Platforms: map[string]PlatformFunc{
+			"swarm": func(_ context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error) {
+				return swarm.New(c, swarm.Options{SSH: o.sshConfig(env), Clock: env.Clock, Logger: env.Logger}), nil
+			},
+			"kubernetes": func(_ context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error) {
+				install, bundles, err := kubernetesInstall(env, o.Bundle)
+				if err != nil {
+					return nil, err
+				}
+				return kubernetes.New(c, kubernetes.Options{SSH: o.sshConfig(env), StateDir: env.StateDir, Install: install, Bundles: bundles,
+					Clock: env.Clock, Logger: env.Logger}), nil
+			},
+		},
+	}
+}
+
+// sshConfig is how platform drivers reach the cluster's nodes: the cluster
+// key and the pinned host keys.
+func (o BuiltinOptions) sshConfig(env PlatformEnv) ssh.Config {
+	cfg := ssh.Config{HostKeys: env.HostKeys, WaitTimeout: o.SSHTimeout}
+	if env.Key != nil {
+		cfg.Signer = env.Key.Signer
+	}
+	return cfg
+}
+
+// kubernetesInstall says how each district installs Kubernetes, and
+// where the bundle of each bundle district is: its kubernetes_bundle
+// (relative to districts.json), else defaultBundle. For a session that
+// may change the cluster, a missing bundle is found here, before any
+// machine is launched.
+func kubernetesInstall(env PlatformEnv, defaultBundle string) (install, bundles map[string]string, err error) {
+	install, bundles = map[string]string{}, map[string]string{}
+	for _, d := range env.Districts {
+		install[d.ID] = d.Install()
+		if d.Install() != districts.InstallBundle {
+			continue
+		}
+		dir := d.KubernetesBundle
+		switch {
+		case dir == "":
+			dir = defaultBundle
+			if dir == "" && !env.Changes {
+				continue
+			}
+			if dir == "" {
+				return nil, nil, fmt.Errorf("district %s installs Kubernetes from a bundle: set kubernetes_bundle in %s (or TRANSIT_BUNDLE) to the directory `make bundle` wrote", d.ID, env.DistrictsFile)
+			}
+		case !filepath.IsAbs(dir):
+			dir = filepath.Join(filepath.Dir(env.DistrictsFile), dir)
+		}
+		if _, err := bundle.Read(dir); err != nil && env.Changes {
+			return nil, nil, fmt.Errorf("district %s: %w", d.ID, err)
+		}
+		bundles[d.ID] = dir
+	}
+	return install, bundles, nil
+}
