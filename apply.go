@@ -19,10 +19,11 @@ type PlanOptions struct {
 	Refresh bool
 	// Destroy plans the teardown Destroy runs; the platform is not asked.
 	Destroy bool
-	// AllowDestroy and RebuildPlatform show what an Apply with them would
-	// do; see ApplyOptions.
+	// AllowDestroy, RebuildPlatform and ForgetMissing show what an Apply
+	// with them would do; see ApplyOptions.
 	AllowDestroy    bool
 	RebuildPlatform bool
+	ForgetMissing   bool
 }
 
 // Plan makes the plan of the next round: what an Apply (or, with Destroy,
@@ -55,6 +56,7 @@ func (s *Session) planOptions(ctx context.Context, o PlanOptions) (control.Optio
 	opts := s.loopOptions()
 	opts.AllowDestroy = o.AllowDestroy
 	opts.RebuildPlatform = o.RebuildPlatform
+	opts.ForgetMissing = o.ForgetMissing
 	if o.Destroy {
 		opts.Destroy = true
 		opts.Cluster = withoutNodes(opts.Cluster)
@@ -95,6 +97,9 @@ type ApplyOptions struct {
 	// RebuildPlatform initialises a new platform over the nodes when the
 	// platform formed once and is now lost (no master serves it).
 	RebuildPlatform bool
+	// ForgetMissing believes listings that lack machines transit expects
+	// (control.Options.ForgetMissing): the operator says they are gone.
+	ForgetMissing bool
 
 	// Confirmed is a plan the caller made with Plan (Refresh, and the
 	// same AllowDestroy and RebuildPlatform; Destroy for Destroy) and
@@ -149,7 +154,7 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	if err := s.use(Change, verb); err != nil {
 		return Result{}, err
 	}
-	po := PlanOptions{Refresh: true, Destroy: destroy, AllowDestroy: o.AllowDestroy, RebuildPlatform: o.RebuildPlatform}
+	po := PlanOptions{Refresh: true, Destroy: destroy, AllowDestroy: o.AllowDestroy, RebuildPlatform: o.RebuildPlatform, ForgetMissing: o.ForgetMissing}
 	opts, err := s.planOptions(ctx, po)
 	if err != nil {
 		return Result{}, err

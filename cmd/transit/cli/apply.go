@@ -55,11 +55,13 @@ func (f *applyFlags) check(deps Deps, verb string) error {
 	return nil
 }
 
-// safetyFlags lift two of the loop's refusals; apply and plan share them,
-// so that plan shows what such an apply would do.
+// safetyFlags lift the loop's refusals; apply and plan share them, so
+// that plan shows what such an apply would do (destroy takes
+// --forget-missing).
 type safetyFlags struct {
 	allowDestroy    bool
 	rebuildPlatform bool
+	forgetMissing   bool
 }
 
 func (f *safetyFlags) register(fs *pflag.FlagSet) {
@@ -67,6 +69,12 @@ func (f *safetyFlags) register(fs *pflag.FlagSet) {
 		"let a cluster.json that wants no node at all remove every node, the last master too (without it such an apply is refused: use transit destroy)")
 	fs.BoolVar(&f.rebuildPlatform, "rebuild-platform", false,
 		"initialise a new platform over the nodes when the platform was lost (no master is left); workloads and platform state are not recovered")
+	registerForgetMissing(fs, &f.forgetMissing)
+}
+
+func registerForgetMissing(fs *pflag.FlagSet, v *bool) {
+	fs.BoolVar(v, "forget-missing", false,
+		"believe listings that lack machines transit expects (a district whose machines all vanished, a machine this run launched, a ready member no listing shows): forget and replace them; without it such a listing is not acted on (exit 3)")
 }
 
 // change is what an apply asks for: apply or destroy, and how to confirm
@@ -179,6 +187,7 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 		MaxRounds:       f.maxRounds,
 		AllowDestroy:    f.safety.allowDestroy,
 		RebuildPlatform: f.safety.rebuildPlatform,
+		ForgetMissing:   f.safety.forgetMissing,
 		OnPlan: func(p control.Plan) error {
 			shown := showPlan(deps, s, p, true)
 			shown.destroy = ch.destroy

@@ -740,6 +740,45 @@ func TestRebuildPlatform(t *testing.T) {
 	}
 }
 
+// A district whose listing drops every machine is not believed: plan says
+// so, apply exits 3 with error_kind missing_machines and changes nothing;
+// --forget-missing believes it.
+func TestMissingMachinesNeedForgetMissing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.clock = clocktest.NewFake(time.Now()) // the wait for the listing costs no time
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	gone := h.cloud.vanishDistrict("aws-europe")
+	for _, id := range gone {
+		h.platform.down(id)
+	}
+	before, err := os.ReadFile(h.path("resources.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.run(t, runOpts{}, "plan")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "listings lack") || !strings.Contains(r.out, gone[0]) || !strings.Contains(r.out, "--forget-missing") {
+		t.Errorf("plan does not name the missing machines and --forget-missing:\n%s", r)
+	}
+	r = h.run(t, runOpts{}, "apply", "--auto-approve", "--json")
+	wantCode(t, r, ExitNotConverged)
+	if !errors.Is(r.error, control.ErrMissingMachines) || !strings.Contains(r.out, `"error_kind":"missing_machines"`) {
+		t.Errorf("apply with machines missing:\n%s", r)
+	}
+	if after, err := os.ReadFile(h.path("resources.json")); err != nil || string(after) != string(before) {
+		t.Errorf("resources.json changed by a run that did not believe its listing (err %v)", err)
+	}
+	if n, _ := h.cloud.count(); n != 16-len(gone) {
+		t.Errorf("%d machines: a run that did not believe its listing launched", n)
+	}
+	r = h.run(t, runOpts{}, "apply", "--auto-approve", "--forget-missing")
+	wantCode(t, r, 0)
+	if n, _ := h.cloud.count(); n != 16 {
+		t.Errorf("%d machines after --forget-missing, want the 16 of cluster.json", n)
+	}
+}
+
 // A signal during apply cancels the context: the loop stops, the state is
 // saved, and the CLI exits 130 naming what was left undone.
 func TestApplyInterrupted(t *testing.T) {

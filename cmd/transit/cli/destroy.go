@@ -46,5 +46,6 @@ machine, say; the next run retries), 130 interrupted.`,
 		},
 	}
 	f.register(cmd.Flags())
+	registerForgetMissing(cmd.Flags(), &f.safety.forgetMissing)
 	return cmd
 }

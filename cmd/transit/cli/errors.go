@@ -24,6 +24,7 @@ const (
 	kindInterrupted         = "interrupted"          // SIGINT or SIGTERM
 	kindPlatformUnreachable = "platform_unreachable" // no master answered
 	kindPlatformLost        = "platform_lost"        // no master is left; see --rebuild-platform
+	kindMissingMachines     = "missing_machines"     // a listing lacks machines that must be there; see --forget-missing
 	kindForeign             = "foreign"              // resources of the cluster's name from another lineage
 	kindNotConverged        = "not_converged"        // a round made no progress or the rounds ran out
 	kindCloudAuth           = "cloud_auth"           // a cloud refused the credentials: retrying will not help
@@ -68,6 +69,8 @@ func errorKind(err error) string {
 		return kindStalePlan
 	case errors.Is(err, control.ErrPlatformLost):
 		return kindPlatformLost
+	case errors.Is(err, control.ErrMissingMachines):
+		return kindMissingMachines
 	case errors.Is(err, provider.ErrPlatformUnreachable):
 		return kindPlatformUnreachable
 	case errors.Is(err, control.ErrForeign):

@@ -73,6 +73,21 @@ func (c *fakeCloud) vanish(node string) bool {
 	return false
 }
 
+// vanishDistrict deletes every machine of district behind transit's back,
+// as a listing that answers an empty page would show it; it returns the
+// node ids.
+func (c *fakeCloud) vanishDistrict(district string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id, in := range c.instances[district] {
+		ids = append(ids, in.Tags[districts.TagNode])
+		delete(c.instances[district], id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 type fakeInfra struct {
 	cloud    *fakeCloud
 	district string

@@ -94,6 +94,7 @@ func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, f *planFlags) (_ sh
 		Refresh:         f.refresh,
 		AllowDestroy:    f.safety.allowDestroy,
 		RebuildPlatform: f.safety.rebuildPlatform,
+		ForgetMissing:   f.safety.forgetMissing,
 	})
 	if err != nil {
 		return shownPlan{}, err
