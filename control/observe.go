@@ -67,6 +67,9 @@ type world struct {
 	// or without an address (adopted after a crash during its launch):
 	// waited for, not joined, until startTimeout.
 	starting map[string]bool
+	// reappeared holds the machines (by provider id) transit terminated
+	// that the cloud lists alive again.
+	reappeared map[string]bool
 	// missing are machines the listings lack although they must be
 	// there; the world is not acted on while it has any.
 	missing []missingMachine
@@ -223,7 +226,7 @@ func lineageOf(cluster string, st districts.Resources, listings []listing) (stri
 func merge(opts Options, lineage string, listings []listing) world {
 	cluster, now := opts.Cluster.ID, opts.Clock.Now()
 	w := world{terminating: map[string]int{}, eagerGroups: map[string]bool{}, blocked: map[string]string{},
-		starting: map[string]bool{}, now: now}
+		starting: map[string]bool{}, reappeared: map[string]bool{}, now: now}
 	for id, infra := range opts.Infra {
 		if e, ok := infra.(provider.InUseGroupDeleter); ok && e.DeletesGroupsInUse() {
 			w.eagerGroups[id] = true
@@ -284,7 +287,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 				// transit asked for its termination, yet the cloud lists
 				// it alive: the platform says what it is (observePlatform).
 				n.Phase, n.Message = districts.PhaseLaunched, fmt.Sprintf("transit terminated it, but the cloud lists it %s", inst.State)
-				n.Reappeared = true
+				w.reappeared[inst.ProviderID] = true
 			}
 			if n.Phase != districts.PhaseTerminating && (inst.State == provider.InstancePending || inst.State == provider.InstanceRunning && len(n.Addresses()) == 0) {
 				n.StartingSince = notAfter(n.StartingSince, now)
@@ -660,7 +663,7 @@ func phases(w *world) {
 			n.Phase = districts.PhaseStopped
 		case !ok && n.Machine != "":
 			n.Phase, n.Message = districts.PhaseFailed, fmt.Sprintf("the cloud reports the machine %s and the platform does not list it", n.Machine)
-		case !ok && (n.Reappeared || was == districts.PhaseFailed):
+		case !ok && (w.reappeared[n.ProviderID] || was == districts.PhaseFailed):
 			n.Phase = districts.PhaseFailed
 		case !ok && w.starting[n.ID] && w.now.Sub(n.StartingSince) >= startTimeout:
 			n.Phase, n.Message = districts.PhaseFailed, fmt.Sprintf("the cloud has not run it since %s (%s)", n.StartingSince.UTC().Format(time.RFC3339), startTimeout)
@@ -679,7 +682,7 @@ func phases(w *world) {
 		default:
 			n.Phase = districts.PhaseJoined
 		}
-		if n.Phase == districts.PhaseFailed && was != districts.PhaseFailed && !n.Reappeared {
+		if n.Phase == districts.PhaseFailed && was != districts.PhaseFailed && !w.reappeared[n.ProviderID] {
 			countFailure(&w.state, *n, n.Message, w.now)
 		}
 		if ok {

@@ -201,8 +201,8 @@ func TestMerge(t *testing.T) {
 	if n := byID["paper-master-1"]; !n.NotReadySince.Equal(planNow) {
 		t.Errorf("NotReadySince %v, want clamped to now", n.NotReadySince)
 	}
-	if n := byID["paper-worker-1"]; n.Phase == districts.PhaseTerminating || !n.Reappeared {
-		t.Errorf("a machine transit terminated that runs: phase %s, reappeared %v", n.Phase, n.Reappeared)
+	if n := byID["paper-worker-1"]; n.Phase == districts.PhaseTerminating || !w.reappeared["i-2"] {
+		t.Errorf("a machine transit terminated that runs: phase %s, reappeared %v", n.Phase, w.reappeared)
 	}
 	if n := byID["paper-worker-2"]; n.Machine != "stopped" || n.Phase == districts.PhaseTerminating {
 		t.Errorf("a stopped machine: phase %s, machine %q", n.Phase, n.Machine)
@@ -233,7 +233,7 @@ func TestPhases(t *testing.T) {
 			nil, false, districts.PhaseFailed, true},
 		{"a machine the cloud gave up on failed", districts.Node{ID: "paper-worker-1", Role: "worker", Machine: "failed", Phase: districts.PhaseLaunched},
 			nil, false, districts.PhaseFailed, true},
-		{"a machine transit terminated that runs again", districts.Node{ID: "paper-worker-1", Role: "worker", Reappeared: true},
+		{"a machine transit terminated that runs again", districts.Node{ID: "paper-worker-1", Role: "worker", ProviderID: "i-again"},
 			nil, false, districts.PhaseFailed, false},
 		{"a machine starting within the timeout is waited for", districts.Node{ID: "paper-worker-1", Role: "worker", StartingSince: planNow.Add(-time.Minute)},
 			nil, true, districts.PhaseLaunched, false},
@@ -245,7 +245,8 @@ func TestPhases(t *testing.T) {
 	for _, tt := range tests {
 		n := tt.node
 		n.District, n.Flavor = gce, "small"
-		w := world{now: planNow, state: districts.Resources{Nodes: []districts.Node{n}}, members: map[string]provider.Member{}, starting: map[string]bool{}}
+		w := world{now: planNow, state: districts.Resources{Nodes: []districts.Node{n}}, members: map[string]provider.Member{}, starting: map[string]bool{},
+			reappeared: map[string]bool{"i-again": true}}
 		if tt.member != nil {
 			w.members[n.ID] = *tt.member
 		}

@@ -392,9 +392,6 @@ type Node struct {
 	// Machine is what the cloud reports of the machine when it does not
 	// run: "stopped" or "failed"; empty while it runs or starts.
 	Machine string `json:"machine,omitempty"`
-	// Reappeared marks, within one observation, a machine transit
-	// terminated that the cloud lists alive again.
-	Reappeared bool `json:"-"`
 	// CopyOf is the node id this machine's tags claim while the platform
 	// (or, failing that, resources.json) says another machine is that
 	// node: a copy (an image or launch template made from a node), which
