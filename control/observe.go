@@ -299,33 +299,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 			}
 			claims = append(claims, claim{node: n, saved: tracked && saved.CopyOf == ""})
 		}
-		for _, gr := range listings[i].groups {
-			if gr.Tags[districts.TagCluster] != cluster {
-				continue
-			}
-			if !ours(gr.Tags) {
-				msg := fmt.Sprintf("security group %s (%s) in district %s belongs to another cluster named %q (lineage %q): never touched", gr.Name, gr.ProviderID, d.ID, cluster, gr.Tags[districts.TagLineage])
-				w.warnings = append(w.warnings, msg)
-				if gr.Name == provider.GroupName(cluster, d.ID) {
-					w.blocked[d.ID] = msg + "; it holds the group name this cluster needs there: rename one of the two clusters"
-				}
-				continue
-			}
-			sg := districts.SecurityGroup{
-				Type: "security_group", ID: gr.Name, Cluster: cluster, District: d.ID,
-				ProviderID: gr.ProviderID, Sources: slices.Sorted(slices.Values(gr.Sources)),
-			}
-			for _, old := range st.SecurityGroups {
-				if old.District == d.ID && old.ProviderID == gr.ProviderID {
-					sg.CreatedAt, sg.UpdatedAt = old.CreatedAt, old.UpdatedAt
-				}
-			}
-			if _, dup := findGroup(w.state, d.ID); dup || gr.Name != provider.GroupName(cluster, d.ID) {
-				w.orphanGroups = append(w.orphanGroups, sg)
-				continue
-			}
-			w.state.SecurityGroups = append(w.state.SecurityGroups, sg)
-		}
+		mergeGroups(&w, st.SecurityGroups, d.ID, listings[i].groups, cluster, ours)
 	}
 	w.state.Nodes = holdClaims(claims)
 	if len(liveNodes(st)) == 0 && len(liveNodes(w.state)) == 0 {
@@ -354,6 +328,39 @@ func merge(opts Options, lineage string, listings []listing) world {
 		}
 	}
 	return w
+}
+
+// mergeGroups takes a district's listed groups: the cluster's group, the
+// orphans (the cluster's tags on another name, or a second one), and
+// another lineage's, which are never touched.
+func mergeGroups(w *world, saved []districts.SecurityGroup, district string, groups []provider.Group, cluster string, ours func(map[string]string) bool) {
+	for _, gr := range groups {
+		if gr.Tags[districts.TagCluster] != cluster {
+			continue
+		}
+		if !ours(gr.Tags) {
+			msg := fmt.Sprintf("security group %s (%s) in district %s belongs to another cluster named %q (lineage %q): never touched", gr.Name, gr.ProviderID, district, cluster, gr.Tags[districts.TagLineage])
+			w.warnings = append(w.warnings, msg)
+			if gr.Name == provider.GroupName(cluster, district) {
+				w.blocked[district] = msg + "; it holds the group name this cluster needs there: rename one of the two clusters"
+			}
+			continue
+		}
+		sg := districts.SecurityGroup{
+			Type: "security_group", ID: gr.Name, Cluster: cluster, District: district,
+			ProviderID: gr.ProviderID, Sources: slices.Sorted(slices.Values(gr.Sources)),
+		}
+		for _, old := range saved {
+			if old.District == district && old.ProviderID == gr.ProviderID {
+				sg.CreatedAt, sg.UpdatedAt = old.CreatedAt, old.UpdatedAt
+			}
+		}
+		if _, dup := findGroup(w.state, district); dup || gr.Name != provider.GroupName(cluster, district) {
+			w.orphanGroups = append(w.orphanGroups, sg)
+			continue
+		}
+		w.state.SecurityGroups = append(w.state.SecurityGroups, sg)
+	}
 }
 
 // machineState is the cloud's answer as the node records it: stopped and
