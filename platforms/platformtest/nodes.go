@@ -336,7 +336,7 @@ func (s *suite) unsilence(id string) error {
 		return nil
 	}
 	if out, err := exec.Command("iptables", append([]string{"-w", "-D"}, rule...)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("let %s answer again: iptables: %v\n%s", id, err, out)
+		return fmt.Errorf("let %s answer again: iptables: %w\n%s", id, err, out)
 	}
 	return nil
 }

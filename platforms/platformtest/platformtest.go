@@ -281,7 +281,7 @@ func (s *suite) form(t *testing.T) {
 		n := s.node(t, name)
 		g.Go(func() error {
 			if err := s.p.Join(gctx, n); err != nil {
-				return fmt.Errorf("Join %s: %w", n.ID, err)
+				return fmt.Errorf("join %s: %w", n.ID, err)
 			}
 			return nil
 		})
