@@ -16,6 +16,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/server"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/platformtest"
 )
 
 // cloudRoot is where the emulated clouds' backing nodes keep their records.
@@ -67,6 +68,7 @@ type clouds struct {
 func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	tb.Helper()
 	requireE2E(tb)
+	platformtest.HoldHost(tb) // the host snapshot below must see only this test's nodes
 	ctx := context.Background()
 	keyFile := filepath.Join(tb.TempDir(), "gce-key.json")
 	c := &clouds{tb: tb, creds: []districts.Credential{
