@@ -419,16 +419,26 @@ func TestCloudSwarm(t *testing.T) {
 					t.Errorf("group %s does not allow the restarted machine's new address %s: %v", g.ID, n.PublicIP, g.Sources)
 				}
 			}
-			// Its platform did not come back with it: replaced once it is
-			// unhealthy for longer than replace_unhealthy_after, through
-			// drain, remove, terminate.
+			// Its platform did not come back with it: once the swarm
+			// notices (heartbeats, some seconds) it is unhealthy, and
+			// replaced when that lasted longer than
+			// replace_unhealthy_after, through drain, remove, terminate.
 			c.cfg.Strategy.ReplaceUnhealthyAfter = districts.Duration(time.Second)
 			c.writeConfig()
 			defer func() {
 				c.cfg.Strategy.ReplaceUnhealthyAfter = 0
 				c.writeConfig()
 			}()
-			time.Sleep(2 * time.Second)
+			deadline = time.Now().Add(2 * time.Minute)
+			for {
+				if r := c.transit("apply", "--auto-approve"); r.code != 0 {
+					t.Fatalf("apply with replace_unhealthy_after: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+				}
+				if _, ok := find(c.statusNow()); !ok || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(2 * time.Second)
+			}
 			env.checkSwarm(t, c, 6)
 			if _, ok := find(c.status()); ok {
 				t.Errorf("the machine that stayed unhealthy (%s) is still a node", victim.ProviderID)
