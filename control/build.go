@@ -100,11 +100,12 @@ func buildPlan(in planInput) Plan {
 		if in.world.platform == platformNone && !in.world.state.PlatformFormedAt.IsZero() {
 			// Rebuilding a lost platform: its old members cannot be
 			// asked to leave yet; nothing goes before the new one
-			// answers, except machines whose install or join failed in
-			// the rebuild, which would otherwise hold back new masters.
+			// answers, except machines that are no members and never
+			// will be (a failed install, join or launch, a copy), which
+			// would otherwise hold back new masters.
 			removals = slices.DeleteFunc(removals, func(a Action) bool {
 				n, ok := in.world.node(a.Node)
-				return !ok || !n.JoinFailed || n.Phase.Member()
+				return !ok || n.Phase.Member() || !n.JoinFailed && n.Phase != districts.PhaseFailed && n.CopyOf == ""
 			})
 		}
 		// Workers leave before masters; masters leave last, one at a time.
@@ -595,9 +596,12 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 		case needGroup[d.ID] && !has:
 			out = append(out, Action{Kind: KindCreateGroup, District: d.ID, Group: name,
 				Reason: "the district has or gets nodes and has no security group"})
-		case needGroup[d.ID] && !slices.Equal(g.Sources, sources) && (narrow || subset(g.Sources, sources)):
+		case needGroup[d.ID] && !slices.Equal(g.Sources, sources) && narrow:
 			out = append(out, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("allow exactly the cluster's %d node addresses (has %d)", len(sources), len(g.Sources))})
+		case needGroup[d.ID] && !subset(sources, g.Sources):
+			out = append(out, Action{Kind: KindUpdateGroup, District: d.ID, Group: name, Widen: true,
+				Reason: fmt.Sprintf("allow the cluster's %d node addresses, keeping the %d it has: the platform does not confirm the machines the listings lack are gone", len(sources), len(g.Sources))})
 		case !narrow:
 		case !needGroup[d.ID] && has && in.world.terminating[d.ID] > 0 && !in.world.eagerGroups[d.ID]:
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%d terminating machine(s) in %s to be gone before deleting group %s", in.world.terminating[d.ID], d.ID, name))
@@ -611,7 +615,7 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 			out = append(out, Action{Kind: KindDeleteGroup, District: d.ID, Group: name, Reason: "no nodes left in the district once its removals are done"})
 		}
 		if len(launches) > 0 && needGroup[d.ID] {
-			out = append(out, Action{Kind: KindAllow, District: d.ID, Group: name,
+			out = append(out, Action{Kind: KindAllow, District: d.ID, Group: name, Widen: !narrow,
 				Reason: fmt.Sprintf("allow %d new node(s) before they join", len(launches))})
 		}
 		if len(terminated) > 0 && (launching[d.ID] || needGroup[d.ID] && remainsAfter(d.ID, live, terminated)) {

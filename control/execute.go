@@ -492,6 +492,9 @@ func (r *runner) ensureGroup(ctx context.Context, a Action) error {
 	s := r.st.read()
 	sources := addressesOf(liveNodes(s))
 	old, has := findGroup(s, a.District)
+	if has && a.Widen {
+		sources = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(old.Sources), sources...))))
+	}
 	if has && slices.Equal(old.Sources, sources) {
 		return errNoChange
 	}
@@ -580,6 +583,11 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	if spent {
 		return fmt.Errorf("%w: this run launched %d machine(s), what cluster.json lacked at its start plus max_surge; it launches no more (the next run may)", ErrSpendGuard, r.launches)
 	}
+	// The node's number is used before the cloud is asked: a run killed
+	// before it heard back must not give the name to a second machine.
+	if err := r.st.update(func(s *districts.Resources) { useNumber(s, n) }); err != nil {
+		return errFatal{err}
+	}
 	inst, err := infra.Launch(ctx, provider.LaunchSpec{
 		Node: n, MachineType: machine, GroupID: g.ProviderID, Tags: tags, AuthorizedKey: r.opts.AuthorizedKey,
 	})
@@ -597,16 +605,21 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	r.mu.Unlock()
 	if err := r.st.update(func(s *districts.Resources) {
 		s.Nodes = append(s.Nodes, n)
-		if s.NodeNumbers == nil {
-			s.NodeNumbers = map[string]int{}
-		}
-		if i, ok := nodeNumber(n.Cluster, n.Role, n.ID); ok {
-			s.NodeNumbers[n.Role] = max(s.NodeNumbers[n.Role], i)
-		}
+		useNumber(s, n)
 	}); err != nil {
 		return errFatal{err}
 	}
 	return nil
+}
+
+// useNumber records that n's node number is used in the lineage.
+func useNumber(s *districts.Resources, n districts.Node) {
+	if s.NodeNumbers == nil {
+		s.NodeNumbers = map[string]int{}
+	}
+	if i, ok := nodeNumber(n.Cluster, n.Role, n.ID); ok {
+		s.NodeNumbers[n.Role] = max(s.NodeNumbers[n.Role], i)
+	}
 }
 
 // assignZones spreads a launch batch's nodes evenly over their district's

@@ -302,9 +302,10 @@ func merge(opts Options, lineage string, listings []listing) world {
 		mergeGroups(&w, st.SecurityGroups, d.ID, listings[i].groups, cluster, ours)
 	}
 	w.state.Nodes = holdClaims(claims)
-	if len(liveNodes(st)) == 0 && len(liveNodes(w.state)) == 0 {
-		// transit terminated every node it had (or never had one), and
-		// the clouds agree: a new platform may form on the next nodes.
+	if len(st.Nodes) > 0 && len(liveNodes(st)) == 0 && len(liveNodes(w.state)) == 0 {
+		// transit terminated every node it had, and the clouds agree: a
+		// new platform may form on the next nodes. (A state that had no
+		// node proves nothing: resources.json may have been lost.)
 		w.state.PlatformFormedAt = time.Time{}
 	}
 	if st.Lineage == "" && lineage != "" && len(claims) == 0 && w.state.PlatformFormedAt.IsZero() {

@@ -96,6 +96,10 @@ type Action struct {
 	// waiting for the role's joins of the same round; otherwise the node
 	// stays until a later round.
 	KeepReady int `json:"keep_ready,omitempty"`
+	// Widen, on a group change, keeps every address the group allows and
+	// adds the cluster's: while the platform does not confirm that the
+	// machines the listings lack are gone, groups only widen.
+	Widen bool `json:"widen,omitempty"`
 }
 
 // Plan is what one round will do. `transit plan` prints it and

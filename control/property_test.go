@@ -356,6 +356,7 @@ func TestConvergesUnderFaults(t *testing.T) {
 			var c districts.Cluster
 			for step := range 6 {
 				c = randomCluster(rng, c)
+				h.sim.decisions = nil // a failing step prints what the loop decided in it
 				h.disturb(rng, step)
 				h.prepare(c)
 				converged := false
@@ -384,15 +385,21 @@ func TestConvergesUnderFaults(t *testing.T) {
 					h.sim.clock.Advance(30 * time.Minute)
 				}
 				if !converged {
-					for _, d := range h.sim.decisions[max(len(h.sim.decisions)-80, 0):] {
+					for _, d := range h.sim.decisions {
 						t.Log("decision: " + d)
+					}
+					for _, n := range h.load().Nodes {
+						t.Logf("saved: %s %s/%s/%s %s machine=%q copy_of=%q join_failed=%v starting=%v", n.ID, n.District, n.Flavor, n.Role, n.Phase, n.Machine, n.CopyOf, n.JoinFailed, n.StartingSince)
+					}
+					for id, in := range h.sim.instances {
+						t.Logf("cloud: %s %s %s %s", id, in.Tags[districts.TagNode], in.district, in.State)
 					}
 					log := h.sim.log[max(len(h.sim.log)-40, 0):]
 					t.Fatalf("step %d: did not converge to %v after the faults stopped: %v; last calls: %v", step, c.Deployments, lastErr, log)
 				}
 				h.checkConverged(c)
 				if t.Failed() {
-					for _, d := range h.sim.decisions[max(len(h.sim.decisions)-80, 0):] {
+					for _, d := range h.sim.decisions {
 						t.Log("decision: " + d)
 					}
 					log := h.sim.log[max(len(h.sim.log)-40, 0):]
@@ -493,6 +500,7 @@ func (s *sim) cloneMember(rng *rand.Rand) {
 	cp.ProviderID = fmt.Sprintf("i-%04d", s.nextID)
 	cp.PublicIP, cp.PrivateIP = fmt.Sprintf("198.51.%d.%d", s.nextID/250, s.nextID%250+1), fmt.Sprintf("10.1.%d.%d", s.nextID/250, s.nextID%250+1)
 	cp.CreatedAt = s.cloudNow()
+	cp.launched = false // someone else's doing: no size bound counts it
 	s.instances[cp.ProviderID] = &cp
 }
 

@@ -97,7 +97,11 @@ type simInstance struct {
 	goneAt   time.Time // zero while not terminating
 	hiddenTo time.Time // the listings miss the machine until then (eventual consistency)
 	launched bool      // transit's Launch made it (not a copy someone made)
-	broken   bool      // its launch ended failed, stopped or stuck, with an error
+	// known says transit can know of the machine: its launch answered a
+	// live run, or a listing showed it. A machine whose answer a crash or
+	// a failed launch swallowed, and that no listing showed yet, is not.
+	known  bool
+	broken bool // its launch ended failed, stopped or stuck, with an error
 }
 
 type simGroup struct {
@@ -232,6 +236,7 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]provider.Instanc
 			continue
 		}
 		if !empty && (in.Tags[districts.TagCluster] == cluster || s.sloppyList) {
+			in.known = true
 			cp := in.Instance
 			cp.Tags = maps.Clone(in.Tags)
 			out = append(out, cp)
@@ -390,10 +395,11 @@ func (c *simInfra) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 		// The cloud's listing lags behind its launch answer.
 		in.hiddenTo = s.cloudNow().Add(time.Duration(s.rng.IntN(s.hideNew+1)) * 10 * time.Second)
 	}
-	s.checkPeak()
 	if crash {
 		return provider.Instance{}, err
 	}
+	in.known = true
+	s.checkPeak()
 	return inst, nil
 }
 
@@ -442,12 +448,18 @@ func (s *sim) checkPeak() {
 	}
 }
 
-// counts: a machine transit launched that runs, starts or may run again
-// counts toward a role's size; a copy someone made, and a launch that
-// failed before transit heard of its machine, do not.
+// counts: a machine transit launched that it can know of counts toward
+// a role's size while it runs, starts or may run again; a copy someone
+// made does not, nor a machine whose launch answer was lost (a crash, a
+// launch that failed) until a listing shows it: max_surge bounds what
+// transit decides on what it can know.
 func (s *sim) counts(in *simInstance) bool {
-	return in.launched && !in.broken && in.State != provider.InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster
+	return in.launched && in.known && in.State != provider.InstanceTerminating && in.Tags[districts.TagCluster] == s.cluster
 }
+
+// countsReady: a member that counts toward its role's ready floor: a
+// master only while it votes.
+func (s *sim) countsReady(m *simMember) bool { return m.role != districts.RoleMaster || m.voter }
 
 // checkFloor: transit never takes a healthy member of role away while
 // that leaves the role fewer healthy, schedulable members than the smaller
@@ -556,12 +568,13 @@ func (p *simPlatform) Install(ctx context.Context, n districts.Node) error {
 	return nil
 }
 
-// allowedEverywhere: a node joins only when every group of the cluster
-// lets its addresses in.
+// allowedEverywhere: a node joins only when the group of every district
+// that holds a member of the platform lets its addresses in, so it
+// reaches every member.
 func (s *sim) allowedEverywhere(n districts.Node) {
 	inUse := map[string]bool{}
-	for _, in := range s.instances {
-		if in.Tags[districts.TagCluster] == s.cluster && in.State != provider.InstanceTerminating {
+	for _, m := range s.members {
+		if in, ok := s.instances[m.machine]; ok && m.gen == s.gen && in.State != provider.InstanceTerminating {
 			inUse[in.district] = true
 		}
 	}
@@ -695,8 +708,9 @@ func (p *simPlatform) Drain(ctx context.Context, n districts.Node, timeout time.
 		s.checkQuorum(n.ID, "drain") // a learner's leaving changes no quorum
 	}
 	m.cordoned, m.operator = true, false
-	if s.healthy(m) && !wasCordoned {
-		// Taking away a sick or already cordoned member costs no capacity.
+	if s.healthy(m) && !wasCordoned && s.countsReady(m) {
+		// Taking away a sick or already cordoned member, or a learner,
+		// costs no capacity.
 		s.checkFloor(m.role, "drain "+n.ID)
 	}
 	return nil
@@ -737,7 +751,7 @@ func (p *simPlatform) Remove(ctx context.Context, n districts.Node) error {
 		s.checkQuorum(n.ID, "remove") // a learner's leaving changes no quorum
 	}
 	delete(s.members, n.ID)
-	if s.healthy(m) && !m.cordoned {
+	if s.healthy(m) && !m.cordoned && s.countsReady(m) {
 		s.checkFloor(m.role, "remove "+n.ID)
 	}
 	return err
