@@ -463,6 +463,7 @@ func (g *guarded) read() districts.Resources {
 	r.SecurityGroups = slices.Clone(r.SecurityGroups)
 	r.NodeNumbers = maps.Clone(r.NodeNumbers)
 	r.Failures = maps.Clone(r.Failures)
+	r.Launching = slices.Clone(r.Launching)
 	return r
 }
 
@@ -583,15 +584,25 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	if spent {
 		return fmt.Errorf("%w: this run launched %d machine(s), what cluster.json lacked at its start plus max_surge; it launches no more (the next run may)", ErrSpendGuard, r.launches)
 	}
-	// The node's number is used before the cloud is asked: a run killed
-	// before it heard back must not give the name to a second machine.
-	if err := r.st.update(func(s *districts.Resources) { useNumber(s, n) }); err != nil {
+	// The launch is recorded before the cloud is asked, its node number
+	// used: a run killed before it heard back leaves the next run a
+	// machine to look for, and never gives the name to a second one.
+	if err := r.st.update(func(s *districts.Resources) {
+		useNumber(s, n)
+		s.Launching = append(s.Launching, districts.Launching{Node: n.ID, District: n.District, At: r.opts.Clock.Now()})
+	}); err != nil {
 		return errFatal{err}
 	}
 	inst, err := infra.Launch(ctx, provider.LaunchSpec{
 		Node: n, MachineType: machine, GroupID: g.ProviderID, Tags: tags, AuthorizedKey: r.opts.AuthorizedKey,
 	})
 	if err != nil {
+		if ctx.Err() == nil {
+			// The cloud answered: whatever it made, the next listing shows.
+			if serr := r.st.update(func(s *districts.Resources) { s.Launching = withoutLaunch(s.Launching, n.ID) }); serr != nil {
+				return errFatal{serr}
+			}
+		}
 		return err
 	}
 	n.ProviderID, n.PublicIP, n.PrivateIP = inst.ProviderID, inst.PublicIP, inst.PrivateIP
@@ -605,11 +616,15 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	r.mu.Unlock()
 	if err := r.st.update(func(s *districts.Resources) {
 		s.Nodes = append(s.Nodes, n)
-		useNumber(s, n)
+		s.Launching = withoutLaunch(s.Launching, n.ID)
 	}); err != nil {
 		return errFatal{err}
 	}
 	return nil
+}
+
+func withoutLaunch(ls []districts.Launching, node string) []districts.Launching {
+	return slices.DeleteFunc(ls, func(l districts.Launching) bool { return l.Node == node })
 }
 
 // useNumber records that n's node number is used in the lineage.

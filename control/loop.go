@@ -178,7 +178,13 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		if len(w.missing) > 0 {
 			// A listing that lacks machines it must show is not acted
 			// on: the clouds' listings are eventually consistent, so wait
-			// a little, then stop.
+			// a little, then stop. What it learnt of the launches a killed
+			// run left is kept.
+			if !slices.Equal(w.state.Launching, o.State.Launching) {
+				if err := r.st.update(func(s *districts.Resources) { s.Launching = w.state.Launching }); err != nil {
+					return r.finish(res, err)
+				}
+			}
 			if listingWaited >= min(opts.WaitTimeout, listingWait) {
 				msg := missingText(w.missing)
 				r.problems = append(r.problems, msg)

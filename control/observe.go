@@ -68,8 +68,12 @@ type world struct {
 	// waited for, not joined, until startTimeout.
 	starting map[string]bool
 	// reappeared holds the machines (by provider id) transit terminated
-	// that the cloud lists alive again.
-	reappeared map[string]bool
+	// that the cloud lists alive again; adopted those resources.json did
+	// not have.
+	reappeared, adopted map[string]bool
+	// stateLost says resources.json was missing and the lineage came
+	// from the clouds.
+	stateLost bool
 	// missing are machines the listings lack although they must be
 	// there; the world is not acted on while it has any.
 	missing []missingMachine
@@ -82,18 +86,23 @@ type world struct {
 // missingMachine is a machine a listing lacks, as resources.json has it,
 // and why it must be there.
 type missingMachine struct {
-	node     districts.Node
-	launched bool // this run launched it
-	ready    bool // the platform reports it a ready member
+	node      districts.Node
+	launched  bool // this run launched it
+	ready     bool // the platform reports it a ready member
+	launching bool // a killed run asked for it and never heard back
 	// else its district's listing dropped every machine it had
 }
 
 func (m missingMachine) String() string {
 	switch {
+	case m.launching:
+		return fmt.Sprintf("%s in %s: a run killed before the cloud answered launched it", m.node.ID, m.node.District)
 	case m.launched:
 		return fmt.Sprintf("%s (%s) in %s: this run launched it", m.node.ID, m.node.ProviderID, m.node.District)
 	case m.ready:
 		return fmt.Sprintf("%s: the platform reports it a ready member, but no listing shows its machine", m.node.ID)
+	case m.node.District == "":
+		return fmt.Sprintf("%s: the platform reports it a member, no listing shows its machine, and resources.json, which could say it is gone, is missing", m.node.ID)
 	}
 	return fmt.Sprintf("%s (%s) in %s: the district's listing dropped every machine it had", m.node.ID, m.node.ProviderID, m.node.District)
 }
@@ -140,7 +149,11 @@ func observe(ctx context.Context, ob observation) (world, error) {
 		return world{}, err
 	}
 	w := merge(opts, lineage, listings)
+	w.stateLost = opts.State.Lineage == "" && lineage != ""
 	w.missing = missingFrom(opts.State, ob.launched, listings, opts.Districts)
+	var launching []missingMachine
+	w.state.Launching, launching, w.notes = pendingLaunches(opts.State.Launching, w.state.Nodes, w.now, w.notes)
+	w.missing = append(w.missing, launching...)
 	if !opts.Destroy {
 		if err := observePlatform(ctx, opts.Platform, &w); err != nil {
 			return world{}, err
@@ -226,7 +239,7 @@ func lineageOf(cluster string, st districts.Resources, listings []listing) (stri
 func merge(opts Options, lineage string, listings []listing) world {
 	cluster, now := opts.Cluster.ID, opts.Clock.Now()
 	w := world{terminating: map[string]int{}, eagerGroups: map[string]bool{}, blocked: map[string]string{},
-		starting: map[string]bool{}, reappeared: map[string]bool{}, now: now}
+		starting: map[string]bool{}, reappeared: map[string]bool{}, adopted: map[string]bool{}, now: now}
 	for id, infra := range opts.Infra {
 		if e, ok := infra.(provider.InUseGroupDeleter); ok && e.DeletesGroupsInUse() {
 			w.eagerGroups[id] = true
@@ -269,6 +282,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 			n := saved
 			if !tracked {
 				n = nodeFromInstance(cluster, d.ID, inst)
+				w.adopted[inst.ProviderID] = true
 				if inst.State != provider.InstanceTerminating {
 					w.notes = append(w.notes, fmt.Sprintf("adopted node %s (%s) in district %s: it carries transit's tags but was missing from resources.json", n.ID, inst.ProviderID, d.ID))
 				}
@@ -459,6 +473,35 @@ func missingFrom(st districts.Resources, launched map[string]string, listings []
 	return out
 }
 
+// pendingLaunches resolves the launches a killed run asked for and never
+// heard back about: one whose machine a listing shows (by its node id) is
+// done; one no listing showed for listingWait and three observations
+// never reached the cloud and is forgotten; any other is missing, so no
+// second machine is launched for it while the listings may lag.
+func pendingLaunches(ls []districts.Launching, nodes []districts.Node, now time.Time, notes []string) (keep []districts.Launching, missing []missingMachine, _ []string) {
+	listed := map[string]bool{}
+	for _, n := range nodes {
+		listed[n.District+"\x00"+n.ID] = true
+		if n.CopyOf != "" {
+			listed[n.District+"\x00"+n.CopyOf] = true
+		}
+	}
+	for _, l := range ls {
+		if listed[l.District+"\x00"+l.Node] {
+			continue
+		}
+		l.Unseen++
+		l.At = notAfter(l.At, now)
+		if l.Unseen >= 3 && now.Sub(l.At) >= listingWait {
+			notes = append(notes, fmt.Sprintf("forgot the launch of node %s in %s a killed run asked for at %s: no listing shows its machine", l.Node, l.District, l.At.UTC().Format(time.RFC3339)))
+			continue
+		}
+		keep = append(keep, l)
+		missing = append(missing, missingMachine{node: districts.Node{ID: l.Node, District: l.District}, launching: true})
+	}
+	return keep, missing, notes
+}
+
 // recordDistricts keeps the identity of every district that holds nodes
 // or a group, so a districts.json that points it elsewhere is refused.
 func recordDistricts(w *world, ds []districts.District) {
@@ -547,13 +590,16 @@ func observePlatform(ctx context.Context, p provider.Platform, w *world) error {
 	return nil
 }
 
-// unlisted are the ready members transit named whose machine no listing
-// shows: the platform says they serve, so the listings are incomplete.
+// unlisted are the members transit named whose machine no listing shows
+// although nothing says it is gone: a ready one (the platform says it
+// serves, so the listings are incomplete), and, when resources.json was
+// lost, any one (nothing then tells a machine deleted by hand from a
+// listing that answered an empty page).
 func unlisted(w *world) []missingMachine {
 	var out []missingMachine
 	for _, m := range w.strays {
-		if m.Ready && transitName(w.state.Cluster, m.NodeID) {
-			out = append(out, missingMachine{node: districts.Node{ID: m.NodeID, Role: m.Role}, ready: true})
+		if (m.Ready || w.stateLost) && transitName(w.state.Cluster, m.NodeID) {
+			out = append(out, missingMachine{node: districts.Node{ID: m.NodeID, Role: m.Role}, ready: m.Ready})
 		}
 	}
 	return out
@@ -562,10 +608,11 @@ func unlisted(w *world) []missingMachine {
 // askable are the nodes the platform is asked about: the machines that
 // run. A machine that is stopped, failed or still starting cannot answer,
 // and its silence would say nothing: the masters' member list says what
-// it is. stopped names the masters among them that were members. A copy
-// of a master is asked too, under the id it claims: which of the two is
-// the master is not known yet (identify decides by the answer), and the
-// one that is must be asked.
+// it is. stopped names the masters among them that may serve a platform
+// when they run again (members, or machines resources.json did not know:
+// nobody can tell what they were). A copy of a master is asked too, under
+// the id it claims: which of the two is the master is not known yet
+// (identify decides by the answer), and the one that is must be asked.
 func askable(w *world) (ask []districts.Node, stopped []string) {
 	for _, n := range w.live() {
 		switch {
@@ -575,7 +622,7 @@ func askable(w *world) (ask []districts.Node, stopped []string) {
 			ask = append(ask, as)
 		case n.CopyOf != "":
 		case n.Machine != "" || w.starting[n.ID]:
-			if n.Role == districts.RoleMaster && n.Phase.Member() {
+			if n.Role == districts.RoleMaster && n.Machine != string(provider.InstanceFailed) && (n.Phase.Member() || w.adopted[n.ProviderID]) {
 				stopped = append(stopped, n.ID)
 			}
 		default:

@@ -341,14 +341,29 @@ type Resources struct {
 	NodeNumbers map[string]int `json:"node_numbers,omitempty"`
 	// Failures counts, per deployment line ("district/flavor/role"),
 	// the launched nodes in a row that failed to install or join.
-	Failures       map[string]Failure `json:"failures,omitempty"`
-	Nodes          []Node             `json:"nodes"`
-	SecurityGroups []SecurityGroup    `json:"security_groups"`
+	Failures map[string]Failure `json:"failures,omitempty"`
+	// Launching are the launches transit asked a cloud for and has no
+	// answer to yet: written before the cloud is asked, so a run killed
+	// before it heard back leaves the next run a record of a machine
+	// that may exist although no listing shows it yet.
+	Launching      []Launching     `json:"launching,omitempty"`
+	Nodes          []Node          `json:"nodes"`
+	SecurityGroups []SecurityGroup `json:"security_groups"`
 }
 
 // ResourcesVersion is the resources.json schema version this build writes;
 // it reads every version from 1 on.
 const ResourcesVersion = 2
+
+// Launching is a launch transit asked for without an answer yet: the
+// node id the machine carries, its district, when transit asked, and how
+// many observations since then showed no such machine.
+type Launching struct {
+	Node     string    `json:"node"`
+	District string    `json:"district"`
+	At       time.Time `json:"at"`
+	Unseen   int       `json:"unseen,omitempty"`
+}
 
 // Failure is a deployment's run of failed joins: launches back off after
 // a few in a row.
