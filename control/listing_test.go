@@ -418,3 +418,47 @@ func TestTypoQuantityIsRefused(t *testing.T) {
 		t.Fatalf("Apply: %v, want ErrInvalid", err)
 	}
 }
+
+// A launch a killed run asked for and never heard back about: while no
+// listing shows its machine (the listings lag), nothing is launched in
+// its place; a launch that never reached the cloud is given up after two
+// minutes and three observations.
+func TestKilledLaunchIsNotLaunchedTwice(t *testing.T) {
+	t.Parallel()
+	for _, reached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reached the cloud=%v", reached), func(t *testing.T) {
+			t.Parallel()
+			h := newTestHarness(t)
+			h.mustConverge(paperCluster(1, 0, 1))
+			st := h.load()
+			now := h.sim.clock.Peek()
+			st.Launching = []districts.Launching{{Node: "paper-worker-2", District: "aws-europe", At: now}}
+			st.NodeNumbers["worker"] = 2
+			if err := h.save(st); err != nil {
+				t.Fatal(err)
+			}
+			if reached {
+				h.plant("paper-worker-2", "aws-europe", districts.RoleWorker, st.Lineage)
+				for _, in := range h.sim.instances {
+					if in.Tags[districts.TagNode] == "paper-worker-2" {
+						in.hiddenTo = h.sim.cloudNow().Add(time.Minute) // the listing lags
+					}
+				}
+			}
+			c := paperCluster(1, 0, 2)
+			h.prepare(c)
+			h.sim.log = nil
+			res, err := h.apply(c, 0)
+			if err != nil || !res.Converged {
+				t.Fatalf("converged=%v err=%v", res.Converged, err)
+			}
+			h.checkConverged(c)
+			if n := h.launches(); reached && n != 0 || !reached && n != 1 {
+				t.Errorf("%d launches, want %d", n, map[bool]int{true: 0, false: 1}[reached])
+			}
+			if len(h.load().Launching) > 0 {
+				t.Errorf("launches left in resources.json: %+v", h.load().Launching)
+			}
+		})
+	}
+}
