@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -12,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/server"
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/platforms/platformtest"
 )
 
 // cloudRoot is where the emulated clouds' backing nodes keep their records.
@@ -57,7 +59,6 @@ const (
 type clouds struct {
 	tb     testing.TB
 	emu    *server.Emulator
-	before []string // the host's namespaces, links, chains and cgroups before
 	creds  []districts.Credential
 	gceKey []byte // the service account key file, token_uri the emulator's
 }
@@ -68,7 +69,6 @@ type clouds struct {
 func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	tb.Helper()
 	requireE2E(tb)
-	platformtest.HoldHost(tb) // the host snapshot below must see only this test's nodes
 	ctx := context.Background()
 	keyFile := filepath.Join(tb.TempDir(), "gce-key.json")
 	c := &clouds{tb: tb, creds: []districts.Credential{
@@ -93,7 +93,6 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	if err := writeImage(filepath.Join(cloudRoot, "images", "busybox.tar")); err != nil {
 		tb.Fatal(err)
 	}
-	c.before = hostSnapshot()
 	emu, err := server.Start(ctx, server.Options{
 		Profile: profile, AWS: "127.0.0.1:0", GCE: "127.0.0.1:0", OpenStack: "127.0.0.1:0",
 		Backing: cloudBacking, BackingRoot: cloudRoot, BackingPublic: cloudPublic, Credentials: c.creds,
@@ -106,10 +105,14 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
+		made := emu.HostNames() // taken before Close forgets the machines
+		if tb.Failed() {
+			tb.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
+		}
 		if err := emu.Close(context.Background()); err != nil {
 			tb.Errorf("stop the cloud emulator: %v", err)
 		}
-		if left := c.leftovers(); len(left) > 0 {
+		if left := c.leftovers(made); len(left) > 0 {
 			tb.Errorf("left behind on the host by the emulated clouds:\n  %s", strings.Join(left, "\n  "))
 		}
 		_ = os.RemoveAll(cloudRoot)
@@ -222,12 +225,14 @@ func (env *clouds) resources() []string {
 	return out
 }
 
-// leftovers is what the host has now and did not have before the clouds
-// started.
-func (env *clouds) leftovers() []string {
+// leftovers is what of made (the emulator's HostNames) the host still
+// has, and the processes and records left under the backing root. Only
+// the emulator's own names count: other packages' tests make nodes on the
+// same host meanwhile.
+func (env *clouds) leftovers(made []string) []string {
 	var left []string
-	for _, x := range hostSnapshot() {
-		if !slices.Contains(env.before, x) {
+	for _, x := range hostNames() {
+		if slices.Contains(made, x) {
 			left = append(left, x)
 		}
 	}
@@ -243,9 +248,38 @@ func (env *clouds) leftovers() []string {
 	return left
 }
 
-// hostSnapshot lists the host's network namespaces, links, iptables
-// chains and transit cgroups.
-func hostSnapshot() []string {
+// backingReport is what tells a machine from another when a test failed:
+// the nat table (public to private addresses) and each backing node's
+// address and host key, from its record.
+func backingReport() string {
+	var b strings.Builder
+	nat, err := exec.Command("iptables", "-w", "-t", "nat", "-S").CombinedOutput()
+	fmt.Fprintf(&b, "iptables -t nat -S (%v):\n%s", err, nat)
+	records, _ := filepath.Glob(filepath.Join(cloudRoot, "districts", "*", "nodes", "*", "record.json"))
+	for _, rec := range records {
+		var r struct {
+			ProviderID string `json:"provider_id"`
+			NodeID     string `json:"node_id"`
+			IP         string `json:"ip"`
+			State      string `json:"state"`
+		}
+		data, err := os.ReadFile(rec)
+		if err == nil {
+			err = json.Unmarshal(data, &r)
+		}
+		key, _ := os.ReadFile(filepath.Join(filepath.Dir(rec), "boot", "ssh_host_ed25519_key.pub"))
+		fp := "?"
+		if k, _, _, _, kerr := gossh.ParseAuthorizedKey(key); kerr == nil {
+			fp = gossh.FingerprintSHA256(k)
+		}
+		fmt.Fprintf(&b, "%s: %s %s %s %s host key %s (%v)\n", rec, r.ProviderID, r.NodeID, r.IP, r.State, fp, err)
+	}
+	return b.String()
+}
+
+// hostNames lists the host's network namespaces, links, iptables chains
+// and transit cgroups, named as local.HostNames names them.
+func hostNames() []string {
 	var out []string
 	add := func(prefix string, args ...string) {
 		b, err := exec.Command(args[0], args[1:]...).Output()
@@ -264,7 +298,7 @@ func hostSnapshot() []string {
 				}
 			case "chain", "nat chain":
 				if f[0] == "-N" && len(f) > 1 {
-					out = append(out, "iptables "+prefix+" "+f[1])
+					out = append(out, prefix+" "+f[1])
 				}
 			default:
 				out = append(out, prefix+" "+f[0])
@@ -277,7 +311,9 @@ func hostSnapshot() []string {
 	add("nat chain", "iptables", "-t", "nat", "-S")
 	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/transit/*")
 	for _, g := range cgroups {
-		out = append(out, "cgroup "+g)
+		if fi, err := os.Stat(g); err == nil && fi.IsDir() {
+			out = append(out, "cgroup transit/"+filepath.Base(g))
+		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

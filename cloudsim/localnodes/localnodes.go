@@ -43,7 +43,9 @@ type Backer struct {
 	// machine's one address is both.
 	PublicPool string
 
+	natMu      sync.Mutex // serializes changes of the nat table (nat.go)
 	mu         sync.Mutex
+	started    []string // every machine started, for HostNames
 	drivers    map[string]*backedRegion
 	public     map[string][2]string // machine id → public, private address
 	lastPublic netip.Addr           // the public address handed out last
@@ -117,6 +119,9 @@ func (b *Backer) Start(ctx context.Context, region, name, authorizedKey string) 
 	if err != nil {
 		return cloudsim.Machine{}, err
 	}
+	b.mu.Lock()
+	b.started = append(b.started, inst.ProviderID)
+	b.mu.Unlock()
 	m := cloudsim.Machine{ID: inst.ProviderID, Address: inst.PrivateIP, HostKeys: inst.HostKeys}
 	if b.PublicPool != "" {
 		if m.Address, err = b.mapPublic(ctx, inst.ProviderID, inst.PrivateIP); err != nil {
@@ -268,6 +273,22 @@ func (b *Backer) Destroy(ctx context.Context) error {
 		return fmt.Errorf("cloudsim: remove the public addresses: %w", err)
 	}
 	return nil
+}
+
+// HostNames are the names of everything the backer made on the host
+// (local.HostNames, and its nat chains as "nat chain …"), also of what it
+// tore down since: a test checks none is left after Destroy.
+func (b *Backer) HostNames() []string {
+	b.mu.Lock()
+	ids := slices.Clone(b.started)
+	b.mu.Unlock()
+	var ds []string
+	for region := range b.Subnets {
+		ds = append(ds, District(region))
+	}
+	slices.Sort(ds)
+	dnat, snat := natChains(b.Root)
+	return append(local.HostNames(b.Root, Cluster, ds, ids), "nat chain "+dnat, "nat chain "+snat)
 }
 
 var _ cloudsim.Backer = (*Backer)(nil)

@@ -1,6 +1,9 @@
 package localnodes
 
 import (
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,4 +83,55 @@ func TestPowerOffOn(t *testing.T) {
 	if err := b.Stop(ctx, testRegion, m.ID); err != nil {
 		t.Fatalf("Stop of a powered-off machine: %v", err)
 	}
+}
+
+// TestHostNames: HostNames names what a machine behind 1:1 NAT made on
+// the host (its namespace, veth and cgroups, the region's bridge and
+// chains, the nat chains) while it exists, and Destroy leaves none of it.
+func TestHostNames(t *testing.T) {
+	b := ForTest(t, testRoot, map[string]string{testRegion: testSubnet})
+	b.PublicPool = testPublic
+	key, _ := drivertest.NewKeyFile(t)
+	if _, err := b.Start(t.Context(), testRegion, "names-1", key); err != nil {
+		t.Fatal(err)
+	}
+	names := b.HostNames()
+	if len(names) != 3+3+2 {
+		t.Fatalf("HostNames = %q, want 3 for the region, 3 for the machine, 2 nat chains", names)
+	}
+	for _, n := range names {
+		if !onHost(n) {
+			t.Errorf("%s: not on the host while the machine runs", n)
+		}
+	}
+	if err := b.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if onHost(n) {
+			t.Errorf("%s: still on the host after Destroy", n)
+		}
+	}
+}
+
+// onHost tells whether the host has what a HostNames entry names.
+func onHost(name string) bool {
+	kind, n, _ := strings.Cut(name, " ")
+	if kind == "nat" {
+		_, n, _ = strings.Cut(n, " ")
+		return exec.Command("iptables", "-w", "-t", "nat", "-S", n).Run() == nil
+	}
+	switch kind {
+	case "netns":
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		return slices.ContainsFunc(strings.Split(string(out), "\n"), func(l string) bool { return strings.HasPrefix(l, n+" ") || l == n })
+	case "link":
+		return exec.Command("ip", "link", "show", n).Run() == nil
+	case "chain":
+		return exec.Command("iptables", "-w", "-S", n).Run() == nil
+	case "cgroup":
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + n)
+		return len(dirs) > 0
+	}
+	panic("unknown kind in " + name)
 }

@@ -106,6 +106,10 @@ func (b *Backer) mapPublic(ctx context.Context, id, private string) (string, err
 	}
 	b.public[id] = [2]string{public, private}
 	b.mu.Unlock()
+	// One change of the nat table at a time: concurrent iptables-nft
+	// commands race on the table's generation.
+	b.natMu.Lock()
+	defer b.natMu.Unlock()
 	if err := b.ensureNAT(ctx); err != nil {
 		return "", err
 	}
@@ -126,6 +130,8 @@ func (b *Backer) unmapPublic(ctx context.Context, id string) error {
 	if !ok {
 		return nil
 	}
+	b.natMu.Lock()
+	defer b.natMu.Unlock()
 	for _, r := range natRules(b.Root, m[0], m[1]) {
 		if err := iptables(ctx, append([]string{"-D"}, r...)...); err != nil {
 			return err

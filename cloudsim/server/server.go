@@ -296,8 +296,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// HostNames are the names of everything the backing nodes made on the
+// host (localnodes.Backer.HostNames); none without backing.
+func (e *Emulator) HostNames() []string {
+	if e.backer == nil {
+		return nil
+	}
+	return e.backer.HostNames()
+}
+
 // Close stops serving and tears down every backing node, waiting until
 // they are gone.
+
 func (e *Emulator) Close(ctx context.Context) error {
 	var errs []error
 	for _, srv := range e.servers {

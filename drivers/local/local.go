@@ -204,6 +204,23 @@ func vethName(providerID string) string { return "tv" + strings.TrimPrefix(provi
 // netnsName is a node's network namespace.
 func netnsName(providerID string) string { return "transit-" + providerID }
 
+// HostNames are the names the driver gives on the host to what it makes
+// for root: each district's bridge ("link tb…") and firewall chains
+// ("chain TRANSIT-…", the group's for cluster), each node's network
+// namespace ("netns transit-ln-…"), veth ("link tv…") and cgroup
+// ("cgroup transit/ln-…", under every hierarchy). Tests check that none
+// is left, without counting what other roots made meanwhile.
+func HostNames(root, cluster string, districts, providerIDs []string) []string {
+	var out []string
+	for _, d := range districts {
+		out = append(out, "link "+bridgeName(root, d), "chain "+chainName(root, cluster, d), "chain "+inputChainName(root, d))
+	}
+	for _, id := range providerIDs {
+		out = append(out, "netns "+netnsName(id), "link "+vethName(id), "cgroup transit/"+id)
+	}
+	return out
+}
+
 func validProviderID(id string) bool {
 	h, ok := strings.CutPrefix(id, "ln-")
 	if !ok || len(h) != 12 {

@@ -73,7 +73,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/districts"
-	"github.com/cloudtransit/transit/filelock"
 	"github.com/cloudtransit/transit/platforms/ssh"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -152,7 +151,6 @@ func Run(t *testing.T, h Harness) {
 	case h.Platform == "", h.New == nil, h.StopEngine == nil, h.StartEngine == nil, h.Block == nil, h.Unblock == nil:
 		t.Fatal("platformtest: the harness needs Platform, New, StopEngine, StartEngine, Block and Unblock")
 	}
-	HoldHost(t)
 	start := time.Now()
 	s := newSuite(t, h.withDefaults())
 	steps := []struct {
@@ -181,23 +179,6 @@ func Run(t *testing.T, h Harness) {
 		}
 	}
 	t.Logf("the %s conformance suite took %s (cleanup not counted)", h.Platform, time.Since(start).Round(time.Second))
-}
-
-// hostLock is the lock of the host's network namespaces, links and
-// chains for tests that look at the whole host.
-const hostLock = "/run/transit-tests-host.lock"
-
-// HoldHost takes the host's lock until t ends. Tests that build local
-// nodes and then check the whole host for leftovers (this suite, the
-// emulated clouds' e2e) hold it, so that `go test ./...`, which runs
-// packages at once, never counts another test's nodes as theirs.
-func HoldHost(t testing.TB) {
-	t.Helper()
-	unlock, err := filelock.FlockContext(t.Context(), hostLock, filelock.FlockOptions{Command: t.Name()})
-	if err != nil {
-		t.Fatalf("take the host's test lock: %v", err)
-	}
-	t.Cleanup(unlock)
 }
 
 // RequireRoot skips t under -short and when not root, as every test on
