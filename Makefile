@@ -25,6 +25,9 @@ FUZZTIME ?= 50000x
 # Tools, pinned.
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# controller-tools v0.17.3 is the one made for k8s.io v0.32 (the bundle's).
+CONTROLLER_GEN_VERSION ?= v0.17.3
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
 # What the local provider, the Swarm driver and the e2e tests need on the
 # host (Debian/Ubuntu package names).
@@ -42,7 +45,7 @@ DEMO_DIR := $(CURDIR)/demo
 # Where `make demo-kubernetes` keeps its working directory.
 DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: help build test test-unit test-race fuzz bench lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
+.PHONY: generate help build test test-unit test-race fuzz bench lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -126,6 +129,14 @@ bench: ## Run benchmarks (no tests) and print the results (bench-paper apart)
 PAPER_SCALE ?= 0.1
 bench-paper: ## (root) Replay the paper's experiments E1-E5 on emulated clouds; table, JSON and SVG in build/paper
 	TRANSIT_PAPER_SCALE=$(PAPER_SCALE) TRANSIT_PAPER_OUT=$(CURDIR)/build/paper $(GO) test -run '^$$' -bench BenchmarkPaper -benchtime 1x -timeout 60m ./e2e
+
+generate: $(CONTROLLER_GEN) ## Write the controllers' deepcopy code and CRDs (committed; CI checks they are current)
+	$(CONTROLLER_GEN) object crd paths=./controllers/relations/api/... output:crd:dir=./controllers/relations/config/crd
+
+$(CONTROLLER_GEN):
+	@echo "installing controller-gen $(CONTROLLER_GEN_VERSION) into $(BIN)"
+	cd / && GOBIN=$(BIN)/.install $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(BIN)/.install/controller-gen $@
 
 lint: $(GOLANGCI_LINT) ## Run go vet and golangci-lint
 	$(GO) vet $(PKGS)
