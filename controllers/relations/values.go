@@ -1,0 +1,282 @@
+package relations
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/jsonpath"
+
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+)
+
+// MaxValuesSize bounds a relationship's values: they go into one Secret,
+// whose limit is 1 MiB.
+const MaxValuesSize = 1 << 20
+
+// Values are a relationship's resolved values, key → value.
+type Values map[string]string
+
+// Hash identifies values: equal values, equal hash. A revision is made
+// only when the hash changes.
+func (v Values) Hash() string {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(v[k]), v[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Problem is why values could not be resolved, for a condition: which
+// key, what is wrong. It never holds a value.
+type Problem struct {
+	Key    string
+	Reason string // a condition reason: MissingKey, NotExposed, BadFormat…
+	Detail string
+}
+
+func (p Problem) String() string {
+	if p.Key == "" {
+		return p.Detail
+	}
+	return "key " + p.Key + ": " + p.Detail
+}
+
+// Source is what a provider's values come from.
+type Source struct {
+	// Provider is the provider object.
+	Provider *unstructured.Unstructured
+	// Config is the provider's ProviderConfig for the interface; nil: the
+	// default interface (the provider's DNS name under the interface's
+	// name).
+	Config *v1alpha1.ProviderConfig
+	// Secret and ConfigMap look up an object of the provider's namespace
+	// that carries relations.transit.io/expose=true; nil, nil: none such.
+	Secret    func(name string) (*corev1.Secret, error)
+	ConfigMap func(name string) (*corev1.ConfigMap, error)
+	// ClusterDomain is the cluster's DNS domain (cluster.local).
+	ClusterDomain string
+}
+
+// DNSName is a provider's name as its consumers reach it: an ExternalName
+// Service's externalName, else the Service of the provider's name in its
+// namespace.
+func DNSName(provider *unstructured.Unstructured, clusterDomain string) string {
+	if provider.GetKind() == "Service" {
+		if ext, _, _ := unstructured.NestedString(provider.Object, "spec", "externalName"); ext != "" {
+			return ext
+		}
+	}
+	return provider.GetName() + "." + provider.GetNamespace() + ".svc." + clusterDomain
+}
+
+// Resolve reads the values of interface iface from src and checks them
+// against the Interface, if any. Problems are returned all at once, values
+// only when there are none. An error is a failed lookup to retry.
+func Resolve(iface string, src Source, it *v1alpha1.Interface) (Values, []Problem, error) {
+	vals := Values{}
+	var problems []Problem
+	if src.Config == nil {
+		vals[iface] = DNSName(src.Provider, src.ClusterDomain)
+	} else {
+		for _, vs := range src.Config.Spec.Values {
+			v, p, err := resolveOne(vs, src)
+			if err != nil {
+				return nil, nil, err
+			}
+			if p != nil {
+				problems = append(problems, *p)
+				continue
+			}
+			vals[vs.Key] = v
+		}
+	}
+	if it != nil {
+		problems = append(problems, check(vals, it)...)
+	}
+	size := 0
+	for k, v := range vals {
+		size += len(k) + len(v)
+	}
+	if size > MaxValuesSize {
+		problems = append(problems, Problem{Reason: "TooLarge", Detail: fmt.Sprintf("the values take %d bytes, over the 1 MiB a Secret holds", size)})
+	}
+	if len(problems) > 0 {
+		return nil, problems, nil
+	}
+	return vals, nil, nil
+}
+
+// resolveOne reads one key's value.
+func resolveOne(vs v1alpha1.ValueSource, src Source) (string, *Problem, error) {
+	problem := func(reason, format string, a ...any) (string, *Problem, error) {
+		return "", &Problem{Key: vs.Key, Reason: reason, Detail: fmt.Sprintf(format, a...)}, nil
+	}
+	switch {
+	case vs.Field != "":
+		v, err := field(src.Provider, vs.Field)
+		if err != nil {
+			return problem("MissingField", "%s %s: %v", src.Provider.GetKind(), src.Provider.GetName(), err)
+		}
+		return v, nil, nil
+	case vs.SecretKeyRef != nil:
+		s, err := src.Secret(vs.SecretKeyRef.Name)
+		if err != nil {
+			return "", nil, err
+		}
+		if s == nil {
+			return problem("NotExposed", "Secret %s does not exist or lacks the label %s=true", vs.SecretKeyRef.Name, LabelExpose)
+		}
+		v, ok := s.Data[vs.SecretKeyRef.Key]
+		if !ok {
+			return problem("MissingKey", "Secret %s has no key %s", vs.SecretKeyRef.Name, vs.SecretKeyRef.Key)
+		}
+		return string(v), nil, nil
+	case vs.ConfigMapKeyRef != nil:
+		cm, err := src.ConfigMap(vs.ConfigMapKeyRef.Name)
+		if err != nil {
+			return "", nil, err
+		}
+		if cm == nil {
+			return problem("NotExposed", "ConfigMap %s does not exist or lacks the label %s=true", vs.ConfigMapKeyRef.Name, LabelExpose)
+		}
+		if v, ok := cm.Data[vs.ConfigMapKeyRef.Key]; ok {
+			return v, nil, nil
+		}
+		if v, ok := cm.BinaryData[vs.ConfigMapKeyRef.Key]; ok {
+			return string(v), nil, nil
+		}
+		return problem("MissingKey", "ConfigMap %s has no key %s", vs.ConfigMapKeyRef.Name, vs.ConfigMapKeyRef.Key)
+	case vs.BindingKey != "":
+		name, _, _ := unstructured.NestedString(src.Provider.Object, "status", "binding", "name")
+		if name == "" {
+			return problem("NoBinding", "%s %s has no .status.binding.name", src.Provider.GetKind(), src.Provider.GetName())
+		}
+		s, err := src.Secret(name)
+		if err != nil {
+			return "", nil, err
+		}
+		if s == nil {
+			return problem("NotExposed", "binding Secret %s does not exist or lacks the label %s=true", name, LabelExpose)
+		}
+		v, ok := s.Data[vs.BindingKey]
+		if !ok {
+			return problem("MissingKey", "binding Secret %s has no entry %s", name, vs.BindingKey)
+		}
+		return string(v), nil, nil
+	}
+	return problem("NoSource", "no source (the CRD's validation should have refused this)")
+}
+
+// field evaluates a JSONPath on obj to one scalar.
+func field(obj *unstructured.Unstructured, path string) (string, error) {
+	jp := jsonpath.New("field")
+	if err := jp.Parse(path); err != nil {
+		return "", fmt.Errorf("JSONPath %s: %w", path, err)
+	}
+	results, err := jp.FindResults(obj.Object)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	var found []string
+	for _, rs := range results {
+		for _, r := range rs {
+			if !r.IsValid() || !r.CanInterface() {
+				continue
+			}
+			switch v := r.Interface().(type) {
+			case string:
+				found = append(found, v)
+			case int64, float64, bool, int32, int:
+				found = append(found, fmt.Sprint(v))
+			case nil:
+			default:
+				return "", fmt.Errorf("%s is a %T, not a string, number or boolean", path, v)
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("%s has no value", path)
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("%s has %d values, want one", path, len(found))
+}
+
+// check holds values to the Interface: required keys present, formats
+// kept, no key it does not declare.
+func check(vals Values, it *v1alpha1.Interface) []Problem {
+	var problems []Problem
+	declared := map[string]v1alpha1.InterfaceKey{}
+	for _, k := range it.Spec.Keys {
+		declared[k.Name] = k
+		v, ok := vals[k.Name]
+		if !ok {
+			if k.Required {
+				problems = append(problems, Problem{Key: k.Name, Reason: "MissingKey", Detail: "required by Interface " + it.Name + ", no value"})
+			}
+			continue
+		}
+		if err := checkFormat(k.Format, v); err != nil {
+			detail := err.Error()
+			if k.Sensitive {
+				detail = "not a " + k.Format + " (the value is sensitive and not shown)"
+			}
+			problems = append(problems, Problem{Key: k.Name, Reason: "BadFormat", Detail: detail})
+		}
+	}
+	for k := range vals {
+		if _, ok := declared[k]; !ok {
+			problems = append(problems, Problem{Key: k, Reason: "InterfaceMismatch", Detail: "Interface " + it.Name + " has no such key"})
+		}
+	}
+	slices.SortFunc(problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
+	return problems
+}
+
+// checkFormat checks v against an Interface key's format.
+func checkFormat(format, v string) error {
+	switch format {
+	case "", "string":
+		return nil
+	case "host":
+		if net.ParseIP(v) != nil || len(validation.IsDNS1123Subdomain(strings.TrimSuffix(v, "."))) == 0 {
+			return nil
+		}
+		return fmt.Errorf("%q is not a host name or IP address", v)
+	case "port":
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 65535 {
+			return nil
+		}
+		return fmt.Errorf("%q is not a port (1-65535)", v)
+	case "hostport":
+		h, p, err := net.SplitHostPort(v)
+		if err != nil {
+			return fmt.Errorf("%q is not host:port", v)
+		}
+		if err := checkFormat("host", h); err != nil {
+			return err
+		}
+		return checkFormat("port", p)
+	case "uri":
+		if u, err := url.Parse(v); err == nil && u.Scheme != "" && (u.Host != "" || u.Opaque != "") {
+			return nil
+		}
+		return fmt.Errorf("%q is not an absolute URI", v)
+	}
+	return fmt.Errorf("unknown format %q", format)
+}
