@@ -1,0 +1,172 @@
+package relations
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/structured-merge-diff/v4/fieldpath"
+
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+)
+
+// FieldManager is the controller's server-side apply manager: it owns
+// the fields it injects and no other, so a user's variable or mount of
+// the same name is a conflict, never overwritten.
+const FieldManager = "transit-relations"
+
+// RevisionAnnotationPrefix + a relationship's name, on a consumer's pod
+// template, is the revision its pods run. A new revision changes it, and
+// the values Secret the template refers to: one rollout.
+const RevisionAnnotationPrefix = "revision.relations.transit.io/"
+
+// Injection is what one relationship puts into its consumer's pod
+// template.
+type Injection struct {
+	// Relationship is the Relationship's name.
+	Relationship string
+	Revision     int64
+	// Secret holds the revision's values (the mutable one for InPlace).
+	Secret string
+	// Keys say where each key goes (ConsumerConfig, or the default
+	// interface's one env variable).
+	Keys []v1alpha1.KeyInjection
+}
+
+// DefaultKeys is the default interface's injection: its one value as the
+// environment variable named after the interface (db-main → DB_MAIN).
+func DefaultKeys(iface string) []v1alpha1.KeyInjection {
+	return []v1alpha1.KeyInjection{{Key: iface, Env: EnvName(iface)}}
+}
+
+// EnvName is an interface's name as an environment variable.
+func EnvName(iface string) string {
+	return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(iface))
+}
+
+// templatePatch is the part of a workload's spec.template the controller
+// owns for injections, as a server-side apply patch: every container
+// named gets the env variables, the file volumes are mounted, and the
+// template carries each relationship's revision. No injection: an empty
+// patch, which removes every field the controller added before.
+func templatePatch(containers []string, injections []Injection) map[string]any {
+	injections = slices.Clone(injections)
+	slices.SortFunc(injections, func(a, b Injection) int { return strings.Compare(a.Relationship, b.Relationship) })
+	annotations := map[string]any{}
+	var env, mounts, volumes []any
+	for _, in := range injections {
+		annotations[RevisionAnnotationPrefix+in.Relationship] = strconv.FormatInt(in.Revision, 10)
+		dirs := map[string][]any{} // mount directory → items
+		for _, k := range in.Keys {
+			switch {
+			case k.Env != "":
+				env = append(env, map[string]any{"name": k.Env, "valueFrom": map[string]any{
+					"secretKeyRef": map[string]any{"name": in.Secret, "key": k.Key}}})
+			case k.File != "":
+				dir := path.Dir(k.File)
+				dirs[dir] = append(dirs[dir], map[string]any{"key": k.Key, "path": path.Base(k.File)})
+			}
+		}
+		for _, dir := range sortedKeys(dirs) {
+			// A directory mount, never subPath: an InPlace update reaches
+			// the file without a restart.
+			name := volumeName(in.Relationship, dir)
+			volumes = append(volumes, map[string]any{"name": name, "secret": map[string]any{"secretName": in.Secret, "items": dirs[dir]}})
+			mounts = append(mounts, map[string]any{"name": name, "mountPath": dir, "readOnly": true})
+		}
+	}
+	spec := map[string]any{}
+	if len(containers) > 0 && (len(env) > 0 || len(mounts) > 0) {
+		var cs []any
+		for _, c := range containers {
+			m := map[string]any{"name": c}
+			if len(env) > 0 {
+				m["env"] = env
+			}
+			if len(mounts) > 0 {
+				m["volumeMounts"] = mounts
+			}
+			cs = append(cs, m)
+		}
+		spec["containers"] = cs
+	}
+	if len(volumes) > 0 {
+		spec["volumes"] = volumes
+	}
+	tpl := map[string]any{}
+	if len(annotations) > 0 {
+		tpl["metadata"] = map[string]any{"annotations": annotations}
+	}
+	if len(spec) > 0 {
+		tpl["spec"] = spec
+	}
+	return tpl
+}
+
+// volumeName names a relationship's volume for one directory: a DNS label.
+func volumeName(relationship, dir string) string {
+	sum := sha256.Sum256([]byte(relationship + "\x00" + dir))
+	return "rel-" + hex.EncodeToString(sum[:])[:12]
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// conflict is what an injection would set that another manager set first.
+func conflict(w client.Object, in Injection) (string, error) {
+	owned, err := ownedFields(w)
+	if err != nil {
+		return "", err
+	}
+	tpl := template(w)
+	base := []any{"spec", "template", "spec"}
+	for _, c := range tpl.Spec.Containers {
+		at := func(parts ...any) fieldpath.Path {
+			return fieldpath.MakePathOrDie(append(append(slices.Clone(base), "containers", fieldpath.KeyByFields("name", c.Name)), parts...)...)
+		}
+		for _, k := range in.Keys {
+			if k.Env != "" && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == k.Env }) &&
+				!owned.Has(at("env", fieldpath.KeyByFields("name", k.Env))) {
+				return fmt.Sprintf("container %s sets its own variable %s", c.Name, k.Env), nil
+			}
+			if k.File != "" {
+				dir := path.Dir(k.File)
+				if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir }) &&
+					!owned.Has(at("volumeMounts", fieldpath.KeyByFields("mountPath", dir))) {
+					return fmt.Sprintf("container %s mounts a volume of its own at %s", c.Name, dir), nil
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// ownedFields are the fields FieldManager applied to w.
+func ownedFields(w client.Object) (*fieldpath.Set, error) {
+	set := &fieldpath.Set{}
+	for _, mf := range w.GetManagedFields() {
+		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+			continue
+		}
+		s := &fieldpath.Set{}
+		if err := s.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
+			return nil, fmt.Errorf("managed fields of %s: %w", w.GetName(), err)
+		}
+		set = set.Union(s)
+	}
+	return set, nil
+}

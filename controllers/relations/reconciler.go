@@ -1,0 +1,657 @@
+package relations
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+)
+
+// Options tune the controller.
+type Options struct {
+	// Workers reconcile consumers in parallel (per workload kind).
+	Workers int
+	// History is how many revisions a Relationship keeps (10).
+	History int
+	// ClusterDomain is the cluster's DNS domain (cluster.local).
+	ClusterDomain string
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.History <= 0 {
+		o.History = 10
+	}
+	if o.ClusterDomain == "" {
+		o.ClusterDomain = "cluster.local"
+	}
+	return o
+}
+
+// Labels and index of the controller's own objects.
+const (
+	// labelRelationship marks a revision's values Secret with its
+	// Relationship's name.
+	labelRelationship = Prefix + "relationship"
+	// annotationHash is a values Secret's values hash.
+	annotationHash = Prefix + "hash"
+	// providerIndex indexes consumers by the providers they name
+	// ("namespace/name").
+	providerIndex = "relations.transit.io/provider"
+)
+
+// workloadKinds are the kinds a consumer may be.
+var workloadKinds = []workloadKind{
+	{"Deployment", func() client.Object { return &appsv1.Deployment{} }, func() client.ObjectList { return &appsv1.DeploymentList{} }},
+	{"StatefulSet", func() client.Object { return &appsv1.StatefulSet{} }, func() client.ObjectList { return &appsv1.StatefulSetList{} }},
+	{"DaemonSet", func() client.Object { return &appsv1.DaemonSet{} }, func() client.ObjectList { return &appsv1.DaemonSetList{} }},
+}
+
+type workloadKind struct {
+	kind    string
+	new     func() client.Object
+	newList func() client.ObjectList
+}
+
+// template is a workload's pod template.
+func template(o client.Object) *corev1.PodTemplateSpec {
+	switch w := o.(type) {
+	case *appsv1.Deployment:
+		return &w.Spec.Template
+	case *appsv1.StatefulSet:
+		return &w.Spec.Template
+	case *appsv1.DaemonSet:
+		return &w.Spec.Template
+	}
+	return nil
+}
+
+// Reconciler relates consumers to providers: per consumer workload and
+// interface it keeps a Relationship, a values Secret per revision, and the
+// workload's pod template pointing at the current one.
+type Reconciler struct {
+	Client client.Client
+	// Reader reads what the cache does not hold (the values Secrets).
+	Reader   client.Reader
+	Recorder record.EventRecorder
+	Options  Options
+}
+
+// SetupWithManager registers one controller per workload kind, the
+// consumers-by-provider index and the watches of providers and configs.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	for _, wk := range workloadKinds {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), wk.new(), providerIndex, requestedProviders); err != nil {
+			return err
+		}
+		rec := &kindReconciler{Reconciler: r, workloadKind: wk}
+		byProvider := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return rec.consumersOf(ctx, o.GetNamespace(), o.GetName())
+		})
+		err := ctrl.NewControllerManagedBy(mgr).
+			Named("relations-"+strings.ToLower(wk.kind)).
+			For(wk.new(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				_, consumes := o.GetAnnotations()[AnnotationConsumes]
+				return consumes || hasInjections(o)
+			}))).
+			Owns(&v1alpha1.Relationship{}).
+			Watches(&corev1.Service{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
+			Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
+			Watches(&v1alpha1.ConsumerConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
+			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
+			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
+			WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.Workers}).
+			Complete(rec)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// providerOrAnnotated passes objects that provide, and deletions (a
+// provider that goes away).
+func providerOrAnnotated() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return IsProvider(e.Object.GetAnnotations()) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return IsProvider(e.ObjectOld.GetAnnotations()) || IsProvider(e.ObjectNew.GetAnnotations())
+		},
+		DeleteFunc:  func(e event.DeleteEvent) bool { return IsProvider(e.Object.GetAnnotations()) },
+		GenericFunc: func(e event.GenericEvent) bool { return IsProvider(e.Object.GetAnnotations()) },
+	}
+}
+
+// requestedProviders indexes a consumer by the providers it names.
+func requestedProviders(o client.Object) []string {
+	c, err := ParseConsumer(o.GetNamespace(), o.GetAnnotations())
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range c.Requests {
+		out = append(out, r.String())
+	}
+	return out
+}
+
+// hasInjections says whether the controller injected into o's template:
+// a consumer whose annotations were removed still needs one more pass.
+func hasInjections(o client.Object) bool {
+	tpl := template(o)
+	if tpl == nil {
+		return false
+	}
+	for k := range tpl.Annotations {
+		if strings.HasPrefix(k, RevisionAnnotationPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// kindReconciler reconciles consumers of one workload kind.
+type kindReconciler struct {
+	*Reconciler
+	workloadKind
+}
+
+func (r *kindReconciler) consumersOf(ctx context.Context, namespace, name string) []reconcile.Request {
+	list := r.newList()
+	if err := r.Client.List(ctx, list, client.MatchingFields{providerIndex: namespace + "/" + name}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list consumers", "provider", namespace+"/"+name)
+		return nil
+	}
+	var out []reconcile.Request
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		m := o.(client.Object)
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}})
+		return nil
+	})
+	return out
+}
+
+// consumersInNamespace maps a config, Secret or ConfigMap to the consumers
+// of its namespace (and those that name providers there).
+func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	list := r.newList()
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list consumers", "namespace", o.GetNamespace())
+		return nil
+	}
+	var out []reconcile.Request
+	_ = meta.EachListItem(list, func(obj runtime.Object) error {
+		if w := obj.(client.Object); IsConsumer(w.GetAnnotations()) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.GetNamespace(), Name: w.GetName()}})
+		}
+		return nil
+	})
+	return out
+}
+
+// Reconcile brings one consumer's relationships and template in line.
+func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	w := r.new()
+	if err := r.Client.Get(ctx, req.NamespacedName, w); err != nil {
+		// Gone: its Relationships and Secrets go with it (owner references).
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !w.GetDeletionTimestamp().IsZero() {
+		return reconcile.Result{}, nil
+	}
+	var injections []Injection
+	var retry bool
+	if IsConsumer(w.GetAnnotations()) {
+		c, err := ParseConsumer(w.GetNamespace(), w.GetAnnotations())
+		if err != nil {
+			r.Recorder.Event(w, corev1.EventTypeWarning, "BadAnnotation", err.Error())
+			return reconcile.Result{}, nil // the user's edit brings it back
+		}
+		for _, iface := range c.Interfaces {
+			in, again, err := r.relate(ctx, w, c, iface)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			retry = retry || again
+			if in != nil {
+				injections = append(injections, *in)
+			}
+		}
+		if err := r.pruneRelationships(ctx, w, c.Interfaces); err != nil {
+			return reconcile.Result{}, err
+		}
+	} else if err := r.pruneRelationships(ctx, w, nil); err != nil {
+		return reconcile.Result{}, err
+	}
+	// Injections that would take a variable or mount someone else set are
+	// left out (their fields, applied before, go): never overwritten.
+	var apply, blocked []Injection
+	var why []string
+	for _, in := range injections {
+		msg, err := conflict(w, in)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if msg != "" {
+			blocked, why = append(blocked, in), append(why, msg)
+			r.Recorder.Eventf(w, corev1.EventTypeWarning, "Conflict", "relationship %s: %s; rename it, or remove it to let the relationship inject", in.Relationship, msg)
+			continue
+		}
+		apply = append(apply, in)
+	}
+	if err := r.inject(ctx, w, apply); err != nil {
+		if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
+			return reconcile.Result{}, err
+		}
+		// Another manager holds a field the injections set, or the merged
+		// template is invalid: a condition, never a loop.
+		r.Recorder.Event(w, corev1.EventTypeWarning, "Conflict", err.Error())
+		return reconcile.Result{RequeueAfter: time.Minute}, r.markInjected(ctx, w, injections, nil, metav1.ConditionFalse, "Conflict", err.Error())
+	}
+	if err := r.markInjected(ctx, w, blocked, why, metav1.ConditionFalse, "Conflict", ""); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.markInjected(ctx, w, apply, nil, metav1.ConditionTrue, "Injected", "the pod template carries the revision"); err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(blocked) > 0 {
+		return reconcile.Result{RequeueAfter: time.Minute}, nil
+	}
+	if retry {
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// relationshipName is a consumer's Relationship for an interface: a DNS
+// label, hashed when too long.
+func relationshipName(kind, consumer, iface string) string {
+	n := strings.ToLower(kind) + "-" + consumer + "-" + iface
+	if len(n) <= 63 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(n))
+	return strings.TrimRight(n[:50], "-.") + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// relate keeps the Relationship of w over iface and returns what to
+// inject: nil while no revision exists. again asks for a later look (a
+// provider not found yet).
+func (r *kindReconciler) relate(ctx context.Context, w client.Object, c ConsumerAnnotations, iface string) (_ *Injection, again bool, _ error) {
+	rel := &v1alpha1.Relationship{ObjectMeta: metav1.ObjectMeta{Name: relationshipName(r.kind, w.GetName(), iface), Namespace: w.GetNamespace()}}
+	gvk, err := r.Client.GroupVersionKindFor(w)
+	if err != nil {
+		return nil, false, err
+	}
+	var pin *int64
+	if n, ok := c.Pins[iface]; ok {
+		pin = ptr.To(n)
+	}
+	provider, candidates, err := r.findProvider(ctx, c.Requests, iface)
+	if err != nil {
+		return nil, false, err
+	}
+	ref := v1alpha1.ObjectRef{}
+	if provider != nil {
+		ref = v1alpha1.ObjectRef{APIVersion: provider.GetAPIVersion(), Kind: provider.GetKind(), Namespace: provider.GetNamespace(), Name: provider.GetName()}
+	} else if len(c.Requests) > 0 {
+		ref = v1alpha1.ObjectRef{Namespace: c.Requests[0].Namespace, Name: c.Requests[0].Name}
+	}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, rel, func() error {
+		rel.Spec = v1alpha1.RelationshipSpec{
+			Consumer:  v1alpha1.ObjectRef{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: w.GetName()},
+			Provider:  ref,
+			Interface: iface,
+			Pin:       pin,
+		}
+		return controllerutil.SetControllerReference(w, rel, r.Client.Scheme())
+	}); err != nil {
+		return nil, false, err
+	}
+	st := rel.Status.DeepCopy()
+	st.ObservedGeneration = rel.Generation
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: rel.Generation})
+	}
+	finish := func() error {
+		ready := true
+		for _, t := range []string{v1alpha1.ConditionProviderFound, v1alpha1.ConditionInterfaceMatched, v1alpha1.ConditionValuesResolved} {
+			if !meta.IsStatusConditionTrue(st.Conditions, t) {
+				ready = false
+				c := meta.FindStatusCondition(st.Conditions, t)
+				reason, msg := "Pending", t+" is not true"
+				if c != nil {
+					reason, msg = c.Reason, c.Message
+				}
+				set(v1alpha1.ConditionReady, false, reason, msg)
+				break
+			}
+		}
+		if ready {
+			set(v1alpha1.ConditionReady, true, "Established", fmt.Sprintf("revision %d", st.Revision))
+		}
+		if equalStatus(&rel.Status, st) {
+			return nil
+		}
+		rel.Status = *st
+		return r.Client.Status().Update(ctx, rel)
+	}
+	current := func() *Injection {
+		if st.Revision == 0 {
+			return nil
+		}
+		return &Injection{Relationship: rel.Name, Revision: st.Revision, Secret: st.Secret}
+	}
+
+	switch {
+	case len(candidates) > 1:
+		set(v1alpha1.ConditionProviderFound, false, "Ambiguous", fmt.Sprintf("%s all provide %s: name one provider per interface", strings.Join(candidates, ", "), iface))
+		return withKeys(current(), nil), false, finish()
+	case provider == nil:
+		msg := fmt.Sprintf("none of %s provides %s", requestsString(c.Requests), iface)
+		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
+		if st.Revision == 0 {
+			r.Recorder.Event(w, corev1.EventTypeNormal, "RelationshipPending", msg)
+		}
+		// The values of the last revision stay: a deleted provider's
+		// consumers keep running as they are.
+		keys, err := r.consumerKeys(ctx, w.GetNamespace(), c, iface)
+		if err != nil {
+			return nil, false, err
+		}
+		return withKeys(current(), keys), true, finish()
+	}
+	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
+	if provider.GetNamespace() != w.GetNamespace() {
+		p, _ := ParseProvider(provider.GetAnnotations())
+		if !p.AllowAll && !slices.Contains(p.AllowNamespaces, w.GetNamespace()) {
+			set(v1alpha1.ConditionPermitted, false, "NotPermitted", fmt.Sprintf("%s %s/%s does not list namespace %s in %s", provider.GetKind(), provider.GetNamespace(), provider.GetName(), w.GetNamespace(), AnnotationAllowNamespaces))
+			return withKeys(current(), nil), false, finish()
+		}
+	}
+	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
+	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
+
+	keys, err := r.consumerKeys(ctx, w.GetNamespace(), c, iface)
+	if err != nil {
+		return nil, false, err
+	}
+	src, err := r.source(ctx, provider, iface)
+	if err != nil {
+		return nil, false, err
+	}
+	vals, problems, err := Resolve(iface, src, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(problems) > 0 {
+		var msgs []string
+		for _, p := range problems {
+			msgs = append(msgs, p.String())
+		}
+		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
+		return withKeys(current(), keys), true, finish()
+	}
+	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
+	if hash := vals.Hash(); hash != st.Hash {
+		from := st.Revision
+		next := st.Revision + 1
+		secret, err := r.writeRevision(ctx, rel, next, hash, vals)
+		if err != nil {
+			return nil, false, err
+		}
+		// The revision is persisted before any template refers to it.
+		st.Revision, st.Hash, st.Secret = next, hash, secret
+		st.History = append([]v1alpha1.RevisionRecord{{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}}, st.History...)
+		if len(st.History) > r.Options.History {
+			st.History = st.History[:r.Options.History]
+		}
+		if from > 0 {
+			r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, from, next)
+		}
+	}
+	return withKeys(current(), keys), false, finish()
+}
+
+// withKeys completes an injection with its keys (none: the default
+// interface's).
+func withKeys(in *Injection, keys []v1alpha1.KeyInjection) *Injection {
+	if in == nil {
+		return nil
+	}
+	in.Keys = keys
+	return in
+}
+
+func requestsString(rs []Request) string {
+	var s []string
+	for _, r := range rs {
+		s = append(s, r.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// equalStatus: a status write only when something changed.
+func equalStatus(a, b *v1alpha1.RelationshipStatus) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// CacheOptions are the manager's cache settings the controller needs: of
+// Secrets and ConfigMaps only those labelled expose=true are watched.
+func CacheOptions() cache.Options {
+	exposed := labels.SelectorFromSet(labels.Set{LabelExpose: "true"})
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}:    {Label: exposed},
+		&corev1.ConfigMap{}: {Label: exposed},
+	}}
+}
+
+// findProvider looks up the requested objects that provide iface. Only
+// Services for now; every candidate is named when more than one provides.
+func (r *kindReconciler) findProvider(ctx context.Context, requests []Request, iface string) (*unstructured.Unstructured, []string, error) {
+	var found *unstructured.Unstructured
+	var candidates []string
+	for _, req := range requests {
+		svc := &corev1.Service{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, svc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := ParseProvider(svc.Annotations)
+		if err != nil || !slices.Contains(p.Interfaces, iface) {
+			continue
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(svc)
+		if err != nil {
+			return nil, nil, err
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		u.SetAPIVersion("v1")
+		u.SetKind("Service")
+		candidates = append(candidates, "Service "+req.String())
+		found = u
+	}
+	if len(candidates) > 1 {
+		return nil, candidates, nil
+	}
+	return found, candidates, nil
+}
+
+// consumerKeys are where iface's keys go in the consumer: its
+// ConsumerConfig, else the default interface's env variable.
+func (r *kindReconciler) consumerKeys(ctx context.Context, namespace string, c ConsumerAnnotations, iface string) ([]v1alpha1.KeyInjection, error) {
+	name, ok := c.Configs[iface]
+	if !ok {
+		return DefaultKeys(iface), nil
+	}
+	cc := &v1alpha1.ConsumerConfig{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cc); err != nil {
+		return nil, err
+	}
+	return cc.Spec.Keys, nil
+}
+
+// source is where a provider's values come from.
+func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unstructured, iface string) (Source, error) {
+	src := Source{Provider: provider, ClusterDomain: r.Options.ClusterDomain}
+	ns := provider.GetNamespace()
+	src.Secret = func(name string) (*corev1.Secret, error) {
+		s := &corev1.Secret{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s)
+		if apierrors.IsNotFound(err) || (err == nil && s.Labels[LabelExpose] != "true") {
+			return nil, nil
+		}
+		return s, err
+	}
+	src.ConfigMap = func(name string) (*corev1.ConfigMap, error) {
+		cm := &corev1.ConfigMap{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cm)
+		if apierrors.IsNotFound(err) || (err == nil && cm.Labels[LabelExpose] != "true") {
+			return nil, nil
+		}
+		return cm, err
+	}
+	p, err := ParseProvider(provider.GetAnnotations())
+	if err != nil {
+		return src, nil
+	}
+	if name, ok := p.Configs[iface]; ok {
+		pc := &v1alpha1.ProviderConfig{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pc); err != nil {
+			return src, err
+		}
+		src.Config = pc
+	}
+	return src, nil
+}
+
+// writeRevision creates the immutable values Secret of a revision, owned
+// by the Relationship. One left by a run that crashed before recording it
+// is reused when it holds the same values.
+func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relationship, revision int64, hash string, vals Values) (string, error) {
+	name := rel.Name + "-r" + strconv.FormatInt(revision, 10)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rel.Namespace,
+			Labels:      map[string]string{labelRelationship: rel.Name},
+			Annotations: map[string]string{annotationHash: hash}},
+		Immutable: ptr.To(true),
+		Data:      map[string][]byte{},
+	}
+	for k, v := range vals {
+		s.Data[k] = []byte(v)
+	}
+	if err := controllerutil.SetControllerReference(rel, s, r.Client.Scheme()); err != nil {
+		return "", err
+	}
+	err := r.Client.Create(ctx, s)
+	if apierrors.IsAlreadyExists(err) {
+		old := &corev1.Secret{}
+		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(s), old); err != nil {
+			return "", err
+		}
+		if old.Annotations[annotationHash] == hash {
+			return name, nil
+		}
+		// Another value under this revision's name: never rewrite it.
+		return "", fmt.Errorf("the values Secret %s/%s of revision %d holds other values; delete it if no pod uses it", rel.Namespace, name, revision)
+	}
+	return name, err
+}
+
+// inject applies w's template patch as the controller's field manager.
+func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections []Injection) error {
+	tpl := template(w)
+	var containers []string
+	for _, c := range tpl.Spec.Containers {
+		containers = append(containers, c.Name)
+	}
+	gvk, err := r.Client.GroupVersionKindFor(w)
+	if err != nil {
+		return err
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": w.GetName(), "namespace": w.GetNamespace()},
+		"spec":     map[string]any{"template": templatePatch(containers, injections)},
+	}}
+	patch.SetGroupVersionKind(gvk)
+	return r.Client.Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager))
+}
+
+// markInjected records on each Relationship whether its injection is in
+// the template.
+func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, injections []Injection, msgs []string, status metav1.ConditionStatus, reason, msg string) error {
+	var errs []error
+	for i, in := range injections {
+		if i < len(msgs) {
+			msg = msgs[i]
+		}
+		rel := &v1alpha1.Relationship{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: w.GetNamespace(), Name: in.Relationship}, rel); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInjected, Status: status, Reason: reason, Message: msg, ObservedGeneration: rel.Generation}) {
+			errs = append(errs, r.Client.Status().Update(ctx, rel))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pruneRelationships deletes w's Relationships of interfaces it no longer
+// consumes.
+func (r *kindReconciler) pruneRelationships(ctx context.Context, w client.Object, ifaces []string) error {
+	var list v1alpha1.RelationshipList
+	if err := r.Client.List(ctx, &list, client.InNamespace(w.GetNamespace())); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		rel := &list.Items[i]
+		if !metav1.IsControlledBy(rel, w) || slices.Contains(ifaces, rel.Spec.Interface) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, rel); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}

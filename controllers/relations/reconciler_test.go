@@ -1,0 +1,318 @@
+package relations_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/testenv"
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)))
+	os.Exit(m.Run())
+}
+
+// startController runs the relations controller against e until the test
+// ends.
+func startController(t *testing.T, e *testenv.Env) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 e.Scheme,
+		Cache:                  relations.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Each test runs its own manager of the same controllers.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relations.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("transit-relations")}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+func startEnv(t *testing.T) *testenv.Env {
+	return testenv.Start(t, testenv.Options{
+		CRDDirs:           []string{filepath.Join("config", "crd")},
+		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+		ControllerManager: true,
+	})
+}
+
+func deployment(name string, annotations map[string]string, env ...corev1.EnvVar) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{
+					{Name: "app", Image: "busybox", Env: env},
+					{Name: "sidecar", Image: "busybox"},
+				}},
+			},
+		},
+	}
+}
+
+func externalService(name, host string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: map[string]string{relations.AnnotationProvides: "db"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: host},
+	}
+}
+
+// eventually polls cond until it holds or 30 s passed.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s; last: %s", what, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRelationshipLifecycle: a consumer created before its provider
+// waits (ProviderFound=False, an event); the provider's appearance makes
+// revision 1, its values in an immutable Secret the template refers to in
+// every container; a change makes revision 2 and one template change;
+// an unrelated edit of the provider writes nothing; removing the
+// annotations removes everything the controller added.
+func TestRelationshipLifecycle(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	if err := c.Create(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	rel := &v1alpha1.Relationship{}
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	eventually(t, "the pending Relationship", func() (bool, string) {
+		if err := c.Get(ctx, relKey, rel); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionProviderFound)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "NotFound" &&
+			meta.IsStatusConditionFalse(rel.Status.Conditions, v1alpha1.ConditionReady), condString(rel)
+	})
+	if !metav1.IsControlledBy(rel, web) {
+		t.Errorf("the Relationship is not owned by its consumer: %v", rel.OwnerReferences)
+	}
+	eventually(t, "the RelationshipPending event", func() (bool, string) {
+		return hasEvent(ctx, c, "web", "RelationshipPending", "none of default/pg provides db"), ""
+	})
+
+	pg := externalService("pg", "db1.example.com")
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	gen := waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+
+	// A change of the provider's value: revision 2, one rollout.
+	pg.Spec.ExternalName = "db2.example.com"
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	waitRevision(t, c, relKey, 2, "db2.example.com")
+	gen2 := waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+	if gen2 != gen+1 {
+		t.Errorf("the change took the Deployment from generation %d to %d, want one write", gen, gen2)
+	}
+	if err := c.Get(ctx, relKey, rel); err != nil {
+		t.Fatal(err)
+	}
+	if len(rel.Status.History) != 2 || rel.Status.History[0].Revision != 2 || rel.Status.History[1].Secret != "deployment-web-db-r1" {
+		t.Errorf("history: %+v", rel.Status.History)
+	}
+	eventually(t, "the ProviderChanged event", func() (bool, string) {
+		return hasEvent(ctx, c, "web", "ProviderChanged", "db: r1→r2"), ""
+	})
+
+	// An edit that does not change the values writes nothing.
+	pg.Labels = map[string]string{"team": "data"}
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+		t.Fatal(err)
+	}
+	if web.Generation != gen2 {
+		t.Errorf("an unrelated edit of the provider wrote the consumer: generation %d, want %d", web.Generation, gen2)
+	}
+	if err := c.Get(ctx, relKey, rel); err != nil || rel.Status.Revision != 2 {
+		t.Errorf("an unrelated edit made revision %d (%v)", rel.Status.Revision, err)
+	}
+
+	// The annotations removed: one rollout takes everything out.
+	web.Annotations = nil
+	if err := c.Update(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the injection removed", func() (bool, string) {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+			return false, err.Error()
+		}
+		tpl := web.Spec.Template
+		for _, ctr := range tpl.Spec.Containers {
+			if len(ctr.Env) > 0 {
+				return false, "env left"
+			}
+		}
+		return len(tpl.Annotations) == 0, "annotations left"
+	})
+	eventually(t, "the Relationship deleted", func() (bool, string) {
+		err := c.Get(ctx, relKey, rel)
+		return err != nil && strings.Contains(err.Error(), "not found"), "still there"
+	})
+}
+
+// TestUserVariableConflicts: a variable the user set under the name the
+// relationship injects is never overwritten: Injected=False, Conflict.
+func TestUserVariableConflicts(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	if err := c.Create(ctx, externalService("pg", "db1.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	mine := deployment("mine", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"},
+		corev1.EnvVar{Name: "DB", Value: "my-own-db"})
+	if err := c.Create(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-mine-db"}
+	rel := &v1alpha1.Relationship{}
+	eventually(t, "Injected=False Conflict", func() (bool, string) {
+		if err := c.Get(ctx, relKey, rel); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInjected)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "Conflict", condString(rel)
+	})
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+		t.Fatal(err)
+	}
+	if env := mine.Spec.Template.Spec.Containers[0].Env; len(env) != 1 || env[0].Value != "my-own-db" || env[0].ValueFrom != nil {
+		t.Errorf("the user's variable was changed: %+v", env)
+	}
+}
+
+func waitRevision(t *testing.T, c client.Client, key types.NamespacedName, revision int64, value string) {
+	t.Helper()
+	rel := &v1alpha1.Relationship{}
+	eventually(t, "revision "+strconvI(revision), func() (bool, string) {
+		if err := c.Get(context.Background(), key, rel); err != nil {
+			return false, err.Error()
+		}
+		return rel.Status.Revision == revision && meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReady), condString(rel)
+	})
+	s := &corev1.Secret{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: key.Namespace, Name: rel.Status.Secret}, s); err != nil {
+		t.Fatal(err)
+	}
+	if string(s.Data["db"]) != value || s.Immutable == nil || !*s.Immutable || !metav1.IsControlledBy(s, rel) {
+		t.Errorf("values Secret %s: data %q immutable %v owners %v, want db=%s, immutable, owned by the Relationship", s.Name, s.Data, s.Immutable, s.OwnerReferences, value)
+	}
+}
+
+// waitTemplate waits until the Deployment's every container takes DB from
+// secret and the template carries the revision; it returns the
+// Deployment's generation.
+func waitTemplate(t *testing.T, c client.Client, name, secret, revision string) int64 {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	eventually(t, "the template at "+secret, func() (bool, string) {
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: name}, d); err != nil {
+			return false, err.Error()
+		}
+		tpl := d.Spec.Template
+		if tpl.Annotations[relations.RevisionAnnotationPrefix+"deployment-"+name+"-db"] != revision {
+			return false, "annotations " + strings.Join(mapKeys(tpl.Annotations), ",")
+		}
+		for _, ctr := range tpl.Spec.Containers {
+			if len(ctr.Env) != 1 || ctr.Env[0].Name != "DB" || ctr.Env[0].ValueFrom == nil || ctr.Env[0].ValueFrom.SecretKeyRef == nil ||
+				ctr.Env[0].ValueFrom.SecretKeyRef.Name != secret || ctr.Env[0].ValueFrom.SecretKeyRef.Key != "db" {
+				return false, ctr.Name + " env not injected"
+			}
+		}
+		return true, ""
+	})
+	return d.Generation
+}
+
+func hasEvent(ctx context.Context, c client.Client, object, reason, msg string) bool {
+	var events corev1.EventList
+	if err := c.List(ctx, &events, client.InNamespace("default")); err != nil {
+		return false
+	}
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Name == object && ev.Reason == reason && strings.Contains(ev.Message, msg) {
+			return true
+		}
+	}
+	return false
+}
+
+func condString(rel *v1alpha1.Relationship) string {
+	var s []string
+	for _, c := range rel.Status.Conditions {
+		s = append(s, c.Type+"="+string(c.Status)+"("+c.Reason+": "+c.Message+")")
+	}
+	return "revision " + strconvI(rel.Status.Revision) + " " + strings.Join(s, " ")
+}
+
+func strconvI(n int64) string { return strconv.FormatInt(n, 10) }
+
+func mapKeys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
