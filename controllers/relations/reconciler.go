@@ -433,9 +433,14 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	if hash := vals.Hash(); hash != st.Hash {
 		from := st.Revision
 		next := st.Revision + 1
-		secret, err := r.writeRevision(ctx, rel, next, hash, vals)
+		secret, foreign, err := r.writeRevision(ctx, rel, next, hash, vals)
 		if err != nil {
 			return nil, false, err
+		}
+		if foreign != "" {
+			set(v1alpha1.ConditionValuesResolved, false, "SecretConflict", foreign)
+			r.Recorder.Event(w, corev1.EventTypeWarning, "SecretConflict", foreign)
+			return withKeys(current(), keys), true, finish()
 		}
 		// The revision is persisted before any template refers to it.
 		st.Revision, st.Hash, st.Secret = next, hash, secret
@@ -568,8 +573,8 @@ func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unst
 // writeRevision creates the immutable values Secret of a revision, owned
 // by the Relationship. One left by a run that crashed before recording it
 // is reused when it holds the same values.
-func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relationship, revision int64, hash string, vals Values) (string, error) {
-	name := rel.Name + "-r" + strconv.FormatInt(revision, 10)
+func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relationship, revision int64, hash string, vals Values) (name, foreign string, _ error) {
+	name = rel.Name + "-r" + strconv.FormatInt(revision, 10)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rel.Namespace,
 			Labels:      map[string]string{labelRelationship: rel.Name},
@@ -581,21 +586,21 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 		s.Data[k] = []byte(v)
 	}
 	if err := controllerutil.SetControllerReference(rel, s, r.Client.Scheme()); err != nil {
-		return "", err
+		return "", "", err
 	}
 	err := r.Client.Create(ctx, s)
 	if apierrors.IsAlreadyExists(err) {
 		old := &corev1.Secret{}
 		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(s), old); err != nil {
-			return "", err
+			return "", "", err
 		}
-		if old.Annotations[annotationHash] == hash {
-			return name, nil
+		if old.Annotations[annotationHash] == hash && metav1.IsControlledBy(old, rel) {
+			return name, "", nil
 		}
-		// Another value under this revision's name: never rewrite it.
-		return "", fmt.Errorf("the values Secret %s/%s of revision %d holds other values; delete it if no pod uses it", rel.Namespace, name, revision)
+		// Other values under this revision's name: never rewrite them.
+		return "", fmt.Sprintf("Secret %s/%s, revision %d's name, holds other values: delete it if no pod uses it", rel.Namespace, name, revision), nil
 	}
-	return name, err
+	return name, "", err
 }
 
 // inject applies w's template patch as the controller's field manager.

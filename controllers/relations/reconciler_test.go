@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cloudtransit/transit/controllers/relations"
@@ -96,17 +97,17 @@ func externalService(name, host string) *corev1.Service {
 	}
 }
 
-// eventually polls cond until it holds or 30 s passed.
+// eventually polls cond until it holds or a minute passed (a controller retries a blocked step after 30 s).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		ok, state := cond()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waited 30 s for %s; last: %s", what, state)
+			t.Fatalf("waited a minute for %s; last: %s", what, state)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -315,4 +316,81 @@ func mapKeys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestCrashBetweenSecretAndStatus: a controller that died after writing a
+// revision's values Secret and before recording it leaves the Secret; the
+// next one reuses it (no duplicate revision), and refuses to reuse a
+// Secret of that name holding other values.
+func TestCrashBetweenSecretAndStatus(t *testing.T) {
+	e := startEnv(t)
+	ctx := t.Context()
+	c := e.Client
+	pg := externalService("pg", "db1.example.com")
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	for _, o := range []client.Object{pg, web} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the crashed run left: its Relationship (no revision yet) and
+	// revision 1's Secret.
+	rel := &v1alpha1.Relationship{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db", Namespace: "default"},
+		Spec: v1alpha1.RelationshipSpec{Consumer: v1alpha1.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
+			Provider: v1alpha1.ObjectRef{Name: "pg"}, Interface: "db"}}
+	if err := controllerutil.SetControllerReference(web, rel, e.Scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, rel); err != nil {
+		t.Fatal(err)
+	}
+	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r1", Namespace: "default",
+		Annotations: map[string]string{relations.Prefix + "hash": relations.Values{"db": "db1.example.com"}.Hash()}},
+		Data: map[string][]byte{"db": []byte("db1.example.com")}, Immutable: ptr.To(true)}
+	if err := controllerutil.SetControllerReference(rel, left, e.Scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, e)
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+
+	// Revision 2's name taken by other values: the controller stops
+	// there, saying so, and keeps revision 1.
+	squatter := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r2", Namespace: "default"},
+		Data: map[string][]byte{"db": []byte("evil.example.com")}}
+	if err := c.Create(ctx, squatter); err != nil {
+		t.Fatal(err)
+	}
+	pg.Spec.ExternalName = "db2.example.com"
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ValuesResolved=False SecretConflict", func() (bool, string) {
+		if err := c.Get(ctx, relKey, rel); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionValuesResolved)
+		return cond != nil && cond.Reason == "SecretConflict" && strings.Contains(cond.Message, "deployment-web-db-r2") && rel.Status.Revision == 1, condString(rel)
+	})
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	if err := c.Delete(ctx, squatter); err != nil {
+		t.Fatal(err)
+	}
+	waitRevision(t, c, relKey, 2, "db2.example.com")
+	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+	var secrets corev1.SecretList
+	if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range secrets.Items {
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, ",") != "deployment-web-db-r1,deployment-web-db-r2" {
+		t.Errorf("values Secrets %v, want r1 and r2 only", names)
+	}
 }
