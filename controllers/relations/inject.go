@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -138,21 +140,95 @@ func conflict(w client.Object, in Injection) (string, error) {
 		at := func(parts ...any) fieldpath.Path {
 			return fieldpath.MakePathOrDie(append(append(slices.Clone(base), "containers", fieldpath.KeyByFields("name", c.Name)), parts...)...)
 		}
+		// A field is the user's unless the controller applied it or it
+		// is what the webhook injected for this relationship (admission
+		// changes count as the requester's).
 		for _, k := range in.Keys {
-			if k.Env != "" && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == k.Env }) &&
+			if k.Env != "" && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == k.Env && !injectedEnv(e, in) }) &&
 				!owned.Has(at("env", fieldpath.KeyByFields("name", k.Env))) {
 				return fmt.Sprintf("container %s sets its own variable %s", c.Name, k.Env), nil
 			}
 			if k.File != "" {
 				dir := path.Dir(k.File)
-				if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir }) &&
-					!owned.Has(at("volumeMounts", fieldpath.KeyByFields("mountPath", dir))) {
+				if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.MountPath == dir && m.Name != volumeName(in.Relationship, dir)
+				}) && !owned.Has(at("volumeMounts", fieldpath.KeyByFields("mountPath", dir))) {
 					return fmt.Sprintf("container %s mounts a volume of its own at %s", c.Name, dir), nil
 				}
 			}
 		}
 	}
 	return "", nil
+}
+
+// injectedEnv says whether e is a variable a revision of in's
+// relationship set.
+func injectedEnv(e corev1.EnvVar, in Injection) bool {
+	if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.Value != "" {
+		return false
+	}
+	rest, ok := strings.CutPrefix(e.ValueFrom.SecretKeyRef.Name, in.Relationship+"-r")
+	if !ok {
+		return false
+	}
+	_, err := strconv.ParseInt(rest, 10, 64)
+	return err == nil
+}
+
+// injectInto writes injections into a pod template as templatePatch
+// would have them applied: the webhook's way, at admission.
+func injectInto(tpl *corev1.PodTemplateSpec, injections []Injection) {
+	data, err := json.Marshal(templatePatch(nil, injections))
+	if err != nil {
+		panic(err) // maps of strings and slices always marshal
+	}
+	var p corev1.PodTemplateSpec
+	if err := json.Unmarshal(data, &p); err != nil {
+		panic(err)
+	}
+	if len(p.Annotations) > 0 && tpl.Annotations == nil {
+		tpl.Annotations = map[string]string{}
+	}
+	maps.Copy(tpl.Annotations, p.Annotations)
+	for _, v := range p.Spec.Volumes {
+		tpl.Spec.Volumes = upsert(tpl.Spec.Volumes, v, func(a, b corev1.Volume) bool { return a.Name == b.Name })
+	}
+	env, mounts := envAndMounts(injections)
+	for i := range tpl.Spec.Containers {
+		c := &tpl.Spec.Containers[i]
+		for _, e := range env {
+			c.Env = upsert(c.Env, e, func(a, b corev1.EnvVar) bool { return a.Name == b.Name })
+		}
+		for _, m := range mounts {
+			c.VolumeMounts = upsert(c.VolumeMounts, m, func(a, b corev1.VolumeMount) bool { return a.MountPath == b.MountPath })
+		}
+	}
+}
+
+// envAndMounts are the variables and mounts of injections, as
+// templatePatch gives every container.
+func envAndMounts(injections []Injection) ([]corev1.EnvVar, []corev1.VolumeMount) {
+	data, err := json.Marshal(templatePatch([]string{"c"}, injections))
+	if err != nil {
+		panic(err)
+	}
+	var p corev1.PodTemplateSpec
+	if err := json.Unmarshal(data, &p); err != nil {
+		panic(err)
+	}
+	if len(p.Spec.Containers) == 0 {
+		return nil, nil
+	}
+	return p.Spec.Containers[0].Env, p.Spec.Containers[0].VolumeMounts
+}
+
+// upsert replaces the element of s that same matches with v, or appends v.
+func upsert[T any](s []T, v T, same func(a, b T) bool) []T {
+	if i := slices.IndexFunc(s, func(x T) bool { return same(x, v) }); i >= 0 {
+		s[i] = v
+		return s
+	}
+	return append(s, v)
 }
 
 // ownedFields are the fields FieldManager applied to w.

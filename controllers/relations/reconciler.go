@@ -233,7 +233,7 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, nil
 	}
 	var injections []Injection
-	var retry bool
+	var retry, hold bool
 	if IsConsumer(w.GetAnnotations()) {
 		c, err := ParseConsumer(w.GetNamespace(), w.GetAnnotations())
 		if err != nil {
@@ -241,11 +241,11 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, nil // the user's edit brings it back
 		}
 		for _, iface := range c.Interfaces {
-			in, again, err := r.relate(ctx, w, c, iface)
+			in, again, held, err := r.relate(ctx, w, c, iface)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
-			retry = retry || again
+			retry, hold = retry || again, hold || held
 			if in != nil {
 				injections = append(injections, *in)
 			}
@@ -255,6 +255,11 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	} else if err := r.pruneRelationships(ctx, w, nil); err != nil {
 		return reconcile.Result{}, err
+	}
+	if hold {
+		// What to inject is unknown this round (two providers, a missing
+		// config): the template keeps what it has.
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	// Injections that would take a variable or mount someone else set are
 	// left out (their fields, applied before, go): never overwritten.
@@ -310,11 +315,11 @@ func relationshipName(kind, consumer, iface string) string {
 // relate keeps the Relationship of w over iface and returns what to
 // inject: nil while no revision exists. again asks for a later look (a
 // provider not found yet).
-func (r *kindReconciler) relate(ctx context.Context, w client.Object, c ConsumerAnnotations, iface string) (_ *Injection, again bool, _ error) {
+func (r *kindReconciler) relate(ctx context.Context, w client.Object, c ConsumerAnnotations, iface string) (_ *Injection, again, hold bool, _ error) {
 	rel := &v1alpha1.Relationship{ObjectMeta: metav1.ObjectMeta{Name: relationshipName(r.kind, w.GetName(), iface), Namespace: w.GetNamespace()}}
 	gvk, err := r.Client.GroupVersionKindFor(w)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	var pin *int64
 	if n, ok := c.Pins[iface]; ok {
@@ -322,7 +327,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	}
 	provider, candidates, err := r.findProvider(ctx, c.Requests, iface)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	ref := v1alpha1.ObjectRef{}
 	if provider != nil {
@@ -339,7 +344,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 		return controllerutil.SetControllerReference(w, rel, r.Client.Scheme())
 	}); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	st := rel.Status.DeepCopy()
 	st.ObservedGeneration = rel.Generation
@@ -383,7 +388,8 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	switch {
 	case len(candidates) > 1:
 		set(v1alpha1.ConditionProviderFound, false, "Ambiguous", fmt.Sprintf("%s all provide %s: name one provider per interface", strings.Join(candidates, ", "), iface))
-		return withKeys(current(), nil), false, finish()
+		// The template stays as it is until one provider is named.
+		return nil, false, true, finish()
 	case provider == nil:
 		msg := fmt.Sprintf("none of %s provides %s", requestsString(c.Requests), iface)
 		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
@@ -392,34 +398,38 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 		// The values of the last revision stay: a deleted provider's
 		// consumers keep running as they are.
-		keys, err := r.consumerKeys(ctx, w.GetNamespace(), c, iface)
+		keys, _, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
-		return withKeys(current(), keys), true, finish()
+		return withKeys(current(), keys), true, missing != "", finish()
 	}
 	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	if provider.GetNamespace() != w.GetNamespace() {
 		p, _ := ParseProvider(provider.GetAnnotations())
 		if !p.AllowAll && !slices.Contains(p.AllowNamespaces, w.GetNamespace()) {
 			set(v1alpha1.ConditionPermitted, false, "NotPermitted", fmt.Sprintf("%s %s/%s does not list namespace %s in %s", provider.GetKind(), provider.GetNamespace(), provider.GetName(), w.GetNamespace(), AnnotationAllowNamespaces))
-			return withKeys(current(), nil), false, finish()
+			// Consent withdrawn (or never given): nothing of it stays.
+			return nil, false, false, finish()
 		}
 	}
 	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
-	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
-
-	keys, err := r.consumerKeys(ctx, w.GetNamespace(), c, iface)
+	keys, _, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
+	if missing != "" {
+		set(v1alpha1.ConditionInterfaceMatched, false, "ConfigMissing", missing)
+		return nil, true, true, finish()
+	}
+	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
 	src, err := r.source(ctx, provider, iface)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	vals, problems, err := Resolve(iface, src, nil)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if len(problems) > 0 {
 		var msgs []string
@@ -427,7 +437,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			msgs = append(msgs, p.String())
 		}
 		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
-		return withKeys(current(), keys), true, finish()
+		return withKeys(current(), keys), true, false, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
 	if hash := vals.Hash(); hash != st.Hash {
@@ -435,12 +445,12 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		next := st.Revision + 1
 		secret, foreign, err := r.writeRevision(ctx, rel, next, hash, vals)
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		if foreign != "" {
 			set(v1alpha1.ConditionValuesResolved, false, "SecretConflict", foreign)
 			r.Recorder.Event(w, corev1.EventTypeWarning, "SecretConflict", foreign)
-			return withKeys(current(), keys), true, finish()
+			return withKeys(current(), keys), true, false, finish()
 		}
 		// The revision is persisted before any template refers to it.
 		st.Revision, st.Hash, st.Secret = next, hash, secret
@@ -452,7 +462,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, from, next)
 		}
 	}
-	return withKeys(current(), keys), false, finish()
+	return withKeys(current(), keys), false, false, finish()
 }
 
 // withKeys completes an injection with its keys (none: the default
@@ -520,20 +530,6 @@ func (r *kindReconciler) findProvider(ctx context.Context, requests []Request, i
 		return nil, candidates, nil
 	}
 	return found, candidates, nil
-}
-
-// consumerKeys are where iface's keys go in the consumer: its
-// ConsumerConfig, else the default interface's env variable.
-func (r *kindReconciler) consumerKeys(ctx context.Context, namespace string, c ConsumerAnnotations, iface string) ([]v1alpha1.KeyInjection, error) {
-	name, ok := c.Configs[iface]
-	if !ok {
-		return DefaultKeys(iface), nil
-	}
-	cc := &v1alpha1.ConsumerConfig{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cc); err != nil {
-		return nil, err
-	}
-	return cc.Spec.Keys, nil
 }
 
 // source is where a provider's values come from.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/cloudtransit/transit/controllers/relations"
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
@@ -34,11 +37,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// startController runs the relations controller against e until the test
-// ends.
-func startController(t *testing.T, e *testenv.Env) {
+// startController runs the relations controller (and its webhook, when e
+// installed one) against e until the test ends; stop stops it earlier.
+func startController(t *testing.T, e *testenv.Env) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		WebhookServer: webhook.NewServer(webhook.Options{Host: e.Webhook.Host, Port: e.Webhook.Port, CertDir: e.Webhook.CertDir}),
 		Scheme:                 e.Scheme,
 		Cache:                  relations.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -53,15 +57,24 @@ func startController(t *testing.T, e *testenv.Env) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	if e.Webhook.Port != 0 {
+		mgr.GetWebhookServer().Register(relations.WebhookPath, &webhook.Admission{Handler: &relations.Webhook{
+			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme), Image: "transit.local/relations:test"}})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func startEnv(t *testing.T) *testenv.Env {

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -45,6 +46,17 @@ type Options struct {
 	// ControllerManager starts the bundle's kube-controller-manager with
 	// the workload and garbage-collector controllers.
 	ControllerManager bool
+	// MutatingWebhooks are installed pointing at Env.Webhook's address,
+	// trusting its certificate: the API server calls them over real TLS.
+	MutatingWebhooks []*admissionregistrationv1.MutatingWebhookConfiguration
+}
+
+// Webhook is where the test serves the webhooks: host, port and the
+// directory with tls.crt and tls.key.
+type Webhook struct {
+	Host    string
+	Port    int
+	CertDir string
 }
 
 // Env is a running API server.
@@ -58,6 +70,8 @@ type Env struct {
 	Kubeconfig string
 	// Kubectl is the bundle's kubectl.
 	Kubectl string
+	// Webhook is where Options.MutatingWebhooks expect the server.
+	Webhook Webhook
 
 	env *envtest.Environment
 }
@@ -142,6 +156,7 @@ func Start(t testing.TB, opts Options) *Env {
 		// default 20 s.
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
+		WebhookInstallOptions:    envtest.WebhookInstallOptions{MutatingWebhooks: opts.MutatingWebhooks},
 	}}
 	cfg, err := e.env.Start()
 	if err != nil {
@@ -154,6 +169,8 @@ func Start(t testing.TB, opts Options) *Env {
 		}
 	})
 	e.Config = cfg
+	wo := e.env.WebhookInstallOptions
+	e.Webhook = Webhook{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: sch}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,207 @@
+package relations
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+)
+
+// WaitContainer is the init container that holds a consumer whose
+// lifecycle depends on a relationship not yet established.
+const WaitContainer = "transit-relations-wait"
+
+// WebhookPath is where the mutating webhook is served.
+const WebhookPath = "/mutate-workloads"
+
+// Webhook is the mutating admission webhook of consumer workloads: it
+// refuses malformed annotations, injects every relationship's persisted
+// revision (a rewritten template rolls nothing), and holds a consumer
+// whose start depends on a relationship not yet established with the
+// wait init container, which it removes once every one is.
+type Webhook struct {
+	// Reader reads Relationships and ConsumerConfigs uncached: only a
+	// persisted revision is ever injected.
+	Reader  client.Reader
+	Decoder admission.Decoder
+	// Image is the controller's own image, which the wait container runs.
+	Image string
+}
+
+// Handle mutates one workload.
+func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	var obj client.Object
+	switch req.Kind.Kind {
+	case "Deployment":
+		obj = &appsv1.Deployment{}
+	case "StatefulSet":
+		obj = &appsv1.StatefulSet{}
+	case "DaemonSet":
+		obj = &appsv1.DaemonSet{}
+	default:
+		return admission.Allowed("not a workload")
+	}
+	if err := h.Decoder.Decode(req, obj); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	tpl := template(obj)
+	if !IsConsumer(obj.GetAnnotations()) {
+		// Annotations removed: the wait goes with them.
+		if !removeWait(tpl) {
+			return admission.Allowed("")
+		}
+		return patched(req, obj)
+	}
+	c, err := ParseConsumer(req.Namespace, obj.GetAnnotations())
+	if err != nil {
+		return admission.Denied(err.Error())
+	}
+	var injections []Injection
+	var waiting []string
+	for _, iface := range c.Interfaces {
+		keys, lifecycle, missing, err := consumerConfig(ctx, h.Reader, req.Namespace, c, iface)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		rel := &v1alpha1.Relationship{}
+		err = h.Reader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: relationshipName(req.Kind.Kind, obj.GetName(), iface)}, rel)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return admission.Errored(http.StatusInternalServerError, err)
+		case rel.Status.Revision > 0 && missing == "":
+			injections = append(injections, Injection{Relationship: rel.Name, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: keys})
+			continue
+		}
+		if lifecycle == v1alpha1.LifecycleStart {
+			what := "interface " + iface + " from " + requestsString(c.Requests)
+			if missing != "" {
+				what += " (" + missing + ")"
+			}
+			waiting = append(waiting, what)
+		}
+	}
+	injectInto(tpl, injections)
+	if len(waiting) > 0 {
+		h.addWait(tpl, waiting)
+	} else {
+		removeWait(tpl)
+	}
+	return patched(req, obj)
+}
+
+// patched answers with the patch from the request's object to obj.
+func patched(req admission.Request, obj client.Object) admission.Response {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, data)
+}
+
+// addWait puts the wait container first among the init containers.
+func (h *Webhook) addWait(tpl *corev1.PodTemplateSpec, waiting []string) {
+	removeWait(tpl)
+	wait := corev1.Container{
+		Name:            WaitContainer,
+		Image:           h.Image,
+		ImagePullPolicy: corev1.PullNever,
+		Args:            []string{"wait"},
+		Env: []corev1.EnvVar{
+			// Never set: the rollout that establishes the relationships
+			// replaces the pod without this container.
+			{Name: WaitForEnv, Value: "TRANSIT_RELATIONS_ESTABLISHED"},
+			{Name: WaitWhatEnv, Value: strings.Join(waiting, "; ")},
+		},
+		Resources: corev1.ResourceRequirements{},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
+			ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+	tpl.Spec.InitContainers = append([]corev1.Container{wait}, tpl.Spec.InitContainers...)
+}
+
+// removeWait removes the wait container; it says whether there was one.
+func removeWait(tpl *corev1.PodTemplateSpec) bool {
+	n := len(tpl.Spec.InitContainers)
+	tpl.Spec.InitContainers = slices.DeleteFunc(tpl.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == WaitContainer })
+	if len(tpl.Spec.InitContainers) == 0 {
+		tpl.Spec.InitContainers = nil
+	}
+	return len(tpl.Spec.InitContainers) != n
+}
+
+// consumerConfig is how a consumer takes iface: its keys and lifecycle
+// (ConsumerConfig, else the default interface's). A ConsumerConfig the
+// annotation names but that does not exist is missing: the keys are
+// unknown and the lifecycle is start.
+func consumerConfig(ctx context.Context, r client.Reader, namespace string, c ConsumerAnnotations, iface string) (keys []v1alpha1.KeyInjection, lifecycle, missing string, _ error) {
+	name, ok := c.Configs[iface]
+	if !ok {
+		return DefaultKeys(iface), v1alpha1.LifecycleStart, "", nil
+	}
+	cc := &v1alpha1.ConsumerConfig{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cc)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, v1alpha1.LifecycleStart, fmt.Sprintf("ConsumerConfig %s/%s does not exist", namespace, name), nil
+	case err != nil:
+		return nil, "", "", err
+	case cc.Spec.Interface != iface:
+		return nil, v1alpha1.LifecycleStart, fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface), nil
+	}
+	lifecycle = cc.Spec.Lifecycle
+	if lifecycle == "" {
+		lifecycle = v1alpha1.LifecycleStart
+	}
+	return cc.Spec.Keys, lifecycle, "", nil
+}
+
+// MutatingWebhookConfiguration is the webhook's registration, calling
+// clientConfig: CREATE and UPDATE of Deployments, StatefulSets and
+// DaemonSets that carry (or carried) the consumes annotation, outside
+// kube-system; a webhook that does not answer refuses the change.
+func MutatingWebhookConfiguration(name string, clientConfig admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
+	annotated := func(o string) string {
+		return "has(" + o + ".metadata.annotations) && '" + AnnotationConsumes + "' in " + o + ".metadata.annotations"
+	}
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         "workloads.relations.transit.io",
+			ClientConfig: clientConfig,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"},
+					Resources: []string{"deployments", "statefulsets", "daemonsets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}},
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system"}}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "consumers",
+				Expression: annotated("object") + " || (oldObject != null && " + annotated("oldObject") + ")",
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](10),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+		}},
+	}
+}

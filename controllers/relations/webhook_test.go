@@ -1,0 +1,107 @@
+package relations_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/testenv"
+)
+
+// TestWebhook, with the real API server calling the webhook over TLS: a
+// consumer created before its provider is held by the wait container;
+// malformed annotations are refused, naming the entry; once established,
+// the controller's rollout brings the values and removes the wait; a
+// client that rewrites the template without them rolls nothing (the
+// webhook injects the persisted revision); with the webhook down,
+// annotated workloads are refused and others are not.
+func TestWebhook(t *testing.T) {
+	// As installed (a Service); envtest points it at the test's server.
+	path := relations.WebhookPath
+	svc := &admissionregistrationv1.ServiceReference{Namespace: "transit-relations", Name: "transit-relations-webhook", Path: &path}
+	e := testenv.Start(t, testenv.Options{
+		CRDDirs:           []string{filepath.Join("config", "crd")},
+		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+		ControllerManager: true,
+		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
+			relations.MutatingWebhookConfiguration("transit-relations", admissionregistrationv1.WebhookClientConfig{Service: svc}),
+		},
+	})
+	stop := startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+
+	bad := deployment("bad", map[string]string{relations.AnnotationConsumes: "DB", relations.AnnotationRelationship: "pg"})
+	if err := c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), `annotation relations.transit.io/consumes: entry "DB": an interface name is a DNS label`) {
+		t.Errorf("a malformed annotation: %v, want the webhook's refusal naming it", err)
+	}
+
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	if err := c.Create(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	init := web.Spec.Template.Spec.InitContainers
+	if len(init) != 1 || init[0].Name != relations.WaitContainer || init[0].Image != "transit.local/relations:test" ||
+		!strings.Contains(envValue(init[0], relations.WaitWhatEnv), "interface db from default/pg") {
+		t.Fatalf("a consumer created before its provider: init containers %+v, want the wait container", init)
+	}
+
+	if err := c.Create(ctx, externalService("pg", "db1.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	gen := waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	eventually(t, "the wait container removed", func() (bool, string) {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+			return false, err.Error()
+		}
+		return len(web.Spec.Template.Spec.InitContainers) == 0, "still there"
+	})
+	gen = max(gen, web.Generation)
+
+	// A client that writes back its own template (without the values):
+	// the webhook puts the persisted revision back, nothing rolls.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+			return err
+		}
+		web.Spec.Template.Spec.Containers[0].Env = nil
+		web.Spec.Template.Spec.Containers[1].Env = nil
+		web.Spec.Template.Annotations = nil
+		return c.Update(ctx, web)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if web.Generation != gen || len(web.Spec.Template.Spec.Containers[0].Env) != 1 {
+		t.Errorf("a rewritten template: generation %d (was %d), env %+v; want nothing changed", web.Generation, gen, web.Spec.Template.Spec.Containers[0].Env)
+	}
+
+	// The webhook down: annotated workloads are refused, others pass.
+	stop()
+	again := deployment("again", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	if err := c.Create(ctx, again); err == nil || !strings.Contains(err.Error(), "workloads.relations.transit.io") {
+		t.Errorf("with the webhook down an annotated Deployment: %v, want refused naming the webhook", err)
+	}
+	plain := deployment("plain", nil)
+	if err := c.Create(ctx, plain); err != nil {
+		t.Errorf("with the webhook down a Deployment without annotations: %v", err)
+	}
+}
+
+func envValue(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
