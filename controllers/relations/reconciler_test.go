@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 func startController(t *testing.T, e *testenv.Env) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
-		WebhookServer: webhook.NewServer(webhook.Options{Host: e.Webhook.Host, Port: e.Webhook.Port, CertDir: e.Webhook.CertDir}),
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: e.Webhook.Host, Port: e.Webhook.Port, CertDir: e.Webhook.CertDir}),
 		Scheme:                 e.Scheme,
 		Cache:                  relations.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
