@@ -13,4 +13,8 @@ const (
 	// BusyboxImage is only in bundles: a shell and small tools for
 	// workloads of the demo and the tests.
 	BusyboxImage = "transit.local/busybox:1.35.0"
+	// RelationsRepository is the relationship controller's image; a
+	// bundle's is tagged with the digest of its content (see
+	// Manifest.ImageRef).
+	RelationsRepository = "transit.local/relations"
 )

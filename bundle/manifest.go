@@ -68,6 +68,18 @@ type Image struct {
 	Ref string `json:"ref"`
 }
 
+// ImageRef is the reference of the bundle's image of repository (such as
+// RelationsRepository, whose tag is a content digest), or "" if the
+// bundle has none.
+func (m *Manifest) ImageRef(repository string) string {
+	for _, im := range m.Images {
+		if strings.HasPrefix(im.Ref, repository+":") {
+			return im.Ref
+		}
+	}
+	return ""
+}
+
 // Read loads and checks dir's manifest: every path stays inside the
 // bundle, every checksum is well formed, every file exists with its
 // recorded size. It does not hash the files (Verify does).

@@ -274,6 +274,9 @@ func (b *builder) image(spec imageSpec) (bundle.Image, error) {
 	if err != nil {
 		return bundle.Image{}, err
 	}
+	if spec.contentTag {
+		spec.ref += ":" + inputs[:16]
+	}
 	path := "images/" + spec.file
 	if old, ok := b.reuse(path, inputs); ok {
 		return bundle.Image{File: old, Ref: spec.ref}, nil

@@ -22,6 +22,8 @@ type imageConfig struct {
 	Cmd        []string
 	Env        []string
 	WorkingDir string
+	// User runs the entrypoint as "uid:gid" (empty: root).
+	User string
 }
 
 // writeImage writes an image of one layer (the tree) as a docker-save
@@ -65,7 +67,7 @@ func writeImage(out, ref string, t *tree, cfg imageConfig) error {
 	// empty.Image names no platform; containerd's import and the CRI
 	// match images to the node's by these two.
 	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config = v1.Config{Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd, Env: cfg.Env, WorkingDir: cfg.WorkingDir}
+	cf.Config = v1.Config{Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd, Env: cfg.Env, WorkingDir: cfg.WorkingDir, User: cfg.User}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return err

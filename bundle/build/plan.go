@@ -58,6 +58,8 @@ func goBuilds() []goBuild {
 			ldflags: `-extldflags "-static" -X github.com/flannel-io/flannel/pkg/version.Version=` + flannelVersion,
 			pkgs:    []string{"github.com/flannel-io/flannel"}},
 		{module: ".", out: "pause", pkgs: []string{"github.com/cloudtransit/transit/bundle/pause"}},
+		// The in-cluster controllers transit installs as addons.
+		{module: ".", out: "controllers", pkgs: []string{"github.com/cloudtransit/transit/cmd/transit-relations"}},
 	}
 }
 
@@ -93,10 +95,13 @@ func nodeFiles() []nodeFile {
 // imageSpec is one image of the bundle.
 type imageSpec struct {
 	file string // under images/
-	ref  string
-	role string
-	make func(t *tree, work string) error
-	cfg  imageConfig
+	// ref is the image's name; with contentTag its repository, whose tag
+	// is the digest of what the image is made from.
+	ref        string
+	contentTag bool
+	role       string
+	make       func(t *tree, work string) error
+	cfg        imageConfig
 }
 
 const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -149,6 +154,14 @@ func images() []imageSpec {
 					return err
 				}
 				return t.copyAs(work+"/flannel-cni/flannel", "/flannel")
+			}},
+		// transit's own controllers: tagged by content, so a node never
+		// runs a stale image under a reused tag (nothing pulls them).
+		{file: "relations.tar", ref: bundle.RelationsRepository, contentTag: true, role: bundle.ForAll,
+			cfg: imageConfig{Entrypoint: []string{"/transit-relations"}, User: "65532:65532"},
+			make: func(t *tree, work string) error {
+				t.dir("/tmp", 0o1777)
+				return t.copyAs(work+"/controllers/transit-relations", "/transit-relations")
 			}},
 		{file: "busybox.tar", ref: bundle.BusyboxImage, role: bundle.ForAll,
 			cfg: imageConfig{Cmd: []string{"sh"}, Env: []string{pathEnv}},
