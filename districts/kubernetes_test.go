@@ -41,6 +41,16 @@ func TestValidateKubernetes(t *testing.T) {
 			Problems{cl(tag("Example.COM/x"), `"Example.COM/x" is not a valid Kubernetes label key: the prefix must be a DNS subdomain (lower-case letters, digits, "-" and ".", up to 253 characters)`)}},
 		{"label key in Kubernetes' namespace", func(c *Config) { c.Cluster.Deployments[0].Tags["node-role.kubernetes.io/gpu"] = "" },
 			Problems{cl(tag("node-role.kubernetes.io/gpu"), `"node-role.kubernetes.io/gpu" is not a valid Kubernetes label key: the kubernetes.io prefix belongs to Kubernetes (transit sets node-role.kubernetes.io/<role> itself)`)}},
+		{"addon settings valid", func(c *Config) {
+			c.Cluster.Addons = []Addon{{Name: "relations", Settings: map[string]string{"replicas": "2", "workers": "8", "history": "10", "api_qps": "50"}}}
+		}, nil},
+		{"addon settings unknown or out of bounds", func(c *Config) {
+			c.Cluster.Addons = []Addon{{Name: "relations", Settings: map[string]string{"worker": "8", "history": "0", "api_qps": "fast"}}}
+		}, Problems{
+			cl("addons[0].settings.api_qps", `"fast" is not a whole number from 5 to 1000`),
+			cl("addons[0].settings.history", `"0" is not a whole number from 1 to 100`),
+			withHint(cl("addons[0].settings.worker", `addon relations has no setting "worker" (settings: api_qps, history, replicas, workers)`), `did you mean "workers"?`),
+		}},
 		{"labels not checked for swarm", func(c *Config) {
 			c.Cluster.Platform = "swarm"
 			c.Cluster.Deployments[0].Tags["location"] = "Île de France"
