@@ -15,14 +15,18 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/cloudtransit/transit/controllers/relations"
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/webhookcert"
 )
 
 func main() {
@@ -52,6 +56,10 @@ func run() error {
 		leaderElect             bool
 		leaderElectionNamespace string
 		logLevel                string
+		namespace               string
+		webhookService          string
+		webhookSecret           string
+		webhookConfig           string
 	)
 	flag.IntVar(&opts.Workers, "workers", 4, "consumers reconciled at once, per workload kind")
 	flag.IntVar(&opts.History, "history", 10, "revisions a Relationship keeps")
@@ -66,9 +74,19 @@ func run() error {
 	flag.BoolVar(&leaderElect, "leader-elect", true, "one active controller among the replicas (the webhook serves on all)")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "where the leader Lease lives (default: the pod's namespace)")
 	flag.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	flag.StringVar(&namespace, "namespace", "", "the controller's namespace: its webhook Service, certificate Secret and leader Lease (required)")
+	flag.StringVar(&webhookService, "webhook-service", "transit-relations-webhook", "the webhook's Service, which its certificate names")
+	flag.StringVar(&webhookSecret, "webhook-secret", "transit-relations-webhook-cert", "the Secret keeping the webhook's CA and certificate")
+	flag.StringVar(&webhookConfig, "webhook-configuration", "transit-relations", "the MutatingWebhookConfiguration whose caBundle is the CA")
 	flag.Parse()
 	if image == "" {
 		return fmt.Errorf("--image is required: the wait init container runs this controller's image")
+	}
+	if namespace == "" {
+		return fmt.Errorf("--namespace is required (the pod's: the webhook's Service and certificate live there)")
+	}
+	if leaderElectionNamespace == "" {
+		leaderElectionNamespace = namespace
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
@@ -102,6 +120,25 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The webhook's certificate before its server starts; every replica
+	// keeps its files current.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	certs := &webhookcert.Manager{Client: direct, Namespace: namespace, Secret: webhookSecret, Service: webhookService,
+		CertDir: certDir, MutatingWebhookConfigurations: []string{webhookConfig}}
+	ctx := ctrl.SetupSignalHandler()
+	if err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error { return certs.Ensure(ctx) }); err != nil {
+		return err
+	}
+	log := ctrl.Log.WithName("webhookcert")
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		certs.Run(ctx, func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) })
+		return nil
+	})); err != nil {
+		return err
+	}
 	r := &relations.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("transit-relations"), Options: opts}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
@@ -114,5 +151,5 @@ func run() error {
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return err
 	}
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }

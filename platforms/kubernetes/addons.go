@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"text/template"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/cloudtransit/transit/bundle"
+	relationsconfig "github.com/cloudtransit/transit/controllers/relations/config"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -38,11 +42,15 @@ const (
 
 // platformAddons are the addons every cluster runs, in order: the pod
 // network first (no node is Ready without it), then DNS.
-var platformAddons = []string{"flannel", "coredns"}
+var platformAddons = []districts.Addon{{Name: "flannel"}, {Name: "coredns"}}
 
 // addonKinds are every kind an addon manifest holds; pruning looks for
-// transit's objects among them.
+// transit's objects among them, webhook configurations first (a removed
+// controller's webhook must not refuse anything meanwhile), and never
+// CustomResourceDefinitions (deleting one deletes users' objects).
 var addonKinds = []schema.GroupVersionKind{
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"},
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"},
 	{Version: "v1", Kind: "Namespace"},
 	{Version: "v1", Kind: "ServiceAccount"},
 	{Version: "v1", Kind: "ConfigMap"},
@@ -51,6 +59,9 @@ var addonKinds = []schema.GroupVersionKind{
 	{Group: "apps", Version: "v1", Kind: "Deployment"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"},
+	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"},
 }
 
 // addonValues are what the manifests are rendered with.
@@ -58,10 +69,16 @@ type addonValues struct {
 	PodCIDR, DNSIP     string
 	Backend            string
 	Image, PluginImage string
+	// The relations addon's settings.
+	Replicas, Workers, History, APIQPS, APIBurst int
 }
 
-// renderAddon returns the objects of addon name, labelled as transit's.
-func (d *driver) renderAddon(name string) ([]*unstructured.Unstructured, error) {
+// relationsDefaults are the relations addon's settings left out.
+var relationsDefaults = map[string]int{"replicas": 2, "workers": 4, "history": 10, "api_qps": 50}
+
+// renderAddon returns the objects of addon ad, labelled as transit's.
+func (d *driver) renderAddon(ad districts.Addon) ([]*unstructured.Unstructured, error) {
+	name := ad.Name
 	src, err := addonFiles.ReadFile("addons/" + name + ".yaml")
 	if err != nil {
 		return nil, fmt.Errorf("addon %s: not installable by this version of transit", name)
@@ -71,11 +88,28 @@ func (d *driver) renderAddon(name string) ([]*unstructured.Unstructured, error) 
 		return nil, err
 	}
 	v := addonValues{PodCIDR: d.k8s.PodCIDR, DNSIP: dnsIP, Backend: d.k8s.PodNetwork}
+	var extra [][]byte
 	switch name {
 	case "flannel":
 		v.Image, v.PluginImage = bundle.FlannelImage, bundle.FlannelCNIPluginImage
 	case "coredns":
 		v.Image = bundle.CoreDNSImage
+	case "relations":
+		if v.Image, err = d.bundleImage(bundle.RelationsRepository); err != nil {
+			return nil, fmt.Errorf("addon relations: %w", err)
+		}
+		set := func(key string) int {
+			n, err := strconv.Atoi(ad.Settings[key])
+			if err != nil {
+				return relationsDefaults[key] // validated: unset
+			}
+			return n
+		}
+		v.Replicas, v.Workers, v.History, v.APIQPS = set("replicas"), set("workers"), set("history"), set("api_qps")
+		v.APIBurst = 2 * v.APIQPS
+		if extra, err = relationsCRDs(); err != nil {
+			return nil, err
+		}
 	}
 	tmpl, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{
 		"json": func(s string) (string, error) { b, err := json.Marshal(s); return string(b), err },
@@ -86,6 +120,10 @@ func (d *driver) renderAddon(name string) ([]*unstructured.Unstructured, error) 
 	var buf bytes.Buffer
 	if err := tmpl.Execute(&buf, v); err != nil {
 		return nil, err
+	}
+	for _, crd := range extra {
+		buf.WriteString("\n---\n")
+		buf.Write(crd)
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(&buf, 4096)
 	var objs []*unstructured.Unstructured
@@ -108,6 +146,48 @@ func (d *driver) renderAddon(name string) ([]*unstructured.Unstructured, error) 
 		objs = append(objs, &u)
 	}
 	return objs, nil
+}
+
+// relationsCRDs are the relationship controller's generated CRDs.
+func relationsCRDs() ([][]byte, error) {
+	entries, err := fs.ReadDir(relationsconfig.CRDs, "crd")
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, e := range entries {
+		data, err := fs.ReadFile(relationsconfig.CRDs, "crd/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data)
+	}
+	return out, nil
+}
+
+// bundleImage is the reference of the bundles' image of repository (a
+// controller's, tagged by content): every district that installs from a
+// bundle must carry the same one, since every node imports it.
+func (d *driver) bundleImage(repository string) (string, error) {
+	var ref, from string
+	for _, district := range slices.Sorted(maps.Keys(d.opts.Bundles)) {
+		m, err := d.manifest(d.opts.Bundles[district])
+		if err != nil {
+			return "", err
+		}
+		r := m.ImageRef(repository)
+		switch {
+		case r == "":
+			return "", fmt.Errorf("the bundle of district %s (%s) has no %s image: rebuild it with `make bundle`", district, d.opts.Bundles[district], repository)
+		case ref != "" && r != ref:
+			return "", fmt.Errorf("districts %s and %s install from bundles with different %s images (%s, %s): build both from one transit", from, district, repository, ref, r)
+		}
+		ref, from = r, district
+	}
+	if ref == "" {
+		return "", fmt.Errorf("its image (%s) comes only in a bundle, and no district installs from one (kubernetes_install \"bundle\")", repository)
+	}
+	return ref, nil
 }
 
 // nthAddress is the n-th address of prefix (kubeadm gives cluster DNS the
@@ -136,14 +216,10 @@ func (d *driver) EnsureAddons(ctx context.Context, addons []districts.Addon) ([]
 	if err != nil {
 		return nil, err
 	}
-	names := slices.Clone(platformAddons)
-	for _, ad := range addons {
-		names = append(names, ad.Name)
-	}
-	return d.applyAddons(ctx, a, names)
+	return d.applyAddons(ctx, a, append(slices.Clone(platformAddons), addons...))
 }
 
-func (d *driver) applyAddons(ctx context.Context, a *api, names []string) ([]string, error) {
+func (d *driver) applyAddons(ctx context.Context, a *api, addons []districts.Addon) ([]string, error) {
 	dyn, err := dynamic.NewForConfig(a.cfg)
 	if err != nil {
 		return nil, err
@@ -151,8 +227,9 @@ func (d *driver) applyAddons(ctx context.Context, a *api, names []string) ([]str
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(a.c.Discovery()))
 	var changed []string
 	wanted := map[string]bool{} // kind/namespace/name
-	for _, name := range names {
-		objs, err := d.renderAddon(name)
+	for _, ad := range addons {
+		name := ad.Name
+		objs, err := d.renderAddon(ad)
 		if err != nil {
 			return changed, err
 		}

@@ -147,7 +147,7 @@ func TestClusterEndpoint(t *testing.T) {
 func TestPodNetwork(t *testing.T) {
 	for _, pn := range []string{"", districts.PodNetworkWireGuard} {
 		d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{PodNetwork: pn}}, Options{}, nil)
-		objs, err := d.renderAddon("flannel")
+		objs, err := d.renderAddon(districts.Addon{Name: "flannel"})
 		if err != nil {
 			t.Fatal(err)
 		}

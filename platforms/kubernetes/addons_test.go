@@ -1,0 +1,101 @@
+package kubernetes
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/cloudtransit/transit/bundle"
+	"github.com/cloudtransit/transit/districts"
+)
+
+// relationsBundle writes a bundle holding only an image of ref.
+func relationsBundle(t *testing.T, ref string) string {
+	t.Helper()
+	dir := t.TempDir()
+	content := []byte("image " + ref)
+	if err := os.MkdirAll(filepath.Join(dir, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "images", "relations.tar"), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(content)
+	m := bundle.Manifest{Kubernetes: "v1.32.4", Images: []bundle.Image{{Ref: ref,
+		File: bundle.File{Path: "images/relations.tar", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(content)), Mode: 0o644, For: bundle.ForAll}}}}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, bundle.ManifestFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestRenderRelations: the relations addon runs the bundle's image (its
+// content tag), with cluster.json's settings, its CRDs and its webhook;
+// every object is labelled for pruning; a bundle without the image, or
+// two bundles with different ones, is an error saying what to do.
+func TestRenderRelations(t *testing.T) {
+	const ref = bundle.RelationsRepository + ":0123456789abcdef"
+	cl := districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}
+	d := newDriver(cl, Options{Bundles: map[string]string{"a": relationsBundle(t, ref), "b": relationsBundle(t, ref)}}, nil)
+	objs, err := d.renderAddon(districts.Addon{Name: "relations", Settings: map[string]string{"workers": "16", "api_qps": "100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind())
+		if o.GetLabels()[labelAddon] != "relations" || o.GetLabels()[labelManagedBy] != "transit" {
+			t.Errorf("%s %s is not labelled as the relations addon's", o.GetKind(), o.GetName())
+		}
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		c, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		ctr := c[0].(map[string]any)
+		args, _, _ := unstructured.NestedStringSlice(ctr, "args")
+		if ctr["image"] != ref || ctr["imagePullPolicy"] != "Never" {
+			t.Errorf("controller image %v (%v), want %s never pulled", ctr["image"], ctr["imagePullPolicy"], ref)
+		}
+		for _, want := range []string{"--image=" + ref, "--workers=16", "--history=10", "--api-qps=100", "--api-burst=200"} {
+			if !slices.Contains(args, want) {
+				t.Errorf("args %q lack %s", args, want)
+			}
+		}
+		if n, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas"); fmt.Sprint(n) != "2" {
+			t.Errorf("replicas %v, want the default 2", n)
+		}
+	}
+	if n := strings.Count(strings.Join(kinds, ","), "CustomResourceDefinition"); n != 4 {
+		t.Errorf("%d CRDs, want 4 (%v)", n, kinds)
+	}
+	for _, k := range []string{"MutatingWebhookConfiguration", "PodDisruptionBudget", "Service", "Deployment"} {
+		if !slices.Contains(kinds, k) {
+			t.Errorf("no %s among %v", k, kinds)
+		}
+	}
+
+	for name, opts := range map[string]Options{
+		"a bundle without the image":        {Bundles: map[string]string{"a": relationsBundle(t, "transit.local/busybox:1")}},
+		"two bundles, two images":           {Bundles: map[string]string{"a": relationsBundle(t, ref), "b": relationsBundle(t, bundle.RelationsRepository+":fedcba")}},
+		"no bundle (packages install mode)": {},
+	} {
+		_, err := newDriver(cl, opts, nil).renderAddon(districts.Addon{Name: "relations"})
+		if err == nil || !strings.Contains(err.Error(), "addon relations: ") {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		t.Logf("%s: %v", name, err)
+	}
+}
