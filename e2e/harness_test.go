@@ -24,6 +24,7 @@ import (
 
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/platforms/platformtest"
 	"github.com/cloudtransit/transit/platforms/ssh"
 )
 
@@ -100,6 +101,9 @@ type cluster struct {
 func newCluster(tb testing.TB, cfg districts.Cluster, ds []districts.District) *cluster {
 	tb.Helper()
 	requireE2E(tb)
+	if cfg.Platform == "kubernetes" {
+		platformtest.HoldHost(tb) // one Kubernetes at a time on this host's cores
+	}
 	ctx := context.Background()
 	if err := local.Purge(ctx, root); err != nil {
 		tb.Fatalf("purge %s before the test: %v", root, err)

@@ -307,7 +307,6 @@ func (e *Emulator) HostNames() []string {
 
 // Close stops serving and tears down every backing node, waiting until
 // they are gone.
-
 func (e *Emulator) Close(ctx context.Context) error {
 	var errs []error
 	for _, srv := range e.servers {
