@@ -71,7 +71,7 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Denied(err.Error())
 	}
 	var injections []Injection
-	var waiting []string
+	var waiting, vars []string
 	for _, iface := range c.Interfaces {
 		keys, lifecycle, missing, err := consumerConfig(ctx, h.Reader, req.Namespace, c, iface)
 		if err != nil {
@@ -93,11 +93,12 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 				what += " (" + missing + ")"
 			}
 			waiting = append(waiting, what)
+			vars = append(vars, awaited(iface, keys)...)
 		}
 	}
 	injectInto(tpl, injections)
 	if len(waiting) > 0 {
-		h.addWait(tpl, waiting)
+		h.addWait(tpl, waiting, vars)
 	} else {
 		removeWait(tpl)
 	}
@@ -114,7 +115,7 @@ func patched(req admission.Request, obj client.Object) admission.Response {
 }
 
 // addWait puts the wait container first among the init containers.
-func (h *Webhook) addWait(tpl *corev1.PodTemplateSpec, waiting []string) {
+func (h *Webhook) addWait(tpl *corev1.PodTemplateSpec, waiting, vars []string) {
 	removeWait(tpl)
 	wait := corev1.Container{
 		Name:            WaitContainer,
@@ -122,9 +123,9 @@ func (h *Webhook) addWait(tpl *corev1.PodTemplateSpec, waiting []string) {
 		ImagePullPolicy: corev1.PullNever,
 		Args:            []string{"wait"},
 		Env: []corev1.EnvVar{
-			// Never set: the rollout that establishes the relationships
-			// replaces the pod without this container.
-			{Name: WaitForEnv, Value: "TRANSIT_RELATIONS_ESTABLISHED"},
+			// Not in this container's environment: the rollout that
+			// establishes the relationships replaces the pod without it.
+			{Name: WaitForEnv, Value: strings.Join(vars, ",")},
 			{Name: WaitWhatEnv, Value: strings.Join(waiting, "; ")},
 		},
 		Resources: corev1.ResourceRequirements{},
@@ -134,6 +135,22 @@ func (h *Webhook) addWait(tpl *corev1.PodTemplateSpec, waiting []string) {
 		},
 	}
 	tpl.Spec.InitContainers = append([]corev1.Container{wait}, tpl.Spec.InitContainers...)
+}
+
+// awaited names what a consumer waits for: the variables its keys
+// become, or for keys that are files or binding entries the interface's
+// variable name.
+func awaited(iface string, keys []v1alpha1.KeyInjection) []string {
+	var out []string
+	for _, k := range keys {
+		if k.Env != "" {
+			out = append(out, k.Env)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, EnvName(iface))
+	}
+	return out
 }
 
 // removeWait removes the wait container; it says whether there was one.

@@ -50,7 +50,7 @@ func TestWebhook(t *testing.T) {
 	}
 	init := web.Spec.Template.Spec.InitContainers
 	if len(init) != 1 || init[0].Name != relations.WaitContainer || init[0].Image != "transit.local/relations:test" ||
-		!strings.Contains(envValue(init[0], relations.WaitWhatEnv), "interface db from default/pg") {
+		!strings.Contains(envValue(init[0], relations.WaitWhatEnv), "interface db from default/pg") || envValue(init[0], relations.WaitForEnv) != "DB" {
 		t.Fatalf("a consumer created before its provider: init containers %+v, want the wait container", init)
 	}
 
@@ -104,4 +104,3 @@ func envValue(c corev1.Container, name string) string {
 	}
 	return ""
 }
-

@@ -175,7 +175,3 @@ type ConsumerConfigList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ConsumerConfig `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ProviderConfig{}, &ProviderConfigList{}, &ConsumerConfig{}, &ConsumerConfigList{})
-}

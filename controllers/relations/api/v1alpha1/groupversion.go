@@ -10,7 +10,12 @@ var GroupVersion = schema.GroupVersion{Group: "relations.transit.io", Version: "
 
 var (
 	// SchemeBuilder registers the kinds of this group and version.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = (&scheme.Builder{GroupVersion: GroupVersion}).Register(
+		&Interface{}, &InterfaceList{},
+		&ProviderConfig{}, &ProviderConfigList{},
+		&ConsumerConfig{}, &ConsumerConfigList{},
+		&Relationship{}, &RelationshipList{},
+	)
 	// AddToScheme adds them to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )

@@ -58,7 +58,3 @@ type InterfaceList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Interface `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Interface{}, &InterfaceList{})
-}

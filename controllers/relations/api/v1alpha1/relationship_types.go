@@ -114,7 +114,3 @@ type RelationshipList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Relationship `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Relationship{}, &RelationshipList{})
-}
