@@ -129,10 +129,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}))).
 			Owns(&v1alpha1.Relationship{}).
 			Watches(&corev1.Service{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
+			Watches(&appsv1.Deployment{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
+			Watches(&appsv1.StatefulSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
+			Watches(&appsv1.DaemonSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&v1alpha1.ConsumerConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
-			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
-			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
+			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
+			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.Workers}).
 			Complete(rec)
 		if err != nil {
@@ -204,8 +207,21 @@ func (r *kindReconciler) consumersOf(ctx context.Context, namespace, name string
 	return out
 }
 
+// consumersOfData maps an exposed Secret or ConfigMap to the consumers
+// that name it as their provider and those of its namespace (whose
+// providers' configs may read it).
+func (r *kindReconciler) consumersOfData(ctx context.Context, o client.Object) []reconcile.Request {
+	out := r.consumersOf(ctx, o.GetNamespace(), o.GetName())
+	for _, req := range r.consumersInNamespace(ctx, o) {
+		if !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out
+}
+
 // consumersInNamespace maps a config, Secret or ConfigMap to the consumers
-// of its namespace (and those that name providers there).
+// of its namespace.
 func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
 	list := r.newList()
 	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
@@ -498,33 +514,51 @@ func CacheOptions() cache.Options {
 	}}
 }
 
-// findProvider looks up the requested objects that provide iface. Only
-// Services for now; every candidate is named when more than one provides.
+// providerKinds are the kinds a provider may be, in the order they are
+// looked up. Secrets and ConfigMaps are seen only when labelled
+// relations.transit.io/expose=true (the cache holds no other).
+var providerKinds = []struct {
+	apiVersion, kind string
+	new              func() client.Object
+}{
+	{"v1", "Service", func() client.Object { return &corev1.Service{} }},
+	{"apps/v1", "Deployment", func() client.Object { return &appsv1.Deployment{} }},
+	{"apps/v1", "StatefulSet", func() client.Object { return &appsv1.StatefulSet{} }},
+	{"apps/v1", "DaemonSet", func() client.Object { return &appsv1.DaemonSet{} }},
+	{"v1", "Secret", func() client.Object { return &corev1.Secret{} }},
+	{"v1", "ConfigMap", func() client.Object { return &corev1.ConfigMap{} }},
+}
+
+// findProvider looks up the requested objects that provide iface, of
+// every provider kind. More than one is ambiguous: every candidate is
+// named.
 func (r *kindReconciler) findProvider(ctx context.Context, requests []Request, iface string) (*unstructured.Unstructured, []string, error) {
 	var found *unstructured.Unstructured
 	var candidates []string
 	for _, req := range requests {
-		svc := &corev1.Service{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, svc)
-		if apierrors.IsNotFound(err) {
-			continue
+		for _, pk := range providerKinds {
+			o := pk.new()
+			err := r.Client.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, o)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			p, err := ParseProvider(o.GetAnnotations())
+			if err != nil || !slices.Contains(p.Interfaces, iface) {
+				continue
+			}
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+			if err != nil {
+				return nil, nil, err
+			}
+			u := &unstructured.Unstructured{Object: obj}
+			u.SetAPIVersion(pk.apiVersion)
+			u.SetKind(pk.kind)
+			candidates = append(candidates, pk.kind+" "+req.String())
+			found = u
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		p, err := ParseProvider(svc.Annotations)
-		if err != nil || !slices.Contains(p.Interfaces, iface) {
-			continue
-		}
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(svc)
-		if err != nil {
-			return nil, nil, err
-		}
-		u := &unstructured.Unstructured{Object: obj}
-		u.SetAPIVersion("v1")
-		u.SetKind("Service")
-		candidates = append(candidates, "Service "+req.String())
-		found = u
 	}
 	if len(candidates) > 1 {
 		return nil, candidates, nil

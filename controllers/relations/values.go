@@ -89,9 +89,13 @@ func DNSName(provider *unstructured.Unstructured, clusterDomain string) string {
 func Resolve(iface string, src Source, it *v1alpha1.Interface) (Values, []Problem, error) {
 	vals := Values{}
 	var problems []Problem
-	if src.Config == nil {
+	switch kind := src.Provider.GetKind(); {
+	case src.Config == nil && (kind == "Secret" || kind == "ConfigMap"):
+		return nil, []Problem{{Reason: "NoConfig", Detail: fmt.Sprintf("%s %s has no DNS name: it shares values only through a ProviderConfig (%s: %s=<name>)",
+			kind, src.Provider.GetName(), AnnotationConfig, iface)}}, nil
+	case src.Config == nil:
 		vals[iface] = DNSName(src.Provider, src.ClusterDomain)
-	} else {
+	default:
 		for _, vs := range src.Config.Spec.Values {
 			v, p, err := resolveOne(vs, src)
 			if err != nil {

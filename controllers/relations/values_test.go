@@ -104,6 +104,10 @@ func TestResolve(t *testing.T) {
 		{name: "a required key missing", provider: service("pg", "db.example.com"), iface: iface,
 			config:   config(v1alpha1.ValueSource{Key: "port", Field: "{.spec.ports[0].port}"}),
 			problems: []string{"key host: required by Interface db, no value"}},
+		{name: "a Secret provider without a ProviderConfig", provider: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "creds"}}},
+			problems: []string{"Secret creds has no DNS name: it shares values only through a ProviderConfig (relations.transit.io/config: db=<name>)"}},
+		{name: "a Deployment provider: the Service of its name", provider: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "api", "namespace": "shop"}}},
+			want: Values{"db": "api.shop.svc.cluster.local"}},
 		{name: "no binding", provider: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": "x"}}},
 			config: config(v1alpha1.ValueSource{Key: "user", BindingKey: "username"}), problems: []string{"key user: Service x has no .status.binding.name"}},
 	}
