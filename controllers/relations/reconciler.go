@@ -293,7 +293,8 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 		apply = append(apply, in)
 	}
-	if err := r.inject(ctx, w, apply); err != nil {
+	live, err := r.inject(ctx, w, apply)
+	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
 			return reconcile.Result{}, err
 		}
@@ -305,8 +306,19 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err := r.markInjected(ctx, w, blocked, why, metav1.ConditionFalse, "Conflict", ""); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.markInjected(ctx, w, apply, nil, metav1.ConditionTrue, "Injected", "the pod template carries the revision"); err != nil {
+	rolled, rollMsg := rolledOut(live)
+	rollStatus := metav1.ConditionFalse
+	if rolled {
+		rollStatus = metav1.ConditionTrue
+	}
+	if err := r.markInjected(ctx, w, apply, nil, metav1.ConditionTrue, "Injected", "the pod template carries the revision",
+		metav1.Condition{Type: v1alpha1.ConditionRolledOut, Status: rollStatus, Reason: map[bool]string{true: "RolledOut", false: "RollingOut"}[rolled], Message: rollMsg}); err != nil {
 		return reconcile.Result{}, err
+	}
+	if r.kind == "StatefulSet" {
+		if err := r.unblockStatefulSet(ctx, live); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	if len(blocked) > 0 {
 		return reconcile.Result{RequeueAfter: time.Minute}, nil
@@ -634,7 +646,7 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 }
 
 // inject applies w's template patch as the controller's field manager.
-func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections []Injection) error {
+func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections []Injection) (*unstructured.Unstructured, error) {
 	tpl := template(w)
 	var containers []string
 	for _, c := range tpl.Spec.Containers {
@@ -642,19 +654,100 @@ func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections
 	}
 	gvk, err := r.Client.GroupVersionKindFor(w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": w.GetName(), "namespace": w.GetNamespace()},
 		"spec":     map[string]any{"template": templatePatch(containers, injections)},
 	}}
 	patch.SetGroupVersionKind(gvk)
-	return r.Client.Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager))
+	// The answer is the workload as it is now: its generation and status.
+	return patch, r.Client.Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager))
+}
+
+// rolledOut says whether the workload's pods all run its current
+// template, as `kubectl rollout status` judges it.
+func rolledOut(w *unstructured.Unstructured) (bool, string) {
+	num := func(path ...string) int64 {
+		v, _, _ := unstructured.NestedFieldNoCopy(w.Object, path...)
+		switch n := v.(type) {
+		case int64:
+			return n
+		case float64:
+			return int64(n)
+		}
+		return 0
+	}
+	str := func(path ...string) string { v, _, _ := unstructured.NestedString(w.Object, path...); return v }
+	if num("status", "observedGeneration") < w.GetGeneration() {
+		return false, "the workload's controller has not seen the new template yet"
+	}
+	switch w.GetKind() {
+	case "Deployment":
+		want := int64(1)
+		if v, ok, _ := unstructured.NestedFieldNoCopy(w.Object, "spec", "replicas"); ok && v != nil {
+			want = num("spec", "replicas")
+		}
+		updated, total, available := num("status", "updatedReplicas"), num("status", "replicas"), num("status", "availableReplicas")
+		if updated < want || total > updated || available < updated {
+			return false, fmt.Sprintf("%d of %d pods run the current template, %d available", updated, want, available)
+		}
+	case "StatefulSet":
+		if str("status", "updateRevision") != str("status", "currentRevision") || num("status", "readyReplicas") < num("spec", "replicas") {
+			return false, fmt.Sprintf("%d of %d pods run the current revision, %d ready", num("status", "updatedReplicas"), num("spec", "replicas"), num("status", "readyReplicas"))
+		}
+	case "DaemonSet":
+		desired := num("status", "desiredNumberScheduled")
+		if num("status", "updatedNumberScheduled") < desired || num("status", "numberAvailable") < desired {
+			return false, fmt.Sprintf("%d of %d pods run the current template, %d available", num("status", "updatedNumberScheduled"), desired, num("status", "numberAvailable"))
+		}
+	}
+	return true, "every pod runs the current template"
+}
+
+// unblockStatefulSet deletes the StatefulSet's pods of an older revision
+// that wait in the wait container: with OrderedReady the controller
+// would wait forever for them to be Ready before updating them.
+func (r *kindReconciler) unblockStatefulSet(ctx context.Context, sts *unstructured.Unstructured) error {
+	update, _, _ := unstructured.NestedString(sts.Object, "status", "updateRevision")
+	observed, _, _ := unstructured.NestedInt64(sts.Object, "status", "observedGeneration")
+	if update == "" || observed < sts.GetGeneration() {
+		return nil // the StatefulSet controller has not computed the new revision yet
+	}
+	sel, _, _ := unstructured.NestedStringMap(sts.Object, "spec", "selector", "matchLabels")
+	if len(sel) == 0 {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.Reader.List(ctx, &pods, client.InNamespace(sts.GetNamespace()), client.MatchingLabels(sel)); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !metav1.IsControlledBy(p, sts) || p.Labels[appsv1.ControllerRevisionHashLabelKey] == update || !waiting(p) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		r.Recorder.Eventf(sts, corev1.EventTypeNormal, "Unblocked", "deleted pod %s, waiting at an old revision, so the rollout can go on", p.Name)
+	}
+	return nil
+}
+
+// waiting says whether the pod sits in the wait container.
+func waiting(p *corev1.Pod) bool {
+	for _, s := range p.Status.InitContainerStatuses {
+		if s.Name == WaitContainer && s.State.Terminated == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // markInjected records on each Relationship whether its injection is in
 // the template.
-func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, injections []Injection, msgs []string, status metav1.ConditionStatus, reason, msg string) error {
+func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, injections []Injection, msgs []string, status metav1.ConditionStatus, reason, msg string, also ...metav1.Condition) error {
 	var errs []error
 	for i, in := range injections {
 		if i < len(msgs) {
@@ -665,7 +758,12 @@ func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, inje
 			errs = append(errs, err)
 			continue
 		}
-		if meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInjected, Status: status, Reason: reason, Message: msg, ObservedGeneration: rel.Generation}) {
+		changed := meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInjected, Status: status, Reason: reason, Message: msg, ObservedGeneration: rel.Generation})
+		for _, c := range also {
+			c.ObservedGeneration = rel.Generation
+			changed = meta.SetStatusCondition(&rel.Status.Conditions, c) || changed
+		}
+		if changed {
 			errs = append(errs, r.Client.Status().Update(ctx, rel))
 		}
 	}
