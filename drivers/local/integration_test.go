@@ -113,7 +113,10 @@ func (e *env) district() districts.District {
 
 func (e *env) driver(d districts.District) *driver {
 	e.t.Helper()
-	drv, err := New(e.t.Context(), d, Options{Root: e.root, SSHWait: 20 * time.Second})
+	// The default wait: `go test ./...` boots nodes here while other
+	// packages run clusters and API servers on the same two cores, and
+	// five parallel boots once took more than 20 s.
+	drv, err := New(e.t.Context(), d, Options{Root: e.root, SSHWait: DefaultSSHWait})
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
