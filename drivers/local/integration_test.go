@@ -113,10 +113,11 @@ func (e *env) district() districts.District {
 
 func (e *env) driver(d districts.District) *driver {
 	e.t.Helper()
-	// The default wait: `go test ./...` boots nodes here while other
-	// packages run clusters and API servers on the same two cores, and
-	// five parallel boots once took more than 20 s.
-	drv, err := New(e.t.Context(), d, Options{Root: e.root, SSHWait: DefaultSSHWait})
+	// Twice the default wait: `go test ./...` boots nodes here while
+	// other packages run clusters and API servers on the same two cores,
+	// and five parallel boots once took more than 20 s. These tests are of
+	// what boots, not how fast (BenchmarkLaunch is).
+	drv, err := New(e.t.Context(), d, Options{Root: e.root, SSHWait: 2 * DefaultSSHWait})
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
