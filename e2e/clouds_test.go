@@ -106,9 +106,6 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	}
 	tb.Cleanup(func() {
 		made := emu.HostNames() // taken before Close forgets the machines
-		if tb.Failed() {
-			tb.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
-		}
 		if err := emu.Close(context.Background()); err != nil {
 			tb.Errorf("stop the cloud emulator: %v", err)
 		}
@@ -357,6 +354,13 @@ func TestCloudSwarm(t *testing.T) {
 	}
 	c := newCluster(t, cfg, env.districts())
 	env.writeCredentials(c)
+	// Registered after the cluster's teardown, so it runs before it: the
+	// machines are still there to be told apart.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
+		}
+	})
 
 	steps := []struct {
 		name string

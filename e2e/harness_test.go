@@ -101,9 +101,7 @@ type cluster struct {
 func newCluster(tb testing.TB, cfg districts.Cluster, ds []districts.District) *cluster {
 	tb.Helper()
 	requireE2E(tb)
-	if cfg.Platform == "kubernetes" {
-		platformtest.HoldHost(tb) // one Kubernetes at a time on this host's cores
-	}
+	platformtest.HoldHost(tb) // one cluster at a time on this host's cores
 	ctx := context.Background()
 	if err := local.Purge(ctx, root); err != nil {
 		tb.Fatalf("purge %s before the test: %v", root, err)

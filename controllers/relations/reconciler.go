@@ -468,9 +468,12 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return withKeys(current(), keys), true, false, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
-	if hash := vals.Hash(); hash != st.Hash {
-		from := st.Revision
-		next := st.Revision + 1
+	latest := v1alpha1.RevisionRecord{}
+	if len(st.History) > 0 {
+		latest = st.History[0]
+	}
+	if hash := vals.Hash(); hash != latest.Hash {
+		next := latest.Revision + 1
 		secret, foreign, err := r.writeRevision(ctx, rel, next, hash, vals)
 		if err != nil {
 			return nil, false, false, err
@@ -481,16 +484,58 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			return withKeys(current(), keys), true, false, finish()
 		}
 		// The revision is persisted before any template refers to it.
-		st.Revision, st.Hash, st.Secret = next, hash, secret
-		st.History = append([]v1alpha1.RevisionRecord{{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}}, st.History...)
+		latest = v1alpha1.RevisionRecord{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}
+		st.History = append([]v1alpha1.RevisionRecord{latest}, st.History...)
 		if len(st.History) > r.Options.History {
 			st.History = st.History[:r.Options.History]
 		}
-		if from > 0 {
-			r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, from, next)
+	}
+	// The template runs the latest revision, or the pinned one while it is
+	// kept; a pin to a revision no longer kept holds what runs.
+	run := latest
+	if pin != nil {
+		i := slices.IndexFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Revision == *pin })
+		switch {
+		case i >= 0:
+			run = st.History[i]
+			set(v1alpha1.ConditionPinned, true, "Pinned", fmt.Sprintf("held at r%d (the latest is r%d)", *pin, latest.Revision))
+		case st.Revision > 0:
+			run = v1alpha1.RevisionRecord{Revision: st.Revision, Hash: st.Hash, Secret: st.Secret}
+			set(v1alpha1.ConditionPinned, false, "NotKept", fmt.Sprintf("r%d is not among the %d revisions kept; r%d stays", *pin, len(st.History), st.Revision))
+		default:
+			set(v1alpha1.ConditionPinned, false, "NotKept", fmt.Sprintf("r%d is not among the %d revisions kept", *pin, len(st.History)))
 		}
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPinned)
+	}
+	if run.Revision != st.Revision && st.Revision > 0 {
+		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
+	}
+	st.Revision, st.Hash, st.Secret = run.Revision, run.Hash, run.Secret
+	if err := r.pruneRevisions(ctx, rel, st); err != nil {
+		return nil, false, false, err
 	}
 	return withKeys(current(), keys), false, false, finish()
+}
+
+// pruneRevisions deletes the values Secrets of revisions no longer kept
+// (beyond the history) and not running.
+func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relationship, st *v1alpha1.RelationshipStatus) error {
+	var secrets corev1.SecretList
+	if err := r.Reader.List(ctx, &secrets, client.InNamespace(rel.Namespace), client.MatchingLabels{labelRelationship: rel.Name}); err != nil {
+		return err
+	}
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		kept := s.Name == st.Secret || slices.ContainsFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Secret == s.Name })
+		if kept || !metav1.IsControlledBy(s, rel) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // withKeys completes an injection with its keys (none: the default

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 
 // startController runs the relations controller (and its webhook, when e
 // installed one) against e until the test ends; stop stops it earlier.
-func startController(t *testing.T, e *testenv.Env) (stop func()) {
+func startController(t *testing.T, e *testenv.Env, opts ...relations.Options) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: e.Webhook.Host, Port: e.Webhook.Port, CertDir: e.Webhook.CertDir}),
@@ -54,6 +55,9 @@ func startController(t *testing.T, e *testenv.Env) (stop func()) {
 		t.Fatal(err)
 	}
 	r := &relations.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("transit-relations")}
+	if len(opts) > 0 {
+		r.Options = opts[0]
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +86,21 @@ func startEnv(t *testing.T) *testenv.Env {
 		CRDDirs:           []string{filepath.Join("config", "crd")},
 		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
 		ControllerManager: true,
+	})
+}
+
+// startEnvWithWebhook is startEnv with the webhook registered as the
+// addon installs it (by Service; envtest points it at the test's server).
+func startEnvWithWebhook(t *testing.T) *testenv.Env {
+	path := relations.WebhookPath
+	svc := &admissionregistrationv1.ServiceReference{Namespace: "transit-relations", Name: "transit-relations-webhook", Path: &path}
+	return testenv.Start(t, testenv.Options{
+		CRDDirs:           []string{filepath.Join("config", "crd")},
+		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+		ControllerManager: true,
+		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
+			relations.MutatingWebhookConfiguration("transit-relations", admissionregistrationv1.WebhookClientConfig{Service: svc}),
+		},
 	})
 }
 

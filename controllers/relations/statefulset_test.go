@@ -1,22 +1,18 @@
 package relations_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloudtransit/transit/controllers/relations"
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
-	"github.com/cloudtransit/transit/controllers/testenv"
 )
 
 // TestStatefulSetUnblocked: a StatefulSet consumer created before its
@@ -26,16 +22,7 @@ import (
 // controller makes it again at the new revision. RolledOut says the
 // rollout is not done while pods are not ready.
 func TestStatefulSetUnblocked(t *testing.T) {
-	path := relations.WebhookPath
-	svc := &admissionregistrationv1.ServiceReference{Namespace: "transit-relations", Name: "transit-relations-webhook", Path: &path}
-	e := testenv.Start(t, testenv.Options{
-		CRDDirs:           []string{filepath.Join("config", "crd")},
-		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
-		ControllerManager: true,
-		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
-			relations.MutatingWebhookConfiguration("transit-relations", admissionregistrationv1.WebhookClientConfig{Service: svc}),
-		},
-	})
+	e := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client

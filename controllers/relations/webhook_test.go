@@ -1,19 +1,14 @@
 package relations_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/cloudtransit/transit/controllers/relations"
-	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
-	"github.com/cloudtransit/transit/controllers/testenv"
 )
 
 // TestWebhook, with the real API server calling the webhook over TLS: a
@@ -24,17 +19,7 @@ import (
 // webhook injects the persisted revision); with the webhook down,
 // annotated workloads are refused and others are not.
 func TestWebhook(t *testing.T) {
-	// As installed (a Service); envtest points it at the test's server.
-	path := relations.WebhookPath
-	svc := &admissionregistrationv1.ServiceReference{Namespace: "transit-relations", Name: "transit-relations-webhook", Path: &path}
-	e := testenv.Start(t, testenv.Options{
-		CRDDirs:           []string{filepath.Join("config", "crd")},
-		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
-		ControllerManager: true,
-		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
-			relations.MutatingWebhookConfiguration("transit-relations", admissionregistrationv1.WebhookClientConfig{Service: svc}),
-		},
-	})
+	e := startEnvWithWebhook(t)
 	stop := startController(t, e)
 	ctx := t.Context()
 	c := e.Client

@@ -1,0 +1,108 @@
+package relations_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+)
+
+// TestPinAndHistory: the values Secrets of revisions beyond the history
+// are deleted; a pin rolls the consumer back to a kept revision and holds
+// it while the provider changes (Pinned); unpinning resumes the latest;
+// a pin to a revision no longer kept holds what runs (Pinned=False).
+func TestPinAndHistory(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e, relations.Options{History: 2})
+	ctx := t.Context()
+	c := e.Client
+	pg := externalService("pg", "db1.example.com")
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	for _, o := range []client.Object{pg, web} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	setHost := func(host string) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "pg"}, pg); err != nil {
+				return err
+			}
+			pg.Spec.ExternalName = host
+			return c.Update(ctx, pg)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setAnnotation := func(key, value string) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+				return err
+			}
+			if value == "" {
+				delete(web.Annotations, key)
+			} else {
+				web.Annotations[key] = value
+			}
+			return c.Update(ctx, web)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	for i, host := range []string{"db2.example.com", "db3.example.com", "db4.example.com"} {
+		setHost(host)
+		waitRevision(t, c, relKey, int64(i+2), host)
+	}
+	waitTemplate(t, c, "web", "deployment-web-db-r4", "4")
+	eventually(t, "only r3 and r4 kept", func() (bool, string) {
+		var secrets corev1.SecretList
+		if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, s := range secrets.Items {
+			names = append(names, s.Name)
+		}
+		return len(names) == 2 && names[0] == "deployment-web-db-r3" && names[1] == "deployment-web-db-r4", strings.Join(names, ",")
+	})
+
+	// Pinned to r3: rolled back, held while the provider changes.
+	setAnnotation(relations.AnnotationPin, "db=3")
+	waitTemplate(t, c, "web", "deployment-web-db-r3", "3")
+	setHost("db5.example.com")
+	rel := &v1alpha1.Relationship{}
+	eventually(t, "r5 made while held at r3", func() (bool, string) {
+		if err := c.Get(ctx, relKey, rel); err != nil {
+			return false, err.Error()
+		}
+		return len(rel.Status.History) == 2 && rel.Status.History[0].Revision == 5 && rel.Status.Revision == 3 &&
+			meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionPinned), condString(rel)
+	})
+	waitTemplate(t, c, "web", "deployment-web-db-r3", "3")
+
+	// Unpinned: the latest runs.
+	setAnnotation(relations.AnnotationPin, "")
+	waitTemplate(t, c, "web", "deployment-web-db-r5", "5")
+
+	// A pin to a revision no longer kept holds what runs.
+	setAnnotation(relations.AnnotationPin, "db=1")
+	eventually(t, "Pinned=False NotKept", func() (bool, string) {
+		if err := c.Get(ctx, relKey, rel); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionPinned)
+		return cond != nil && cond.Reason == "NotKept" && rel.Status.Revision == 5, condString(rel)
+	})
+	waitTemplate(t, c, "web", "deployment-web-db-r5", "5")
+}
