@@ -485,9 +485,13 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 		// The revision is persisted before any template refers to it.
 		latest = v1alpha1.RevisionRecord{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}
-		st.History = append([]v1alpha1.RevisionRecord{latest}, st.History...)
-		if len(st.History) > r.Options.History {
-			st.History = st.History[:r.Options.History]
+		all := append([]v1alpha1.RevisionRecord{latest}, st.History...)
+		st.History = all[:min(len(all), r.Options.History)]
+		// A pinned revision stays kept beyond the history: it runs.
+		if pin != nil {
+			if i := slices.IndexFunc(all, func(h v1alpha1.RevisionRecord) bool { return h.Revision == *pin }); i >= r.Options.History {
+				st.History = append(st.History, all[i])
+			}
 		}
 	}
 	// The template runs the latest revision, or the pinned one while it is
