@@ -1,4 +1,7 @@
-package relations
+// Package annotations parses the relations.transit.io annotations of
+// providers and consumers: a leaf package, so its fuzz target builds
+// without the controller.
+package annotations
 
 import (
 	"fmt"
