@@ -176,9 +176,11 @@ func injectedEnv(e corev1.EnvVar, in Injection) bool {
 }
 
 // injectInto writes injections into a pod template as templatePatch
-// would have them applied: the webhook's way, at admission.
+// would have them applied: the webhook's way, at admission. The patch is
+// made for one stand-in container whose variables and mounts every
+// container gets.
 func injectInto(tpl *corev1.PodTemplateSpec, injections []Injection) {
-	data, err := json.Marshal(templatePatch(nil, injections))
+	data, err := json.Marshal(templatePatch([]string{"c"}, injections))
 	if err != nil {
 		panic(err) // maps of strings and slices always marshal
 	}
@@ -193,7 +195,10 @@ func injectInto(tpl *corev1.PodTemplateSpec, injections []Injection) {
 	for _, v := range p.Spec.Volumes {
 		tpl.Spec.Volumes = upsert(tpl.Spec.Volumes, v, func(a, b corev1.Volume) bool { return a.Name == b.Name })
 	}
-	env, mounts := envAndMounts(injections)
+	if len(p.Spec.Containers) == 0 {
+		return
+	}
+	env, mounts := p.Spec.Containers[0].Env, p.Spec.Containers[0].VolumeMounts
 	for i := range tpl.Spec.Containers {
 		c := &tpl.Spec.Containers[i]
 		for _, e := range env {
@@ -203,23 +208,6 @@ func injectInto(tpl *corev1.PodTemplateSpec, injections []Injection) {
 			c.VolumeMounts = upsert(c.VolumeMounts, m, func(a, b corev1.VolumeMount) bool { return a.MountPath == b.MountPath })
 		}
 	}
-}
-
-// envAndMounts are the variables and mounts of injections, as
-// templatePatch gives every container.
-func envAndMounts(injections []Injection) ([]corev1.EnvVar, []corev1.VolumeMount) {
-	data, err := json.Marshal(templatePatch([]string{"c"}, injections))
-	if err != nil {
-		panic(err)
-	}
-	var p corev1.PodTemplateSpec
-	if err := json.Unmarshal(data, &p); err != nil {
-		panic(err)
-	}
-	if len(p.Spec.Containers) == 0 {
-		return nil, nil
-	}
-	return p.Spec.Containers[0].Env, p.Spec.Containers[0].VolumeMounts
 }
 
 // upsert replaces the element of s that same matches with v, or appends v.

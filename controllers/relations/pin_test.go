@@ -26,11 +26,7 @@ func TestPinAndHistory(t *testing.T) {
 	c := e.Client
 	pg := externalService("pg", "db1.example.com")
 	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
-	for _, o := range []client.Object{pg, web} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createAll(t, c, pg, web)
 	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
 	setHost := func(host string) {
 		t.Helper()

@@ -35,11 +35,7 @@ func TestProviderKinds(t *testing.T) {
 		Interface: "creds", Keys: []v1alpha1.KeyInjection{{Key: "password", Env: "DB_PASSWORD"}}}}
 	web := deployment("web", map[string]string{relations.AnnotationConsumes: "api,creds", relations.AnnotationRelationship: "api,creds",
 		relations.AnnotationConfig: "creds=creds-env"})
-	for _, o := range []client.Object{api, creds, pc, cc, web} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createAll(t, c, api, creds, pc, cc, web)
 	env := func() map[string]string {
 		d := deployment("web", nil)
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, d); err != nil {
@@ -68,15 +64,11 @@ func TestProviderKinds(t *testing.T) {
 	eventually(t, "the rotated password injected", func() (bool, string) { return env()["DB_PASSWORD"] == "rotated", env()["DB_PASSWORD"] })
 
 	// Two providers of one name and interface.
-	for _, o := range []client.Object{
+	createAll(t, c,
 		externalService("dup", "a.example.com"),
 		deployment("dup", map[string]string{relations.AnnotationProvides: "db"}),
 		deployment("amb", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "dup"}),
-	} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	rel := &v1alpha1.Relationship{}
 	eventually(t, "ProviderFound=False Ambiguous", func() (bool, string) {
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-amb-db"}, rel); err != nil {

@@ -129,6 +129,16 @@ func externalService(name, host string) *corev1.Service {
 	}
 }
 
+// createAll creates objs, failing the test on the first error.
+func createAll(t *testing.T, c client.Client, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := c.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // eventually polls cond until it holds or a minute passed (a controller retries a blocked step after 30 s).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -360,11 +370,7 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 	c := e.Client
 	pg := externalService("pg", "db1.example.com")
 	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
-	for _, o := range []client.Object{pg, web} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createAll(t, c, pg, web)
 	// What the crashed run left: its Relationship (no revision yet) and
 	// revision 1's Secret.
 	rel := &v1alpha1.Relationship{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db", Namespace: "default"},

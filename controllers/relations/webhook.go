@@ -128,7 +128,6 @@ func (h *Webhook) addWait(tpl *corev1.PodTemplateSpec, waiting, vars []string) {
 			{Name: WaitForEnv, Value: strings.Join(vars, ",")},
 			{Name: WaitWhatEnv, Value: strings.Join(waiting, "; ")},
 		},
-		Resources: corev1.ResourceRequirements{},
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
 			ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
