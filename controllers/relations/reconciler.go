@@ -142,7 +142,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	return nil
+	return r.setupProtection(mgr)
 }
 
 // providerOrAnnotated passes objects that provide, and deletions (a
@@ -249,6 +249,7 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, nil
 	}
 	var injections []Injection
+	var revoked []*v1alpha1.Relationship
 	var retry, hold bool
 	if IsConsumer(w.GetAnnotations()) {
 		c, err := ParseConsumer(w.GetNamespace(), w.GetAnnotations())
@@ -257,13 +258,16 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, nil // the user's edit brings it back
 		}
 		for _, iface := range c.Interfaces {
-			in, again, held, err := r.relate(ctx, w, c, iface)
+			o, err := r.relate(ctx, w, c, iface)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
-			retry, hold = retry || again, hold || held
-			if in != nil {
-				injections = append(injections, *in)
+			retry, hold = retry || o.again, hold || o.hold
+			if o.in != nil {
+				injections = append(injections, *o.in)
+			}
+			if o.revoked != nil {
+				revoked = append(revoked, o.revoked)
 			}
 		}
 		if err := r.pruneRelationships(ctx, w, c.Interfaces); err != nil {
@@ -306,6 +310,13 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err := r.markInjected(ctx, w, blocked, why, metav1.ConditionFalse, "Conflict", ""); err != nil {
 		return reconcile.Result{}, err
 	}
+	// Values of a relationship no longer permitted go once the template
+	// no longer refers to them.
+	for _, rel := range revoked {
+		if err := r.pruneRevisions(ctx, rel, &rel.Status); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	rolled, rollMsg := rolledOut(live)
 	rollStatus := metav1.ConditionFalse
 	if rolled {
@@ -340,14 +351,25 @@ func relationshipName(kind, consumer, iface string) string {
 	return strings.TrimRight(n[:50], "-.") + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
+// outcome is what relating one interface asks of its consumer's template.
+type outcome struct {
+	// in is what to inject: nil while no revision exists.
+	in *Injection
+	// again asks for a later look (a provider not found yet); hold keeps
+	// the template as it is (what to inject is unknown).
+	again, hold bool
+	// revoked is a Relationship whose values must go once the template no
+	// longer refers to them (consent withdrawn).
+	revoked *v1alpha1.Relationship
+}
+
 // relate keeps the Relationship of w over iface and returns what to
-// inject: nil while no revision exists. again asks for a later look (a
-// provider not found yet).
-func (r *kindReconciler) relate(ctx context.Context, w client.Object, c ConsumerAnnotations, iface string) (_ *Injection, again, hold bool, _ error) {
+// inject.
+func (r *kindReconciler) relate(ctx context.Context, w client.Object, c ConsumerAnnotations, iface string) (outcome, error) {
 	rel := &v1alpha1.Relationship{ObjectMeta: metav1.ObjectMeta{Name: relationshipName(r.kind, w.GetName(), iface), Namespace: w.GetNamespace()}}
 	gvk, err := r.Client.GroupVersionKindFor(w)
 	if err != nil {
-		return nil, false, false, err
+		return outcome{}, err
 	}
 	var pin *int64
 	if n, ok := c.Pins[iface]; ok {
@@ -355,7 +377,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	}
 	provider, candidates, err := r.findProvider(ctx, c.Requests, iface)
 	if err != nil {
-		return nil, false, false, err
+		return outcome{}, err
 	}
 	ref := v1alpha1.ObjectRef{}
 	if provider != nil {
@@ -372,7 +394,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 		return controllerutil.SetControllerReference(w, rel, r.Client.Scheme())
 	}); err != nil {
-		return nil, false, false, err
+		return outcome{}, err
 	}
 	st := rel.Status.DeepCopy()
 	st.ObservedGeneration = rel.Generation
@@ -385,7 +407,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	}
 	finish := func() error {
 		ready := true
-		for _, t := range []string{v1alpha1.ConditionProviderFound, v1alpha1.ConditionInterfaceMatched, v1alpha1.ConditionValuesResolved} {
+		for _, t := range []string{v1alpha1.ConditionProviderFound, v1alpha1.ConditionPermitted, v1alpha1.ConditionInterfaceMatched, v1alpha1.ConditionValuesResolved} {
 			if !meta.IsStatusConditionTrue(st.Conditions, t) {
 				ready = false
 				c := meta.FindStatusCondition(st.Conditions, t)
@@ -417,7 +439,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	case len(candidates) > 1:
 		set(v1alpha1.ConditionProviderFound, false, "Ambiguous", fmt.Sprintf("%s all provide %s: name one provider per interface", strings.Join(candidates, ", "), iface))
 		// The template stays as it is until one provider is named.
-		return nil, false, true, finish()
+		return outcome{hold: true}, finish()
 	case provider == nil:
 		msg := fmt.Sprintf("none of %s provides %s", requestsString(c.Requests), iface)
 		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
@@ -428,36 +450,42 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		// consumers keep running as they are.
 		keys, _, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 		if err != nil {
-			return nil, false, false, err
+			return outcome{}, err
 		}
-		return withKeys(current(), keys), true, missing != "", finish()
+		return outcome{in: withKeys(current(), keys), again: true, hold: missing != ""}, finish()
 	}
 	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	if provider.GetNamespace() != w.GetNamespace() {
 		p, _ := ParseProvider(provider.GetAnnotations())
 		if !p.AllowAll && !slices.Contains(p.AllowNamespaces, w.GetNamespace()) {
 			set(v1alpha1.ConditionPermitted, false, "NotPermitted", fmt.Sprintf("%s %s/%s does not list namespace %s in %s", provider.GetKind(), provider.GetNamespace(), provider.GetName(), w.GetNamespace(), AnnotationAllowNamespaces))
-			// Consent withdrawn (or never given): nothing of it stays.
-			return nil, false, false, finish()
+			// Consent withdrawn (or never given): nothing of it stays,
+			// not even the copies of its values here.
+			st.Revision, st.Hash, st.Secret, st.History = 0, "", "", nil
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPinned)
+			if err := finish(); err != nil {
+				return outcome{}, err
+			}
+			return outcome{revoked: rel}, nil
 		}
 	}
 	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
 	keys, _, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 	if err != nil {
-		return nil, false, false, err
+		return outcome{}, err
 	}
 	if missing != "" {
 		set(v1alpha1.ConditionInterfaceMatched, false, "ConfigMissing", missing)
-		return nil, true, true, finish()
+		return outcome{again: true, hold: true}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
 	src, err := r.source(ctx, provider, iface)
 	if err != nil {
-		return nil, false, false, err
+		return outcome{}, err
 	}
 	vals, problems, err := Resolve(iface, src, nil)
 	if err != nil {
-		return nil, false, false, err
+		return outcome{}, err
 	}
 	if len(problems) > 0 {
 		var msgs []string
@@ -465,7 +493,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			msgs = append(msgs, p.String())
 		}
 		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
-		return withKeys(current(), keys), true, false, finish()
+		return outcome{in: withKeys(current(), keys), again: true}, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
 	latest := v1alpha1.RevisionRecord{}
@@ -476,12 +504,12 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		next := latest.Revision + 1
 		secret, foreign, err := r.writeRevision(ctx, rel, next, hash, vals)
 		if err != nil {
-			return nil, false, false, err
+			return outcome{}, err
 		}
 		if foreign != "" {
 			set(v1alpha1.ConditionValuesResolved, false, "SecretConflict", foreign)
 			r.Recorder.Event(w, corev1.EventTypeWarning, "SecretConflict", foreign)
-			return withKeys(current(), keys), true, false, finish()
+			return outcome{in: withKeys(current(), keys), again: true}, finish()
 		}
 		// The revision is persisted before any template refers to it.
 		latest = v1alpha1.RevisionRecord{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}
@@ -517,9 +545,9 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	}
 	st.Revision, st.Hash, st.Secret = run.Revision, run.Hash, run.Secret
 	if err := r.pruneRevisions(ctx, rel, st); err != nil {
-		return nil, false, false, err
+		return outcome{}, err
 	}
-	return withKeys(current(), keys), false, false, finish()
+	return outcome{in: withKeys(current(), keys)}, finish()
 }
 
 // pruneRevisions deletes the values Secrets of revisions no longer kept

@@ -1,0 +1,153 @@
+package relations_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+)
+
+// TestCrossNamespace: a consumer naming a provider in another namespace is
+// refused (Permitted=False, nothing injected) until the provider lists its
+// namespace; then the values are copied into the consumer's namespace;
+// withdrawn consent takes the injection out and deletes the copies.
+func TestCrossNamespace(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	createAll(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "data"}})
+
+	pg := externalService("pg", "db1.example.com")
+	pg.Namespace = "data"
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "data/pg"})
+	createAll(t, c, pg, web)
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	rel := &v1alpha1.Relationship{}
+	eventually(t, "Permitted=False", func() (bool, string) {
+		if err := c.Get(ctx, relKey, rel); err != nil {
+			return false, err.Error()
+		}
+		p := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionPermitted)
+		return p != nil && p.Status == metav1.ConditionFalse && strings.Contains(p.Message, "does not list namespace default") &&
+			meta.IsStatusConditionFalse(rel.Status.Conditions, v1alpha1.ConditionReady), condString(rel)
+	})
+	if rel.Status.Revision != 0 || hasInjected(t, c, "web") {
+		t.Fatalf("a consumer not permitted got values: revision %d", rel.Status.Revision)
+	}
+
+	pg.Annotations[relations.AnnotationAllowNamespaces] = "default"
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+
+	// Consent withdrawn: the template loses the injection, the copy goes.
+	delete(pg.Annotations, relations.AnnotationAllowNamespaces)
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the injection removed and the copy deleted", func() (bool, string) {
+		if hasInjected(t, c, "web") {
+			return false, "still injected"
+		}
+		var secrets corev1.SecretList
+		if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+			return false, err.Error()
+		}
+		for _, s := range secrets.Items {
+			if strings.HasPrefix(s.Name, "deployment-web-db-r") {
+				return false, "copy " + s.Name + " left"
+			}
+		}
+		return true, ""
+	})
+	if err := c.Get(ctx, relKey, rel); err != nil {
+		t.Fatal(err)
+	}
+	if rel.Status.Revision != 0 || len(rel.Status.History) != 0 || !meta.IsStatusConditionFalse(rel.Status.Conditions, v1alpha1.ConditionPermitted) {
+		t.Errorf("after withdrawal: revision %d, history %d, %s", rel.Status.Revision, len(rel.Status.History), condString(rel))
+	}
+}
+
+// TestProtect: a provider annotated protect=true gains a finalizer once a
+// consumer relates to it; deleting it waits (the consumer keeps its
+// values) until the consumer is gone; without protect, no finalizer.
+func TestProtect(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+
+	pg := externalService("pg", "db1.example.com")
+	pg.Annotations[relations.AnnotationProtect] = "true"
+	plain := externalService("cache", "cache.example.com")
+	plain.Annotations[relations.AnnotationProvides] = "cache"
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db,cache", relations.AnnotationRelationship: "pg,cache"})
+	createAll(t, c, pg, plain, web)
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	eventually(t, "the protect finalizer", func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+			return false, err.Error()
+		}
+		return controllerutil.ContainsFinalizer(pg, relations.ProtectFinalizer), strings.Join(pg.Finalizers, ",")
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(plain), plain); err != nil || len(plain.Finalizers) != 0 {
+		t.Errorf("a provider without protect got finalizers %v (%v)", plain.Finalizers, err)
+	}
+
+	if err := c.Delete(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+		t.Fatalf("a protected provider with a consumer was deleted: %v", err)
+	}
+	if !hasInjected(t, c, "web") {
+		t.Error("the consumer of a provider being deleted lost its values")
+	}
+	eventually(t, "the Protected event", func() (bool, string) {
+		return hasEvent(ctx, c, "pg", "Protected", "deletion waits for the consumers relating to it: Deployment default/web"), ""
+	})
+
+	// The consumer gone (its Relationships collected), the provider goes.
+	if err := c.Delete(ctx, web, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the provider deleted", func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg)
+		return apierrors.IsNotFound(err), strings.Join(pg.Finalizers, ",")
+	})
+}
+
+// hasInjected says whether the Deployment's template carries any revision.
+func hasInjected(t *testing.T, c client.Client, name string) bool {
+	t.Helper()
+	d := deployment(name, nil)
+	if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, d); err != nil {
+		t.Fatal(err)
+	}
+	for k := range d.Spec.Template.Annotations {
+		if strings.HasPrefix(k, relations.RevisionAnnotationPrefix) {
+			return true
+		}
+	}
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		if len(ctr.Env) > 0 {
+			return true
+		}
+	}
+	return false
+}
