@@ -50,7 +50,7 @@ func (r *Reconciler) setupProtection(mgr manager.Manager) error {
 	for _, pk := range providerKinds {
 		p := &protector{Reconciler: r, kind: pk.kind, new: pk.new}
 		err := ctrl.NewControllerManagedBy(mgr).
-			Named("relations-protect-" + strings.ToLower(pk.kind)).
+			Named("relations-protect-"+strings.ToLower(pk.kind)).
 			For(pk.new(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return o.GetAnnotations()[AnnotationProtect] != "" || controllerutil.ContainsFinalizer(o, ProtectFinalizer)
 			}))).
