@@ -34,6 +34,9 @@ type Status struct {
 	// PlatformVersion is the version the platform's control plane
 	// reports; empty when it was not asked or cannot say.
 	PlatformVersion string
+	// Addons say whether each addon serves (the platform's own first);
+	// empty when the platform was not asked or cannot say.
+	Addons []provider.AddonStatus
 }
 
 // Status reports the cluster's nodes and groups. It takes no lock and
@@ -69,6 +72,13 @@ func (s *Session) Status(ctx context.Context, o StatusOptions) (Status, error) {
 		if version, err := v.Version(ctx); err == nil {
 			st.PlatformVersion = version
 		}
+	}
+	if r, ok := opts.Platform.(provider.AddonReporter); ok && obs.PlatformError == "" && len(obs.State.Nodes) > 0 {
+		addons, err := r.AddonStatus(ctx, s.cfg.Cluster.Addons)
+		if err != nil {
+			st.Notes = append(st.Notes, "the addons could not be asked: "+err.Error())
+		}
+		st.Addons = addons
 	}
 	return st, nil
 }

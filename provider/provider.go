@@ -340,3 +340,16 @@ func IdentityTags(n districts.Node, lineage string) map[string]string {
 	}
 	return t
 }
+
+// AddonReporter is a platform that can say whether its addons serve
+// (status shows it).
+type AddonReporter interface {
+	AddonStatus(ctx context.Context, addons []districts.Addon) ([]AddonStatus, error)
+}
+
+// AddonStatus is whether one addon serves, and if not, why.
+type AddonStatus struct {
+	Name    string `json:"name"`
+	Ready   bool   `json:"ready"`
+	Message string `json:"message"`
+}

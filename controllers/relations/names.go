@@ -13,6 +13,7 @@ const (
 	AnnotationProtect         = annotations.AnnotationProtect
 	AnnotationPin             = annotations.AnnotationPin
 	LabelExpose               = annotations.LabelExpose
+	WaitContainer             = annotations.WaitContainer
 )
 
 type (

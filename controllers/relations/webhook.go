@@ -21,9 +21,6 @@ import (
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
 
-// WaitContainer is the init container that holds a consumer whose
-// lifecycle depends on a relationship not yet established.
-const WaitContainer = "transit-relations-wait"
 
 // WebhookPath is where the mutating webhook is served.
 const WebhookPath = "/mutate-workloads"

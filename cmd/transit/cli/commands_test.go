@@ -580,6 +580,36 @@ func TestDestroyNeedsNoPlatform(t *testing.T) {
 	}
 }
 
+// status says whether each addon serves, and why not, only when the
+// platform answered.
+func TestStatusAddons(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	r := h.run(t, runOpts{}, "status")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.out, "Addon net: serving.\n") {
+		t.Errorf("status lacks the addons:\n%s", r)
+	}
+	h.platform.setAddonProblem("DaemonSet kube-system/net: 1 of 3 pods updated and available")
+	r = h.run(t, runOpts{}, "status", "--json")
+	wantCode(t, r, 0)
+	checkJSON(t, []byte(r.out))
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Addons) != 1 || st.Addons[0].Ready || !strings.Contains(st.Addons[0].Message, "1 of 3 pods") {
+		t.Errorf("status --json: addons %+v", st.Addons)
+	}
+	if r := h.run(t, runOpts{}, "status"); !strings.Contains(r.out, "Addon net: not serving: DaemonSet kube-system/net: 1 of 3 pods updated and available\n") {
+		t.Errorf("status does not say why an addon does not serve:\n%s", r)
+	}
+	if r := h.run(t, runOpts{}, "status", "--refresh=false"); strings.Contains(r.out, "Addon") {
+		t.Errorf("status without refresh asked the platform's addons:\n%s", r)
+	}
+}
+
 // status works while the platform cannot be asked: it shows the machines
 // the clouds report and says why the platform did not answer.
 // status shows the version the platform reports, only when it answered.

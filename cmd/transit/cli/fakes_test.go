@@ -196,6 +196,27 @@ type fakePlatform struct {
 	// the run is interrupted).
 	onInstall func(ctx context.Context, n districts.Node) error
 	built     atomic.Int32
+	// addonProblem, when set, is why the platform's network addon does
+	// not serve.
+	addonProblem string
+}
+
+func (p *fakePlatform) setAddonProblem(why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addonProblem = why
+}
+
+// AddonStatus reports the platform's own network addon (serving unless
+// addonProblem says otherwise) and cluster.json's addons, serving.
+func (p *fakePlatform) AddonStatus(_ context.Context, addons []districts.Addon) ([]provider.AddonStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := []provider.AddonStatus{{Name: "net", Ready: p.addonProblem == "", Message: p.addonProblem}}
+	for _, a := range addons {
+		out = append(out, provider.AddonStatus{Name: a.Name, Ready: true})
+	}
+	return out, nil
 }
 
 func (p *fakePlatform) setUnreachable(why string) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 type statusFlags struct {
@@ -66,6 +67,8 @@ type shownStatus struct {
 	// version is the platform's version as it reports it ("" when it
 	// cannot say).
 	version string
+	// addons say whether each addon serves (none when not asked).
+	addons []provider.AddonStatus
 }
 
 // runStatus reads the state, and with refresh asks the clouds and the
@@ -89,7 +92,7 @@ func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ 
 		return shownStatus{}, err
 	}
 	return shownStatus{res: st.State, cluster: st.Cluster, order: districtOrder(s), refreshed: st.Refreshed,
-		notes: st.Notes, platformError: st.PlatformError, version: st.PlatformVersion}, nil
+		notes: st.Notes, platformError: st.PlatformError, version: st.PlatformVersion, addons: st.Addons}, nil
 }
 
 // writeStatus prints the nodes grouped by district and role.
@@ -119,6 +122,13 @@ func writeStatus(w io.Writer, st shownStatus) error {
 	}
 	for _, n := range st.notes {
 		fmt.Fprintf(&b, "Note: %s\n", n)
+	}
+	for _, a := range st.addons {
+		if a.Ready {
+			fmt.Fprintf(&b, "Addon %s: serving.\n", a.Name)
+		} else {
+			fmt.Fprintf(&b, "Addon %s: not serving: %s\n", a.Name, a.Message)
+		}
 	}
 
 	var keys []string

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // FormatVersion is the version of every JSON object transit prints: plan,
@@ -121,8 +122,10 @@ type statusJSON struct {
 	PlatformError string `json:"platform_error"`
 	// PlatformVersion is the version the platform's control plane
 	// reports ("" when it was not asked or could not say).
-	PlatformVersion string   `json:"platform_version"`
-	Notes           []string `json:"notes"`
+	PlatformVersion string `json:"platform_version"`
+	// Addons say whether each addon serves ([] when not asked).
+	Addons []provider.AddonStatus `json:"addons"`
+	Notes  []string               `json:"notes"`
 	// State is the current state in the format of resources.json.
 	State districts.Resources `json:"state"`
 }
@@ -130,7 +133,7 @@ type statusJSON struct {
 func newStatusJSON(st shownStatus, t time.Time) statusJSON {
 	return statusJSON{
 		header: newHeader(typeStatus), Time: t.UTC(), Cluster: st.cluster.ID, Platform: st.cluster.Platform,
-		Refreshed: st.refreshed, PlatformError: st.platformError, PlatformVersion: st.version, Notes: list(st.notes), State: st.res,
+		Refreshed: st.refreshed, PlatformError: st.platformError, PlatformVersion: st.version, Addons: list(st.addons), Notes: list(st.notes), State: st.res,
 	}
 }
 
@@ -270,9 +273,9 @@ func unique(l []string) []string {
 }
 
 // list is l, or an empty list instead of nil.
-func list(l []string) []string {
+func list[T any](l []T) []T {
 	if l == nil {
-		return []string{}
+		return []T{}
 	}
 	return l
 }

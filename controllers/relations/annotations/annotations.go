@@ -40,6 +40,10 @@ const (
 	// LabelExpose marks the Secrets and ConfigMaps a ProviderConfig may
 	// read: "true". The controller watches no other.
 	LabelExpose = Prefix + "expose"
+
+	// WaitContainer is the init container the webhook gives a consumer
+	// whose lifecycle depends on a relationship not yet established.
+	WaitContainer = "transit-relations-wait"
 )
 
 // ProviderAnnotations is what a provider's annotations say.
