@@ -83,6 +83,7 @@ func TestKubernetesLifecycle(t *testing.T) {
 		fn   func(t *testing.T, c *cluster)
 	}{
 		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
+		{"relations addon: consumers wait, changes roll out, namespaces, pin, controller down, removal", testKubeRelations},
 		{"scale workers down: evictions honour a PodDisruptionBudget", testKubeDrainPDB},
 		{"a budget that forbids eviction: the node is skipped, exit 3", testKubeRefusedDrain},
 		{"masters 1 → 3 → 2: etcd quorum held, the API answers", testKubeMasters},

@@ -1,0 +1,356 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cloudtransit/transit/bundle"
+	"github.com/cloudtransit/transit/controllers/relations/annotations"
+	"github.com/cloudtransit/transit/districts"
+)
+
+var relationshipsGVR = schema.GroupVersionResource{Group: "relations.transit.io", Version: "v1alpha1", Resource: "relationships"}
+
+// testKubeRelations installs the relations addon on the cluster spanning
+// both districts and uses it as a team would: a consumer created before
+// its provider waits, then starts with the value; a change of the
+// provider reaches every pod (read inside it); a cross-namespace consumer
+// is refused until the provider allows its namespace; a pin rolls back; a
+// recreated provider with the same value rolls nothing; with the
+// controller down, annotated creates are refused clearly, and the next
+// apply heals it; removing the addon leaves the CRDs and users' objects.
+func testKubeRelations(t *testing.T, c *cluster) {
+	c.cfg.Addons = []districts.Addon{{Name: "relations"}}
+	c.writeConfig()
+	start := time.Now()
+	c.apply()
+	t.Logf("apply with the relations addon converged in %s", time.Since(start).Round(time.Second))
+	if r := c.transit("status"); !strings.Contains(r.stdout, "Addon relations: serving.") {
+		t.Errorf("status does not report the relations addon serving:\n%s", r.stdout)
+	}
+	ctx := context.Background()
+	k := c.kube()
+	dyn := c.dynamic()
+
+	// Consumer first: its pods wait in the wait container.
+	app := consumer("app", "default", 3, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "pg"})
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, app, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "app's pods held in the wait container", func(ctx context.Context) error {
+		pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
+		if err != nil {
+			return err
+		}
+		waiting := 0
+		for _, p := range pods.Items {
+			for _, s := range p.Status.InitContainerStatuses {
+				if s.Name == annotations.WaitContainer && s.State.Running != nil {
+					waiting++
+				}
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				return fmt.Errorf("pod %s runs without its provider", p.Name)
+			}
+		}
+		if waiting < 3 {
+			return fmt.Errorf("%d of 3 pods in the wait container", waiting)
+		}
+		return nil
+	})
+	pg := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: "default", Annotations: map[string]string{annotations.AnnotationProvides: "db"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "db1.example.com"},
+	}
+	if _, err := k.CoreV1().Services("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	eventually(t, 3*time.Minute, "every app pod runs with DB=db1", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db1.example.com") })
+	t.Logf("provider created → 3 consumers running with it: %s", time.Since(start).Round(time.Second))
+
+	// A change reaches every pod, in both districts.
+	setExternalName(t, k, "default", "pg", "db2.example.com")
+	start = time.Now()
+	eventually(t, 3*time.Minute, "every app pod runs with DB=db2", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db2.example.com") })
+	t.Logf("provider changed → 3 consumers running with it: %s (sites %v)", time.Since(start).Round(time.Second), c.sitesOf(ctx, k, "default", "app"))
+
+	// Cross-namespace: refused until the provider allows the namespace.
+	if _, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := consumer("other", "team", 1, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "default/pg"})
+	if _, err := k.AppsV1().Deployments("team").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the cross-namespace Relationship not permitted", func(ctx context.Context) error {
+		return relationshipCondition(ctx, dyn, "team", "deployment-other-db", "Permitted", "False")
+	})
+	if err := podsSee(ctx, k, "team", "other", 1, "db2.example.com"); err == nil {
+		t.Error("a consumer in a namespace the provider does not allow got its values")
+	}
+	annotate(t, k, "default", "pg", annotations.AnnotationAllowNamespaces, "team")
+	eventually(t, 3*time.Minute, "the allowed consumer runs with DB=db2", func(ctx context.Context) error { return podsSee(ctx, k, "team", "other", 1, "db2.example.com") })
+
+	// Pin: back to revision 1, held.
+	d, err := k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Annotations[annotations.AnnotationPin] = "db=1"
+	if _, err := k.AppsV1().Deployments("default").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "pinned: every app pod runs with DB=db1", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db1.example.com") })
+	eventually(t, time.Minute, "Pinned=True", func(ctx context.Context) error {
+		return relationshipCondition(ctx, dyn, "default", "deployment-app-db", "Pinned", "True")
+	})
+	d, err = k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(d.Annotations, annotations.AnnotationPin)
+	if _, err := k.AppsV1().Deployments("default").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "unpinned: every app pod runs with DB=db2", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db2.example.com") })
+
+	// The provider deleted and recreated with the same value: no rollout.
+	d, err = k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	generation := d.Generation
+	if err := k.CoreV1().Services("default").Delete(ctx, "pg", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "ProviderFound=False", func(ctx context.Context) error {
+		return relationshipCondition(ctx, dyn, "default", "deployment-app-db", "ProviderFound", "False")
+	})
+	pg.ResourceVersion = ""
+	pg.Spec.ExternalName = "db2.example.com"
+	pg.Annotations[annotations.AnnotationAllowNamespaces] = "team"
+	if _, err := k.CoreV1().Services("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "ProviderFound=True", func(ctx context.Context) error {
+		return relationshipCondition(ctx, dyn, "default", "deployment-app-db", "Ready", "True")
+	})
+	if d, err := k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{}); err != nil || d.Generation != generation {
+		t.Errorf("the provider recreated with the same value rolled the consumer: generation %d → %d (%v)", generation, d.Generation, err)
+	}
+
+	// The controller down: an annotated create is refused, naming the
+	// webhook; the next apply brings it back and waits until it serves.
+	if _, err := k.AppsV1().Deployments("transit-relations").UpdateScale(ctx, "transit-relations",
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "transit-relations", Namespace: "transit-relations"}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
+		metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	late := consumer("late", "default", 1, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "pg"})
+	eventually(t, 2*time.Minute, "an annotated create refused while the webhook is down", func(ctx context.Context) error {
+		_, err := k.AppsV1().Deployments("default").Create(ctx, late, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("created while the webhook is down")
+		}
+		if !strings.Contains(err.Error(), "workloads.relations.transit.io") {
+			return fmt.Errorf("refused without naming the webhook: %v", err)
+		}
+		return nil
+	})
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, consumer("plain", "default", 1, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a workload without annotations was refused while the webhook is down: %v", err)
+	}
+	c.apply()
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("after apply healed the controller: %v", err)
+	}
+	eventually(t, 3*time.Minute, "the late consumer runs with DB=db2", func(ctx context.Context) error { return podsSee(ctx, k, "default", "late", 1, "db2.example.com") })
+
+	// The addon removed: its webhook and controller go; CRDs, Relationships
+	// and users' workloads stay; annotated creates are admitted again.
+	c.cfg.Addons = nil
+	c.writeConfig()
+	c.apply()
+	if _, err := k.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "transit-relations", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the webhook configuration outlived the addon: %v", err)
+	}
+	if _, err := dyn.Resource(relationshipsGVR).Namespace("default").Get(ctx, "deployment-app-db", metav1.GetOptions{}); err != nil {
+		t.Errorf("a Relationship did not survive the addon's removal: %v", err)
+	}
+	if err := available(ctx, k, "app", 3); err != nil {
+		t.Errorf("the consumer suffered from the addon's removal: %v", err)
+	}
+	after := consumer("after", "default", 1, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "pg"})
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, after, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("an annotated create after the addon's removal: %v", err)
+	}
+	eventually(t, 2*time.Minute, "the addon's namespace gone", func(ctx context.Context) error {
+		if _, err := k.CoreV1().Namespaces().Get(ctx, "transit-relations", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("namespace transit-relations: %v", err)
+		}
+		return nil
+	})
+
+	// Leave the cluster as the next steps expect it.
+	for _, o := range []struct{ ns, name string }{{"default", "app"}, {"default", "late"}, {"team", "other"}} {
+		if err := k.AppsV1().Deployments(o.ns).Delete(ctx, o.name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := k.CoreV1().Services("default").Delete(ctx, "pg", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+	if err := k.CoreV1().Namespaces().Delete(ctx, "team", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// dynamic is a dynamic client of the cluster's API server.
+func (c *cluster) dynamic() dynamic.Interface {
+	c.tb.Helper()
+	r := c.transit("kubeconfig")
+	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(r.stdout))
+	if err != nil {
+		c.tb.Fatalf("transit kubeconfig: %v", err)
+	}
+	cfg.Timeout = 20 * time.Second
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return dyn
+}
+
+// consumer is a busybox Deployment that prints DB once and sleeps, its
+// pods spread over the sites.
+func consumer(name, ns string, replicas int32, ann map[string]string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr(int64(1)),
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "site",
+						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+					Containers: []corev1.Container{{
+						Name: "app", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"sh", "-c", `echo "DB=$DB"; exec sleep 3600`},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// podsSee says whether the Deployment has rolled out want pods and every
+// running pod printed DB=value.
+func podsSee(ctx context.Context, k clientset.Interface, ns, name string, want int32, value string) error {
+	d, err := k.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	st := d.Status
+	if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.Replicas != want || st.AvailableReplicas != want {
+		return fmt.Errorf("%s/%s: %d updated, %d total, %d available, want %d", ns, name, st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want)
+	}
+	pods, err := k.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		return err
+	}
+	seen := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		logs, err := k.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
+		if err != nil {
+			return err
+		}
+		if got := strings.TrimSpace(string(logs)); got != "DB="+value {
+			return fmt.Errorf("pod %s printed %q, want DB=%s", p.Name, got, value)
+		}
+		seen++
+	}
+	if seen != int(want) {
+		return fmt.Errorf("%d running pods of %s/%s, want %d", seen, ns, name, want)
+	}
+	return nil
+}
+
+// sitesOf lists the sites of the nodes a Deployment's pods run on.
+func (c *cluster) sitesOf(ctx context.Context, k clientset.Interface, ns, app string) []string {
+	pods, err := k.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return nil
+	}
+	var sites []string
+	for _, p := range pods.Items {
+		if n, err := k.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil && !slices.Contains(sites, n.Labels["site"]) {
+			sites = append(sites, n.Labels["site"])
+		}
+	}
+	slices.Sort(sites)
+	return sites
+}
+
+func setExternalName(t *testing.T, k clientset.Interface, ns, name, host string) {
+	t.Helper()
+	s, err := k.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.ExternalName = host
+	if _, err := k.CoreV1().Services(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func annotate(t *testing.T, k clientset.Interface, ns, name, key, value string) {
+	t.Helper()
+	s, err := k.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[key] = value
+	if _, err := k.CoreV1().Services(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relationshipCondition says whether a Relationship's condition has status.
+func relationshipCondition(ctx context.Context, dyn dynamic.Interface, ns, name, typ, status string) error {
+	u, err := dyn.Resource(relationshipsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var seen []string
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		seen = append(seen, fmt.Sprintf("%v=%v (%v)", m["type"], m["status"], m["message"]))
+		if m["type"] == typ && m["status"] == status {
+			return nil
+		}
+	}
+	return fmt.Errorf("Relationship %s/%s: want %s=%s, have %s", ns, name, typ, status, strings.Join(seen, "; "))
+}
