@@ -77,18 +77,25 @@ type protector struct {
 }
 
 func (p *protector) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return retryConflicts(p.reconcile(ctx, req))
+}
+
+func (p *protector) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	o := p.new()
 	if err := p.Client.Get(ctx, req.NamespacedName, o); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	prov, _ := ParseProvider(o.GetAnnotations())
+	has := controllerutil.ContainsFinalizer(o, ProtectFinalizer)
+	if !prov.Protect && !has {
+		return reconcile.Result{}, nil // most providers: nothing to keep
 	}
 	consumers, err := p.protecting(ctx, o)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	prov, _ := ParseProvider(o.GetAnnotations())
 	deleting := !o.GetDeletionTimestamp().IsZero()
 	want := prov.Protect && len(consumers) > 0
-	has := controllerutil.ContainsFinalizer(o, ProtectFinalizer)
 	switch {
 	case want && deleting:
 		p.Recorder.Eventf(o, corev1.EventTypeNormal, "Protected", "deletion waits for the consumers relating to it: %s", strings.Join(consumers, ", "))

@@ -2,6 +2,7 @@ package relations
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -67,9 +68,15 @@ const (
 	labelRelationship = Prefix + "relationship"
 	// annotationHash is a values Secret's values hash.
 	annotationHash = Prefix + "hash"
+	// annotationApplied, on a consumer, identifies the template patch the
+	// controller applied last.
+	annotationApplied = Prefix + "applied"
 	// providerIndex indexes consumers by the providers they name
 	// ("namespace/name").
 	providerIndex = "relations.transit.io/provider"
+	// consumerIndex indexes Relationships by their consumer ("Kind/name"):
+	// a reconcile reads its own, never the namespace's every one.
+	consumerIndex = "relations.transit.io/consumer"
 )
 
 // workloadKinds are the kinds a consumer may be.
@@ -107,12 +114,23 @@ type Reconciler struct {
 	Reader   client.Reader
 	Recorder record.EventRecorder
 	Options  Options
+
+	written written
 }
 
 // SetupWithManager registers one controller per workload kind, the
 // consumers-by-provider index and the watches of providers and configs.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Relationship{}, consumerIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil {
+			return []string{ref.Kind + "/" + ref.Name}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	for _, wk := range workloadKinds {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), wk.new(), providerIndex, requestedProviders); err != nil {
 			return err
@@ -127,7 +145,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				_, consumes := o.GetAnnotations()[AnnotationConsumes]
 				return consumes || hasInjections(o)
 			}))).
-			Owns(&v1alpha1.Relationship{}).
+			// Its own status writes wake nobody: only a changed spec or a
+			// deleted Relationship is repaired.
+			Owns(&v1alpha1.Relationship{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 			Watches(&corev1.Service{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&appsv1.Deployment{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&appsv1.StatefulSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
@@ -240,6 +260,25 @@ func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Obje
 
 // Reconcile brings one consumer's relationships and template in line.
 func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return retryConflicts(r.reconcile(ctx, req))
+}
+
+// conflictRetry is how soon a reconcile that lost a write race runs
+// again: the cache has by then seen the write that won.
+const conflictRetry = 100 * time.Millisecond
+
+// retryConflicts turns a conflict (a write from a stale cache read, often
+// the controller's own previous write) into a prompt retry. Returned as an
+// error it would wait in the workqueue's rate limiter, shared by every
+// failing item (10 per second): a burst of them would take minutes.
+func retryConflicts(res reconcile.Result, err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
+}
+
+func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	w := r.new()
 	if err := r.Client.Get(ctx, req.NamespacedName, w); err != nil {
 		// Gone: its Relationships and Secrets go with it (owner references).
@@ -250,6 +289,7 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	var injections []Injection
 	var revoked []*v1alpha1.Relationship
+	rels := map[string]*v1alpha1.Relationship{}
 	var retry, hold bool
 	if IsConsumer(w.GetAnnotations()) {
 		c, err := ParseConsumer(w.GetNamespace(), w.GetAnnotations())
@@ -268,6 +308,9 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			}
 			if o.revoked != nil {
 				revoked = append(revoked, o.revoked)
+			}
+			if o.rel != nil {
+				rels[o.rel.Name] = o.rel
 			}
 		}
 		if err := r.pruneRelationships(ctx, w, c.Interfaces); err != nil {
@@ -305,9 +348,9 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		// Another manager holds a field the injections set, or the merged
 		// template is invalid: a condition, never a loop.
 		r.Recorder.Event(w, corev1.EventTypeWarning, "Conflict", err.Error())
-		return reconcile.Result{RequeueAfter: time.Minute}, r.markInjected(ctx, w, injections, nil, metav1.ConditionFalse, "Conflict", err.Error())
+		return reconcile.Result{RequeueAfter: time.Minute}, r.markInjected(ctx, w, rels, injections, nil, metav1.ConditionFalse, "Conflict", err.Error())
 	}
-	if err := r.markInjected(ctx, w, blocked, why, metav1.ConditionFalse, "Conflict", ""); err != nil {
+	if err := r.markInjected(ctx, w, rels, blocked, why, metav1.ConditionFalse, "Conflict", ""); err != nil {
 		return reconcile.Result{}, err
 	}
 	// Values of a relationship no longer permitted go once the template
@@ -322,7 +365,7 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if rolled {
 		rollStatus = metav1.ConditionTrue
 	}
-	if err := r.markInjected(ctx, w, apply, nil, metav1.ConditionTrue, "Injected", "the pod template carries the revision",
+	if err := r.markInjected(ctx, w, rels, apply, nil, metav1.ConditionTrue, "Injected", "the pod template carries the revision",
 		metav1.Condition{Type: v1alpha1.ConditionRolledOut, Status: rollStatus, Reason: map[bool]string{true: "RolledOut", false: "RollingOut"}[rolled], Message: rollMsg}); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -361,6 +404,9 @@ type outcome struct {
 	// revoked is a Relationship whose values must go once the template no
 	// longer refers to them (consent withdrawn).
 	revoked *v1alpha1.Relationship
+	// rel is the Relationship as last written, for later status writes
+	// (the cache may not have it yet).
+	rel *v1alpha1.Relationship
 }
 
 // relate keeps the Relationship of w over iface and returns what to
@@ -385,14 +431,11 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	} else if len(c.Requests) > 0 {
 		ref = v1alpha1.ObjectRef{Namespace: c.Requests[0].Namespace, Name: c.Requests[0].Name}
 	}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, rel, func() error {
-		rel.Spec = v1alpha1.RelationshipSpec{
-			Consumer:  v1alpha1.ObjectRef{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: w.GetName()},
-			Provider:  ref,
-			Interface: iface,
-			Pin:       pin,
-		}
-		return controllerutil.SetControllerReference(w, rel, r.Client.Scheme())
+	if err := r.ensureRelationship(ctx, w, rel, v1alpha1.RelationshipSpec{
+		Consumer:  v1alpha1.ObjectRef{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: w.GetName()},
+		Provider:  ref,
+		Interface: iface,
+		Pin:       pin,
 	}); err != nil {
 		return outcome{}, err
 	}
@@ -426,7 +469,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			return nil
 		}
 		rel.Status = *st
-		return r.Client.Status().Update(ctx, rel)
+		return r.updateStatus(ctx, rel)
 	}
 	current := func() *Injection {
 		if st.Revision == 0 {
@@ -439,7 +482,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	case len(candidates) > 1:
 		set(v1alpha1.ConditionProviderFound, false, "Ambiguous", fmt.Sprintf("%s all provide %s: name one provider per interface", strings.Join(candidates, ", "), iface))
 		// The template stays as it is until one provider is named.
-		return outcome{hold: true}, finish()
+		return outcome{hold: true, rel: rel}, finish()
 	case provider == nil:
 		msg := fmt.Sprintf("none of %s provides %s", requestsString(c.Requests), iface)
 		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
@@ -452,7 +495,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{in: withKeys(current(), keys), again: true, hold: missing != ""}, finish()
+		return outcome{in: withKeys(current(), keys), again: true, hold: missing != "", rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	if provider.GetNamespace() != w.GetNamespace() {
@@ -466,7 +509,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			if err := finish(); err != nil {
 				return outcome{}, err
 			}
-			return outcome{revoked: rel}, nil
+			return outcome{revoked: rel, rel: rel}, nil
 		}
 	}
 	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
@@ -476,7 +519,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	}
 	if missing != "" {
 		set(v1alpha1.ConditionInterfaceMatched, false, "ConfigMissing", missing)
-		return outcome{again: true, hold: true}, finish()
+		return outcome{again: true, hold: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
 	src, err := r.source(ctx, provider, iface)
@@ -493,10 +536,11 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			msgs = append(msgs, p.String())
 		}
 		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
-		return outcome{in: withKeys(current(), keys), again: true}, finish()
+		return outcome{in: withKeys(current(), keys), again: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
 	latest := v1alpha1.RevisionRecord{}
+	trimmed := false
 	if len(st.History) > 0 {
 		latest = st.History[0]
 	}
@@ -509,12 +553,13 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if foreign != "" {
 			set(v1alpha1.ConditionValuesResolved, false, "SecretConflict", foreign)
 			r.Recorder.Event(w, corev1.EventTypeWarning, "SecretConflict", foreign)
-			return outcome{in: withKeys(current(), keys), again: true}, finish()
+			return outcome{in: withKeys(current(), keys), again: true, rel: rel}, finish()
 		}
 		// The revision is persisted before any template refers to it.
 		latest = v1alpha1.RevisionRecord{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}
 		all := append([]v1alpha1.RevisionRecord{latest}, st.History...)
 		st.History = all[:min(len(all), r.Options.History)]
+		trimmed = len(all) > r.Options.History
 		// A pinned revision stays kept beyond the history: it runs.
 		if pin != nil {
 			if i := slices.IndexFunc(all, func(h v1alpha1.RevisionRecord) bool { return h.Revision == *pin }); i >= r.Options.History {
@@ -544,10 +589,54 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
 	}
 	st.Revision, st.Hash, st.Secret = run.Revision, run.Hash, run.Secret
-	if err := r.pruneRevisions(ctx, rel, st); err != nil {
-		return outcome{}, err
+	if trimmed {
+		// Revisions left the history: their Secrets go (and any a crash
+		// left behind).
+		if err := r.pruneRevisions(ctx, rel, st); err != nil {
+			return outcome{}, err
+		}
 	}
-	return outcome{in: withKeys(current(), keys)}, finish()
+	return outcome{in: withKeys(current(), keys), rel: rel}, finish()
+}
+
+// ensureRelationship reads rel (by its name) and creates or updates it
+// to carry spec, owned by its consumer w.
+func (r *kindReconciler) ensureRelationship(ctx context.Context, w client.Object, rel *v1alpha1.Relationship, spec v1alpha1.RelationshipSpec) error {
+	err := r.written.get(ctx, r.Client, client.ObjectKeyFromObject(rel), rel)
+	if apierrors.IsNotFound(err) {
+		rel.Spec = spec
+		if err := controllerutil.SetControllerReference(w, rel, r.Client.Scheme()); err != nil {
+			return err
+		}
+		return r.Client.Create(ctx, rel)
+	}
+	if err != nil {
+		return err
+	}
+	was := rel.DeepCopy()
+	rel.Spec = spec
+	if err := controllerutil.SetControllerReference(w, rel, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(was.Spec, rel.Spec) && equality.Semantic.DeepEqual(was.OwnerReferences, rel.OwnerReferences) {
+		return nil
+	}
+	if err := r.Client.Update(ctx, rel); err != nil {
+		return err
+	}
+	r.written.wrote(was.ResourceVersion, rel)
+	return nil
+}
+
+// updateStatus writes rel's status and remembers the write until the
+// cache shows it.
+func (r *kindReconciler) updateStatus(ctx context.Context, rel *v1alpha1.Relationship) error {
+	before := rel.ResourceVersion
+	if err := r.Client.Status().Update(ctx, rel); err != nil {
+		return err
+	}
+	r.written.wrote(before, rel)
+	return nil
 }
 
 // pruneRevisions deletes the values Secrets of revisions no longer kept
@@ -722,7 +811,9 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 	return name, "", err
 }
 
-// inject applies w's template patch as the controller's field manager.
+// inject applies w's template patch as the controller's field manager,
+// unless the workload already carries exactly this patch: a reconcile
+// that changes nothing writes nothing.
 func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections []Injection) (*unstructured.Unstructured, error) {
 	tpl := template(w)
 	var containers []string
@@ -733,13 +824,49 @@ func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections
 	if err != nil {
 		return nil, err
 	}
+	tplPatch := templatePatch(containers, injections)
+	md := map[string]any{"name": w.GetName(), "namespace": w.GetNamespace()}
+	if len(injections) > 0 {
+		hash, err := patchHash(tplPatch)
+		if err != nil {
+			return nil, err
+		}
+		if w.GetAnnotations()[annotationApplied] == hash && carries(tpl, injections) {
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w)
+			if err != nil {
+				return nil, err
+			}
+			live := &unstructured.Unstructured{Object: obj}
+			live.SetGroupVersionKind(gvk)
+			return live, nil
+		}
+		md["annotations"] = map[string]any{annotationApplied: hash}
+	}
 	patch := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": w.GetName(), "namespace": w.GetNamespace()},
-		"spec":     map[string]any{"template": templatePatch(containers, injections)},
+		"metadata": md,
+		"spec":     map[string]any{"template": tplPatch},
 	}}
 	patch.SetGroupVersionKind(gvk)
 	// The answer is the workload as it is now: its generation and status.
 	return patch, r.Client.Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager))
+}
+
+// patchHash identifies a template patch.
+func patchHash(patch map[string]any) (string, error) {
+	data, err := json.Marshal(patch) // maps marshal with sorted keys
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+// carries says whether tpl holds everything injections put there (no
+// one removed or changed an injected field since it was applied).
+func carries(tpl *corev1.PodTemplateSpec, injections []Injection) bool {
+	want := tpl.DeepCopy()
+	injectInto(want, injections)
+	return equality.Semantic.DeepEqual(want, tpl)
 }
 
 // rolledOut says whether the workload's pods all run its current
@@ -824,16 +951,19 @@ func waiting(p *corev1.Pod) bool {
 
 // markInjected records on each Relationship whether its injection is in
 // the template.
-func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, injections []Injection, msgs []string, status metav1.ConditionStatus, reason, msg string, also ...metav1.Condition) error {
+func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, rels map[string]*v1alpha1.Relationship, injections []Injection, msgs []string, status metav1.ConditionStatus, reason, msg string, also ...metav1.Condition) error {
 	var errs []error
 	for i, in := range injections {
 		if i < len(msgs) {
 			msg = msgs[i]
 		}
-		rel := &v1alpha1.Relationship{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: w.GetNamespace(), Name: in.Relationship}, rel); err != nil {
-			errs = append(errs, err)
-			continue
+		rel := rels[in.Relationship]
+		if rel == nil {
+			rel = &v1alpha1.Relationship{}
+			if err := r.written.get(ctx, r.Client, types.NamespacedName{Namespace: w.GetNamespace(), Name: in.Relationship}, rel); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
 		changed := meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInjected, Status: status, Reason: reason, Message: msg, ObservedGeneration: rel.Generation})
 		for _, c := range also {
@@ -841,7 +971,7 @@ func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, inje
 			changed = meta.SetStatusCondition(&rel.Status.Conditions, c) || changed
 		}
 		if changed {
-			errs = append(errs, r.Client.Status().Update(ctx, rel))
+			errs = append(errs, r.updateStatus(ctx, rel))
 		}
 	}
 	return errors.Join(errs...)
@@ -851,7 +981,7 @@ func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, inje
 // consumes.
 func (r *kindReconciler) pruneRelationships(ctx context.Context, w client.Object, ifaces []string) error {
 	var list v1alpha1.RelationshipList
-	if err := r.Client.List(ctx, &list, client.InNamespace(w.GetNamespace())); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(w.GetNamespace()), client.MatchingFields{consumerIndex: r.kind + "/" + w.GetName()}); err != nil {
 		return err
 	}
 	for i := range list.Items {
@@ -862,6 +992,7 @@ func (r *kindReconciler) pruneRelationships(ctx context.Context, w client.Object
 		if err := r.Client.Delete(ctx, rel); client.IgnoreNotFound(err) != nil {
 			return err
 		}
+		r.written.forget(client.ObjectKeyFromObject(rel))
 	}
 	return nil
 }

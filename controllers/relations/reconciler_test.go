@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 
 // startController runs the relations controller (and its webhook, when e
 // installed one) against e until the test ends; stop stops it earlier.
-func startController(t *testing.T, e *testenv.Env, opts ...relations.Options) (stop func()) {
+func startController(t testing.TB, e *testenv.Env, opts ...relations.Options) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: e.Webhook.Host, Port: e.Webhook.Port, CertDir: e.Webhook.CertDir}),
@@ -81,7 +82,7 @@ func startController(t *testing.T, e *testenv.Env, opts ...relations.Options) (s
 	return stop
 }
 
-func startEnv(t *testing.T) *testenv.Env {
+func startEnv(t testing.TB) *testenv.Env {
 	return testenv.Start(t, testenv.Options{
 		CRDDirs:           []string{filepath.Join("config", "crd")},
 		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
@@ -431,4 +432,28 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 	if strings.Join(names, ",") != "deployment-web-db-r1,deployment-web-db-r2" {
 		t.Errorf("values Secrets %v, want r1 and r2 only", names)
 	}
+}
+
+// TestInjectionRestored: a reconcile that would apply the same patch
+// writes nothing, but an injected variable someone removed comes back.
+func TestInjectionRestored(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	createAll(t, c, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		web := &appsv1.Deployment{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+			return err
+		}
+		web.Spec.Template.Spec.Containers[0].Env = nil
+		return c.Update(ctx, web)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
 }

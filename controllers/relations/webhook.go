@@ -21,7 +21,6 @@ import (
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
 
-
 // WebhookPath is where the mutating webhook is served.
 const WebhookPath = "/mutate-workloads"
 

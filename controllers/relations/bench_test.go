@@ -1,0 +1,141 @@
+package relations_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/testenv"
+)
+
+// BenchmarkPropagation measures, on the bundle's API server, the time from
+// a provider's change until every consumer's pod template carries the new
+// revision (no kubelet: the rollouts themselves are the cluster benchmark's
+// part). Goals: ≤ 1 s for 55 consumers, ≤ 10 s for 1,000. The controller
+// runs as the addon's settings allow at most: 64 workers, 1,000 QPS.
+func BenchmarkPropagation(b *testing.B) {
+	e := testenv.Start(b, testenv.Options{
+		CRDDirs:     []string{filepath.Join("config", "crd")},
+		AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+	})
+	e.Config.QPS, e.Config.Burst = 1000, 2000
+	startController(b, e, relations.Options{Workers: 64})
+	k, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{55, 1000} {
+		// b.Run runs its function more than once: the consumers are made
+		// on the first.
+		ns := fmt.Sprintf("bench-%d", n)
+		revision := int64(0)
+		b.Run("consumers="+strconv.Itoa(n), func(b *testing.B) {
+			if revision == 0 {
+				setupConsumers(b, k, ns, n)
+				revision = 1
+				waitAllAt(b, k, ns, n, revision, "")
+			}
+			b.ResetTimer()
+			var total time.Duration
+			for range b.N {
+				revision++
+				total += waitAllAt(b, k, ns, n, revision, fmt.Sprintf("host-%d.example.com", revision))
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "s/change")
+			b.ReportMetric(total.Seconds()/float64(b.N)/float64(n)*1000, "ms/consumer")
+		})
+	}
+}
+
+// setupConsumers makes namespace ns with a provider pg and n consumers.
+func setupConsumers(b *testing.B, k kubernetes.Interface, ns string, n int) {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	pg := externalService("pg", "host-0.example.com")
+	pg.Namespace = ns
+	if _, err := k.CoreV1().Services(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		d := deployment(fmt.Sprintf("c%04d", i), map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+		d.Namespace = ns
+		if _, err := k.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitAllAt changes the provider's host (unless empty) and returns how
+// long until all n consumers' templates carry revision, by a watch.
+func waitAllAt(b *testing.B, k kubernetes.Interface, ns string, n int, revision int64, host string) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	list, err := k.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	want := strconv.FormatInt(revision, 10)
+	at := map[string]bool{}
+	for _, d := range list.Items {
+		if d.Spec.Template.Annotations[relations.RevisionAnnotationPrefix+"deployment-"+d.Name+"-db"] == want {
+			at[d.Name] = true
+		}
+	}
+	rv := list.ResourceVersion
+	w, err := k.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { w.Stop() }()
+	start := time.Now()
+	if host != "" {
+		svc, err := k.CoreV1().Services(ns).Get(ctx, "pg", metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		svc.Spec.ExternalName = host
+		if _, err := k.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for len(at) < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				// The server ends watches now and then: go on from the
+				// last version seen.
+				if w, err = k.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv}); err != nil {
+					b.Fatal(err)
+				}
+				continue
+			}
+			if ev.Type != watch.Modified && ev.Type != watch.Added {
+				continue
+			}
+			d := ev.Object.(*appsv1.Deployment)
+			rv = d.ResourceVersion
+			if d.Spec.Template.Annotations[relations.RevisionAnnotationPrefix+"deployment-"+d.Name+"-db"] == want {
+				at[d.Name] = true
+			}
+		case <-ctx.Done():
+			b.Fatalf("%d of %d consumers at revision %d after 5 minutes", len(at), n, revision)
+		}
+	}
+	return time.Since(start)
+}
