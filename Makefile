@@ -45,7 +45,7 @@ DEMO_DIR := $(CURDIR)/demo
 # Where `make demo-kubernetes` keeps its working directory.
 DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: generate help build test test-unit test-race fuzz bench lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
+.PHONY: generate help build test test-unit test-race fuzz bench bench-paper bench-relations lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -129,6 +129,11 @@ bench: ## Run benchmarks (no tests) and print the results (bench-paper and bench
 PAPER_SCALE ?= 0.1
 bench-paper: ## (root) Replay the paper's experiments E1-E5 on emulated clouds; table, JSON and SVG in build/paper
 	TRANSIT_PAPER_SCALE=$(PAPER_SCALE) TRANSIT_PAPER_OUT=$(CURDIR)/build/paper $(GO) test -run '^$$' -bench BenchmarkPaper -benchtime 1x -timeout 60m ./e2e
+
+RELATIONS_RUNS ?= 20
+bench-relations: ## (root) The relations controller: provider change → consumers' templates (API server), and → N consumers running on a local cluster vs a ConfigMap baseline; table in build/relations
+	$(GO) test -run '^$$' -bench BenchmarkPropagation -benchtime 5x -timeout 30m ./controllers/relations
+	TRANSIT_RELATIONS_RUNS=$(RELATIONS_RUNS) TRANSIT_RELATIONS_OUT=$(CURDIR)/build/relations $(GO) test -run '^$$' -bench BenchmarkRelations -benchtime 1x -timeout 300m ./e2e
 
 generate: $(CONTROLLER_GEN) ## Write the controllers' deepcopy code and CRDs (committed; CI checks they are current)
 	$(CONTROLLER_GEN) object crd paths=./controllers/relations/api/... output:crd:dir=./controllers/relations/config/crd
