@@ -47,6 +47,16 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	k := c.kube()
 	dyn := c.dynamic()
 
+	// A malformed annotation is refused at admission, naming it.
+	eventually(t, time.Minute, "a consumer without relationship refused", func(ctx context.Context) error {
+		bad := consumer("bad", "default", 1, map[string]string{annotations.AnnotationConsumes: "db"})
+		_, err := k.AppsV1().Deployments("default").Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), "relations.transit.io/relationship: missing") {
+			return fmt.Errorf("want a refusal naming the relationship annotation, got %v", err)
+		}
+		return nil
+	})
+
 	// Consumer first: its pods wait in the wait container.
 	app := consumer("app", "default", 3, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "pg"})
 	if _, err := k.AppsV1().Deployments("default").Create(ctx, app, metav1.CreateOptions{}); err != nil {
@@ -189,6 +199,9 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	c.apply()
 	if _, err := k.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "transit-relations", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the webhook configuration outlived the addon: %v", err)
+	}
+	if _, err := k.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "transit-relations-annotations", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the admission policy outlived the addon: %v", err)
 	}
 	if _, err := dyn.Resource(relationshipsGVR).Namespace("default").Get(ctx, "deployment-app-db", metav1.GetOptions{}); err != nil {
 		t.Errorf("a Relationship did not survive the addon's removal: %v", err)

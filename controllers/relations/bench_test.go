@@ -3,7 +3,6 @@ package relations_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -11,13 +10,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cloudtransit/transit/controllers/relations"
-	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
-	"github.com/cloudtransit/transit/controllers/testenv"
 )
 
 // BenchmarkPropagation measures, on the bundle's API server, the time from
@@ -26,10 +22,7 @@ import (
 // part). Goals: ≤ 1 s for 55 consumers, ≤ 10 s for 1,000. The controller
 // runs as the addon's settings allow at most: 64 workers, 1,000 QPS.
 func BenchmarkPropagation(b *testing.B) {
-	e := testenv.Start(b, testenv.Options{
-		CRDDirs:     []string{filepath.Join("config", "crd")},
-		AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
-	})
+	e := testenvStartPlain(b)
 	e.Config.QPS, e.Config.Burst = 1000, 2000
 	startController(b, e, relations.Options{Workers: 64})
 	k, err := kubernetes.NewForConfig(e.Config)

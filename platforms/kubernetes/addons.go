@@ -45,12 +45,15 @@ const (
 var platformAddons = []districts.Addon{{Name: "flannel"}, {Name: "coredns"}}
 
 // addonKinds are every kind an addon manifest holds; pruning looks for
-// transit's objects among them, webhook configurations first (a removed
-// controller's webhook must not refuse anything meanwhile), and never
+// transit's objects among them, webhook configurations and admission
+// policies first (a removed controller's webhook must not refuse anything
+// meanwhile), and never
 // CustomResourceDefinitions (deleting one deletes users' objects).
 var addonKinds = []schema.GroupVersionKind{
 	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"},
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"},
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"},
 	{Version: "v1", Kind: "Namespace"},
 	{Version: "v1", Kind: "ServiceAccount"},
 	{Version: "v1", Kind: "ConfigMap"},
@@ -110,6 +113,7 @@ func (d *driver) renderAddon(ad districts.Addon) ([]*unstructured.Unstructured, 
 		if extra, err = relationsCRDs(); err != nil {
 			return nil, err
 		}
+		extra = append(extra, relationsconfig.Policy)
 	}
 	tmpl, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{
 		"json": func(s string) (string, error) { b, err := json.Marshal(s); return string(b), err },
@@ -121,9 +125,9 @@ func (d *driver) renderAddon(ad districts.Addon) ([]*unstructured.Unstructured, 
 	if err := tmpl.Execute(&buf, v); err != nil {
 		return nil, err
 	}
-	for _, crd := range extra {
+	for _, doc := range extra {
 		buf.WriteString("\n---\n")
-		buf.Write(crd)
+		buf.Write(doc)
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(&buf, 4096)
 	var objs []*unstructured.Unstructured

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/districts"
@@ -80,9 +81,16 @@ func TestRenderRelations(t *testing.T) {
 	if n := strings.Count(strings.Join(kinds, ","), "CustomResourceDefinition"); n != 4 {
 		t.Errorf("%d CRDs, want 4 (%v)", n, kinds)
 	}
-	for _, k := range []string{"MutatingWebhookConfiguration", "PodDisruptionBudget", "Service", "Deployment"} {
+	for _, k := range []string{"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PodDisruptionBudget", "Service", "Deployment"} {
 		if !slices.Contains(kinds, k) {
 			t.Errorf("no %s among %v", k, kinds)
+		}
+	}
+	// Every kind but the CRDs is among those pruning looks for: an object
+	// of another would outlive the addon.
+	for _, k := range kinds {
+		if k != "CustomResourceDefinition" && !slices.ContainsFunc(addonKinds, func(gvk schema.GroupVersionKind) bool { return gvk.Kind == k }) {
+			t.Errorf("the addon has a %s, a kind pruning does not look for", k)
 		}
 	}
 

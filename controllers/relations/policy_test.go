@@ -1,0 +1,126 @@
+package relations_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+	relationsconfig "github.com/cloudtransit/transit/controllers/relations/config"
+	"github.com/cloudtransit/transit/controllers/testenv"
+)
+
+// installPolicy creates the annotations' ValidatingAdmissionPolicy and its
+// binding, and waits until the API server enforces it.
+func installPolicy(t *testing.T, c client.Client) {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(relationsconfig.Policy), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Create(t.Context(), u); err != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default", Annotations: map[string]string{relations.AnnotationProvides: "Bad"}}}
+	eventually(t, "the policy enforced", func() (bool, string) {
+		err := c.Create(t.Context(), bad.DeepCopy(), client.DryRunAll)
+		return err != nil, "a malformed annotation was admitted"
+	})
+}
+
+// TestAnnotationPolicy: the admission policy refuses exactly what the
+// controller's parser refuses, naming the annotation and the entry.
+func TestAnnotationPolicy(t *testing.T) {
+	e := testenvStartPlain(t)
+	c := e.Client
+	installPolicy(t, c)
+	ctx := context.Background()
+	p, cons := relations.AnnotationProvides, relations.AnnotationConsumes
+	rel, cfg, allow, protect, pin := relations.AnnotationRelationship, relations.AnnotationConfig, relations.AnnotationAllowNamespaces, relations.AnnotationProtect, relations.AnnotationPin
+	for _, tc := range []struct {
+		name     string
+		consumer bool
+		ann      map[string]string
+		entry    string // what the refusal names; "" when admitted
+	}{
+		{"provider", false, map[string]string{p: "db, cache"}, ""},
+		{"provider with config", false, map[string]string{p: "db", cfg: "db = pg-config"}, ""},
+		{"interface not a label", false, map[string]string{p: "db,Cache"}, `relations.transit.io/provides: entry "Cache"`},
+		{"empty entry", false, map[string]string{p: "db,"}, `relations.transit.io/provides: entry ""`},
+		{"interface twice", false, map[string]string{p: "db,db"}, `relations.transit.io/provides: entry "db"`},
+		{"config of another interface", false, map[string]string{p: "db", cfg: "cache=pg"}, `relations.transit.io/config: entry "cache=pg"`},
+		{"config without a name", false, map[string]string{p: "db", cfg: "db="}, `relations.transit.io/config: entry "db="`},
+		{"config name not DNS", false, map[string]string{p: "db", cfg: "db=a..b"}, `relations.transit.io/config: entry "db=a..b"`},
+		{"allow all", false, map[string]string{p: "db", allow: " * "}, ""},
+		{"allow namespaces", false, map[string]string{p: "db", allow: "team-a,team-b"}, ""},
+		{"allow with a star inside", false, map[string]string{p: "db", allow: "team-a,*"}, `relations.transit.io/allow-namespaces: entry "*"`},
+		{"protect", false, map[string]string{p: "db", protect: "true"}, ""},
+		{"protect not a boolean", false, map[string]string{p: "db", protect: "yes"}, `relations.transit.io/protect: "yes"`},
+		{"consumer", true, map[string]string{cons: "db", rel: "pg,shared/cache"}, ""},
+		{"consumer without relationship", true, map[string]string{cons: "db"}, "relations.transit.io/relationship: missing"},
+		{"relationship with two slashes", true, map[string]string{cons: "db", rel: "a/b/c"}, `relations.transit.io/relationship: entry "a/b/c"`},
+		{"relationship namespace not a label", true, map[string]string{cons: "db", rel: "Shared/pg"}, `relations.transit.io/relationship: entry "Shared/pg"`},
+		{"relationship named twice", true, map[string]string{cons: "db", rel: "pg,pg"}, `relations.transit.io/relationship: entry "pg"`},
+		{"pin", true, map[string]string{cons: "db", rel: "pg", pin: "db=3"}, ""},
+		{"pin with a leading zero", true, map[string]string{cons: "db", rel: "pg", pin: "db=03"}, ""},
+		{"pin zero", true, map[string]string{cons: "db", rel: "pg", pin: "db=0"}, `relations.transit.io/pin: entry "db=0"`},
+		{"pin of another interface", true, map[string]string{cons: "db", rel: "pg", pin: "cache=1"}, `relations.transit.io/pin: entry "cache=1"`},
+		{"pin not a number", true, map[string]string{cons: "db", rel: "pg", pin: "db=latest"}, `relations.transit.io/pin: entry "db=latest"`},
+	} {
+		var obj client.Object
+		var parseErr error
+		if tc.consumer {
+			obj = deployment("probe", tc.ann)
+			_, parseErr = relations.ParseConsumer("default", tc.ann)
+		} else {
+			obj = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default", Annotations: tc.ann}}
+			_, parseErr = relations.ParseProvider(tc.ann)
+		}
+		err := c.Create(ctx, obj, client.DryRunAll)
+		switch {
+		case (parseErr == nil) != (tc.entry == ""):
+			t.Errorf("%s: the parser says %v; the table says refused=%v", tc.name, parseErr, tc.entry != "")
+		case tc.entry == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.entry != "" && err == nil:
+			t.Errorf("%s: admitted; the parser refuses it: %v", tc.name, parseErr)
+		case tc.entry != "" && !strings.Contains(err.Error(), tc.entry):
+			t.Errorf("%s: refused without naming %s: %v", tc.name, tc.entry, err)
+		}
+	}
+	// Objects without the annotations are never evaluated.
+	if err := c.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}, Spec: deployment("plain", nil).Spec}, client.DryRunAll); err != nil {
+		t.Errorf("a workload without annotations: %v", err)
+	}
+}
+
+// testenvStartPlain is an API server with the CRDs, no controller manager.
+func testenvStartPlain(t testing.TB) *testenv.Env {
+	return testenv.Start(t, testenv.Options{
+		CRDDirs:     []string{filepath.Join("config", "crd")},
+		AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+	})
+}
