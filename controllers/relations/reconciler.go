@@ -448,6 +448,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: rel.Generation})
 	}
+	cycle := "" // a cycle of start dependencies this relationship closes
 	finish := func() error {
 		ready := true
 		for _, t := range []string{v1alpha1.ConditionProviderFound, v1alpha1.ConditionPermitted, v1alpha1.ConditionInterfaceMatched, v1alpha1.ConditionValuesResolved} {
@@ -462,7 +463,10 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 				break
 			}
 		}
-		if ready {
+		switch {
+		case ready && cycle != "":
+			set(v1alpha1.ConditionReady, false, "Cycle", cycle+": each waits for the next to start; give one of these relationships lifecycle none (a ConsumerConfig)")
+		case ready:
 			set(v1alpha1.ConditionReady, true, "Established", fmt.Sprintf("revision %d", st.Revision))
 		}
 		if equalStatus(&rel.Status, st) {
@@ -513,7 +517,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 	}
 	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
-	keys, _, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
+	keys, lifecycle, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -522,6 +526,16 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{again: true, hold: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
+	if lifecycle == v1alpha1.LifecycleStart {
+		path, err := r.startCycle(ctx, node{r.kind, w.GetNamespace(), w.GetName()}, node{provider.GetKind(), provider.GetNamespace(), provider.GetName()})
+		if err != nil {
+			return outcome{}, err
+		}
+		if path != nil {
+			cycle = cycleString(path)
+			r.Recorder.Eventf(w, corev1.EventTypeWarning, "Cycle", "%s: %s", iface, cycle)
+		}
+	}
 	src, err := r.source(ctx, provider, iface)
 	if err != nil {
 		return outcome{}, err
