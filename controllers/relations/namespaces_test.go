@@ -151,3 +151,28 @@ func hasInjected(t *testing.T, c client.Client, name string) bool {
 	}
 	return false
 }
+
+// TestNotSupportedConfig: a ConsumerConfig asking for what this version
+// does not do (InPlace, binding entries) is said on the Relationship,
+// never silently treated as something else.
+func TestNotSupportedConfig(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
+	createAll(t, c, cc, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	rel := &v1alpha1.Relationship{}
+	eventually(t, "InterfaceMatched=False, NotSupported", func() (bool, string) {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, rel); err != nil {
+			return false, err.Error()
+		}
+		m := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInterfaceMatched)
+		return m != nil && m.Reason == "NotSupported" && strings.Contains(m.Message, "update InPlace"), condString(rel)
+	})
+	if hasInjected(t, c, "web") {
+		t.Error("a config asking for InPlace was injected as something else")
+	}
+}

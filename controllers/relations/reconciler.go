@@ -499,7 +499,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{in: withKeys(current(), keys), again: true, hold: missing != "", rel: rel}, finish()
+		return outcome{in: withKeys(current(), keys), again: true, hold: missing != nil, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	if provider.GetNamespace() != w.GetNamespace() {
@@ -521,8 +521,8 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	if err != nil {
 		return outcome{}, err
 	}
-	if missing != "" {
-		set(v1alpha1.ConditionInterfaceMatched, false, "ConfigMissing", missing)
+	if missing != nil {
+		set(v1alpha1.ConditionInterfaceMatched, false, missing.reason, missing.message)
 		return outcome{again: true, hold: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")

@@ -79,14 +79,14 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, err)
-		case rel.Status.Revision > 0 && missing == "":
+		case rel.Status.Revision > 0 && missing == nil:
 			injections = append(injections, Injection{Relationship: rel.Name, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: keys})
 			continue
 		}
 		if lifecycle == v1alpha1.LifecycleStart {
 			what := "interface " + iface + " from " + requestsString(c.Requests)
-			if missing != "" {
-				what += " (" + missing + ")"
+			if missing != nil {
+				what += " (" + missing.message + ")"
 			}
 			waiting = append(waiting, what)
 			vars = append(vars, awaited(iface, keys)...)
@@ -158,30 +158,48 @@ func removeWait(tpl *corev1.PodTemplateSpec) bool {
 	return len(tpl.Spec.InitContainers) != n
 }
 
+// configProblem is why a consumer's config cannot be used.
+type configProblem struct{ reason, message string }
+
 // consumerConfig is how a consumer takes iface: its keys and lifecycle
 // (ConsumerConfig, else the default interface's). A ConsumerConfig the
-// annotation names but that does not exist is missing: the keys are
-// unknown and the lifecycle is start.
-func consumerConfig(ctx context.Context, r client.Reader, namespace string, c ConsumerAnnotations, iface string) (keys []v1alpha1.KeyInjection, lifecycle, missing string, _ error) {
+// annotation names but that does not exist, or asks for what this build
+// does not do, is a problem: the keys are unknown and the lifecycle is
+// start.
+func consumerConfig(ctx context.Context, r client.Reader, namespace string, c ConsumerAnnotations, iface string) (keys []v1alpha1.KeyInjection, lifecycle string, problem *configProblem, _ error) {
 	name, ok := c.Configs[iface]
 	if !ok {
-		return DefaultKeys(iface), v1alpha1.LifecycleStart, "", nil
+		return DefaultKeys(iface), v1alpha1.LifecycleStart, nil, nil
 	}
 	cc := &v1alpha1.ConsumerConfig{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, v1alpha1.LifecycleStart, fmt.Sprintf("ConsumerConfig %s/%s does not exist", namespace, name), nil
+		return nil, v1alpha1.LifecycleStart, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s does not exist", namespace, name)}, nil
 	case err != nil:
-		return nil, "", "", err
+		return nil, "", nil, err
 	case cc.Spec.Interface != iface:
-		return nil, v1alpha1.LifecycleStart, fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface), nil
+		return nil, v1alpha1.LifecycleStart, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface)}, nil
+	}
+	// Said rather than ignored: a consumer must not run believing it got
+	// what it asked for.
+	var unsupported []string
+	if cc.Spec.Update == v1alpha1.UpdateInPlace {
+		unsupported = append(unsupported, "update InPlace")
+	}
+	for _, k := range cc.Spec.Keys {
+		if k.Binding != "" {
+			unsupported = append(unsupported, "key "+k.Key+" as binding entry "+k.Binding)
+		}
+	}
+	if len(unsupported) > 0 {
+		return nil, v1alpha1.LifecycleStart, &configProblem{"NotSupported", fmt.Sprintf("ConsumerConfig %s/%s asks for %s, which this version of the controller does not do yet: use env or file keys and update Rollout", namespace, name, strings.Join(unsupported, ", "))}, nil
 	}
 	lifecycle = cc.Spec.Lifecycle
 	if lifecycle == "" {
 		lifecycle = v1alpha1.LifecycleStart
 	}
-	return cc.Spec.Keys, lifecycle, "", nil
+	return cc.Spec.Keys, lifecycle, nil, nil
 }
 
 // MutatingWebhookConfiguration is the webhook's registration, calling
