@@ -111,20 +111,28 @@ func (b binary) path() (string, error) {
 }
 
 // ensureBundle brings build/bundle up to date as `make bundle` does,
-// unless every binary comes from a TEST_ASSET_* variable. The build holds
-// the bundle's lock: tests of other packages may build it at once.
+// once per test binary, unless every binary comes from a TEST_ASSET_*
+// variable. The build holds the bundle's lock: tests of other packages may
+// build it at once.
 func ensureBundle(t testing.TB, need []binary) {
 	t.Helper()
 	if !slices.ContainsFunc(need, func(b binary) bool { return os.Getenv(b.env) == "" }) {
 		return
 	}
-	began := time.Now()
-	out := filepath.Join(repoRoot(), "build", "bundle")
-	if _, err := build.Build(t.Context(), build.Options{Repo: repoRoot(), Out: out, Log: os.Stderr}); err != nil {
+	if err := bundleOnce(); err != nil {
 		t.Fatalf("testenv: build the bundle the controller tests run against (make bundle): %v", err)
 	}
-	t.Logf("bundle %s up to date in %s", out, time.Since(began).Round(100*time.Millisecond))
 }
+
+var bundleOnce = sync.OnceValue(func() error {
+	began := time.Now()
+	out := filepath.Join(repoRoot(), "build", "bundle")
+	if _, err := build.Build(context.Background(), build.Options{Repo: repoRoot(), Out: out, Log: os.Stderr}); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "testenv: bundle %s up to date in %s\n", out, time.Since(began).Round(100*time.Millisecond))
+	return nil
+})
 
 // repoRoot is the repository this file is in.
 func repoRoot() string {
