@@ -115,7 +115,8 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	Options  Options
 
-	written written
+	written   written
+	reapplies reapplies
 }
 
 // SetupWithManager registers one controller per workload kind, the
@@ -282,6 +283,9 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	w := r.new()
 	if err := r.Client.Get(ctx, req.NamespacedName, w); err != nil {
 		// Gone: its Relationships and Secrets go with it (owner references).
+		if apierrors.IsNotFound(err) {
+			r.reapplies.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !w.GetDeletionTimestamp().IsZero() {
@@ -341,6 +345,11 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 		apply = append(apply, in)
 	}
 	live, err := r.inject(ctx, w, apply)
+	var reverted errReverted
+	if errors.As(err, &reverted) {
+		r.Recorder.Event(w, corev1.EventTypeWarning, "Conflict", err.Error())
+		return reconcile.Result{RequeueAfter: reapplyWindow}, r.markInjected(ctx, w, rels, injections, nil, metav1.ConditionFalse, "Conflict", err.Error())
+	}
 	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
 			return reconcile.Result{}, err
@@ -855,6 +864,9 @@ func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections
 			return live, nil
 		}
 		md["annotations"] = map[string]any{annotationApplied: hash}
+		if err := r.reapplies.applying(client.ObjectKeyFromObject(w), hash, time.Now()); err != nil {
+			return nil, err
+		}
 	}
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": md,

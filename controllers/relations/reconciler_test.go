@@ -457,3 +457,55 @@ func TestInjectionRestored(t *testing.T) {
 	}
 	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
 }
+
+// TestRevertingWriter: a writer that keeps removing the injected variable
+// makes the controller stop re-applying after a few rounds (Conflict,
+// naming the cause), not loop against it.
+func TestRevertingWriter(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	createAll(t, c, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	revert := func() (restored bool) {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			web := &appsv1.Deployment{}
+			if err := c.Get(ctx, key, web); err != nil {
+				return err
+			}
+			restored = len(web.Spec.Template.Spec.Containers[0].Env) > 0
+			if !restored {
+				return nil
+			}
+			for i := range web.Spec.Template.Spec.Containers {
+				web.Spec.Template.Spec.Containers[i].Env = nil
+			}
+			return c.Update(ctx, web)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return restored
+	}
+	restorations := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if revert() {
+			restorations++
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if restorations > 5 {
+		t.Errorf("the controller re-applied its fields %d times in 20 s against a writer removing them", restorations)
+	}
+	rel := &v1alpha1.Relationship{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, rel); err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInjected); cond == nil || cond.Reason != "Conflict" || !strings.Contains(cond.Message, "another writer removed the injected fields") {
+		t.Errorf("Injected: %+v", cond)
+	}
+}
