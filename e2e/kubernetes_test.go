@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cloudtransit/transit/bundle"
@@ -102,6 +103,17 @@ func TestKubernetesLifecycle(t *testing.T) {
 // kubeconfig`, as a user would make one.
 func (c *cluster) kube() clientset.Interface {
 	c.tb.Helper()
+	k, err := clientset.NewForConfig(c.restConfig(20 * time.Second))
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return k
+}
+
+// restConfig is the client configuration `transit kubeconfig` prints, with
+// a request timeout (0: none, for watches).
+func (c *cluster) restConfig(timeout time.Duration) *rest.Config {
+	c.tb.Helper()
 	r := c.transit("kubeconfig")
 	if r.code != 0 {
 		c.tb.Fatalf("transit kubeconfig: exit %d\n%s", r.code, r.stderr)
@@ -110,12 +122,8 @@ func (c *cluster) kube() clientset.Interface {
 	if err != nil {
 		c.tb.Fatalf("transit kubeconfig printed no kubeconfig: %v", err)
 	}
-	cfg.Timeout = 20 * time.Second
-	k, err := clientset.NewForConfig(cfg)
-	if err != nil {
-		c.tb.Fatal(err)
-	}
-	return k
+	cfg.Timeout = timeout
+	return cfg
 }
 
 // eventually retries check every half second until it passes or timeout

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	clientset "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cloudtransit/transit/controllers/relations/annotations"
 	"github.com/cloudtransit/transit/districts"
@@ -158,11 +157,7 @@ func BenchmarkRelations(b *testing.B) {
 // kubeWatching is kube without a request timeout: watches last.
 func (c *cluster) kubeWatching() clientset.Interface {
 	c.tb.Helper()
-	r := c.transit("kubeconfig")
-	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(r.stdout))
-	if err != nil {
-		c.tb.Fatalf("transit kubeconfig: %v", err)
-	}
+	cfg := c.restConfig(0)
 	cfg.QPS, cfg.Burst = 100, 200 // a person re-applying 55 manifests is not throttled either
 	k, err := clientset.NewForConfig(cfg)
 	if err != nil {

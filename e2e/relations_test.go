@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	clientset "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/controllers/relations/annotations"
@@ -237,13 +236,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 // dynamic is a dynamic client of the cluster's API server.
 func (c *cluster) dynamic() dynamic.Interface {
 	c.tb.Helper()
-	r := c.transit("kubeconfig")
-	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(r.stdout))
-	if err != nil {
-		c.tb.Fatalf("transit kubeconfig: %v", err)
-	}
-	cfg.Timeout = 20 * time.Second
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := dynamic.NewForConfig(c.restConfig(20 * time.Second))
 	if err != nil {
 		c.tb.Fatal(err)
 	}

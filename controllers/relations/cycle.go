@@ -64,11 +64,11 @@ func (r *kindReconciler) startDependencies(ctx context.Context, n node) ([]node,
 	}
 	var out []node
 	for _, iface := range c.Interfaces {
-		_, lifecycle, _, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
+		t, _, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 		if err != nil {
 			return nil, err
 		}
-		if lifecycle != v1alpha1.LifecycleStart {
+		if t.lifecycle != v1alpha1.LifecycleStart {
 			continue
 		}
 		p, _, err := r.findProvider(ctx, c.Requests, iface)

@@ -30,6 +30,13 @@ const FieldManager = "transit-relations"
 // the values Secret the template refers to: one rollout.
 const RevisionAnnotationPrefix = "revision.relations.transit.io/"
 
+// inPlaceRevision is what the template carries for an InPlace
+// relationship: the same for every revision, so none rolls the workload.
+const inPlaceRevision = "in-place"
+
+// liveSecretName is an InPlace relationship's mutable values Secret.
+func liveSecretName(relationship string) string { return relationship + "-live" }
+
 // Injection is what one relationship puts into its consumer's pod
 // template.
 type Injection struct {
@@ -38,6 +45,9 @@ type Injection struct {
 	Revision     int64
 	// Secret holds the revision's values (the mutable one for InPlace).
 	Secret string
+	// InPlace: new values change the files of the mutable Secret, never
+	// the template (which carries "in-place" instead of the revision).
+	InPlace bool
 	// Keys say where each key goes (ConsumerConfig, or the default
 	// interface's one env variable).
 	Keys []v1alpha1.KeyInjection
@@ -66,6 +76,9 @@ func templatePatch(containers []string, injections []Injection) map[string]any {
 	var env, mounts, volumes []any
 	for _, in := range injections {
 		annotations[RevisionAnnotationPrefix+in.Relationship] = strconv.FormatInt(in.Revision, 10)
+		if in.InPlace {
+			annotations[RevisionAnnotationPrefix+in.Relationship] = inPlaceRevision
+		}
 		dirs := map[string][]any{} // mount directory → items
 		for _, k := range in.Keys {
 			switch {

@@ -1,6 +1,7 @@
 package relations_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -153,15 +155,15 @@ func hasInjected(t *testing.T, c client.Client, name string) bool {
 }
 
 // TestNotSupportedConfig: a ConsumerConfig asking for what this version
-// does not do (InPlace, binding entries) is said on the Relationship,
-// never silently treated as something else.
+// does not do (binding entries) is said on the Relationship, never
+// silently treated as something else.
 func TestNotSupportedConfig(t *testing.T) {
 	e := startEnv(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
 	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
-		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
+		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "db", Binding: "host"}}}}
 	createAll(t, c, cc, externalService("pg", "db1.example.com"),
 		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
 	rel := &v1alpha1.Relationship{}
@@ -170,9 +172,74 @@ func TestNotSupportedConfig(t *testing.T) {
 			return false, err.Error()
 		}
 		m := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInterfaceMatched)
-		return m != nil && m.Reason == "NotSupported" && strings.Contains(m.Message, "update InPlace"), condString(rel)
+		return m != nil && m.Reason == "NotSupported" && strings.Contains(m.Message, "key db as binding entry host"), condString(rel)
 	})
 	if hasInjected(t, c, "web") {
-		t.Error("a config asking for InPlace was injected as something else")
+		t.Error("a config asking for a binding entry was injected as something else")
 	}
+}
+
+// TestInPlace: an InPlace relationship mounts a mutable Secret that holds
+// the running revision's values; a provider change updates its files and
+// never the template (no rollout); a pin puts an older revision's values
+// there.
+func TestInPlace(t *testing.T) {
+	e := startEnv(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
+	createAll(t, c, cc, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	liveKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db-live"}
+	live := func(want string) func() (bool, string) {
+		return func() (bool, string) {
+			s := &corev1.Secret{}
+			if err := c.Get(ctx, liveKey, s); err != nil {
+				return false, err.Error()
+			}
+			return string(s.Data["db"]) == want, string(s.Data["db"])
+		}
+	}
+	web := deployment("web", nil)
+	eventually(t, "the template mounts the live Secret", func() (bool, string) {
+		if err := c.Get(ctx, key, web); err != nil {
+			return false, err.Error()
+		}
+		tpl := web.Spec.Template
+		ok := tpl.Annotations[relations.RevisionAnnotationPrefix+"deployment-web-db"] == "in-place" &&
+			len(tpl.Spec.Volumes) == 1 && tpl.Spec.Volumes[0].Secret != nil && tpl.Spec.Volumes[0].Secret.SecretName == liveKey.Name
+		return ok, fmt.Sprintf("annotations %v volumes %+v", tpl.Annotations, tpl.Spec.Volumes)
+	})
+	eventually(t, "the live Secret at db1", live("db1.example.com"))
+	generation := web.Generation
+
+	pg := &corev1.Service{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "pg"}, pg); err != nil {
+		t.Fatal(err)
+	}
+	pg.Spec.ExternalName = "db2.example.com"
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	waitRevisionOf(t, c, "deployment-web-db", 2)
+	eventually(t, "the live Secret at db2", live("db2.example.com"))
+	if err := c.Get(ctx, key, web); err != nil || web.Generation != generation {
+		t.Errorf("an InPlace change wrote the template: generation %d → %d (%v)", generation, web.Generation, err)
+	}
+
+	// A pin puts revision 1's values in place.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, key, web); err != nil {
+			return err
+		}
+		web.Annotations[relations.AnnotationPin] = "db=1"
+		return c.Update(ctx, web)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the live Secret back at db1", live("db1.example.com"))
 }

@@ -504,11 +504,15 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 		// The values of the last revision stay: a deleted provider's
 		// consumers keep running as they are.
-		keys, _, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
+		t, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{in: withKeys(current(), keys), again: true, hold: missing != nil, rel: rel}, finish()
+		in, err := r.complete(ctx, rel, current(), t)
+		if err != nil {
+			return outcome{}, err
+		}
+		return outcome{in: in, again: true, hold: missing != nil, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	if provider.GetNamespace() != w.GetNamespace() {
@@ -526,7 +530,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 	}
 	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
-	keys, lifecycle, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
+	t, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -535,7 +539,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{again: true, hold: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
-	if lifecycle == v1alpha1.LifecycleStart {
+	if t.lifecycle == v1alpha1.LifecycleStart {
 		path, err := r.startCycle(ctx, node{r.kind, w.GetNamespace(), w.GetName()}, node{provider.GetKind(), provider.GetNamespace(), provider.GetName()})
 		if err != nil {
 			return outcome{}, err
@@ -559,7 +563,11 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			msgs = append(msgs, p.String())
 		}
 		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
-		return outcome{in: withKeys(current(), keys), again: true, rel: rel}, finish()
+		in, err := r.complete(ctx, rel, current(), t)
+		if err != nil {
+			return outcome{}, err
+		}
+		return outcome{in: in, again: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
 	latest := v1alpha1.RevisionRecord{}
@@ -576,7 +584,11 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if foreign != "" {
 			set(v1alpha1.ConditionValuesResolved, false, "SecretConflict", foreign)
 			r.Recorder.Event(w, corev1.EventTypeWarning, "SecretConflict", foreign)
-			return outcome{in: withKeys(current(), keys), again: true, rel: rel}, finish()
+			in, err := r.complete(ctx, rel, current(), t)
+		if err != nil {
+			return outcome{}, err
+		}
+		return outcome{in: in, again: true, rel: rel}, finish()
 		}
 		// The revision is persisted before any template refers to it.
 		latest = v1alpha1.RevisionRecord{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}
@@ -619,7 +631,11 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			return outcome{}, err
 		}
 	}
-	return outcome{in: withKeys(current(), keys), rel: rel}, finish()
+	in, err := r.complete(ctx, rel, current(), t)
+	if err != nil {
+		return outcome{}, err
+	}
+	return outcome{in: in, rel: rel}, finish()
 }
 
 // ensureRelationship reads rel (by its name) and creates or updates it
@@ -671,7 +687,7 @@ func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relat
 	}
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		kept := s.Name == st.Secret || slices.ContainsFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Secret == s.Name })
+		kept := s.Name == st.Secret || s.Name == liveSecretName(rel.Name) || slices.ContainsFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Secret == s.Name })
 		if kept || !metav1.IsControlledBy(s, rel) {
 			continue
 		}
@@ -682,14 +698,48 @@ func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relat
 	return nil
 }
 
-// withKeys completes an injection with its keys (none: the default
-// interface's).
-func withKeys(in *Injection, keys []v1alpha1.KeyInjection) *Injection {
+// complete gives an injection its keys (none: the default interface's).
+// An InPlace one refers to the relationship's mutable Secret, made to hold
+// the values of the revision that runs: new values change its files, not
+// the template.
+func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationship, in *Injection, t takes) (*Injection, error) {
 	if in == nil {
-		return nil
+		return nil, nil
 	}
-	in.Keys = keys
-	return in
+	in.Keys = t.keys
+	if !t.inPlace {
+		return in, nil
+	}
+	revision := &corev1.Secret{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: in.Secret}, revision); err != nil {
+		return nil, err
+	}
+	// Read from the API: the cache holds only exposed Secrets.
+	live := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: rel.Namespace, Name: liveSecretName(rel.Name)}
+	err := r.Reader.Get(ctx, key, live)
+	switch {
+	case apierrors.IsNotFound(err):
+		live = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
+			Labels: map[string]string{labelRelationship: rel.Name}}, Data: revision.Data}
+		if err := controllerutil.SetControllerReference(rel, live, r.Client.Scheme()); err != nil {
+			return nil, err
+		}
+		if err := r.Client.Create(ctx, live); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	case !metav1.IsControlledBy(live, rel):
+		return nil, fmt.Errorf("Secret %s/%s, the relationship's mutable values, belongs to someone else: delete or rename it", key.Namespace, key.Name)
+	case !equality.Semantic.DeepEqual(live.Data, revision.Data):
+		live.Data = revision.Data
+		if err := r.Client.Update(ctx, live); err != nil {
+			return nil, err
+		}
+	}
+	in.Secret, in.InPlace = live.Name, true
+	return in, nil
 }
 
 func requestsString(rs []Request) string {

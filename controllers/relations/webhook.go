@@ -69,7 +69,7 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 	var injections []Injection
 	var waiting, vars []string
 	for _, iface := range c.Interfaces {
-		keys, lifecycle, missing, err := consumerConfig(ctx, h.Reader, req.Namespace, c, iface)
+		t, missing, err := consumerConfig(ctx, h.Reader, req.Namespace, c, iface)
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
@@ -80,16 +80,28 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, err)
 		case rel.Status.Revision > 0 && missing == nil:
-			injections = append(injections, Injection{Relationship: rel.Name, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: keys})
+			in := Injection{Relationship: rel.Name, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: t.keys}
+			if t.inPlace {
+				// The mutable Secret only once the controller wrote it.
+				live := &corev1.Secret{}
+				err := h.Reader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: liveSecretName(rel.Name)}, live)
+				if err != nil && !apierrors.IsNotFound(err) {
+					return admission.Errored(http.StatusInternalServerError, err)
+				}
+				if err == nil {
+					in.Secret, in.InPlace = live.Name, true
+				}
+			}
+			injections = append(injections, in)
 			continue
 		}
-		if lifecycle == v1alpha1.LifecycleStart {
+		if t.lifecycle == v1alpha1.LifecycleStart {
 			what := "interface " + iface + " from " + requestsString(c.Requests)
 			if missing != nil {
 				what += " (" + missing.message + ")"
 			}
 			waiting = append(waiting, what)
-			vars = append(vars, awaited(iface, keys)...)
+			vars = append(vars, awaited(iface, t.keys)...)
 		}
 	}
 	injectInto(tpl, injections)
@@ -161,45 +173,51 @@ func removeWait(tpl *corev1.PodTemplateSpec) bool {
 // configProblem is why a consumer's config cannot be used.
 type configProblem struct{ reason, message string }
 
+// takes is how a consumer takes an interface.
+type takes struct {
+	keys      []v1alpha1.KeyInjection
+	lifecycle string
+	// inPlace: files updated in a mutable Secret, no rollout.
+	inPlace bool
+}
+
 // consumerConfig is how a consumer takes iface: its keys and lifecycle
 // (ConsumerConfig, else the default interface's). A ConsumerConfig the
 // annotation names but that does not exist, or asks for what this build
 // does not do, is a problem: the keys are unknown and the lifecycle is
 // start.
-func consumerConfig(ctx context.Context, r client.Reader, namespace string, c ConsumerAnnotations, iface string) (keys []v1alpha1.KeyInjection, lifecycle string, problem *configProblem, _ error) {
+func consumerConfig(ctx context.Context, r client.Reader, namespace string, c ConsumerAnnotations, iface string) (takes, *configProblem, error) {
 	name, ok := c.Configs[iface]
 	if !ok {
-		return DefaultKeys(iface), v1alpha1.LifecycleStart, nil, nil
+		return takes{keys: DefaultKeys(iface), lifecycle: v1alpha1.LifecycleStart}, nil, nil
 	}
+	unknown := takes{lifecycle: v1alpha1.LifecycleStart}
 	cc := &v1alpha1.ConsumerConfig{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, v1alpha1.LifecycleStart, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s does not exist", namespace, name)}, nil
+		return unknown, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s does not exist", namespace, name)}, nil
 	case err != nil:
-		return nil, "", nil, err
+		return takes{}, nil, err
 	case cc.Spec.Interface != iface:
-		return nil, v1alpha1.LifecycleStart, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface)}, nil
+		return unknown, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface)}, nil
 	}
 	// Said rather than ignored: a consumer must not run believing it got
 	// what it asked for.
 	var unsupported []string
-	if cc.Spec.Update == v1alpha1.UpdateInPlace {
-		unsupported = append(unsupported, "update InPlace")
-	}
 	for _, k := range cc.Spec.Keys {
 		if k.Binding != "" {
 			unsupported = append(unsupported, "key "+k.Key+" as binding entry "+k.Binding)
 		}
 	}
 	if len(unsupported) > 0 {
-		return nil, v1alpha1.LifecycleStart, &configProblem{"NotSupported", fmt.Sprintf("ConsumerConfig %s/%s asks for %s, which this version of the controller does not do yet: use env or file keys and update Rollout", namespace, name, strings.Join(unsupported, ", "))}, nil
+		return unknown, &configProblem{"NotSupported", fmt.Sprintf("ConsumerConfig %s/%s asks for %s, which this version of the controller does not do yet: use env or file keys", namespace, name, strings.Join(unsupported, ", "))}, nil
 	}
-	lifecycle = cc.Spec.Lifecycle
-	if lifecycle == "" {
-		lifecycle = v1alpha1.LifecycleStart
+	t := takes{keys: cc.Spec.Keys, lifecycle: cc.Spec.Lifecycle, inPlace: cc.Spec.Update == v1alpha1.UpdateInPlace}
+	if t.lifecycle == "" {
+		t.lifecycle = v1alpha1.LifecycleStart
 	}
-	return cc.Spec.Keys, lifecycle, nil, nil
+	return t, nil, nil
 }
 
 // MutatingWebhookConfiguration is the webhook's registration, calling
