@@ -51,7 +51,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 		bad := consumer("bad", "default", 1, map[string]string{annotations.AnnotationConsumes: "db"})
 		_, err := k.AppsV1().Deployments("default").Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), "relations.transit.io/relationship: missing") {
-			return fmt.Errorf("want a refusal naming the relationship annotation, got %v", err)
+			return fmt.Errorf("want a refusal naming the relationship annotation, got %w", err)
 		}
 		return nil
 	})
@@ -178,7 +178,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 			return fmt.Errorf("created while the webhook is down")
 		}
 		if !strings.Contains(err.Error(), "workloads.relations.transit.io") {
-			return fmt.Errorf("refused without naming the webhook: %v", err)
+			return fmt.Errorf("refused without naming the webhook: %w", err)
 		}
 		return nil
 	})
@@ -213,10 +213,14 @@ func testKubeRelations(t *testing.T, c *cluster) {
 		t.Errorf("an annotated create after the addon's removal: %v", err)
 	}
 	eventually(t, 2*time.Minute, "the addon's namespace gone", func(ctx context.Context) error {
-		if _, err := k.CoreV1().Namespaces().Get(ctx, "transit-relations", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("namespace transit-relations: %v", err)
+		_, err := k.CoreV1().Namespaces().Get(ctx, "transit-relations", metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return fmt.Errorf("namespace transit-relations is still there")
+		case apierrors.IsNotFound(err):
+			return nil
 		}
-		return nil
+		return err
 	})
 
 	// Leave the cluster as the next steps expect it.

@@ -585,10 +585,10 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			set(v1alpha1.ConditionValuesResolved, false, "SecretConflict", foreign)
 			r.Recorder.Event(w, corev1.EventTypeWarning, "SecretConflict", foreign)
 			in, err := r.complete(ctx, rel, current(), t)
-		if err != nil {
-			return outcome{}, err
-		}
-		return outcome{in: in, again: true, rel: rel}, finish()
+			if err != nil {
+				return outcome{}, err
+			}
+			return outcome{in: in, again: true, rel: rel}, finish()
 		}
 		// The revision is persisted before any template refers to it.
 		latest = v1alpha1.RevisionRecord{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}
@@ -731,7 +731,7 @@ func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationshi
 	case err != nil:
 		return nil, err
 	case !metav1.IsControlledBy(live, rel):
-		return nil, fmt.Errorf("Secret %s/%s, the relationship's mutable values, belongs to someone else: delete or rename it", key.Namespace, key.Name)
+		return nil, fmt.Errorf("the relationship's mutable values Secret %s/%s belongs to someone else: delete or rename it", key.Namespace, key.Name)
 	case !equality.Semantic.DeepEqual(live.Data, revision.Data):
 		live.Data = revision.Data
 		if err := r.Client.Update(ctx, live); err != nil {

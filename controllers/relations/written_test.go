@@ -2,6 +2,7 @@ package relations
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,7 +68,7 @@ func TestRetryConflicts(t *testing.T) {
 		t.Errorf("a conflict: %+v, %v", res, err)
 	}
 	other := apierrors.NewServiceUnavailable("etcd")
-	if _, err := retryConflicts(reconcile.Result{}, other); err != other {
+	if _, err := retryConflicts(reconcile.Result{}, other); !errors.Is(err, other) {
 		t.Errorf("another error became %v", err)
 	}
 }

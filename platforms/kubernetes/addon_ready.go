@@ -101,7 +101,7 @@ func deploymentAvailable(dep *appsv1.Deployment) error {
 	want := ptr.Deref(dep.Spec.Replicas, 1)
 	st := dep.Status
 	if st.ObservedGeneration < dep.Generation || st.UpdatedReplicas < want || st.AvailableReplicas < want {
-		return fmt.Errorf("Deployment %s/%s: %d of %d pods updated, %d available", dep.Namespace, dep.Name, st.UpdatedReplicas, want, st.AvailableReplicas)
+		return fmt.Errorf("deployment %s/%s: %d of %d pods updated, %d available", dep.Namespace, dep.Name, st.UpdatedReplicas, want, st.AvailableReplicas)
 	}
 	return nil
 }
