@@ -50,8 +50,11 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	eventually(t, time.Minute, "a consumer without relationship refused", func(ctx context.Context) error {
 		bad := consumer("bad", "default", 1, map[string]string{annotations.AnnotationConsumes: "db"})
 		_, err := k.AppsV1().Deployments("default").Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil || !strings.Contains(err.Error(), "relations.transit.io/relationship: missing") {
-			return fmt.Errorf("want a refusal naming the relationship annotation, got %w", err)
+		switch {
+		case err == nil:
+			return fmt.Errorf("a consumer without relationship was admitted")
+		case !strings.Contains(err.Error(), "relations.transit.io/relationship: missing"):
+			return fmt.Errorf("refused without naming the relationship annotation: %w", err)
 		}
 		return nil
 	})
