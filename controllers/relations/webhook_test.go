@@ -1,14 +1,17 @@
 package relations_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
 
 // TestWebhook, with the real API server calling the webhook over TLS: a
@@ -88,4 +91,50 @@ func envValue(c corev1.Container, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestWebhookInPlace: a client rewriting an InPlace consumer's template
+// without the injection gets the live Secret's volume back from the
+// webhook: nothing rolls.
+func TestWebhookInPlace(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
+	createAll(t, c, cc, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	web := deployment("web", nil)
+	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	mountsLive := func() bool {
+		v := web.Spec.Template.Spec.Volumes
+		return len(v) == 1 && v[0].Secret != nil && v[0].Secret.SecretName == "deployment-web-db-live" &&
+			web.Spec.Template.Annotations[relations.RevisionAnnotationPrefix+"deployment-web-db"] == "in-place" &&
+			len(web.Spec.Template.Spec.InitContainers) == 0
+	}
+	eventually(t, "the live Secret mounted, no wait container", func() (bool, string) {
+		if err := c.Get(ctx, key, web); err != nil {
+			return false, err.Error()
+		}
+		return mountsLive(), fmt.Sprintf("%+v", web.Spec.Template.Spec)
+	})
+	gen := web.Generation
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, key, web); err != nil {
+			return err
+		}
+		web.Spec.Template.Spec.Volumes = nil
+		for i := range web.Spec.Template.Spec.Containers {
+			web.Spec.Template.Spec.Containers[i].VolumeMounts = nil
+		}
+		web.Spec.Template.Annotations = nil
+		return c.Update(ctx, web)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if web.Generation != gen || !mountsLive() {
+		t.Errorf("a rewritten InPlace template: generation %d (was %d), spec %+v", web.Generation, gen, web.Spec.Template.Spec)
+	}
 }
