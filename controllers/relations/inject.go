@@ -42,7 +42,9 @@ func liveSecretName(relationship string) string { return relationship + "-live" 
 type Injection struct {
 	// Relationship is the Relationship's name.
 	Relationship string
-	Revision     int64
+	// Interface names the binding directory.
+	Interface string
+	Revision  int64
 	// Secret holds the revision's values (the mutable one for InPlace).
 	Secret string
 	// InPlace: new values change the files of the mutable Secret, never
@@ -64,22 +66,68 @@ func EnvName(iface string) string {
 	return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(iface))
 }
 
+// The Service Binding specification's root of binding directories: a
+// container's own SERVICE_BINDING_ROOT is honoured, else it is set.
+const (
+	BindingRootEnv     = "SERVICE_BINDING_ROOT"
+	defaultBindingRoot = "/bindings"
+)
+
+// Reserved entries of a values Secret that projects a binding directory:
+// interface keys never start with a dot.
+const (
+	bindingTypeKey     = ".binding-type"
+	bindingProviderKey = ".binding-provider"
+)
+
+// patchContainer is a container the template patch injects into.
+type patchContainer struct {
+	name string
+	// bindingRoot is where binding directories go; setRoot says the patch
+	// sets SERVICE_BINDING_ROOT to it (the container has none of its own).
+	bindingRoot string
+	setRoot     bool
+}
+
+// patchContainers are tpl's containers, each with its binding root: its
+// own SERVICE_BINDING_ROOT, unless owned (the controller's own, from an
+// earlier patch; nil: none is).
+func patchContainers(tpl *corev1.PodTemplateSpec, owned *fieldpath.Set) []patchContainer {
+	var out []patchContainer
+	for _, c := range tpl.Spec.Containers {
+		pc := patchContainer{name: c.Name, bindingRoot: defaultBindingRoot, setRoot: true}
+		for _, e := range c.Env {
+			mine := owned != nil && owned.Has(fieldpath.MakePathOrDie("spec", "template", "spec", "containers",
+				fieldpath.KeyByFields("name", c.Name), "env", fieldpath.KeyByFields("name", BindingRootEnv)))
+			if e.Name == BindingRootEnv && !mine {
+				pc.bindingRoot, pc.setRoot = e.Value, false
+			}
+		}
+		out = append(out, pc)
+	}
+	return out
+}
+
 // templatePatch is the part of a workload's spec.template the controller
-// owns for injections, as a server-side apply patch: every container
-// named gets the env variables, the file volumes are mounted, and the
-// template carries each relationship's revision. No injection: an empty
-// patch, which removes every field the controller added before.
-func templatePatch(containers []string, injections []Injection) map[string]any {
+// owns for injections, as a server-side apply patch: every container gets
+// the env variables and mounts, the file volumes and binding directories
+// are mounted, and the template carries each relationship's revision. No
+// injection: an empty patch, which removes every field the controller
+// added before.
+func templatePatch(containers []patchContainer, injections []Injection) map[string]any {
 	injections = slices.Clone(injections)
 	slices.SortFunc(injections, func(a, b Injection) int { return strings.Compare(a.Relationship, b.Relationship) })
 	annotations := map[string]any{}
 	var env, mounts, volumes []any
+	type binding struct{ volume, dir string }
+	var bindings []binding
 	for _, in := range injections {
 		annotations[RevisionAnnotationPrefix+in.Relationship] = strconv.FormatInt(in.Revision, 10)
 		if in.InPlace {
 			annotations[RevisionAnnotationPrefix+in.Relationship] = inPlaceRevision
 		}
 		dirs := map[string][]any{} // mount directory → items
+		var entries []any          // the binding directory's
 		for _, k := range in.Keys {
 			switch {
 			case k.Env != "":
@@ -88,6 +136,8 @@ func templatePatch(containers []string, injections []Injection) map[string]any {
 			case k.File != "":
 				dir := path.Dir(k.File)
 				dirs[dir] = append(dirs[dir], map[string]any{"key": k.Key, "path": path.Base(k.File)})
+			case k.Binding != "":
+				entries = append(entries, map[string]any{"key": k.Key, "path": k.Binding})
 			}
 		}
 		for _, dir := range sortedKeys(dirs) {
@@ -97,20 +147,38 @@ func templatePatch(containers []string, injections []Injection) map[string]any {
 			volumes = append(volumes, map[string]any{"name": name, "secret": map[string]any{"secretName": in.Secret, "items": dirs[dir]}})
 			mounts = append(mounts, map[string]any{"name": name, "mountPath": dir, "readOnly": true})
 		}
+		if len(entries) > 0 {
+			// $SERVICE_BINDING_ROOT/<interface>/: the entries, type and
+			// provider (the specification's workload projection).
+			name := volumeName(in.Relationship, "binding")
+			entries = append(entries, map[string]any{"key": bindingTypeKey, "path": "type"}, map[string]any{"key": bindingProviderKey, "path": "provider"})
+			volumes = append(volumes, map[string]any{"name": name, "secret": map[string]any{"secretName": in.Secret, "items": entries}})
+			bindings = append(bindings, binding{volume: name, dir: in.Interface})
+		}
 	}
 	spec := map[string]any{}
-	if len(containers) > 0 && (len(env) > 0 || len(mounts) > 0) {
-		var cs []any
-		for _, c := range containers {
-			m := map[string]any{"name": c}
-			if len(env) > 0 {
-				m["env"] = env
-			}
-			if len(mounts) > 0 {
-				m["volumeMounts"] = mounts
-			}
-			cs = append(cs, m)
+	var cs []any
+	for _, c := range containers {
+		cenv, cmounts := slices.Clone(env), slices.Clone(mounts)
+		if len(bindings) > 0 && c.setRoot {
+			cenv = append(cenv, map[string]any{"name": BindingRootEnv, "value": c.bindingRoot})
 		}
+		for _, b := range bindings {
+			cmounts = append(cmounts, map[string]any{"name": b.volume, "mountPath": path.Join(c.bindingRoot, b.dir), "readOnly": true})
+		}
+		if len(cenv) == 0 && len(cmounts) == 0 {
+			continue
+		}
+		m := map[string]any{"name": c.name}
+		if len(cenv) > 0 {
+			m["env"] = cenv
+		}
+		if len(cmounts) > 0 {
+			m["volumeMounts"] = cmounts
+		}
+		cs = append(cs, m)
+	}
+	if len(cs) > 0 {
 		spec["containers"] = cs
 	}
 	if len(volumes) > 0 {
@@ -189,11 +257,9 @@ func injectedEnv(e corev1.EnvVar, in Injection) bool {
 }
 
 // injectInto writes injections into a pod template as templatePatch
-// would have them applied: the webhook's way, at admission. The patch is
-// made for one stand-in container whose variables and mounts every
-// container gets.
+// would have them applied: the webhook's way, at admission.
 func injectInto(tpl *corev1.PodTemplateSpec, injections []Injection) {
-	data, err := json.Marshal(templatePatch([]string{"c"}, injections))
+	data, err := json.Marshal(templatePatch(patchContainers(tpl, nil), injections))
 	if err != nil {
 		panic(err) // maps of strings and slices always marshal
 	}
@@ -208,16 +274,16 @@ func injectInto(tpl *corev1.PodTemplateSpec, injections []Injection) {
 	for _, v := range p.Spec.Volumes {
 		tpl.Spec.Volumes = upsert(tpl.Spec.Volumes, v, func(a, b corev1.Volume) bool { return a.Name == b.Name })
 	}
-	if len(p.Spec.Containers) == 0 {
-		return
-	}
-	env, mounts := p.Spec.Containers[0].Env, p.Spec.Containers[0].VolumeMounts
-	for i := range tpl.Spec.Containers {
+	for _, pc := range p.Spec.Containers {
+		i := slices.IndexFunc(tpl.Spec.Containers, func(c corev1.Container) bool { return c.Name == pc.Name })
+		if i < 0 {
+			continue
+		}
 		c := &tpl.Spec.Containers[i]
-		for _, e := range env {
+		for _, e := range pc.Env {
 			c.Env = upsert(c.Env, e, func(a, b corev1.EnvVar) bool { return a.Name == b.Name })
 		}
-		for _, m := range mounts {
+		for _, m := range pc.VolumeMounts {
 			c.VolumeMounts = upsert(c.VolumeMounts, m, func(a, b corev1.VolumeMount) bool { return a.MountPath == b.MountPath })
 		}
 	}

@@ -2,6 +2,7 @@ package relations
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,7 +16,7 @@ import (
 // by directory (never subPath: InPlace must reach them), each
 // relationship's revision on the template, and nothing for nothing.
 func TestTemplatePatch(t *testing.T) {
-	got := templatePatch([]string{"app", "log"}, []Injection{
+	got := templatePatch([]patchContainer{{name: "app"}, {name: "log"}}, []Injection{
 		{Relationship: "deployment-web-db", Revision: 4, Secret: "deployment-web-db-r4", Keys: []v1alpha1.KeyInjection{
 			{Key: "host", Env: "DB_HOST"}, {Key: "password", File: "/etc/db/password"}, {Key: "ca", File: "/etc/db/ca.crt"}, {Key: "cfg", File: "/etc/app/db.conf"},
 		}},
@@ -46,8 +47,55 @@ func TestTemplatePatch(t *testing.T) {
 		len(tpl.Spec.Volumes[1].Secret.Items) != 2 || tpl.Spec.Volumes[1].Secret.Items[0].Path != "password" {
 		t.Errorf("volumes %+v", tpl.Spec.Volumes)
 	}
-	if len(templatePatch([]string{"app"}, nil)) != 0 {
+	if len(templatePatch([]patchContainer{{name: "app"}}, nil)) != 0 {
 		t.Error("no injection, yet a patch")
+	}
+}
+
+// TestBindingProjection checks the Service Binding specification's rules
+// for a workload: each binding is a directory $SERVICE_BINDING_ROOT/<name>
+// holding its entries, `type` and `provider`, mounted read-only;
+// SERVICE_BINDING_ROOT is set to /bindings in a container that has none,
+// and a container's own is honoured, never overwritten.
+func TestBindingProjection(t *testing.T) {
+	tpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "app"},
+		{Name: "custom", Env: []corev1.EnvVar{{Name: BindingRootEnv, Value: "/var/bindings"}}},
+	}}}
+	injectInto(tpl, []Injection{{Relationship: "deployment-web-db", Interface: "db", Revision: 2, Secret: "deployment-web-db-r2",
+		Keys: []v1alpha1.KeyInjection{{Key: "host", Binding: "host"}, {Key: "password", Binding: "password"}}}})
+
+	if len(tpl.Spec.Volumes) != 1 {
+		t.Fatalf("volumes %+v, want the binding directory's", tpl.Spec.Volumes)
+	}
+	v := tpl.Spec.Volumes[0]
+	paths := map[string]string{}
+	for _, it := range v.Secret.Items {
+		paths[it.Path] = it.Key
+	}
+	want := map[string]string{"host": "host", "password": "password", "type": bindingTypeKey, "provider": bindingProviderKey}
+	if v.Secret.SecretName != "deployment-web-db-r2" || len(paths) != len(want) {
+		t.Errorf("binding volume %+v, want entries %v", v, want)
+	}
+	for p, k := range want {
+		if paths[p] != k {
+			t.Errorf("entry %s comes from key %q, want %q", p, paths[p], k)
+		}
+	}
+	for _, tc := range []struct{ container, root string }{{"app", "/bindings"}, {"custom", "/var/bindings"}} {
+		c := tpl.Spec.Containers[slices.IndexFunc(tpl.Spec.Containers, func(c corev1.Container) bool { return c.Name == tc.container })]
+		var roots []string
+		for _, e := range c.Env {
+			if e.Name == BindingRootEnv {
+				roots = append(roots, e.Value)
+			}
+		}
+		if len(roots) != 1 || roots[0] != tc.root {
+			t.Errorf("%s: SERVICE_BINDING_ROOT %v, want exactly %s", tc.container, roots, tc.root)
+		}
+		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != tc.root+"/db" || !c.VolumeMounts[0].ReadOnly || c.VolumeMounts[0].Name != v.Name {
+			t.Errorf("%s: mounts %+v, want %s/db read-only", tc.container, c.VolumeMounts, tc.root)
+		}
 	}
 }
 

@@ -154,28 +154,49 @@ func hasInjected(t *testing.T, c client.Client, name string) bool {
 	return false
 }
 
-// TestNotSupportedConfig: a ConsumerConfig asking for what this version
-// does not do (binding entries) is said on the Relationship, never
-// silently treated as something else.
-func TestNotSupportedConfig(t *testing.T) {
+// TestBinding: binding keys project the Service Binding directory
+// $SERVICE_BINDING_ROOT/db/ with the entries, type and provider, into a
+// container without a root (set to /bindings) and one with its own.
+func TestBinding(t *testing.T) {
 	e := startEnv(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-binding", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
 		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "db", Binding: "host"}}}}
-	createAll(t, c, cc, externalService("pg", "db1.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
-	rel := &v1alpha1.Relationship{}
-	eventually(t, "InterfaceMatched=False, NotSupported", func() (bool, string) {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, rel); err != nil {
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-binding"})
+	web.Spec.Template.Spec.Containers[1].Env = []corev1.EnvVar{{Name: relations.BindingRootEnv, Value: "/var/bindings"}}
+	createAll(t, c, cc, externalService("pg", "db1.example.com"), web)
+	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	eventually(t, "the binding directory mounted", func() (bool, string) {
+		if err := c.Get(ctx, key, web); err != nil {
 			return false, err.Error()
 		}
-		m := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInterfaceMatched)
-		return m != nil && m.Reason == "NotSupported" && strings.Contains(m.Message, "key db as binding entry host"), condString(rel)
+		cs := web.Spec.Template.Spec.Containers
+		mount := func(c corev1.Container) string {
+			if len(c.VolumeMounts) != 1 {
+				return ""
+			}
+			return c.VolumeMounts[0].MountPath
+		}
+		return mount(cs[0]) == "/bindings/db" && mount(cs[1]) == "/var/bindings/db" &&
+			envValue(cs[0], relations.BindingRootEnv) == "/bindings" && envValue(cs[1], relations.BindingRootEnv) == "/var/bindings" &&
+			len(cs[1].Env) == 1, fmt.Sprintf("%+v", cs)
 	})
-	if hasInjected(t, c, "web") {
-		t.Error("a config asking for a binding entry was injected as something else")
+	v := web.Spec.Template.Spec.Volumes
+	if len(v) != 1 || v[0].Secret == nil {
+		t.Fatalf("volumes %+v", v)
+	}
+	s := &corev1.Secret{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: v[0].Secret.SecretName}, s); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, it := range v[0].Secret.Items {
+		files[it.Path] = string(s.Data[it.Key])
+	}
+	if files["host"] != "db1.example.com" || files["type"] != "db" || files["provider"] != "default/pg" {
+		t.Errorf("the binding directory holds %v", files)
 	}
 }
 

@@ -488,7 +488,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if st.Revision == 0 {
 			return nil
 		}
-		return &Injection{Relationship: rel.Name, Revision: st.Revision, Secret: st.Secret}
+		return &Injection{Relationship: rel.Name, Interface: iface, Revision: st.Revision, Secret: st.Secret}
 	}
 
 	switch {
@@ -570,6 +570,10 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{in: in, again: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
+	if slices.ContainsFunc(t.keys, func(k v1alpha1.KeyInjection) bool { return k.Binding != "" }) {
+		// The binding directory's type and provider travel with the values.
+		vals[bindingTypeKey], vals[bindingProviderKey] = iface, provider.GetNamespace()+"/"+provider.GetName()
+	}
 	latest := v1alpha1.RevisionRecord{}
 	trimmed := false
 	if len(st.History) > 0 {
@@ -889,15 +893,15 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 // that changes nothing writes nothing.
 func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections []Injection) (*unstructured.Unstructured, error) {
 	tpl := template(w)
-	var containers []string
-	for _, c := range tpl.Spec.Containers {
-		containers = append(containers, c.Name)
+	owned, err := ownedFields(w)
+	if err != nil {
+		return nil, err
 	}
 	gvk, err := r.Client.GroupVersionKindFor(w)
 	if err != nil {
 		return nil, err
 	}
-	tplPatch := templatePatch(containers, injections)
+	tplPatch := templatePatch(patchContainers(tpl, owned), injections)
 	md := map[string]any{"name": w.GetName(), "namespace": w.GetNamespace()}
 	if len(injections) > 0 {
 		hash, err := patchHash(tplPatch)

@@ -80,7 +80,7 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, err)
 		case rel.Status.Revision > 0 && missing == nil:
-			in := Injection{Relationship: rel.Name, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: t.keys}
+			in := Injection{Relationship: rel.Name, Interface: iface, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: t.keys}
 			if t.inPlace {
 				// The mutable Secret only once the controller wrote it.
 				live := &corev1.Secret{}
@@ -201,17 +201,6 @@ func consumerConfig(ctx context.Context, r client.Reader, namespace string, c Co
 		return takes{}, nil, err
 	case cc.Spec.Interface != iface:
 		return unknown, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface)}, nil
-	}
-	// Said rather than ignored: a consumer must not run believing it got
-	// what it asked for.
-	var unsupported []string
-	for _, k := range cc.Spec.Keys {
-		if k.Binding != "" {
-			unsupported = append(unsupported, "key "+k.Key+" as binding entry "+k.Binding)
-		}
-	}
-	if len(unsupported) > 0 {
-		return unknown, &configProblem{"NotSupported", fmt.Sprintf("ConsumerConfig %s/%s asks for %s, which this version of the controller does not do yet: use env or file keys", namespace, name, strings.Join(unsupported, ", "))}, nil
 	}
 	t := takes{keys: cc.Spec.Keys, lifecycle: cc.Spec.Lifecycle, inPlace: cc.Spec.Update == v1alpha1.UpdateInPlace}
 	if t.lifecycle == "" {
