@@ -216,26 +216,30 @@ func conflict(w client.Object, in Injection) (string, error) {
 		return "", err
 	}
 	tpl := template(w)
+	roots := patchContainers(tpl, owned)
 	base := []any{"spec", "template", "spec"}
-	for _, c := range tpl.Spec.Containers {
+	for i, c := range tpl.Spec.Containers {
 		at := func(parts ...any) fieldpath.Path {
 			return fieldpath.MakePathOrDie(append(append(slices.Clone(base), "containers", fieldpath.KeyByFields("name", c.Name)), parts...)...)
 		}
 		// A field is the user's unless the controller applied it or it
 		// is what the webhook injected for this relationship (admission
 		// changes count as the requester's).
+		mountedByUser := func(dir, volume string) bool {
+			return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir && m.Name != volume }) &&
+				!owned.Has(at("volumeMounts", fieldpath.KeyByFields("mountPath", dir)))
+		}
+		if dir := path.Join(roots[i].bindingRoot, in.Interface); slices.ContainsFunc(in.Keys, func(k v1alpha1.KeyInjection) bool { return k.Binding != "" }) &&
+			mountedByUser(dir, volumeName(in.Relationship, "binding")) {
+			return fmt.Sprintf("container %s mounts a volume of its own at %s, the binding directory", c.Name, dir), nil
+		}
 		for _, k := range in.Keys {
 			if k.Env != "" && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == k.Env && !injectedEnv(e, in) }) &&
 				!owned.Has(at("env", fieldpath.KeyByFields("name", k.Env))) {
 				return fmt.Sprintf("container %s sets its own variable %s", c.Name, k.Env), nil
 			}
-			if k.File != "" {
-				dir := path.Dir(k.File)
-				if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-					return m.MountPath == dir && m.Name != volumeName(in.Relationship, dir)
-				}) && !owned.Has(at("volumeMounts", fieldpath.KeyByFields("mountPath", dir))) {
-					return fmt.Sprintf("container %s mounts a volume of its own at %s", c.Name, dir), nil
-				}
+			if dir := path.Dir(k.File); k.File != "" && mountedByUser(dir, volumeName(in.Relationship, dir)) {
+				return fmt.Sprintf("container %s mounts a volume of its own at %s", c.Name, dir), nil
 			}
 		}
 	}

@@ -105,7 +105,7 @@ func TestConflict(t *testing.T) {
 	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 		Name:         "app",
 		Env:          []corev1.EnvVar{{Name: "DB", Value: "mine"}, {Name: "CACHE"}},
-		VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/etc/db"}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/etc/db"}, {Name: "mine", MountPath: "/bindings/db"}},
 	}}}}}}
 	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply,
 		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:name":{},"f:env":{"k:{\"name\":\"CACHE\"}":{".":{},"f:name":{}}}}}}}}}`)}}}
@@ -117,8 +117,9 @@ func TestConflict(t *testing.T) {
 		{[]v1alpha1.KeyInjection{{Key: "cache", Env: "CACHE"}}, ""},
 		{[]v1alpha1.KeyInjection{{Key: "x", File: "/etc/db/x"}}, "container app mounts a volume of its own at /etc/db"},
 		{[]v1alpha1.KeyInjection{{Key: "x", File: "/etc/other/x"}, {Key: "y", Env: "Y"}}, ""},
+		{[]v1alpha1.KeyInjection{{Key: "x", Binding: "x"}}, "container app mounts a volume of its own at /bindings/db, the binding directory"},
 	} {
-		got, err := conflict(d, Injection{Keys: c.keys})
+		got, err := conflict(d, Injection{Interface: "db", Keys: c.keys})
 		if err != nil || got != c.want {
 			t.Errorf("%+v: %q, %v; want %q", c.keys, got, err, c.want)
 		}
