@@ -23,7 +23,10 @@ import (
 	"github.com/cloudtransit/transit/districts"
 )
 
-var relationshipsGVR = schema.GroupVersionResource{Group: "relations.transit.io", Version: "v1alpha1", Resource: "relationships"}
+var (
+	relationshipsGVR   = schema.GroupVersionResource{Group: "relations.transit.io", Version: "v1alpha1", Resource: "relationships"}
+	consumerConfigsGVR = schema.GroupVersionResource{Group: "relations.transit.io", Version: "v1alpha1", Resource: "consumerconfigs"}
+)
 
 // testKubeRelations installs the relations addon on the cluster spanning
 // both districts and uses it as a team would: a consumer created before
@@ -118,6 +121,26 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	}
 	annotate(t, k, "default", "pg", annotations.AnnotationAllowNamespaces, "team")
 	eventually(t, 3*time.Minute, "the allowed consumer runs with DB=db2", func(ctx context.Context) error { return podsSee(ctx, k, "team", "other", 1, "db2.example.com") })
+
+	// Service Binding projection: the value as a file under
+	// $SERVICE_BINDING_ROOT/db/, read inside the pod.
+	cc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "relations.transit.io/v1alpha1", "kind": "ConsumerConfig",
+		"metadata": map[string]any{"name": "db-binding", "namespace": "default"},
+		"spec":     map[string]any{"interface": "db", "keys": []any{map[string]any{"key": "db", "binding": "host"}}},
+	}}
+	if _, err := dyn.Resource(consumerConfigsGVR).Namespace("default").Create(ctx, cc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := consumer("bound", "default", 1, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "pg",
+		annotations.AnnotationConfig: "db=db-binding"})
+	bound.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", `echo "DB=$(cat $SERVICE_BINDING_ROOT/db/host)"; exec sleep 3600`}
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, bound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the bound consumer reads DB=db2 from its binding directory", func(ctx context.Context) error {
+		return podsSee(ctx, k, "default", "bound", 1, "db2.example.com")
+	})
 
 	// Pin: back to revision 1, held.
 	d, err := k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{})
@@ -227,7 +250,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	})
 
 	// Leave the cluster as the next steps expect it.
-	for _, o := range []struct{ ns, name string }{{"default", "app"}, {"default", "late"}, {"team", "other"}} {
+	for _, o := range []struct{ ns, name string }{{"default", "app"}, {"default", "late"}, {"default", "bound"}, {"team", "other"}} {
 		if err := k.AppsV1().Deployments(o.ns).Delete(ctx, o.name, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 		}
