@@ -32,7 +32,8 @@ var (
 // both districts and uses it as a team would: a consumer created before
 // its provider waits, then starts with the value; a change of the
 // provider reaches every pod (read inside it); a cross-namespace consumer
-// is refused until the provider allows its namespace; a pin rolls back; a
+// is refused until the provider allows its namespace; a consumer reads the
+// value from its Service Binding directory; a pin rolls back; a
 // recreated provider with the same value rolls nothing; with the
 // controller down, annotated creates are refused clearly, and the next
 // apply heals it; removing the addon leaves the CRDs and users' objects.
