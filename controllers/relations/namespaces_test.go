@@ -209,10 +209,7 @@ func TestInPlace(t *testing.T) {
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
-		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
-	createAll(t, c, cc, externalService("pg", "db1.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	createInPlaceWeb(t, c)
 	key := types.NamespacedName{Namespace: "default", Name: "web"}
 	liveKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db-live"}
 	live := func(want string) func() (bool, string) {
@@ -263,4 +260,14 @@ func TestInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the live Secret back at db1", live("db1.example.com"))
+}
+
+// createInPlaceWeb creates the provider pg and the consumer web, which
+// takes db as the file /etc/db/host, updated in place.
+func createInPlaceWeb(t *testing.T, c client.Client) {
+	t.Helper()
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
+	createAll(t, c, cc, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
 }

@@ -6,12 +6,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/cloudtransit/transit/controllers/relations"
-	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
 
 // TestWebhook, with the real API server calling the webhook over TLS: a
@@ -101,10 +99,7 @@ func TestWebhookInPlace(t *testing.T) {
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
-		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
-	createAll(t, c, cc, externalService("pg", "db1.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	createInPlaceWeb(t, c)
 	web := deployment("web", nil)
 	key := types.NamespacedName{Namespace: "default", Name: "web"}
 	mountsLive := func() bool {
