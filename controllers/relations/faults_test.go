@@ -12,7 +12,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,14 +80,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	// Kill the controller once a few consumers took the change.
-	pg := &corev1.Service{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "pg"}, pg); err != nil {
-		t.Fatal(err)
-	}
-	pg.Spec.ExternalName = "db2.example.com"
-	if err := c.Update(ctx, pg); err != nil {
-		t.Fatal(err)
-	}
+	setHost(t, c, "pg", "db2.example.com")
 	eventually(t, "a few consumers at revision 2", func() (bool, string) { at := atRevision("2"); return at >= 3, strconv.Itoa(at) })
 	stop()
 	t.Logf("killed with %d of %d consumers at revision 2", atRevision("2"), n)

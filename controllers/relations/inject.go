@@ -96,12 +96,11 @@ func patchContainers(tpl *corev1.PodTemplateSpec, owned *fieldpath.Set) []patchC
 	var out []patchContainer
 	for _, c := range tpl.Spec.Containers {
 		pc := patchContainer{name: c.Name, bindingRoot: defaultBindingRoot, setRoot: true}
-		for _, e := range c.Env {
-			mine := owned != nil && owned.Has(fieldpath.MakePathOrDie("spec", "template", "spec", "containers",
-				fieldpath.KeyByFields("name", c.Name), "env", fieldpath.KeyByFields("name", BindingRootEnv)))
-			if e.Name == BindingRootEnv && !mine {
-				pc.bindingRoot, pc.setRoot = e.Value, false
-			}
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == BindingRootEnv })
+		mine := owned != nil && owned.Has(fieldpath.MakePathOrDie("spec", "template", "spec", "containers",
+			fieldpath.KeyByFields("name", c.Name), "env", fieldpath.KeyByFields("name", BindingRootEnv)))
+		if i >= 0 && !mine {
+			pc.bindingRoot, pc.setRoot = c.Env[i].Value, false
 		}
 		out = append(out, pc)
 	}
@@ -210,11 +209,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // conflict is what an injection would set that another manager set first.
-func conflict(w client.Object, in Injection) (string, error) {
-	owned, err := ownedFields(w)
-	if err != nil {
-		return "", err
-	}
+func conflict(w client.Object, owned *fieldpath.Set, in Injection) string {
 	tpl := template(w)
 	roots := patchContainers(tpl, owned)
 	base := []any{"spec", "template", "spec"}
@@ -231,19 +226,19 @@ func conflict(w client.Object, in Injection) (string, error) {
 		}
 		if dir := path.Join(roots[i].bindingRoot, in.Interface); slices.ContainsFunc(in.Keys, func(k v1alpha1.KeyInjection) bool { return k.Binding != "" }) &&
 			mountedByUser(dir, volumeName(in.Relationship, "binding")) {
-			return fmt.Sprintf("container %s mounts a volume of its own at %s, the binding directory", c.Name, dir), nil
+			return fmt.Sprintf("container %s mounts a volume of its own at %s, the binding directory", c.Name, dir)
 		}
 		for _, k := range in.Keys {
 			if k.Env != "" && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == k.Env && !injectedEnv(e, in) }) &&
 				!owned.Has(at("env", fieldpath.KeyByFields("name", k.Env))) {
-				return fmt.Sprintf("container %s sets its own variable %s", c.Name, k.Env), nil
+				return fmt.Sprintf("container %s sets its own variable %s", c.Name, k.Env)
 			}
 			if dir := path.Dir(k.File); k.File != "" && mountedByUser(dir, volumeName(in.Relationship, dir)) {
-				return fmt.Sprintf("container %s mounts a volume of its own at %s", c.Name, dir), nil
+				return fmt.Sprintf("container %s mounts a volume of its own at %s", c.Name, dir)
 			}
 		}
 	}
-	return "", nil
+	return ""
 }
 
 // injectedEnv says whether e is a variable a revision of in's

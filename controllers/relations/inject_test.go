@@ -119,9 +119,12 @@ func TestConflict(t *testing.T) {
 		{[]v1alpha1.KeyInjection{{Key: "x", File: "/etc/other/x"}, {Key: "y", Env: "Y"}}, ""},
 		{[]v1alpha1.KeyInjection{{Key: "x", Binding: "x"}}, "container app mounts a volume of its own at /bindings/db, the binding directory"},
 	} {
-		got, err := conflict(d, Injection{Interface: "db", Keys: c.keys})
-		if err != nil || got != c.want {
-			t.Errorf("%+v: %q, %v; want %q", c.keys, got, err, c.want)
+		owned, err := ownedFields(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := conflict(d, owned, Injection{Interface: "db", Keys: c.keys}); got != c.want {
+			t.Errorf("%+v: %q; want %q", c.keys, got, c.want)
 		}
 	}
 }

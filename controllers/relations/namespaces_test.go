@@ -234,14 +234,7 @@ func TestInPlace(t *testing.T) {
 	eventually(t, "the live Secret at db1", live("db1.example.com"))
 	generation := web.Generation
 
-	pg := &corev1.Service{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "pg"}, pg); err != nil {
-		t.Fatal(err)
-	}
-	pg.Spec.ExternalName = "db2.example.com"
-	if err := c.Update(ctx, pg); err != nil {
-		t.Fatal(err)
-	}
+	setHost(t, c, "pg", "db2.example.com")
 	waitRevisionOf(t, c, "deployment-web-db", 2)
 	eventually(t, "the live Secret at db2", live("db2.example.com"))
 	if err := c.Get(ctx, key, web); err != nil || web.Generation != generation {

@@ -28,18 +28,6 @@ func TestPinAndHistory(t *testing.T) {
 	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
 	createAll(t, c, pg, web)
 	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
-	setHost := func(host string) {
-		t.Helper()
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "pg"}, pg); err != nil {
-				return err
-			}
-			pg.Spec.ExternalName = host
-			return c.Update(ctx, pg)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	setAnnotation := func(key, value string) {
 		t.Helper()
 		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -58,7 +46,7 @@ func TestPinAndHistory(t *testing.T) {
 	}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
 	for i, host := range []string{"db2.example.com", "db3.example.com", "db4.example.com"} {
-		setHost(host)
+		setHost(t, c, "pg", host)
 		waitRevision(t, c, relKey, int64(i+2), host)
 	}
 	waitTemplate(t, c, "web", "deployment-web-db-r4", "4")
@@ -77,7 +65,7 @@ func TestPinAndHistory(t *testing.T) {
 	// Pinned to r3: rolled back, held while the provider changes.
 	setAnnotation(relations.AnnotationPin, "db=3")
 	waitTemplate(t, c, "web", "deployment-web-db-r3", "3")
-	setHost("db5.example.com")
+	setHost(t, c, "pg", "db5.example.com")
 	rel := &v1alpha1.Relationship{}
 	eventually(t, "r5 made while held at r3", func() (bool, string) {
 		if err := c.Get(ctx, relKey, rel); err != nil {

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/structured-merge-diff/v4/fieldpath"
 
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
@@ -308,7 +309,11 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 			}
 			retry, hold = retry || o.again, hold || o.hold
 			if o.in != nil {
-				injections = append(injections, *o.in)
+				in, err := r.complete(ctx, o.rel, o.in, o.takes)
+				if err != nil {
+					return reconcile.Result{}, err
+				}
+				injections = append(injections, *in)
 			}
 			if o.revoked != nil {
 				revoked = append(revoked, o.revoked)
@@ -330,21 +335,23 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	// Injections that would take a variable or mount someone else set are
 	// left out (their fields, applied before, go): never overwritten.
+	// The fields the controller applied before, read once for every
+	// injection.
+	owned, err := ownedFields(w)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	var apply, blocked []Injection
 	var why []string
 	for _, in := range injections {
-		msg, err := conflict(w, in)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if msg != "" {
+		if msg := conflict(w, owned, in); msg != "" {
 			blocked, why = append(blocked, in), append(why, msg)
 			r.Recorder.Eventf(w, corev1.EventTypeWarning, "Conflict", "relationship %s: %s; rename it, or remove it to let the relationship inject", in.Relationship, msg)
 			continue
 		}
 		apply = append(apply, in)
 	}
-	live, err := r.inject(ctx, w, apply)
+	live, err := r.inject(ctx, w, owned, apply)
 	var reverted errReverted
 	if errors.As(err, &reverted) {
 		r.Recorder.Event(w, corev1.EventTypeWarning, "Conflict", err.Error())
@@ -405,7 +412,8 @@ func relationshipName(kind, consumer, iface string) string {
 
 // outcome is what relating one interface asks of its consumer's template.
 type outcome struct {
-	// in is what to inject: nil while no revision exists.
+	// in is the revision to inject (nil while none exists); Reconcile
+	// completes it with the keys of takes.
 	in *Injection
 	// again asks for a later look (a provider not found yet); hold keeps
 	// the template as it is (what to inject is unknown).
@@ -416,6 +424,8 @@ type outcome struct {
 	// rel is the Relationship as last written, for later status writes
 	// (the cache may not have it yet).
 	rel *v1alpha1.Relationship
+	// takes is how the consumer takes the interface: where in's keys go.
+	takes takes
 }
 
 // relate keeps the Relationship of w over iface and returns what to
@@ -508,11 +518,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if err != nil {
 			return outcome{}, err
 		}
-		in, err := r.complete(ctx, rel, current(), t)
-		if err != nil {
-			return outcome{}, err
-		}
-		return outcome{in: in, again: true, hold: missing != nil, rel: rel}, finish()
+		return outcome{in: current(), takes: t, again: true, hold: missing != "", rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	if provider.GetNamespace() != w.GetNamespace() {
@@ -534,8 +540,8 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	if err != nil {
 		return outcome{}, err
 	}
-	if missing != nil {
-		set(v1alpha1.ConditionInterfaceMatched, false, missing.reason, missing.message)
+	if missing != "" {
+		set(v1alpha1.ConditionInterfaceMatched, false, "ConfigMissing", missing)
 		return outcome{again: true, hold: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
@@ -563,11 +569,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			msgs = append(msgs, p.String())
 		}
 		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
-		in, err := r.complete(ctx, rel, current(), t)
-		if err != nil {
-			return outcome{}, err
-		}
-		return outcome{in: in, again: true, rel: rel}, finish()
+		return outcome{in: current(), takes: t, again: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
 	if slices.ContainsFunc(t.keys, func(k v1alpha1.KeyInjection) bool { return k.Binding != "" }) {
@@ -588,11 +590,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if foreign != "" {
 			set(v1alpha1.ConditionValuesResolved, false, "SecretConflict", foreign)
 			r.Recorder.Event(w, corev1.EventTypeWarning, "SecretConflict", foreign)
-			in, err := r.complete(ctx, rel, current(), t)
-			if err != nil {
-				return outcome{}, err
-			}
-			return outcome{in: in, again: true, rel: rel}, finish()
+			return outcome{in: current(), takes: t, again: true, rel: rel}, finish()
 		}
 		// The revision is persisted before any template refers to it.
 		latest = v1alpha1.RevisionRecord{Revision: next, Hash: hash, Secret: secret, Created: metav1.Now()}
@@ -635,11 +633,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			return outcome{}, err
 		}
 	}
-	in, err := r.complete(ctx, rel, current(), t)
-	if err != nil {
-		return outcome{}, err
-	}
-	return outcome{in: in, rel: rel}, finish()
+	return outcome{in: current(), takes: t, rel: rel}, finish()
 }
 
 // ensureRelationship reads rel (by its name) and creates or updates it
@@ -707,9 +701,6 @@ func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relat
 // the values of the revision that runs: new values change its files, not
 // the template.
 func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationship, in *Injection, t takes) (*Injection, error) {
-	if in == nil {
-		return nil, nil
-	}
 	in.Keys = t.keys
 	if !t.inPlace {
 		return in, nil
@@ -891,12 +882,8 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 // inject applies w's template patch as the controller's field manager,
 // unless the workload already carries exactly this patch: a reconcile
 // that changes nothing writes nothing.
-func (r *kindReconciler) inject(ctx context.Context, w client.Object, injections []Injection) (*unstructured.Unstructured, error) {
+func (r *kindReconciler) inject(ctx context.Context, w client.Object, owned *fieldpath.Set, injections []Injection) (*unstructured.Unstructured, error) {
 	tpl := template(w)
-	owned, err := ownedFields(w)
-	if err != nil {
-		return nil, err
-	}
 	gvk, err := r.Client.GroupVersionKindFor(w)
 	if err != nil {
 		return nil, err

@@ -130,6 +130,22 @@ func externalService(name, host string) *corev1.Service {
 	}
 }
 
+// setHost points the ExternalName Service name at host.
+func setHost(t *testing.T, c client.Client, name, host string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		svc := &corev1.Service{}
+		if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, svc); err != nil {
+			return err
+		}
+		svc.Spec.ExternalName = host
+		return c.Update(t.Context(), svc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // createAll creates objs, failing the test on the first error.
 func createAll(t *testing.T, c client.Client, objs ...client.Object) {
 	t.Helper()

@@ -79,7 +79,7 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, err)
-		case rel.Status.Revision > 0 && missing == nil:
+		case rel.Status.Revision > 0 && missing == "":
 			in := Injection{Relationship: rel.Name, Interface: iface, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: t.keys}
 			if t.inPlace {
 				// The mutable Secret only once the controller wrote it.
@@ -97,8 +97,8 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 		if t.lifecycle == v1alpha1.LifecycleStart {
 			what := "interface " + iface + " from " + requestsString(c.Requests)
-			if missing != nil {
-				what += " (" + missing.message + ")"
+			if missing != "" {
+				what += " (" + missing + ")"
 			}
 			waiting = append(waiting, what)
 			vars = append(vars, awaited(iface, t.keys)...)
@@ -170,9 +170,6 @@ func removeWait(tpl *corev1.PodTemplateSpec) bool {
 	return len(tpl.Spec.InitContainers) != n
 }
 
-// configProblem is why a consumer's config cannot be used.
-type configProblem struct{ reason, message string }
-
 // takes is how a consumer takes an interface.
 type takes struct {
 	keys      []v1alpha1.KeyInjection
@@ -183,30 +180,29 @@ type takes struct {
 
 // consumerConfig is how a consumer takes iface: its keys and lifecycle
 // (ConsumerConfig, else the default interface's). A ConsumerConfig the
-// annotation names but that does not exist, or asks for what this build
-// does not do, is a problem: the keys are unknown and the lifecycle is
-// start.
-func consumerConfig(ctx context.Context, r client.Reader, namespace string, c ConsumerAnnotations, iface string) (takes, *configProblem, error) {
+// annotation names but that does not exist or is for another interface is
+// missing (said why): the keys are unknown and the lifecycle is start.
+func consumerConfig(ctx context.Context, r client.Reader, namespace string, c ConsumerAnnotations, iface string) (_ takes, missing string, _ error) {
 	name, ok := c.Configs[iface]
 	if !ok {
-		return takes{keys: DefaultKeys(iface), lifecycle: v1alpha1.LifecycleStart}, nil, nil
+		return takes{keys: DefaultKeys(iface), lifecycle: v1alpha1.LifecycleStart}, "", nil
 	}
 	unknown := takes{lifecycle: v1alpha1.LifecycleStart}
 	cc := &v1alpha1.ConsumerConfig{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return unknown, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s does not exist", namespace, name)}, nil
+		return unknown, fmt.Sprintf("ConsumerConfig %s/%s does not exist", namespace, name), nil
 	case err != nil:
-		return takes{}, nil, err
+		return takes{}, "", err
 	case cc.Spec.Interface != iface:
-		return unknown, &configProblem{"ConfigMissing", fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface)}, nil
+		return unknown, fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface), nil
 	}
 	t := takes{keys: cc.Spec.Keys, lifecycle: cc.Spec.Lifecycle, inPlace: cc.Spec.Update == v1alpha1.UpdateInPlace}
 	if t.lifecycle == "" {
 		t.lifecycle = v1alpha1.LifecycleStart
 	}
-	return t, nil, nil
+	return t, "", nil
 }
 
 // MutatingWebhookConfiguration is the webhook's registration, calling
