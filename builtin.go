@@ -83,22 +83,22 @@ func (o BuiltinOptions) sshConfig(env PlatformEnv) ssh.Config {
 }
 
 // kubernetesInstall says how each district installs Kubernetes, and
-// where the bundle of each bundle district is: its kubernetes_bundle
-// (relative to districts.json), else defaultBundle. For a session that
-// may change the cluster, a missing bundle is found here, before any
-// machine is launched.
+// where the bundle of each district is: its kubernetes_bundle (relative
+// to districts.json), else defaultBundle. A bundle district uploads all
+// of it; a packages district only transit's own images, and needs none
+// (an addon that runs one then says so). For a session that may change
+// the cluster, a missing bundle of a bundle district is found here,
+// before any machine is launched.
 func kubernetesInstall(env PlatformEnv, defaultBundle string) (install, bundles map[string]string, err error) {
 	install, bundles = map[string]string{}, map[string]string{}
 	for _, d := range env.Districts {
 		install[d.ID] = d.Install()
-		if d.Install() != districts.InstallBundle {
-			continue
-		}
+		needed := d.Install() == districts.InstallBundle
 		dir := d.KubernetesBundle
 		switch {
 		case dir == "":
 			dir = defaultBundle
-			if dir == "" && !env.Changes {
+			if dir == "" && (!env.Changes || !needed) {
 				continue
 			}
 			if dir == "" {

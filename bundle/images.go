@@ -12,9 +12,13 @@ const (
 	CoreDNSImage          = "registry.k8s.io/coredns/coredns:v1.11.3"
 	// BusyboxImage is only in bundles: a shell and small tools for
 	// workloads of the demo and the tests.
-	BusyboxImage = "transit.local/busybox:1.35.0"
+	BusyboxImage = OwnRegistry + "/busybox:1.35.0"
 	// RelationsRepository is the relationship controller's image; a
 	// bundle's is tagged with the digest of its content (see
 	// Manifest.ImageRef).
-	RelationsRepository = "transit.local/relations"
+	RelationsRepository = OwnRegistry + "/relations"
 )
+
+// OwnRegistry names the images transit builds itself (no registry has
+// them): nodes installed from packages import these from a bundle too.
+const OwnRegistry = "transit.local"

@@ -202,7 +202,9 @@ type District struct {
 	KubernetesInstall string `json:"kubernetes_install,omitempty"`
 	// KubernetesBundle is the bundle directory (`make bundle`) a district
 	// installing from a bundle uploads from, relative to districts.json;
-	// default $TRANSIT_BUNDLE.
+	// default $TRANSIT_BUNDLE. A district installing from packages takes
+	// only transit's own images (its controllers', which no registry has)
+	// from it.
 	KubernetesBundle string `json:"kubernetes_bundle,omitempty"`
 
 	Flavors []DistrictFlavor `json:"flavors"`

@@ -508,9 +508,6 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 		}
 
 		checkInstall(c, p+".kubernetes_install", d.KubernetesInstall)
-		if d.KubernetesBundle != "" && d.Install() != InstallBundle {
-			c.add(p+".kubernetes_bundle", fmt.Sprintf("only for kubernetes_install %q; this district installs %q", InstallBundle, d.Install()), "")
-		}
 
 		flavorAt := newFirsts(p+".flavors", "mapped")
 		for j, f := range d.Flavors {

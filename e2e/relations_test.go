@@ -100,11 +100,48 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	eventually(t, 3*time.Minute, "every app pod runs with DB=db1", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db1.example.com") })
 	t.Logf("provider created → 3 consumers running with it: %s", time.Since(start).Round(time.Second))
 
+	// update: InPlace: a consumer reading its file in a loop sees the
+	// change in the same pod, without a rollout.
+	liveCC := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "relations.transit.io/v1alpha1", "kind": "ConsumerConfig",
+		"metadata": map[string]any{"name": "db-live", "namespace": "default"},
+		"spec": map[string]any{"interface": "db", "update": "InPlace", "lifecycle": "none",
+			"keys": []any{map[string]any{"key": "db", "file": "/etc/db/host"}}},
+	}}
+	if _, err := dyn.Resource(consumerConfigsGVR).Namespace("default").Create(ctx, liveCC, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	live := consumer("live", "default", 1, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "pg",
+		annotations.AnnotationConfig: "db=db-live"})
+	live.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", `while true; do echo "DB=$(cat /etc/db/host 2>/dev/null)"; sleep 2; done`}
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, live, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var livePod string
+	eventually(t, 3*time.Minute, "the InPlace consumer reads db1", func(ctx context.Context) error {
+		var err error
+		livePod, err = lastLine(ctx, k, "live", "DB=db1.example.com")
+		return err
+	})
+
 	// A change reaches every pod, in both districts.
 	setExternalName(t, k, "default", "pg", "db2.example.com")
 	start = time.Now()
 	eventually(t, 3*time.Minute, "every app pod runs with DB=db2", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db2.example.com") })
 	t.Logf("provider changed → 3 consumers running with it: %s (sites %v)", time.Since(start).Round(time.Second), c.sitesOf(ctx, k, "default", "app"))
+	// The kubelet refreshes a Secret volume within its sync period (1 min)
+	// and cache TTL.
+	eventually(t, 3*time.Minute, "the InPlace consumer's same pod reads db2", func(ctx context.Context) error {
+		pod, err := lastLine(ctx, k, "live", "DB=db2.example.com")
+		if err == nil && pod != livePod {
+			t.Fatalf("the InPlace consumer was rolled: pod %s, then %s", livePod, pod)
+		}
+		return err
+	})
+	t.Logf("provider changed → the InPlace consumer's running pod reads it: %s", time.Since(start).Round(time.Second))
+	if err := k.AppsV1().Deployments("default").Delete(ctx, "live", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Cross-namespace: refused until the provider allows the namespace.
 	if _, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil {
@@ -297,6 +334,38 @@ func consumer(name, ns string, replicas int32, ann map[string]string) *appsv1.De
 			},
 		},
 	}
+}
+
+// lastLine says whether the one running pod of the Deployment last
+// printed want (and restarted never), and names it.
+func lastLine(ctx context.Context, k clientset.Interface, name, want string) (string, error) {
+	pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		return "", err
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running = append(running, p)
+		}
+	}
+	if len(running) != 1 {
+		return "", fmt.Errorf("%d running pods of %s, want 1", len(running), name)
+	}
+	p := running[0]
+	for _, st := range p.Status.ContainerStatuses {
+		if st.RestartCount > 0 {
+			return "", fmt.Errorf("pod %s restarted %d times", p.Name, st.RestartCount)
+		}
+	}
+	logs, err := k.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{Container: "app", TailLines: ptr(int64(1))}).DoRaw(ctx)
+	if err != nil {
+		return "", err
+	}
+	if got := strings.TrimSpace(string(logs)); got != want {
+		return "", fmt.Errorf("pod %s last printed %q, want %q", p.Name, got, want)
+	}
+	return p.Name, nil
 }
 
 // podsSee says whether the Deployment has rolled out want pods and every

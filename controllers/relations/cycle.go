@@ -71,7 +71,7 @@ func (r *kindReconciler) startDependencies(ctx context.Context, n node) ([]node,
 		if t.lifecycle != v1alpha1.LifecycleStart {
 			continue
 		}
-		p, _, err := r.findProvider(ctx, c.Requests, iface)
+		p, _, _, err := r.findProvider(ctx, c.Requests, iface)
 		if err != nil {
 			return nil, err
 		}

@@ -55,6 +55,23 @@ func TestCrossNamespace(t *testing.T) {
 	waitRevision(t, c, relKey, 1, "db1.example.com")
 	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
 
+	// The provider's values come from an exposed Secret of its namespace:
+	// a change of the Secret reaches the consumer in another namespace.
+	host := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg-host", Namespace: "data", Labels: map[string]string{relations.LabelExpose: "true"}},
+		Data: map[string][]byte{"host": []byte("from-secret.example.com")}}
+	createAll(t, c, host, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg-host", Namespace: "data"}, Spec: v1alpha1.ProviderConfigSpec{
+		Interface: "db", Values: []v1alpha1.ValueSource{{Key: "db", SecretKeyRef: &v1alpha1.KeyRef{Name: "pg-host", Key: "host"}}}}})
+	pg.Annotations[relations.AnnotationConfig] = "db=pg-host"
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	waitRevision(t, c, relKey, 2, "from-secret.example.com")
+	host.Data["host"] = []byte("rotated.example.com")
+	if err := c.Update(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	waitRevision(t, c, relKey, 3, "rotated.example.com")
+
 	// Consent withdrawn: the template loses the injection, the copy goes.
 	delete(pg.Annotations, relations.AnnotationAllowNamespaces)
 	if err := c.Update(ctx, pg); err != nil {
@@ -253,6 +270,33 @@ func TestInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the live Secret back at db1", live("db1.example.com"))
+
+	// The live Secret's name is taken by someone else's Secret: a
+	// condition naming it, not a reconcile error retried forever; once it
+	// is gone, the relationship injects.
+	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-api-db-live", Namespace: "default"}, StringData: map[string]string{"db": "theirs"}}
+	createAll(t, c, theirs, deployment("api", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	rel := &v1alpha1.Relationship{}
+	eventually(t, "Injected=False Conflict naming the Secret", func() (bool, string) {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-api-db"}, rel); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInjected)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "Conflict" &&
+			strings.Contains(cond.Message, "Secret default/deployment-api-db-live belongs to someone else"), condString(rel)
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), theirs); err != nil || string(theirs.Data["db"]) != "theirs" {
+		t.Errorf("someone else's Secret was changed: %q (%v)", theirs.Data, err)
+	}
+	if err := c.Delete(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "injected once the name is free", func() (bool, string) {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-api-db"}, rel); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionInjected), condString(rel)
+	})
 }
 
 // createInPlaceWeb creates the provider pg and the consumer web, which

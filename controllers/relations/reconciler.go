@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/structured-merge-diff/v4/fieldpath"
@@ -78,6 +79,10 @@ const (
 	// consumerIndex indexes Relationships by their consumer ("Kind/name"):
 	// a reconcile reads its own, never the namespace's every one.
 	consumerIndex = "relations.transit.io/consumer"
+	// providerNamespaceIndex indexes Relationships by their provider's
+	// namespace: a change there (a config, an exposed Secret) concerns
+	// consumers in other namespaces too.
+	providerNamespaceIndex = "relations.transit.io/provider-namespace"
 )
 
 // workloadKinds are the kinds a consumer may be.
@@ -118,17 +123,39 @@ type Reconciler struct {
 
 	written   written
 	reapplies reapplies
+
+	// Set up by SetupWithManager: what watching another provider kind
+	// from its first use takes.
+	mgr                 manager.Manager
+	cache               cache.Cache
+	consumerControllers []consumerController
+	others              otherKinds
+}
+
+// consumerController is a consumer kind's controller and the handler that
+// maps a provider to its consumers.
+type consumerController struct {
+	ctrl       controller.Controller
+	byProvider handler.EventHandler
 }
 
 // SetupWithManager registers one controller per workload kind, the
 // consumers-by-provider index and the watches of providers and configs.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
+	r.mgr, r.cache = mgr, mgr.GetCache()
+	r.others.watch = r.watchOther
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Relationship{}, consumerIndex, func(o client.Object) []string {
 		if ref := metav1.GetControllerOf(o); ref != nil {
 			return []string{ref.Kind + "/" + ref.Name}
 		}
 		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Relationship{}, providerNamespaceIndex, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.Relationship).Spec.Provider.Namespace}
 	})
 	if err != nil {
 		return err
@@ -141,7 +168,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		byProvider := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return rec.consumersOf(ctx, o.GetNamespace(), o.GetName())
 		})
-		err := ctrl.NewControllerManagedBy(mgr).
+		c, err := ctrl.NewControllerManagedBy(mgr).
 			Named("relations-"+strings.ToLower(wk.kind)).
 			For(wk.new(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				_, consumes := o.GetAnnotations()[AnnotationConsumes]
@@ -159,10 +186,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.Workers}).
-			Complete(rec)
+			Build(rec)
 		if err != nil {
 			return err
 		}
+		r.consumerControllers = append(r.consumerControllers, consumerController{c, byProvider})
 	}
 	return r.setupProtection(mgr)
 }
@@ -188,7 +216,7 @@ func requestedProviders(o client.Object) []string {
 	}
 	var out []string
 	for _, r := range c.Requests {
-		out = append(out, r.String())
+		out = append(out, r.Key())
 	}
 	return out
 }
@@ -243,11 +271,12 @@ func (r *kindReconciler) consumersOfData(ctx context.Context, o client.Object) [
 }
 
 // consumersInNamespace maps a config, Secret or ConfigMap to the consumers
-// of its namespace.
+// of its namespace and those elsewhere whose providers live there.
 func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	ns := o.GetNamespace()
 	list := r.newList()
-	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "list consumers", "namespace", o.GetNamespace())
+	if err := r.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list consumers", "namespace", ns)
 		return nil
 	}
 	var out []reconcile.Request
@@ -257,6 +286,17 @@ func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Obje
 		}
 		return nil
 	})
+	var rels v1alpha1.RelationshipList
+	if err := r.Client.List(ctx, &rels, client.MatchingFields{providerNamespaceIndex: ns}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list relationships", "provider namespace", ns)
+		return out
+	}
+	for _, rel := range rels.Items {
+		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rel.Namespace, Name: rel.Spec.Consumer.Name}}
+		if rel.Namespace != ns && rel.Spec.Consumer.Kind == r.kind && !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
 	return out
 }
 
@@ -293,6 +333,10 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, nil
 	}
 	var injections []Injection
+	// Injections left out, and why: they would take what someone else
+	// owns (a variable, a mount, the mutable values Secret's name).
+	var blocked []Injection
+	var why []string
 	var revoked []*v1alpha1.Relationship
 	rels := map[string]*v1alpha1.Relationship{}
 	var retry, hold bool
@@ -309,11 +353,16 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 			}
 			retry, hold = retry || o.again, hold || o.hold
 			if o.in != nil {
-				in, err := r.complete(ctx, o.rel, o.in, o.takes)
+				in, foreign, err := r.complete(ctx, o.rel, o.in, o.takes)
 				if err != nil {
 					return reconcile.Result{}, err
 				}
-				injections = append(injections, *in)
+				if foreign != "" {
+					blocked, why = append(blocked, *in), append(why, foreign)
+					r.Recorder.Eventf(w, corev1.EventTypeWarning, "Conflict", "relationship %s: %s", in.Relationship, foreign)
+				} else {
+					injections = append(injections, *in)
+				}
 			}
 			if o.revoked != nil {
 				revoked = append(revoked, o.revoked)
@@ -341,8 +390,7 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	var apply, blocked []Injection
-	var why []string
+	var apply []Injection
 	for _, in := range injections {
 		if msg := conflict(w, owned, in); msg != "" {
 			blocked, why = append(blocked, in), append(why, msg)
@@ -440,7 +488,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	if n, ok := c.Pins[iface]; ok {
 		pin = ptr.To(n)
 	}
-	provider, candidates, err := r.findProvider(ctx, c.Requests, iface)
+	provider, candidates, notes, err := r.findProvider(ctx, c.Requests, iface)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -508,6 +556,9 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{hold: true, rel: rel}, finish()
 	case provider == nil:
 		msg := fmt.Sprintf("none of %s provides %s", requestsString(c.Requests), iface)
+		if len(notes) > 0 {
+			msg += " (" + strings.Join(notes, "; ") + ")"
+		}
 		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
 		if st.Revision == 0 {
 			r.Recorder.Event(w, corev1.EventTypeNormal, "RelationshipPending", msg)
@@ -700,14 +751,14 @@ func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relat
 // An InPlace one refers to the relationship's mutable Secret, made to hold
 // the values of the revision that runs: new values change its files, not
 // the template.
-func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationship, in *Injection, t takes) (*Injection, error) {
+func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationship, in *Injection, t takes) (_ *Injection, foreign string, _ error) {
 	in.Keys = t.keys
 	if !t.inPlace {
-		return in, nil
+		return in, "", nil
 	}
 	revision := &corev1.Secret{}
 	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: in.Secret}, revision); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// Read from the API: the cache holds only exposed Secrets.
 	live := &corev1.Secret{}
@@ -718,23 +769,23 @@ func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationshi
 		live = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
 			Labels: map[string]string{labelRelationship: rel.Name}}, Data: revision.Data}
 		if err := controllerutil.SetControllerReference(rel, live, r.Client.Scheme()); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if err := r.Client.Create(ctx, live); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	case err != nil:
-		return nil, err
+		return nil, "", err
 	case !metav1.IsControlledBy(live, rel):
-		return nil, fmt.Errorf("the relationship's mutable values Secret %s/%s belongs to someone else: delete or rename it", key.Namespace, key.Name)
+		return in, fmt.Sprintf("the relationship's mutable values Secret %s/%s belongs to someone else: delete or rename it", key.Namespace, key.Name), nil
 	case !equality.Semantic.DeepEqual(live.Data, revision.Data):
 		live.Data = revision.Data
 		if err := r.Client.Update(ctx, live); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	in.Secret, in.InPlace = live.Name, true
-	return in, nil
+	return in, "", nil
 }
 
 func requestsString(rs []Request) string {
@@ -758,58 +809,6 @@ func CacheOptions() cache.Options {
 		&corev1.Secret{}:    {Label: exposed},
 		&corev1.ConfigMap{}: {Label: exposed},
 	}}
-}
-
-// providerKinds are the kinds a provider may be, in the order they are
-// looked up. Secrets and ConfigMaps are seen only when labelled
-// relations.transit.io/expose=true (the cache holds no other).
-var providerKinds = []struct {
-	apiVersion, kind string
-	new              func() client.Object
-}{
-	{"v1", "Service", func() client.Object { return &corev1.Service{} }},
-	{"apps/v1", "Deployment", func() client.Object { return &appsv1.Deployment{} }},
-	{"apps/v1", "StatefulSet", func() client.Object { return &appsv1.StatefulSet{} }},
-	{"apps/v1", "DaemonSet", func() client.Object { return &appsv1.DaemonSet{} }},
-	{"v1", "Secret", func() client.Object { return &corev1.Secret{} }},
-	{"v1", "ConfigMap", func() client.Object { return &corev1.ConfigMap{} }},
-}
-
-// findProvider looks up the requested objects that provide iface, of
-// every provider kind. More than one is ambiguous: every candidate is
-// named.
-func (r *kindReconciler) findProvider(ctx context.Context, requests []Request, iface string) (*unstructured.Unstructured, []string, error) {
-	var found *unstructured.Unstructured
-	var candidates []string
-	for _, req := range requests {
-		for _, pk := range providerKinds {
-			o := pk.new()
-			err := r.Client.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, o)
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return nil, nil, err
-			}
-			p, err := ParseProvider(o.GetAnnotations())
-			if err != nil || !slices.Contains(p.Interfaces, iface) {
-				continue
-			}
-			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-			if err != nil {
-				return nil, nil, err
-			}
-			u := &unstructured.Unstructured{Object: obj}
-			u.SetAPIVersion(pk.apiVersion)
-			u.SetKind(pk.kind)
-			candidates = append(candidates, pk.kind+" "+req.String())
-			found = u
-		}
-	}
-	if len(candidates) > 1 {
-		return nil, candidates, nil
-	}
-	return found, candidates, nil
 }
 
 // source is where a provider's values come from.

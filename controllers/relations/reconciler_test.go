@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,7 +44,14 @@ func TestMain(m *testing.M) {
 // installed one) against e until the test ends; stop stops it earlier.
 func startController(t testing.TB, e *testenv.Env, opts ...relations.Options) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+	return startControllerAs(t, e, e.Config, opts...)
+}
+
+// startControllerAs is startController with the controller's requests
+// made with cfg (another identity).
+func startControllerAs(t testing.TB, e *testenv.Env, cfg *rest.Config, opts ...relations.Options) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: e.Webhook.Host, Port: e.Webhook.Port, CertDir: e.Webhook.CertDir}),
 		Scheme:                 e.Scheme,
 		Cache:                  relations.CacheOptions(),

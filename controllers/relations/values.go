@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/jsonpath"
 
@@ -83,16 +84,28 @@ func DNSName(provider *unstructured.Unstructured, clusterDomain string) string {
 	return provider.GetName() + "." + provider.GetNamespace() + ".svc." + clusterDomain
 }
 
+// hasDNSName: a Service, and a workload (by its Service of the same
+// name), are reached by a name; other providers share values only
+// through a ProviderConfig.
+func hasDNSName(gvk schema.GroupVersionKind) bool {
+	switch gvk.GroupKind() {
+	case schema.GroupKind{Kind: "Service"}, schema.GroupKind{Group: "apps", Kind: "Deployment"},
+		schema.GroupKind{Group: "apps", Kind: "StatefulSet"}, schema.GroupKind{Group: "apps", Kind: "DaemonSet"}:
+		return true
+	}
+	return false
+}
+
 // Resolve reads the values of interface iface from src and checks them
 // against the Interface, if any. Problems are returned all at once, values
 // only when there are none. An error is a failed lookup to retry.
 func Resolve(iface string, src Source, it *v1alpha1.Interface) (Values, []Problem, error) {
 	vals := Values{}
 	var problems []Problem
-	switch kind := src.Provider.GetKind(); {
-	case src.Config == nil && (kind == "Secret" || kind == "ConfigMap"):
+	switch gvk := src.Provider.GroupVersionKind(); {
+	case src.Config == nil && !hasDNSName(gvk):
 		return nil, []Problem{{Reason: "NoConfig", Detail: fmt.Sprintf("%s %s has no DNS name: it shares values only through a ProviderConfig (%s: %s=<name>)",
-			kind, src.Provider.GetName(), AnnotationConfig, iface)}}, nil
+			gvk.Kind, src.Provider.GetName(), AnnotationConfig, iface)}}, nil
 	case src.Config == nil:
 		vals[iface] = DNSName(src.Provider, src.ClusterDomain)
 	default:

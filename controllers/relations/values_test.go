@@ -108,6 +108,8 @@ func TestResolve(t *testing.T) {
 			problems: []string{"Secret creds has no DNS name: it shares values only through a ProviderConfig (relations.transit.io/config: db=<name>)"}},
 		{name: "a Deployment provider: the Service of its name", provider: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "api", "namespace": "shop"}}},
 			want: Values{"db": "api.shop.svc.cluster.local"}},
+		{name: "a provisioned service without a ProviderConfig", provider: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Service", "metadata": map[string]any{"name": "pg"}}},
+			problems: []string{"Service pg has no DNS name: it shares values only through a ProviderConfig (relations.transit.io/config: db=<name>)"}},
 		{name: "no binding", provider: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": "x"}}},
 			config: config(v1alpha1.ValueSource{Key: "user", BindingKey: "username"}), problems: []string{"key user: Service x has no .status.binding.name"}},
 	}

@@ -227,8 +227,9 @@ func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
 }
 
 // controllers the controller manager runs: the workloads' and the
-// garbage collector (no service accounts, nodes or cloud).
-const controllers = "deployment,replicaset,statefulset,daemonset,garbagecollector,namespace"
+// garbage collector, and the aggregation of ClusterRoles (no service
+// accounts, nodes or cloud).
+const controllers = "deployment,replicaset,statefulset,daemonset,garbagecollector,namespace,clusterrole-aggregation"
 
 // startControllerManager runs the bundle's kube-controller-manager against
 // the API server until t ends; its log is printed if t fails.

@@ -170,9 +170,15 @@ func relationsCRDs() ([][]byte, error) {
 }
 
 // bundleImage is the reference of the bundles' image of repository (a
-// controller's, tagged by content): every district that installs from a
-// bundle must carry the same one, since every node imports it.
+// controller's, tagged by content): every district with nodes must have a
+// bundle (a packages district's gives transit's images only) and every
+// bundle the same image, since every node imports it.
 func (d *driver) bundleImage(repository string) (string, error) {
+	for _, dep := range d.cluster.Deployments {
+		if dep.Quantity > 0 && d.opts.Bundles[dep.District] == "" && d.opts.Install[dep.District] == districts.InstallPackages {
+			return "", fmt.Errorf("district %s installs Kubernetes from packages and names no bundle, so its nodes cannot run %s (no registry has it): set its kubernetes_bundle (or TRANSIT_BUNDLE) to the directory `make bundle` wrote", dep.District, repository)
+		}
+	}
 	var ref, from string
 	for _, district := range slices.Sorted(maps.Keys(d.opts.Bundles)) {
 		m, err := d.manifest(d.opts.Bundles[district])
@@ -189,7 +195,7 @@ func (d *driver) bundleImage(repository string) (string, error) {
 		ref, from = r, district
 	}
 	if ref == "" {
-		return "", fmt.Errorf("its image (%s) comes only in a bundle, and no district installs from one (kubernetes_install \"bundle\")", repository)
+		return "", fmt.Errorf("its image (%s) comes only in a bundle, and no district has one (kubernetes_bundle, or TRANSIT_BUNDLE)", repository)
 	}
 	return ref, nil
 }

@@ -20,18 +20,27 @@ import (
 
 // relationsBundle writes a bundle holding only an image of ref.
 func relationsBundle(t *testing.T, ref string) string {
+	return testBundle(t, ref)
+}
+
+// testBundle writes a bundle of one image per ref (images/<i>.tar).
+func testBundle(t *testing.T, refs ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	content := []byte("image " + ref)
 	if err := os.MkdirAll(filepath.Join(dir, "images"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "images", "relations.tar"), content, 0o644); err != nil {
-		t.Fatal(err)
+	m := bundle.Manifest{Kubernetes: "v1.32.4"}
+	for i, ref := range refs {
+		content := []byte("image " + ref)
+		p := fmt.Sprintf("images/%d.tar", i)
+		if err := os.WriteFile(filepath.Join(dir, p), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(content)
+		m.Images = append(m.Images, bundle.Image{Ref: ref,
+			File: bundle.File{Path: p, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(content)), Mode: 0o644, For: bundle.ForAll}})
 	}
-	sum := sha256.Sum256(content)
-	m := bundle.Manifest{Kubernetes: "v1.32.4", Images: []bundle.Image{{Ref: ref,
-		File: bundle.File{Path: "images/relations.tar", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(content)), Mode: 0o644, For: bundle.ForAll}}}}
 	data, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +107,11 @@ func TestRenderRelations(t *testing.T) {
 		"a bundle without the image":        {Bundles: map[string]string{"a": relationsBundle(t, "transit.local/busybox:1")}},
 		"two bundles, two images":           {Bundles: map[string]string{"a": relationsBundle(t, ref), "b": relationsBundle(t, bundle.RelationsRepository+":fedcba")}},
 		"no bundle (packages install mode)": {},
+		"a packages district with nodes and no bundle": {Bundles: map[string]string{"a": relationsBundle(t, ref)},
+			Install: map[string]string{"a": districts.InstallBundle, "p": districts.InstallPackages}},
 	} {
+		cl := cl
+		cl.Deployments = []districts.Deployment{{District: "a", Quantity: 1}, {District: "p", Quantity: 1}}
 		_, err := newDriver(cl, opts, nil).renderAddon(districts.Addon{Name: "relations"})
 		if err == nil || !strings.Contains(err.Error(), "addon relations: ") {
 			t.Errorf("%s: %v", name, err)

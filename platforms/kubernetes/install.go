@@ -84,6 +84,46 @@ func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
 	return err
 }
 
+// sideload imports, on a node installed from packages, transit's own
+// images (transit.local/…: its controllers', which no registry has) from
+// the district's bundle, if it has one.
+func (d *driver) sideload(ctx context.Context, n districts.Node) error {
+	dir := d.opts.Bundles[n.District]
+	if dir == "" {
+		return nil
+	}
+	m, err := d.manifest(dir)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.ID, err)
+	}
+	_, images := m.For(n.Role == districts.RoleMaster)
+	var own []bundle.Image
+	for _, im := range images {
+		if strings.HasPrefix(im.Ref, bundle.OwnRegistry+"/") {
+			own = append(own, im)
+		}
+	}
+	if len(own) == 0 {
+		return nil
+	}
+	out, err := d.probe(ctx, n)
+	if err != nil {
+		return err
+	}
+	have := parseSums(out)
+	var imports []bundleImage
+	for _, im := range own {
+		if dest := nodePath(im.Path); have[dest] != im.SHA256 {
+			if err := d.upload(ctx, n, dir, im.File, dest); err != nil {
+				return err
+			}
+		}
+		imports = append(imports, bundleImage{file: path.Base(im.Path), ref: im.Ref, sha: im.SHA256})
+	}
+	_, err = d.r.Run(ctx, n, "import transit's images", importScript(imports), nil)
+	return err
+}
+
 func (d *driver) upload(ctx context.Context, n districts.Node, dir string, f bundle.File, dest string) error {
 	src, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
 	if err != nil {

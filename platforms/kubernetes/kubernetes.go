@@ -140,8 +140,10 @@ func (d *driver) Install(ctx context.Context, n districts.Node) error {
 	case districts.InstallBundle:
 		return d.installBundle(ctx, n)
 	case districts.InstallPackages:
-		_, err := d.r.Run(ctx, n, "install kubernetes packages", packagesScript(), nil)
-		return err
+		if _, err := d.r.Run(ctx, n, "install kubernetes packages", packagesScript(), nil); err != nil {
+			return err
+		}
+		return d.sideload(ctx, n)
 	default:
 		return fmt.Errorf("node %s: district %s has no kubernetes install mode", n.ID, n.District)
 	}

@@ -141,16 +141,30 @@ func setupScript(images []bundleImage) string {
 	w("i=0; until ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; do")
 	w("  i=$((i+1)); if [ $i -gt 300 ]; then echo 'containerd did not start (see %s/containerd.log)' >&2; exit 1; fi; sleep 0.1", logDir)
 	w("done")
+	b.WriteString(imports(images))
+	return b.String()
+}
+
+// imports imports the images whose archives changed since their last
+// import into containerd's k8s.io namespace.
+func imports(images []bundleImage) string {
+	var b strings.Builder
 	for _, im := range images {
 		// The mark holds the archive's digest: a changed bundle imports
 		// again, an unchanged one is not read at all.
 		mark := imageDir + "/" + im.file + ".imported"
-		w("if [ \"$(cat %s 2>/dev/null)\" != %s ]; then", shellquote.Quote(mark), shellquote.Quote(im.sha))
-		w("  ctr -n k8s.io images import --no-unpack=false %s >/dev/null", shellquote.Quote(imageDir+"/"+im.file))
-		w("  echo %s > %s", shellquote.Quote(im.sha), shellquote.Quote(mark))
-		w("fi")
+		fmt.Fprintf(&b, "if [ \"$(cat %s 2>/dev/null)\" != %s ]; then\n", shellquote.Quote(mark), shellquote.Quote(im.sha))
+		fmt.Fprintf(&b, "  ctr -n k8s.io images import --no-unpack=false %s >/dev/null\n", shellquote.Quote(imageDir+"/"+im.file))
+		fmt.Fprintf(&b, "  echo %s > %s\n", shellquote.Quote(im.sha), shellquote.Quote(mark))
+		b.WriteString("fi\n")
 	}
 	return b.String()
+}
+
+// importScript imports images on a node whose containerd came from
+// packages (already running).
+func importScript(images []bundleImage) string {
+	return "set -eu\n" + shPath + "\n" + imports(images)
 }
 
 // stopKubeletScript stops the kubelet (kubeadm cannot without systemd).

@@ -22,8 +22,10 @@ const (
 	AnnotationProvides = Prefix + "provides"
 	// AnnotationConsumes: "a,b", the interfaces a workload consumes.
 	AnnotationConsumes = Prefix + "consumes"
-	// AnnotationRelationship: "db,shared/cache", the providers a consumer
-	// asks to relate to, by name in its namespace or as namespace/name.
+	// AnnotationRelationship: "db,shared/cache,Database.example.com/pg",
+	// the providers a consumer asks to relate to: [namespace/]name, or
+	// [namespace/]Kind[.group]/name for one kind (a kind begins with a
+	// capital letter, a namespace never does).
 	AnnotationRelationship = Prefix + "relationship"
 	// AnnotationConfig: "db=pg-config,cache=redis", per interface the
 	// ProviderConfig (on a provider) or ConsumerConfig (on a consumer).
@@ -59,12 +61,23 @@ type ProviderAnnotations struct {
 }
 
 // Request is a provider a consumer names: Namespace is the consumer's when
-// the entry had none.
+// the entry had none; Kind ("Service", "Database.example.com") is empty
+// when the entry named none, meaning any of the built-in provider kinds.
 type Request struct {
 	Namespace, Name string
+	Kind            string
 }
 
-func (r Request) String() string { return r.Namespace + "/" + r.Name }
+// Key is the namespace/name a provider of the request has, whatever its
+// kind.
+func (r Request) Key() string { return r.Namespace + "/" + r.Name }
+
+func (r Request) String() string {
+	if r.Kind == "" {
+		return r.Key()
+	}
+	return r.Kind + " " + r.Key()
+}
 
 // ConsumerAnnotations is what a consumer's annotations say.
 type ConsumerAnnotations struct {
@@ -153,22 +166,16 @@ func ParseConsumer(namespace string, annotations map[string]string) (ConsumerAnn
 	}
 	v, ok := annotations[AnnotationRelationship]
 	if !ok {
-		return c, &AnnotationError{AnnotationRelationship, "", "missing: a consumer names the providers it relates to (name, or namespace/name)"}
+		return c, &AnnotationError{AnnotationRelationship, "", "missing: a consumer names the providers it relates to ([namespace/]name or [namespace/]Kind.group/name)"}
 	}
 	entries, err := list(AnnotationRelationship, v)
 	if err != nil {
 		return c, err
 	}
 	for _, e := range entries {
-		r := Request{Namespace: namespace, Name: e}
-		if ns, name, ok := strings.Cut(e, "/"); ok {
-			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-				return c, &AnnotationError{AnnotationRelationship, e, "namespace: " + strings.Join(msgs, "; ")}
-			}
-			r = Request{Namespace: ns, Name: name}
-		}
-		if msgs := validation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
-			return c, &AnnotationError{AnnotationRelationship, e, "name: " + strings.Join(msgs, "; ")}
+		r, err := request(namespace, e)
+		if err != nil {
+			return c, err
 		}
 		if slices.Contains(c.Requests, r) {
 			return c, &AnnotationError{AnnotationRelationship, e, "named twice"}
@@ -193,6 +200,58 @@ func ParseConsumer(namespace string, annotations map[string]string) (ConsumerAnn
 		}
 	}
 	return c, nil
+}
+
+// relationshipGrammar is what an entry of the relationship annotation is.
+const relationshipGrammar = "want name, namespace/name, Kind.group/name or namespace/Kind.group/name"
+
+// request parses one entry of the relationship annotation.
+func request(namespace, e string) (Request, error) {
+	bad := func(problem string) (Request, error) {
+		return Request{}, &AnnotationError{AnnotationRelationship, e, problem}
+	}
+	r := Request{Namespace: namespace}
+	parts := strings.Split(e, "/")
+	switch {
+	case len(parts) == 1:
+		r.Name = parts[0]
+	case len(parts) == 2 && isKind(parts[0]):
+		r.Kind, r.Name = parts[0], parts[1]
+	case len(parts) == 2:
+		r.Namespace, r.Name = parts[0], parts[1]
+	case len(parts) == 3:
+		r.Namespace, r.Kind, r.Name = parts[0], parts[1], parts[2]
+	default:
+		return bad(relationshipGrammar)
+	}
+	if r.Namespace != namespace {
+		if msgs := validation.IsDNS1123Label(r.Namespace); len(msgs) > 0 {
+			return bad("namespace: " + strings.Join(msgs, "; ") + " (" + relationshipGrammar + ")")
+		}
+	}
+	if r.Kind != "" {
+		kind, group, _ := strings.Cut(r.Kind, ".")
+		if !isKind(kind) || len(kind) > 63 || strings.IndexFunc(kind, func(c rune) bool { return !isAlnum(c) }) >= 0 {
+			return bad("kind: " + kind + " is not a Kind (letters and digits, from a capital letter)")
+		}
+		if group != "" {
+			if msgs := validation.IsDNS1123Subdomain(group); len(msgs) > 0 {
+				return bad("group: " + strings.Join(msgs, "; "))
+			}
+		}
+	}
+	if msgs := validation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
+		return bad("name: " + strings.Join(msgs, "; "))
+	}
+	return r, nil
+}
+
+// isKind: a Kind begins with a capital letter, a namespace (a DNS label)
+// never does.
+func isKind(s string) bool { return s != "" && s[0] >= 'A' && s[0] <= 'Z' }
+
+func isAlnum(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // interfaces parses a provides or consumes value: distinct DNS labels.
