@@ -32,11 +32,11 @@ func TestKubernetesInstall(t *testing.T) {
 		{ID: "aws-own", Provider: "aws", KubernetesBundle: "bundle"},
 		{ID: "aws-plain", Provider: "aws"},
 	}}
-	install, bundles, err := kubernetesInstall(env, "")
+	_, _, err = kubernetesInstall(env, "")
 	if err == nil || !strings.Contains(err.Error(), "district local installs Kubernetes from a bundle: set kubernetes_bundle") {
 		t.Fatalf("a bundle district without a bundle: %v", err)
 	}
-	install, bundles, err = kubernetesInstall(env, bundleDir)
+	install, bundles, err := kubernetesInstall(env, bundleDir)
 	if err != nil {
 		t.Fatal(err)
 	}
