@@ -103,6 +103,7 @@ func TestParseProvider(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add("db,cache", "pg,infra/redis", "db=pg", "db=3", "shop,*", "true")
 	f.Add("", ",", "=", "db==", "*", "")
+	f.Add("db", "Database.example.com/pg, infra/Service/pg, a/B/c/d", "db=x", "db=1", "", "false")
 	f.Fuzz(func(t *testing.T, ifaces, rel, config, pin, allow, protect string) {
 		c, err := ParseConsumer("shop", map[string]string{AnnotationConsumes: ifaces, AnnotationRelationship: rel, AnnotationConfig: config, AnnotationPin: pin})
 		var ae *AnnotationError
@@ -112,6 +113,11 @@ func FuzzParse(f *testing.F) {
 		if err == nil {
 			if len(c.Interfaces) == 0 || len(c.Requests) == 0 {
 				t.Fatalf("consumer without interfaces or requests: %+v", c)
+			}
+			for _, r := range c.Requests {
+				if r.Name == "" || r.Namespace == "" || (r.Kind != "" && !isKind(r.Kind)) || strings.Contains(r.Key()+r.Kind, " ") {
+					t.Fatalf("request %+v", r)
+				}
 			}
 			for iface, n := range c.Pins {
 				if n < 1 || !slices.Contains(c.Interfaces, iface) {
