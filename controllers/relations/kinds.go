@@ -50,9 +50,6 @@ const readTimeout = 30 * time.Second
 type otherKinds struct {
 	mu      sync.Mutex
 	watched map[schema.GroupKind]providerKind
-	// watch starts the watches of a kind: the consumers' controllers' and
-	// the protect controller's.
-	watch func(providerKind) error
 }
 
 // kindsOf are the kinds req may name. A kind that cannot be used is a
@@ -105,7 +102,7 @@ func (r *kindReconciler) kindsOf(ctx context.Context, req Request) ([]providerKi
 	if w, ok := r.others.watched[gk]; ok {
 		return []providerKind{w}, "", nil
 	}
-	if err := r.others.watch(pk); err != nil {
+	if err := r.watchOther(pk); err != nil {
 		return nil, "", err
 	}
 	if r.others.watched == nil {

@@ -79,9 +79,9 @@ const (
 	// consumerIndex indexes Relationships by their consumer ("Kind/name"):
 	// a reconcile reads its own, never the namespace's every one.
 	consumerIndex = "relations.transit.io/consumer"
-	// providerNamespaceIndex indexes Relationships by their provider's
-	// namespace: a change there (a config, an exposed Secret) concerns
-	// consumers in other namespaces too.
+	// providerNamespaceIndex indexes Relationships whose provider is in
+	// another namespace by that namespace: a change there (a config, an
+	// exposed Secret) concerns their consumers too.
 	providerNamespaceIndex = "relations.transit.io/provider-namespace"
 )
 
@@ -144,7 +144,6 @@ type consumerController struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	r.mgr, r.cache = mgr, mgr.GetCache()
-	r.others.watch = r.watchOther
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Relationship{}, consumerIndex, func(o client.Object) []string {
 		if ref := metav1.GetControllerOf(o); ref != nil {
 			return []string{ref.Kind + "/" + ref.Name}
@@ -155,7 +154,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	err = mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Relationship{}, providerNamespaceIndex, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.Relationship).Spec.Provider.Namespace}
+		rel := o.(*v1alpha1.Relationship)
+		if ns := rel.Spec.Provider.Namespace; ns != rel.Namespace {
+			return []string{ns}
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -293,7 +296,7 @@ func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Obje
 	}
 	for _, rel := range rels.Items {
 		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rel.Namespace, Name: rel.Spec.Consumer.Name}}
-		if rel.Namespace != ns && rel.Spec.Consumer.Kind == r.kind && !slices.Contains(out, req) {
+		if rel.Spec.Consumer.Kind == r.kind && !slices.Contains(out, req) {
 			out = append(out, req)
 		}
 	}

@@ -60,18 +60,26 @@ func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
 		return fmt.Errorf("node %s: %w", n.ID, err)
 	}
 	files, images := m.For(n.Role == districts.RoleMaster)
+	all := append([]bundle.File(nil), files...)
+	for _, im := range images {
+		all = append(all, im.File)
+	}
+	if err := d.sendChanged(ctx, n, dir, all); err != nil {
+		return err
+	}
+	_, err = d.r.Run(ctx, n, "set up containerd and the kubelet", setupScript(imported(images)), nil)
+	return err
+}
+
+// sendChanged uploads the files of the bundle in dir that n lacks: a file
+// whose digest matches is not sent again.
+func (d *driver) sendChanged(ctx context.Context, n districts.Node, dir string, files []bundle.File) error {
 	out, err := d.probe(ctx, n)
 	if err != nil {
 		return err
 	}
 	have := parseSums(out)
-	all := append([]bundle.File(nil), files...)
-	var imports []bundleImage
-	for _, im := range images {
-		all = append(all, im.File)
-		imports = append(imports, bundleImage{file: path.Base(im.Path), ref: im.Ref, sha: im.SHA256})
-	}
-	for _, f := range all {
+	for _, f := range files {
 		dest := nodePath(f.Path)
 		if have[dest] == f.SHA256 {
 			continue
@@ -80,8 +88,16 @@ func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
 			return err
 		}
 	}
-	_, err = d.r.Run(ctx, n, "set up containerd and the kubelet", setupScript(imports), nil)
-	return err
+	return nil
+}
+
+// imported is what the import scripts need of a bundle's images.
+func imported(images []bundle.Image) []bundleImage {
+	var out []bundleImage
+	for _, im := range images {
+		out = append(out, bundleImage{file: path.Base(im.Path), ref: im.Ref, sha: im.SHA256})
+	}
+	return out
 }
 
 // sideload imports, on a node installed from packages, transit's own
@@ -98,29 +114,19 @@ func (d *driver) sideload(ctx context.Context, n districts.Node) error {
 	}
 	_, images := m.For(n.Role == districts.RoleMaster)
 	var own []bundle.Image
+	var files []bundle.File
 	for _, im := range images {
 		if strings.HasPrefix(im.Ref, bundle.OwnRegistry+"/") {
-			own = append(own, im)
+			own, files = append(own, im), append(files, im.File)
 		}
 	}
 	if len(own) == 0 {
 		return nil
 	}
-	out, err := d.probe(ctx, n)
-	if err != nil {
+	if err := d.sendChanged(ctx, n, dir, files); err != nil {
 		return err
 	}
-	have := parseSums(out)
-	var imports []bundleImage
-	for _, im := range own {
-		if dest := nodePath(im.Path); have[dest] != im.SHA256 {
-			if err := d.upload(ctx, n, dir, im.File, dest); err != nil {
-				return err
-			}
-		}
-		imports = append(imports, bundleImage{file: path.Base(im.Path), ref: im.Ref, sha: im.SHA256})
-	}
-	_, err = d.r.Run(ctx, n, "import transit's images", importScript(imports), nil)
+	_, err = d.r.Run(ctx, n, "import transit's images", importScript(imported(own)), nil)
 	return err
 }
 
