@@ -1,0 +1,57 @@
+// Command streams-broker is a one-process Kafka-protocol broker for
+// development clusters (franz-go's kfake: no replication). The streams addon
+// runs it when no `bootstrap` is set; see package broker.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/cloudtransit/transit/controllers/streams/broker"
+)
+
+func main() {
+	var opts broker.Options
+	var logLevel string
+	flag.StringVar(&opts.Listen, "listen", ":9092", "TCP address to serve on")
+	flag.StringVar(&opts.Advertise, "advertise", "", "host:port clients dial, e.g. the Service's DNS name (default: the listen address)")
+	flag.StringVar(&opts.DataDir, "data-dir", "", "directory keeping topics, offsets, groups and transactions across restarts (default: memory only)")
+	flag.BoolVar(&opts.SyncWrites, "sync", false, "fsync every produced batch")
+	flag.IntVar(&opts.Partitions, "partitions", 0, "partitions of topics created without a count (default: kfake's)")
+	flag.StringVar(&logLevel, "log-level", "warn", "none, error, warn, info or debug")
+	flag.Parse()
+	level, ok := map[string]kfake.LogLevel{
+		"none": kfake.LogLevelNone, "error": kfake.LogLevelError, "warn": kfake.LogLevelWarn,
+		"info": kfake.LogLevelInfo, "debug": kfake.LogLevelDebug,
+	}[strings.ToLower(logLevel)]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "streams-broker: -log-level %q: want none, error, warn, info or debug\n", logLevel)
+		os.Exit(2)
+	}
+	opts.Logger = kfake.BasicLogger(os.Stderr, level)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	b, err := broker.Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "streams-broker:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "streams-broker: serving on %s, advertising %s, data dir %q\n", b.Addr(), advertised(opts, b), opts.DataDir)
+	<-ctx.Done()
+	b.Close()
+}
+
+func advertised(opts broker.Options, b *broker.Broker) string {
+	if opts.Advertise != "" {
+		return opts.Advertise
+	}
+	return b.Addr()
+}
