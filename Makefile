@@ -137,6 +137,7 @@ bench-relations: ## (root) The relations controller: provider change → consume
 
 generate: $(CONTROLLER_GEN) ## Write the controllers' deepcopy code and CRDs (committed; CI checks they are current)
 	$(CONTROLLER_GEN) object crd paths=./controllers/relations/api/... output:crd:dir=./controllers/relations/config/crd
+	$(CONTROLLER_GEN) object crd paths=./controllers/streams/api/... output:crd:dir=./controllers/streams/config/crd
 
 $(CONTROLLER_GEN):
 	@echo "installing controller-gen $(CONTROLLER_GEN_VERSION) into $(BIN)"

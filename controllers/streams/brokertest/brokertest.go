@@ -34,7 +34,7 @@ func Binary(t testing.TB) string {
 		binary = filepath.Join(dir, "streams-broker")
 		out, err := exec.Command("go", "build", "-o", binary, "github.com/cloudtransit/transit/cmd/streams-broker").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build streams-broker: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build streams-broker: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

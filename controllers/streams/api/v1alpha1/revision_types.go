@@ -1,0 +1,134 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TopologyRevision is a composed, validated topology as it runs: written by
+// the controller, owned by its Topology, named `<topology>-<hash>`. Its
+// state (active, next, phasing out) is on the Topology.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=streams,shortName=toporev
+// +kubebuilder:printcolumn:name="Topology",type=string,JSONPath=`.spec.topology`
+// +kubebuilder:printcolumn:name="Predecessor",type=string,JSONPath=`.spec.predecessor`,priority=1
+// +kubebuilder:printcolumn:name="Switched",type=date,JSONPath=`.status.switched`
+// +kubebuilder:printcolumn:name="Finished",type=date,JSONPath=`.status.finished`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TopologyRevision struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TopologyRevisionSpec   `json:"spec"`
+	Status TopologyRevisionStatus `json:"status,omitempty"`
+}
+
+// TopologyRevisionSpec is the composed topology and what it carries over
+// from its predecessor.
+type TopologyRevisionSpec struct {
+	// Topology is the owning Topology's name.
+	Topology string `json:"topology"`
+	// Hash identifies the composition (parts, delivery, predecessor; not
+	// scale): the controller finds a revision it made before a crash by it.
+	Hash string `json:"hash"`
+	// Predecessor is the revision that was active when this one was made.
+	// +optional
+	Predecessor string `json:"predecessor,omitempty"`
+	// Parts are the part revisions composed.
+	// +listType=atomic
+	Parts []PartRef `json:"parts"`
+	// Delivery is the topology's delivery guarantee.
+	Delivery Delivery `json:"delivery"`
+	// Processors, sorted by name.
+	// +listType=map
+	// +listMapKey=name
+	Processors []ComposedProcessor `json:"processors"`
+	// Topics are the topics between processors this revision owns (made
+	// for it, deleted once read to their end by every reader).
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Topics []InternalTopic `json:"topics,omitempty"`
+}
+
+// ComposedProcessor is a processor as it runs: its input and outputs
+// resolved to topics, its consumer group and replica range fixed.
+type ComposedProcessor struct {
+	Name string `json:"name"`
+	// Part is the TopologyPart the processor comes from.
+	Part string `json:"part"`
+	// InputFrom is the source or processor read.
+	InputFrom string `json:"inputFrom"`
+	// ReadsSource says InputFrom is a source.
+	// +optional
+	ReadsSource bool `json:"readsSource,omitempty"`
+	// Input is the topic read.
+	Input Endpoint `json:"input"`
+	// Outputs are the topics written: the processor's own topic when other
+	// processors read it, and its sinks.
+	// +listType=atomic
+	Outputs []Endpoint `json:"outputs"`
+	// Group is the consumer group; a source reader of the same name reading
+	// the same source in the predecessor keeps the predecessor's group.
+	Group string `json:"group"`
+	// CarriedGroup says Group is the predecessor's.
+	// +optional
+	CarriedGroup bool `json:"carriedGroup,omitempty"`
+	// DeadLetter is where events the function fails on go.
+	DeadLetter Endpoint `json:"deadLetter"`
+	Image      string   `json:"image"`
+	// +listType=atomic
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	MinScale  int32                       `json:"minScale"`
+	MaxScale  int32                       `json:"maxScale"`
+}
+
+// InternalTopic is a topic a revision made.
+type InternalTopic struct {
+	Name       string `json:"name"`
+	Bootstrap  string `json:"bootstrap"`
+	Partitions int32  `json:"partitions"`
+}
+
+// TopologyRevisionStatus records the revision's switch and drain.
+type TopologyRevisionStatus struct {
+	// StartOffsets are where new consumer groups of sources begin: recorded
+	// before the switch, committed to the groups before they start.
+	// +listType=atomic
+	// +optional
+	StartOffsets []GroupOffsets `json:"startOffsets,omitempty"`
+	// Switched is when the revision became active.
+	// +optional
+	Switched *metav1.Time `json:"switched,omitempty"`
+	// Deleted are processors the garbage collector removed after they read
+	// their input to its end.
+	// +listType=set
+	// +optional
+	Deleted []string `json:"deleted,omitempty"`
+	// Finished is when the revision's last processor and topic went.
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+}
+
+// GroupOffsets are a consumer group's offsets in one topic, by partition.
+type GroupOffsets struct {
+	Group     string `json:"group"`
+	Bootstrap string `json:"bootstrap"`
+	Topic     string `json:"topic"`
+	// +listType=atomic
+	Offsets []int64 `json:"offsets"`
+}
+
+// TopologyRevisionList is a list of TopologyRevisions.
+//
+// +kubebuilder:object:root=true
+type TopologyRevisionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TopologyRevision `json:"items"`
+}
