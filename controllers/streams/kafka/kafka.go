@@ -1,0 +1,362 @@
+// Package kafka is what the streams controller asks of Kafka: topics,
+// consumer groups and offsets, on any number of clusters (one admin client
+// per bootstrap list). Every answer is read from the brokers at the time
+// of asking; nothing is cached but the connections.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Offsets are a topic's offsets by partition.
+type Offsets map[int32]int64
+
+// Admin asks Kafka clusters.
+type Admin struct {
+	opts []kgo.Opt
+
+	mu      sync.Mutex
+	clients map[string]*kgo.Client
+}
+
+// New makes an Admin; opts go to every client (TLS, SASL, dialers).
+func New(opts ...kgo.Opt) *Admin {
+	return &Admin{opts: opts, clients: map[string]*kgo.Client{}}
+}
+
+// Close closes every client.
+func (a *Admin) Close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.clients {
+		c.Close()
+	}
+	a.clients = map[string]*kgo.Client{}
+}
+
+func (a *Admin) client(bootstrap string) (*kgo.Client, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.clients[bootstrap]; ok {
+		return c, nil
+	}
+	seeds := strings.Split(bootstrap, ",")
+	c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RequestRetries(2),
+		kgo.RetryTimeout(10 * time.Second)}, a.opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka %s: %w", bootstrap, err)
+	}
+	a.clients[bootstrap] = c
+	return c, nil
+}
+
+func (a *Admin) admin(bootstrap string) (*kadm.Client, error) {
+	c, err := a.client(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	return kadm.NewClient(c), nil
+}
+
+// Reachable asks the cluster for its brokers.
+func (a *Admin) Reachable(ctx context.Context, bootstrap string) error {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return err
+	}
+	if _, err := adm.ListBrokers(ctx); err != nil {
+		return fmt.Errorf("kafka %s: %w", bootstrap, err)
+	}
+	return nil
+}
+
+// EnsureTopic creates a topic unless it exists (with whatever partitions
+// it has: more are never added behind readers' backs).
+func (a *Admin) EnsureTopic(ctx context.Context, bootstrap, topic string, partitions int32) error {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return err
+	}
+	resp, err := adm.CreateTopic(ctx, partitions, -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("kafka %s: create topic %s: %w", bootstrap, topic, err)
+	}
+	return nil
+}
+
+// Partitions is a topic's partition count; a missing topic is an error
+// naming it.
+func (a *Admin) Partitions(ctx context.Context, bootstrap, topic string) (int32, error) {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return 0, err
+	}
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("kafka %s: metadata of %s: %w", bootstrap, topic, err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil {
+		if ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+			return 0, fmt.Errorf("kafka %s: topic %s: %w", bootstrap, topic, td.Err)
+		}
+		return 0, fmt.Errorf("kafka %s: topic %s does not exist", bootstrap, topic)
+	}
+	return int32(len(td.Partitions)), nil
+}
+
+// DeleteTopic deletes a topic; a missing one is no error.
+func (a *Admin) DeleteTopic(ctx context.Context, bootstrap, topic string) error {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return err
+	}
+	resp, err := adm.DeleteTopic(ctx, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("kafka %s: delete topic %s: %w", bootstrap, topic, err)
+	}
+	return nil
+}
+
+// GroupEmpty says a consumer group has no member (or does not exist).
+func (a *Admin) GroupEmpty(ctx context.Context, bootstrap, group string) (bool, error) {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return false, err
+	}
+	ds, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return false, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, err)
+	}
+	d, ok := ds[group]
+	if !ok {
+		return true, nil
+	}
+	if d.Err != nil {
+		if errors.Is(d.Err, kerr.GroupIDNotFound) {
+			return true, nil
+		}
+		return false, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, d.Err)
+	}
+	return len(d.Members) == 0 && (d.State == "Empty" || d.State == "Dead"), nil
+}
+
+// Committed is a group's committed offsets in a topic (partitions without
+// a commit are absent).
+func (a *Admin) Committed(ctx context.Context, bootstrap, group, topic string) (Offsets, error) {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return Offsets{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka %s: offsets of group %s: %w", bootstrap, group, err)
+	}
+	out := Offsets{}
+	for p, o := range resp[topic] {
+		if o.At >= 0 {
+			out[p] = o.At
+		}
+	}
+	return out, nil
+}
+
+// Ends is the end of each partition of a topic: the high watermark, or,
+// readCommitted, the last stable offset (what a read-committed reader can
+// reach while a transaction is open).
+func (a *Admin) Ends(ctx context.Context, bootstrap, topic string, readCommitted bool) (Offsets, error) {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	list := adm.ListEndOffsets
+	if readCommitted {
+		list = adm.ListCommittedOffsets
+	}
+	listed, err := list(ctx, topic)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka %s: end offsets of %s: %w", bootstrap, topic, err)
+	}
+	out := Offsets{}
+	for p, o := range listed[topic] {
+		out[p] = o.Offset
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("kafka %s: topic %s does not exist", bootstrap, topic)
+	}
+	return out, nil
+}
+
+// Drained says a group has read a topic to its end on every partition.
+// With transactions a partition's end is past commit markers a reader
+// never commits beyond, so a partition whose commit is short of its end is
+// drained when nothing readable lies between the two.
+func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, readCommitted bool) (bool, error) {
+	ends, err := a.Ends(ctx, bootstrap, topic, readCommitted)
+	if err != nil {
+		return false, err
+	}
+	committed, err := a.Committed(ctx, bootstrap, group, topic)
+	if err != nil {
+		return false, err
+	}
+	short := map[int32]kgo.Offset{}
+	starts := Offsets{}
+	for p, end := range ends {
+		at, ok := committed[p]
+		if !ok { // never committed: a reader would begin at the start
+			if len(starts) == 0 {
+				if starts, err = a.starts(ctx, bootstrap, topic); err != nil {
+					return false, err
+				}
+			}
+			at = starts[p]
+		}
+		if at >= end {
+			continue
+		}
+		if !readCommitted {
+			return false, nil
+		}
+		short[p] = kgo.NewOffset().At(at)
+	}
+	if len(short) == 0 {
+		return true, nil
+	}
+	return a.nothingReadable(ctx, bootstrap, topic, short, ends)
+}
+
+func (a *Admin) starts(ctx context.Context, bootstrap, topic string) (Offsets, error) {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	listed, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka %s: start offsets of %s: %w", bootstrap, topic, err)
+	}
+	out := Offsets{}
+	for p, o := range listed[topic] {
+		out[p] = o.Offset
+	}
+	return out, nil
+}
+
+// nothingReadable reads each partition from its offset with read-committed
+// isolation, keeping control records: drained when the partition's last
+// offset before its end comes back as a commit or abort marker with no data
+// record before it. Not reaching the end in time is an error, never
+// "drained".
+func (a *Admin) nothingReadable(ctx context.Context, bootstrap, topic string, from map[int32]kgo.Offset, ends Offsets) (bool, error) {
+	seeds := strings.Split(bootstrap, ",")
+	c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, a.opts...)...)
+	if err != nil {
+		return false, fmt.Errorf("kafka %s: %w", bootstrap, err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pending := len(from)
+	readable := false
+	for pending > 0 && !readable {
+		fs := c.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("kafka %s: read %s to its end: %w", bootstrap, topic, err)
+		}
+		if err := fs.Err(); err != nil {
+			return false, fmt.Errorf("kafka %s: read %s: %w", bootstrap, topic, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end := ends[r.Partition]
+			if r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				readable = true
+			}
+			if r.Offset == end-1 {
+				pending--
+			}
+		})
+	}
+	return !readable, nil
+}
+
+// CommitStart commits a new group's starting offsets. It refuses a group
+// with members (they read already) and leaves partitions that have a commit
+// as they are, so doing it twice is doing it once.
+func (a *Admin) CommitStart(ctx context.Context, bootstrap, group, topic string, offsets Offsets) error {
+	empty, err := a.GroupEmpty(ctx, bootstrap, group)
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("kafka %s: group %s has members: its start is theirs", bootstrap, group)
+	}
+	have, err := a.Committed(ctx, bootstrap, group, topic)
+	if err != nil {
+		return err
+	}
+	os := kadm.Offsets{}
+	for p, at := range offsets {
+		if _, ok := have[p]; !ok {
+			os.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1})
+		}
+	}
+	if len(os) == 0 {
+		return nil
+	}
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return err
+	}
+	if err := adm.CommitAllOffsets(ctx, group, os); err != nil {
+		return fmt.Errorf("kafka %s: commit start of group %s: %w", bootstrap, group, err)
+	}
+	return nil
+}
+
+// DeleteGroup deletes a consumer group; a missing one is no error.
+func (a *Admin) DeleteGroup(ctx context.Context, bootstrap, group string) error {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return err
+	}
+	resp, err := adm.DeleteGroup(ctx, group)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		return fmt.Errorf("kafka %s: delete group %s: %w", bootstrap, group, err)
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+package kafka
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cloudtransit/transit/controllers/streams/brokertest"
+)
+
+func setup(t *testing.T) (*Admin, *brokertest.Broker, context.Context) {
+	t.Helper()
+	b := brokertest.Start(t)
+	a := New()
+	t.Cleanup(a.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return a, b, ctx
+}
+
+func produce(t *testing.T, ctx context.Context, addr, topic string, txn string, commit bool, n int) {
+	t.Helper()
+	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic)}
+	if txn != "" {
+		opts = append(opts, kgo.TransactionalID(txn))
+	}
+	c, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if txn != "" {
+		if err := c.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		if err := c.ProduceSync(ctx, &kgo.Record{Value: []byte("v"), Partition: 0}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if txn != "" {
+		if err := c.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func commit(t *testing.T, ctx context.Context, addr, group, topic string, at int64) {
+	t.Helper()
+	c, _ := kgo.NewClient(kgo.SeedBrokers(addr))
+	defer c.Close()
+	os := kadm.Offsets{}
+	os.Add(kadm.Offset{Topic: topic, Partition: 0, At: at, LeaderEpoch: -1})
+	if err := kadm.NewClient(c).CommitAllOffsets(ctx, group, os); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTopics(t *testing.T) {
+	a, b, ctx := setup(t)
+	for range 2 {
+		if err := a.EnsureTopic(ctx, b.Addr(), "t", 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := a.Partitions(ctx, b.Addr(), "t"); err != nil || n != 3 {
+		t.Fatalf("partitions %d, %v", n, err)
+	}
+	if err := a.EnsureTopic(ctx, b.Addr(), "t", 5); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.Partitions(ctx, b.Addr(), "t"); n != 3 {
+		t.Fatalf("EnsureTopic changed a topic's partitions to %d", n)
+	}
+	if _, err := a.Partitions(ctx, b.Addr(), "missing"); err == nil || !strings.Contains(err.Error(), "topic missing does not exist") {
+		t.Fatalf("a missing topic: %v", err)
+	}
+	for range 2 {
+		if err := a.DeleteTopic(ctx, b.Addr(), "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestGroups(t *testing.T) {
+	a, b, ctx := setup(t)
+	if err := a.EnsureTopic(ctx, b.Addr(), "in", 2); err != nil {
+		t.Fatal(err)
+	}
+	if empty, err := a.GroupEmpty(ctx, b.Addr(), "g"); err != nil || !empty {
+		t.Fatalf("an unknown group: empty %v, %v", empty, err)
+	}
+	start := Offsets{0: 4, 1: 7}
+	if err := a.CommitStart(ctx, b.Addr(), "g", "in", start); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, ctx, b.Addr(), "g", "in", 9) // the group moved on
+	if err := a.CommitStart(ctx, b.Addr(), "g", "in", start); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Committed(ctx, b.Addr(), "g", "in")
+	if err != nil || got[0] != 9 || got[1] != 7 {
+		t.Fatalf("committed %v, %v: want 0→9 (kept), 1→7", got, err)
+	}
+
+	member, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		empty, err := a.GroupEmpty(ctx, b.Addr(), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !empty {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the group never showed its member")
+		}
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		member.PollFetches(pctx)
+		cancel()
+	}
+	if err := a.CommitStart(ctx, b.Addr(), "g", "in", Offsets{0: 1}); err == nil || !strings.Contains(err.Error(), "has members") {
+		t.Fatalf("CommitStart on a group with members: %v", err)
+	}
+	member.Close() // leaves the group
+	if empty, err := a.GroupEmpty(ctx, b.Addr(), "g"); err != nil || !empty {
+		t.Fatalf("after the member left: empty %v, %v", empty, err)
+	}
+	if err := a.DeleteGroup(ctx, b.Addr(), "g"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Committed(ctx, b.Addr(), "g", "in"); len(got) != 0 {
+		t.Fatalf("a deleted group kept offsets %v", got)
+	}
+	if err := a.DeleteGroup(ctx, b.Addr(), "g"); err != nil {
+		t.Fatalf("deleting a missing group: %v", err)
+	}
+}
+
+// Drained is what lets the garbage collector delete a processor: it must
+// never say so while a readable record lies past the commit, and must say
+// so past commit markers a reader never commits beyond.
+func TestDrained(t *testing.T) {
+	a, b, ctx := setup(t)
+	for _, tp := range []string{"plain", "txn", "aborted", "empty"} {
+		if err := a.EnsureTopic(ctx, b.Addr(), tp, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drained := func(group, topic string, rc bool) bool {
+		t.Helper()
+		d, err := a.Drained(ctx, b.Addr(), group, topic, rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if !drained("g", "empty", false) || !drained("g", "empty", true) {
+		t.Error("an empty topic never committed is not drained")
+	}
+	produce(t, ctx, b.Addr(), "plain", "", false, 3)
+	if drained("g", "plain", false) {
+		t.Error("nothing committed of 3 records: drained")
+	}
+	commit(t, ctx, b.Addr(), "g", "plain", 2)
+	if drained("g", "plain", false) {
+		t.Error("committed 2 of 3: drained")
+	}
+	commit(t, ctx, b.Addr(), "g", "plain", 3)
+	if !drained("g", "plain", false) {
+		t.Error("committed 3 of 3: not drained")
+	}
+
+	// Two committed transactions of one record each: offsets 0 and 2 are
+	// data, 1 and 3 markers; a reader of both commits 3.
+	produce(t, ctx, b.Addr(), "txn", "p", true, 1)
+	produce(t, ctx, b.Addr(), "txn", "p", true, 1)
+	commit(t, ctx, b.Addr(), "g", "txn", 1)
+	if drained("g", "txn", true) {
+		t.Error("a committed record past the commit: drained")
+	}
+	commit(t, ctx, b.Addr(), "g", "txn", 3)
+	if !drained("g", "txn", true) {
+		t.Error("only a commit marker past the commit: not drained")
+	}
+	// An aborted transaction is nothing to read.
+	produce(t, ctx, b.Addr(), "aborted", "q", false, 2)
+	if !drained("g", "aborted", true) {
+		t.Error("only aborted records: not drained")
+	}
+
+	// Kafka down: an error, never an answer.
+	b.Kill()
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if d, err := a.Drained(short, b.Addr(), "g", "plain", false); err == nil {
+		t.Errorf("broker down: drained %v without error", d)
+	}
+}
