@@ -22,7 +22,7 @@ func setup(t *testing.T) (*Admin, *brokertest.Broker, context.Context) {
 	return a, b, ctx
 }
 
-func produce(t *testing.T, ctx context.Context, addr, topic string, txn string, commit bool, n int) {
+func produce(ctx context.Context, t *testing.T, addr, topic string, txn string, commit bool, n int) {
 	t.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic)}
 	if txn != "" {
@@ -50,7 +50,7 @@ func produce(t *testing.T, ctx context.Context, addr, topic string, txn string, 
 	}
 }
 
-func commit(t *testing.T, ctx context.Context, addr, group, topic string, at int64) {
+func commit(ctx context.Context, t *testing.T, addr, group, topic string, at int64) {
 	t.Helper()
 	c, _ := kgo.NewClient(kgo.SeedBrokers(addr))
 	defer c.Close()
@@ -99,7 +99,7 @@ func TestGroups(t *testing.T) {
 	if err := a.CommitStart(ctx, b.Addr(), "g", "in", start); err != nil {
 		t.Fatal(err)
 	}
-	commit(t, ctx, b.Addr(), "g", "in", 9) // the group moved on
+	commit(ctx, t, b.Addr(), "g", "in", 9) // the group moved on
 	if err := a.CommitStart(ctx, b.Addr(), "g", "in", start); err != nil {
 		t.Fatal(err)
 	}
@@ -167,33 +167,33 @@ func TestDrained(t *testing.T) {
 	if !drained("g", "empty", false) || !drained("g", "empty", true) {
 		t.Error("an empty topic never committed is not drained")
 	}
-	produce(t, ctx, b.Addr(), "plain", "", false, 3)
+	produce(ctx, t, b.Addr(), "plain", "", false, 3)
 	if drained("g", "plain", false) {
 		t.Error("nothing committed of 3 records: drained")
 	}
-	commit(t, ctx, b.Addr(), "g", "plain", 2)
+	commit(ctx, t, b.Addr(), "g", "plain", 2)
 	if drained("g", "plain", false) {
 		t.Error("committed 2 of 3: drained")
 	}
-	commit(t, ctx, b.Addr(), "g", "plain", 3)
+	commit(ctx, t, b.Addr(), "g", "plain", 3)
 	if !drained("g", "plain", false) {
 		t.Error("committed 3 of 3: not drained")
 	}
 
 	// Two committed transactions of one record each: offsets 0 and 2 are
 	// data, 1 and 3 markers; a reader of both commits 3.
-	produce(t, ctx, b.Addr(), "txn", "p", true, 1)
-	produce(t, ctx, b.Addr(), "txn", "p", true, 1)
-	commit(t, ctx, b.Addr(), "g", "txn", 1)
+	produce(ctx, t, b.Addr(), "txn", "p", true, 1)
+	produce(ctx, t, b.Addr(), "txn", "p", true, 1)
+	commit(ctx, t, b.Addr(), "g", "txn", 1)
 	if drained("g", "txn", true) {
 		t.Error("a committed record past the commit: drained")
 	}
-	commit(t, ctx, b.Addr(), "g", "txn", 3)
+	commit(ctx, t, b.Addr(), "g", "txn", 3)
 	if !drained("g", "txn", true) {
 		t.Error("only a commit marker past the commit: not drained")
 	}
 	// An aborted transaction is nothing to read.
-	produce(t, ctx, b.Addr(), "aborted", "q", false, 2)
+	produce(ctx, t, b.Addr(), "aborted", "q", false, 2)
 	if !drained("g", "aborted", true) {
 		t.Error("only aborted records: not drained")
 	}
