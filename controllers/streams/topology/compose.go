@@ -540,3 +540,7 @@ func sortedKeys(m map[string]bool) []string {
 	slices.Sort(k)
 	return k
 }
+
+// PartHash identifies a part's spec: a repeated write of one spec makes
+// one TopologyPartRevision.
+func PartHash(spec v1alpha1.PartSpec) string { return digest(spec) }

@@ -141,6 +141,11 @@ type TopologyStatus struct {
 	// +listType=atomic
 	// +optional
 	PhasingOut []string `json:"phasingOut,omitempty"`
+	// Failed is the revision whose standby upgrade failed (see the
+	// UpgradeFailed condition): it is not tried again; pinning other part
+	// revisions makes a new one.
+	// +optional
+	Failed string `json:"failed,omitempty"`
 	// Problems lists every reason the composed topology is invalid, each
 	// naming its part and node.
 	// +listType=atomic

@@ -1,0 +1,91 @@
+package streams
+
+import (
+	"encoding/json"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+)
+
+// Ports of a processor pod.
+const (
+	FunctionPort = 8080
+	SidecarProbe = 8081
+)
+
+// deploymentName is a processor's Deployment in a revision.
+func deploymentName(rev, processor string) string { return rev + "-" + processor }
+
+// processorLabels select one processor's pods of one revision.
+func processorLabels(topo, rev, processor string) map[string]string {
+	return map[string]string{LabelTopology: topo, LabelRevision: rev, LabelProcessor: processor}
+}
+
+// deployment is a processor's Deployment: the function and the sidecar.
+// Source readers' sidecars hold until their revision is active (the gate);
+// every sidecar is Ready once it reaches Kafka and its function.
+func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, replicas int32, sidecarImage string) *appsv1.Deployment {
+	labels := processorLabels(rev.Spec.Topology, rev.Name, p.Name)
+	outputs, _ := json.Marshal(p.Outputs) // endpoints always marshal
+	env := []corev1.EnvVar{
+		{Name: "STREAMS_INPUT_BOOTSTRAP", Value: p.Input.Bootstrap},
+		{Name: "STREAMS_INPUT_TOPIC", Value: p.Input.Topic},
+		{Name: "STREAMS_GROUP", Value: p.Group},
+		{Name: "STREAMS_OUTPUTS", Value: string(outputs)},
+		{Name: "STREAMS_DEADLETTER_BOOTSTRAP", Value: p.DeadLetter.Bootstrap},
+		{Name: "STREAMS_DEADLETTER_TOPIC", Value: p.DeadLetter.Topic},
+		{Name: "STREAMS_DELIVERY", Value: string(rev.Spec.Delivery)},
+		{Name: "STREAMS_REVISION", Value: rev.Name},
+	}
+	if p.ReadsSource {
+		env = append(env,
+			corev1.EnvVar{Name: "STREAMS_GATE_TOPOLOGY", Value: rev.Spec.Topology},
+			corev1.EnvVar{Name: "STREAMS_GATE_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		)
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: rev.Namespace, Name: deploymentName(rev.Name, p.Name), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "TopologyRevision", Name: rev.Name, UID: rev.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: ProcessorAccount,
+					// The sidecar finishes its batch and commits on SIGTERM.
+					TerminationGracePeriodSeconds: ptr.To[int64](60),
+					Containers: []corev1.Container{
+						{
+							Name: "function", Image: p.Image, Env: p.Env, Resources: p.Resources,
+							Ports: []corev1.ContainerPort{{Name: "function", ContainerPort: FunctionPort}},
+						},
+						{
+							Name: "sidecar", Image: sidecarImage, ImagePullPolicy: corev1.PullIfNotPresent, Env: env,
+							Ports: []corev1.ContainerPort{{Name: "probe", ContainerPort: SidecarProbe}},
+							ReadinessProbe: &corev1.Probe{
+								ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(SidecarProbe)}},
+								PeriodSeconds: 1, FailureThreshold: 2,
+							},
+							LivenessProbe: &corev1.Probe{
+								ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(SidecarProbe)}},
+								PeriodSeconds: 10, FailureThreshold: 6,
+							},
+						},
+					},
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,139 @@
+package streams_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cloudtransit/transit/controllers/streams"
+	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	streamsconfig "github.com/cloudtransit/transit/controllers/streams/config"
+	"github.com/cloudtransit/transit/controllers/streams/kafka"
+	"github.com/cloudtransit/transit/controllers/testenv"
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	os.Exit(m.Run())
+}
+
+// startEnv runs an API server with the streams CRDs and the bundle's
+// controller manager (Deployments make ReplicaSets make Pods).
+func startEnv(t *testing.T) *testenv.Env {
+	t.Helper()
+	return testenv.Start(t, testenv.Options{
+		CRDDirs:           []string{filepath.Join("config", "crd")},
+		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+		ControllerManager: true,
+	})
+}
+
+// startController runs the streams controller against e and Kafka at
+// bootstrap until the test ends; stop stops it earlier (a crash: nothing
+// is cleaned up).
+func startController(t *testing.T, e *testenv.Env, bootstrap string, opts ...func(*streams.Options)) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 e.Scheme,
+		Cache:                  streams.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := kafka.New()
+	o := streams.Options{Bootstrap: bootstrap, SidecarImage: "transit.local/streams-sidecar:test"}
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := (&streams.PartReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	r := &streams.TopologyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Kafka: admin,
+		Recorder: mgr.GetEventRecorderFor("transit-streams"), Options: o}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+			admin.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// installPolicy creates the part revisions' admission policy and waits
+// until the API server enforces it.
+func installPolicy(t *testing.T, c client.Client, probe func() error) {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(streamsconfig.Policy), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Create(t.Context(), u); err != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	eventually(t, "the policy enforced", func() (bool, string) {
+		err := probe()
+		return err != nil, "a dry-run delete of an in-use revision was admitted"
+	})
+}
+
+// eventually polls cond for up to a minute.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	eventuallyWithin(t, time.Minute, what, cond)
+}
+
+func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s; last: %s", d, what, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
