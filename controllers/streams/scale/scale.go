@@ -61,8 +61,8 @@ type Scaler struct {
 
 type stage struct {
 	last              Sample
-	arrival, consumed ewma // records/s into the input, and committed
-	output            ewma // records/s into the output topic
+	arrival, consumed ewma    // records/s into the input, and committed
+	output            ewma    // records/s into the output topic
 	capacity          ewma    // records/s one replica commits when it has a backlog
 	recent            float64 // records/s into the input over the last interval
 	arriving          bool    // records arrived in the last interval
