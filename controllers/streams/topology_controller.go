@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -79,6 +80,8 @@ type TopologyReconciler struct {
 	Kafka    *kafka.Admin
 	Recorder record.EventRecorder
 	Options
+
+	scalers autoscalers
 }
 
 // CacheOptions limit the manager's cache to the controller's own
@@ -204,6 +207,9 @@ func (r *TopologyReconciler) reconcile(ctx context.Context, req reconcile.Reques
 			return reconcile.Result{Requeue: true}, nil
 		}
 	}
+	if kafkaErr == nil {
+		r.autoscale(ctx, &t, obs)
+	}
 	if err := r.sync(ctx, &t, obs); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -228,6 +234,8 @@ func (r *TopologyReconciler) reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
 	case t.Status.Next != "" || len(t.Status.PhasingOut) > 0:
 		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case t.Status.Active != "" && !t.Spec.Scaling.Disabled:
+		return reconcile.Result{RequeueAfter: sampleEvery}, nil
 	}
 	return reconcile.Result{}, nil
 }
@@ -749,7 +757,7 @@ func (r *TopologyReconciler) sync(ctx context.Context, t *v1alpha1.Topology, obs
 	add := func(rev *v1alpha1.TopologyRevision, keep func(v1alpha1.ComposedProcessor) bool) {
 		for _, p := range rev.Spec.Processors {
 			if keep(p) {
-				d := deployment(rev, p, r.replicas(p, obs.deployment(rev.Name, p.Name)), r.SidecarImage)
+				d := deployment(rev, p, r.replicas(t, obs, rev.Name, p), r.SidecarImage)
 				want[d.Name] = d
 			}
 		}
@@ -799,15 +807,40 @@ func (r *TopologyReconciler) sync(ctx context.Context, t *v1alpha1.Topology, obs
 	return nil
 }
 
-// replicas is a processor's replica count: what runs, within its range
-// (at least one until the autoscaler can wake a processor scaled to zero).
-func (r *TopologyReconciler) replicas(p v1alpha1.ComposedProcessor, have *appsv1.Deployment) int32 {
-	lo := max(p.MinScale, 1)
-	n := lo
+// replicas is a processor's replica count: the autoscaler's for the active
+// revision; for a revision starting, what its namesake in the active one
+// runs; otherwise what runs, within its range. Without the autoscaler,
+// minScale (at least one: nothing would wake it).
+func (r *TopologyReconciler) replicas(t *v1alpha1.Topology, obs *observed, rev string, p v1alpha1.ComposedProcessor) int32 {
+	if t.Spec.Scaling.Disabled {
+		return max(p.MinScale, 1)
+	}
+	if rev == t.Status.Active {
+		r.scalers.mu.Lock()
+		as := r.scalers.m[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}]
+		var d, ok = scaleDecision(as, rev, p.Name)
+		r.scalers.mu.Unlock()
+		if ok {
+			return min(max(d, p.MinScale), p.MaxScale)
+		}
+	}
+	have := obs.deployment(rev, p.Name)
+	if have == nil && rev != t.Status.Active {
+		have = obs.deployment(t.Status.Active, p.Name)
+	}
+	n := max(p.MinScale, 1)
 	if have != nil && have.Spec.Replicas != nil {
 		n = *have.Spec.Replicas
 	}
-	return min(max(n, lo), p.MaxScale)
+	return min(max(n, p.MinScale), p.MaxScale)
+}
+
+func scaleDecision(as *autoscaler, rev, processor string) (int32, bool) {
+	if as == nil || as.revision != rev {
+		return 0, false
+	}
+	d, ok := as.decisions[processor]
+	return d.Replicas, ok
 }
 
 // collect is the garbage collector, over the phasing-out revisions.
@@ -936,7 +969,13 @@ func (r *TopologyReconciler) readiness(t *v1alpha1.Topology, obs *observed) {
 			waiting = append(waiting, p.Name)
 			continue
 		}
-		t.Status.Processors = append(t.Status.Processors, v1alpha1.ProcessorStatus{Name: p.Name, Replicas: ptr.Deref(d.Spec.Replicas, 0)})
+		ps := v1alpha1.ProcessorStatus{Name: p.Name, Replicas: ptr.Deref(d.Spec.Replicas, 0)}
+		r.scalers.mu.Lock()
+		if as := r.scalers.m[client.ObjectKeyFromObject(t)]; as != nil && as.revision == active.Name {
+			ps.Lag = as.decisions[p.Name].Lag
+		}
+		r.scalers.mu.Unlock()
+		t.Status.Processors = append(t.Status.Processors, ps)
 		if d.Status.ReadyReplicas < ptr.Deref(d.Spec.Replicas, 0) {
 			waiting = append(waiting, p.Name)
 		}
@@ -998,6 +1037,7 @@ func (r *TopologyReconciler) finalize(ctx context.Context, t *v1alpha1.Topology)
 			}
 		}
 	}
+	r.scalers.forget(client.ObjectKeyFromObject(t))
 	controllerutil.RemoveFinalizer(t, FinalizerKafka)
 	return reconcile.Result{}, r.Client.Update(ctx, t)
 }

@@ -166,7 +166,7 @@ func TestComposition(t *testing.T) {
 	adm := kafkaAdmin(t, b.Addr())
 	createTopics(t, adm, 2, "orders", "enriched")
 	for i := range 5 {
-		cl, _ := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
+		cl, _ := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("old"), Partition: int32(i % 2)}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}

@@ -135,25 +135,33 @@ func (a *Admin) DeleteTopic(ctx context.Context, bootstrap, topic string) error 
 
 // GroupEmpty says a consumer group has no member (or does not exist).
 func (a *Admin) GroupEmpty(ctx context.Context, bootstrap, group string) (bool, error) {
+	state, members, err := a.GroupState(ctx, bootstrap, group)
+	return members == 0 && (state == "Empty" || state == "Dead"), err
+}
+
+// GroupState is a group's state as the coordinator says (Empty, Stable,
+// PreparingRebalance, CompletingRebalance, Dead) and its member count; a
+// group that does not exist is Dead.
+func (a *Admin) GroupState(ctx context.Context, bootstrap, group string) (string, int, error) {
 	adm, err := a.admin(bootstrap)
 	if err != nil {
-		return false, err
+		return "", 0, err
 	}
 	ds, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
-		return false, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, err)
+		return "", 0, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, err)
 	}
 	d, ok := ds[group]
 	if !ok {
-		return true, nil
+		return "Dead", 0, nil
 	}
 	if d.Err != nil {
 		if errors.Is(d.Err, kerr.GroupIDNotFound) {
-			return true, nil
+			return "Dead", 0, nil
 		}
-		return false, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, d.Err)
+		return "", 0, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, d.Err)
 	}
-	return len(d.Members) == 0 && (d.State == "Empty" || d.State == "Dead"), nil
+	return d.State, len(d.Members), nil
 }
 
 // Committed is a group's committed offsets in a topic (partitions without
