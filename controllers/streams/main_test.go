@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,16 @@ func startEnv(t *testing.T) *testenv.Env {
 // is cleaned up).
 func startController(t *testing.T, e *testenv.Env, bootstrap string, opts ...func(*streams.Options)) (stop func()) {
 	t.Helper()
+	stop, _ = startCrashingController(t, e, bootstrap, 0, opts...)
+	return stop
+}
+
+// startCrashingController is startController whose controller crashes at
+// its limit-th write to the API server (0: never): that write and every
+// later one are dropped and the manager stops, as a kill -9 would leave
+// it. crashed is closed then.
+func startCrashingController(t *testing.T, e *testenv.Env, bootstrap string, limit int64, opts ...func(*streams.Options)) (stop func(), crashed chan struct{}) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
 		Cache:                  streams.CacheOptions(),
@@ -65,15 +76,21 @@ func startController(t *testing.T, e *testenv.Env, bootstrap string, opts ...fun
 	for _, f := range opts {
 		f(&o)
 	}
-	if err := (&streams.PartReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	crashed = make(chan struct{})
+	var c client.Client = mgr.GetClient()
+	if limit > 0 {
+		var once sync.Once
+		c = &crashingClient{Client: c, limit: limit, crash: func() { once.Do(func() { close(crashed); cancel() }) }}
+	}
+	if err := (&streams.PartReconciler{Client: c}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	r := &streams.TopologyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Kafka: admin,
+	r := &streams.TopologyReconciler{Client: c, Reader: mgr.GetAPIReader(), Kafka: admin,
 		Recorder: mgr.GetEventRecorderFor("transit-streams"), Options: o}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	var once sync.Once
@@ -87,7 +104,77 @@ func startController(t *testing.T, e *testenv.Env, bootstrap string, opts ...fun
 		})
 	}
 	t.Cleanup(stop)
-	return stop
+	return stop, crashed
+}
+
+var errCrashed = errors.New("the controller crashed (test)")
+
+// crashingClient drops its limit-th write and every later one, and
+// crashes the controller.
+type crashingClient struct {
+	client.Client
+	writes atomic.Int64
+	limit  int64
+	crash  func()
+}
+
+func (c *crashingClient) write() error {
+	if c.writes.Add(1) >= c.limit {
+		c.crash()
+		return errCrashed
+	}
+	return nil
+}
+
+func (c *crashingClient) Create(ctx context.Context, o client.Object, opts ...client.CreateOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Create(ctx, o, opts...)
+}
+
+func (c *crashingClient) Update(ctx context.Context, o client.Object, opts ...client.UpdateOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Update(ctx, o, opts...)
+}
+
+func (c *crashingClient) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Patch(ctx, o, p, opts...)
+}
+
+func (c *crashingClient) Delete(ctx context.Context, o client.Object, opts ...client.DeleteOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Delete(ctx, o, opts...)
+}
+
+func (c *crashingClient) Status() client.SubResourceWriter {
+	return &crashingStatus{SubResourceWriter: c.Client.Status(), c: c}
+}
+
+type crashingStatus struct {
+	client.SubResourceWriter
+	c *crashingClient
+}
+
+func (s *crashingStatus) Update(ctx context.Context, o client.Object, opts ...client.SubResourceUpdateOption) error {
+	if err := s.c.write(); err != nil {
+		return err
+	}
+	return s.SubResourceWriter.Update(ctx, o, opts...)
+}
+
+func (s *crashingStatus) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+	if err := s.c.write(); err != nil {
+		return err
+	}
+	return s.SubResourceWriter.Patch(ctx, o, p, opts...)
 }
 
 // installPolicy creates the part revisions' admission policy and waits
