@@ -1,6 +1,7 @@
 package streams_test
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,4 +158,51 @@ func TestCrashAtEveryWrite(t *testing.T) {
 			t.Errorf("the finished revision's group %s is left", p.Group)
 		}
 	}
+}
+
+// TestKafkaDown: while the broker is down no revision is made, switched
+// or collected (KafkaReachable=False names it); once it is back, the
+// pinned change goes through.
+func TestKafkaDown(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t)
+	startController(t, e, b.Addr())
+	ctx, c := t.Context(), e.Client
+	createTopics(t, kafkaAdmin(t, b.Addr()), 2, "orders", "enriched")
+	twoTeams(t, c, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+		Spec: v1alpha1.TopologySpec{Upgrade: v1alpha1.Cold, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
+	if err := c.Create(ctx, topo); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	eventually(t, "the first revision", func() (bool, string) {
+		first = getTopology(t, c, "pipe").Status.Active
+		return first != "", ""
+	})
+
+	b.Kill()
+	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
+	})
+	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	eventually(t, "KafkaReachable=False", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		return meta.IsStatusConditionFalse(tp.Status.Conditions, v1alpha1.ConditionKafkaReachable), condition(tp, v1alpha1.ConditionKafkaReachable)
+	})
+	time.Sleep(3 * time.Second)
+	tp := getTopology(t, c, "pipe")
+	if tp.Status.Active != first || tp.Status.Next != "" || len(deployments(t, c, first)) != 2 {
+		t.Fatalf("with Kafka down: active %q next %q, %d Deployments of %s", tp.Status.Active, tp.Status.Next, len(deployments(t, c, first)), first)
+	}
+	if msg := condition(tp, v1alpha1.ConditionKafkaReachable); !strings.Contains(msg, b.Addr()) {
+		t.Errorf("KafkaReachable does not name the broker: %s", msg)
+	}
+
+	b.Restart()
+	eventuallyWithin(t, 2*time.Minute, "the upgrade once Kafka is back", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		return tp.Status.Active != first && tp.Status.Next == "" && len(tp.Status.PhasingOut) == 0 &&
+			meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionKafkaReachable), condition(tp, v1alpha1.ConditionUpgrading)
+	})
 }
