@@ -51,6 +51,25 @@ func TestValidateKubernetes(t *testing.T) {
 			cl("addons[0].settings.history", `"0" is not a whole number from 1 to 100`),
 			withHint(cl("addons[0].settings.worker", `addon relations has no setting "worker" (settings: api_qps, history, replicas, workers)`), `did you mean "workers"?`),
 		}},
+		{"streams settings valid", func(c *Config) {
+			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{"replicas": "3", "history": "100", "upgrade_timeout": "90s", "broker_data_dir": "/srv/kafka"}}}
+		}, nil},
+		{"streams with a Kafka of its own", func(c *Config) {
+			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{"bootstrap": "kafka-0.kafka.svc:9092,10.0.0.7:9093,[fd00::1]:9092,Kafka.Example.com:19092"}}}
+		}, nil},
+		{"streams settings wrong", func(c *Config) {
+			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{
+				"replicas": "0", "history": "101", "upgrade_timeout": "5 minutes", "broker_data_dir": "data/broker", "bootstrp": "kafka:9092"}}}
+		}, Problems{
+			withHint(cl("addons[0].settings.bootstrp", `addon streams has no setting "bootstrp" (settings: bootstrap, broker_data_dir, history, replicas, upgrade_timeout)`), `did you mean "bootstrap"?`),
+			withHint(cl("addons[0].settings.broker_data_dir", `"data/broker" is not an absolute path`), `write an absolute path on the master, such as "/var/lib/transit/streams-broker"`),
+			cl("addons[0].settings.history", `"101" is not a whole number from 1 to 100`),
+			cl("addons[0].settings.replicas", `"0" is not a whole number from 1 to 10`),
+			withHint(cl("addons[0].settings.upgrade_timeout", `"5 minutes" is not a duration from 10s to 1h`), `write a Go duration such as "5m" or "90s"`),
+		}},
+		{"streams broker directory beside a Kafka of its own", func(c *Config) {
+			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{"bootstrap": "kafka:9092", "broker_data_dir": "/srv/kafka"}}}
+		}, Problems{withHint(cl("addons[0].settings.broker_data_dir", "has no effect while bootstrap is set"), "remove broker_data_dir, or bootstrap")}},
 		{"labels not checked for swarm", func(c *Config) {
 			c.Cluster.Platform = "swarm"
 			c.Cluster.Deployments[0].Tags["location"] = "Île de France"
@@ -119,6 +138,74 @@ func TestKubernetesDefaults(t *testing.T) {
 	} {
 		if got := tc.d.Install(); got != tc.want {
 			t.Errorf("%+v.Install() = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestStreamsSettingValues: every malformed value of the streams addon's
+// string and duration settings is refused naming its path and saying
+// what to write.
+func TestStreamsSettingValues(t *testing.T) {
+	t.Parallel()
+	const listHint = `write host:port, comma separated, such as "kafka-0.kafka:9092,kafka-1.kafka:9092"`
+	const pathHint = `write an absolute path on the master, such as "/var/lib/transit/streams-broker"`
+	tests := []struct {
+		key, value    string
+		message, hint string
+	}{
+		{"bootstrap", "", "empty", "leave it out to run the development broker, or " + listHint},
+		{"bootstrap", "kafka", `"kafka" is not a Kafka broker list: "kafka" is not host:port`, listHint},
+		{"bootstrap", "kafka:9092,", `"kafka:9092," is not a Kafka broker list: "" is empty`, listHint},
+		{"bootstrap", "kafka:9092, kafka-1:9092", `"kafka:9092, kafka-1:9092" is not a Kafka broker list: " kafka-1:9092" holds a space or a control character`, listHint},
+		{"bootstrap", "kafka:0", `"kafka:0" is not a Kafka broker list: "kafka:0" has port "0", not a number from 1 to 65535`, listHint},
+		{"bootstrap", "kafka:http", `"kafka:http" is not a Kafka broker list: "kafka:http" has port "http", not a number from 1 to 65535`, listHint},
+		{"bootstrap", "kaf_ka:9092", `"kaf_ka:9092" is not a Kafka broker list: "kaf_ka:9092" has host "kaf_ka", neither a DNS name nor an IP address`, listHint},
+		{"bootstrap", ":9092", `":9092" is not a Kafka broker list: ":9092" has host "", neither a DNS name nor an IP address`, listHint},
+		{"bootstrap", "kafka://broker:9092", `"kafka://broker:9092" is not a Kafka broker list: "kafka://broker:9092" is not host:port`, listHint},
+		{"upgrade_timeout", "5s", `"5s" is not a duration from 10s to 1h`, `write a Go duration such as "5m" or "90s"`},
+		{"upgrade_timeout", "2h", `"2h" is not a duration from 10s to 1h`, `write a Go duration such as "5m" or "90s"`},
+		{"upgrade_timeout", "300", `"300" is not a duration from 10s to 1h`, `write a Go duration such as "5m" or "90s"`},
+		{"broker_data_dir", "", `"" is not an absolute path`, pathHint},
+		{"broker_data_dir", "/", `"/" is the master's root directory`, `give the broker a directory of its own, such as "/var/lib/transit/streams-broker"`},
+		{"broker_data_dir", "/var/lib/../srv/kafka/", `"/var/lib/../srv/kafka/" is not a clean path`, `did you mean "/var/srv/kafka"?`},
+		{"broker_data_dir", "/srv/kafka\n", `"/srv/kafka\n" holds a control character`, pathHint},
+		{"replicas", "two", `"two" is not a whole number from 1 to 10`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			t.Parallel()
+			cfg := kubernetesConfig()
+			cfg.Cluster.Addons = []Addon{{Name: "relations"}, {Name: "streams", Settings: map[string]string{tt.key: tt.value}}}
+			var got Problems
+			if err := Validate(cfg); err != nil && !errors.As(err, &got) {
+				t.Fatalf("Validate error %T is not Problems", err)
+			}
+			want := Problems{withHint(cl("addons[1].settings."+tt.key, tt.message), tt.hint)}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Validate problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAddonSettingDefaults(t *testing.T) {
+	t.Parallel()
+	a := Addon{Name: "streams", Settings: map[string]string{"replicas": "3"}}
+	for key, want := range map[string]string{"replicas": "3", "history": "10", "upgrade_timeout": "5m",
+		"broker_data_dir": "/var/lib/transit/streams-broker", "bootstrap": "", "unknown": ""} {
+		if got := a.Setting(key); got != want {
+			t.Errorf("Setting(%q) = %q, want %q", key, got, want)
+		}
+	}
+	// Every default is a value its setting takes.
+	for addon, settings := range AddonSettings {
+		for key, s := range settings {
+			if s.Default == "" {
+				continue
+			}
+			if problem, _ := s.Check(s.Default); problem != "" {
+				t.Errorf("addon %s: the default of %s: %s", addon, key, problem)
+			}
 		}
 	}
 }

@@ -99,42 +99,6 @@ func checkID(c *problems, path, id string) {
 	}
 }
 
-// AddonSettings are the settings each addon takes, with their bounds
-// (integers, inclusive).
-var AddonSettings = map[string]map[string][2]int{
-	"relations": {
-		"replicas": {1, 10},   // controller and webhook pods
-		"workers":  {1, 64},   // consumers reconciled at once per kind
-		"history":  {1, 100},  // revisions a Relationship keeps
-		"api_qps":  {5, 1000}, // the controller's API requests per second
-	},
-	"streams": {},
-}
-
-// checkAddonSettings refuses unknown settings and values out of bounds,
-// naming addons[i].settings.<key>.
-func checkAddonSettings(c *problems, path string, a Addon) {
-	known := AddonSettings[a.Name]
-	if known == nil {
-		return // an unknown addon is reported by name
-	}
-	names := slices.Sorted(maps.Keys(known))
-	for _, k := range slices.Sorted(maps.Keys(a.Settings)) {
-		if k == "" {
-			continue
-		}
-		bounds, ok := known[k]
-		if !ok {
-			c.add(joinKey(path, k), fmt.Sprintf("addon %s has no setting %q (settings: %s)", a.Name, k, strings.Join(names, ", ")), didYouMean(k, names))
-			continue
-		}
-		n, err := strconv.Atoi(a.Settings[k])
-		if err != nil || n < bounds[0] || n > bounds[1] {
-			c.add(joinKey(path, k), fmt.Sprintf("%q is not a whole number from %d to %d", a.Settings[k], bounds[0], bounds[1]), "")
-		}
-	}
-}
-
 func known(names []string) string {
 	if len(names) == 0 {
 		return "(none defined)"

@@ -60,6 +60,37 @@ func TestValidateInvalid(t *testing.T) {
 	}
 }
 
+// validate names every bad setting of an addon by its path in
+// cluster.json and says what to write; an unknown one gets a
+// did-you-mean.
+func TestValidateAddonSettings(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := districts.Cluster{
+		Type: "cluster", ID: k8sID, Platform: "kubernetes",
+		Flavors:     []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 3.75, DiskGB: 20}},
+		Deployments: []districts.Deployment{{District: "gce-europe", Flavor: "small", Role: districts.RoleMaster, Quantity: 1}},
+	}
+	c.Addons = []districts.Addon{{Name: "streams", Settings: map[string]string{
+		"bootstrap": "kafka", "replicas": "11", "history": "0", "upgrade_timeout": "forever", "broker_data_dir": "var/kafka", "histroy": "5"}}}
+	writeJSONFile(t, h.path("cluster.json"), c)
+	r := h.run(t, runOpts{}, "validate")
+	wantCode(t, r, 1)
+	for _, want := range []string{
+		`cluster.json: addons[0].settings.bootstrap: "kafka" is not a Kafka broker list: "kafka" is not host:port; write host:port, comma separated`,
+		`cluster.json: addons[0].settings.broker_data_dir: "var/kafka" is not an absolute path; write an absolute path on the master`,
+		`cluster.json: addons[0].settings.broker_data_dir: has no effect while bootstrap is set; remove broker_data_dir, or bootstrap`,
+		`cluster.json: addons[0].settings.history: "0" is not a whole number from 1 to 100`,
+		`cluster.json: addons[0].settings.histroy: addon streams has no setting "histroy" (settings: bootstrap, broker_data_dir, history, replicas, upgrade_timeout); did you mean "history"?`,
+		`cluster.json: addons[0].settings.replicas: "11" is not a whole number from 1 to 10`,
+		`cluster.json: addons[0].settings.upgrade_timeout: "forever" is not a duration from 10s to 1h; write a Go duration such as "5m" or "90s"`,
+	} {
+		if !strings.Contains(r.err, "\n  "+want) {
+			t.Errorf("validate does not say %q:\n%s", want, r.err)
+		}
+	}
+}
+
 func TestPlanGolden(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
