@@ -17,6 +17,15 @@ const (
 	// bundle's is tagged with the digest of its content (see
 	// Manifest.ImageRef).
 	RelationsRepository = OwnRegistry + "/relations"
+	// The streaming controller's images (the "streams" addon), tagged by
+	// content like RelationsRepository's: the controller; the sidecar it
+	// runs beside every function; the development broker it runs when no
+	// Kafka is given; and an example function (the tests' and the
+	// demo's).
+	StreamsControllerRepository = OwnRegistry + "/streams-controller"
+	StreamsSidecarRepository    = OwnRegistry + "/streams-sidecar"
+	StreamsBrokerRepository     = OwnRegistry + "/streams-broker"
+	StreamsEchoRepository       = OwnRegistry + "/streams-echo"
 )
 
 // OwnRegistry names the images transit builds itself (no registry has

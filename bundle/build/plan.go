@@ -59,7 +59,13 @@ func goBuilds() []goBuild {
 			pkgs:    []string{"github.com/flannel-io/flannel"}},
 		{module: ".", out: "pause", pkgs: []string{"github.com/cloudtransit/transit/bundle/pause"}},
 		// The in-cluster controllers transit installs as addons.
-		{module: ".", out: "controllers", pkgs: []string{"github.com/cloudtransit/transit/cmd/transit-relations"}},
+		{module: ".", out: "controllers", pkgs: []string{
+			"github.com/cloudtransit/transit/cmd/transit-relations",
+			"github.com/cloudtransit/transit/cmd/streams-controller",
+			"github.com/cloudtransit/transit/cmd/streams-sidecar",
+			"github.com/cloudtransit/transit/cmd/streams-broker",
+			"github.com/cloudtransit/transit/cmd/streams-echo",
+		}},
 	}
 }
 
@@ -157,12 +163,11 @@ func images() []imageSpec {
 			}},
 		// transit's own controllers: tagged by content, so a node never
 		// runs a stale image under a reused tag (nothing pulls them).
-		{file: "relations.tar", ref: bundle.RelationsRepository, contentTag: true, role: bundle.ForAll,
-			cfg: imageConfig{Entrypoint: []string{"/transit-relations"}, User: "65532:65532"},
-			make: func(t *tree, work string) error {
-				t.dir("/tmp", 0o1777)
-				return t.copyAs(work+"/controllers/transit-relations", "/transit-relations")
-			}},
+		ownImage("relations.tar", bundle.RelationsRepository, "transit-relations"),
+		ownImage("streams-controller.tar", bundle.StreamsControllerRepository, "streams-controller"),
+		ownImage("streams-sidecar.tar", bundle.StreamsSidecarRepository, "streams-sidecar"),
+		ownImage("streams-broker.tar", bundle.StreamsBrokerRepository, "streams-broker"),
+		ownImage("streams-echo.tar", bundle.StreamsEchoRepository, "streams-echo"),
 		{file: "busybox.tar", ref: bundle.BusyboxImage, role: bundle.ForAll,
 			cfg: imageConfig{Cmd: []string{"sh"}, Env: []string{pathEnv}},
 			make: func(t *tree, _ string) error {
@@ -170,6 +175,19 @@ func images() []imageSpec {
 				return busybox(t)
 			}},
 	}
+}
+
+// ownImage is the image of one of transit's own static binaries (built
+// into the work directory's controllers/): the binary as its entrypoint,
+// run as the unprivileged user 65532, /tmp its only other directory; every
+// node imports it, and its tag is the digest of its content.
+func ownImage(file, repository, binary string) imageSpec {
+	return imageSpec{file: file, ref: repository, contentTag: true, role: bundle.ForAll,
+		cfg: imageConfig{Entrypoint: []string{"/" + binary}, User: "65532:65532"},
+		make: func(t *tree, work string) error {
+			t.dir("/tmp", 0o1777)
+			return t.copyAs(work+"/controllers/"+binary, "/"+binary)
+		}}
 }
 
 // withIptables makes an image of the built binary src (in the work
