@@ -66,6 +66,7 @@ type stage struct {
 	capacity          ewma    // records/s one replica commits when it has a backlog
 	recent            float64 // records/s into the input over the last interval
 	arriving          bool    // records arrived in the last interval
+	settled           bool    // the last interval had no rebalance
 	lowSince          time.Time
 	replicas          int32
 }
@@ -141,7 +142,8 @@ func (s *Scaler) observe(name string, smp Sample) {
 	}
 	prev := st.last
 	st.last = smp
-	if smp.Rebalancing || prev.Rebalancing {
+	st.settled = !smp.Rebalancing && !prev.Rebalancing
+	if !st.settled {
 		return // commits paused: nothing to learn
 	}
 	st.recent = rate(prev.InputEnd, smp.InputEnd, dt)
@@ -173,7 +175,10 @@ func (s *Scaler) decide(p Processor, st *stage, smp Sample, arrival float64, lag
 		floor = max(floor, 1)
 	}
 	ceiling = max(ceiling, floor)
-	if smp.Rebalancing {
+	if !st.settled && !(current == 0 && busy) {
+		// A rebalance (often our own last change) distorts lag and rates:
+		// decide on the next clean interval, which also shows what the
+		// replicas do.
 		return clamp(current, floor, ceiling)
 	}
 	var want int32

@@ -17,6 +17,8 @@ type sim struct {
 	replicas []int32
 	now      time.Time
 	rebal    map[int]bool
+	// rebalUntil: the benchmark's stages rebalance after a change
+	rebalUntil []time.Time
 }
 
 func newSim(capacity ...float64) *sim {
