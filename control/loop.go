@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -308,7 +309,11 @@ func (r *runner) addons(ctx context.Context) error {
 			return err
 		}
 		r.problems = append(r.problems, "addons: "+err.Error())
-		return &notConverged{msg: "the nodes converged, but the addons step failed: " + err.Error()}
+		e := &notConverged{msg: "the nodes converged, but the addons step failed: " + err.Error()}
+		if errors.Is(err, provider.ErrAddonInUse) {
+			e.causes = append(e.causes, provider.ErrAddonInUse)
+		}
+		return e
 	}
 	return nil
 }

@@ -397,6 +397,25 @@ func TestLabelAndUncordonOfOneNodeBothSaved(t *testing.T) {
 	}
 }
 
+// An addon whose removal the platform refused (objects only its
+// controller can see out still exist) leaves the run not converged, and
+// says so in a way callers can act on: ErrAddonInUse.
+func TestAddonsStepRefusedRemoval(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 1, 0)
+	h.prepare(c)
+	h.sim.addonsFail = 1
+	h.sim.addonsErr = &provider.AddonInUseError{Addon: "streams", Resource: "topologies.streams.transit.io", Users: []string{"team-a/orders"}}
+	res, err := h.apply(c, 0)
+	if !errors.Is(err, ErrNotConverged) || !errors.Is(err, provider.ErrAddonInUse) || !strings.Contains(err.Error(), "team-a/orders") {
+		t.Fatalf("apply with a refused addon removal: %v, want not converged, ErrAddonInUse, naming team-a/orders", err)
+	}
+	if res.Converged || len(res.Problems) != 1 || !strings.HasPrefix(res.Problems[0], "addons: removing addon streams refused") {
+		t.Errorf("result %+v", res)
+	}
+}
+
 // The addons step runs once the nodes converged, with cluster.json's
 // addons; a failing step leaves the run not converged and the next run
 // runs it again; a destroy never runs it.

@@ -46,6 +46,7 @@ type sim struct {
 	joinDrop     float64        // probability a join succeeds but the connection drops before transit hears
 	labelFail    float64        // probability a label fails
 	addonsFail   float64        // probability the addons step fails
+	addonsErr    error          // what a failing addons step returns (default: a timeout)
 	addonsRuns   [][]string     // the addons each addons step was given
 	rebuild      bool           // the run may initialise a new platform over a lost one
 	forget       bool           // the run believes listings that lack machines (--forget-missing)
@@ -547,6 +548,9 @@ func (p *simPlatform) EnsureAddons(ctx context.Context, addons []districts.Addon
 	}
 	s.addonsRuns = append(s.addonsRuns, names)
 	if s.rng.Float64() < s.addonsFail {
+		if s.addonsErr != nil {
+			return nil, s.addonsErr
+		}
 		return nil, errors.New("addon manifest refused: the API server timed out")
 	}
 	return names, nil

@@ -320,6 +320,38 @@ func (e *DrainError) Error() string {
 // Is makes errors.Is(err, ErrDrainRefused) true.
 func (e *DrainError) Is(target error) bool { return target == ErrDrainRefused }
 
+// ErrAddonInUse marks the removal of an addon the platform refused:
+// objects of the addon's kinds still exist that only its controller can
+// see out (a streams Topology's finalizer deletes its Kafka topics).
+// Nothing of the addon was removed; delete them, then apply again.
+var ErrAddonInUse = errors.New("addon in use")
+
+// AddonInUseError names what keeps an addon from being removed.
+type AddonInUseError struct {
+	Addon string
+	// Resource is what the users are, as kubectl names them
+	// ("topologies.streams.transit.io").
+	Resource string
+	// Users are the objects, namespace/name, in order.
+	Users []string
+}
+
+// maxUsersNamed bounds the objects an AddonInUseError names.
+const maxUsersNamed = 20
+
+func (e *AddonInUseError) Error() string {
+	named := e.Users
+	more := ""
+	if len(named) > maxUsersNamed {
+		named, more = named[:maxUsersNamed], fmt.Sprintf(" and %d more", len(named)-maxUsersNamed)
+	}
+	return fmt.Sprintf("removing addon %s refused: %d %s still exist (%s%s); delete them first, while the addon still runs (kubectl delete %s --all --all-namespaces), then apply again; nothing of the addon was removed",
+		e.Addon, len(e.Users), e.Resource, strings.Join(named, ", "), more, e.Resource)
+}
+
+// Is makes errors.Is(err, ErrAddonInUse) true.
+func (e *AddonInUseError) Is(target error) bool { return target == ErrAddonInUse }
+
 // GroupName is the name of a cluster's security group in a district.
 func GroupName(cluster, district string) string {
 	return "transit-" + cluster + "-" + district

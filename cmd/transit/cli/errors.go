@@ -25,6 +25,7 @@ const (
 	kindPlatformUnreachable = "platform_unreachable" // no master answered
 	kindPlatformLost        = "platform_lost"        // no master is left; see --rebuild-platform
 	kindMissingMachines     = "missing_machines"     // a listing lacks machines that must be there; see --forget-missing
+	kindAddonInUse          = "addon_in_use"         // an addon's removal refused: objects only its controller can see out exist
 	kindForeign             = "foreign"              // resources of the cluster's name from another lineage
 	kindNotConverged        = "not_converged"        // a round made no progress or the rounds ran out
 	kindCloudAuth           = "cloud_auth"           // a cloud refused the credentials: retrying will not help
@@ -71,6 +72,8 @@ func errorKind(err error) string {
 		return kindPlatformLost
 	case errors.Is(err, control.ErrMissingMachines):
 		return kindMissingMachines
+	case errors.Is(err, provider.ErrAddonInUse):
+		return kindAddonInUse
 	case errors.Is(err, provider.ErrPlatformUnreachable):
 		return kindPlatformUnreachable
 	case errors.Is(err, control.ErrForeign):

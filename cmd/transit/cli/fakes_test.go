@@ -199,6 +199,8 @@ type fakePlatform struct {
 	// addonProblem, when set, is why the platform's network addon does
 	// not serve.
 	addonProblem string
+	// addonsErr, when set, is what the addons step fails with.
+	addonsErr error
 }
 
 func (p *fakePlatform) setAddonProblem(why string) {
@@ -386,8 +388,17 @@ func (p *fakePlatform) Members(_ context.Context, nodes []districts.Node) ([]pro
 // Version is what a control plane would report.
 func (p *fakePlatform) Version(context.Context) (string, error) { return "v9.9.9-fake", nil }
 
+// EnsureAddons fails with addonsErr when it is set.
 func (p *fakePlatform) EnsureAddons(context.Context, []districts.Addon) ([]string, error) {
-	return nil, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return nil, p.addonsErr
+}
+
+func (p *fakePlatform) setAddonsErr(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addonsErr = err
 }
 
 func (p *fakePlatform) MayRemoveMaster(_ context.Context, n districts.Node, _ []districts.Node) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // jsonSchema is the JSON output contract: each object type and the view
@@ -212,6 +213,16 @@ func TestApplyJSONContract(t *testing.T) {
 				h.platform.refuse(true)
 			},
 			args: []string{"apply", "--auto-approve"}, code: ExitNotConverged, kind: kindNotConverged, lines: -1,
+		},
+		{
+			// The addons step refused to remove an addon still in use:
+			// not converged, a kind of its own (the user must act).
+			name: "addon in use",
+			prepare: func(t *testing.T, h *harness) {
+				applied(t, h)
+				h.platform.setAddonsErr(&provider.AddonInUseError{Addon: "streams", Resource: "topologies.streams.transit.io", Users: []string{"team-a/orders"}})
+			},
+			args: []string{"apply", "--auto-approve"}, code: ExitNotConverged, kind: kindAddonInUse, lines: -1,
 		},
 		{
 			name: "lock held",
