@@ -32,7 +32,7 @@ func (d *driver) AddonStatus(ctx context.Context, addons []districts.Addon) ([]p
 	var out []provider.AddonStatus
 	for _, ad := range append(slices.Clone(platformAddons), addons...) {
 		st := provider.AddonStatus{Name: ad.Name, Ready: true}
-		if err := addonServes(ctx, a, ad.Name); err != nil {
+		if err := addonServes(ctx, a, ad); err != nil {
 			st.Ready, st.Message = false, err.Error()
 		}
 		out = append(out, st)
@@ -40,12 +40,13 @@ func (d *driver) AddonStatus(ctx context.Context, addons []districts.Addon) ([]p
 	return out, nil
 }
 
-// waitAddon waits, bounded, until addon name serves.
-func waitAddon(ctx context.Context, a *api, name string) error {
+// waitAddon waits, bounded, until addon ad serves.
+func waitAddon(ctx context.Context, a *api, ad districts.Addon) error {
+	name := ad.Name
 	ctx, cancel := context.WithTimeout(ctx, addonReadyTimeout)
 	defer cancel()
 	for {
-		err := addonServes(ctx, a, name)
+		err := addonServes(ctx, a, ad)
 		if err == nil {
 			return nil
 		}
@@ -60,21 +61,52 @@ func waitAddon(ctx context.Context, a *api, name string) error {
 	}
 }
 
+// addonNamespaces are where cluster.json's addons run their workloads;
+// the platform's own run in kube-system.
+var addonNamespaces = map[string]string{"relations": "transit-relations", "streams": "transit-streams"}
+
 // addonNamespace is where an addon's workloads run.
 func addonNamespace(name string) string {
-	if name == "relations" {
-		return "transit-relations"
+	if ns, ok := addonNamespaces[name]; ok {
+		return ns
 	}
 	return "kube-system"
 }
 
-// addonServes says why addon name does not serve yet: a workload not
-// available, or (relations) a dry-run consumer its webhook did not mutate.
-func addonServes(ctx context.Context, a *api, name string) error {
+// addonDeployments are the Deployments (namespace/name) addon ad serves
+// with: without them it does not serve, whatever else is there. The
+// streams addon runs the development broker only without a Kafka of the
+// user's (setting bootstrap).
+func addonDeployments(ad districts.Addon) []string {
+	switch ad.Name {
+	case "relations":
+		return []string{"transit-relations/transit-relations"}
+	case "streams":
+		deps := []string{"transit-streams/transit-streams"}
+		if ad.Setting("bootstrap") == "" {
+			deps = append(deps, "transit-streams/streams-broker")
+		}
+		return deps
+	}
+	return nil
+}
+
+// addonServes says why addon ad does not serve yet: a workload missing or
+// not available, or (relations) a dry-run consumer its webhook did not
+// mutate. (Whether the streams broker answers Kafka requests cannot be
+// asked from here: only the API server is reachable. Its pod is Ready
+// once it accepts connections.)
+func addonServes(ctx context.Context, a *api, ad districts.Addon) error {
+	name := ad.Name
 	sel := metav1.ListOptions{LabelSelector: labelManagedBy + "=transit," + labelAddon + "=" + name}
 	deps, err := a.c.AppsV1().Deployments("").List(ctx, sel)
 	if err != nil {
 		return err
+	}
+	for _, want := range addonDeployments(ad) {
+		if !slices.ContainsFunc(deps.Items, func(dep appsv1.Deployment) bool { return dep.Namespace+"/"+dep.Name == want }) {
+			return fmt.Errorf("deployment %s does not exist", want)
+		}
 	}
 	for _, dep := range deps.Items {
 		if err := deploymentAvailable(&dep); err != nil {

@@ -13,7 +13,9 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"text/template"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,7 +29,9 @@ import (
 
 	"github.com/cloudtransit/transit/bundle"
 	relationsconfig "github.com/cloudtransit/transit/controllers/relations/config"
+	streamsconfig "github.com/cloudtransit/transit/controllers/streams/config"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 //go:embed addons/*.yaml
@@ -67,19 +71,63 @@ var addonKinds = []schema.GroupVersionKind{
 	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"},
 }
 
+// clusterDomain is the cluster's DNS domain (kubeadm's dnsDomain,
+// CoreDNS's zone).
+const clusterDomain = "cluster.local"
+
 // addonValues are what the manifests are rendered with.
 type addonValues struct {
 	PodCIDR, DNSIP     string
+	ClusterDomain      string
 	Backend            string
 	Image, PluginImage string
-	// The relations addon's settings.
+	// The controllers' settings (relations, streams).
 	Replicas, Workers, History, APIQPS, APIBurst int
+	// The streams addon's: the Kafka the controller uses, the sidecar it
+	// runs beside functions, how long a standby upgrade may take, and,
+	// without a Kafka of the user's, the development broker's.
+	Bootstrap, SidecarImage, UpgradeTimeout string
+	DevBroker                               bool
+	BrokerImage, ToolsImage, BrokerAddress  string
+	BrokerDataDir                           string
 }
 
-// relationsDefaults are the relations addon's settings left out.
-var relationsDefaults = map[string]int{"replicas": 2, "workers": 4, "history": 10, "api_qps": 50}
+// controllerConfig is what an addon's controller ships beside its
+// manifest, from its embedded config package: the generated CRDs (crd/*.yaml)
+// and an admission policy.
+type controllerConfig struct {
+	CRDs   fs.FS
+	Policy []byte
+}
 
-// renderAddon returns the objects of addon ad, labelled as transit's.
+// controllerConfigs are the addons' controller configs, by addon.
+var controllerConfigs = map[string]controllerConfig{
+	"relations": {CRDs: relationsconfig.CRDs, Policy: relationsconfig.Policy},
+	"streams":   {CRDs: streamsconfig.CRDs, Policy: streamsconfig.Policy},
+}
+
+// crds are the config's CRD manifests, one per file, in file order.
+func (c controllerConfig) crds() ([][]byte, error) {
+	entries, err := fs.ReadDir(c.CRDs, "crd")
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, e := range entries {
+		data, err := fs.ReadFile(c.CRDs, "crd/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data)
+	}
+	return out, nil
+}
+
+// busyboxRepository is the bundle's busybox without its tag.
+var busyboxRepository = bundle.BusyboxImage[:strings.LastIndex(bundle.BusyboxImage, ":")]
+
+// renderAddon returns the objects of addon ad, labelled as transit's: a
+// controller's CRDs first, then its manifest, then its admission policy.
 func (d *driver) renderAddon(ad districts.Addon) ([]*unstructured.Unstructured, error) {
 	name := ad.Name
 	src, err := addonFiles.ReadFile("addons/" + name + ".yaml")
@@ -90,30 +138,19 @@ func (d *driver) renderAddon(ad districts.Addon) ([]*unstructured.Unstructured, 
 	if err != nil {
 		return nil, err
 	}
-	v := addonValues{PodCIDR: d.k8s.PodCIDR, DNSIP: dnsIP, Backend: d.k8s.PodNetwork}
-	var extra [][]byte
+	v := addonValues{PodCIDR: d.k8s.PodCIDR, DNSIP: dnsIP, ClusterDomain: clusterDomain, Backend: d.k8s.PodNetwork}
 	switch name {
 	case "flannel":
 		v.Image, v.PluginImage = bundle.FlannelImage, bundle.FlannelCNIPluginImage
 	case "coredns":
 		v.Image = bundle.CoreDNSImage
 	case "relations":
-		if v.Image, err = d.bundleImage(bundle.RelationsRepository); err != nil {
-			return nil, fmt.Errorf("addon relations: %w", err)
-		}
-		set := func(key string) int {
-			n, err := strconv.Atoi(ad.Settings[key])
-			if err != nil {
-				return relationsDefaults[key] // validated: unset
-			}
-			return n
-		}
-		v.Replicas, v.Workers, v.History, v.APIQPS = set("replicas"), set("workers"), set("history"), set("api_qps")
-		v.APIBurst = 2 * v.APIQPS
-		if extra, err = relationsCRDs(); err != nil {
-			return nil, err
-		}
-		extra = append(extra, relationsconfig.Policy)
+		err = d.relationsValues(ad, &v)
+	case "streams":
+		err = d.streamsValues(ad, &v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("addon %s: %w", name, err)
 	}
 	tmpl, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{
 		"json": func(s string) (string, error) { b, err := json.Marshal(s); return string(b), err },
@@ -125,48 +162,89 @@ func (d *driver) renderAddon(ad districts.Addon) ([]*unstructured.Unstructured, 
 	if err := tmpl.Execute(&buf, v); err != nil {
 		return nil, err
 	}
-	for _, doc := range extra {
-		buf.WriteString("\n---\n")
-		buf.Write(doc)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&buf, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
+	docs := [][]byte{buf.Bytes()}
+	if cfg, ok := controllerConfigs[name]; ok {
+		crds, err := cfg.crds()
+		if err != nil {
 			return nil, fmt.Errorf("addon %s: %w", name, err)
 		}
-		if len(u.Object) == 0 {
-			continue
+		docs = append(append(crds, docs...), cfg.Policy)
+	}
+	var objs []*unstructured.Unstructured
+	for _, doc := range docs {
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096)
+		for {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return nil, fmt.Errorf("addon %s: %w", name, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			labels := u.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[labelManagedBy], labels[labelAddon] = "transit", name
+			u.SetLabels(labels)
+			objs = append(objs, &u)
 		}
-		labels := u.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[labelManagedBy], labels[labelAddon] = "transit", name
-		u.SetLabels(labels)
-		objs = append(objs, &u)
 	}
 	return objs, nil
 }
 
-// relationsCRDs are the relationship controller's generated CRDs.
-func relationsCRDs() ([][]byte, error) {
-	entries, err := fs.ReadDir(relationsconfig.CRDs, "crd")
-	if err != nil {
-		return nil, err
-	}
-	var out [][]byte
-	for _, e := range entries {
-		data, err := fs.ReadFile(relationsconfig.CRDs, "crd/"+e.Name())
+// intSettings reads ad's integer settings (validated, or their defaults).
+func intSettings(ad districts.Addon, keys map[string]*int) error {
+	for key, to := range keys {
+		n, err := strconv.Atoi(ad.Setting(key))
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("setting %s: %w", key, err)
 		}
-		out = append(out, data)
+		*to = n
 	}
-	return out, nil
+	return nil
+}
+
+func (d *driver) relationsValues(ad districts.Addon, v *addonValues) error {
+	var err error
+	if v.Image, err = d.bundleImage(bundle.RelationsRepository); err != nil {
+		return err
+	}
+	if err := intSettings(ad, map[string]*int{"replicas": &v.Replicas, "workers": &v.Workers, "history": &v.History, "api_qps": &v.APIQPS}); err != nil {
+		return err
+	}
+	v.APIBurst = 2 * v.APIQPS
+	return nil
+}
+
+// streamsBrokerAddress is where the development broker serves, and what
+// it advertises: its Service's name.
+const streamsBrokerAddress = "streams-broker.transit-streams.svc." + clusterDomain + ":9092"
+
+func (d *driver) streamsValues(ad districts.Addon, v *addonValues) error {
+	var err error
+	if v.Image, err = d.bundleImage(bundle.StreamsControllerRepository); err != nil {
+		return err
+	}
+	if v.SidecarImage, err = d.bundleImage(bundle.StreamsSidecarRepository); err != nil {
+		return err
+	}
+	if err := intSettings(ad, map[string]*int{"replicas": &v.Replicas, "history": &v.History}); err != nil {
+		return err
+	}
+	v.UpgradeTimeout = ad.Setting("upgrade_timeout")
+	if v.Bootstrap = ad.Setting("bootstrap"); v.Bootstrap != "" {
+		return nil
+	}
+	v.DevBroker, v.BrokerAddress, v.Bootstrap = true, streamsBrokerAddress, streamsBrokerAddress
+	v.BrokerDataDir = ad.Setting("broker_data_dir")
+	if v.BrokerImage, err = d.bundleImage(bundle.StreamsBrokerRepository); err != nil {
+		return err
+	}
+	v.ToolsImage, err = d.bundleImage(busyboxRepository)
+	return err
 }
 
 // bundleImage is the reference of the bundles' image of repository (a
@@ -232,7 +310,7 @@ func (d *driver) EnsureAddons(ctx context.Context, addons []districts.Addon) ([]
 		return changed, err
 	}
 	for _, ad := range addons {
-		if err := waitAddon(ctx, a, ad.Name); err != nil {
+		if err := waitAddon(ctx, a, ad); err != nil {
 			return changed, err
 		}
 	}
@@ -254,12 +332,25 @@ func (d *driver) applyAddons(ctx context.Context, a *api, addons []districts.Add
 			return changed, err
 		}
 		what := ""
+		var crds []string // applied, not yet known to be served
 		for _, obj := range objs {
+			gk := obj.GroupVersionKind().GroupKind()
+			if gk != crdKind && len(crds) > 0 {
+				// What follows may need the kinds (a controller watches
+				// them as it starts): they must be served first.
+				if err := waitEstablished(ctx, dyn, crds); err != nil {
+					return changed, fmt.Errorf("addon %s: %w", name, err)
+				}
+				crds = nil
+			}
 			change, err := applyObject(ctx, dyn, mapper, obj)
 			if err != nil {
 				return changed, fmt.Errorf("addon %s: %s %s: %w", name, obj.GetKind(), obj.GetName(), err)
 			}
-			wanted[objectKey(obj.GroupVersionKind().GroupKind(), obj.GetNamespace(), obj.GetName())] = true
+			if gk == crdKind {
+				crds = append(crds, obj.GetName())
+			}
+			wanted[objectKey(gk, obj.GetNamespace(), obj.GetName())] = true
 			if change != "" && what != "installed" {
 				what = change
 			}
@@ -268,8 +359,63 @@ func (d *driver) applyAddons(ctx context.Context, a *api, addons []districts.Add
 			changed = append(changed, name+" "+what)
 		}
 	}
-	removed, err := prune(ctx, dyn, mapper, wanted)
-	return append(changed, removed...), err
+	names := map[string]bool{}
+	for _, ad := range addons {
+		names[ad.Name] = true
+	}
+	pruned, err := prune(ctx, dyn, mapper, wanted, names)
+	for _, p := range pruned {
+		if !slices.Contains(changed, p) && !slices.Contains(changed, strings.Replace(p, " upgraded", " installed", 1)) {
+			changed = append(changed, p)
+		}
+	}
+	return changed, err
+}
+
+var (
+	crdKind = schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}
+	crdGVR  = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+// crdEstablishTimeout bounds the wait for an addon's CRDs to be served.
+var crdEstablishTimeout = time.Minute
+
+// waitEstablished waits, bounded, until the API server serves each CRD
+// of names (condition Established).
+func waitEstablished(ctx context.Context, dyn dynamic.Interface, names []string) error {
+	ctx, cancel := context.WithTimeout(ctx, crdEstablishTimeout)
+	defer cancel()
+	for _, name := range names {
+		for {
+			crd, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && crdEstablished(crd) {
+				break
+			}
+			why := "not yet Established"
+			if err != nil {
+				why = err.Error()
+			}
+			select {
+			case <-ctx.Done():
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return fmt.Errorf("CustomResourceDefinition %s is not served after %s: %s", name, crdEstablishTimeout, why)
+				}
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func crdEstablished(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
 }
 
 func objectKey(gk schema.GroupKind, ns, name string) string {
@@ -305,36 +451,110 @@ func applyObject(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMap
 	return "", nil
 }
 
-// prune deletes transit's addon objects that are not wanted.
-func prune(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, wanted map[string]bool) ([]string, error) {
-	var removed []string
-	seen := map[string]bool{}
+// addonUsers are, by addon, the objects of users whose existence refuses
+// the addon's removal: only its controller can see them out (a streams
+// Topology's finalizer deletes its Kafka topics and groups), and nothing
+// would once it is gone.
+var addonUsers = map[string]schema.GroupVersionResource{
+	"streams": {Group: "streams.transit.io", Version: "v1alpha1", Resource: "topologies"},
+}
+
+// prune deletes transit's addon objects that are not wanted, webhook
+// configurations and admission policies first, and says which addons it
+// removed ("<name> removed") or changed (an addon still listed in addons
+// that has objects no more: "<name> upgraded"). An addon being removed
+// whose users still exist (addonUsers) keeps every object: its removal is
+// refused with a *provider.AddonInUseError naming them.
+func prune(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, wanted, addons map[string]bool) ([]string, error) {
+	type unwanted struct {
+		ri          dynamic.ResourceInterface
+		name, addon string
+	}
+	var all []unwanted
+	removing := map[string]bool{}
 	for _, gvk := range addonKinds {
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			return removed, err
+			return nil, err
 		}
 		list, err := dyn.Resource(m.Resource).List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=transit," + labelAddon})
 		if err != nil {
-			return removed, err
+			return nil, err
 		}
 		for _, o := range list.Items {
-			if wanted[objectKey(gvk.GroupKind(), o.GetNamespace(), o.GetName())] {
-				continue
+			if wanted[objectKey(gvk.GroupKind(), o.GetNamespace(), o.GetName())] || o.GetDeletionTimestamp() != nil {
+				continue // wanted, or going already (a Namespace emptied)
 			}
 			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
 			if o.GetNamespace() != "" {
 				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
 			}
-			err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return removed, err
-			}
-			if name := o.GetLabels()[labelAddon]; !seen[name] {
-				seen[name] = true
-				removed = append(removed, name+" removed")
-			}
+			addon := o.GetLabels()[labelAddon]
+			all = append(all, unwanted{ri: ri, name: o.GetName(), addon: addon})
+			removing[addon] = !addons[addon]
 		}
 	}
-	return removed, nil
+	var refused []error
+	kept := map[string]bool{}
+	for _, addon := range slices.Sorted(maps.Keys(removing)) {
+		if !removing[addon] {
+			continue
+		}
+		inUse, err := addonInUse(ctx, dyn, addon)
+		if err != nil {
+			return nil, fmt.Errorf("addon %s: %w", addon, err)
+		}
+		if inUse != nil {
+			kept[addon] = true
+			refused = append(refused, inUse)
+		}
+	}
+	var pruned []string
+	seen := map[string]bool{}
+	for _, o := range all {
+		if kept[o.addon] {
+			continue
+		}
+		err := o.ri.Delete(ctx, o.name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return pruned, err
+		}
+		if !seen[o.addon] {
+			seen[o.addon] = true
+			what := " removed"
+			if !removing[o.addon] {
+				what = " upgraded"
+			}
+			pruned = append(pruned, o.addon+what)
+		}
+	}
+	return pruned, errors.Join(refused...)
+}
+
+// addonInUse names the users that keep addon, or returns nil when none
+// exists (nor their kind: no CRD, no users).
+func addonInUse(ctx context.Context, dyn dynamic.Interface, addon string) (*provider.AddonInUseError, error) {
+	gvr, ok := addonUsers[addon]
+	if !ok {
+		return nil, nil
+	}
+	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
+	case len(list.Items) == 0:
+		return nil, nil
+	}
+	e := &provider.AddonInUseError{Addon: addon, Resource: gvr.GroupResource().String()}
+	for _, o := range list.Items {
+		user := o.GetNamespace() + "/" + o.GetName()
+		if o.GetDeletionTimestamp() != nil {
+			user += " (being deleted)"
+		}
+		e.Users = append(e.Users, user)
+	}
+	slices.Sort(e.Users)
+	return e, nil
 }

@@ -87,7 +87,7 @@ func (s kubeadmSettings) clusterConfig() string {
 	var b strings.Builder
 	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n")
 	fmt.Fprintf(&b, "clusterName: %s\nkubernetesVersion: %s\ncontrolPlaneEndpoint: %s\n", q(s.cluster), q(Version), q(s.endpoint.String()))
-	fmt.Fprintf(&b, "networking:\n  podSubnet: %s\n  serviceSubnet: %s\n  dnsDomain: cluster.local\n", q(s.k8s.PodCIDR), q(s.k8s.ServiceCIDR))
+	fmt.Fprintf(&b, "networking:\n  podSubnet: %s\n  serviceSubnet: %s\n  dnsDomain: %s\n", q(s.k8s.PodCIDR), q(s.k8s.ServiceCIDR), clusterDomain)
 	b.WriteString("apiServer:\n")
 	sans := slices.Compact(slices.Sorted(slices.Values(append([]string{s.endpoint.Host, "127.0.0.1", "localhost"}, s.sans...))))
 	b.WriteString("  certSANs:\n")

@@ -77,7 +77,7 @@ func (r *scriptRunner) names() []string {
 // bundle, and only those; an unchanged image is not sent again; without a
 // bundle nothing is sent; a failed package install stops before.
 func TestPackagesSideload(t *testing.T) {
-	dir := testBundle(t, bundle.RelationsRepository+":0123456789abcdef", "registry.k8s.io/pause:3.10", bundle.BusyboxImage)
+	dir := testBundle(t, append([]string{bundle.RelationsRepository + ":0123456789abcdef", "registry.k8s.io/pause:3.10", bundle.BusyboxImage}, streamsRefs[:4]...)...)
 	n := districts.Node{ID: "k-worker-1", District: "cloud", Role: districts.RoleWorker}
 	opts := Options{Install: map[string]string{"cloud": districts.InstallPackages}, Bundles: map[string]string{"cloud": dir}}
 	r := &scriptRunner{}
@@ -85,7 +85,7 @@ func TestPackagesSideload(t *testing.T) {
 	if err := d.Install(t.Context(), n); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{imageDir + "/0.tar", imageDir + "/2.tar"}
+	want := []string{imageDir + "/0.tar", imageDir + "/2.tar", imageDir + "/3.tar", imageDir + "/4.tar", imageDir + "/5.tar", imageDir + "/6.tar"}
 	var got []string
 	for p := range r.uploaded {
 		got = append(got, p)
