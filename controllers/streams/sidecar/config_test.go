@@ -1,0 +1,165 @@
+package sidecar
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func baseEnv() map[string]string {
+	return map[string]string{
+		"STREAMS_INPUT_BOOTSTRAP":      "k1:9092,k2:9092",
+		"STREAMS_INPUT_TOPIC":          "orders",
+		"STREAMS_GROUP":                "rev-3-clean",
+		"STREAMS_OUTPUTS":              `[{"bootstrap":"k2:9092,k1:9092","topic":"clean"},{"bootstrap":"other:9092","topic":"audit"}]`,
+		"STREAMS_DEADLETTER_BOOTSTRAP": "k1:9092,k2:9092",
+		"STREAMS_DEADLETTER_TOPIC":     "orders-dlq",
+		"STREAMS_REVISION":             "rev-3",
+		"HOSTNAME":                     "pod-a",
+	}
+}
+
+func environ(m map[string]string) []string {
+	var env []string
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	env := baseEnv()
+	got, err := ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Input: Endpoint{"k1:9092,k2:9092", "orders"}, Group: "rev-3-clean",
+		Outputs:    []Endpoint{{"k2:9092,k1:9092", "clean"}, {"other:9092", "audit"}},
+		DeadLetter: Endpoint{"k1:9092,k2:9092", "orders-dlq"},
+		Delivery:   AtLeastOnce, Revision: "rev-3", Function: "http://127.0.0.1:8080/",
+		CallTimeout: 30 * time.Second, Retries: 4, RetryBackoff: 100 * time.Millisecond,
+		BatchRecords: 500, BatchInterval: 100 * time.Millisecond,
+		TransactionalID: "rev-3-clean-pod-a", ProbeAddr: ":8081",
+	}
+	if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Config{}, "Log", "Clock")); d != "" {
+		t.Fatalf("config (-want +got):\n%s", d)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		edit func(map[string]string)
+		want []string // variables named, in order
+		text string   // in the message
+	}{
+		{"every missing variable at once", func(m map[string]string) { clear(m) },
+			[]string{"STREAMS_INPUT_BOOTSTRAP", "STREAMS_INPUT_TOPIC", "STREAMS_GROUP", "STREAMS_DEADLETTER_BOOTSTRAP",
+				"STREAMS_DEADLETTER_TOPIC", "STREAMS_REVISION", "STREAMS_OUTPUTS"}, "missing"},
+		{"bad values together", func(m map[string]string) {
+			m["STREAMS_CALL_TIMEOUT"] = "soon"
+			m["STREAMS_RETRIES"] = "-1"
+			m["STREAMS_BATCH_RECORDS"] = "0"
+			m["STREAMS_DELIVERY"] = "atMostOnce"
+			m["STREAMS_FUNCTION"] = "unix:///tmp/f.sock"
+			m["STREAMS_FAILPOINT"] = "before-commit:1"
+		}, []string{"STREAMS_CALL_TIMEOUT", "STREAMS_RETRIES", "STREAMS_BATCH_RECORDS", "STREAMS_DELIVERY",
+			"STREAMS_FUNCTION", "STREAMS_FAILPOINT"}, `"atMostOnce": want atLeastOnce or exactlyOnce`},
+		{"outputs not JSON", func(m map[string]string) { m["STREAMS_OUTPUTS"] = "clean" },
+			[]string{"STREAMS_OUTPUTS"}, "JSON list"},
+		{"outputs empty", func(m map[string]string) { m["STREAMS_OUTPUTS"] = "[]" },
+			[]string{"STREAMS_OUTPUTS"}, "at least one"},
+		{"output entry incomplete and unknown field", func(m map[string]string) {
+			m["STREAMS_OUTPUTS"] = `[{"bootstrap":"k1:9092","topc":"x"}]`
+		}, []string{"STREAMS_OUTPUTS"}, "unknown field"},
+		{"output listed twice", func(m map[string]string) {
+			m["STREAMS_OUTPUTS"] = `[{"bootstrap":"k1:9092","topic":"x"},{"bootstrap":"k1:9092","topic":"x"}]`
+		}, []string{"STREAMS_OUTPUTS"}, "listed twice"},
+		{"bad bootstrap and topic", func(m map[string]string) {
+			m["STREAMS_INPUT_BOOTSTRAP"] = "k1"
+			m["STREAMS_DEADLETTER_TOPIC"] = "dead letters"
+		}, []string{"STREAMS_INPUT_BOOTSTRAP", "STREAMS_DEADLETTER_TOPIC"}, "no host:port"},
+		{"reads its own output", func(m map[string]string) {
+			m["STREAMS_OUTPUTS"] = `[{"bootstrap":"k2:9092,k1:9092","topic":"orders"}]`
+		}, []string{"STREAMS_INPUT_TOPIC"}, "read its own output"},
+		{"exactly-once across two clusters", func(m map[string]string) { m["STREAMS_DELIVERY"] = "exactlyOnce" },
+			[]string{"STREAMS_DELIVERY"}, "topic audit on other:9092"},
+		{"exactly-once with another dead-letter cluster", func(m map[string]string) {
+			m["STREAMS_DELIVERY"] = "exactlyOnce"
+			m["STREAMS_OUTPUTS"] = `[{"bootstrap":"k1:9092,k2:9092","topic":"clean"}]`
+			m["STREAMS_DEADLETTER_BOOTSTRAP"] = "k1:9092"
+		}, []string{"STREAMS_DELIVERY"}, "one Kafka cluster"},
+		{"half a Topology gate", func(m map[string]string) { m["STREAMS_GATE_TOPOLOGY"] = "pipe" },
+			[]string{"STREAMS_GATE_TOPOLOGY"}, "together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := baseEnv()
+			tc.edit(env)
+			_, err := ConfigFromEnv(func(k string) string { return env[k] })
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v, want a *ConfigError", err)
+			}
+			var names []string
+			for _, v := range ce.Vars {
+				names = append(names, v.Name)
+			}
+			if d := cmp.Diff(tc.want, names); d != "" {
+				t.Errorf("variables named (-want +got):\n%s\n%v", d, err)
+			}
+			if !strings.Contains(err.Error(), tc.text) {
+				t.Errorf("error %q lacks %q", err, tc.text)
+			}
+		})
+	}
+}
+
+func TestConfigExactlyOnceOneCluster(t *testing.T) {
+	t.Parallel()
+	env := baseEnv()
+	env["STREAMS_DELIVERY"] = "exactlyOnce"
+	// The same brokers, in another order and repeated: one cluster.
+	env["STREAMS_OUTPUTS"] = `[{"bootstrap":"k2:9092, k1:9092,k2:9092","topic":"clean"}]`
+	env["STREAMS_TRANSACTIONAL_ID"] = "txn-1"
+	c, err := ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Delivery != ExactlyOnce || c.TransactionalID != "txn-1" {
+		t.Fatalf("delivery %s, transactional id %q", c.Delivery, c.TransactionalID)
+	}
+}
+
+func TestConfigUnknownVariables(t *testing.T) {
+	t.Parallel()
+	env := baseEnv()
+	env["STREAMS_RETRYS"] = "3"
+	env["STREAMS_GROUP"] = ""
+	env["UNRELATED"] = "x"
+	_, err := ConfigFromEnviron(environ(env))
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v, want a *ConfigError", err)
+	}
+	var names []string
+	for _, v := range ce.Vars {
+		names = append(names, v.Name)
+	}
+	if !slices.Equal(names, []string{"STREAMS_GROUP", "STREAMS_RETRYS"}) {
+		t.Fatalf("named %v (%v), want STREAMS_GROUP (missing) and STREAMS_RETRYS (unknown)", names, err)
+	}
+	delete(env, "STREAMS_RETRYS")
+	env["STREAMS_GROUP"] = "g"
+	if _, err := ConfigFromEnviron(environ(env)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,624 @@
+// Package sidecar is streams-sidecar, which runs beside every streams
+// processor's function: it consumes the processor's input topic in its
+// consumer group, hands each record to the function as a CloudEvent over
+// HTTP (binary mode) on localhost, writes the event the function answers
+// to every output topic, and commits input offsets only once everything
+// produced for the records before them is acknowledged.
+//
+// # Records and events
+//
+// A record's ce_* headers become the request's ce-* headers and its
+// content-type the Content-Type (the CloudEvents Kafka and HTTP
+// bindings). A record that carries no event gets one: specversion 1.0,
+// id <topic>/<partition>/<offset>, source /topics/<topic> (a
+// URI-reference relative to the cluster), type transit.streams.record,
+// time from the record's timestamp, partitionkey from its key, data its
+// value. Every request and every output event carries the extension
+// transitrevision, the topology revision (STREAMS_REVISION).
+//
+// The function answers:
+//   - 2xx with an event (binary mode, or structured
+//     application/cloudevents+json): the event goes to every output, keyed
+//     by the input record's key (so one key keeps its order);
+//   - 204, or 2xx with neither event nor body: the record is dropped;
+//   - anything else (an error status, a 2xx without an event, no answer
+//     within STREAMS_CALL_TIMEOUT) is a failed attempt, retried after a
+//     doubling backoff; after STREAMS_RETRIES retries the input record
+//     goes to the dead-letter topic with transit_error (the reason),
+//     transit_topic, transit_partition, transit_offset and
+//     transit_revision headers.
+//
+// A refused connection (the function not started, or restarting) is not
+// the record's fault: the call is repeated until the function listens,
+// and the sidecar is not Ready meanwhile.
+//
+// # Guarantees
+//
+// Records of a partition are handled strictly in order; the partitions of
+// one poll run at once. No offset is skipped: each record is forwarded,
+// dropped or dead-lettered before its offset is committed, and a batch is
+// committed only once all it produced (outputs and dead letters) is
+// acknowledged by all in-sync replicas. A produce that fails for good
+// stops the sidecar with an error, nothing of its batch committed.
+// Rebalances wait until the batch in hand is committed
+// (BlockRebalanceOnPoll).
+//
+// At-least-once: a crash between an acknowledged output and its commit
+// repeats that batch. Exactly-once: consume, call, produce and commit are
+// one Kafka transaction (franz-go's GroupTransactSession, KIP-447),
+// dead letters included; a transaction takes the records that are already
+// fetched, up to STREAMS_BATCH_RECORDS and STREAMS_BATCH_INTERVAL, so an
+// idle pipeline commits each record at once and a busy one batches.
+// Readers of the outputs must read committed.
+//
+// # Lifecycle
+//
+// Run serves the probes, then waits for its Gate (a standby revision's
+// source reader waits until its revision is active) without joining the
+// group, Ready meanwhile once it reaches its topics and the function. When
+// ctx ends (SIGTERM) it stops polling, finishes the batch in hand (calls,
+// produce, acknowledgements), commits it, leaves the group and returns
+// nil; if the function is gone by then, it commits the records it
+// finished and leaves the rest to the next owner.
+//
+// # Fault point
+//
+// STREAMS_FAILPOINT=after-produce:N is a test-only fault point, like
+// etcd's gofail: the process kills itself with SIGKILL once the Nth
+// batch's outputs are acknowledged, before its offsets are committed
+// (exactly-once: before the transaction ends). The crash tests use it to
+// prove what a restart delivers.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cloudtransit/transit/clock"
+)
+
+// maxAnswer is the largest answer forwarded: the producer's default batch
+// limit less room for headers. Larger answers are failed attempts rather
+// than produce errors that would stop the sidecar.
+const maxAnswer = 1000000 - 12<<10
+
+// errFunctionAway: the sidecar is stopping and the function refuses
+// connections, so the record cannot be finished.
+var errFunctionAway = errors.New("stopping while the function refuses connections")
+
+type sidecar struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clock.Clock
+	http  *http.Client
+
+	// kafka holds one client per cluster (by cluster()): at-least-once's
+	// producers, and every mode's readiness checks.
+	kafka    map[string]*kgo.Client
+	consumer *kgo.Client               // at-least-once
+	session  *kgo.GroupTransactSession // exactly-once
+
+	outputs    []sink
+	deadLetter sink
+
+	ready   readiness
+	m       metrics
+	batches int // for the fault point
+
+	lastFetchLog atomic.Int64 // unix nanos of the last fetch error logged
+}
+
+// sink is a topic and the client that writes to it.
+type sink struct {
+	topic  string
+	client *kgo.Client
+}
+
+// delivery is a record for a sink.
+type delivery struct {
+	to *kgo.Client
+	r  *kgo.Record
+}
+
+// Run runs the sidecar until ctx ends, then finishes and commits the batch
+// in hand, leaves the group and returns nil. It returns an error when it
+// cannot go on without losing or skipping a record: a produce or commit
+// that failed for good, a client that closed, a gate that failed.
+func Run(ctx context.Context, cfg Config, gate Gate) error {
+	s, err := newSidecar(cfg)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	ln, err := net.Listen("tcp", cfg.ProbeAddr)
+	if err != nil {
+		return fmt.Errorf("probes on %s: %w", cfg.ProbeAddr, err)
+	}
+	probes := s.serveProbes(ln)
+	defer probes.Close()
+	readyCtx, stopReady := context.WithCancel(ctx)
+	readyDone := make(chan struct{})
+	go func() { defer close(readyDone); s.watchReadiness(readyCtx) }()
+	defer func() { stopReady(); <-readyDone }()
+
+	if gate != nil {
+		s.log.Info("held by the gate")
+		if err := gate(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while held: nothing read, nothing to commit
+			}
+			return fmt.Errorf("gate: %w", err)
+		}
+		s.log.Info("gate open")
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := s.join(); err != nil {
+		return err
+	}
+	if s.session != nil {
+		return s.transact(ctx)
+	}
+	return s.consume(ctx)
+}
+
+func newSidecar(cfg Config) (*sidecar, error) {
+	s := &sidecar{cfg: cfg, log: cfg.Log, clock: cfg.Clock, kafka: map[string]*kgo.Client{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("revision", cfg.Revision, "group", cfg.Group)
+	if s.clock == nil {
+		s.clock = clock.Real{}
+	}
+	s.http = &http.Client{Transport: &http.Transport{
+		// No proxy: the function is on localhost. Go's dialer sets
+		// TCP_NODELAY; connections are kept alive between calls.
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+	for _, e := range s.endpoints() {
+		c := cluster(e.Bootstrap)
+		if s.kafka[c] != nil {
+			continue
+		}
+		cl, err := kgo.NewClient(append(s.producerOpts(),
+			kgo.SeedBrokers(brokers(e.Bootstrap)...), kgo.ClientID("streams-sidecar"))...)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("kafka %s: %w", c, err)
+		}
+		s.kafka[c] = cl
+	}
+	return s, nil
+}
+
+func (s *sidecar) endpoints() []Endpoint {
+	return append([]Endpoint{s.cfg.Input, s.cfg.DeadLetter}, s.cfg.Outputs...)
+}
+
+func (s *sidecar) producerOpts() []kgo.Opt {
+	// Idempotent (the default with acks from all in-sync replicas), and
+	// no linger unless asked: each record is sent at once.
+	return []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(s.cfg.ProduceLinger)}
+}
+
+// join makes the group consumer (exactly-once: the transactional
+// session) and the sinks.
+func (s *sidecar) join() error {
+	c := s.cfg
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(brokers(c.Input.Bootstrap)...), kgo.ClientID("streams-sidecar"),
+		kgo.ConsumerGroup(c.Group), kgo.ConsumeTopics(c.Input.Topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+		// A rebalance waits for the batch in hand, as long as a record
+		// failing every attempt by timeout may take.
+		kgo.RebalanceTimeout(batchTimeout(c)),
+		// A crashed sidecar's partitions move after 10 s (Kafka's default
+		// before 3.0) rather than 45; heartbeats go on while a batch runs.
+		kgo.SessionTimeout(10 * time.Second),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Never hand the function an aborted upstream transaction's record.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	}
+	if c.Delivery == ExactlyOnce {
+		var err error
+		s.session, err = kgo.NewGroupTransactSession(slices.Concat(opts, s.producerOpts(), []kgo.Opt{
+			kgo.TransactionalID(c.TransactionalID), kgo.TransactionTimeout(batchTimeout(c)),
+		})...)
+		if err != nil {
+			return fmt.Errorf("kafka %s: %w", c.Input.Bootstrap, err)
+		}
+		for _, o := range c.Outputs {
+			s.outputs = append(s.outputs, sink{o.Topic, s.session.Client()})
+		}
+		s.deadLetter = sink{c.DeadLetter.Topic, s.session.Client()}
+		return nil
+	}
+	var err error
+	if s.consumer, err = kgo.NewClient(opts...); err != nil {
+		return fmt.Errorf("kafka %s: %w", c.Input.Bootstrap, err)
+	}
+	for _, o := range c.Outputs {
+		s.outputs = append(s.outputs, sink{o.Topic, s.kafka[cluster(o.Bootstrap)]})
+	}
+	s.deadLetter = sink{c.DeadLetter.Topic, s.kafka[cluster(c.DeadLetter.Bootstrap)]}
+	return nil
+}
+
+// batchTimeout bounds a batch (a transaction, a blocked rebalance): time
+// for a record that fails every attempt by timing out, and a margin, at
+// least a minute and at most Kafka's default ceiling for transactions, 15
+// minutes.
+func batchTimeout(c Config) time.Duration {
+	worst := time.Duration(c.Retries+1)*c.CallTimeout + c.BatchInterval + 30*time.Second
+	b := c.RetryBackoff
+	for range c.Retries {
+		worst += b
+		b = min(2*b, MaxRetryBackoff)
+	}
+	return min(max(worst, time.Minute), 15*time.Minute)
+}
+
+func (s *sidecar) close() {
+	if s.session != nil {
+		s.session.CloseAllowingRebalance() // leaves the group
+	}
+	if s.consumer != nil {
+		s.consumer.CloseAllowingRebalance() // leaves the group
+	}
+	for _, c := range s.kafka {
+		c.Close()
+	}
+	s.http.CloseIdleConnections()
+}
+
+// consume is at-least-once: poll, handle, wait for every acknowledgement,
+// commit, allow a rebalance; until ctx ends.
+func (s *sidecar) consume(ctx context.Context) error {
+	work := context.WithoutCancel(ctx) // the batch in hand is finished after SIGTERM
+	for {
+		fs := s.consumer.PollRecords(ctx, s.cfg.BatchRecords)
+		if fs.IsClientClosed() {
+			return errors.New("the Kafka consumer closed")
+		}
+		s.fetchErrors(fs)
+		if recs := fs.Records(); len(recs) > 0 {
+			done, err := s.handleBatch(ctx, work, recs)
+			if err != nil {
+				return fmt.Errorf("nothing of the batch committed: %w", err)
+			}
+			s.failpoint()
+			if len(done) > 0 {
+				if err := s.consumer.CommitRecords(work, done...); err != nil {
+					return fmt.Errorf("commit %s: %w", s.cfg.Input.Topic, err)
+				}
+			}
+			s.m.batches.Add(1)
+			if len(done) < len(recs) {
+				s.log.Warn("stopped while the function refuses connections: the records after the committed ones go to the next owner",
+					"committed", len(done), "left", len(recs)-len(done))
+				return nil
+			}
+		}
+		s.consumer.AllowRebalance()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// transact is exactly-once: each transaction takes a poll's records and
+// any more already fetched, bounded by BatchRecords and BatchInterval,
+// then ends with the offsets committed in it.
+func (s *sidecar) transact(ctx context.Context) error {
+	work := context.WithoutCancel(ctx)
+	cl := s.session.Client()
+	for {
+		fs := s.session.PollRecords(ctx, s.cfg.BatchRecords)
+		if fs.IsClientClosed() {
+			return errors.New("the Kafka consumer closed")
+		}
+		s.fetchErrors(fs)
+		recs := fs.Records()
+		if len(recs) > 0 {
+			if err := s.session.Begin(); err != nil {
+				return fmt.Errorf("begin a transaction: %w", err)
+			}
+			began, n := s.clock.Now(), 0
+			for len(recs) > 0 {
+				done, err := s.handleBatch(ctx, work, recs)
+				if err != nil {
+					return s.abort(work, fmt.Errorf("transaction aborted: %w", err))
+				}
+				if len(done) < len(recs) {
+					s.log.Warn("stopped while the function refuses connections: transaction aborted, its records go to the next owner")
+					return s.abort(work, nil)
+				}
+				n += len(recs)
+				if n >= s.cfg.BatchRecords || s.clock.Now().Sub(began) >= s.cfg.BatchInterval ||
+					ctx.Err() != nil || cl.BufferedFetchRecords() == 0 {
+					break
+				}
+				fs = s.session.PollRecords(ctx, s.cfg.BatchRecords-n)
+				s.fetchErrors(fs)
+				recs = fs.Records()
+			}
+			if err := cl.Flush(work); err != nil {
+				return s.abort(work, fmt.Errorf("transaction aborted: produce: %w", err))
+			}
+			s.failpoint()
+			committed, err := s.session.End(work, kgo.TryCommit)
+			if err != nil {
+				return fmt.Errorf("end the transaction: %w", err)
+			}
+			s.m.batches.Add(1)
+			if !committed {
+				s.m.aborted.Add(1)
+				s.log.Info("transaction aborted by a rebalance: its records are read again")
+			}
+		}
+		s.session.AllowRebalance()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// abort ends the transaction in hand without committing and returns err.
+func (s *sidecar) abort(ctx context.Context, err error) error {
+	if _, aerr := s.session.End(ctx, kgo.TryAbort); aerr != nil {
+		return errors.Join(err, fmt.Errorf("abort the transaction: %w", aerr))
+	}
+	return err
+}
+
+func (s *sidecar) fetchErrors(fs kgo.Fetches) {
+	fs.EachError(func(topic string, p int32, err error) {
+		if errors.Is(err, context.Canceled) {
+			return
+		}
+		// At most one line every 5 s: a broker outage fails every fetch.
+		now := time.Now().UnixNano()
+		if last := s.lastFetchLog.Load(); now-last > int64(5*time.Second) && s.lastFetchLog.CompareAndSwap(last, now) {
+			s.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
+		}
+	})
+}
+
+// failpoint is the test-only fault point STREAMS_FAILPOINT.
+func (s *sidecar) failpoint() {
+	s.batches++
+	if s.cfg.FailAfterProduce == 0 || s.batches != s.cfg.FailAfterProduce {
+		return
+	}
+	s.log.Warn("failpoint after-produce: SIGKILL before the commit", "batch", s.batches)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL is not caught
+}
+
+// handleBatch handles a poll's records, each partition's in order and the
+// partitions at once, produces what they yield and waits for every
+// acknowledgement. It returns the records handled: all of them, or, when
+// stop ended while the function refused connections, each partition's
+// handled prefix. An error is a produce that failed for good.
+func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
+	n := int64(len(recs))
+	s.m.consumed.Add(n)
+	s.m.inFlight.Add(n)
+	defer s.m.inFlight.Add(-n)
+
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	var parts [][]*kgo.Record
+	index := map[tp]int{}
+	for _, r := range recs {
+		k := tp{r.Topic, r.Partition}
+		i, ok := index[k]
+		if !ok {
+			i = len(parts)
+			index[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], r)
+	}
+
+	var (
+		acks     sync.WaitGroup
+		mu       sync.Mutex
+		produced error
+		failed   atomic.Bool
+	)
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			produced = errors.Join(produced, fmt.Errorf("produce to %s: %w", r.Topic, err))
+			mu.Unlock()
+			failed.Store(true)
+		}
+		acks.Done()
+	}
+	handled := make([]int, len(parts))
+	var g errgroup.Group
+	g.SetLimit(64)
+	for i, part := range parts {
+		g.Go(func() error {
+			for j, r := range part {
+				if failed.Load() {
+					return nil // the batch is lost anyway
+				}
+				ds, err := s.handle(stop, work, r)
+				if err != nil {
+					return err
+				}
+				for _, d := range ds {
+					acks.Add(1)
+					d.to.Produce(work, d.r, promise)
+				}
+				handled[i] = j + 1
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // errFunctionAway only: the handled prefixes say how far
+	acks.Wait()
+	if produced != nil {
+		return nil, produced
+	}
+	done := recs
+	for i, part := range parts {
+		if handled[i] < len(part) {
+			done = nil
+		}
+	}
+	if done == nil {
+		for i, part := range parts {
+			done = append(done, part[:handled[i]]...)
+		}
+	}
+	return done, nil
+}
+
+// handle calls the function for a record until it answers or the
+// attempts are spent, and returns what to produce: the answer for every
+// output, nothing (dropped), or the dead letter. It fails only with
+// errFunctionAway.
+func (s *sidecar) handle(stop, work context.Context, in *kgo.Record) ([]delivery, error) {
+	ev := fromRecord(in)
+	ev.attrs[RevisionAttribute] = s.cfg.Revision
+	backoff, refusedBackoff := s.cfg.RetryBackoff, s.cfg.RetryBackoff
+	for failures := 0; ; {
+		out, oc, reason, refused := s.call(work, ev)
+		if refused {
+			s.m.refused.Add(1)
+			if !s.ready.functionDown.Swap(true) {
+				s.log.Warn("the function refuses connections: waiting for it", "reason", reason)
+			}
+			// Not the record's fault: again, however long, unless stopping.
+			if s.clock.Sleep(stop, refusedBackoff) != nil {
+				return nil, errFunctionAway
+			}
+			refusedBackoff = min(2*refusedBackoff, time.Second)
+			continue
+		}
+		if s.ready.functionDown.Swap(false) {
+			s.log.Info("the function answers again")
+		}
+		switch oc {
+		case forward:
+			s.m.forwarded.Add(1)
+			r := out.record(in.Key, s.cfg.Revision)
+			ds := make([]delivery, len(s.outputs))
+			for i, o := range s.outputs {
+				c := *r
+				c.Topic = o.topic
+				ds[i] = delivery{o.client, &c}
+			}
+			return ds, nil
+		case drop:
+			s.m.dropped.Add(1)
+			return nil, nil
+		}
+		s.m.failedAttempts.Add(1)
+		if failures++; failures > s.cfg.Retries {
+			s.m.deadLettered.Add(1)
+			s.log.Warn("dead letter", "topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "reason", reason)
+			return []delivery{{s.deadLetter.client, s.deadLetterRecord(in, reason)}}, nil
+		}
+		_ = s.clock.Sleep(work, backoff) // work never ends
+		backoff = min(2*backoff, MaxRetryBackoff)
+	}
+}
+
+// call is one attempt. refused: the function does not listen.
+func (s *sidecar) call(ctx context.Context, ev event) (event, outcome, string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	req, err := ev.request(ctx, s.cfg.Function)
+	if err != nil {
+		return event{}, failed, "making the request: " + err.Error(), false
+	}
+	began := time.Now()
+	defer func() {
+		s.m.calls.Add(1)
+		s.m.callNanos.Add(int64(time.Since(began)))
+	}()
+	resp, err := s.http.Do(req)
+	if err != nil {
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return event{}, failed, err.Error(), true
+		case ctx.Err() != nil:
+			return event{}, failed, fmt.Sprintf("function gave no answer within %s", s.cfg.CallTimeout), false
+		}
+		return event{}, failed, "calling the function: " + err.Error(), false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return event{}, failed, fmt.Sprintf("function gave no answer within %s (status %d, body unfinished)", s.cfg.CallTimeout, resp.StatusCode), false
+	case err != nil:
+		return event{}, failed, fmt.Sprintf("reading the function's answer (status %d): %v", resp.StatusCode, err), false
+	case len(body) > maxAnswer:
+		return event{}, failed, fmt.Sprintf("function answered %d with more than %d bytes, more than an output record may hold", resp.StatusCode, maxAnswer), false
+	}
+	out, oc, reason := judge(resp, body)
+	return out, oc, reason, false
+}
+
+// transitHeaders are the dead-letter headers the sidecar writes.
+var transitHeaders = []string{"transit_error", "transit_topic", "transit_partition", "transit_offset", "transit_revision"}
+
+// deadLetterRecord is the input record — key, value, headers — with the
+// reason and its origin (earlier transit_* headers replaced).
+func (s *sidecar) deadLetterRecord(in *kgo.Record, reason string) *kgo.Record {
+	h := make([]kgo.RecordHeader, 0, len(in.Headers)+len(transitHeaders))
+	for _, x := range in.Headers {
+		if !slices.Contains(transitHeaders, x.Key) {
+			h = append(h, x)
+		}
+	}
+	h = append(h,
+		kgo.RecordHeader{Key: "transit_error", Value: []byte(reason)},
+		kgo.RecordHeader{Key: "transit_topic", Value: []byte(in.Topic)},
+		kgo.RecordHeader{Key: "transit_partition", Value: []byte(strconv.Itoa(int(in.Partition)))},
+		kgo.RecordHeader{Key: "transit_offset", Value: []byte(strconv.FormatInt(in.Offset, 10))},
+		kgo.RecordHeader{Key: "transit_revision", Value: []byte(s.cfg.Revision)},
+	)
+	return &kgo.Record{Key: in.Key, Value: in.Value, Headers: h, Topic: s.deadLetter.topic}
+}
+
+// String describes the configuration for a log line.
+func (c Config) String() string {
+	outs := make([]string, len(c.Outputs))
+	for i, o := range c.Outputs {
+		outs[i] = o.Topic + "@" + o.Bootstrap
+	}
+	return fmt.Sprintf("%s %s@%s → [%s], dead letters %s@%s, revision %s, function %s",
+		c.Delivery, c.Input.Topic, c.Input.Bootstrap, strings.Join(outs, " "), c.DeadLetter.Topic, c.DeadLetter.Bootstrap, c.Revision, c.Function)
+}
