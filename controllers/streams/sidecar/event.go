@@ -1,8 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -70,10 +68,16 @@ func fromRecord(r *kgo.Record) event {
 	ev := event{attrs: map[string]string{}, data: r.Value}
 	for _, h := range r.Headers {
 		switch {
-		case strings.HasPrefix(h.Key, "ce_") && len(h.Key) > 3:
-			ev.attrs[strings.ToLower(h.Key[3:])] = string(h.Value)
+		case strings.HasPrefix(h.Key, "ce_"):
+			// Only CloudEvents attribute names: others are no attributes
+			// (and could not be HTTP header names).
+			if name := strings.ToLower(h.Key[3:]); attributeName(name) {
+				ev.attrs[name] = string(h.Value)
+			}
 		case strings.EqualFold(h.Key, "content-type"):
-			ev.contentType = string(h.Value)
+			if headerValue(string(h.Value)) {
+				ev.contentType = string(h.Value)
+			}
 		}
 	}
 	if len(ev.attrs) == 0 && isStructured(ev.contentType) {
@@ -100,21 +104,6 @@ func fromRecord(r *kgo.Record) event {
 		ev.attrs["type"] = RecordType
 	}
 	return ev
-}
-
-// request is the binary-mode HTTP request carrying ev to the function.
-func (ev event) request(ctx context.Context, function string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, function, bytes.NewReader(ev.data))
-	if err != nil {
-		return nil, err
-	}
-	for name, v := range ev.attrs {
-		req.Header["Ce-"+strings.ToUpper(name[:1])+name[1:]] = []string{percentEncode(v)}
-	}
-	if ev.contentType != "" {
-		req.Header["Content-Type"] = []string{ev.contentType}
-	}
-	return req, nil
 }
 
 // record is the Kafka record carrying ev, with key, stamped with the
@@ -150,46 +139,70 @@ const (
 // judge reads the function's answer: 204, or a 2xx with neither event nor
 // body, drops; a 2xx with an event (binary or structured) forwards it;
 // anything else failed, with the reason.
-func judge(resp *http.Response, body []byte) (event, outcome, string) {
+func judge(a answer) (event, outcome, string) {
+	body := a.body
 	switch {
-	case resp.StatusCode == http.StatusNoContent:
+	case a.status == http.StatusNoContent:
 		return event{}, drop, ""
-	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return event{}, failed, fmt.Sprintf("function answered %d: %s", resp.StatusCode, snippet(body))
+	case a.status < 200 || a.status > 299:
+		return event{}, failed, fmt.Sprintf("function answered %d: %s", a.status, snippet(body))
 	}
-	ct := resp.Header.Get("Content-Type")
+	ct := a.header.Get("Content-Type")
 	var ev event
 	switch {
 	case isStructured(ct):
 		var err error
 		if ev, err = parseStructured(body); err != nil {
-			return event{}, failed, fmt.Sprintf("function answered %d with a malformed structured CloudEvent (%v): %s", resp.StatusCode, err, snippet(body))
+			return event{}, failed, fmt.Sprintf("function answered %d with a malformed structured CloudEvent (%v): %s", a.status, err, snippet(body))
 		}
-	case resp.Header.Get("Ce-Specversion") != "":
+	case a.header.Get("Ce-Specversion") != "":
 		ev = event{attrs: map[string]string{}, contentType: ct, data: body}
-		for k, vs := range resp.Header {
-			if len(k) > 3 && strings.EqualFold(k[:3], "ce-") && len(vs) > 0 {
-				v, err := headerDecode(vs[0])
-				if err != nil {
-					return event{}, failed, fmt.Sprintf("function answered %d with a bad %s header: %v", resp.StatusCode, k, err)
-				}
-				ev.attrs[strings.ToLower(k[3:])] = v
+		for k, vs := range a.header {
+			name := strings.ToLower(k)
+			if !strings.HasPrefix(name, "ce-") || len(vs) == 0 || !attributeName(name[3:]) {
+				continue
 			}
+			v, err := headerDecode(vs[0])
+			if err != nil {
+				return event{}, failed, fmt.Sprintf("function answered %d with a bad %s header: %v", a.status, k, err)
+			}
+			ev.attrs[name[3:]] = v
 		}
 	case len(body) == 0:
 		return event{}, drop, ""
 	default:
-		return event{}, failed, fmt.Sprintf("function answered %d without a CloudEvent (no ce-specversion header): %s", resp.StatusCode, snippet(body))
+		return event{}, failed, fmt.Sprintf("function answered %d without a CloudEvent (no ce-specversion header): %s", a.status, snippet(body))
 	}
 	if v := ev.attrs["specversion"]; v != SpecVersion {
-		return event{}, failed, fmt.Sprintf("function answered %d with an event of specversion %q: want %s", resp.StatusCode, v, SpecVersion)
+		return event{}, failed, fmt.Sprintf("function answered %d with an event of specversion %q: want %s", a.status, v, SpecVersion)
 	}
-	for _, a := range required {
-		if ev.attrs[a] == "" {
-			return event{}, failed, fmt.Sprintf("function answered %d with an event without %s", resp.StatusCode, a)
+	for _, name := range required {
+		if ev.attrs[name] == "" {
+			return event{}, failed, fmt.Sprintf("function answered %d with an event without %s", a.status, name)
 		}
 	}
 	return ev, forward, ""
+}
+
+// attributeName tells whether name is a CloudEvents attribute name:
+// lower-case ASCII letters and digits.
+func attributeName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return name != ""
+}
+
+// headerValue tells whether s may be written as an HTTP header value.
+func headerValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func isStructured(contentType string) bool {
@@ -205,8 +218,8 @@ func parseStructured(body []byte) (event, error) {
 	}
 	ev := event{attrs: map[string]string{}}
 	if raw, ok := m["datacontenttype"]; ok {
-		if err := json.Unmarshal(raw, &ev.contentType); err != nil {
-			return event{}, fmt.Errorf("datacontenttype: %w", err)
+		if err := json.Unmarshal(raw, &ev.contentType); err != nil || !headerValue(ev.contentType) {
+			return event{}, fmt.Errorf("datacontenttype %s is no media type", raw)
 		}
 	}
 	for name, raw := range m {
@@ -230,6 +243,9 @@ func parseStructured(body []byte) (event, error) {
 				ev.data = []byte(s)
 			}
 		default:
+			if !attributeName(name) {
+				return event{}, fmt.Errorf("%q is no attribute name (lower-case letters and digits)", name)
+			}
 			var v any
 			if err := json.Unmarshal(raw, &v); err != nil {
 				return event{}, fmt.Errorf("%s: %w", name, err)

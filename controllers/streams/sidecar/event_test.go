@@ -1,11 +1,15 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +54,15 @@ func TestRequestFromRecord(t *testing.T) {
 				"Ce-Specversion": {"1.0"}, "Ce-Id": {"evt-7"}, "Ce-Source": {"/shop"}, "Ce-Type": {"order.placed"},
 				"Ce-Subject": {"Euro%20%E2%82%AC%20%22100%25%22"}, "Content-Type": {"application/json"},
 			}, `{"a":1}`},
+		{"no attribute but CloudEvents names, no header injection, empty data",
+			&kgo.Record{Topic: "orders", Offset: 9, Headers: []kgo.RecordHeader{
+				{Key: "ce_user-id", Value: []byte("u")}, {Key: "ce_Tenant", Value: []byte("acme\r\nX-Injected: 1")},
+				{Key: "content-type", Value: []byte("text/plain\r\nX-Injected: 1")},
+			}},
+			map[string][]string{
+				"Ce-Specversion": {"1.0"}, "Ce-Id": {"orders/0/9"}, "Ce-Source": {"/topics/orders"},
+				"Ce-Type": {"transit.streams.record"}, "Ce-Tenant": {"acme%0D%0AX-Injected:%201"},
+			}, ""},
 		{"a structured record is unpacked",
 			&kgo.Record{Topic: "orders", Offset: 8, Value: []byte(`{"specversion":"1.0","id":"s-1","source":"/s","type":"t","datacontenttype":"text/plain","data":"hi","n":3}`),
 				Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json; charset=utf-8")}}},
@@ -60,18 +73,49 @@ func TestRequestFromRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			req, err := fromRecord(tc.rec).request(t.Context(), "http://127.0.0.1:1/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(tc.want, map[string][]string(req.Header)); d != "" {
+			var header http.Header
+			var body []byte
+			send(t, fromRecord(tc.rec), func(w http.ResponseWriter, r *http.Request, b []byte) {
+				header, body = http.Header{}, b
+				for k, v := range r.Header {
+					if strings.HasPrefix(k, "Ce-") || k == "Content-Type" {
+						header[k] = v
+					}
+				}
+				w.WriteHeader(http.StatusNoContent)
+			})
+			if d := cmp.Diff(tc.want, map[string][]string(header)); d != "" {
 				t.Errorf("headers (-want +got):\n%s", d)
 			}
-			if body, _ := io.ReadAll(req.Body); string(body) != tc.body {
+			if string(body) != tc.body {
 				t.Errorf("body %q, want %q", body, tc.body)
 			}
 		})
 	}
+}
+
+// send sends ev through the sidecar's caller to a server running handle
+// and returns the answer.
+func send(t *testing.T, ev event, handle func(w http.ResponseWriter, r *http.Request, body []byte)) answer {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		handle(w, r, body)
+	}))
+	defer srv.Close()
+	c, err := newCaller(srv.URL+"/fn?x=1", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	a, err := c.call(t.Context(), ev, maxAnswer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func TestJudge(t *testing.T) {
@@ -113,11 +157,11 @@ func TestJudge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			resp := &http.Response{StatusCode: tc.status, Header: tc.header}
-			if resp.Header == nil {
-				resp.Header = http.Header{}
+			a := answer{status: tc.status, header: tc.header, body: []byte(tc.body)}
+			if a.header == nil {
+				a.header = http.Header{}
 			}
-			ev, oc, reason := judge(resp, []byte(tc.body))
+			ev, oc, reason := judge(a)
 			if oc != tc.outcome || !strings.HasPrefix(reason, tc.reason) && !strings.Contains(reason, tc.reason) {
 				t.Fatalf("outcome %d, reason %q; want %d, %q", oc, reason, tc.outcome, tc.reason)
 			}
@@ -140,21 +184,21 @@ func TestJudge(t *testing.T) {
 func TestCloudEventsSDK(t *testing.T) {
 	t.Parallel()
 	ts := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
-	got := make(chan *cloudevents.Event, 2)
+	var sdk *cloudevents.Event
+	var sdkErr error
 	structured := false
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ev, err := cehttp.NewEventFromHTTPRequest(r)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+	function := func(w http.ResponseWriter, r *http.Request, body []byte) {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if sdk, sdkErr = cehttp.NewEventFromHTTPRequest(r); sdkErr != nil {
+			http.Error(w, sdkErr.Error(), http.StatusBadRequest)
 			return
 		}
-		got <- ev
 		out := cloudevents.New()
-		out.SetID("answer-" + ev.ID())
+		out.SetID("answer-" + sdk.ID())
 		out.SetSource("/function")
 		out.SetType("answered")
 		out.SetExtension("hops", 2)
-		_ = out.SetData("text/plain", append([]byte("echo:"), ev.Data()...))
+		_ = out.SetData("text/plain", append([]byte("echo:"), sdk.Data()...))
 		ctx := context.Background()
 		if structured {
 			ctx = binding.WithForceStructured(ctx)
@@ -162,8 +206,7 @@ func TestCloudEventsSDK(t *testing.T) {
 		if err := cehttp.WriteResponseWriter(ctx, binding.ToMessage(&out), http.StatusOK, w); err != nil {
 			t.Error(err)
 		}
-	}))
-	t.Cleanup(srv.Close)
+	}
 	records := []*kgo.Record{
 		{Topic: "orders", Partition: 1, Offset: 5, Key: []byte("k"), Value: []byte("raw"), Timestamp: ts},
 		{Topic: "orders", Partition: 1, Offset: 6, Value: []byte(`{"n":1}`), Headers: []kgo.RecordHeader{
@@ -187,24 +230,9 @@ func TestCloudEventsSDK(t *testing.T) {
 		structured = i == 1
 		ev := fromRecord(rec)
 		ev.attrs[RevisionAttribute] = "rev-1"
-		req, err := ev.request(t.Context(), srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sdk *cloudevents.Event
-		select {
-		case sdk = <-got:
-		default:
-			t.Fatalf("the SDK refused request %d: %d %s", i, resp.StatusCode, body)
+		a := send(t, ev, function)
+		if sdkErr != nil {
+			t.Fatalf("the SDK refused request %d: %v", i, sdkErr)
 		}
 		if err := sdk.Validate(); err != nil {
 			t.Errorf("request %d: the SDK finds the event invalid: %v", i, err)
@@ -212,13 +240,13 @@ func TestCloudEventsSDK(t *testing.T) {
 		if sdk.SpecVersion() != "1.0" {
 			t.Errorf("request %d: specversion %q", i, sdk.SpecVersion())
 		}
-		a := attrs{sdk.ID(), sdk.Source(), sdk.Type(), sdk.DataContentType(), string(sdk.Data()), sdk.Time(), sdk.Extensions()}
-		if d := cmp.Diff(want[i], a); d != "" {
+		read := attrs{sdk.ID(), sdk.Source(), sdk.Type(), sdk.DataContentType(), string(sdk.Data()), sdk.Time(), sdk.Extensions()}
+		if d := cmp.Diff(want[i], read); d != "" {
 			t.Errorf("request %d as the SDK reads it (-want +got):\n%s", i, d)
 		}
 
 		// The SDK's answer, binary for the first and structured for the second.
-		ans, oc, reason := judge(resp, body)
+		ans, oc, reason := judge(a)
 		if oc != forward {
 			t.Fatalf("answer %d: outcome %d (%s)", i, oc, reason)
 		}
@@ -231,5 +259,53 @@ func TestCloudEventsSDK(t *testing.T) {
 		if string(ans.data) != "echo:"+want[i].Data {
 			t.Errorf("answer %d data %q", i, ans.data)
 		}
+	}
+}
+
+// TestCaller: kept-alive connections the function closed are replaced
+// without a failed call; a refused connection and a timeout are told
+// apart.
+func TestCaller(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.Header.Get("Ce-Id") == "hang" {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer close(hang)
+	defer srv.Close()
+	c, err := newCaller(srv.URL, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	ev := event{attrs: map[string]string{"id": "a"}}
+	for i := range 3 {
+		if _, err := c.call(t.Context(), ev, 10); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		srv.CloseClientConnections() // as a restarted function would
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("%d requests served, want 3", n)
+	}
+	if _, err := c.call(t.Context(), event{attrs: map[string]string{"id": "hang"}}, 10); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("hanging function: %v, want a deadline error", err)
+	}
+	refusing, err := newCaller("http://"+srv.Listener.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	if _, err := refusing.call(t.Context(), ev, 10); !errors.Is(err, errRefused) {
+		t.Fatalf("closed function: %v, want errRefused", err)
 	}
 }

@@ -267,7 +267,7 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -394,30 +394,32 @@ func metric(addr, name string) string {
 }
 
 var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
+	buildMu  sync.Mutex
+	builtDir string
+	built    = map[string]bool{}
 )
 
-// sidecarBinary builds cmd/streams-sidecar once per test binary.
-func sidecarBinary(t *testing.T) string {
+// command builds cmd/<name> once per test binary and returns its path.
+func command(t testing.TB, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "streams-sidecar-")
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if builtDir == "" {
+		dir, err := os.MkdirTemp("", "streams-sidecar-test-")
 		if err != nil {
-			buildErr = err
-			return
+			t.Fatal(err)
 		}
-		binary = filepath.Join(dir, "streams-sidecar")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/cloudtransit/transit/cmd/streams-sidecar").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build streams-sidecar: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+		builtDir = dir
 	}
-	return binary
+	bin := filepath.Join(builtDir, name)
+	if !built[name] {
+		out, err := exec.Command("go", "build", "-o", bin, "github.com/cloudtransit/transit/cmd/"+name).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go build %s: %v\n%s", name, err, out)
+		}
+		built[name] = true
+	}
+	return bin
 }
 
 // process is a streams-sidecar process.
@@ -449,7 +451,7 @@ func (s *syncBuffer) String() string {
 // it is killed at the test's end, its output logged if the test failed.
 func start(t *testing.T, e env) *process {
 	t.Helper()
-	cmd := exec.Command(sidecarBinary(t))
+	cmd := exec.Command(command(t, "streams-sidecar"))
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "STREAMS_") {
 			cmd.Env = append(cmd.Env, kv)
