@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 
 // startEnv runs an API server with the streams CRDs and the bundle's
 // controller manager (Deployments make ReplicaSets make Pods).
-func startEnv(t *testing.T) *testenv.Env {
+func startEnv(t testing.TB) *testenv.Env {
 	t.Helper()
 	return testenv.Start(t, testenv.Options{
 		CRDDirs:           []string{filepath.Join("config", "crd")},
@@ -49,7 +49,7 @@ func startEnv(t *testing.T) *testenv.Env {
 // startController runs the streams controller against e and Kafka at
 // bootstrap until the test ends; stop stops it earlier (a crash: nothing
 // is cleaned up).
-func startController(t *testing.T, e *testenv.Env, bootstrap string, opts ...func(*streams.Options)) (stop func()) {
+func startController(t testing.TB, e *testenv.Env, bootstrap string, opts ...func(*streams.Options)) (stop func()) {
 	t.Helper()
 	stop, _ = startCrashingController(t, e, bootstrap, 0, opts...)
 	return stop
@@ -59,7 +59,7 @@ func startController(t *testing.T, e *testenv.Env, bootstrap string, opts ...fun
 // its limit-th write to the API server (0: never): that write and every
 // later one are dropped and the manager stops, as a kill -9 would leave
 // it. crashed is closed then.
-func startCrashingController(t *testing.T, e *testenv.Env, bootstrap string, limit int64, opts ...func(*streams.Options)) (stop func(), crashed chan struct{}) {
+func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, limit int64, opts ...func(*streams.Options)) (stop func(), crashed chan struct{}) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
@@ -78,7 +78,7 @@ func startCrashingController(t *testing.T, e *testenv.Env, bootstrap string, lim
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	crashed = make(chan struct{})
-	var c client.Client = mgr.GetClient()
+	c := mgr.GetClient()
 	if limit > 0 {
 		var once sync.Once
 		c = &crashingClient{Client: c, limit: limit, crash: func() { once.Do(func() { close(crashed); cancel() }) }}
@@ -179,7 +179,7 @@ func (s *crashingStatus) Patch(ctx context.Context, o client.Object, p client.Pa
 
 // installPolicy creates the part revisions' admission policy and waits
 // until the API server enforces it.
-func installPolicy(t *testing.T, c client.Client, probe func() error) {
+func installPolicy(t testing.TB, c client.Client, probe func() error) {
 	t.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(streamsconfig.Policy), 4096)
 	for {
@@ -205,12 +205,12 @@ func installPolicy(t *testing.T, c client.Client, probe func() error) {
 }
 
 // eventually polls cond for up to a minute.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
 	eventuallyWithin(t, time.Minute, what, cond)
 }
 
-func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+func eventuallyWithin(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

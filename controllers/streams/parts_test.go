@@ -13,7 +13,7 @@ import (
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
 )
 
-func revisionsOf(t *testing.T, c client.Client, part string) map[int64]v1alpha1.TopologyPartRevision {
+func revisionsOf(t testing.TB, c client.Client, part string) map[int64]v1alpha1.TopologyPartRevision {
 	t.Helper()
 	var list v1alpha1.TopologyPartRevisionList
 	if err := c.List(t.Context(), &list, client.InNamespace("default"), client.MatchingLabels{streams.LabelPart: part}); err != nil {

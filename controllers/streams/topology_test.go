@@ -23,7 +23,7 @@ import (
 )
 
 // kafkaAdmin is an admin client of the test's broker.
-func kafkaAdmin(t *testing.T, addr string) *kadm.Client {
+func kafkaAdmin(t testing.TB, addr string) *kadm.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
@@ -33,7 +33,7 @@ func kafkaAdmin(t *testing.T, addr string) *kadm.Client {
 	return kadm.NewClient(cl)
 }
 
-func createTopics(t *testing.T, adm *kadm.Client, partitions int32, topics ...string) {
+func createTopics(t testing.TB, adm *kadm.Client, partitions int32, topics ...string) {
 	t.Helper()
 	resp, err := adm.CreateTopics(t.Context(), partitions, 1, nil, topics...)
 	if err == nil {
@@ -44,7 +44,7 @@ func createTopics(t *testing.T, adm *kadm.Client, partitions int32, topics ...st
 	}
 }
 
-func topicExists(t *testing.T, adm *kadm.Client, topic string) bool {
+func topicExists(t testing.TB, adm *kadm.Client, topic string) bool {
 	t.Helper()
 	md, err := adm.Metadata(t.Context(), topic)
 	if err != nil {
@@ -56,7 +56,7 @@ func topicExists(t *testing.T, adm *kadm.Client, topic string) bool {
 
 // twoTeams writes the research's use case: team a reads orders and
 // cleans them, team b enriches them into a sink.
-func twoTeams(t *testing.T, c client.Client, image string) {
+func twoTeams(t testing.TB, c client.Client, image string) {
 	t.Helper()
 	for _, p := range []*v1alpha1.TopologyPart{
 		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: v1alpha1.PartSpec{
@@ -73,7 +73,7 @@ func twoTeams(t *testing.T, c client.Client, image string) {
 }
 
 // editPart changes a part's spec and waits for its new revision.
-func editPart(t *testing.T, c client.Client, name string, edit func(*v1alpha1.PartSpec)) int64 {
+func editPart(t testing.TB, c client.Client, name string, edit func(*v1alpha1.PartSpec)) int64 {
 	t.Helper()
 	part := &v1alpha1.TopologyPart{}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -95,7 +95,7 @@ func editPart(t *testing.T, c client.Client, name string, edit func(*v1alpha1.Pa
 }
 
 // pin points the topology at part revisions.
-func pin(t *testing.T, c client.Client, topo string, refs ...v1alpha1.PartRef) {
+func pin(t testing.TB, c client.Client, topo string, refs ...v1alpha1.PartRef) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var tp v1alpha1.Topology
@@ -110,7 +110,7 @@ func pin(t *testing.T, c client.Client, topo string, refs ...v1alpha1.PartRef) {
 	}
 }
 
-func getTopology(t *testing.T, c client.Client, name string) *v1alpha1.Topology {
+func getTopology(t testing.TB, c client.Client, name string) *v1alpha1.Topology {
 	t.Helper()
 	var tp v1alpha1.Topology
 	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, &tp); err != nil {
@@ -126,7 +126,7 @@ func condition(tp *v1alpha1.Topology, typ string) string {
 	return "none"
 }
 
-func deployments(t *testing.T, c client.Client, rev string) map[string]*appsv1.Deployment {
+func deployments(t testing.TB, c client.Client, rev string) map[string]*appsv1.Deployment {
 	t.Helper()
 	var list appsv1.DeploymentList
 	if err := c.List(t.Context(), &list, client.InNamespace("default"), client.MatchingLabels{streams.LabelRevision: rev}); err != nil {

@@ -1,0 +1,204 @@
+package streams_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/brokertest"
+)
+
+// benchRuns is how many upgrades (or GC runs) a benchmark makes:
+// TRANSIT_STREAMS_RUNS, default 20.
+func benchRuns() int {
+	if n, err := strconv.Atoi(os.Getenv("TRANSIT_STREAMS_RUNS")); err == nil && n > 0 {
+		return n
+	}
+	return 20
+}
+
+// benchOut appends a line to TRANSIT_STREAMS_OUT/name, if set, and prints it.
+func benchOut(b testing.TB, name, line string) {
+	fmt.Println(line)
+	dir := os.Getenv("TRANSIT_STREAMS_OUT")
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintln(f, line)
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// onePipeline makes a part with one source, the given processors in
+// series (each reading the one before) and a sink, and a Topology of it.
+func onePipeline(b testing.TB, c client.Client, upgrade v1alpha1.Upgrade, images ...string) {
+	b.Helper()
+	spec := v1alpha1.PartSpec{
+		Sources:    map[string]v1alpha1.Endpoint{"in": {Topic: "orders"}},
+		Sinks:      map[string]v1alpha1.Sink{"out": {Endpoint: v1alpha1.Endpoint{Topic: "enriched"}}},
+		Processors: map[string]v1alpha1.Processor{},
+	}
+	from := "in"
+	for i, img := range images {
+		name := fmt.Sprintf("p%d", i)
+		p := v1alpha1.Processor{InputFrom: from, Image: img}
+		if i == len(images)-1 {
+			p.SinkBindings = []string{"out"}
+		}
+		spec.Processors[name] = p
+		from = name
+	}
+	if err := c.Create(context.Background(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: spec}); err != nil {
+		b.Fatal(err)
+	}
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+		Spec: v1alpha1.TopologySpec{Upgrade: upgrade, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}}}
+	if err := c.Create(context.Background(), topo); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkUpgrade: one processor between a source and a sink, a stream of
+// increasing ids at 200/s, TRANSIT_STREAMS_RUNS upgrades (a new image each)
+// in standby and in cold mode. Gaps are losses, repeats duplicates; the
+// pause is the time between the last event the old revision wrote to the
+// sink and the first the new one wrote; the update is from the new
+// revision pinned until the new revision's first event.
+func BenchmarkUpgrade(b *testing.B) {
+	for _, mode := range []v1alpha1.Upgrade{v1alpha1.Standby, v1alpha1.Cold} {
+		b.Run(string(mode), func(b *testing.B) {
+			e := startEnv(b)
+			br := brokertest.Start(b)
+			startController(b, e, br.Addr())
+			startKubelet(b, e)
+			c := e.Client
+			createTopics(b, kafkaAdmin(b, br.Addr()), 1, "orders", "enriched")
+			onePipeline(b, c, mode, "fn:v1")
+			eventuallyWithin(b, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+				tp := getTopology(b, c, "pipe")
+				return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+			})
+			out := startSink(b, br.Addr(), "enriched")
+			in := startFeed(b, br.Addr(), "orders", 200)
+			time.Sleep(2 * time.Second)
+			var pauses, updates []time.Duration
+			active := getTopology(b, c, "pipe").Status.Active
+			for i := range benchRuns() {
+				image := fmt.Sprintf("fn:v%d", i+2)
+				rev := editPart(b, c, "a", func(s *v1alpha1.PartSpec) {
+					p := s.Processors["p0"]
+					p.Image = image
+					s.Processors["p0"] = p
+				})
+				pinned := time.Now()
+				pin(b, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
+				next := waitSwitched(b, c, active)
+				var first, lastOld time.Time
+				eventually(b, "the new revision's first event", func() (bool, string) {
+					out.mu.Lock()
+					defer out.mu.Unlock()
+					for _, ev := range out.order {
+						switch ev.revision {
+						case next:
+							if first.IsZero() {
+								first = ev.at
+							}
+						case active:
+							lastOld = ev.at
+						}
+					}
+					return !first.IsZero(), ""
+				})
+				pauses = append(pauses, first.Sub(lastOld))
+				updates = append(updates, first.Sub(pinned))
+				active = next
+				time.Sleep(time.Second)
+			}
+			in.halt()
+			n := in.sent.Load()
+			missing, dups := out.check(b, n, time.Minute)
+			line := fmt.Sprintf("| %s | %d | %d | %d | %.2f s | %.2f s | %.2f s | %.2f s |", mode, len(pauses), len(missing), dups,
+				percentile(pauses, 0.5).Seconds(), slices.Max(pauses).Seconds(), percentile(updates, 0.5).Seconds(), slices.Max(updates).Seconds())
+			benchOut(b, "upgrade.md", line)
+			b.ReportMetric(percentile(pauses, 0.5).Seconds(), "pause-median-s")
+			b.ReportMetric(float64(len(missing)), "lost")
+			b.ReportMetric(float64(dups), "duplicates")
+		})
+	}
+}
+
+// BenchmarkGC: two processors in series, the second slow (20 ms an
+// event), TRANSIT_STREAMS_RUNS upgrades of the first while ids stream in:
+// the old second processor drains what the old first wrote while the new
+// revision reads the source. Reported: losses, duplicates, and how long
+// after the old revision's last event it was gone.
+func BenchmarkGC(b *testing.B) {
+	e := startEnv(b)
+	br := brokertest.Start(b)
+	startController(b, e, br.Addr())
+	startKubelet(b, e)
+	c := e.Client
+	createTopics(b, kafkaAdmin(b, br.Addr()), 2, "orders", "enriched")
+	onePipeline(b, c, v1alpha1.Standby, "fn:v1", "fn:slow")
+	eventuallyWithin(b, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+		tp := getTopology(b, c, "pipe")
+		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+	})
+	out := startSink(b, br.Addr(), "enriched")
+	in := startFeed(b, br.Addr(), "orders", 60)
+	time.Sleep(2 * time.Second)
+	var gone []time.Duration
+	active := getTopology(b, c, "pipe").Status.Active
+	for i := range benchRuns() {
+		rev := editPart(b, c, "a", func(s *v1alpha1.PartSpec) {
+			p := s.Processors["p0"]
+			p.Image = fmt.Sprintf("fn:v%d", i+2)
+			s.Processors["p0"] = p
+		})
+		pin(b, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
+		next := waitSwitched(b, c, active)
+		finished := time.Now()
+		out.mu.Lock()
+		var lastOld time.Time
+		for _, ev := range out.order {
+			if ev.revision == active {
+				lastOld = ev.at
+			}
+		}
+		out.mu.Unlock()
+		gone = append(gone, finished.Sub(lastOld))
+		active = next
+	}
+	in.halt()
+	n := in.sent.Load()
+	missing, dups := out.check(b, n, 2*time.Minute)
+	benchOut(b, "gc.md", fmt.Sprintf("| %d | %d | %d | %.2f s | %.2f s |", len(gone), len(missing), dups,
+		percentile(gone, 0.5).Seconds(), slices.Max(gone).Seconds()))
+	b.ReportMetric(float64(len(missing)), "lost")
+	b.ReportMetric(float64(dups), "duplicates")
+}

@@ -1,0 +1,457 @@
+package streams_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cloudtransit/transit/controllers/streams"
+	"github.com/cloudtransit/transit/controllers/testenv"
+)
+
+// The harness stands in for the kubelet: it runs each processor pod the
+// controller's Deployments make as two processes on this machine — the
+// real sidecar and the example function (cmd/streams-echo) — keeps the
+// pod's status in step with the sidecar's readiness, restarts a process
+// that dies (restartPolicy Always), and on deletion sends SIGTERM, waits,
+// and removes the pod. The function image's tag picks its behaviour:
+// "v2" → ECHO_VERSION=v2, "error500", "garbage", "hang", "drop" →
+// ECHO_FAULT, "slow" → ECHO_DELAY=20ms; an image named in badImages is
+// never started: its container waits with that reason (ErrImagePull).
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// binaries builds the sidecar and the example function once per test
+// binary.
+func binaries(t testing.TB) (sidecar, function string) {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "streams-bin-")
+		if binErr != nil {
+			return
+		}
+		for _, pkg := range []string{"streams-sidecar", "streams-echo"} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "github.com/cloudtransit/transit/cmd/"+pkg).CombinedOutput()
+			if err != nil {
+				binErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, "streams-sidecar"), filepath.Join(binDir, "streams-echo")
+}
+
+type kubelet struct {
+	t          testing.TB
+	c          client.Client
+	kubeconfig string
+	sidecar    string
+	function   string
+	logs       string
+
+	mu        sync.Mutex
+	pods      map[types.UID]*runningPod
+	badImages map[string]string
+	extraEnv  map[string]string // for every sidecar (e.g. a failpoint)
+}
+
+type runningPod struct {
+	ns, name   string
+	uid        types.UID
+	procs      map[string]*process
+	probe      string
+	ready      bool
+	stopping   bool
+	terminated chan struct{}
+	waiting    map[string]string // container → reason, never started
+}
+
+type process struct {
+	name     string
+	bin      string
+	env      []string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	restarts int32
+	stopped  bool // by the harness: not restarted
+}
+
+// startKubelet runs the harness until the test ends.
+func startKubelet(t testing.TB, e *testenv.Env) *kubelet {
+	t.Helper()
+	sidecar, function := binaries(t)
+	k := &kubelet{t: t, c: e.Client, kubeconfig: e.Kubeconfig, sidecar: sidecar, function: function,
+		logs: t.TempDir(), pods: map[types.UID]*runningPod{}, badImages: map[string]string{}, extraEnv: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			k.sync(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		for _, p := range k.pods {
+			for _, pr := range p.procs {
+				pr.kill(syscall.SIGKILL)
+			}
+		}
+		if t.Failed() {
+			k.dumpLogs()
+		}
+	})
+	return k
+}
+
+func (k *kubelet) sync(ctx context.Context) {
+	var pods corev1.PodList
+	if err := k.c.List(ctx, &pods, client.HasLabels{streams.LabelTopology}); err != nil {
+		return
+	}
+	seen := map[types.UID]bool{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		seen[pod.UID] = true
+		k.mu.Lock()
+		rp := k.pods[pod.UID]
+		k.mu.Unlock()
+		switch {
+		case !pod.DeletionTimestamp.IsZero():
+			if rp == nil {
+				_ = k.c.Delete(ctx, pod, client.GracePeriodSeconds(0))
+			} else {
+				k.terminate(ctx, pod, rp)
+			}
+		case rp == nil:
+			k.start(ctx, pod)
+		default:
+			k.status(ctx, pod, rp)
+		}
+	}
+	k.mu.Lock()
+	for uid, rp := range k.pods {
+		if !seen[uid] { // deleted without us: a forced delete
+			for _, pr := range rp.procs {
+				pr.kill(syscall.SIGKILL)
+			}
+			delete(k.pods, uid)
+		}
+	}
+	k.mu.Unlock()
+}
+
+func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" {
+		binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "harness"}}
+		if err := k.c.SubResource("binding").Create(ctx, pod, binding); err != nil {
+			return
+		}
+	}
+	rp := &runningPod{ns: pod.Namespace, name: pod.Name, uid: pod.UID, procs: map[string]*process{},
+		probe: freeAddr(k.t), waiting: map[string]string{}, terminated: make(chan struct{})}
+	fport := strings.TrimPrefix(freeAddr(k.t), "127.0.0.1:")
+	for _, c := range pod.Spec.Containers {
+		if reason, bad := k.badImage(c.Image); bad {
+			rp.waiting[c.Name] = reason
+			continue
+		}
+		env := resolveEnv(pod, c.Env)
+		bin := k.function
+		switch c.Name {
+		case "sidecar":
+			bin = k.sidecar
+			env = append(env, "STREAMS_FUNCTION=http://127.0.0.1:"+fport+"/", "STREAMS_PROBE_ADDR="+rp.probe,
+				"KUBECONFIG="+k.kubeconfig, "HOSTNAME="+pod.Name)
+			k.mu.Lock()
+			for key, v := range k.extraEnv {
+				env = append(env, key+"="+v)
+			}
+			k.mu.Unlock()
+		default:
+			env = append(env, "PORT="+fport)
+			_, tag, _ := strings.Cut(c.Image, ":")
+			switch {
+			case strings.HasPrefix(tag, "v"):
+				env = append(env, "ECHO_VERSION="+tag)
+			case tag == "slow":
+				env = append(env, "ECHO_DELAY=20ms")
+			case tag != "":
+				env = append(env, "ECHO_FAULT="+tag)
+			}
+		}
+		pr := &process{name: c.Name, bin: bin, env: append(os.Environ(), env...)}
+		rp.procs[c.Name] = pr
+		k.run(pod.Name, pr)
+	}
+	k.mu.Lock()
+	k.pods[pod.UID] = rp
+	k.mu.Unlock()
+	go k.supervise(rp)
+	k.status(ctx, pod, rp)
+}
+
+func (k *kubelet) badImage(image string) (string, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r, ok := k.badImages[image]
+	return r, ok
+}
+
+// run starts a container's process, its output to a log file.
+func (k *kubelet) run(pod string, pr *process) {
+	log, err := os.OpenFile(filepath.Join(k.logs, pod+"."+pr.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		k.t.Error(err)
+		return
+	}
+	cmd := exec.Command(pr.bin)
+	cmd.Env, cmd.Stdout, cmd.Stderr = pr.env, log, log
+	if err := cmd.Start(); err != nil {
+		k.t.Errorf("start %s/%s: %v", pod, pr.name, err)
+		log.Close()
+		return
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	k.mu.Lock()
+	pr.cmd, pr.done = cmd, done
+	k.mu.Unlock()
+}
+
+// supervise restarts processes that exit while their pod lives.
+func (k *kubelet) supervise(rp *runningPod) {
+	for {
+		select {
+		case <-rp.terminated:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		k.mu.Lock()
+		for _, pr := range rp.procs {
+			if pr.stopped || pr.done == nil {
+				continue
+			}
+			select {
+			case <-pr.done:
+				pr.restarts++
+				pr.done = nil
+				go func() {
+					time.Sleep(200 * time.Millisecond)
+					k.run(rp.name, pr)
+				}()
+			default:
+			}
+		}
+		k.mu.Unlock()
+	}
+}
+
+func (pr *process) kill(sig syscall.Signal) {
+	if pr.cmd != nil && pr.cmd.Process != nil {
+		_ = pr.cmd.Process.Signal(sig)
+	}
+}
+
+// terminate stops a deleted pod as the kubelet does: SIGTERM, the grace
+// period, SIGKILL; then the pod object goes.
+func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, rp *runningPod) {
+	k.mu.Lock()
+	if rp.stopping {
+		k.mu.Unlock()
+		return
+	}
+	rp.stopping = true
+	for _, pr := range rp.procs {
+		pr.stopped = true
+	}
+	k.mu.Unlock()
+	grace := time.Duration(30) * time.Second
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	go func() {
+		k.mu.Lock()
+		procs := make([]*process, 0, len(rp.procs))
+		for _, pr := range rp.procs {
+			procs = append(procs, pr)
+		}
+		k.mu.Unlock()
+		// The sidecar first: it finishes its batch with the function alive.
+		for _, name := range []string{"sidecar", "function"} {
+			for _, pr := range procs {
+				if pr.name != name {
+					continue
+				}
+				k.mu.Lock()
+				done := pr.done
+				k.mu.Unlock()
+				if done == nil {
+					continue
+				}
+				pr.kill(syscall.SIGTERM)
+				select {
+				case <-done:
+				case <-time.After(grace):
+					pr.kill(syscall.SIGKILL)
+					<-done
+				}
+			}
+		}
+		close(rp.terminated)
+		err := k.c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &rp.uid})
+		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			k.t.Logf("harness: delete pod %s: %v", pod.Name, err)
+		}
+		k.mu.Lock()
+		delete(k.pods, rp.uid)
+		k.mu.Unlock()
+	}()
+}
+
+// status writes the pod's phase, containers and readiness as the sidecar's
+// /readyz says.
+func (k *kubelet) status(ctx context.Context, pod *corev1.Pod, rp *runningPod) {
+	ready := false
+	if len(rp.waiting) == 0 {
+		cl := http.Client{Timeout: 500 * time.Millisecond}
+		if resp, err := cl.Get("http://" + rp.probe + "/readyz"); err == nil {
+			ready = resp.StatusCode == http.StatusOK
+			resp.Body.Close()
+		}
+	}
+	k.mu.Lock()
+	changed := ready != rp.ready || pod.Status.Phase != corev1.PodRunning
+	rp.ready = ready
+	var statuses []corev1.ContainerStatus
+	for _, c := range pod.Spec.Containers {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: ready}
+		if reason, ok := rp.waiting[c.Name]; ok {
+			cs.Ready = false
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: "harness: image " + c.Image + " cannot be pulled"}
+		} else {
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
+			if pr := rp.procs[c.Name]; pr != nil {
+				cs.RestartCount = pr.restarts
+			}
+		}
+		statuses = append(statuses, cs)
+	}
+	k.mu.Unlock()
+	if !changed {
+		return
+	}
+	cond := corev1.ConditionFalse
+	if ready {
+		cond = corev1.ConditionTrue
+	}
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.ContainerStatuses = statuses
+	pod.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+		{Type: corev1.PodReady, Status: cond, LastTransitionTime: metav1.Now()},
+		{Type: corev1.ContainersReady, Status: cond, LastTransitionTime: metav1.Now()},
+	}
+	if err := k.c.Status().Update(ctx, pod); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		k.t.Logf("harness: pod %s status: %v", pod.Name, err)
+	}
+}
+
+// kill sends sig to a container's process of every pod whose name starts
+// with prefix; the harness restarts it, as a kubelet would.
+func (k *kubelet) kill(prefix, container string, sig syscall.Signal) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, rp := range k.pods {
+		if strings.HasPrefix(rp.name, prefix) {
+			if pr := rp.procs[container]; pr != nil {
+				pr.kill(sig)
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (k *kubelet) dumpLogs() {
+	entries, _ := os.ReadDir(k.logs)
+	for _, e := range entries {
+		f, err := os.Open(filepath.Join(k.logs, e.Name()))
+		if err != nil {
+			continue
+		}
+		var lines []string
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+		f.Close()
+		if len(lines) > 30 {
+			lines = lines[len(lines)-30:]
+		}
+		k.t.Logf("harness log %s:\n%s", e.Name(), strings.Join(lines, "\n"))
+	}
+}
+
+// resolveEnv turns a container's env into KEY=value, with the downward
+// API fields the controller uses.
+func resolveEnv(pod *corev1.Pod, vars []corev1.EnvVar) []string {
+	var out []string
+	for _, v := range vars {
+		val := v.Value
+		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {
+			switch v.ValueFrom.FieldRef.FieldPath {
+			case "metadata.namespace":
+				val = pod.Namespace
+			case "metadata.name":
+				val = pod.Name
+			}
+		}
+		out = append(out, v.Name+"="+val)
+	}
+	return out
+}
+
+// freeAddr is a loopback address nobody listens on.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}

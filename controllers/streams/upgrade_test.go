@@ -1,0 +1,362 @@
+package streams_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/brokertest"
+)
+
+// feed produces increasing ids to a topic (the id as key and value, the
+// send time in a header) until stopped; it returns how many it sent.
+type feed struct {
+	stop chan struct{}
+	done chan struct{}
+	sent atomic.Int64
+}
+
+func startFeed(t testing.TB, addr, topic string, perSecond int) *feed {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &feed{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		defer cl.Close()
+		tick := time.NewTicker(time.Second / time.Duration(perSecond))
+		defer tick.Stop()
+		for id := int64(0); ; id++ {
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+			v := []byte(strconv.FormatInt(id, 10))
+			r := &kgo.Record{Key: v, Value: v, Headers: []kgo.RecordHeader{{Key: "sent", Value: []byte(time.Now().Format(time.RFC3339Nano))}}}
+			// Retried until acknowledged: the feed never loses an id itself.
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := cl.ProduceSync(ctx, r).FirstErr()
+				cancel()
+				if err == nil {
+					break
+				}
+				select {
+				case <-f.stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			f.sent.Add(1)
+		}
+	}()
+	t.Cleanup(f.halt)
+	return f
+}
+
+func (f *feed) halt() {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	<-f.done
+}
+
+// sink reads a topic (read committed) and keeps what arrived.
+type sink struct {
+	mu        sync.Mutex
+	ids       map[int64]int // id → times seen
+	revisions map[string]int
+	order     []event
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+type event struct {
+	id       int64
+	revision string
+	at       time.Time
+}
+
+func startSink(t testing.TB, addr, topic string) *sink {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &sink{ids: map[int64]int{}, revisions: map[string]int{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer cl.Close()
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				id, err := strconv.ParseInt(string(r.Value), 10, 64)
+				if err != nil {
+					return
+				}
+				rev := ""
+				for _, h := range r.Headers {
+					if h.Key == "ce_transitrevision" {
+						rev = string(h.Value)
+					}
+				}
+				s.mu.Lock()
+				s.ids[id]++
+				s.revisions[rev]++
+				s.order = append(s.order, event{id: id, revision: rev, at: time.Now()})
+				s.mu.Unlock()
+			})
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-s.done })
+	return s
+}
+
+// check waits until ids 0…n-1 all arrived, then reports losses and
+// duplicates.
+func (s *sink) check(t testing.TB, n int64, within time.Duration) (missing []int64, dups int) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s.mu.Lock()
+		missing, dups = nil, 0
+		for id := range n {
+			switch c := s.ids[id]; {
+			case c == 0:
+				missing = append(missing, id)
+			case c > 1:
+				dups += c - 1
+			}
+		}
+		s.mu.Unlock()
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return missing, dups
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitSwitched waits until the topology runs a revision other than from,
+// with nothing left phasing out.
+func waitSwitched(t testing.TB, c client.Client, from string) string {
+	t.Helper()
+	var tp *v1alpha1.Topology
+	eventuallyWithin(t, 2*time.Minute, "the switch from "+from, func() (bool, string) {
+		tp = getTopology(t, c, "pipe")
+		return tp.Status.Active != from && tp.Status.Active != "" && tp.Status.Next == "" && len(tp.Status.PhasingOut) == 0,
+			fmt.Sprintf("active %s next %s phasing out %v; %s", tp.Status.Active, tp.Status.Next, tp.Status.PhasingOut, condition(tp, v1alpha1.ConditionUpgrading))
+	})
+	return tp.Status.Active
+}
+
+// TestUpgradesUnderLoad: the two-team pipeline runs on real sidecars and
+// functions (the harness stands in for the kubelet) while ids stream in;
+// team a upgrades its processor five times, standby and cold. Every id
+// reaches the sink exactly once, each switch is one point (after it, no
+// event from the old revision is read from the source), and the old
+// revisions drain and go.
+func TestUpgradesUnderLoad(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t)
+	startController(t, e, b.Addr())
+	k := startKubelet(t, e)
+	ctx, c := t.Context(), e.Client
+	adm := kafkaAdmin(t, b.Addr())
+	createTopics(t, adm, 3, "orders", "enriched")
+	twoTeams(t, c, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
+	if err := c.Create(ctx, topo); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+	})
+
+	out := startSink(t, b.Addr(), "enriched")
+	in := startFeed(t, b.Addr(), "orders", 200)
+	time.Sleep(2 * time.Second)
+	active := getTopology(t, c, "pipe").Status.Active
+	// A function killed mid-stream: its sidecar waits for it (restarted,
+	// as the kubelet would), nothing is dead-lettered or lost.
+	if n := k.kill(active+"-clean", "function", syscall.SIGKILL); n == 0 {
+		t.Fatal("no function to kill")
+	}
+	time.Sleep(2 * time.Second)
+	for i := 2; i <= 6; i++ {
+		mode := v1alpha1.Standby
+		if i%2 == 1 {
+			mode = v1alpha1.Cold
+		}
+		rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+			s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: fmt.Sprintf("fn:v%d", i)}
+		})
+		var tp v1alpha1.Topology
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "pipe"}, &tp); err != nil {
+			t.Fatal(err)
+		}
+		tp.Spec.Upgrade = mode
+		tp.Spec.Parts = []v1alpha1.PartRef{{Name: "a", Revision: rev}, {Name: "b", Revision: 1}}
+		if err := c.Update(ctx, &tp); err != nil {
+			t.Fatal(err)
+		}
+		next := waitSwitched(t, c, active)
+		t.Logf("upgrade %d (%s): %s → %s", i, mode, active, next)
+		active = next
+		time.Sleep(time.Second)
+	}
+	in.halt()
+	n := in.sent.Load()
+	missing, dups := out.check(t, n, time.Minute)
+	if len(missing) > 0 {
+		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
+	}
+	if dups > 0 {
+		t.Errorf("%d duplicates at the sink", dups)
+	}
+	ends, err := adm.ListEndOffsets(ctx, "streams.default.pipe.deadletter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			t.Errorf("%d records dead-lettered on partition %d: a killed function is no record's fault", o.Offset, o.Partition)
+		}
+	})
+	out.mu.Lock()
+	revs := slices.Sorted(func(yield func(string) bool) {
+		for r := range out.revisions {
+			if !yield(r) {
+				return
+			}
+		}
+	})
+	out.mu.Unlock()
+	t.Logf("%d ids, by revision: %v", n, revs)
+}
+
+// TestFaultsExactlyOnce: an exactly-once pipeline loses and repeats
+// nothing while its sidecars kill themselves between producing and
+// committing (every 7th batch), its controller is killed in the middle of
+// an upgrade and the broker is killed and restarted mid-stream.
+func TestFaultsExactlyOnce(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t)
+	stop := startController(t, e, b.Addr())
+	k := startKubelet(t, e)
+	k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:7"
+	ctx, c := t.Context(), e.Client
+	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
+	twoTeams(t, c, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+		Spec: v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
+	if err := c.Create(ctx, topo); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+	})
+	out := startSink(t, b.Addr(), "enriched")
+	in := startFeed(t, b.Addr(), "orders", 100)
+	time.Sleep(3 * time.Second)
+
+	// An upgrade, the controller killed as it starts.
+	active := getTopology(t, c, "pipe").Status.Active
+	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
+	})
+	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	time.Sleep(time.Second)
+	startController(t, e, b.Addr())
+	active = waitSwitched(t, c, active)
+
+	// The broker killed and back.
+	b.Kill()
+	time.Sleep(2 * time.Second)
+	b.Restart()
+	time.Sleep(3 * time.Second)
+
+	rev = editPart(t, c, "b", func(s *v1alpha1.PartSpec) {
+		s.Processors["enrich"] = v1alpha1.Processor{InputFrom: "clean", Image: "fn:v3", SinkBindings: []string{"out"}}
+	})
+	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 2}, v1alpha1.PartRef{Name: "b", Revision: rev})
+	waitSwitched(t, c, active)
+	time.Sleep(2 * time.Second)
+	in.halt()
+	n := in.sent.Load()
+	missing, dups := out.check(t, n, 2*time.Minute)
+	if len(missing) > 0 {
+		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
+	}
+	if dups > 0 {
+		t.Errorf("%d duplicates at the sink (exactly-once)", dups)
+	}
+	t.Logf("%d ids through 2 upgrades, a controller crash, a broker crash and sidecars killed before every 7th commit", n)
+}
+
+// TestKilledBetweenProduceAndCommit: sidecars kill themselves after every
+// 5th batch's output is acknowledged, before its commit, and restart.
+// At-least-once repeats only those batches; exactly-once repeats nothing.
+func TestKilledBetweenProduceAndCommit(t *testing.T) {
+	for _, delivery := range []v1alpha1.Delivery{v1alpha1.AtLeastOnce, v1alpha1.ExactlyOnce} {
+		t.Run(string(delivery), func(t *testing.T) {
+			e := startEnv(t)
+			b := brokertest.Start(t)
+			startController(t, e, b.Addr())
+			k := startKubelet(t, e)
+			k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:5"
+			ctx, c := t.Context(), e.Client
+			createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
+			twoTeams(t, c, "fn:v1")
+			topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+				Spec: v1alpha1.TopologySpec{Delivery: delivery, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
+			if err := c.Create(ctx, topo); err != nil {
+				t.Fatal(err)
+			}
+			eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+				tp := getTopology(t, c, "pipe")
+				return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+			})
+			out := startSink(t, b.Addr(), "enriched")
+			in := startFeed(t, b.Addr(), "orders", 100)
+			time.Sleep(10 * time.Second)
+			in.halt()
+			n := in.sent.Load()
+			missing, dups := out.check(t, n, time.Minute)
+			if len(missing) > 0 {
+				t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
+			}
+			switch {
+			case delivery == v1alpha1.ExactlyOnce && dups > 0:
+				t.Errorf("%d duplicates with exactly-once", dups)
+			case delivery == v1alpha1.AtLeastOnce && dups == 0:
+				t.Errorf("no duplicates: the failpoint never struck between produce and commit")
+			}
+			t.Logf("%s: %d ids, %d duplicates", delivery, n, dups)
+		})
+	}
+}
