@@ -74,6 +74,7 @@ type kubelet struct {
 	logs       string
 
 	mu        sync.Mutex
+	closed    bool // the test ended: nothing starts any more
 	pods      map[types.UID]*runningPod
 	badImages map[string]string
 	extraEnv  map[string]string // for every sidecar (e.g. a failpoint)
@@ -122,11 +123,19 @@ func startKubelet(t testing.TB, e *testenv.Env) *kubelet {
 		cancel()
 		<-done
 		k.mu.Lock()
-		defer k.mu.Unlock()
+		k.closed = true
+		var waits []chan struct{}
 		for _, p := range k.pods {
 			for _, pr := range p.procs {
 				pr.kill(syscall.SIGKILL)
+				if pr.done != nil {
+					waits = append(waits, pr.done)
+				}
 			}
+		}
+		k.mu.Unlock()
+		for _, w := range waits {
+			<-w
 		}
 		if t.Failed() {
 			k.dumpLogs()
@@ -239,6 +248,13 @@ func (k *kubelet) run(pod string, pr *process) {
 	}
 	cmd := exec.Command(pr.bin)
 	cmd.Env, cmd.Stdout, cmd.Stderr = pr.env, log, log
+	// Started under the lock: the test's end (closed) never races a start.
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		log.Close()
+		return
+	}
 	if err := cmd.Start(); err != nil {
 		k.t.Errorf("start %s/%s: %v", pod, pr.name, err)
 		log.Close()
@@ -246,9 +262,7 @@ func (k *kubelet) run(pod string, pr *process) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
-	k.mu.Lock()
 	pr.cmd, pr.done = cmd, done
-	k.mu.Unlock()
 }
 
 // supervise restarts processes that exit while their pod lives.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cloudtransit/transit/controllers/streams"
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 	streamsconfig "github.com/cloudtransit/transit/controllers/streams/config"
 	"github.com/cloudtransit/transit/controllers/streams/kafka"
 	"github.com/cloudtransit/transit/controllers/testenv"
@@ -32,7 +33,11 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	os.Exit(m.Run())
+	code := brokertest.Main(m)
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // startEnv runs an API server with the streams CRDs and the bundle's

@@ -43,6 +43,16 @@ func Binary(t testing.TB) string {
 	return binary
 }
 
+// Main runs a package's tests and removes the broker binary they built:
+// call it from TestMain.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+	return code
+}
+
 // Broker is a streams-broker process.
 type Broker struct {
 	t       testing.TB
