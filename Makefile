@@ -31,7 +31,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
 # What the local provider, the Swarm driver and the e2e tests need on the
 # host (Debian/Ubuntu package names).
-DEPS_PACKAGES := iproute2 iptables openssh-server util-linux docker.io busybox-static curl
+DEPS_PACKAGES := iproute2 iptables openssh-server util-linux docker.io busybox-static curl kcat
 
 # What `make bundle` takes from the build host's Debian packages: the
 # container runtime, the CNI plugins, and the iptables, conntrack and
@@ -45,7 +45,7 @@ DEMO_DIR := $(CURDIR)/demo
 # Where `make demo-kubernetes` keeps its working directory.
 DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: generate help build test test-unit test-race fuzz bench bench-paper bench-relations lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
+.PHONY: generate help build test test-unit test-race fuzz bench bench-paper bench-relations bench-streams lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -124,7 +124,7 @@ demo-kubernetes-destroy: ## (root) Destroy the demo Kubernetes cluster
 	cd $(DEMO_K8S_DIR) && $(BIN)/transit destroy --auto-approve
 
 bench: ## Run benchmarks (no tests) and print the results (bench-paper and bench-relations apart)
-	$(GO) test -run '^$$' -bench . -skip 'BenchmarkPaper|BenchmarkPropagation|BenchmarkRelations' -benchmem $(PKGS)
+	$(GO) test -run '^$$' -bench . -skip 'BenchmarkPaper|BenchmarkPropagation|BenchmarkRelations|BenchmarkSidecarLatency|BenchmarkUpgrade|BenchmarkGC' -benchmem $(PKGS)
 
 PAPER_SCALE ?= 0.1
 bench-paper: ## (root) Replay the paper's experiments E1-E5 on emulated clouds; table, JSON and SVG in build/paper
@@ -134,6 +134,12 @@ RELATIONS_RUNS ?= 20
 bench-relations: ## (root) The relations controller: provider change → consumers' templates (API server), and → N consumers running on a local cluster vs a ConfigMap baseline; table in build/relations
 	$(GO) test -run '^$$' -bench BenchmarkPropagation -benchtime 5x -timeout 30m ./controllers/relations
 	TRANSIT_RELATIONS_RUNS=$(RELATIONS_RUNS) TRANSIT_RELATIONS_OUT=$(CURDIR)/build/relations $(GO) test -run '^$$' -bench BenchmarkRelations -benchtime 1x -timeout 300m ./e2e
+
+STREAMS_RUNS ?= 20
+bench-streams: ## The streams controller: sidecar latency, upgrades and GC (the broker process, real sidecars), scaling (simulated); tables in build/streams
+	$(GO) test -run '^$$' -bench BenchmarkSidecarLatency -benchtime 1x -timeout 60m ./controllers/streams/sidecar
+	TRANSIT_STREAMS_RUNS=$(STREAMS_RUNS) TRANSIT_STREAMS_OUT=$(CURDIR)/build/streams $(GO) test -run '^$$' -bench 'BenchmarkUpgrade|BenchmarkGC' -benchtime 1x -timeout 60m ./controllers/streams
+	$(GO) test -run '^$$' -bench BenchmarkScaling ./controllers/streams/scale
 
 generate: $(CONTROLLER_GEN) ## Write the controllers' deepcopy code and CRDs (committed; CI checks they are current)
 	$(CONTROLLER_GEN) object crd paths=./controllers/relations/api/... output:crd:dir=./controllers/relations/config/crd

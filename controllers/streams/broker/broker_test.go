@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +154,48 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Another Kafka client than franz-go — Debian's kcat (librdkafka) — writes
+// to and reads from the broker process, and reads what a franz-go
+// transaction committed: the broker speaks the protocol, not one client's
+// dialect.
+func TestKcat(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatal("kcat is missing: make deps installs it (Debian package kcat)")
+	}
+	b := brokertest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.TransactionalID("k"), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	produce := exec.CommandContext(ctx, kcat, "-b", b.Addr(), "-t", "t", "-P", "-K:")
+	produce.Stdin = strings.NewReader("a:one\nb:two\n")
+	if out, err := produce.CombinedOutput(); err != nil {
+		t.Fatalf("kcat -P: %v\n%s", err, out)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("c"), Value: []byte("three")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, kcat, "-b", b.Addr(), "-t", "t", "-C", "-e", "-f", "%k=%s\n",
+		"-X", "isolation.level=read_committed").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kcat -C: %v\n%s", err, out)
+	}
+	if got := string(out); !strings.Contains(got, "a=one\nb=two\nc=three\n") {
+		t.Fatalf("kcat read %q", got)
+	}
 }
