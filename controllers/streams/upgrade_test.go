@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cloudtransit/transit/controllers/streams"
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
 	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 )
@@ -358,5 +360,54 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 			}
 			t.Logf("%s: %d ids, %d duplicates", delivery, n, dups)
 		})
+	}
+}
+
+// TestImageCannotBePulled: a standby revision whose function image cannot
+// be pulled is abandoned after the upgrade timeout, the condition naming
+// the pod, the container and ErrImagePull; the running revision goes on
+// processing throughout.
+func TestImageCannotBePulled(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t)
+	startController(t, e, b.Addr(), func(o *streams.Options) { o.UpgradeTimeout = 5 * time.Second })
+	k := startKubelet(t, e)
+	k.badImages["fn:missing"] = "ErrImagePull"
+	ctx, c := t.Context(), e.Client
+	createTopics(t, kafkaAdmin(t, b.Addr()), 2, "orders", "enriched")
+	twoTeams(t, c, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
+	if err := c.Create(ctx, topo); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+	})
+	first := getTopology(t, c, "pipe").Status.Active
+	out := startSink(t, b.Addr(), "enriched")
+	in := startFeed(t, b.Addr(), "orders", 100)
+	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:missing"}
+	})
+	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	var msg string
+	eventuallyWithin(t, time.Minute, "UpgradeFailed", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		msg = condition(tp, v1alpha1.ConditionUpgradeFailed)
+		return meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionUpgradeFailed), condition(tp, v1alpha1.ConditionUpgrading)
+	})
+	if !strings.Contains(msg, "container function: ErrImagePull") || !strings.Contains(msg, first+" runs on") {
+		t.Errorf("UpgradeFailed: %s", msg)
+	}
+	time.Sleep(time.Second)
+	in.halt()
+	n := in.sent.Load()
+	if missing, dups := out.check(t, n, time.Minute); len(missing) > 0 || dups > 0 {
+		t.Errorf("while the upgrade failed: %d of %d ids missing, %d duplicates", len(missing), n, dups)
+	}
+	if tp := getTopology(t, c, "pipe"); tp.Status.Active != first {
+		t.Errorf("active %s, want %s still", tp.Status.Active, first)
 	}
 }
