@@ -131,6 +131,29 @@ func ConfigFromEnviron(environ []string) (Config, error) {
 	return c, asError(append(errs, unknown...))
 }
 
+// check refuses what Run cannot work with, for a Config not made by
+// ConfigFromEnv.
+func (c Config) check() error {
+	var errs []VarError
+	bad := func(cond bool, name, problem string) {
+		if cond {
+			errs = append(errs, VarError{name, problem})
+		}
+	}
+	bad(c.Input.Bootstrap == "" || c.Input.Topic == "" || c.Group == "", "STREAMS_INPUT_TOPIC", "input bootstrap, topic and group are required")
+	bad(len(c.Outputs) == 0, "STREAMS_OUTPUTS", "at least one output is required")
+	bad(c.DeadLetter.Bootstrap == "" || c.DeadLetter.Topic == "", "STREAMS_DEADLETTER_TOPIC", "the dead-letter bootstrap and topic are required")
+	bad(c.Delivery != AtLeastOnce && c.Delivery != ExactlyOnce, "STREAMS_DELIVERY", "want atLeastOnce or exactlyOnce")
+	bad(c.Delivery == ExactlyOnce && c.TransactionalID == "", "STREAMS_TRANSACTIONAL_ID", "exactly-once needs a transactional id")
+	bad(c.CallTimeout <= 0, "STREAMS_CALL_TIMEOUT", "must be positive")
+	bad(c.Retries < 0, "STREAMS_RETRIES", "must not be negative")
+	bad(c.RetryBackoff <= 0, "STREAMS_RETRY_BACKOFF", "must be positive")
+	bad(c.ProduceLinger < 0, "STREAMS_PRODUCE_LINGER", "must not be negative")
+	bad(c.BatchRecords < 1, "STREAMS_BATCH_RECORDS", "must be at least 1")
+	bad(c.BatchInterval <= 0, "STREAMS_BATCH_INTERVAL", "must be positive")
+	return asError(errs)
+}
+
 func asError(errs []VarError) error {
 	if len(errs) == 0 {
 		return nil

@@ -163,3 +163,12 @@ func TestConfigUnknownVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRunRefusesAnIncompleteConfig(t *testing.T) {
+	t.Parallel()
+	err := Run(t.Context(), Config{Delivery: AtLeastOnce}, nil)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || len(ce.Vars) < 5 {
+		t.Fatalf("Run with an empty config: %v", err)
+	}
+}

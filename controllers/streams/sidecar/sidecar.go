@@ -138,7 +138,13 @@ type delivery struct {
 // in hand, leaves the group and returns nil. It returns an error when it
 // cannot go on without losing or skipping a record: a produce or commit
 // that failed for good, a client that closed, a gate that failed.
+//
+// cfg is what ConfigFromEnv reads; one made by hand needs the same
+// non-zero values.
 func Run(ctx context.Context, cfg Config, gate Gate) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
 	s, err := newSidecar(cfg)
 	if err != nil {
 		return err
