@@ -321,7 +321,7 @@ func TestFaultsExactlyOnce(t *testing.T) {
 }
 
 // TestKilledBetweenProduceAndCommit: sidecars kill themselves after every
-// 5th batch's output is acknowledged, before its commit, and restart.
+// 8th batch's output is acknowledged, before its commit, and restart.
 // At-least-once repeats only those batches; exactly-once repeats nothing.
 func TestKilledBetweenProduceAndCommit(t *testing.T) {
 	for _, delivery := range []v1alpha1.Delivery{v1alpha1.AtLeastOnce, v1alpha1.ExactlyOnce} {
@@ -330,7 +330,7 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 			b := brokertest.Start(t)
 			startController(t, e, b.Addr())
 			k := startKubelet(t, e)
-			k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:5"
+			k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:8"
 			ctx, c := t.Context(), e.Client
 			createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
 			twoTeams(t, c, "fn:v1")
@@ -348,7 +348,7 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 			time.Sleep(10 * time.Second)
 			in.halt()
 			n := in.sent.Load()
-			missing, dups := out.check(t, n, time.Minute)
+			missing, dups := out.check(t, n, 2*time.Minute)
 			if len(missing) > 0 {
 				t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
 			}
