@@ -171,6 +171,23 @@ func waitSwitched(t testing.TB, c client.Client, from string) string {
 	return tp.Status.Active
 }
 
+// runPipe creates the Topology "pipe" of spec and waits until it runs,
+// Ready; it returns the active revision.
+func runPipe(t testing.TB, c client.Client, spec v1alpha1.TopologySpec) string {
+	t.Helper()
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"}, Spec: spec}
+	if err := c.Create(t.Context(), topo); err != nil {
+		t.Fatal(err)
+	}
+	var active string
+	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		active = tp.Status.Active
+		return active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+	})
+	return active
+}
+
 // TestUpgradesUnderLoad: the two-team pipeline runs on real sidecars and
 // functions (the harness stands in for the kubelet) while ids stream in;
 // team a upgrades its processor five times, standby and cold. Every id
@@ -186,15 +203,7 @@ func TestUpgradesUnderLoad(t *testing.T) {
 	adm := kafkaAdmin(t, b.Addr())
 	createTopics(t, adm, 3, "orders", "enriched")
 	twoTeams(t, c, "fn:v1")
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
-		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
-	if err := c.Create(ctx, topo); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
-		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
-	})
+	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 
 	out := startSink(t, b.Addr(), "enriched")
 	in := startFeed(t, b.Addr(), "orders", 200)
@@ -268,18 +277,10 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	stop := startController(t, e, b.Addr())
 	k := startKubelet(t, e)
 	k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:7"
-	ctx, c := t.Context(), e.Client
+	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
 	twoTeams(t, c, "fn:v1")
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
-		Spec: v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
-	if err := c.Create(ctx, topo); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
-		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
-	})
+	runPipe(t, c, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	out := startSink(t, b.Addr(), "enriched")
 	in := startFeed(t, b.Addr(), "orders", 100)
 	time.Sleep(3 * time.Second)
@@ -331,18 +332,10 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 			startController(t, e, b.Addr())
 			k := startKubelet(t, e)
 			k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:8"
-			ctx, c := t.Context(), e.Client
+			c := e.Client
 			createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
 			twoTeams(t, c, "fn:v1")
-			topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
-				Spec: v1alpha1.TopologySpec{Delivery: delivery, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
-			if err := c.Create(ctx, topo); err != nil {
-				t.Fatal(err)
-			}
-			eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-				tp := getTopology(t, c, "pipe")
-				return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
-			})
+			runPipe(t, c, v1alpha1.TopologySpec{Delivery: delivery, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 			out := startSink(t, b.Addr(), "enriched")
 			in := startFeed(t, b.Addr(), "orders", 100)
 			time.Sleep(10 * time.Second)
@@ -373,18 +366,10 @@ func TestImageCannotBePulled(t *testing.T) {
 	startController(t, e, b.Addr(), func(o *streams.Options) { o.UpgradeTimeout = 5 * time.Second })
 	k := startKubelet(t, e)
 	k.badImages["fn:missing"] = "ErrImagePull"
-	ctx, c := t.Context(), e.Client
+	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 2, "orders", "enriched")
 	twoTeams(t, c, "fn:v1")
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
-		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
-	if err := c.Create(ctx, topo); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
-		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
-	})
+	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	first := getTopology(t, c, "pipe").Status.Active
 	out := startSink(t, b.Addr(), "enriched")
 	in := startFeed(t, b.Addr(), "orders", 100)

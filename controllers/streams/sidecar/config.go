@@ -62,12 +62,7 @@ type Config struct {
 	// TransactionalID (STREAMS_TRANSACTIONAL_ID; exactly-once) defaults
 	// to Group-<hostname>: a restarted pod fences its predecessor.
 	TransactionalID string
-	// InstanceID (STREAMS_INSTANCE_ID, default the hostname: the pod's
-	// name) makes the sidecar a static group member: a container restarted
-	// in its pod takes its partitions back at once, where a new member
-	// would wait out the dead one's session; on SIGTERM it leaves by it.
-	InstanceID string
-	ProbeAddr  string // STREAMS_PROBE_ADDR (:8081): /readyz, /healthz, /metrics
+	ProbeAddr       string // STREAMS_PROBE_ADDR (:8081): /readyz, /healthz, /metrics
 
 	// The gate the command chooses: GateFile (STREAMS_GATE_FILE, tests)
 	// or a Topology watch (STREAMS_GATE_TOPOLOGY in
@@ -93,7 +88,7 @@ var variables = []string{
 	"STREAMS_DEADLETTER_BOOTSTRAP", "STREAMS_DEADLETTER_TOPIC", "STREAMS_DELIVERY", "STREAMS_REVISION",
 	"STREAMS_FUNCTION", "STREAMS_CALL_TIMEOUT", "STREAMS_RETRIES", "STREAMS_RETRY_BACKOFF",
 	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL",
-	"STREAMS_TRANSACTIONAL_ID", "STREAMS_INSTANCE_ID", "STREAMS_PROBE_ADDR",
+	"STREAMS_TRANSACTIONAL_ID", "STREAMS_PROBE_ADDR",
 	"STREAMS_GATE_FILE", "STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_NAMESPACE", "STREAMS_FAILPOINT",
 }
 
@@ -191,7 +186,6 @@ func parse(getenv func(string) string) (Config, []VarError) {
 		BatchRecords:    p.integer("STREAMS_BATCH_RECORDS", 500, 1),
 		BatchInterval:   p.duration("STREAMS_BATCH_INTERVAL", 100*time.Millisecond, false),
 		TransactionalID: p.or("STREAMS_TRANSACTIONAL_ID", ""),
-		InstanceID:      p.or("STREAMS_INSTANCE_ID", ""),
 		ProbeAddr:       p.or("STREAMS_PROBE_ADDR", ":8081"),
 		GateFile:        p.or("STREAMS_GATE_FILE", ""),
 		GateTopology:    p.or("STREAMS_GATE_TOPOLOGY", ""),
@@ -239,17 +233,14 @@ func parse(getenv func(string) string) (Config, []VarError) {
 		}
 		c.FailAfterProduce = n
 	}
-	// HOSTNAME is the pod's name in Kubernetes; os.Hostname too, but only
-	// in a pod of its own.
-	host := getenv("HOSTNAME")
-	if host == "" {
-		host, _ = os.Hostname() // "" on error: the group alone, a dynamic member
-	}
 	if c.TransactionalID == "" && c.Group != "" {
+		// HOSTNAME is the pod's name in Kubernetes; os.Hostname too,
+		// but only in a pod of its own.
+		host := getenv("HOSTNAME")
+		if host == "" {
+			host, _ = os.Hostname() // "" on error: the group alone
+		}
 		c.TransactionalID = c.Group + "-" + host
-	}
-	if c.InstanceID == "" {
-		c.InstanceID = host
 	}
 	return c, p.errs
 }

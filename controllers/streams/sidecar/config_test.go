@@ -46,7 +46,7 @@ func TestConfigDefaults(t *testing.T) {
 		Delivery:   AtLeastOnce, Revision: "rev-3", Function: "http://127.0.0.1:8080/",
 		CallTimeout: 30 * time.Second, Retries: 4, RetryBackoff: 100 * time.Millisecond,
 		BatchRecords: 500, BatchInterval: 100 * time.Millisecond,
-		TransactionalID: "rev-3-clean-pod-a", InstanceID: "pod-a", ProbeAddr: ":8081",
+		TransactionalID: "rev-3-clean-pod-a", ProbeAddr: ":8081",
 	}
 	if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Config{}, "Log", "Clock")); d != "" {
 		t.Fatalf("config (-want +got):\n%s", d)

@@ -85,7 +85,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -250,9 +249,6 @@ func (s *sidecar) join() error {
 		// Never hand the function an aborted upstream transaction's record.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	}
-	if c.InstanceID != "" {
-		opts = append(opts, kgo.InstanceID(c.InstanceID))
-	}
 	if c.Delivery == ExactlyOnce {
 		var err error
 		s.session, err = kgo.NewGroupTransactSession(slices.Concat(opts, s.producerOpts(), []kgo.Opt{
@@ -293,23 +289,11 @@ func batchTimeout(c Config) time.Duration {
 }
 
 func (s *sidecar) close() {
-	joined := s.session != nil || s.consumer != nil
 	if s.session != nil {
-		s.session.CloseAllowingRebalance() // leaves the group, unless static
+		s.session.CloseAllowingRebalance() // leaves the group
 	}
 	if s.consumer != nil {
-		s.consumer.CloseAllowingRebalance()
-	}
-	if joined && s.cfg.InstanceID != "" {
-		// A static member's close does not leave: leave by its instance id,
-		// so its partitions move now (and a switch sees the group empty).
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if adm := s.kafka[cluster(s.cfg.Input.Bootstrap)]; adm != nil {
-			if _, err := kadm.NewClient(adm).LeaveGroup(ctx, kadm.LeaveGroup(s.cfg.Group).InstanceIDs(s.cfg.InstanceID).Reason("sidecar stopping")); err != nil {
-				s.log.Warn("leave the group", "err", err)
-			}
-		}
-		cancel()
+		s.consumer.CloseAllowingRebalance() // leaves the group
 	}
 	for _, c := range s.kafka {
 		c.Close()
