@@ -171,10 +171,13 @@ func (k *kubelet) sync(ctx context.Context) {
 	}
 	k.mu.Lock()
 	for uid, rp := range k.pods {
-		if !seen[uid] { // deleted without us: a forced delete
+		if !seen[uid] && !rp.stopping { // deleted without us: a forced delete
+			rp.stopping = true
 			for _, pr := range rp.procs {
+				pr.stopped = true // not restarted: the pod is gone
 				pr.kill(syscall.SIGKILL)
 			}
+			close(rp.terminated)
 			delete(k.pods, uid)
 		}
 	}
@@ -251,7 +254,7 @@ func (k *kubelet) run(pod string, pr *process) {
 	// Started under the lock: the test's end (closed) never races a start.
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed {
+	if k.closed || pr.stopped {
 		log.Close()
 		return
 	}
