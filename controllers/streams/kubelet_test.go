@@ -244,6 +244,13 @@ func (k *kubelet) badImage(image string) (string, bool) {
 
 // run starts a container's process, its output to a log file.
 func (k *kubelet) run(pod string, pr *process) {
+	// Everything under the lock: once the test ended (closed, its log
+	// directory gone) nothing starts and nothing reports to its t.
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed || pr.stopped {
+		return
+	}
 	log, err := os.OpenFile(filepath.Join(k.logs, pod+"."+pr.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		k.t.Error(err)
@@ -251,13 +258,6 @@ func (k *kubelet) run(pod string, pr *process) {
 	}
 	cmd := exec.Command(pr.bin)
 	cmd.Env, cmd.Stdout, cmd.Stderr = pr.env, log, log
-	// Started under the lock: the test's end (closed) never races a start.
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed || pr.stopped {
-		log.Close()
-		return
-	}
 	if err := cmd.Start(); err != nil {
 		k.t.Errorf("start %s/%s: %v", pod, pr.name, err)
 		log.Close()
