@@ -1,10 +1,7 @@
 package relations_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,9 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cloudtransit/transit/controllers/relations"
@@ -27,23 +22,7 @@ import (
 // binding, and waits until the API server enforces it.
 func installPolicy(t *testing.T, c client.Client) {
 	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(relationsconfig.Policy), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(t.Context(), u); err != nil {
-			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
-		}
-	}
+	testenv.CreateYAML(t, c, relationsconfig.Policy)
 	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default", Annotations: map[string]string{relations.AnnotationProvides: "Bad"}}}
 	eventually(t, "the policy enforced", func() (bool, string) {
 		err := c.Create(t.Context(), bad.DeepCopy(), client.DryRunAll)

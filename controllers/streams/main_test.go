@@ -1,10 +1,8 @@
 package streams_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,9 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -186,23 +182,7 @@ func (s *crashingStatus) Patch(ctx context.Context, o client.Object, p client.Pa
 // until the API server enforces it.
 func installPolicy(t testing.TB, c client.Client, probe func() error) {
 	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(streamsconfig.Policy), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(t.Context(), u); err != nil {
-			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
-		}
-	}
+	testenv.CreateYAML(t, c, streamsconfig.Policy)
 	eventually(t, "the policy enforced", func() (bool, string) {
 		err := probe()
 		return err != nil, "a dry-run delete of an in-use revision was admitted"
