@@ -103,8 +103,8 @@ func BenchmarkUpgrade(b *testing.B) {
 				tp := getTopology(b, c, "pipe")
 				return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
 			})
-			out := startSink(b, br.Addr(), "enriched")
-			in := startFeed(b, br.Addr(), "orders", 200)
+			out := brokertest.StartSink(b, br.Addr(), "enriched")
+			in := brokertest.StartFeed(b, br.Addr(), "orders", 200)
 			time.Sleep(2 * time.Second)
 			var pauses, updates []time.Duration
 			active := getTopology(b, c, "pipe").Status.Active
@@ -120,16 +120,14 @@ func BenchmarkUpgrade(b *testing.B) {
 				next := waitSwitched(b, c, active)
 				var first, lastOld time.Time
 				eventually(b, "the new revision's first event", func() (bool, string) {
-					out.mu.Lock()
-					defer out.mu.Unlock()
-					for _, ev := range out.order {
-						switch ev.revision {
+					for _, ev := range out.Events() {
+						switch ev.Revision {
 						case next:
 							if first.IsZero() {
-								first = ev.at
+								first = ev.At
 							}
 						case active:
-							lastOld = ev.at
+							lastOld = ev.At
 						}
 					}
 					return !first.IsZero(), ""
@@ -139,9 +137,8 @@ func BenchmarkUpgrade(b *testing.B) {
 				active = next
 				time.Sleep(time.Second)
 			}
-			in.halt()
-			n := in.sent.Load()
-			missing, dups := out.check(b, n, time.Minute)
+			n := in.Halt()
+			missing, dups := out.Check(n, time.Minute)
 			line := fmt.Sprintf("| %s | %d | %d | %d | %.2f s | %.2f s | %.2f s | %.2f s |", mode, len(pauses), len(missing), dups,
 				percentile(pauses, 0.5).Seconds(), slices.Max(pauses).Seconds(), percentile(updates, 0.5).Seconds(), slices.Max(updates).Seconds())
 			benchOut(b, "upgrade.md", line)
@@ -169,8 +166,8 @@ func BenchmarkGC(b *testing.B) {
 		tp := getTopology(b, c, "pipe")
 		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
 	})
-	out := startSink(b, br.Addr(), "enriched")
-	in := startFeed(b, br.Addr(), "orders", 60)
+	out := brokertest.StartSink(b, br.Addr(), "enriched")
+	in := brokertest.StartFeed(b, br.Addr(), "orders", 60)
 	time.Sleep(2 * time.Second)
 	var gone []time.Duration
 	active := getTopology(b, c, "pipe").Status.Active
@@ -183,20 +180,17 @@ func BenchmarkGC(b *testing.B) {
 		pin(b, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
 		next := waitSwitched(b, c, active)
 		finished := time.Now()
-		out.mu.Lock()
 		var lastOld time.Time
-		for _, ev := range out.order {
-			if ev.revision == active {
-				lastOld = ev.at
+		for _, ev := range out.Events() {
+			if ev.Revision == active {
+				lastOld = ev.At
 			}
 		}
-		out.mu.Unlock()
 		gone = append(gone, finished.Sub(lastOld))
 		active = next
 	}
-	in.halt()
-	n := in.sent.Load()
-	missing, dups := out.check(b, n, 2*time.Minute)
+	n := in.Halt()
+	missing, dups := out.Check(n, 2*time.Minute)
 	benchOut(b, "gc.md", fmt.Sprintf("| %d | %d | %d | %.2f s | %.2f s |", len(gone), len(missing), dups,
 		percentile(gone, 0.5).Seconds(), slices.Max(gone).Seconds()))
 	b.ReportMetric(float64(len(missing)), "lost")

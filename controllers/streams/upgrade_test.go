@@ -1,19 +1,13 @@
 package streams_test
 
 import (
-	"context"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,141 +16,6 @@ import (
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
 	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 )
-
-// feed produces increasing ids to a topic (the id as key and value, the
-// send time in a header) until stopped; it returns how many it sent.
-type feed struct {
-	stop chan struct{}
-	done chan struct{}
-	sent atomic.Int64
-}
-
-func startFeed(t testing.TB, addr, topic string, perSecond int) *feed {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &feed{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		defer cl.Close()
-		tick := time.NewTicker(time.Second / time.Duration(perSecond))
-		defer tick.Stop()
-		for id := int64(0); ; id++ {
-			select {
-			case <-f.stop:
-				return
-			case <-tick.C:
-			}
-			v := []byte(strconv.FormatInt(id, 10))
-			r := &kgo.Record{Key: v, Value: v, Headers: []kgo.RecordHeader{{Key: "sent", Value: []byte(time.Now().Format(time.RFC3339Nano))}}}
-			// Retried until acknowledged: the feed never loses an id itself.
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := cl.ProduceSync(ctx, r).FirstErr()
-				cancel()
-				if err == nil {
-					break
-				}
-				select {
-				case <-f.stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			f.sent.Add(1)
-		}
-	}()
-	t.Cleanup(f.halt)
-	return f
-}
-
-func (f *feed) halt() {
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
-	}
-	<-f.done
-}
-
-// sink reads a topic (read committed) and keeps what arrived.
-type sink struct {
-	mu        sync.Mutex
-	ids       map[int64]int // id → times seen
-	revisions map[string]int
-	order     []event
-	cancel    context.CancelFunc
-	done      chan struct{}
-}
-
-type event struct {
-	id       int64
-	revision string
-	at       time.Time
-}
-
-func startSink(t testing.TB, addr, topic string) *sink {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &sink{ids: map[int64]int{}, revisions: map[string]int{}, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		defer cl.Close()
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			fs.EachRecord(func(r *kgo.Record) {
-				id, err := strconv.ParseInt(string(r.Value), 10, 64)
-				if err != nil {
-					return
-				}
-				rev := ""
-				for _, h := range r.Headers {
-					if h.Key == "ce_transitrevision" {
-						rev = string(h.Value)
-					}
-				}
-				s.mu.Lock()
-				s.ids[id]++
-				s.revisions[rev]++
-				s.order = append(s.order, event{id: id, revision: rev, at: time.Now()})
-				s.mu.Unlock()
-			})
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-s.done })
-	return s
-}
-
-// check waits until ids 0…n-1 all arrived, then reports losses and
-// duplicates.
-func (s *sink) check(t testing.TB, n int64, within time.Duration) (missing []int64, dups int) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		s.mu.Lock()
-		missing, dups = nil, 0
-		for id := range n {
-			switch c := s.ids[id]; {
-			case c == 0:
-				missing = append(missing, id)
-			case c > 1:
-				dups += c - 1
-			}
-		}
-		s.mu.Unlock()
-		if len(missing) == 0 || time.Now().After(deadline) {
-			return missing, dups
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // waitSwitched waits until the topology runs a revision other than from,
 // with nothing left phasing out.
@@ -205,8 +64,8 @@ func TestUpgradesUnderLoad(t *testing.T) {
 	twoTeams(t, c, "fn:v1")
 	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 
-	out := startSink(t, b.Addr(), "enriched")
-	in := startFeed(t, b.Addr(), "orders", 200)
+	out := brokertest.StartSink(t, b.Addr(), "enriched")
+	in := brokertest.StartFeed(t, b.Addr(), "orders", 200)
 	time.Sleep(2 * time.Second)
 	active := getTopology(t, c, "pipe").Status.Active
 	// A function killed mid-stream: its sidecar waits for it (restarted,
@@ -237,9 +96,8 @@ func TestUpgradesUnderLoad(t *testing.T) {
 		active = next
 		time.Sleep(time.Second)
 	}
-	in.halt()
-	n := in.sent.Load()
-	missing, dups := out.check(t, n, time.Minute)
+	n := in.Halt()
+	missing, dups := out.Check(n, time.Minute)
 	if len(missing) > 0 {
 		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
 	}
@@ -255,16 +113,7 @@ func TestUpgradesUnderLoad(t *testing.T) {
 			t.Errorf("%d records dead-lettered on partition %d: a killed function is no record's fault", o.Offset, o.Partition)
 		}
 	})
-	out.mu.Lock()
-	revs := slices.Sorted(func(yield func(string) bool) {
-		for r := range out.revisions {
-			if !yield(r) {
-				return
-			}
-		}
-	})
-	out.mu.Unlock()
-	t.Logf("%d ids, by revision: %v", n, revs)
+	t.Logf("%d ids, by revision: %v", n, out.Revisions())
 }
 
 // TestFaultsExactlyOnce: an exactly-once pipeline loses and repeats
@@ -281,8 +130,8 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
 	twoTeams(t, c, "fn:v1")
 	runPipe(t, c, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
-	out := startSink(t, b.Addr(), "enriched")
-	in := startFeed(t, b.Addr(), "orders", 100)
+	out := brokertest.StartSink(t, b.Addr(), "enriched")
+	in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
 	time.Sleep(3 * time.Second)
 
 	// An upgrade, the controller killed as it starts.
@@ -309,9 +158,8 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 2}, v1alpha1.PartRef{Name: "b", Revision: rev})
 	waitSwitched(t, c, active)
 	time.Sleep(2 * time.Second)
-	in.halt()
-	n := in.sent.Load()
-	missing, dups := out.check(t, n, 2*time.Minute)
+	n := in.Halt()
+	missing, dups := out.Check(n, 2*time.Minute)
 	if len(missing) > 0 {
 		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
 	}
@@ -336,12 +184,11 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 			createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
 			twoTeams(t, c, "fn:v1")
 			runPipe(t, c, v1alpha1.TopologySpec{Delivery: delivery, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
-			out := startSink(t, b.Addr(), "enriched")
-			in := startFeed(t, b.Addr(), "orders", 100)
+			out := brokertest.StartSink(t, b.Addr(), "enriched")
+			in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
 			time.Sleep(10 * time.Second)
-			in.halt()
-			n := in.sent.Load()
-			missing, dups := out.check(t, n, 2*time.Minute)
+			n := in.Halt()
+			missing, dups := out.Check(n, 2*time.Minute)
 			if len(missing) > 0 {
 				t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
 			}
@@ -371,8 +218,8 @@ func TestImageCannotBePulled(t *testing.T) {
 	twoTeams(t, c, "fn:v1")
 	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	first := getTopology(t, c, "pipe").Status.Active
-	out := startSink(t, b.Addr(), "enriched")
-	in := startFeed(t, b.Addr(), "orders", 100)
+	out := brokertest.StartSink(t, b.Addr(), "enriched")
+	in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
 	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:missing"}
 	})
@@ -387,9 +234,8 @@ func TestImageCannotBePulled(t *testing.T) {
 		t.Errorf("UpgradeFailed: %s", msg)
 	}
 	time.Sleep(time.Second)
-	in.halt()
-	n := in.sent.Load()
-	if missing, dups := out.check(t, n, time.Minute); len(missing) > 0 || dups > 0 {
+	n := in.Halt()
+	if missing, dups := out.Check(n, time.Minute); len(missing) > 0 || dups > 0 {
 		t.Errorf("while the upgrade failed: %d of %d ids missing, %d duplicates", len(missing), n, dups)
 	}
 	if tp := getTopology(t, c, "pipe"); tp.Status.Active != first {

@@ -1,0 +1,172 @@
+package brokertest
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Feed produces increasing ids to a topic (the id as key and value, the
+// send time in a header "sent") until halted. Each id is retried until
+// acknowledged: the feed never loses one itself.
+type Feed struct {
+	stop chan struct{}
+	done chan struct{}
+	sent atomic.Int64
+}
+
+// StartFeed feeds topic on the broker at addr perSecond ids a second;
+// opts add to the client's (a dialer, for one).
+func StartFeed(t testing.TB, addr, topic string, perSecond int, opts ...kgo.Opt) *Feed {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Feed{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		defer cl.Close()
+		tick := time.NewTicker(time.Second / time.Duration(perSecond))
+		defer tick.Stop()
+		for id := int64(0); ; id++ {
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+			v := []byte(strconv.FormatInt(id, 10))
+			r := &kgo.Record{Key: v, Value: v, Headers: []kgo.RecordHeader{{Key: "sent", Value: []byte(time.Now().Format(time.RFC3339Nano))}}}
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := cl.ProduceSync(ctx, r).FirstErr()
+				cancel()
+				if err == nil {
+					break
+				}
+				select {
+				case <-f.stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			f.sent.Add(1)
+		}
+	}()
+	t.Cleanup(func() { f.Halt() })
+	return f
+}
+
+// Sent is how many ids the broker acknowledged so far.
+func (f *Feed) Sent() int64 { return f.sent.Load() }
+
+// Halt stops the feed and returns how many ids it sent (0…n-1).
+func (f *Feed) Halt() int64 {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	<-f.done
+	return f.sent.Load()
+}
+
+// Sink reads a topic (read committed) from its start and keeps what
+// arrived, with the revision that wrote it (the transitrevision
+// attribute).
+type Sink struct {
+	mu        sync.Mutex
+	ids       map[int64]int // id → times seen
+	revisions map[string]int
+	events    []Event
+	done      chan struct{}
+}
+
+// Event is one record the sink read.
+type Event struct {
+	ID       int64
+	Revision string
+	At       time.Time
+}
+
+// StartSink reads topic on the broker at addr until the test ends; opts
+// add to the client's.
+func StartSink(t testing.TB, addr, topic string, opts ...kgo.Opt) *Sink {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Sink{ids: map[int64]int{}, revisions: map[string]int{}, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer cl.Close()
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				id, err := strconv.ParseInt(string(r.Value), 10, 64)
+				if err != nil {
+					return
+				}
+				rev := ""
+				for _, h := range r.Headers {
+					if h.Key == "ce_transitrevision" {
+						rev = string(h.Value)
+					}
+				}
+				s.mu.Lock()
+				s.ids[id]++
+				s.revisions[rev]++
+				s.events = append(s.events, Event{ID: id, Revision: rev, At: time.Now()})
+				s.mu.Unlock()
+			})
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-s.done })
+	return s
+}
+
+// Events is every record read so far, in order.
+func (s *Sink) Events() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
+}
+
+// Revisions are the revisions that wrote what was read, sorted.
+func (s *Sink) Revisions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.revisions))
+}
+
+// Check waits until ids 0…n-1 all arrived or within passed, then reports
+// the ids missing and how many records repeated one.
+func (s *Sink) Check(n int64, within time.Duration) (missing []int64, dups int) {
+	deadline := time.Now().Add(within)
+	for {
+		s.mu.Lock()
+		missing, dups = nil, 0
+		for id := range n {
+			switch c := s.ids[id]; {
+			case c == 0:
+				missing = append(missing, id)
+			case c > 1:
+				dups += c - 1
+			}
+		}
+		s.mu.Unlock()
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return missing, dups
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
