@@ -85,6 +85,7 @@ func TestKubernetesLifecycle(t *testing.T) {
 	}{
 		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
 		{"relations addon: consumers wait, changes roll out, namespaces, pin, controller down, removal", testKubeRelations},
+		{"streams addon: two teams' parts, 20 upgrades under load, GC, workers replaced, removal", testKubeStreams},
 		{"scale workers down: evictions honour a PodDisruptionBudget", testKubeDrainPDB},
 		{"a budget that forbids eviction: the node is skipped, exit 3", testKubeRefusedDrain},
 		{"masters 1 → 3 → 2: etcd quorum held, the API answers", testKubeMasters},
