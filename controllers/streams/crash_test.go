@@ -18,10 +18,10 @@ import (
 
 // TestCrashAtEveryWrite runs a topology's whole life — first revision, a
 // cold upgrade, the switch, the old revision collected — under a
-// controller killed at its 1st write, then (restarted) at its 2nd, and so
-// on: every write from the crash on is lost. Whatever the crash point,
-// one composition makes one revision, the switch happens once, and the
-// end state is the same.
+// controller killed at its 1st write (to the API server or to Kafka),
+// then (restarted) at its 2nd, and so on: every write from the crash on
+// is lost. Whatever the crash point, one composition makes one revision,
+// the switch happens once, and the end state is the same.
 func TestCrashAtEveryWrite(t *testing.T) {
 	e := startEnv(t)
 	b := brokertest.Start(t)
@@ -134,7 +134,10 @@ func TestCrashAtEveryWrite(t *testing.T) {
 	if len(made) != 2 || !made[first] || !made[second] {
 		t.Errorf("revisions made across %d crashes: %v, want %s and %s only", crashes, made, first, second)
 	}
-	t.Logf("converged after %d crashes", crashes)
+	t.Logf("converged after %d crashes, %d of them at a write to Kafka", crashes, kafkaCrashes.Load())
+	if kafkaCrashes.Load() == 0 {
+		t.Error("no crash struck a write to Kafka")
+	}
 
 	tp := getTopology(t, c, "pipe")
 	if !meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionValid) {

@@ -82,7 +82,16 @@ func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, lim
 	c := mgr.GetClient()
 	if limit > 0 {
 		var once sync.Once
-		c = &crashingClient{Client: c, limit: limit, crash: func() { once.Do(func() { close(crashed); cancel() }) }}
+		cc := &crashingClient{Client: c, limit: limit, crash: func() { once.Do(func() { close(crashed); cancel() }) }}
+		// Kafka's writes count among the controller's writes.
+		admin.BeforeWrite = func(what string) error {
+			err := cc.write()
+			if err != nil {
+				kafkaCrashes.Add(1)
+			}
+			return err
+		}
+		c = cc
 	}
 	if err := (&streams.PartReconciler{Client: c}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -110,8 +119,12 @@ func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, lim
 
 var errCrashed = errors.New("the controller crashed (test)")
 
-// crashingClient drops its limit-th write and every later one, and
-// crashes the controller.
+// kafkaCrashes counts crashes at a write to Kafka.
+var kafkaCrashes atomic.Int64
+
+// crashingClient drops its limit-th write and every later one (to the
+// API server or, through the Admin's BeforeWrite, to Kafka), and crashes
+// the controller.
 type crashingClient struct {
 	client.Client
 	writes atomic.Int64

@@ -22,6 +22,11 @@ type Offsets map[int32]int64
 
 // Admin asks Kafka clusters.
 type Admin struct {
+	// BeforeWrite, if set, is asked before each write to Kafka (a topic
+	// created or deleted, a start committed, a group deleted); its error
+	// stops the write. Crash tests count writes with it.
+	BeforeWrite func(what string) error
+
 	opts []kgo.Opt
 
 	mu      sync.Mutex
@@ -67,6 +72,13 @@ func (a *Admin) admin(bootstrap string) (*kadm.Client, error) {
 	return kadm.NewClient(c), nil
 }
 
+func (a *Admin) write(what string) error {
+	if a.BeforeWrite == nil {
+		return nil
+	}
+	return a.BeforeWrite(what)
+}
+
 // Reachable asks the cluster for its brokers.
 func (a *Admin) Reachable(ctx context.Context, bootstrap string) error {
 	adm, err := a.admin(bootstrap)
@@ -84,6 +96,9 @@ func (a *Admin) Reachable(ctx context.Context, bootstrap string) error {
 func (a *Admin) EnsureTopic(ctx context.Context, bootstrap, topic string, partitions int32) error {
 	adm, err := a.admin(bootstrap)
 	if err != nil {
+		return err
+	}
+	if err := a.write("create topic " + topic); err != nil {
 		return err
 	}
 	resp, err := adm.CreateTopic(ctx, partitions, -1, nil, topic)
@@ -121,6 +136,9 @@ func (a *Admin) Partitions(ctx context.Context, bootstrap, topic string) (int32,
 func (a *Admin) DeleteTopic(ctx context.Context, bootstrap, topic string) error {
 	adm, err := a.admin(bootstrap)
 	if err != nil {
+		return err
+	}
+	if err := a.write("delete topic " + topic); err != nil {
 		return err
 	}
 	resp, err := adm.DeleteTopic(ctx, topic)
@@ -347,6 +365,9 @@ func (a *Admin) CommitStart(ctx context.Context, bootstrap, group, topic string,
 	if err != nil {
 		return err
 	}
+	if err := a.write("commit the start of group " + group); err != nil {
+		return err
+	}
 	if err := adm.CommitAllOffsets(ctx, group, os); err != nil {
 		return fmt.Errorf("kafka %s: commit start of group %s: %w", bootstrap, group, err)
 	}
@@ -357,6 +378,9 @@ func (a *Admin) CommitStart(ctx context.Context, bootstrap, group, topic string,
 func (a *Admin) DeleteGroup(ctx context.Context, bootstrap, group string) error {
 	adm, err := a.admin(bootstrap)
 	if err != nil {
+		return err
+	}
+	if err := a.write("delete group " + group); err != nil {
 		return err
 	}
 	resp, err := adm.DeleteGroup(ctx, group)
