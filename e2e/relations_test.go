@@ -38,14 +38,7 @@ var (
 // controller down, annotated creates are refused clearly, and the next
 // apply heals it; removing the addon leaves the CRDs and users' objects.
 func testKubeRelations(t *testing.T, c *cluster) {
-	c.cfg.Addons = []districts.Addon{{Name: "relations"}}
-	c.writeConfig()
-	start := time.Now()
-	c.apply()
-	t.Logf("apply with the relations addon converged in %s", time.Since(start).Round(time.Second))
-	if r := c.transit("status"); !strings.Contains(r.stdout, "Addon relations: serving.") {
-		t.Errorf("status does not report the relations addon serving:\n%s", r.stdout)
-	}
+	c.installAddon("relations")
 	ctx := context.Background()
 	k := c.kube()
 	dyn := c.dynamic()
@@ -96,7 +89,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	if _, err := k.CoreV1().Services("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	start = time.Now()
+	start := time.Now()
 	eventually(t, 3*time.Minute, "every app pod runs with DB=db1", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db1.example.com") })
 	t.Logf("provider created → 3 consumers running with it: %s", time.Since(start).Round(time.Second))
 
@@ -298,6 +291,20 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	}
 	if err := k.CoreV1().Namespaces().Delete(ctx, "team", metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
+	}
+}
+
+// installAddon makes name cluster.json's only addon and applies; status
+// must report it serving.
+func (c *cluster) installAddon(name string) {
+	c.tb.Helper()
+	c.cfg.Addons = []districts.Addon{{Name: name}}
+	c.writeConfig()
+	start := time.Now()
+	c.apply()
+	c.tb.Logf("apply with the %s addon converged in %s", name, time.Since(start).Round(time.Second))
+	if r := c.transit("status"); !strings.Contains(r.stdout, "Addon "+name+": serving.") {
+		c.tb.Errorf("status does not report the %s addon serving:\n%s", name, r.stdout)
 	}
 }
 

@@ -43,14 +43,7 @@ const streamsUpgrades = 20
 // The ids are fed and read from the host through a node port to the
 // broker: every id arrives, none twice.
 func testKubeStreams(t *testing.T, c *cluster) {
-	c.cfg.Addons = []districts.Addon{{Name: "streams"}}
-	c.writeConfig()
-	start := time.Now()
-	c.apply()
-	t.Logf("apply with the streams addon converged in %s", time.Since(start).Round(time.Second))
-	if r := c.transit("status"); !strings.Contains(r.stdout, "Addon streams: serving.") {
-		t.Errorf("status does not report the streams addon serving:\n%s", r.stdout)
-	}
+	c.installAddon("streams")
 	ctx := context.Background()
 	k := c.kube()
 	admin := c.streamsClient("")
@@ -102,7 +95,7 @@ func testKubeStreams(t *testing.T, c *cluster) {
 	if err := admin.Create(ctx, topo); err != nil {
 		t.Fatal(err)
 	}
-	start = time.Now()
+	start := time.Now()
 	active := waitTopology(t, admin, "", 5*time.Minute)
 	t.Logf("the pipeline ran (4 pods, real kubelets) %s after its Topology", time.Since(start).Round(time.Second))
 
@@ -126,7 +119,13 @@ func testKubeStreams(t *testing.T, c *cluster) {
 		pinParts(t, admin, []v1alpha1.PartRef{{Name: "a", Revision: revs["a"]}, {Name: "b", Revision: revs["b"]}})
 		next := waitTopology(t, admin, active, 3*time.Minute)
 		if part == "b" { // the sink's writer changed: its events show the pause
-			first, lastOld := switchAt(t, out, active, next)
+			var lastOld, first time.Time
+			eventually(t, time.Minute, "the first event of "+next+" at the sink", func(context.Context) error {
+				if lastOld, first = out.Switch(active, next); first.IsZero() {
+					return fmt.Errorf("none yet")
+				}
+				return nil
+			})
 			pauses = append(pauses, first.Sub(lastOld))
 			updates = append(updates, first.Sub(pinned))
 		}
@@ -410,29 +409,6 @@ func waitTopology(t *testing.T, c client.Client, from string, within time.Durati
 		return nil
 	})
 	return active
-}
-
-// switchAt is when the sink first read an event of revision next, and
-// last one of revision old.
-func switchAt(t *testing.T, s *brokertest.Sink, old, next string) (first, lastOld time.Time) {
-	t.Helper()
-	eventually(t, time.Minute, "the first event of "+next+" at the sink", func(context.Context) error {
-		for _, ev := range s.Events() {
-			switch ev.Revision {
-			case next:
-				if first.IsZero() {
-					first = ev.At
-				}
-			case old:
-				lastOld = ev.At
-			}
-		}
-		if first.IsZero() {
-			return fmt.Errorf("none yet")
-		}
-		return nil
-	})
-	return first, lastOld
 }
 
 // processorNodes names the nodes running the pipeline's pods.

@@ -120,16 +120,7 @@ func BenchmarkUpgrade(b *testing.B) {
 				next := waitSwitched(b, c, active)
 				var first, lastOld time.Time
 				eventually(b, "the new revision's first event", func() (bool, string) {
-					for _, ev := range out.Events() {
-						switch ev.Revision {
-						case next:
-							if first.IsZero() {
-								first = ev.At
-							}
-						case active:
-							lastOld = ev.At
-						}
-					}
+					lastOld, first = out.Switch(active, next)
 					return !first.IsZero(), ""
 				})
 				pauses = append(pauses, first.Sub(lastOld))
@@ -180,12 +171,7 @@ func BenchmarkGC(b *testing.B) {
 		pin(b, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
 		next := waitSwitched(b, c, active)
 		finished := time.Now()
-		var lastOld time.Time
-		for _, ev := range out.Events() {
-			if ev.Revision == active {
-				lastOld = ev.At
-			}
-		}
+		lastOld, _ := out.Switch(active, next)
 		gone = append(gone, finished.Sub(lastOld))
 		active = next
 	}

@@ -85,13 +85,12 @@ type Sink struct {
 	mu        sync.Mutex
 	ids       map[int64]int // id → times seen
 	revisions map[string]int
-	events    []Event
+	events    []event
 	done      chan struct{}
 }
 
-// Event is one record the sink read.
-type Event struct {
-	ID       int64
+// event is one record the sink read.
+type event struct {
 	Revision string
 	At       time.Time
 }
@@ -125,7 +124,7 @@ func StartSink(t testing.TB, addr, topic string, opts ...kgo.Opt) *Sink {
 				s.mu.Lock()
 				s.ids[id]++
 				s.revisions[rev]++
-				s.events = append(s.events, Event{ID: id, Revision: rev, At: time.Now()})
+				s.events = append(s.events, event{Revision: rev, At: time.Now()})
 				s.mu.Unlock()
 			})
 		}
@@ -134,11 +133,22 @@ func StartSink(t testing.TB, addr, topic string, opts ...kgo.Opt) *Sink {
 	return s
 }
 
-// Events is every record read so far, in order.
-func (s *Sink) Events() []Event {
+// Switch is when the sink last read an event of revision old and first
+// one of next (zero: none yet).
+func (s *Sink) Switch(old, next string) (lastOld, first time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.events)
+	for _, ev := range s.events {
+		switch ev.Revision {
+		case next:
+			if first.IsZero() {
+				first = ev.At
+			}
+		case old:
+			lastOld = ev.At
+		}
+	}
+	return lastOld, first
 }
 
 // Revisions are the revisions that wrote what was read, sorted.
