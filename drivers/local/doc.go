@@ -40,6 +40,13 @@
 // node's cgroups, removes them, the namespace and the veth, the node's files
 // and record, and the bridge once the district has no nodes and groups.
 //
+// # Networks
+//
+// With Options.Network a district lives in a network namespace instead of
+// the host's: its bridge, chains and host-side veths are made there and
+// the namespace is the nodes' gateway (netns.go). Two such districts may
+// share a subnet. cloudsim uses it to keep emulated cloud networks apart.
+//
 // # Records
 //
 // The host is the "cloud API". Records live under Options.Root

@@ -32,6 +32,9 @@ type Options struct {
 	Root    string        // default DefaultRoot
 	SSHWait time.Duration // default DefaultSSHWait
 	Clock   clock.Clock   // default clock.Real{}
+	// Network is a network namespace (a path such as /run/netns/NAME)
+	// the district lives in instead of the host's (netns.go).
+	Network string
 }
 
 type driver struct {
@@ -95,7 +98,12 @@ func New(_ context.Context, d districts.District, opts Options) (provider.Infras
 	if err := checkRoot(root); err != nil {
 		return nil, err
 	}
-	return &driver{
+	if opts.Network != "" {
+		if _, err := os.Stat(opts.Network); err != nil {
+			return nil, fmt.Errorf("district %q: network namespace: %w", d.ID, err)
+		}
+	}
+	drv := &driver{
 		root:        root,
 		district:    d.ID,
 		subnet:      subnet,
@@ -105,7 +113,11 @@ func New(_ context.Context, d districts.District, opts Options) (provider.Infras
 		sshWait:     opts.SSHWait,
 		clock:       opts.Clock,
 		hierarchies: hs,
-	}, nil
+	}
+	if opts.Network != "" {
+		return netnsDriver{d: drv, path: opts.Network}, nil
+	}
+	return drv, nil
 }
 
 // checkRoot refuses a root that someone but root could change: the root

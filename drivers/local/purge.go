@@ -41,7 +41,11 @@ func Purge(ctx context.Context, root string) error {
 		if !e.IsDir() || !validName(e.Name()) {
 			continue
 		}
-		if err := purgeDistrict(ctx, root, e.Name(), hs, parents); err != nil {
+		purge := func() error { return purgeDistrict(ctx, root, e.Name(), hs, parents) }
+		if ns := districtNetwork(root, e.Name()); ns != "" {
+			purge = func() error { return inNetns(ns, func() error { return purgeDistrict(ctx, root, e.Name(), hs, parents) }) }
+		}
+		if err := purge(); err != nil {
 			errs = append(errs, fmt.Errorf("purge district %s: %w", e.Name(), err))
 		}
 	}
