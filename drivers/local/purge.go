@@ -43,7 +43,9 @@ func Purge(ctx context.Context, root string) error {
 		}
 		purge := func() error { return purgeDistrict(ctx, root, e.Name(), hs, parents) }
 		if ns := districtNetwork(root, e.Name()); ns != "" {
-			purge = func() error { return inNetns(ns, func() error { return purgeDistrict(ctx, root, e.Name(), hs, parents) }) }
+			purge = func() error {
+				return inNetns(ns, func() error { return purgeDistrict(ctx, root, e.Name(), hs, parents) })
+			}
 		}
 		if err := purge(); err != nil {
 			errs = append(errs, fmt.Errorf("purge district %s: %w", e.Name(), err))
