@@ -42,13 +42,18 @@ type Backer struct {
 	// a public address apart from its private one (nat.go); empty: a
 	// machine's one address is both.
 	PublicPool string
+	// Apart keeps each region's network apart from the others' and from
+	// the host's, reached only through public addresses (apart.go); it
+	// needs a PublicPool. Off, every machine reaches every private
+	// address through the host.
+	Apart bool
 
 	natMu      sync.Mutex // serializes changes of the nat table (nat.go)
 	mu         sync.Mutex
 	started    []string // every machine started, for HostNames
 	drivers    map[string]*backedRegion
-	public     map[string][2]string // machine id → public, private address
-	lastPublic netip.Addr           // the public address handed out last
+	public     map[string]mapping // machine id → its public address
+	lastPublic netip.Addr         // the public address handed out last
 }
 
 type backedRegion struct {
@@ -74,11 +79,18 @@ func (b *Backer) region(ctx context.Context, region string) (*backedRegion, erro
 		return nil, fmt.Errorf("cloudsim: no local subnet backs region %q", region)
 	}
 	d := districts.District{ID: District(region), Provider: districts.ProviderLocal, LocalSubnet: subnet}
-	drv, err := local.New(ctx, d, local.Options{Root: b.Root})
+	opts := local.Options{Root: b.Root}
+	if b.Apart {
+		var err error
+		if opts.Network, err = b.ensureRouter(ctx, region); err != nil {
+			return nil, err
+		}
+	}
+	drv, err := local.New(ctx, d, opts)
 	if err != nil {
 		return nil, fmt.Errorf("cloudsim: back region %s: %w", region, err)
 	}
-	g, err := drv.EnsureGroup(ctx, groupSpec(d.ID, nil))
+	g, err := drv.EnsureGroup(ctx, groupSpec(d.ID, b.operator(region)))
 	if err != nil {
 		return nil, fmt.Errorf("cloudsim: back region %s: %w", region, err)
 	}
@@ -88,6 +100,18 @@ func (b *Backer) region(ctx context.Context, region string) (*backedRegion, erro
 	}
 	b.drivers[region] = r
 	return r, nil
+}
+
+// operator is where the host's own traffic (transit's SSH) comes from:
+// with Apart, the host's end of the region's uplink, which every firewall
+// of the region lets in as a cloud's lets in its operator. Without, the
+// local driver allows the host anyway.
+func (b *Backer) operator(region string) []string {
+	if !b.Apart {
+		return nil
+	}
+	host, _ := uplinkAddrs(b.Root, region)
+	return []string{host.String()}
 }
 
 func groupSpec(district string, sources []string) provider.GroupSpec {
@@ -124,7 +148,7 @@ func (b *Backer) Start(ctx context.Context, region, name, authorizedKey string) 
 	b.mu.Unlock()
 	m := cloudsim.Machine{ID: inst.ProviderID, Address: inst.PrivateIP, HostKeys: inst.HostKeys}
 	if b.PublicPool != "" {
-		if m.Address, err = b.mapPublic(ctx, inst.ProviderID, inst.PrivateIP); err != nil {
+		if m.Address, err = b.mapPublic(ctx, region, inst.ProviderID, inst.PrivateIP); err != nil {
 			_ = r.drv.Terminate(context.WithoutCancel(ctx), inst)
 			return cloudsim.Machine{}, err
 		}
@@ -231,7 +255,7 @@ func (b *Backer) PowerOn(ctx context.Context, region, id string) (cloudsim.Machi
 	if b.PublicPool != "" {
 		public, ok := b.publicOf(id)
 		if !ok {
-			if public, err = b.mapPublic(ctx, id, inst.PrivateIP); err != nil {
+			if public, err = b.mapPublic(ctx, region, id, inst.PrivateIP); err != nil {
 				return cloudsim.Machine{}, errors.Join(err, p.PowerOff(context.WithoutCancel(ctx), id))
 			}
 		}
@@ -256,7 +280,7 @@ func (b *Backer) Allow(ctx context.Context, region string, sources []string) err
 			addrs = append(addrs, b.privateOf(a.String()))
 		}
 	}
-	_, err = r.drv.EnsureGroup(ctx, groupSpec(District(region), addrs))
+	_, err = r.drv.EnsureGroup(ctx, groupSpec(District(region), append(addrs, b.operator(region)...)))
 	return err
 }
 
@@ -272,12 +296,17 @@ func (b *Backer) Destroy(ctx context.Context) error {
 	if err := removeNAT(ctx, b.Root); err != nil {
 		return fmt.Errorf("cloudsim: remove the public addresses: %w", err)
 	}
+	if err := b.removeRouters(ctx); err != nil {
+		return fmt.Errorf("cloudsim: remove the regions' networks: %w", err)
+	}
 	return nil
 }
 
 // HostNames are the names of everything the backer made on the host
-// (local.HostNames, and its nat chains as "nat chain …"), also of what it
-// tore down since: a test checks none is left after Destroy.
+// (local.HostNames, and its nat chains as "nat chain …"; with Apart,
+// each region's router and uplink, the forward chain and the machines'
+// namespaces and cgroups: the rest lives in the routers), also of what it tore down since: a
+// test checks none is left after Destroy.
 func (b *Backer) HostNames() []string {
 	b.mu.Lock()
 	ids := slices.Clone(b.started)
@@ -288,7 +317,18 @@ func (b *Backer) HostNames() []string {
 	}
 	slices.Sort(ds)
 	dnat, snat := natChains(b.Root)
-	return append(local.HostNames(b.Root, Cluster, ds, ids), "nat chain "+dnat, "nat chain "+snat)
+	names := append(local.HostNames(b.Root, Cluster, ds, ids), "nat chain "+dnat, "nat chain "+snat)
+	if b.Apart {
+		// The regions' bridges, veths and chains are in their routers.
+		names = []string{"chain " + forwardChain(b.Root)}
+		for _, id := range ids {
+			names = append(names, "netns transit-"+id, "cgroup transit/"+id)
+		}
+		for region := range b.Subnets {
+			names = append(names, "netns "+routerName(b.Root, region), "link "+uplinkName(b.Root, region))
+		}
+	}
+	return names
 }
 
 var _ cloudsim.Backer = (*Backer)(nil)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/drivers/drivertest"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -134,4 +135,85 @@ func onHost(name string) bool {
 		return len(dirs) > 0
 	}
 	panic("unknown kind in " + name)
+}
+
+// TestNetworksApart: with Apart, each region is its own network. Two
+// regions on one private subnet give their first machines one private
+// address, and the host still reaches each by its public one. A machine
+// reaches a neighbour's private address, another region's machine only
+// through its public address (as that region's firewall allows: the
+// source is the sender's public address) and never another region's
+// private address. Destroy leaves nothing on the host.
+func TestNetworksApart(t *testing.T) {
+	const regionA, regionB, regionC = "aws:eu-west-3", "gce:europe-west9", "openstack:RegionTwo"
+	b := ForTest(t, testRoot, map[string]string{regionA: "10.245.5.0/24", regionB: "10.245.5.0/24", regionC: "10.245.6.0/24"})
+	b.PublicPool, b.Apart = testPublic, true
+	ctx := t.Context()
+	key, keyFile := drivertest.NewKeyFile(t)
+	start := func(region, name string) cloudsim.Machine {
+		t.Helper()
+		m, err := b.Start(ctx, region, name, key)
+		if err != nil {
+			t.Fatalf("start %s in %s: %v", name, region, err)
+		}
+		out, err := drivertest.SSHRun(t, m.Address, keyFile, m.HostKeys, "hostname")
+		if err != nil || strings.TrimSpace(out) != name {
+			t.Fatalf("ssh root@%s (%s): %v %q", m.Address, name, err, out)
+		}
+		return m
+	}
+	m1, m2, m3, m4 := start(regionA, "apart-1"), start(regionA, "apart-2"), start(regionB, "apart-3"), start(regionC, "apart-4")
+	if m1.PrivateAddress != m3.PrivateAddress {
+		t.Errorf("the first machines of one subnet in two regions: %s and %s, want one private address", m1.PrivateAddress, m3.PrivateAddress)
+	}
+	for region, sources := range map[string][]string{
+		regionA: {m1.PrivateAddress, m2.PrivateAddress},
+		regionB: {m1.Address},
+		regionC: {m1.Address},
+	} {
+		if err := b.Allow(ctx, region, sources); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reaches := func(from cloudsim.Machine, addr string) bool {
+		t.Helper()
+		out, err := drivertest.SSHRun(t, from.Address, keyFile, from.HostKeys,
+			"timeout 3 bash -c 'exec 3<>/dev/tcp/"+addr+"/22 && head -c 7 <&3' || true")
+		if err != nil {
+			t.Fatalf("ssh root@%s: %v", from.Address, err)
+		}
+		return strings.TrimSpace(out) == "SSH-2.0"
+	}
+	for _, c := range []struct {
+		what string
+		from cloudsim.Machine
+		to   string
+		want bool
+	}{
+		{"a neighbour's private address", m1, m2.PrivateAddress, true},
+		{"a neighbour's public address", m1, m2.Address, true},
+		{"another cloud's machine by its public address", m1, m3.Address, true},
+		{"another region's machine by its public address", m1, m4.Address, true},
+		{"another region's private address", m1, m4.PrivateAddress, false},
+		{"a machine whose firewall lets in only the other's public address", m2, m3.Address, false},
+	} {
+		if got := c.from.Address != "" && reaches(c.from, c.to); got != c.want {
+			t.Errorf("%s (%s → %s): reached %t, want %t", c.what, c.from.PrivateAddress, c.to, got, c.want)
+		}
+	}
+
+	names := b.HostNames()
+	for _, n := range names {
+		if !onHost(n) {
+			t.Errorf("%s: not on the host while the machines run", n)
+		}
+	}
+	if err := b.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if onHost(n) {
+			t.Errorf("%s: still on the host after Destroy", n)
+		}
+	}
 }

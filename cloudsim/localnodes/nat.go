@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strings"
 )
 
@@ -28,27 +27,32 @@ func natChains(root string) (dnat, snat string) {
 	return "CLOUDSIM-D-" + h, "CLOUDSIM-S-" + h
 }
 
-func iptables(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-t", "nat"}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("iptables -t nat %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+func iptables(ctx context.Context, args ...string) error { return natIn(ctx, "", args...) }
+
+// natIn changes the nat table of the network namespace at netns ("": the
+// host's).
+func natIn(ctx context.Context, netns string, args ...string) error {
+	args = append([]string{"-w", "-t", "nat"}, args...)
+	if netns == "" {
+		return sh(ctx, "iptables", args...)
 	}
-	return nil
+	return sh(ctx, "nsenter", append([]string{"--net=" + netns, "--", "iptables"}, args...)...)
 }
 
-// ensureNAT creates the chains and their jumps once.
-func (b *Backer) ensureNAT(ctx context.Context) error {
+// ensureNAT creates the chains and their jumps once, in the namespace at
+// netns ("": the host's).
+func (b *Backer) ensureNAT(ctx context.Context, netns string) error {
 	dnat, snat := natChains(b.Root)
 	for _, c := range []string{dnat, snat} {
-		if iptables(ctx, "-S", c) != nil {
-			if err := iptables(ctx, "-N", c); err != nil {
+		if natIn(ctx, netns, "-S", c) != nil {
+			if err := natIn(ctx, netns, "-N", c); err != nil {
 				return err
 			}
 		}
 	}
 	for _, j := range [][2]string{{"PREROUTING", dnat}, {"OUTPUT", dnat}, {"POSTROUTING", snat}} {
-		if iptables(ctx, "-C", j[0], "-j", j[1]) != nil {
-			if err := iptables(ctx, "-A", j[0], "-j", j[1]); err != nil {
+		if natIn(ctx, netns, "-C", j[0], "-j", j[1]) != nil {
+			if err := natIn(ctx, netns, "-A", j[0], "-j", j[1]); err != nil {
 				return err
 			}
 		}
@@ -64,19 +68,23 @@ func natRules(root, public, private string) [][]string {
 	}
 }
 
-// mapPublic gives a machine's private address a public one.
-func (b *Backer) mapPublic(ctx context.Context, id, private string) (string, error) {
+// mapping is a machine's public address.
+type mapping struct{ public, private, region string }
+
+// mapPublic gives a machine's private address a public one: on the host,
+// or with Apart in its region's router, which the host routes it to.
+func (b *Backer) mapPublic(ctx context.Context, region, id, private string) (string, error) {
 	pool, err := netip.ParsePrefix(b.PublicPool)
 	if err != nil || !pool.Addr().Is4() {
 		return "", fmt.Errorf("cloudsim: public pool %q is not an IPv4 CIDR", b.PublicPool)
 	}
 	b.mu.Lock()
 	if b.public == nil {
-		b.public = map[string][2]string{}
+		b.public = map[string]mapping{}
 	}
 	used := map[string]bool{}
 	for _, m := range b.public {
-		used[m[0]] = true
+		used[m.public] = true
 	}
 	// The first free address after the last one handed out, wrapping
 	// around: a freed address goes to someone else only once the others
@@ -104,21 +112,37 @@ func (b *Backer) mapPublic(ctx context.Context, id, private string) (string, err
 		b.mu.Unlock()
 		return "", fmt.Errorf("cloudsim: public pool %s is exhausted", b.PublicPool)
 	}
-	b.public[id] = [2]string{public, private}
+	m := mapping{public, private, region}
+	b.public[id] = m
 	b.mu.Unlock()
-	// One change of the nat table at a time: concurrent iptables-nft
+	// One change of a nat table at a time: concurrent iptables-nft
 	// commands race on the table's generation.
 	b.natMu.Lock()
 	defer b.natMu.Unlock()
-	if err := b.ensureNAT(ctx); err != nil {
+	netns, rules := b.natOf(m)
+	if err := b.ensureNAT(ctx, netns); err != nil {
 		return "", err
 	}
-	for _, r := range natRules(b.Root, public, private) {
-		if err := iptables(ctx, append([]string{"-A"}, r...)...); err != nil {
+	for _, r := range rules {
+		if err := natIn(ctx, netns, append([]string{"-A"}, r...)...); err != nil {
+			return "", err
+		}
+	}
+	if b.Apart {
+		_, router := uplinkAddrs(b.Root, region)
+		if err := sh(ctx, "ip", "route", "replace", public+"/32", "via", router.String(), "dev", uplinkName(b.Root, region)); err != nil {
 			return "", err
 		}
 	}
 	return public, nil
+}
+
+// natOf is where a mapping's rules live and what they are.
+func (b *Backer) natOf(m mapping) (netns string, rules [][]string) {
+	if b.Apart {
+		return routerPath(b.Root, m.region), routerNATRules(b.Root, m.public, m.private)
+	}
+	return "", natRules(b.Root, m.public, m.private)
 }
 
 // unmapPublic drops a machine's public address.
@@ -132,10 +156,14 @@ func (b *Backer) unmapPublic(ctx context.Context, id string) error {
 	}
 	b.natMu.Lock()
 	defer b.natMu.Unlock()
-	for _, r := range natRules(b.Root, m[0], m[1]) {
-		if err := iptables(ctx, append([]string{"-D"}, r...)...); err != nil {
+	netns, rules := b.natOf(m)
+	for _, r := range rules {
+		if err := natIn(ctx, netns, append([]string{"-D"}, r...)...); err != nil {
 			return err
 		}
+	}
+	if b.Apart {
+		return sh(ctx, "ip", "route", "del", m.public+"/32", "dev", uplinkName(b.Root, m.region))
 	}
 	return nil
 }
@@ -145,7 +173,7 @@ func (b *Backer) publicOf(id string) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	m, ok := b.public[id]
-	return m[0], ok
+	return m.public, ok
 }
 
 // privateOf translates public addresses among sources to the private
@@ -154,9 +182,12 @@ func (b *Backer) publicOf(id string) (string, bool) {
 func (b *Backer) privateOf(addr string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.Apart {
+		return addr // filtered in the router after its DNAT, before its SNAT: as sent
+	}
 	for _, m := range b.public {
-		if m[0] == addr {
-			return m[1]
+		if m.public == addr {
+			return m.private
 		}
 	}
 	return addr

@@ -49,6 +49,9 @@ type Options struct {
 	// addresses apart from their private ones, mapped by the host as a
 	// cloud's 1:1 NAT (see localnodes); empty: one address for both.
 	BackingPublic string
+	// BackingApart keeps each backed region's network apart, reached only
+	// through public addresses, which it needs (localnodes.Backer.Apart).
+	BackingApart bool
 	// Credentials are transit credentials.json entries the clouds accept
 	// (an AWS access key, a GCE service account key file, an OpenStack
 	// user or application credential); none: each front end's documented
@@ -100,7 +103,10 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 		if root == "" {
 			root = DefaultBackingRoot
 		}
-		e.backer = &localnodes.Backer{Root: root, Subnets: opts.Backing, PublicPool: opts.BackingPublic}
+		if opts.BackingApart && opts.BackingPublic == "" {
+			return nil, errors.New("cloudsim: regions apart need public addresses (BackingPublic)")
+		}
+		e.backer = &localnodes.Backer{Root: root, Subnets: opts.Backing, PublicPool: opts.BackingPublic, Apart: opts.BackingApart}
 		backer = e.backer
 	}
 	newSim := func() *cloudsim.Sim {

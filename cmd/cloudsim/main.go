@@ -54,6 +54,7 @@ func run() error {
 	flag.Var(backing(opts.Backing), "back", "back a region's instances with local nodes: provider:region=subnet (repeatable; needs root)")
 	flag.StringVar(&opts.BackingRoot, "backing-root", server.DefaultBackingRoot, "record directory of the backing nodes")
 	flag.StringVar(&opts.BackingPublic, "public", "", "give backed instances public addresses from this IPv4 CIDR, mapped to their private ones as a cloud's 1:1 NAT (e.g. 100.127.0.0/16; empty: one address for both)")
+	flag.BoolVar(&opts.BackingApart, "apart", false, "keep each backed region's network apart, as clouds' are: machines reach another region's only through public addresses (needs -public); two regions may share a subnet")
 	creds := flag.String("credentials", "", "a transit credentials.json whose keys the clouds accept (default: each cloud's documented example key)")
 	flag.Parse()
 	if flag.NArg() > 0 {
