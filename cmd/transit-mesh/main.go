@@ -1,0 +1,80 @@
+// Command transit-mesh runs a node's side of transit's encrypted mesh
+// (package mesh). transit installs it from the bundle and runs it over
+// SSH:
+//
+//	transit-mesh key -dir DIR                  print the node's public key (making the key pair first)
+//	transit-mesh up -dir DIR -address A/LEN    run the device until SIGTERM (SIGHUP: read the peers now)
+//	transit-mesh peers -dir DIR < peers.json   replace the peers (checked first)
+//
+// The private key never leaves DIR (mode 0600) and is never printed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cloudtransit/transit/mesh"
+)
+
+const defaultDir = "/var/lib/transit/mesh"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "transit-mesh:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("want a command: key, up or peers")
+	}
+	fs := flag.NewFlagSet("transit-mesh "+args[0], flag.ContinueOnError)
+	dir := fs.String("dir", defaultDir, "where the key and the peers are")
+	switch args[0] {
+	case "key":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		k, err := mesh.LoadOrCreateKey(*dir)
+		if err != nil {
+			return err
+		}
+		fmt.Println(k.Public())
+		return nil
+	case "peers":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		data, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return err
+		}
+		return mesh.WritePeers(*dir, data)
+	case "up":
+		iface := fs.String("interface", "transit0", "the device's name")
+		addr := fs.String("address", "", "this node's mesh address with the mesh's prefix length (10.99.0.7/16)")
+		port := fs.Int("port", mesh.DefaultPort, "the UDP port")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		a, err := netip.ParsePrefix(*addr)
+		if err != nil {
+			return fmt.Errorf("-address %q: %w", *addr, err)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		return mesh.Run(ctx, mesh.Options{Dir: *dir, Interface: *iface, Address: a, Port: *port,
+			Log: log.New(os.Stderr, "", log.LstdFlags), Changed: hup})
+	}
+	return fmt.Errorf("unknown command %q: want key, up or peers", args[0])
+}
