@@ -58,6 +58,8 @@ func goBuilds() []goBuild {
 			ldflags: `-extldflags "-static" -X github.com/flannel-io/flannel/pkg/version.Version=` + flannelVersion,
 			pkgs:    []string{"github.com/flannel-io/flannel"}},
 		{module: ".", out: "pause", pkgs: []string{"github.com/cloudtransit/transit/bundle/pause"}},
+		// The node side of the encrypted mesh (WireGuard in userspace).
+		{module: ".", out: "mesh", pkgs: []string{"github.com/cloudtransit/transit/cmd/transit-mesh"}},
 		// The in-cluster controllers transit installs as addons.
 		{module: ".", out: "controllers", pkgs: []string{
 			"github.com/cloudtransit/transit/cmd/transit-relations",
@@ -87,6 +89,7 @@ func nodeFiles() []nodeFile {
 		{path: "bin/kubelet", src: "work:kubernetes/kubelet", role: bundle.ForAll},
 		{path: "bin/kubectl", src: "work:kubernetes/kubectl", role: bundle.ForMasters},
 		{path: "bin/etcdctl", src: "work:etcd/etcdctl", role: bundle.ForMasters},
+		{path: "bin/transit-mesh", src: "work:mesh/transit-mesh", role: bundle.ForAll},
 		{path: "bin/containerd", src: "/usr/bin/containerd", deb: "containerd", role: bundle.ForAll},
 		{path: "bin/containerd-shim-runc-v2", src: "/usr/bin/containerd-shim-runc-v2", deb: "containerd", role: bundle.ForAll},
 		{path: "bin/ctr", src: "/usr/bin/ctr", deb: "containerd", role: bundle.ForAll},
