@@ -25,10 +25,12 @@ import (
 const cloudRoot = "/var/lib/transit/e2e-cloud"
 
 // Backing subnets of the emulated regions: apart from the local e2e
-// districts' and from the drivers' own backed tests'.
+// districts' and from the drivers' own backed tests'. The regions'
+// networks are apart (BackingApart), as clouds' are, and the two AWS
+// regions use one private subnet, as two default VPCs often do.
 var cloudBacking = map[string]string{
 	"aws:eu-central-1":    "10.246.1.0/24",
-	"aws:us-east-1":       "10.246.2.0/24",
+	"aws:us-east-1":       "10.246.1.0/24",
 	"gce:europe-west1":    "10.246.3.0/24",
 	"openstack:RegionOne": "10.246.4.0/24",
 }
@@ -95,7 +97,7 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	}
 	emu, err := server.Start(ctx, server.Options{
 		Profile: profile, AWS: "127.0.0.1:0", GCE: "127.0.0.1:0", OpenStack: "127.0.0.1:0",
-		Backing: cloudBacking, BackingRoot: cloudRoot, BackingPublic: cloudPublic, Credentials: c.creds,
+		Backing: cloudBacking, BackingRoot: cloudRoot, BackingPublic: cloudPublic, BackingApart: true, Credentials: c.creds,
 	})
 	if err != nil {
 		tb.Fatalf("start the cloud emulator: %v", err)
