@@ -16,7 +16,7 @@ func decodeAs[T any](file, src string, sensitive bool, shape string) (T, Problem
 	return v, c.sorted(), ok
 }
 
-const clusterKeys = "(known: type, id, platform, flavors, deployments, addons, strategy, kubernetes)"
+const clusterKeys = "(known: type, id, platform, flavors, deployments, addons, strategy, kubernetes, network)"
 const deploymentKeys = "(known: type, district, flavor, role, quantity, tags)"
 
 func TestDecodeCluster(t *testing.T) {

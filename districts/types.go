@@ -38,6 +38,9 @@ type Cluster struct {
 	// Kubernetes tunes a Kubernetes cluster (kubernetes.go); nil for the
 	// defaults.
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+	// NetworkSettings says how the nodes reach each other (network.go);
+	// nil for the defaults. Network resolves them.
+	NetworkSettings *Network `json:"network,omitempty"`
 }
 
 // Flavor is a user-defined machine size; districts map it to a provider
@@ -377,18 +380,23 @@ type Failure struct {
 
 // Node is a machine transit launched (or adopted) for a cluster.
 type Node struct {
-	Type       string            `json:"type,omitempty"` // "node"
-	ID         string            `json:"id"`
-	Cluster    string            `json:"cluster"`
-	District   string            `json:"district"`
-	Role       string            `json:"role"`
-	Flavor     string            `json:"flavor"`
-	ProviderID string            `json:"provider_id"`
-	Zone       string            `json:"zone,omitempty"`
-	PublicIP   string            `json:"public_ip,omitempty"`
-	PrivateIP  string            `json:"private_ip,omitempty"`
-	Tags       map[string]string `json:"tags,omitempty"` // user tags, applied as node labels
-	Phase      Phase             `json:"phase"`
+	Type       string `json:"type,omitempty"` // "node"
+	ID         string `json:"id"`
+	Cluster    string `json:"cluster"`
+	District   string `json:"district"`
+	Role       string `json:"role"`
+	Flavor     string `json:"flavor"`
+	ProviderID string `json:"provider_id"`
+	Zone       string `json:"zone,omitempty"`
+	PublicIP   string `json:"public_ip,omitempty"`
+	PrivateIP  string `json:"private_ip,omitempty"`
+	// MeshIP is the node's address in the cluster's mesh (network.go),
+	// kept for its life; MeshKey its WireGuard public key, made on the
+	// node (the private key never leaves it).
+	MeshIP  string            `json:"mesh_ip,omitempty"`
+	MeshKey string            `json:"mesh_key,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"` // user tags, applied as node labels
+	Phase   Phase             `json:"phase"`
 	// Message says why the node is in its phase when that needs saying
 	// (a refused drain, a failed join).
 	Message string `json:"message,omitempty"`

@@ -233,6 +233,7 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		}
 	}
 	validateKubernetes(c, cl, ds, districtsOK, districtsFile)
+	validateNetwork(c, cl, ds, districtsOK, districtsFile)
 	if total > MaxClusterNodes {
 		c.add("deployments", fmt.Sprintf("the quantities add up to %d nodes, more than %d, the most one cluster may hold", total, MaxClusterNodes), quantityHint)
 	}

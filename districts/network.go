@@ -1,0 +1,172 @@
+package districts
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Network says how a cluster's nodes reach each other (cluster.json's
+// "network"). Every field is optional; Resolved fills in the defaults.
+type Network struct {
+	Type string `json:"type,omitempty"`
+	// Mesh is "wireguard" (every node in an encrypted WireGuard mesh, the
+	// platform on the mesh addresses) or "none" (the nodes' own
+	// addresses). Empty: wireguard when the cluster's districts are in
+	// more than one cloud network (another provider, region or project),
+	// none otherwise.
+	Mesh string `json:"mesh,omitempty"`
+	// MeshCIDR holds the nodes' mesh addresses, one each, kept for the
+	// node's life.
+	MeshCIDR string `json:"mesh_cidr,omitempty"`
+	// MeshPort is the mesh's UDP port on every node.
+	MeshPort int `json:"mesh_port,omitempty"`
+}
+
+// Mesh kinds (Network.Mesh).
+const (
+	MeshWireGuard = "wireguard"
+	MeshNone      = "none"
+)
+
+var meshes = []string{MeshWireGuard, MeshNone}
+
+// Mesh defaults: a range no default pod, service, VPC or Docker network
+// uses, and WireGuard's usual port.
+const (
+	DefaultMeshCIDR = "10.213.0.0/16"
+	DefaultMeshPort = 51820
+)
+
+// Resolved returns the settings with defaults filled in, the mesh decided
+// for the districts ds the cluster's deployments use.
+func (n Network) Resolved(ds []District) Network {
+	if n.Mesh == "" {
+		n.Mesh = MeshNone
+		if len(cloudNetworks(ds)) > 1 {
+			n.Mesh = MeshWireGuard
+		}
+	}
+	if n.MeshCIDR == "" {
+		n.MeshCIDR = DefaultMeshCIDR
+	}
+	if n.MeshPort == 0 {
+		n.MeshPort = DefaultMeshPort
+	}
+	return n
+}
+
+// Network resolves the cluster's network settings for its districts
+// (those of ds its deployments name).
+func (c Cluster) Network(ds []District) Network {
+	var used []District
+	for _, d := range ds {
+		if slices.ContainsFunc(c.Deployments, func(dep Deployment) bool { return dep.District == d.ID }) {
+			used = append(used, d)
+		}
+	}
+	var n Network
+	if c.NetworkSettings != nil {
+		n = *c.NetworkSettings
+	}
+	return n.Resolved(used)
+}
+
+// CloudNetwork names the private network a district's machines are in:
+// machines of two districts with one name reach each other's private
+// addresses, others only public ones. Local districts all share the
+// host's.
+func (d District) CloudNetwork() string {
+	switch d.Provider {
+	case ProviderAWS:
+		return "aws:" + d.AWSRegion + ":" + d.AWSVPCID
+	case ProviderGCE:
+		return "gce:" + d.GCEProjectID
+	case ProviderOpenStack:
+		return "openstack:" + d.OSAuthURL + ":" + d.OSRegion + ":" + d.OSNetwork
+	}
+	return d.Provider
+}
+
+func cloudNetworks(ds []District) []string {
+	var ns []string
+	for _, d := range ds {
+		if n := d.CloudNetwork(); !slices.Contains(ns, n) {
+			ns = append(ns, n)
+		}
+	}
+	return ns
+}
+
+// Mesh port and range bounds: a /24 holds 254 nodes, a /8 is plenty.
+const (
+	minMeshPrefix = 8
+	maxMeshPrefix = 24
+)
+
+// validateNetwork checks cluster.json's network settings, and the mesh
+// range against the pod and service ranges and the local districts'
+// subnets (when districtsOK).
+func validateNetwork(c *problems, cl Cluster, ds []District, districtsOK bool, districtsFile string) {
+	if cl.NetworkSettings == nil {
+		return
+	}
+	n := *cl.NetworkSettings
+	checkType(c, "network.type", n.Type, "network", false)
+	if n.Mesh != "" && !slices.Contains(meshes, n.Mesh) {
+		c.add("network.mesh", fmt.Sprintf("%q is not a mesh %s", n.Mesh, known(meshes)), didYouMean(n.Mesh, meshes))
+	}
+	if n.MeshPort < 0 || n.MeshPort > 65535 {
+		c.add("network.mesh_port", fmt.Sprintf("%d is not a UDP port (1–65535)", n.MeshPort), "")
+	}
+	r := n.Resolved(nil)
+	mesh, ok := checkCIDR(c, "network.mesh_cidr", r.MeshCIDR, minMeshPrefix, maxMeshPrefix, "")
+	if !ok {
+		return
+	}
+	overlaps := func(cidr, what string) {
+		if p, err := netip.ParsePrefix(cidr); err == nil && p.Overlaps(mesh) {
+			c.add("network.mesh_cidr", fmt.Sprintf("%s overlaps %s", mesh, fmt.Sprintf(what, p)), "pick a range no other network of the cluster uses")
+		}
+	}
+	if cl.Platform == "kubernetes" {
+		var k Kubernetes
+		if cl.Kubernetes != nil {
+			k = *cl.Kubernetes
+		}
+		k = k.Resolved()
+		overlaps(k.PodCIDR, "kubernetes.pod_cidr %s")
+		overlaps(k.ServiceCIDR, "kubernetes.service_cidr %s")
+	}
+	if districtsOK {
+		for _, d := range ds {
+			if d.Provider == ProviderLocal {
+				overlaps(d.LocalSubnet, fmt.Sprintf("local_subnet %%s of district %q in %s", d.ID, districtsFile))
+			}
+		}
+	}
+}
+
+// MeshAddress is the first free address of the mesh range, not the
+// range's first (kept unused, like a subnet's gateway) or last, and none
+// of used: a node keeps the one it got for its life.
+func MeshAddress(cidr string, used []string) (string, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return "", fmt.Errorf("mesh range %q: %w", cidr, err)
+	}
+	taken := map[string]bool{}
+	for _, u := range used {
+		taken[u] = true
+	}
+	last := netip.Addr{}
+	for a := p.Masked().Addr(); p.Contains(a); a = a.Next() {
+		last = a
+	}
+	for a := p.Masked().Addr().Next(); p.Contains(a) && a != last; a = a.Next() {
+		if !taken[a.String()] {
+			return a.String(), nil
+		}
+	}
+	return "", fmt.Errorf("the mesh range %s is full: widen network.mesh_cidr", cidr)
+}
