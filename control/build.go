@@ -37,6 +37,8 @@ type planInput struct {
 	// rebuild allows initialising a platform over a lost one.
 	rebuild bool
 	ids     *nodeNumbers
+	// limits are the drivers that cap groups (limits.go).
+	limits map[string]provider.GroupLimiter
 }
 
 // Join failures: after maxJoinFailures in a row, a deployment's launches
@@ -113,6 +115,9 @@ func buildPlan(in planInput) Plan {
 		p.Actions = append(p.Actions, removals...)
 	}
 	p.Actions = append(p.Actions, planGroups(in, launches, removals, &p)...)
+	if !checkGroupLimits(in, launches, &p) {
+		p.Actions = nil // refused as a whole: nothing half-done
+	}
 	return finishPlan(p)
 }
 

@@ -109,7 +109,7 @@ func MakePlan(ctx context.Context, opts Options, refreshed bool) (Plan, error) {
 	}
 	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w,
 		destroy: opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster), rebuild: opts.RebuildPlatform,
-		ids: newNodeNumbers(opts.Cluster.ID, w)}), nil
+		ids: newNodeNumbers(opts.Cluster.ID, w), limits: groupLimits(opts.Infra)}), nil
 }
 
 // checkSize refuses a cluster larger than validation allows, for callers
@@ -215,7 +215,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		}
 		r.mu.Lock()
 		in := planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, avoid: maps.Clone(r.avoid),
-			fresh: maps.Clone(r.fresh), destroy: destroy, rebuild: opts.RebuildPlatform, ids: r.ids}
+			fresh: maps.Clone(r.fresh), destroy: destroy, rebuild: opts.RebuildPlatform, ids: r.ids, limits: groupLimits(opts.Infra)}
 		r.mu.Unlock()
 		plan = buildPlan(in)
 		if r.budget < 0 {
