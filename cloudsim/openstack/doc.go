@@ -34,11 +34,22 @@
 // Neutron: networks, ports (one per server), security groups and rules
 // (single and bulk create; a group some server still uses answers 409
 // SecurityGroupInUse), floating IPs from an external network. Group
-// changes take the profile's group latencies. Glance: images by name.
+// changes take the profile's group latencies. A project's "default"
+// group appears at its first security group list or create (or a server
+// created without a group), with Neutron's four rules; every other group
+// is made with two egress rules. Neutron's per-project quotas hold in
+// each region (Options.Quotas, SetQuotas; DefaultQuotas: 10 security
+// groups, 100 security group rules, 50 floating IPs), counting the
+// default group and every group's own rules: a create past one answers
+// 409 {"NeutronError": {"type": "OverQuota", "message": "Quota exceeded
+// for resources: ['security_group_rule'].", "detail": ""}}, a bulk rule
+// create all or none. Glance: images by name.
 //
 // Faults map onto OpenStack's answers: throttle 429 overLimit, quota 403
-// "Quota exceeded for instances", server 500, auth 401, lost (done, then
-// 500) and slow; failed (on a create) lets the create succeed and the
+// "Quota exceeded for instances" from Nova and 409 OverQuota (naming the
+// fault's Quota, default the resource the request makes) from Neutron,
+// server 500, auth 401, lost (done, then 500) and slow; failed (on a
+// create) lets the create succeed and the
 // server turn ERROR when it would have been ACTIVE, with the fault's
 // Reason (default Nova's "No valid host was found. ...") as its fault and
 // no host. os-stop, os-start and restore are cloudsim.OpPower requests,

@@ -81,7 +81,7 @@ func (s *Server) serveIdentity(w http.ResponseWriter, r *http.Request, base, pat
 	case r.Method == "GET" && (path == "/v3" || path == "/v3/"):
 		writeJSON(w, http.StatusOK, map[string]any{"version": v3})
 	case r.Method == "POST" && path == "/v3/auth/tokens":
-		if _, _, ok := s.fault(r.Context(), w, identity, cloudsim.OpAuth); !ok {
+		if _, _, ok := s.fault(r.Context(), w, identity, cloudsim.OpAuth, ""); !ok {
 			return
 		}
 		s.issueToken(w, base, body)

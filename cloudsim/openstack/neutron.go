@@ -96,7 +96,10 @@ func (c *call) listPorts() (reply, error) {
 }
 
 // defaultGroup is the project's "default" group, made on first use as
-// Neutron does. Call with s.mu held.
+// Neutron does (its first security group list or create, or a server
+// created without a group), outside the quotas but counted by them: with
+// Neutron's four rules, egress to anywhere and ingress from the group's
+// own members, for IPv4 and IPv6. Call with s.mu held.
 func (s *Server) defaultGroup(c *call) string {
 	for _, g := range s.groups {
 		if g.project == c.project && g.region == c.region && g.name == "default" {
@@ -106,6 +109,11 @@ func (s *Server) defaultGroup(c *call) string {
 	g := &secGroup{seq: s.nextSeq(), id: newID(), name: "default", description: "Default security group",
 		region: c.region, project: c.project, created: s.sim.Time()}
 	s.groups[g.id] = g
+	for _, et := range []string{"IPv4", "IPv6"} {
+		self := g.id
+		r := &rule{seq: s.nextSeq(), id: newID(), group: g.id, direction: "ingress", ethertype: et, remoteGroup: &self, created: g.created}
+		s.rules[r.id] = r
+	}
 	s.addEgress(g)
 	return g.id
 }
@@ -155,6 +163,7 @@ func (c *call) listGroups() (reply, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.defaultGroup(c)
 	all := c.groupsOf()
 	return listReply(c, all, func(g *secGroup) string { return g.id }, c.url("network", "v2.0", "security-groups"), "security_groups", c.xGroup)
 }
@@ -191,6 +200,15 @@ func (c *call) createGroup() (reply, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.defaultGroup(c)
+	// The group counts against the groups' quota, its two egress rules
+	// against the rules'.
+	if err := c.reserve(resSecurityGroup, 1); err != nil {
+		return reply{}, err
+	}
+	if err := c.reserve(resSecurityGroupRule, 2); err != nil {
+		return reply{}, err
+	}
 	// Neutron allows two groups of one name; callers must look first.
 	g := &secGroup{seq: s.nextSeq(), id: newID(), name: b.Group.Name, description: b.Group.Description,
 		region: c.region, project: c.project, created: s.sim.Time()}
@@ -288,6 +306,12 @@ func (c *call) createRules() (reply, error) {
 	}
 	s := c.s
 	s.mu.Lock()
+	// Neutron reserves the whole request's quota before it looks at the
+	// groups or for duplicates.
+	if err := c.reserve(resSecurityGroupRule, len(bodies)); err != nil {
+		s.mu.Unlock()
+		return reply{}, err
+	}
 	var made []*rule
 	for _, rb := range bodies {
 		g := s.groups[rb.Group]
@@ -429,6 +453,9 @@ func (c *call) createFloatingIP() (reply, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := c.reserve(resFloatingIP, 1); err != nil {
+		return reply{}, err
+	}
 	f := &floatingIP{seq: s.nextSeq(), id: newID(), region: c.region, project: c.project, description: b.FIP.Description}
 	f.address = fmt.Sprintf("172.24.%d.%d", 4+f.seq/250%200, 2+f.seq%250)
 	if b.FIP.PortID != "" {

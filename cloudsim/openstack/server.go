@@ -64,6 +64,27 @@ type Options struct {
 	// (SOFT_DELETED until it has passed; forceDelete deletes it now).
 	// Zero: a DELETE deletes, as in most clouds.
 	ReclaimInterval time.Duration
+	// Quotas are Neutron's quotas of each project (by name) in each
+	// region; a project without an entry, or a zero field, has
+	// DefaultQuotas'.
+	Quotas map[string]Quotas
+}
+
+// Quotas are a project's Neutron quotas in a region: how many security
+// groups (the project's default group counts), security group rules (the
+// rules Neutron gives every group count: the default group's four, each
+// other group's two egress rules) and floating IPs it may hold. Zero is
+// Neutron's default, negative unlimited (Neutron's -1).
+type Quotas struct {
+	SecurityGroups     int
+	SecurityGroupRules int
+	FloatingIPs        int
+}
+
+// DefaultQuotas are Neutron's defaults: quota_security_group 10,
+// quota_security_group_rule 100, quota_floatingip 50.
+func DefaultQuotas() Quotas {
+	return Quotas{SecurityGroups: 10, SecurityGroupRules: 100, FloatingIPs: 50}
 }
 
 // DefaultImages are what a fresh DevStack-like cloud offers.
@@ -107,7 +128,8 @@ type Server struct {
 	groups   map[string]*secGroup
 	rules    map[string]*rule
 	fips     map[string]*floatingIP
-	regions  map[string]bool // backed regions machines started in
+	quotas   map[string]Quotas // by project, as set
+	regions  map[string]bool   // backed regions machines started in
 	allowMu  sync.Mutex
 }
 
@@ -132,7 +154,19 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	}
 	return &Server{Front: cloudsim.NewFront(sim, "openstack"), sim: sim, opts: opts, tokens: map[string]token{}, servers: map[string]*server{},
 		keypairs: map[string]*keypair{}, groups: map[string]*secGroup{}, rules: map[string]*rule{},
-		fips: map[string]*floatingIP{}, regions: map[string]bool{}}
+		fips: map[string]*floatingIP{}, quotas: maps.Clone(opts.Quotas), regions: map[string]bool{}}
+}
+
+// SetQuotas sets a project's Neutron quotas (as an operator's "openstack
+// quota set" does), for requests from now on; what the project holds
+// already stays, over them or not.
+func (s *Server) SetQuotas(project string, q Quotas) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.quotas == nil {
+		s.quotas = map[string]Quotas{}
+	}
+	s.quotas[project] = q
 }
 
 // newID returns a random UUID.
@@ -168,7 +202,13 @@ func overLimit() *apiError {
 	return &apiError{429, "overLimit", "This request was rate-limited."}
 }
 
-func quotaExceeded(quota string) *apiError {
+// quotaExceeded is an injected quota fault as the API answers it: Nova's
+// 403 "Quota exceeded for instances: ...", Neutron's 409 OverQuota
+// naming the resource (default the one the request would make).
+func quotaExceeded(svc service, quota, resource string) *apiError {
+	if svc == network {
+		return overQuota(cmp.Or(quota, resource, "port"))
+	}
 	if quota == "" {
 		quota = "instances"
 	}
@@ -380,7 +420,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.path == "servers/*/action" {
 		op = actionOp(body)
 	}
-	lost, failed, ok := s.fault(r.Context(), w, svc, op)
+	lost, failed, ok := s.fault(r.Context(), w, svc, op, neutronResource(parts[0]))
 	if !ok {
 		return
 	}
@@ -398,10 +438,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fault applies an injected fault to a request of class op: it either
-// answers (ok false), or lets the request run, maybe with its answer lost
-// or its server failing (failed).
-func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, op cloudsim.Op) (lost bool, failed *cloudsim.Fault, ok bool) {
+// fault applies an injected fault to a request of class op (on a Neutron
+// resource, or ""): it either answers (ok false), or lets the request
+// run, maybe with its answer lost or its server failing (failed).
+func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, op cloudsim.Op, resource string) (lost bool, failed *cloudsim.Fault, ok bool) {
 	f, faulted := s.sim.Faults.Take(op)
 	if !faulted && op != cloudsim.OpAuth {
 		// Every request's token is checked: auth faults hit them all.
@@ -414,7 +454,7 @@ func (s *Server) fault(ctx context.Context, w http.ResponseWriter, svc service, 
 	case cloudsim.FaultThrottle:
 		writeError(w, svc, overLimit())
 	case cloudsim.FaultQuota:
-		writeError(w, svc, quotaExceeded(f.Quota))
+		writeError(w, svc, quotaExceeded(svc, f.Quota, resource))
 	case cloudsim.FaultServer:
 		writeError(w, svc, internalError())
 	case cloudsim.FaultAuth:

@@ -209,6 +209,9 @@ func TestFaults(t *testing.T) {
 	if f, _ := out["forbidden"].(map[string]any); code != 403 || !strings.Contains(f["message"].(string), "Quota exceeded for cores") {
 		t.Errorf("quota: %d %v", code, out)
 	}
+	sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultQuota})
+	code, _, out = c.do("POST", "/RegionOne/network/v2.0/floatingips", `{"floatingip":{"floating_network_id":"`+publicNetworkID+`"}}`)
+	wantOverQuota(t, "quota fault on Neutron", code, out, "floatingip")
 	sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultLost})
 	code, _, _ = c.do("POST", "/RegionOne/compute/v2.1/servers", `{"server":{"name":"l","imageRef":"`+DefaultImages()[0].ID+`","flavorRef":"2"}}`)
 	if code != 500 {

@@ -44,7 +44,10 @@
 // with exponential backoff and full jitter, up to
 // Options.RetryMaxAttempts; creates look for what a lost answer made
 // before they make it again. Still rate-limited then is
-// provider.ErrThrottled; "Quota exceeded" is provider.ErrQuota naming the
-// quota; an unknown image, flavor, network, zone or region is
+// provider.ErrThrottled; Nova's "Quota exceeded" is provider.ErrQuota
+// naming the quota, and so is Neutron's 409 OverQuota (security groups,
+// their rules, floating IPs: per project, the default group and every
+// group's own egress rules counted), naming the resource, the project
+// and what to do; an unknown image, flavor, network, zone or region is
 // districts.ErrInvalid naming the district key.
 package openstack

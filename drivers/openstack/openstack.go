@@ -15,6 +15,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 	gopenstack "github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 
 	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
@@ -92,6 +93,9 @@ func (o Options) withDefaults() Options {
 type driver struct {
 	d        districts.District
 	credName string // how errors name the credentials
+	// project is the name (else id) of the project Keystone scoped the
+	// token to, once authenticated; quota errors name it.
+	project  string
 	opts     Options
 	auth     gophercloud.AuthOptions
 	tls      *tls.Config
@@ -244,6 +248,13 @@ func (drv *driver) clients(ctx context.Context) error {
 	})
 	if err != nil {
 		return drv.wrap(what, err)
+	}
+	if r, ok := pc.GetAuthResult().(interface {
+		ExtractProject() (*tokens.Project, error)
+	}); ok {
+		if p, err := r.ExtractProject(); err == nil && p != nil {
+			drv.project = cmp.Or(p.Name, p.ID)
+		}
 	}
 	eo := gophercloud.EndpointOpts{Region: drv.d.OSRegion}
 	var cerr, nerr, ierr error
