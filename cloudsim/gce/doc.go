@@ -39,7 +39,10 @@
 // resourceNotReady. A firewall exists once its insert operation is
 // done (GroupCreate) and a patch or delete takes effect when its
 // operation is done (GroupUpdate, GroupDelete). A firewall with no
-// sourceRanges would allow every source, as in Compute Engine.
+// sourceRanges would allow every source, as in Compute Engine; one whose
+// sourceRanges mix IPv4 and IPv6 is refused (400 invalid, "Invalid value
+// for field 'resource.sourceRanges[i]': ..."), as Compute Engine refuses
+// it.
 //
 // Errors are Google's JSON errors with Compute Engine's reasons:
 // notFound, alreadyExists, invalid, rateLimitExceeded (HTTP 429),

@@ -73,11 +73,17 @@ func (c *call) applyBody(f *firewall, b firewallBody) error {
 		f.priority = *b.Priority
 	}
 	if b.SourceRanges != nil {
-		for _, r := range *b.SourceRanges {
-			if _, err := netip.ParsePrefix(r); err != nil {
-				if _, err := netip.ParseAddr(r); err != nil {
-					return invalidField("resource.sourceRanges", r, "Must be a CIDR range or an IP address.")
-				}
+		var v4, v6 bool
+		for i, r := range *b.SourceRanges {
+			a, err := rangeAddr(r)
+			if err != nil {
+				return invalidField("resource.sourceRanges", r, "Must be a CIDR range or an IP address.")
+			}
+			v4, v6 = v4 || a.Is4(), v6 || !a.Is4()
+			if v4 && v6 {
+				// Compute Engine: a rule holds IPv4 or IPv6 ranges, not both.
+				return invalidField(fmt.Sprintf("resource.sourceRanges[%d]", i), r,
+					"IPv4 and IPv6 source ranges cannot be mixed in one firewall rule; use one rule per address family.")
 			}
 		}
 		if len(*b.SourceRanges) > 5000 {
@@ -103,6 +109,15 @@ func (c *call) applyBody(f *firewall, b firewallBody) error {
 		return badRequest("Invalid value for field 'resource.allowed': ''. A firewall must allow something.")
 	}
 	return nil
+}
+
+// rangeAddr is the address of a source range: a CIDR range or an
+// address.
+func rangeAddr(r string) (netip.Addr, error) {
+	if p, err := netip.ParsePrefix(r); err == nil {
+		return p.Addr(), nil
+	}
+	return netip.ParseAddr(r)
 }
 
 func fwKey(project, name string) string { return project + "/" + name }

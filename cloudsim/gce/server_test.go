@@ -140,3 +140,34 @@ func TestFirewallCreation(t *testing.T) {
 		t.Errorf("a malformed filter: %d, want 400", code)
 	}
 }
+
+// Compute Engine refuses a firewall rule whose sourceRanges mix IPv4 and
+// IPv6 (400 invalid, naming the first range of the other family), on
+// insert and on patch; one family at a time is fine.
+func TestFirewallRefusesMixedFamilies(t *testing.T) {
+	_, api := newTest(t, cloudsim.Latency{})
+	mixed := `{"name":"mixed","allowed":[{"IPProtocol":"all"}],"sourceRanges":["10.0.0.1/32","203.0.113.0/24","2001:db8::1/128"]}`
+	code, out := do(t, "POST", api+"global/firewalls", mixed)
+	e, _ := out["error"].(map[string]any)
+	errs, _ := e["errors"].([]any)
+	if code != 400 || len(errs) != 1 || errs[0].(map[string]any)["reason"] != "invalid" ||
+		!strings.HasPrefix(e["message"].(string), "Invalid value for field 'resource.sourceRanges[2]': '2001:db8::1/128'. IPv4 and IPv6") {
+		t.Errorf("insert of a mixed rule: %d %v, want 400 invalid naming sourceRanges[2]", code, out)
+	}
+	if code, _ := do(t, "GET", api+"global/firewalls/mixed", ""); code != 404 {
+		t.Errorf("a refused rule exists: %d", code)
+	}
+	for name, ranges := range map[string]string{"v4": `["10.0.0.1/32","203.0.113.0/24"]`, "v6": `["2001:db8::1/128","2001:db8:1::/48"]`} {
+		code, op := do(t, "POST", api+"global/firewalls", `{"name":"`+name+`","allowed":[{"IPProtocol":"all"}],"sourceRanges":`+ranges+`}`)
+		if code != 200 {
+			t.Fatalf("insert of the %s rule: %d %v", name, code, op)
+		}
+		do(t, "POST", api+"global/operations/"+op["name"].(string)+"/wait", "")
+	}
+	if code, out := do(t, "PATCH", api+"global/firewalls/v6", `{"sourceRanges":["2001:db8::1/128","198.51.100.7"]}`); code != 400 {
+		t.Errorf("patch making a rule mixed: %d %v, want 400", code, out)
+	}
+	if _, fw := do(t, "GET", api+"global/firewalls/v6", ""); len(fw["sourceRanges"].([]any)) != 2 || fw["sourceRanges"].([]any)[1] != "2001:db8:1::/48" {
+		t.Errorf("a refused patch changed the rule: %v", fw["sourceRanges"])
+	}
+}

@@ -35,12 +35,17 @@
 // instance without transit's cluster label, and does not wait for the
 // delete operation.
 //
-// Groups: two firewall rules per cluster and district on the network,
-// targeting the group's network tag: all traffic from each node's /32,
-// and TCP 22 from ssh_cidrs (default 0.0.0.0/0). A rule with no sources
-// would allow every address, so the nodes' rule is disabled while the
-// group has none. EnsureGroup inserts or patches both and waits for their
-// operations; DeleteGroup deletes both and waits.
+// Groups: firewall rules per cluster and district on the network,
+// targeting the group's network tag: all traffic from each node's /32
+// (or /128), and TCP 22 from ssh_cidrs (default 0.0.0.0/0). Compute
+// Engine refuses a rule that mixes IPv4 and IPv6 ranges, so each is one
+// rule per family: NAME and NAME-ssh for IPv4, always there, and NAME-6
+// and NAME-ssh6 for IPv6, only while they have sources. A rule with no
+// sources would allow every address, so the IPv4 nodes' rule is disabled
+// while the group has none. EnsureGroup inserts or patches them (and
+// deletes an IPv6 rule left without sources) and waits for their
+// operations; DeleteGroup deletes them all and waits. A rule of one of
+// those names that belongs to another group is not touched.
 //
 // Every request is retried on throttling (429, rateLimitExceeded), 5xx
 // answers and connection errors, with exponential backoff and full

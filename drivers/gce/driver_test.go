@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/gce"
@@ -232,5 +233,78 @@ func TestInvalidConfiguration(t *testing.T) {
 				t.Errorf("err = %v, want districts.ErrInvalid naming %s", err, tc.key)
 			}
 		})
+	}
+}
+
+// A group whose sources or ssh_cidrs hold IPv4 and IPv6 ranges is one
+// rule per family (Compute Engine refuses a rule that mixes them): the
+// IPv6 rules exist only while they have sources, List reports one group
+// with every source, and DeleteGroup deletes them all.
+func TestFirewallRulesPerFamily(t *testing.T) {
+	w := newWorld(t)
+	drv := w.driver(w.district(func(d *districts.District) { d.SSHCIDRs = []string{"203.0.113.0/24", "2001:db8:ff::/48"} }), w.credential(), fast())
+	ctx := t.Context()
+	spec := groupSpec("fam", "gce-test", "198.51.100.7", "198.51.100.9", "2001:db8::7", "2001:db8::9")
+	g, err := drv.EnsureGroup(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(spec.Sources, g.Sources); d != "" {
+		t.Errorf("Group.Sources (-want +got):\n%s", d)
+	}
+	ranges := func() map[string][]string {
+		t.Helper()
+		out := map[string][]string{}
+		for fw, err := range drv.firewalls.List(ctx, &computepb.ListFirewallsRequest{Project: project}).All() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !fw.GetDisabled() {
+				out[fw.GetName()] = fw.GetSourceRanges()
+			}
+		}
+		return out
+	}
+	base := g.ProviderID
+	want := map[string][]string{
+		base:          {"198.51.100.7/32", "198.51.100.9/32"},
+		base + "-6":   {"2001:db8::7/128", "2001:db8::9/128"},
+		base + "-ssh": {"203.0.113.0/24"}, base + "-ssh6": {"2001:db8:ff::/48"},
+	}
+	if d := cmp.Diff(want, ranges()); d != "" {
+		t.Errorf("rules and their source ranges (-want +got):\n%s", d)
+	}
+	_, groups, err := drv.List(ctx, "fam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]provider.Group{g}, groups); d != "" {
+		t.Errorf("List's groups (-want +got):\n%s", d)
+	}
+	writes := len(w.rec.Sent("PATCH ")) + len(w.rec.Sent("POST ")) + len(w.rec.Sent("DELETE "))
+	if _, err := drv.EnsureGroup(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.rec.Sent("PATCH ")) + len(w.rec.Sent("POST ")) + len(w.rec.Sent("DELETE ")); n != writes {
+		t.Errorf("an unchanged group took %d writes", n-writes)
+	}
+
+	spec.Sources = []string{"198.51.100.7"}
+	if g, err = drv.EnsureGroup(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, base+"-6")
+	want[base] = []string{"198.51.100.7/32"}
+	if d := cmp.Diff(want, ranges()); d != "" {
+		t.Errorf("after the IPv6 nodes left (-want +got):\n%s", d)
+	}
+	if !slices.Equal(g.Sources, spec.Sources) {
+		t.Errorf("Group.Sources %v, want %v", g.Sources, spec.Sources)
+	}
+	if err := drv.DeleteGroup(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.srv.Resources(); len(r) != 0 {
+		t.Errorf("left behind: %v", r)
 	}
 }

@@ -19,15 +19,41 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// A district's group is two firewall rules on the district's network,
-// both targeting instances with the group's network tag: the nodes' rule
-// allows all traffic from every node's address, the SSH rule TCP 22 from
-// ssh_cidrs. Compute Engine firewalls carry no labels, so each rule's
-// description holds transit's identity as JSON.
+// A district's group is firewall rules on the district's network, all
+// targeting instances with the group's network tag: the nodes' rules
+// allow all traffic from every node's address, the SSH rules TCP 22 from
+// ssh_cidrs. Compute Engine refuses a rule whose sourceRanges mix IPv4
+// and IPv6, and both can come: a node may have an IPv6 address, ssh_cidrs
+// may hold IPv6 ranges. So each is one rule per address family: the IPv4
+// rule (always there, disabled while it has no source) and an IPv6 rule
+// that exists only while it has sources. Compute Engine firewalls carry
+// no labels, so each rule's description holds transit's identity as JSON.
 type ruleMeta struct {
 	Transit string            `json:"transit"` // the group's name, GroupSpec.Name
 	Tags    map[string]string `json:"tags"`
 	SSH     bool              `json:"ssh,omitempty"`
+	IPv6    bool              `json:"ipv6,omitempty"`
+}
+
+// ruleKind is one of a group's rules: the nodes' or SSH's, for IPv4 or
+// IPv6.
+type ruleKind struct{ ssh, v6 bool }
+
+var ruleKinds = []ruleKind{{}, {ssh: true}, {v6: true}, {ssh: true, v6: true}}
+
+// name is the rule's Compute Engine name: the IPv4 rules keep the names
+// they had before there were IPv6 ones.
+func (k ruleKind) name(group string) string {
+	n := ruleName(group)
+	switch {
+	case k.ssh && k.v6:
+		return n + "-ssh6"
+	case k.ssh:
+		return n + "-ssh"
+	case k.v6:
+		return n + "-6"
+	}
+	return n
 }
 
 // ruleName is the Compute Engine name (and network tag) of a group:
@@ -48,24 +74,52 @@ func ruleName(group string) string {
 	return n + "-" + hex.EncodeToString(sum[:])[:10]
 }
 
-func sshRuleName(group string) string { return ruleName(group) + "-ssh" }
-
 type rule struct {
 	fw   *computepb.Firewall
 	meta ruleMeta
 }
 
-// group is the nodes' rule as a provider.Group: its sources are plain
-// addresses (a /32 written without its length).
-func (r rule) group() provider.Group {
-	g := provider.Group{ProviderID: r.fw.GetName(), Name: r.meta.Transit, Tags: maps.Clone(r.meta.Tags)}
-	if !r.fw.GetDisabled() {
-		for _, s := range r.fw.GetSourceRanges() {
-			g.Sources = append(g.Sources, plain(s))
+// groupOf is a group's nodes' rules (one per family) as a
+// provider.Group: its sources are plain addresses (a /32 or /128 written
+// without its length), its id the IPv4 rule's name.
+func groupOf(nodes []rule) provider.Group {
+	var g provider.Group
+	for _, r := range nodes {
+		if g.Name == "" || !r.meta.IPv6 {
+			g.ProviderID, g.Name, g.Tags = r.fw.GetName(), r.meta.Transit, maps.Clone(r.meta.Tags)
+			if r.meta.IPv6 {
+				g.ProviderID = ruleName(r.meta.Transit)
+			}
+		}
+		if !r.fw.GetDisabled() {
+			for _, s := range r.fw.GetSourceRanges() {
+				g.Sources = append(g.Sources, plain(s))
+			}
 		}
 	}
 	slices.Sort(g.Sources)
 	return g
+}
+
+// groups are the groups the nodes' rules make up, in the order of their
+// first rule.
+func groups(rules []rule) []provider.Group {
+	var names []string
+	nodes := map[string][]rule{}
+	for _, r := range rules {
+		if r.meta.SSH {
+			continue
+		}
+		if nodes[r.meta.Transit] == nil {
+			names = append(names, r.meta.Transit)
+		}
+		nodes[r.meta.Transit] = append(nodes[r.meta.Transit], r)
+	}
+	var out []provider.Group
+	for _, n := range names {
+		out = append(out, groupOf(nodes[n]))
+	}
+	return out
 }
 
 func plain(s string) string {
@@ -108,14 +162,15 @@ func (drv *driver) getRule(ctx context.Context, name string) (*computepb.Firewal
 	return fw, err
 }
 
-// wanted is the rule of spec: the nodes' one, or the SSH one.
-func (drv *driver) wanted(spec provider.GroupSpec, ssh bool) (*computepb.Firewall, error) {
-	meta, err := json.Marshal(ruleMeta{Transit: spec.Name, Tags: spec.Tags, SSH: ssh})
+// wanted is the rule of kind k of spec, or nil for an IPv6 rule without
+// sources (there must be none).
+func (drv *driver) wanted(spec provider.GroupSpec, k ruleKind) (*computepb.Firewall, error) {
+	meta, err := json.Marshal(ruleMeta{Transit: spec.Name, Tags: spec.Tags, SSH: k.ssh, IPv6: k.v6})
 	if err != nil {
 		return nil, err
 	}
 	fw := &computepb.Firewall{
-		Name:        proto.String(ruleName(spec.Name)),
+		Name:        proto.String(k.name(spec.Name)),
 		Description: proto.String(string(meta)),
 		Network:     proto.String("global/networks/" + drv.network),
 		Direction:   proto.String("INGRESS"),
@@ -123,18 +178,27 @@ func (drv *driver) wanted(spec provider.GroupSpec, ssh bool) (*computepb.Firewal
 		TargetTags:  []string{ruleName(spec.Name)},
 		Allowed:     []*computepb.Allowed{{IPProtocol: proto.String("all")}},
 	}
-	sources := make([]string, 0, len(spec.Sources))
-	for _, s := range spec.Sources {
-		if p, err := netip.ParseAddr(s); err == nil {
-			sources = append(sources, netip.PrefixFrom(p, p.BitLen()).String())
-		} else {
-			sources = append(sources, s)
+	all := spec.Sources
+	if k.ssh {
+		fw.Allowed = []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{"22"}}}
+		all = drv.sshCIDRs
+	}
+	var sources []string
+	for _, s := range all {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("gce district %q: source %q is not an address or a CIDR range", drv.d.ID, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4() != k.v6 {
+			sources = append(sources, p.String())
 		}
 	}
-	if ssh {
-		fw.Name = proto.String(sshRuleName(spec.Name))
-		fw.Allowed = []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{"22"}}}
-		sources = drv.sshCIDRs
+	if k.v6 && len(sources) == 0 {
+		return nil, nil
 	}
 	fw.SourceRanges = sources
 	// A rule without sources would allow every address: it waits
@@ -162,29 +226,32 @@ func sortedCopy(xs []string) []string {
 	return out
 }
 
-// EnsureGroup creates the group's two rules or patches them to the spec,
-// and waits until Compute Engine applied every change (the next launch's
-// traffic depends on it).
+// EnsureGroup creates the group's rules or patches them to the spec,
+// deletes its IPv6 rules that have no sources left, and waits until
+// Compute Engine applied every change (the next launch's traffic depends
+// on it).
 func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	what := "ensure firewall rules of group " + spec.Name
 	var g errgroup.Group
-	var nodes *computepb.Firewall
-	for _, ssh := range []bool{false, true} {
-		want, err := drv.wanted(spec, ssh)
+	var nodes []rule
+	for _, k := range ruleKinds {
+		want, err := drv.wanted(spec, k)
 		if err != nil {
 			return provider.Group{}, err
 		}
-		if !ssh {
-			nodes = want
+		if want == nil {
+			g.Go(func() error { return drv.dropRule(ctx, k.name(spec.Name), spec.Name, what) })
+			continue
+		}
+		if !k.ssh {
+			nodes = append(nodes, rule{fw: want, meta: ruleMeta{Transit: spec.Name, Tags: spec.Tags, IPv6: k.v6}})
 		}
 		g.Go(func() error { return drv.ensureRule(ctx, want, what) })
 	}
 	if err := g.Wait(); err != nil {
 		return provider.Group{}, err
 	}
-	var meta ruleMeta
-	_ = json.Unmarshal([]byte(nodes.GetDescription()), &meta)
-	return rule{fw: nodes, meta: meta}.group(), nil
+	return groupOf(nodes), nil
 }
 
 func (drv *driver) ensureRule(ctx context.Context, want *computepb.Firewall, what string) error {
@@ -192,6 +259,11 @@ func (drv *driver) ensureRule(ctx context.Context, want *computepb.Firewall, wha
 	have, err := drv.getRule(ctx, name)
 	if err != nil {
 		return drv.wrap(what, err)
+	}
+	var haveMeta, wantMeta ruleMeta
+	if have != nil && json.Unmarshal([]byte(have.GetDescription()), &haveMeta) == nil &&
+		json.Unmarshal([]byte(want.GetDescription()), &wantMeta) == nil && haveMeta.Transit != "" && haveMeta.Transit != wantMeta.Transit {
+		return fmt.Errorf("gce district %q: %s: firewall rule %s belongs to transit group %s: rename one of the two districts", drv.d.ID, what, name, haveMeta.Transit)
 	}
 	var op *computepb.Operation
 	switch {
@@ -246,9 +318,31 @@ func (drv *driver) waitRule(ctx context.Context, name, what string) error {
 	}
 }
 
-// DeleteGroup deletes the group's two rules and waits for it; missing
-// rules are not an error. Compute Engine deletes a rule whose target
-// instances still exist.
+// dropRule deletes the group's IPv6 rule name if there is one, and waits
+// for it. A rule of that name that is not the group's IPv6 rule stays.
+func (drv *driver) dropRule(ctx context.Context, name, group, what string) error {
+	fw, err := drv.getRule(ctx, name)
+	if err != nil || fw == nil {
+		return drv.wrap(what, err)
+	}
+	var m ruleMeta
+	if json.Unmarshal([]byte(fw.GetDescription()), &m) != nil || !m.IPv6 || group != "" && m.Transit != group {
+		return nil
+	}
+	o, err := drv.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: drv.d.GCEProjectID, Firewall: name,
+		RequestId: proto.String(newRequestID())}, drv.retry())
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return drv.wrap(what, err)
+	}
+	return drv.waitGlobalOp(ctx, o.Proto(), what+": "+name)
+}
+
+// DeleteGroup deletes the group's rules and waits for it; missing rules
+// are not an error. Compute Engine deletes a rule whose target instances
+// still exist.
 func (drv *driver) DeleteGroup(ctx context.Context, grp provider.Group) error {
 	what := "delete firewall rules of group " + grp.Name
 	base := grp.ProviderID
@@ -256,6 +350,9 @@ func (drv *driver) DeleteGroup(ctx context.Context, grp provider.Group) error {
 		base = ruleName(grp.Name)
 	}
 	var g errgroup.Group
+	for _, name := range []string{base + "-6", base + "-ssh6"} {
+		g.Go(func() error { return drv.dropRule(ctx, name, grp.Name, what) })
+	}
 	for _, name := range []string{base, base + "-ssh"} {
 		g.Go(func() error {
 			o, err := drv.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: drv.d.GCEProjectID, Firewall: name,

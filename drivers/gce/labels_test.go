@@ -50,9 +50,11 @@ func TestLabelTooLongIsRefusedNamingTheTag(t *testing.T) {
 
 func TestRuleNames(t *testing.T) {
 	for _, g := range []string{"transit-demo-gce-eu", "transit-Demo_X-gce", "transit-" + strings.Repeat("long", 20)} {
-		n := ruleName(g)
-		if !regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`).MatchString(n) || len(sshRuleName(g)) > 63 {
-			t.Errorf("ruleName(%q) = %q: not a valid firewall name with room for -ssh", g, n)
+		for _, k := range ruleKinds {
+			n := k.name(g)
+			if !regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`).MatchString(n) || len(n) > 63 {
+				t.Errorf("rule %+v of group %q is %q: not a valid firewall name", k, g, n)
+			}
 		}
 	}
 	if ruleName("transit-Demo_X-gce") == ruleName("transit-demo-x-gce") {

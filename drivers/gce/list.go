@@ -84,14 +84,13 @@ func (drv *driver) List(ctx context.Context, cluster string) ([]provider.Instanc
 	if err != nil {
 		return nil, nil, drv.wrap(what, err)
 	}
-	var groups []provider.Group
+	var mine []rule
 	for _, r := range rules {
-		if r.meta.SSH || !drv.mine(r.meta.Tags, cluster) {
-			continue
+		if drv.mine(r.meta.Tags, cluster) {
+			mine = append(mine, r)
 		}
-		groups = append(groups, r.group())
 	}
-	return out, groups, nil
+	return out, groups(mine), nil
 }
 
 // addresses are an instance's external (natIP) and internal address.
