@@ -1,0 +1,27 @@
+package openstack
+
+import "github.com/cloudtransit/transit/provider"
+
+// defaultRulesPerProject is Neutron's default security_group_rule quota:
+// per project, every group's rules together.
+const defaultRulesPerProject = 100
+
+// Rules a district's group takes beside its sources: the two egress rules
+// Neutron gives every new group, and the project's default group's four
+// (made by Neutron at the project's first use).
+const (
+	egressRules       = 2
+	defaultGroupRules = 4
+)
+
+// GroupLimit: a rule per node address and per ssh_cidrs block, the
+// group's egress rules and the default group's. Other groups of the
+// project (another district's, another tool's) count too: this is the
+// least the project needs.
+func (drv *driver) GroupLimit(sources int) provider.GroupLimit {
+	return provider.GroupLimit{Need: sources + len(drv.sshCIDRs) + egressRules + defaultGroupRules, Max: defaultRulesPerProject,
+		Quota: "Neutron's security group rules per project (security_group_rule)",
+		Raise: "ask the cloud's operators to raise it (openstack quota set --secgroup-rules N <project>)"}
+}
+
+var _ provider.GroupLimiter = (*driver)(nil)
