@@ -48,14 +48,19 @@ func q(s string) string { return strconv.Quote(s) }
 
 // nodeRegistration is kubeadm's nodeRegistration of s.node: its name is
 // transit's node id (so the Node object names it), the kubelet binds its
-// address, and every preflight check only warns: a local node has no
-// systemd, cgroup v1 and the host's swap, which kubeadm's checks refuse.
-func (s kubeadmSettings) nodeRegistration(taints bool) string {
+// address, and kubeadm's preflight checks all run, but those
+// preflightIgnored names.
+func (s kubeadmSettings) nodeRegistration(master bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "nodeRegistration:\n  name: %s\n  criSocket: %s\n", q(s.node.ID), q(criSocket))
 	fmt.Fprintf(&b, "  kubeletExtraArgs:\n  - name: node-ip\n    value: %s\n", q(nodeAddress(s.node)))
-	b.WriteString("  ignorePreflightErrors:\n  - all\n")
-	if !taints {
+	if ignored := s.preflightIgnored(master); len(ignored) > 0 {
+		b.WriteString("  ignorePreflightErrors:\n")
+		for _, name := range ignored {
+			fmt.Fprintf(&b, "  - %s\n", q(name))
+		}
+	}
+	if master {
 		// Masters take workloads: transit's clusters are elastic, and the
 		// smallest is one master.
 		b.WriteString("  taints: []\n")
@@ -63,12 +68,38 @@ func (s kubeadmSettings) nodeRegistration(taints bool) string {
 	return b.String()
 }
 
+// preflightIgnored names the kubeadm preflight checks whose errors only
+// warn on s.node; every other check refuses the init or join.
+//
+// Measured with kubeadm v1.32.4 on local nodes (namespaces sharing a
+// 2-core cgroup v1 host's kernel; init, control-plane join and worker
+// join, nothing ignored): the only check that fails is HTTPProxyCIDR,
+// and not because the node is local. It takes the 16-byte form of a
+// range's first IPv4 address for IPv6 and brackets it
+// ("https://[10.96.0.1]:1234/"), which the net/url of the Go the bundle's
+// kubeadm is built with (transit's, 1.26) refuses to parse: it fails for
+// every IPv4 range on any machine running that kubeadm, whatever the
+// provider (the packages' kubeadm is built with an older Go). Otherwise
+// it only ever warns (a proxy in front of the ranges), so nothing is
+// lost, and it runs where the control plane does: init and
+// control-plane joins. The checks a local node was thought to
+// fail pass or only warn there: Swap and SystemVerification (cgroup v1)
+// only warn in 1.32, Port-10250 is free in the node's own network
+// namespace, NumCPU and Mem see the host's, and 1.32 checks no bridge
+// netfilter sysctl, only ip_forward (which setupScript turns on).
+func (s kubeadmSettings) preflightIgnored(master bool) []string {
+	if s.bundle && master {
+		return []string{"HTTPProxyCIDR"}
+	}
+	return nil
+}
+
 // initConfig is the configuration of `kubeadm init` on the first master.
 func (s kubeadmSettings) initConfig() string {
 	var b strings.Builder
 	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n")
 	fmt.Fprintf(&b, "localAPIEndpoint:\n  advertiseAddress: %s\n  bindPort: %d\n", q(nodeAddress(s.node)), APIPort)
-	b.WriteString(s.nodeRegistration(false))
+	b.WriteString(s.nodeRegistration(true))
 	// CoreDNS is one of transit's addons (Addons installs it), so that
 	// the addons step installs, upgrades and removes it like the others.
 	b.WriteString("skipPhases:\n- addon/coredns\n")
@@ -148,7 +179,7 @@ func (s kubeadmSettings) joinConfig(sec joinSecrets, master bool) string {
 	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\n")
 	fmt.Fprintf(&b, "discovery:\n  bootstrapToken:\n    apiServerEndpoint: %s\n    token: %s\n    caCertHashes:\n    - %s\n",
 		q(s.endpoint.String()), q(sec.token), q(sec.caHash))
-	b.WriteString(s.nodeRegistration(!master))
+	b.WriteString(s.nodeRegistration(master))
 	if master {
 		fmt.Fprintf(&b, "controlPlane:\n  localAPIEndpoint:\n    advertiseAddress: %s\n    bindPort: %d\n  certificateKey: %s\n",
 			q(nodeAddress(s.node)), APIPort, q(sec.certificateKey))

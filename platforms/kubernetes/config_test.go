@@ -174,3 +174,43 @@ func TestPodNetwork(t *testing.T) {
 		t.Errorf("the check's refusal does not say what to do:\n%s", out)
 	}
 }
+
+// kubeadm's preflight checks all run; by name, only HTTPProxyCIDR is
+// ignored, on masters running the bundle's kubeadm (whose Go cannot parse
+// the URL the check builds), whatever the district's provider. Never
+// "all".
+func TestPreflightIgnored(t *testing.T) {
+	sec := joinSecrets{token: "abcdef.0123456789abcdef", caHash: "sha256:00ff", certificateKey: "c0ffee"}
+	for _, tc := range []struct {
+		name   string
+		bundle bool // the district's install mode is bundle
+		config func(s kubeadmSettings) string
+		want   any
+	}{
+		{"local district: first master", true, kubeadmSettings.initConfig, []any{"HTTPProxyCIDR"}},
+		{"local district: further master", true, func(s kubeadmSettings) string { return s.joinConfig(sec, true) }, []any{"HTTPProxyCIDR"}},
+		{"local district: worker", true, func(s kubeadmSettings) string { return s.joinConfig(sec, false) }, nil},
+		{"aws district (packages): first master", false, kubeadmSettings.initConfig, nil},
+		{"gce district (packages): further master", false, func(s kubeadmSettings) string { return s.joinConfig(sec, true) }, nil},
+		{"openstack district (packages): worker", false, func(s kubeadmSettings) string { return s.joinConfig(sec, false) }, nil},
+		{"emulated cloud district (bundle): first master", true, kubeadmSettings.initConfig, []any{"HTTPProxyCIDR"}},
+		{"emulated cloud district (bundle): worker", true, func(s kubeadmSettings) string { return s.joinConfig(sec, false) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testSettings()
+			s.bundle = tc.bundle
+			y := tc.config(s)
+			d := docs(t, y)
+			reg := d["InitConfiguration"]
+			if reg == nil {
+				reg = d["JoinConfiguration"]
+			}
+			if diff := cmp.Diff(tc.want, get(reg, "nodeRegistration", "ignorePreflightErrors")); diff != "" {
+				t.Errorf("ignorePreflightErrors (-want +got):\n%s", diff)
+			}
+			if strings.Contains(strings.ToLower(y), `"all"`) || strings.Contains(strings.ToLower(y), "- all\n") {
+				t.Errorf("a check is ignored as all:\n%s", y)
+			}
+		})
+	}
+}

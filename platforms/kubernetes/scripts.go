@@ -138,6 +138,11 @@ func setupScript(images []bundleImage) string {
 	w("    echo $! > /run/transit/$d.pid")
 	w("  done")
 	w("fi")
+	w("# pods' traffic is routed through the node: kubeadm's preflight refuses it")
+	w("# without forwarding (packages mode sets it with the distribution's sysctl)")
+	w("[ \"$(cat /proc/sys/net/ipv4/ip_forward)\" = 1 ] || echo 1 > /proc/sys/net/ipv4/ip_forward")
+	w("# kept over a reboot on a machine of its own (a local node shares the host's /etc)")
+	w("[ $systemd = no ] || printf 'net.ipv4.ip_forward = 1\\n' > /etc/sysctl.d/90-transit-kubernetes.conf")
 	w("i=0; until ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; do")
 	w("  i=$((i+1)); if [ $i -gt 300 ]; then echo 'containerd did not start (see %s/containerd.log)' >&2; exit 1; fi; sleep 0.1", logDir)
 	w("done")
@@ -203,12 +208,29 @@ cat > ` + configFile + `
 }
 
 // resetLeftovers resets a node holding the leftovers of an earlier init
-// or join (kubelet credentials, a control plane's manifests).
-const resetLeftovers = `if [ -e /etc/kubernetes/kubelet.conf ] || [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ]; then
+// or join (see hasLeftovers).
+var resetLeftovers = `if ` + hasLeftovers("") + `; then
 	kubeadm reset -f >>` + logDir + `/kubeadm.log 2>&1 || true
 	` + stopKubeletScript + `
 fi
 `
+
+// hasLeftovers is a shell test that holds when the node under root ("":
+// the node's own) has what an earlier init or join left and kubeadm's
+// preflight refuses to find: kubelet credentials, the bootstrap
+// kubeconfig and CA of a join cut short, a control plane's manifests,
+// etcd's data, or a kubelet configuration (a kubelet runs, holding its
+// port).
+func hasLeftovers(root string) string {
+	var tests []string
+	for _, f := range []string{"/etc/kubernetes/kubelet.conf", "/etc/kubernetes/bootstrap-kubelet.conf", "/etc/kubernetes/pki/ca.crt", "/var/lib/kubelet/config.yaml"} {
+		tests = append(tests, "[ -e "+shellquote.Quote(root+f)+" ]")
+	}
+	for _, dir := range []string{"/etc/kubernetes/manifests", "/var/lib/etcd"} {
+		tests = append(tests, `[ -n "$(ls -A `+shellquote.Quote(root+dir)+` 2>/dev/null)" ]`)
+	}
+	return strings.Join(tests, " || ")
+}
 
 // kubeadmLogged runs `kubeadm <phase> <args>` with its output in logDir
 // (it repeats join commands); on failure it shows the log's last lines,

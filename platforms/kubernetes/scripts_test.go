@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,5 +78,67 @@ func TestRelabel(t *testing.T) {
 	}
 	if relabel(kn, map[string]string{"site": "b", "node-role.kubernetes.io/worker": ""}, n) {
 		t.Error("a second relabel with the same labels reported a change")
+	}
+}
+
+// A node is reset before an init or join when it holds anything kubeadm's
+// preflight refuses to find (a join cut short, a control plane's files),
+// never when it is fresh.
+func TestHasLeftovers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files []string // made under the node's root; a trailing slash is a directory
+		want  bool
+	}{
+		{"fresh", []string{"etc/kubernetes/manifests/", "var/lib/etcd/", "var/lib/kubelet/"}, false},
+		{"joined", []string{"etc/kubernetes/kubelet.conf"}, true},
+		{"join cut short before the TLS bootstrap", []string{"etc/kubernetes/bootstrap-kubelet.conf", "etc/kubernetes/pki/ca.crt"}, true},
+		{"CA written only", []string{"etc/kubernetes/pki/ca.crt"}, true},
+		{"kubelet configured", []string{"var/lib/kubelet/config.yaml"}, true},
+		{"a control plane's manifest", []string{"etc/kubernetes/manifests/etcd.yaml"}, true},
+		{"etcd's data", []string{"var/lib/etcd/member/"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, f := range tc.files {
+				p := filepath.Join(root, f)
+				if strings.HasSuffix(f, "/") {
+					if err := os.MkdirAll(p, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := exec.Command("sh", "-c", "if "+hasLeftovers(root)+"; then echo yes; else echo no; fi").CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)) == "yes"; got != tc.want {
+				t.Errorf("leftovers %t, want %t (%s)", got, tc.want, out)
+			}
+		})
+	}
+	if !strings.Contains(resetLeftovers, hasLeftovers("")) {
+		t.Error("the reset before init and join does not test for the leftovers")
+	}
+}
+
+// A node installed from the bundle forwards IPv4, which kubeadm's
+// preflight checks; only a machine of its own keeps it in /etc.
+func TestSetupForwards(t *testing.T) {
+	s := setupScript(nil)
+	for _, want := range []string{
+		`[ "$(cat /proc/sys/net/ipv4/ip_forward)" = 1 ] || echo 1 > /proc/sys/net/ipv4/ip_forward`,
+		`[ $systemd = no ] || printf 'net.ipv4.ip_forward = 1\n' > /etc/sysctl.d/90-transit-kubernetes.conf`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the setup script lacks %q", want)
+		}
 	}
 }
