@@ -22,7 +22,8 @@
 // RunInstances (ImageId, InstanceType, KeyName, SecurityGroupId(s),
 // SubnetId or one NetworkInterface, Placement.AvailabilityZone, UserData,
 // TagSpecifications, ClientToken, MinCount/MaxCount); DescribeInstances;
-// TerminateInstances; StopInstances and StartInstances; GetConsoleOutput. Describe filters take EC2's names
+// TerminateInstances; StopInstances and StartInstances; GetConsoleOutput
+// (Latest). Describe filters take EC2's names
 // (tag:<key>, tag-key, instance-state-name, client-token, group-name,
 // vpc-id, ...) and wildcards; an unknown filter is refused as EC2 refuses
 // it. Describe actions that page on EC2 page here with MaxResults and
@@ -63,7 +64,19 @@
 // Without a Backer, private addresses come from the subnet, public ones
 // from 198.18.0.0/15 (RFC 2544, never routed), and each instance gets an
 // ed25519 host key, printed on its console in cloud-init's "BEGIN SSH HOST
-// KEY KEYS" block once it runs. With sim.Backer, RunInstances starts
+// KEY KEYS" block once it runs.
+//
+// The console has EC2's two views. GetConsoleOutput with Latest=true
+// answers what the machine printed in its last boot, host keys included,
+// from the moment it runs (a stopped instance, or one started again and
+// pending, shows the boot before's; one that never ran, nothing). Without
+// Latest it answers what EC2 last posted, with the post's timestamp: EC2
+// posts the console, as it is then, Options.ConsolePostDelay (default 3
+// minutes, scaled) after each boot, stop and termination, and before the
+// first post there is no output. So a freshly running instance shows no
+// host keys without Latest for those minutes, as on EC2, whose post comes
+// "shortly after" the boot, and one started again shows the run before's
+// output until its new boot is posted. With sim.Backer, RunInstances starts
 // Backer.Start(ctx, "aws:"+region, <instance id>, <the key pair's public
 // key>) in the background; the instance runs once the latency has passed
 // and the machine is up, its public and private address is the machine's,

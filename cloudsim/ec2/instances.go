@@ -50,6 +50,17 @@ type instance struct {
 	hostKeys          []string
 	released          bool // addresses returned to their pools
 
+	// The console (GetConsoleOutput). bootAt is when the machine booted
+	// in this run (zero until it does; backed, until it is up): from
+	// then on the console holds that boot's output. Before, it holds
+	// prevConsole, the output of the run before (StartInstances); post
+	// is what EC2 had posted by then, and due when the run before's
+	// posts still fall due.
+	bootAt      time.Time
+	prevConsole string
+	post        consolePost
+	due         []time.Time
+
 	backed   bool
 	started  bool // the backer's Start returned
 	machine  cloudsim.Machine
@@ -447,6 +458,8 @@ func (c *call) launch(req launchRequest) (*launchResult, error) {
 				authorized = key.key
 			}
 			s.startMachine(c.region, in, authorized)
+		} else {
+			in.bootAt = in.runningAt
 		}
 	}
 	if req.token != "" {
@@ -493,6 +506,7 @@ func (s *Server) startMachine(region string, in *instance, authorizedKey string)
 			in.privateIP = m.PrivateAddress
 		}
 		in.hostKeys = slices.Clone(m.HostKeys)
+		in.bootAt = later(in.runningAt, s.now())
 		s.mu.Unlock()
 		s.afterMachine(region, in)
 	})
@@ -559,6 +573,7 @@ func (s *Server) powerOn(region string, in *instance) {
 			}
 		default:
 			in.off = false
+			in.bootAt = later(in.runningAt, s.now())
 			in.machine.Address, in.machine.PrivateAddress = m.Address, m.PrivateAddress
 			in.publicIP, in.privateIP = m.Address, m.Address
 			if m.PrivateAddress != "" {
@@ -817,6 +832,10 @@ func (c *call) getConsoleOutput() (requestIDSetter, error) {
 	if id == "" {
 		return nil, missing("InstanceId")
 	}
+	current, err := c.p.bool("Latest")
+	if err != nil {
+		return nil, err
+	}
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -827,14 +846,97 @@ func (c *call) getConsoleOutput() (requestIDSetter, error) {
 		return nil, err
 	}
 	in := list[0]
-	out := &getConsoleOutputResponse{InstanceID: in.id, Timestamp: timestamp(now)}
-	// The console holds what the machine printed: nothing before it has
-	// booted (a pending instance, or one terminated before it ran).
-	booted := !now.Before(in.runningAt) && (!in.backed || in.machine.ID != "")
-	if booted && (in.termAt.IsZero() || in.termAt.After(in.runningAt)) {
-		out.Output = base64.StdEncoding.EncodeToString([]byte(consoleText(in)))
+	text, at := in.consoleAt(now), now
+	if !current {
+		p := s.posted(in, now)
+		text = p.text
+		if !p.at.IsZero() {
+			at = p.at
+		}
+	}
+	out := &getConsoleOutputResponse{InstanceID: in.id, Timestamp: timestamp(at)}
+	if text != "" {
+		out.Output = base64.StdEncoding.EncodeToString([]byte(text))
 	}
 	return out, nil
+}
+
+// consolePost is the console output as EC2 posted it at a time.
+type consolePost struct {
+	at   time.Time // zero: nothing posted yet
+	text string
+}
+
+// booted says whether the machine booted in this run: it reached
+// running before it was stopped or terminated.
+func (in *instance) booted() bool {
+	b := in.bootAt
+	return !b.IsZero() && (in.stopAt.IsZero() || !in.stopAt.Before(b)) && (in.termAt.IsZero() || !in.termAt.Before(b))
+}
+
+// consoleAt is what the console held at t (GetConsoleOutput with Latest):
+// the output of this run's boot once it booted, else the run before's,
+// else nothing.
+func (in *instance) consoleAt(t time.Time) string {
+	if in.booted() && !t.Before(in.bootAt) {
+		return consoleText(in)
+	}
+	return in.prevConsole
+}
+
+// postTimes are when EC2 posts this run's console output (and the run
+// before's, if still due): s.posting after the instance boots, stops
+// and terminates. Call with s.mu held.
+func (s *Server) postTimes(in *instance) []time.Time {
+	d := s.sim.Wall(s.posting)
+	out := slices.Clone(in.due)
+	if in.booted() {
+		out = append(out, in.bootAt.Add(d))
+	}
+	for _, t := range []time.Time{in.stopAt, in.termAt} {
+		if !t.IsZero() {
+			out = append(out, t.Add(d))
+		}
+	}
+	return out
+}
+
+// posted is what GetConsoleOutput without Latest answers at now: the
+// console as it was at EC2's latest post by now. Call with s.mu held.
+func (s *Server) posted(in *instance, now time.Time) consolePost {
+	var last time.Time
+	for _, t := range s.postTimes(in) {
+		if !t.After(now) && t.After(last) {
+			last = t
+		}
+	}
+	if last.IsZero() || !last.After(in.post.at) {
+		return in.post
+	}
+	return consolePost{at: last, text: in.consoleAt(last)}
+}
+
+// newRun keeps the console of the run that ends as a stopped instance
+// starts again at now: what it showed, what EC2 posted of it and the
+// posts still due. Call with s.mu held, before start changes the
+// instance.
+func (s *Server) newRun(in *instance, now time.Time) {
+	in.post = s.posted(in, now)
+	var due []time.Time
+	for _, t := range s.postTimes(in) {
+		if t.After(now) {
+			due = append(due, t)
+		}
+	}
+	in.prevConsole, in.due, in.bootAt = in.consoleAt(now), due, time.Time{}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // consoleText is what cloud-init prints on first boot, host keys included.

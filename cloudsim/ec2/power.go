@@ -118,10 +118,12 @@ func (c *call) startInstances() (requestIDSetter, error) {
 // start makes a stopped instance pending, with a new public address if
 // it has one. Call with s.mu held.
 func (s *Server) start(region string, in *instance, now time.Time) {
+	s.newRun(in, now)
 	in.stopAt, in.stoppedAt = time.Time{}, time.Time{}
 	in.runningAt = now.Add(s.sim.Wall(s.Latency().Start))
 	in.transition, in.stateReason = "", nil
 	if !in.backed {
+		in.bootAt = in.runningAt
 		if in.public && in.publicIP == "" {
 			in.publicIP, _ = s.public.take()
 		}

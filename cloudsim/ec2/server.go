@@ -33,6 +33,9 @@ const (
 	// DefaultTerminatedVisible is how long (cloud time) a terminated
 	// instance stays visible, as on EC2.
 	DefaultTerminatedVisible = time.Hour
+	// DefaultConsolePostDelay is how long (cloud time) after an
+	// instance boots, stops or terminates EC2 posts its console output.
+	DefaultConsolePostDelay = 3 * time.Minute
 )
 
 // Credential is the secret half of an access key the emulator accepts.
@@ -82,6 +85,11 @@ type Options struct {
 	// InvalidInstanceID.NotFound for its id meanwhile: EC2 is eventually
 	// consistent. Default 0.
 	VisibilityLag time.Duration
+	// ConsolePostDelay is how long (cloud time, scaled) after an instance
+	// boots, stops or terminates EC2 posts its console output, which is
+	// what GetConsoleOutput answers unless Latest is set (default
+	// DefaultConsolePostDelay).
+	ConsolePostDelay time.Duration
 }
 
 // DefaultImages are a few Debian 12 and Ubuntu 24.04 images under their
@@ -118,6 +126,7 @@ type Server struct {
 	rules   int
 	visible time.Duration
 	lag     time.Duration
+	posting time.Duration // Options.ConsolePostDelay
 
 	mu      sync.Mutex
 	regions map[string]*region
@@ -151,6 +160,9 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	if opts.TerminatedVisible <= 0 {
 		opts.TerminatedVisible = DefaultTerminatedVisible
 	}
+	if opts.ConsolePostDelay <= 0 {
+		opts.ConsolePostDelay = DefaultConsolePostDelay
+	}
 	images := slices.Clone(opts.Images)
 	for i := range images {
 		if images[i].Architecture == "" {
@@ -160,7 +172,7 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	return &Server{
 		Front: cloudsim.NewFront(sim, "aws"), sim: sim, creds: maps.Clone(opts.Credentials), account: opts.AccountID, images: images,
 		zones: opts.Zones, vcpus: opts.VCPULimit, rules: opts.RulesPerGroup, visible: opts.TerminatedVisible,
-		lag:     opts.VisibilityLag,
+		lag: opts.VisibilityLag, posting: opts.ConsolePostDelay,
 		regions: map[string]*region{}, public: newPool(publicRange),
 	}
 }

@@ -481,7 +481,12 @@ func TestInstanceLifecycle(t *testing.T) {
 		run.LaunchTime == nil || aws.ToString(run.KeyName) != "k" {
 		t.Errorf("running instance %+v", run)
 	}
+	// EC2 posts the console minutes after the boot: only Latest shows it.
 	out, err = c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id)})
+	if err != nil || out.Output != nil {
+		t.Errorf("console of a new running instance without Latest: %v %q", err, aws.ToString(out.Output))
+	}
+	out, err = c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id), Latest: aws.Bool(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -946,7 +951,7 @@ func TestBacked(t *testing.T) {
 		t.Errorf("starts (-want +got):\n%s", diff)
 	}
 	b.mu.Unlock()
-	out, err := c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id)})
+	out, err := c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id), Latest: aws.Bool(true)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,8 @@
 // cluster's live instances in the district, launches in flight included.
 // Launch polls until the instance runs with its addresses, then reads the
 // SSH host keys cloud-init prints on the console, for up to
-// Options.HostKeyWait.
+// Options.HostKeyWait, asking for the latest output (Latest=true): what
+// EC2 answers without it is posted minutes after the instance runs.
 //
 // List finds instances and groups by the transit-cluster tag (and
 // transit-district, when set); tags AWS itself adds ("aws:" prefix) are

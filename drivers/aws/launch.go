@@ -234,9 +234,14 @@ func (drv *driver) launchFailed(ctx context.Context, what string, in types.Insta
 // hostKeys reads the SSH host keys cloud-init prints on the console,
 // polling until they show or HostKeyWait has passed; none (nil) means the
 // first key presented will be trusted. Only ctx's end is an error.
+//
+// It asks for the latest output: by default EC2 answers what it posted
+// shortly after the last state change, which for a new instance comes
+// minutes after it runs, so without Latest every launch would wait out
+// HostKeyWait and then trust the first key.
 func (drv *driver) hostKeys(ctx context.Context, id string) ([]string, error) {
 	return cloudutil.ConsoleHostKeys(ctx, drv.opts.Clock, drv.opts.HostKeyWait, drv.wait, func() (string, error) {
-		out, err := drv.ec2.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: sdk.String(id)})
+		out, err := drv.ec2.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: sdk.String(id), Latest: sdk.Bool(true)})
 		if err != nil {
 			return "", err
 		}

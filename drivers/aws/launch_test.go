@@ -176,7 +176,7 @@ func TestLaunchShape(t *testing.T) {
 		t.Errorf("user data:\n%s", ud)
 	}
 	// The host keys are the ones the console shows.
-	out, err := w.sdk().GetConsoleOutput(t.Context(), &sdkec2.GetConsoleOutputInput{InstanceId: sdk.String(inst.ProviderID)})
+	out, err := w.sdk().GetConsoleOutput(t.Context(), &sdkec2.GetConsoleOutputInput{InstanceId: sdk.String(inst.ProviderID), Latest: sdk.Bool(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,6 +399,65 @@ func TestHostKeysMissing(t *testing.T) {
 	}
 	if time.Since(start) < opts.HostKeyWait {
 		t.Errorf("Launch gave up on the host keys before HostKeyWait")
+	}
+}
+
+// EC2 posts a new instance's console minutes after it runs, and until
+// then GetConsoleOutput without Latest shows no host keys: Launch asks for
+// the latest output and pins the keys as soon as the instance runs,
+// instead of waiting out HostKeyWait and trusting the first key.
+func TestHostKeysFromLatestConsole(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, ec2.Options{}) // EC2's post delay: minutes
+	opts := fast()
+	opts.HostKeyWait = 5 * time.Second
+	drv := w.driver(w.district(), credential(), opts)
+	g, err := drv.EnsureGroup(t.Context(), groupSpec("pin", "aws-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := newKey(t)
+	w.actions()
+	start := time.Now()
+	inst, err := drv.Launch(t.Context(), launchSpec("pin", "aws-test", "pin-n1", "", g.ProviderID, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	reads := w.forms("GetConsoleOutput")
+	console := func(latest bool) []string {
+		t.Helper()
+		out, err := w.sdk().GetConsoleOutput(t.Context(), &sdkec2.GetConsoleOutputInput{InstanceId: sdk.String(inst.ProviderID), Latest: sdk.Bool(latest)})
+		if err != nil {
+			t.Fatalf("GetConsoleOutput(Latest=%v): %v", latest, err)
+		}
+		text, err := base64.StdEncoding.DecodeString(sdk.ToString(out.Output))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cloudutil.ParseHostKeys(string(text))
+	}
+	if keys := console(false); len(keys) != 0 {
+		t.Errorf("the posted console of a new instance shows host keys %q: the emulator is not EC2", keys)
+	}
+	want := console(true)
+	if len(want) == 0 {
+		t.Fatal("the latest console shows no host keys")
+	}
+	if !slices.Equal(inst.HostKeys, want) {
+		t.Errorf("pinned host keys %q, the latest console shows %q", inst.HostKeys, want)
+	}
+	if took >= opts.HostKeyWait {
+		t.Errorf("Launch took %s, HostKeyWait is %s: it waited for keys the console did not show", took, opts.HostKeyWait)
+	}
+	if len(reads) == 0 {
+		t.Error("Launch never read the console")
+	}
+	for _, f := range reads {
+		if f.Get("Latest") != "true" {
+			t.Errorf("Launch read the console without Latest=true: %v", f)
+			break
+		}
 	}
 }
 
