@@ -48,12 +48,14 @@ func q(s string) string { return strconv.Quote(s) }
 
 // nodeRegistration is kubeadm's nodeRegistration of s.node: its name is
 // transit's node id (so the Node object names it), the kubelet binds its
-// address, and kubeadm's preflight checks all run, but those
-// preflightIgnored names.
+// address and registers the Node with labelNetworkPending (the pod
+// network waits until transit released it: members.go), and kubeadm's
+// preflight checks all run, but those preflightIgnored names.
 func (s kubeadmSettings) nodeRegistration(master bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "nodeRegistration:\n  name: %s\n  criSocket: %s\n", q(s.node.ID), q(criSocket))
 	fmt.Fprintf(&b, "  kubeletExtraArgs:\n  - name: node-ip\n    value: %s\n", q(nodeAddress(s.node)))
+	fmt.Fprintf(&b, "  - name: node-labels\n    value: %s\n", q(labelNetworkPending+"=true"))
 	if ignored := s.preflightIgnored(master); len(ignored) > 0 {
 		b.WriteString("  ignorePreflightErrors:\n")
 		for _, name := range ignored {

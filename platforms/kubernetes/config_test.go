@@ -68,7 +68,8 @@ func TestInitConfig(t *testing.T) {
 	}{
 		{init, []string{"localAPIEndpoint", "advertiseAddress"}, "10.240.1.2"},
 		{init, []string{"nodeRegistration", "name"}, "demo-master-1"},
-		{init, []string{"nodeRegistration", "kubeletExtraArgs"}, []any{map[string]any{"name": "node-ip", "value": "10.240.1.2"}}},
+		{init, []string{"nodeRegistration", "kubeletExtraArgs"}, []any{map[string]any{"name": "node-ip", "value": "10.240.1.2"},
+			map[string]any{"name": "node-labels", "value": labelNetworkPending + "=true"}}},
 		{init, []string{"nodeRegistration", "taints"}, []any{}},
 		{init, []string{"skipPhases"}, []any{"addon/coredns"}},
 		{cluster, []string{"controlPlaneEndpoint"}, "api.demo.transit.internal:6443"},

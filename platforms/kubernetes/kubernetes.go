@@ -171,6 +171,9 @@ func (d *driver) Init(ctx context.Context, n districts.Node) error {
 	if err != nil {
 		return err
 	}
+	if err := d.releaseNetwork(ctx, a, n); err != nil {
+		return err
+	}
 	// The pod network at once: no node is Ready without it.
 	_, err = d.applyAddons(ctx, a, platformAddons)
 	return err

@@ -31,6 +31,26 @@ const (
 	// annotationPublicIP makes flannel send a node's VXLAN traffic to its
 	// public address, where it differs from the node's own.
 	annotationPublicIP = "flannel.alpha.coreos.com/public-ip-overwrite"
+	// labelNetworkPending keeps the pod network off a node until transit
+	// has set what flannel reads as it starts.
+	//
+	// flanneld reads annotationPublicIP once, when it first takes its
+	// lease, so the annotation must be on the Node before flannel's pod
+	// starts there; a later one needs flanneld restarted. The kubelet
+	// registers the Node, and the kubelet cannot register annotations
+	// (there is no such flag, nor a kubeadm field), so every node
+	// registers with this label instead (its kubelet's --node-labels:
+	// kubeadm's nodeRegistration), flannel's DaemonSet runs only on nodes
+	// without it, and transit removes it, in the same write that sets the
+	// annotation, right after init or join (releaseNetwork). A label
+	// rather than a NoSchedule taint: a toleration cannot say "every taint
+	// but one", so flannel would have to list the taints it tolerates,
+	// and a taint of the operator's own would keep the pod network off
+	// that node; other pods need no taint, as the node stays NotReady
+	// until flannel writes its CNI configuration. The kubelet sets
+	// --node-labels only when it creates its Node, so the label does not
+	// come back after a restart.
+	labelNetworkPending = "transit.io/pod-network-pending"
 )
 
 // Members reports the cluster's Nodes as the API server sees them, with
@@ -242,6 +262,12 @@ func tagLabels(kn *corev1.Node) map[string]string {
 			out[k] = v
 		}
 	}
+	// A node whose pod network transit has not released (its kubelet
+	// registered it again, a join cut short) differs from its tags: the
+	// loop labels it, which releases it.
+	if v, ok := kn.Labels[labelNetworkPending]; ok {
+		out[labelNetworkPending] = v
+	}
 	return out
 }
 
@@ -282,6 +308,10 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	case err == nil:
 		if _, cp := kn.Labels[labelControlPlane]; cp != master {
 			return fmt.Errorf("join node %s: it is a %s of the cluster; kubeadm cannot change a node's role in place: remove the node", n.ID, roleOf(cp))
+		}
+		// A join cut short after the kubelet registered the Node.
+		if err := d.releaseNetwork(ctx, a, n); err != nil {
+			return fmt.Errorf("join node %s: %w", n.ID, err)
 		}
 		if master {
 			d.addMaster(n)
@@ -324,6 +354,11 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	}
 	if err != nil {
 		return err
+	}
+	// The kubelet registered the Node (kubeadm waited for its TLS
+	// bootstrap): flannel may start once its annotation is there.
+	if err := d.releaseNetwork(ctx, a, n); err != nil {
+		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
 	if master {
 		d.addMaster(n)
@@ -511,10 +546,49 @@ func relabel(kn *corev1.Node, want map[string]string, n districts.Node) bool {
 	}
 	maps.Copy(kn.Labels, want)
 	kn.Annotations[annotationManaged] = strings.Join(slices.Sorted(maps.Keys(want)), ",")
-	if n.PublicIP != "" && n.PublicIP != nodeAddress(n) {
-		kn.Annotations[annotationPublicIP] = n.PublicIP
-	}
+	releaseNetwork(kn, n)
 	return !maps.Equal(before, kn.Labels) || !maps.Equal(beforeAnn, kn.Annotations)
+}
+
+// releaseNetwork sets on kn what flannel reads as it starts on node n
+// (annotationPublicIP, where n's public address is not its own) and lets
+// flannel start there (labelNetworkPending goes), and says whether kn
+// changed.
+func releaseNetwork(kn *corev1.Node, n districts.Node) bool {
+	changed := false
+	if n.PublicIP != "" && n.PublicIP != nodeAddress(n) && kn.Annotations[annotationPublicIP] != n.PublicIP {
+		if kn.Annotations == nil {
+			kn.Annotations = map[string]string{}
+		}
+		kn.Annotations[annotationPublicIP] = n.PublicIP
+		changed = true
+	}
+	if _, ok := kn.Labels[labelNetworkPending]; ok {
+		delete(kn.Labels, labelNetworkPending)
+		changed = true
+	}
+	return changed
+}
+
+// releaseNetwork releases the pod network of n's Node, once its kubelet
+// registered it (see labelNetworkPending): one write, so flannel, which
+// waits for the label to go, finds the annotation when it starts.
+func (d *driver) releaseNetwork(ctx context.Context, a *api, n districts.Node) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		kn, err := a.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !releaseNetwork(kn, n) {
+			return nil
+		}
+		_, err = a.c.CoreV1().Nodes().Update(ctx, kn, metav1.UpdateOptions{FieldManager: "transit"})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: let the pod network start: %w", n.ID, err)
+	}
+	return nil
 }
 
 // Uncordon makes n schedulable again.
