@@ -17,7 +17,9 @@
 // RSA), DescribeKeyPairs (IncludePublicKey), DeleteKeyPair;
 // CreateSecurityGroup (TagSpecifications), DescribeSecurityGroups,
 // AuthorizeSecurityGroupIngress and RevokeSecurityGroupIngress (CIDR
-// sources only), DeleteSecurityGroup (DependencyViolation while an
+// sources only, a range's Description kept; a duplicate is one whatever
+// its description), UpdateSecurityGroupRuleDescriptionsIngress,
+// DeleteSecurityGroup (DependencyViolation while an
 // instance that is not terminated uses it); CreateTags, DeleteTags;
 // RunInstances (ImageId, InstanceType, KeyName, SecurityGroupId(s),
 // SubnetId or one NetworkInterface, Placement.AvailabilityZone, UserData,

@@ -413,6 +413,39 @@ func (c *call) revokeIngress() (requestIDSetter, error) {
 	return out, nil
 }
 
+// updateIngressDescriptions sets the descriptions of existing rules
+// (UpdateSecurityGroupRuleDescriptionsIngress): a rule that does not
+// exist fails the whole request and changes nothing.
+func (c *call) updateIngressDescriptions() (requestIDSetter, error) {
+	rules, err := c.p.readPermissions()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.s.sleep(c.ctx, c.s.Latency().GroupUpdate); err != nil {
+		return nil, err
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, err := s.region(c.region).findGroup(c.p)
+	if err != nil {
+		return nil, err
+	}
+	at := map[string]int{}
+	for i, r := range g.ingress {
+		at[r.key()] = i
+	}
+	for _, r := range rules {
+		if _, ok := at[r.key()]; !ok {
+			return nil, &apiError{status: 400, code: "InvalidPermission.NotFound", msg: "The specified rule does not exist in this security group."}
+		}
+	}
+	for _, r := range rules {
+		g.ingress[at[r.key()]].desc = r.desc
+	}
+	return &updateDescriptionsResponse{Return: true}, nil
+}
+
 func (c *call) deleteSecurityGroup() (requestIDSetter, error) {
 	if err := c.s.sleep(c.ctx, c.s.Latency().GroupDelete); err != nil {
 		return nil, err

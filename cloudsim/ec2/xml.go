@@ -309,6 +309,11 @@ type authorizeIngressResponse struct {
 	Rules  []xRule `xml:"securityGroupRuleSet>item"`
 }
 
+type updateDescriptionsResponse struct {
+	base
+	Return bool `xml:"return"`
+}
+
 type revokeIngressResponse struct {
 	base
 	Return       bool    `xml:"return"`

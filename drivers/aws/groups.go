@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	sdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -40,7 +41,7 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (pr
 			GroupName:         sdk.String(spec.Name),
 			Description:       sdk.String(fmt.Sprintf("transit cluster %s in district %s", spec.Cluster, spec.District)),
 			VpcId:             sdk.String(vpc),
-			TagSpecifications: []types.TagSpecification{tagSpec(types.ResourceTypeSecurityGroup, spec.Tags)},
+			TagSpecifications: []types.TagSpecification{tagSpec(types.ResourceTypeSecurityGroup, withRulesMarked(spec.Tags))},
 		})
 		switch {
 		case code(err) == "InvalidGroup.Duplicate":
@@ -133,17 +134,33 @@ func (drv *driver) reconcile(ctx context.Context, g *types.SecurityGroup, want m
 	id := sdk.ToString(g.GroupId)
 	const attempts = 3
 	for i := 0; ; i++ {
-		have := map[rule]bool{}
+		isMarked := marked(*g)
+		// present: every rule, whoever made it (EC2 refuses a duplicate
+		// whatever its description); ours: what transit may revoke;
+		// unmarked: wanted rules without transit's mark — its own from
+		// before the marks, or an operator's identical to one transit
+		// needs, which becomes transit's (else the group's sources would
+		// never match the nodes) — marked in place.
+		present, ours, unmarked := map[rule]bool{}, map[rule]bool{}, map[rule]bool{}
 		for _, r := range ingress(*g) {
-			have[r] = true
-		}
-		var add, drop []types.IpPermission
-		for _, r := range sortedRules(want) {
-			if !have[r] {
-				add = append(add, r.permission())
+			present[r.rule] = true
+			if r.ours(isMarked) {
+				ours[r.rule] = true
+			}
+			if r.desc != r.description() {
+				unmarked[r.rule] = true
 			}
 		}
-		for _, r := range sortedRules(have) {
+		var add, mark, drop []types.IpPermission
+		for _, r := range sortedRules(want) {
+			switch {
+			case !present[r]:
+				add = append(add, r.permission())
+			case unmarked[r]:
+				mark = append(mark, r.permission())
+			}
+		}
+		for _, r := range sortedRules(ours) {
 			if !want[r] {
 				drop = append(drop, r.permission())
 			}
@@ -152,8 +169,15 @@ func (drv *driver) reconcile(ctx context.Context, g *types.SecurityGroup, want m
 		if len(add) > 0 {
 			_, err = drv.ec2.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: sdk.String(id), IpPermissions: add})
 		}
+		if err == nil && len(mark) > 0 {
+			_, err = drv.ec2.UpdateSecurityGroupRuleDescriptionsIngress(ctx, &ec2.UpdateSecurityGroupRuleDescriptionsIngressInput{GroupId: sdk.String(id), IpPermissions: mark})
+		}
 		if err == nil && len(drop) > 0 {
 			_, err = drv.ec2.RevokeSecurityGroupIngress(ctx, &ec2.RevokeSecurityGroupIngressInput{GroupId: sdk.String(id), IpPermissions: drop})
+		}
+		if err == nil && !isMarked {
+			// From now on an unmarked rule is an operator's.
+			_, err = drv.ec2.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{id}, Tags: tagSpec("", map[string]string{tagRules: "described"}).Tags})
 		}
 		switch code(err) {
 		case "":
@@ -203,7 +227,8 @@ func sortedRules(m map[rule]bool) []rule {
 
 // DeleteGroup deletes the group. While instances that used it are still
 // terminating EC2 refuses (DependencyViolation): it retries with backoff
-// for up to GroupDeleteWait. A missing group is fine.
+// for up to GroupDeleteWait. A missing group is fine. A group holding an
+// operator's rules is not deleted: transit's rules and tags leave it.
 func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	what := "delete security group " + g.Name
 	id := g.ProviderID
@@ -217,6 +242,9 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 			return drv.wrap(what, err)
 		}
 		id = sdk.ToString(found.GroupId)
+	}
+	if kept, err := drv.keepOperatorRules(ctx, id, what); kept || err != nil {
+		return err
 	}
 	deadline := drv.opts.Clock.Now().Add(drv.opts.GroupDeleteWait)
 	for i := 0; ; i++ {
@@ -235,4 +263,60 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 		}
 		return drv.wrap(what, err)
 	}
+}
+
+// keepOperatorRules leaves a group holding rules transit did not make to
+// its operator: transit revokes its own rules and removes its tags (the
+// group is no longer the cluster's), and says it kept the group.
+func (drv *driver) keepOperatorRules(ctx context.Context, id, what string) (bool, error) {
+	out, err := drv.ec2.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: []string{id}})
+	switch {
+	case code(err) == "InvalidGroup.NotFound":
+		return true, nil
+	case err != nil:
+		return false, drv.wrap(what, err)
+	case len(out.SecurityGroups) != 1:
+		return false, nil
+	}
+	g := out.SecurityGroups[0]
+	var ours []types.IpPermission
+	foreign := false
+	for _, r := range ingress(g) {
+		if r.ours(marked(g)) {
+			ours = append(ours, r.permission())
+		} else {
+			foreign = true
+		}
+	}
+	if !foreign {
+		return false, nil
+	}
+	if len(ours) > 0 {
+		if _, err := drv.ec2.RevokeSecurityGroupIngress(ctx, &ec2.RevokeSecurityGroupIngressInput{GroupId: sdk.String(id), IpPermissions: ours}); err != nil {
+			return false, drv.wrap(what, err)
+		}
+	}
+	var tags []types.Tag
+	for k := range userTags(g.Tags) {
+		if strings.HasPrefix(k, "transit-") {
+			tags = append(tags, types.Tag{Key: sdk.String(k)})
+		}
+	}
+	if len(tags) > 0 {
+		if _, err := drv.ec2.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{id}, Tags: tags}); err != nil {
+			return false, drv.wrap(what, err)
+		}
+	}
+	return true, nil
+}
+
+// withRulesMarked are a new group's tags: its rules are marked from the
+// start.
+func withRulesMarked(tags map[string]string) map[string]string {
+	out := maps.Clone(tags)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[tagRules] = "described"
+	return out
 }

@@ -109,11 +109,12 @@ func state(name types.InstanceStateName) provider.InstanceState {
 }
 
 // toGroup maps a security group; its sources are the addresses of its
-// all-traffic rules (the nodes), not the SSH rules' CIDR blocks.
+// all-traffic rules (the nodes), not the SSH rules' CIDR blocks nor an
+// operator's rules.
 func toGroup(g types.SecurityGroup) provider.Group {
 	out := provider.Group{ProviderID: sdk.ToString(g.GroupId), Name: sdk.ToString(g.GroupName), Tags: userTags(g.Tags)}
 	for _, r := range ingress(g) {
-		if r.proto == "-1" {
+		if r.proto == "-1" && r.ours(marked(g)) {
 			out.Sources = append(out.Sources, source(r.cidr))
 		}
 	}
@@ -178,22 +179,55 @@ type rule struct {
 	cidr     string
 }
 
+// transit marks the rules it makes with a description, and changes only
+// marked rules: one an operator adds to the group stays. A group made
+// before rules were marked (without tagRules) holds only transit's rules
+// (transit then revoked every other); its first reconcile marks them.
+const (
+	descNode = "transit: cluster node"
+	descSSH  = "transit: ssh_cidrs"
+	tagRules = "transit-rules"
+)
+
+func (r rule) description() string {
+	if r.proto == "-1" {
+		return descNode
+	}
+	return descSSH
+}
+
+// permission is the rule as EC2 takes it, with transit's mark.
 func (r rule) permission() types.IpPermission {
 	p := types.IpPermission{IpProtocol: sdk.String(r.proto)}
 	if r.proto != "-1" {
 		p.FromPort, p.ToPort = sdk.Int32(r.from), sdk.Int32(r.to)
 	}
 	if strings.Contains(r.cidr, ":") {
-		p.Ipv6Ranges = []types.Ipv6Range{{CidrIpv6: sdk.String(r.cidr)}}
+		p.Ipv6Ranges = []types.Ipv6Range{{CidrIpv6: sdk.String(r.cidr), Description: sdk.String(r.description())}}
 	} else {
-		p.IpRanges = []types.IpRange{{CidrIp: sdk.String(r.cidr)}}
+		p.IpRanges = []types.IpRange{{CidrIp: sdk.String(r.cidr), Description: sdk.String(r.description())}}
 	}
 	return p
 }
 
+// groupRule is an ingress rule as the group has it.
+type groupRule struct {
+	rule
+	desc string
+}
+
+// marked says the group's rules carry transit's marks.
+func marked(g types.SecurityGroup) bool { return userTags(g.Tags)[tagRules] == "described" }
+
+// ours says a rule of the group is transit's: marked, or in a group from
+// before the marks.
+func (r groupRule) ours(marked bool) bool {
+	return strings.HasPrefix(r.desc, "transit: ") || !marked && r.desc == ""
+}
+
 // ingress flattens a group's ingress permissions into rules.
-func ingress(g types.SecurityGroup) []rule {
-	var out []rule
+func ingress(g types.SecurityGroup) []groupRule {
+	var out []groupRule
 	for _, p := range g.IpPermissions {
 		r := rule{proto: sdk.ToString(p.IpProtocol)}
 		if r.proto != "-1" {
@@ -201,11 +235,11 @@ func ingress(g types.SecurityGroup) []rule {
 		}
 		for _, ip := range p.IpRanges {
 			r.cidr = sdk.ToString(ip.CidrIp)
-			out = append(out, r)
+			out = append(out, groupRule{r, sdk.ToString(ip.Description)})
 		}
 		for _, ip := range p.Ipv6Ranges {
 			r.cidr = sdk.ToString(ip.CidrIpv6)
-			out = append(out, r)
+			out = append(out, groupRule{r, sdk.ToString(ip.Description)})
 		}
 	}
 	return out
