@@ -217,6 +217,45 @@ func (c *call) createGroup() (reply, error) {
 	return reply{201, map[string]any{"security_group": c.xGroup(g)}}, nil
 }
 
+// updateGroup changes a group's name or description (PUT
+// security-groups/{id}); the default group's name is fixed.
+func (c *call) updateGroup() (reply, error) {
+	var b struct {
+		Group struct {
+			Name        *string `json:"name"`
+			Description *string `json:"description"`
+		} `json:"security_group"`
+	}
+	if err := c.decode(&b); err != nil {
+		return reply{}, err
+	}
+	for _, v := range []*string{b.Group.Name, b.Group.Description} {
+		if v != nil && len(*v) > 255 {
+			return reply{}, &apiError{400, "HTTPBadRequest", "Invalid input for name or description: longer than 255 characters."}
+		}
+	}
+	if err := c.sleep(c.s.Latency().GroupUpdate); err != nil {
+		return reply{}, err
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.groups[c.rest[1]]
+	if g == nil || g.project != c.project || g.region != c.region {
+		return reply{}, &apiError{404, "SecurityGroupNotFound", fmt.Sprintf("Security group %s does not exist", c.rest[1])}
+	}
+	if b.Group.Name != nil {
+		if g.name == "default" && *b.Group.Name != "default" {
+			return reply{}, &apiError{409, "SecurityGroupCannotUpdateDefault", "Updating default security group not allowed."}
+		}
+		g.name = *b.Group.Name
+	}
+	if b.Group.Description != nil {
+		g.description = *b.Group.Description
+	}
+	return reply{200, map[string]any{"security_group": c.xGroup(g)}}, nil
+}
+
 func (c *call) deleteGroup() (reply, error) {
 	s := c.s
 	id := c.rest[1]

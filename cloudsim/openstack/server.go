@@ -327,6 +327,7 @@ var routes = []route{
 	{network, "GET", "security-groups", cloudsim.OpList, (*call).listGroups},
 	{network, "POST", "security-groups", cloudsim.OpGroup, (*call).createGroup},
 	{network, "GET", "security-groups/*", cloudsim.OpList, (*call).getGroup},
+	{network, "PUT", "security-groups/*", cloudsim.OpGroup, (*call).updateGroup},
 	{network, "DELETE", "security-groups/*", cloudsim.OpGroup, (*call).deleteGroup},
 	{network, "GET", "security-group-rules", cloudsim.OpList, (*call).listRules},
 	{network, "POST", "security-group-rules", cloudsim.OpGroup, (*call).createRules},

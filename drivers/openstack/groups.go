@@ -35,6 +35,13 @@ type wantRule struct {
 	prefix string // masked CIDR
 }
 
+// mine is ruleOf for the rules transit made (its descriptions): any
+// other rule, even of the same shape, is an operator's and stays.
+func mine(r rules.SecGroupRule) (wantRule, bool) {
+	w, ok := ruleOf(r)
+	return w, ok && (r.Description == nodesRule && !w.ssh || r.Description == sshRule && w.ssh)
+}
+
 func ruleOf(r rules.SecGroupRule) (wantRule, bool) {
 	if r.Direction != "ingress" || r.RemoteIPPrefix == "" || r.RemoteGroupID != "" {
 		return wantRule{}, false
@@ -82,7 +89,7 @@ type transitGroup struct {
 func (tg transitGroup) group() provider.Group {
 	out := provider.Group{ProviderID: tg.g.ID, Name: tg.meta.Transit, Tags: maps.Clone(tg.meta.Tags)}
 	for _, r := range tg.g.Rules {
-		if w, ok := ruleOf(r); ok && !w.ssh {
+		if w, ok := mine(r); ok && !w.ssh {
 			p := netip.MustParsePrefix(w.prefix)
 			if p.IsSingleIP() {
 				out.Sources = append(out.Sources, p.Addr().String())
@@ -207,16 +214,26 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (pr
 // whether it changed anything.
 func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wantRule]bool) (bool, error) {
 	have := map[wantRule]bool{}
-	var extra []string
+	var extra, takeOver []string
 	for _, r := range tg.g.Rules {
-		w, ok := ruleOf(r)
+		w, shaped := ruleOf(r)
+		_, ours := mine(r)
 		switch {
-		case !ok:
+		case !shaped:
+		case !ours && want[w]:
+			// An operator's rule identical to one transit needs: Neutron
+			// refuses a second, so it becomes transit's (else the group's
+			// sources would never match the nodes).
+			takeOver = append(takeOver, r.ID)
+		case !ours:
 		case want[w] && !have[w]:
 			have[w] = true
 		default:
 			extra = append(extra, r.ID)
 		}
+	}
+	if err := drv.deleteRules(ctx, takeOver); err != nil {
+		return true, err
 	}
 	var add []rules.CreateOpts
 	for _, w := range slices.SortedFunc(maps.Keys(want), func(a, b wantRule) int {
@@ -250,28 +267,33 @@ func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wan
 			return true, err
 		}
 	}
-	if len(extra) > 0 {
-		var g errgroup.Group
-		g.SetLimit(8)
-		for _, id := range extra {
-			g.Go(func() error {
-				err := drv.retry(ctx, func() error { return rules.Delete(ctx, drv.netw, id).ExtractErr() })
-				if isNotFound(err) {
-					return nil
-				}
-				return err
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return true, err
-		}
+	if err := drv.deleteRules(ctx, extra); err != nil {
+		return true, err
 	}
-	return len(add) > 0 || len(extra) > 0, nil
+	return len(add) > 0 || len(extra) > 0 || len(takeOver) > 0, nil
+}
+
+// deleteRules deletes rules, eight at a time; a missing one is fine.
+func (drv *driver) deleteRules(ctx context.Context, ids []string) error {
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, id := range ids {
+		g.Go(func() error {
+			err := drv.retry(ctx, func() error { return rules.Delete(ctx, drv.netw, id).ExtractErr() })
+			if isNotFound(err) {
+				return nil
+			}
+			return err
+		})
+	}
+	return g.Wait()
 }
 
 // DeleteGroup deletes the group. While servers that used it are still
 // deleting Neutron refuses (409 SecurityGroupInUse): it retries with
-// backoff for up to GroupDeleteWait. A missing group is fine.
+// backoff for up to GroupDeleteWait. A missing group is fine. A group
+// holding an operator's ingress rules is not deleted: transit's rules
+// and identity leave it.
 func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	what := "delete security group " + g.Name
 	if err := drv.clients(ctx); err != nil {
@@ -284,6 +306,9 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 			return drv.wrap(what, err)
 		}
 		id = tg.g.ID
+	}
+	if kept, err := drv.keepOperatorRules(ctx, id, what); kept || err != nil {
+		return err
 	}
 	deadline := drv.opts.Clock.Now().Add(drv.opts.GroupDeleteWait)
 	for i := 0; ; i++ {
@@ -302,4 +327,48 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 		}
 		return drv.wrap(what, err)
 	}
+}
+
+// keepOperatorRules leaves a group holding ingress rules transit did not
+// make to its operator: transit deletes its own rules and its identity
+// (the JSON description: the group is no longer the cluster's), and says
+// it kept the group.
+func (drv *driver) keepOperatorRules(ctx context.Context, id, what string) (bool, error) {
+	var g *groups.SecGroup
+	err := drv.retry(ctx, func() error {
+		var err error
+		g, err = groups.Get(ctx, drv.netw, id).Extract()
+		return err
+	})
+	switch {
+	case isNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, drv.wrap(what, err)
+	}
+	var ours []string
+	foreign := false
+	for _, r := range g.Rules {
+		switch _, ok := mine(r); {
+		case ok:
+			ours = append(ours, r.ID)
+		case r.Direction == "ingress":
+			foreign = true
+		}
+	}
+	if !foreign {
+		return false, nil
+	}
+	if err := drv.deleteRules(ctx, ours); err != nil {
+		return false, drv.wrap(what, err)
+	}
+	desc := "kept for its operator's rules after transit removed its own (was " + g.Name + ")"
+	err = drv.retry(ctx, func() error {
+		_, err := groups.Update(ctx, drv.netw, id, groups.UpdateOpts{Description: &desc}).Extract()
+		return err
+	})
+	if err != nil {
+		return false, drv.wrap(what, err)
+	}
+	return true, nil
 }
