@@ -297,24 +297,22 @@ func nthAddress(prefix string, n int) (string, error) {
 
 // EnsureAddons applies the platform's addons and cluster.json's with
 // server-side apply, as field manager transit, and removes every object
-// transit made that no wanted addon has any more; then it waits (bounded)
-// until each of cluster.json's addons serves. It returns what it
-// installed, upgraded or removed.
+// transit made that no wanted addon has any more; then it waits (bounded:
+// waitAddons) until each addon serves, the platform's own first: the pod
+// network up on every node and the cluster DNS answering, so a converged
+// cluster is a usable one. It returns what it installed, upgraded or
+// removed.
 func (d *driver) EnsureAddons(ctx context.Context, addons []districts.Addon) ([]string, error) {
 	a, err := d.client(ctx)
 	if err != nil {
 		return nil, err
 	}
-	changed, err := d.applyAddons(ctx, a, append(slices.Clone(platformAddons), addons...))
+	all := append(slices.Clone(platformAddons), addons...)
+	changed, err := d.applyAddons(ctx, a, all)
 	if err != nil {
 		return changed, err
 	}
-	for _, ad := range addons {
-		if err := waitAddon(ctx, a, ad); err != nil {
-			return changed, err
-		}
-	}
-	return changed, nil
+	return changed, d.waitAddons(ctx, a, all)
 }
 
 func (d *driver) applyAddons(ctx context.Context, a *api, addons []districts.Addon) ([]string, error) {
