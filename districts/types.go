@@ -197,6 +197,10 @@ type District struct {
 	// SSH in from: where transit runs (default 0.0.0.0/0; the nodes take
 	// only the cluster's key).
 	SSHCIDRs []string `json:"ssh_cidrs,omitempty"`
+	// APICIDRs are the addresses a cloud district's security group lets
+	// in to the Kubernetes API server's port (6443): kubectl from
+	// outside the cluster. Default none.
+	APICIDRs []string `json:"api_cidrs,omitempty"`
 
 	LocalSubnet string `json:"local_subnet,omitempty"`
 

@@ -241,6 +241,17 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		c.add("deployments", fmt.Sprintf("no master: a cluster with nodes needs at least one node with role %q", RoleMaster), "")
 	}
 
+	if cl.Platform == "swarm" && districtsOK {
+		named := map[string]bool{}
+		for i, dep := range cl.Deployments {
+			for _, d := range ds {
+				if d.ID == dep.District && len(d.APICIDRs) > 0 && !named[d.ID] {
+					named[d.ID] = true
+					c.add(joinIndex("deployments", i)+".district", fmt.Sprintf("district %q sets api_cidrs in %s, which open the Kubernetes API port: platform swarm has none", d.ID, districtsFile), "remove api_cidrs")
+				}
+			}
+		}
+	}
 	if cl.Platform == "swarm" && len(cl.Addons) > 0 {
 		c.add("addons", "addons are Kubernetes controllers: platform swarm runs none", `remove "addons" or use platform "kubernetes"`)
 	}
@@ -462,13 +473,15 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 			}
 		}
 
-		for j, cidr := range d.SSHCIDRs {
-			if d.Provider == ProviderLocal {
-				c.add(p+".ssh_cidrs", "local nodes are reached from this host only", "remove ssh_cidrs")
-				break
-			}
-			if pfx, err := netip.ParsePrefix(cidr); err != nil || pfx != pfx.Masked() {
-				c.add(joinIndex(p+".ssh_cidrs", j), fmt.Sprintf("%q is not a CIDR such as \"203.0.113.0/24\"", cidr), "")
+		for key, cidrs := range map[string][]string{"ssh_cidrs": d.SSHCIDRs, "api_cidrs": d.APICIDRs} {
+			for j, cidr := range cidrs {
+				if d.Provider == ProviderLocal {
+					c.add(p+"."+key, "local nodes are reached from this host only", "remove "+key)
+					break
+				}
+				if pfx, err := netip.ParsePrefix(cidr); err != nil || pfx != pfx.Masked() {
+					c.add(joinIndex(p+"."+key, j), fmt.Sprintf("%q is not a CIDR such as \"203.0.113.0/24\"", cidr), "")
+				}
 			}
 		}
 

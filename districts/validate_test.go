@@ -272,6 +272,14 @@ func TestValidate(t *testing.T) {
 			ds("[1].ssh_cidrs[2]", `"10.0.0.1/8" is not a CIDR such as "203.0.113.0/24"`),
 			withHint(ds("[3].ssh_cidrs", "local nodes are reached from this host only"), "remove ssh_cidrs"),
 		}},
+		{"api cidrs", func(c *Config) {
+			c.Districts[1].APICIDRs = []string{"198.51.100.0/24", "198.51.100.7"}
+			c.Districts[3].APICIDRs = []string{"10.0.0.0/8"}
+		}, Problems{
+			withHint(cl("deployments[1].district", `district "aws-europe" sets api_cidrs in districts.json, which open the Kubernetes API port: platform swarm has none`), "remove api_cidrs"),
+			ds("[1].api_cidrs[1]", `"198.51.100.7" is not a CIDR such as "203.0.113.0/24"`),
+			withHint(ds("[3].api_cidrs", "local nodes are reached from this host only"), "remove api_cidrs"),
+		}},
 		{"openstack auth url", func(c *Config) { c.Districts[2].OSAuthURL = "keystone:5000" },
 			Problems{ds("[2].os_auth_url", `"keystone:5000" is not an http or https URL`)}},
 		{"local required keys", func(c *Config) { c.Districts[3].LocalSubnet = "" },

@@ -96,6 +96,7 @@ type driver struct {
 	ec2      *ec2.Client
 	opts     Options
 	sshCIDRs []string
+	apiCIDRs []string
 
 	mu     sync.Mutex // guards the caches below
 	image  string
@@ -132,6 +133,9 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		credName: "the SDK's default credential chain"}
 	var err error
 	if drv.sshCIDRs, err = cloudutil.SSHCIDRs(d); err != nil {
+		return nil, err
+	}
+	if drv.apiCIDRs, err = cloudutil.APICIDRs(d); err != nil {
 		return nil, err
 	}
 

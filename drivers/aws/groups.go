@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/provider"
 )
 
@@ -96,6 +97,9 @@ func (drv *driver) wantRules(sources []string) (map[rule]bool, []string, error) 
 	}
 	for _, c := range drv.sshCIDRs {
 		want[rule{proto: "tcp", from: 22, to: 22, cidr: c}] = true
+	}
+	for _, c := range drv.apiCIDRs {
+		want[rule{proto: "tcp", from: cloudutil.APIPort, to: cloudutil.APIPort, cidr: c}] = true
 	}
 	slices.Sort(reported)
 	return want, reported, nil

@@ -186,14 +186,18 @@ type rule struct {
 const (
 	descNode = "transit: cluster node"
 	descSSH  = "transit: ssh_cidrs"
+	descAPI  = "transit: api_cidrs"
 	tagRules = "transit-rules"
 )
 
 func (r rule) description() string {
-	if r.proto == "-1" {
+	switch {
+	case r.proto == "-1":
 		return descNode
+	case r.from == 22:
+		return descSSH
 	}
-	return descSSH
+	return descAPI
 }
 
 // permission is the rule as EC2 takes it, with transit's mark.

@@ -144,3 +144,32 @@ func TestUnmarkedGroupIsMarked(t *testing.T) {
 		t.Errorf("an operator's rule added after the marking was revoked: %v", got)
 	}
 }
+
+// TestAPICIDRs: api_cidrs open the Kubernetes API port to those blocks,
+// marked as transit's; a block no longer listed is revoked.
+func TestAPICIDRs(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, ec2.Options{})
+	ctx := t.Context()
+	for i, cidrs := range [][]string{{"198.51.100.0/24", "203.0.113.9/32"}, {"203.0.113.9/32"}} {
+		drv := w.driver(w.district(func(d *districts.District) {
+			d.SSHCIDRs = []string{"203.0.113.0/24"}
+			d.APICIDRs = cidrs
+		}), credential(), fast())
+		g, err := drv.EnsureGroup(ctx, groupSpec("api", "aws-test", "192.0.2.10"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"-1 00 192.0.2.10/32 [transit: cluster node]", "tcp 22 203.0.113.0/24 [transit: ssh_cidrs]"}
+		for _, c := range cidrs {
+			want = append(want, "tcp 6443 "+c+" [transit: api_cidrs]")
+		}
+		slices.Sort(want)
+		if diff := cmp.Diff(want, describedRules(t, w, g.ProviderID)); diff != "" {
+			t.Errorf("apply %d: rules (-want +got):\n%s", i+1, diff)
+		}
+		if l := drv.GroupLimit(1); l.Need != 2+len(cidrs) {
+			t.Errorf("GroupLimit(1).Need = %d, want a node's rule, SSH's and %d API blocks", l.Need, len(cidrs))
+		}
+	}
+}

@@ -67,6 +67,22 @@ func SSHCIDRs(d districts.District) ([]string, error) {
 	return out, nil
 }
 
+// APIPort is the Kubernetes API server's port, which api_cidrs open.
+const APIPort = 6443
+
+// APICIDRs are the district's api_cidrs, normalised; default none.
+func APICIDRs(d districts.District) ([]string, error) {
+	var out []string
+	for _, c := range d.APICIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p.Masked() != p {
+			return nil, Invalid(d, "api_cidrs: %q is not a CIDR block such as 203.0.113.0/24", c)
+		}
+		out = append(out, p.String())
+	}
+	return out, nil
+}
+
 // Backoff is the wait before retry n (from 1): a random duration up to
 // min(maxDelay, base·2^(n-1)), exponential backoff with full jitter.
 func Backoff(n int, base, maxDelay time.Duration) time.Duration {

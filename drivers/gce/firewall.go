@@ -10,9 +10,11 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/provider"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/api/iterator"
@@ -32,20 +34,25 @@ type ruleMeta struct {
 	Transit string            `json:"transit"` // the group's name, GroupSpec.Name
 	Tags    map[string]string `json:"tags"`
 	SSH     bool              `json:"ssh,omitempty"`
+	API     bool              `json:"api,omitempty"`
 	IPv6    bool              `json:"ipv6,omitempty"`
 }
 
-// ruleKind is one of a group's rules: the nodes' or SSH's, for IPv4 or
-// IPv6.
-type ruleKind struct{ ssh, v6 bool }
+// ruleKind is one of a group's rules: the nodes', SSH's or the API's
+// (TCP 6443 from api_cidrs, only while there are some), for IPv4 or IPv6.
+type ruleKind struct{ ssh, api, v6 bool }
 
-var ruleKinds = []ruleKind{{}, {ssh: true}, {v6: true}, {ssh: true, v6: true}}
+var ruleKinds = []ruleKind{{}, {ssh: true}, {v6: true}, {ssh: true, v6: true}, {api: true}, {api: true, v6: true}}
 
 // name is the rule's Compute Engine name: the IPv4 rules keep the names
 // they had before there were IPv6 ones.
 func (k ruleKind) name(group string) string {
 	n := ruleName(group)
 	switch {
+	case k.api && k.v6:
+		return n + "-api6"
+	case k.api:
+		return n + "-api"
 	case k.ssh && k.v6:
 		return n + "-ssh6"
 	case k.ssh:
@@ -107,7 +114,7 @@ func groups(rules []rule) []provider.Group {
 	var names []string
 	nodes := map[string][]rule{}
 	for _, r := range rules {
-		if r.meta.SSH {
+		if r.meta.SSH || r.meta.API {
 			continue
 		}
 		if nodes[r.meta.Transit] == nil {
@@ -165,7 +172,7 @@ func (drv *driver) getRule(ctx context.Context, name string) (*computepb.Firewal
 // wanted is the rule of kind k of spec, or nil for an IPv6 rule without
 // sources (there must be none).
 func (drv *driver) wanted(spec provider.GroupSpec, k ruleKind) (*computepb.Firewall, error) {
-	meta, err := json.Marshal(ruleMeta{Transit: spec.Name, Tags: spec.Tags, SSH: k.ssh, IPv6: k.v6})
+	meta, err := json.Marshal(ruleMeta{Transit: spec.Name, Tags: spec.Tags, SSH: k.ssh, API: k.api, IPv6: k.v6})
 	if err != nil {
 		return nil, err
 	}
@@ -179,9 +186,13 @@ func (drv *driver) wanted(spec provider.GroupSpec, k ruleKind) (*computepb.Firew
 		Allowed:     []*computepb.Allowed{{IPProtocol: proto.String("all")}},
 	}
 	all := spec.Sources
-	if k.ssh {
+	switch {
+	case k.ssh:
 		fw.Allowed = []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{"22"}}}
 		all = drv.sshCIDRs
+	case k.api:
+		fw.Allowed = []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{strconv.Itoa(cloudutil.APIPort)}}}
+		all = drv.apiCIDRs
 	}
 	var sources []string
 	for _, s := range all {
@@ -197,7 +208,7 @@ func (drv *driver) wanted(spec provider.GroupSpec, k ruleKind) (*computepb.Firew
 			sources = append(sources, p.String())
 		}
 	}
-	if k.v6 && len(sources) == 0 {
+	if (k.v6 || k.api) && len(sources) == 0 {
 		return nil, nil
 	}
 	fw.SourceRanges = sources
@@ -243,7 +254,7 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (pr
 			g.Go(func() error { return drv.dropRule(ctx, k.name(spec.Name), spec.Name, what) })
 			continue
 		}
-		if !k.ssh {
+		if !k.ssh && !k.api {
 			nodes = append(nodes, rule{fw: want, meta: ruleMeta{Transit: spec.Name, Tags: spec.Tags, IPv6: k.v6}})
 		}
 		g.Go(func() error { return drv.ensureRule(ctx, want, what) })
@@ -318,15 +329,16 @@ func (drv *driver) waitRule(ctx context.Context, name, what string) error {
 	}
 }
 
-// dropRule deletes the group's IPv6 rule name if there is one, and waits
-// for it. A rule of that name that is not the group's IPv6 rule stays.
+// dropRule deletes the group's IPv6 or API rule name if there is one, and
+// waits for it. A rule of that name that is not such a rule of the group
+// stays.
 func (drv *driver) dropRule(ctx context.Context, name, group, what string) error {
 	fw, err := drv.getRule(ctx, name)
 	if err != nil || fw == nil {
 		return drv.wrap(what, err)
 	}
 	var m ruleMeta
-	if json.Unmarshal([]byte(fw.GetDescription()), &m) != nil || !m.IPv6 || group != "" && m.Transit != group {
+	if json.Unmarshal([]byte(fw.GetDescription()), &m) != nil || !m.IPv6 && !m.API || group != "" && m.Transit != group {
 		return nil
 	}
 	o, err := drv.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: drv.d.GCEProjectID, Firewall: name,
@@ -350,7 +362,7 @@ func (drv *driver) DeleteGroup(ctx context.Context, grp provider.Group) error {
 		base = ruleName(grp.Name)
 	}
 	var g errgroup.Group
-	for _, name := range []string{base + "-6", base + "-ssh6"} {
+	for _, name := range []string{base + "-6", base + "-ssh6", base + "-api", base + "-api6"} {
 		g.Go(func() error { return drv.dropRule(ctx, name, grp.Name, what) })
 	}
 	for _, name := range []string{base, base + "-ssh"} {

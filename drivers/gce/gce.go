@@ -93,6 +93,7 @@ type driver struct {
 	d        districts.District
 	credName string // how errors name the credentials
 	opts     Options
+	apiCIDRs []string
 	sshCIDRs []string
 	network  string
 
@@ -141,6 +142,9 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	}
 	var err error
 	if drv.sshCIDRs, err = cloudutil.SSHCIDRs(d); err != nil {
+		return nil, err
+	}
+	if drv.apiCIDRs, err = cloudutil.APICIDRs(d); err != nil {
 		return nil, err
 	}
 	var copts []option.ClientOption

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/provider"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
@@ -23,23 +24,35 @@ type groupMeta struct {
 }
 
 // The descriptions of transit's ingress rules: the nodes' (all traffic
-// from a node's address) and SSH's (TCP 22 from ssh_cidrs).
+// from a node's address), SSH's (TCP 22 from ssh_cidrs) and the API's
+// (TCP 6443 from api_cidrs).
 const (
 	nodesRule = "transit: a node of the cluster"
 	sshRule   = "transit: ssh"
+	apiRule   = "transit: api"
 )
 
 // wantRule is an ingress rule as transit compares them.
 type wantRule struct {
-	ssh    bool
+	port   int    // 0: all traffic (a node); 22: SSH; the API port
 	prefix string // masked CIDR
+}
+
+func (w wantRule) description() string {
+	switch w.port {
+	case 0:
+		return nodesRule
+	case 22:
+		return sshRule
+	}
+	return apiRule
 }
 
 // mine is ruleOf for the rules transit made (its descriptions): any
 // other rule, even of the same shape, is an operator's and stays.
 func mine(r rules.SecGroupRule) (wantRule, bool) {
 	w, ok := ruleOf(r)
-	return w, ok && (r.Description == nodesRule && !w.ssh || r.Description == sshRule && w.ssh)
+	return w, ok && r.Description == w.description()
 }
 
 func ruleOf(r rules.SecGroupRule) (wantRule, bool) {
@@ -54,8 +67,8 @@ func ruleOf(r rules.SecGroupRule) (wantRule, bool) {
 	switch {
 	case r.Protocol == "" && r.PortRangeMin == 0 && r.PortRangeMax == 0:
 		return wantRule{prefix: p.String()}, true
-	case r.Protocol == "tcp" && r.PortRangeMin == 22 && r.PortRangeMax == 22:
-		return wantRule{ssh: true, prefix: p.String()}, true
+	case r.Protocol == "tcp" && r.PortRangeMin == r.PortRangeMax && (r.PortRangeMin == 22 || r.PortRangeMin == cloudutil.APIPort):
+		return wantRule{port: r.PortRangeMin, prefix: p.String()}, true
 	}
 	return wantRule{}, false
 }
@@ -75,7 +88,10 @@ func (drv *driver) wanted(sources []string) (map[wantRule]bool, error) {
 		want[wantRule{prefix: netip.PrefixFrom(a, a.BitLen()).String()}] = true
 	}
 	for _, c := range drv.sshCIDRs {
-		want[wantRule{ssh: true, prefix: c}] = true
+		want[wantRule{port: 22, prefix: c}] = true
+	}
+	for _, c := range drv.apiCIDRs {
+		want[wantRule{port: cloudutil.APIPort, prefix: c}] = true
 	}
 	return want, nil
 }
@@ -89,7 +105,7 @@ type transitGroup struct {
 func (tg transitGroup) group() provider.Group {
 	out := provider.Group{ProviderID: tg.g.ID, Name: tg.meta.Transit, Tags: maps.Clone(tg.meta.Tags)}
 	for _, r := range tg.g.Rules {
-		if w, ok := mine(r); ok && !w.ssh {
+		if w, ok := mine(r); ok && w.port == 0 {
 			p := netip.MustParsePrefix(w.prefix)
 			if p.IsSingleIP() {
 				out.Sources = append(out.Sources, p.Addr().String())
@@ -237,13 +253,7 @@ func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wan
 	}
 	var add []rules.CreateOpts
 	for _, w := range slices.SortedFunc(maps.Keys(want), func(a, b wantRule) int {
-		if a.ssh != b.ssh {
-			if a.ssh {
-				return 1
-			}
-			return -1
-		}
-		return cmp.Compare(a.prefix, b.prefix)
+		return cmp.Or(cmp.Compare(a.port, b.port), cmp.Compare(a.prefix, b.prefix))
 	}) {
 		if have[w] {
 			continue
@@ -252,9 +262,9 @@ func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wan
 		if netip.MustParsePrefix(w.prefix).Addr().Is6() {
 			et = rules.EtherType6
 		}
-		o := rules.CreateOpts{Direction: rules.DirIngress, EtherType: et, SecGroupID: tg.g.ID, RemoteIPPrefix: w.prefix, Description: nodesRule}
-		if w.ssh {
-			o.Protocol, o.PortRangeMin, o.PortRangeMax, o.Description = rules.ProtocolTCP, 22, 22, sshRule
+		o := rules.CreateOpts{Direction: rules.DirIngress, EtherType: et, SecGroupID: tg.g.ID, RemoteIPPrefix: w.prefix, Description: w.description()}
+		if w.port != 0 {
+			o.Protocol, o.PortRangeMin, o.PortRangeMax = rules.ProtocolTCP, w.port, w.port
 		}
 		add = append(add, o)
 	}

@@ -100,6 +100,7 @@ type driver struct {
 	auth     gophercloud.AuthOptions
 	tls      *tls.Config
 	sshCIDRs []string
+	apiCIDRs []string
 
 	// authMu guards the clients, made at the first request: New makes
 	// none, so a cloud that is down fails the request, not the setup.
@@ -137,6 +138,10 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	if drv.sshCIDRs, err = sshCIDRs(d); err != nil {
 		return nil, err
 	}
+	if drv.apiCIDRs, err = cloudutil.APICIDRs(d); err != nil {
+		return nil, err
+	}
+
 	authErr := func(err error) error {
 		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("openstack district %q: read %s", d.ID, drv.credName), Err: err}
 	}

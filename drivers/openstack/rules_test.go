@@ -89,3 +89,29 @@ func TestOperatorRulesSurvive(t *testing.T) {
 		t.Errorf("the kept group is still listed as the cluster's: %+v", gs)
 	}
 }
+
+// TestAPICIDRs: api_cidrs open the Kubernetes API port to those blocks,
+// described as transit's; a block no longer listed is deleted.
+func TestAPICIDRs(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := t.Context()
+	for i, cidrs := range [][]string{{"198.51.100.0/24", "203.0.113.9/32"}, {"203.0.113.9/32"}} {
+		drv := w.driver(w.district(func(d *districts.District) {
+			d.SSHCIDRs = []string{"203.0.113.0/24"}
+			d.APICIDRs = cidrs
+		}), w.credential(), fast())
+		g, err := drv.EnsureGroup(ctx, groupSpec("api", "os-test", "192.0.2.10"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{" 0 192.0.2.10/32 [" + nodesRule + "]", "tcp 22 203.0.113.0/24 [" + sshRule + "]"}
+		for _, c := range cidrs {
+			want = append(want, "tcp 6443 "+c+" ["+apiRule+"]")
+		}
+		slices.Sort(want)
+		if diff := cmp.Diff(want, ingressOf(t, drv, g.ProviderID)); diff != "" {
+			t.Errorf("apply %d: rules (-want +got):\n%s", i+1, diff)
+		}
+	}
+}
