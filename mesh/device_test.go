@@ -9,16 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cloudtransit/transit/mesh"
+	"github.com/cloudtransit/transit/netns"
 )
 
 // node is a network namespace running transit-mesh up.
@@ -49,27 +47,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// inNetns runs fn on a thread in the network namespace ns: the sockets it
-// opens are that namespace's.
+// inNetns runs fn in the network namespace ns: the sockets it opens are
+// that namespace's.
 func inNetns(t *testing.T, ns string, fn func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			t.Error(err)
-			return
-		}
-		fn()
-	}()
-	<-done
+	if err := netns.Do("/run/netns/"+ns, func() error { fn(); return nil }); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func sh(t *testing.T, args ...string) string {

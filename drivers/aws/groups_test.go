@@ -1,7 +1,6 @@
 package aws
 
 import (
-	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -34,15 +33,11 @@ func cidrsOf(f url.Values) []string {
 // rulesOf reads a group's ingress as "proto port cidr" lines.
 func rulesOf(t *testing.T, w *world, id string) []string {
 	t.Helper()
-	out, err := w.sdk().DescribeSecurityGroups(t.Context(), &sdkec2.DescribeSecurityGroupsInput{GroupIds: []string{id}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rules []string
-	for _, r := range ingress(out.SecurityGroups[0]) {
-		rules = append(rules, fmt.Sprintf("%s %02d %s", r.proto, r.from, r.cidr))
+	for _, r := range describedRules(t, w, id) {
+		r, _, _ = strings.Cut(r, " [")
+		rules = append(rules, r)
 	}
-	slices.Sort(rules)
 	return rules
 }
 

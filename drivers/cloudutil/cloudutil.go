@@ -53,30 +53,25 @@ func Invalid(d districts.District, format string, args ...any) error {
 // SSHCIDRs are the district's ssh_cidrs, normalised; default 0.0.0.0/0
 // (the nodes take only the cluster's key).
 func SSHCIDRs(d districts.District) ([]string, error) {
-	var out []string
-	for _, c := range d.SSHCIDRs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil || p.Masked() != p {
-			return nil, Invalid(d, "ssh_cidrs: %q is not a CIDR block such as 203.0.113.0/24", c)
-		}
-		out = append(out, p.String())
-	}
-	if len(out) == 0 {
+	out, err := cidrs(d, "ssh_cidrs", d.SSHCIDRs)
+	if err == nil && len(out) == 0 {
 		out = []string{"0.0.0.0/0"}
 	}
-	return out, nil
+	return out, err
 }
 
 // APIPort is the Kubernetes API server's port, which api_cidrs open.
 const APIPort = 6443
 
 // APICIDRs are the district's api_cidrs, normalised; default none.
-func APICIDRs(d districts.District) ([]string, error) {
+func APICIDRs(d districts.District) ([]string, error) { return cidrs(d, "api_cidrs", d.APICIDRs) }
+
+func cidrs(d districts.District, key string, in []string) ([]string, error) {
 	var out []string
-	for _, c := range d.APICIDRs {
+	for _, c := range in {
 		p, err := netip.ParsePrefix(c)
 		if err != nil || p.Masked() != p {
-			return nil, Invalid(d, "api_cidrs: %q is not a CIDR block such as 203.0.113.0/24", c)
+			return nil, Invalid(d, "%s: %q is not a CIDR block such as 203.0.113.0/24", key, c)
 		}
 		out = append(out, p.String())
 	}

@@ -341,6 +341,12 @@ func (drv *driver) dropRule(ctx context.Context, name, group, what string) error
 	if json.Unmarshal([]byte(fw.GetDescription()), &m) != nil || !m.IPv6 && !m.API || group != "" && m.Transit != group {
 		return nil
 	}
+	return drv.deleteRule(ctx, name, what)
+}
+
+// deleteRule deletes the rule name and waits for it; a missing rule is
+// not an error.
+func (drv *driver) deleteRule(ctx context.Context, name, what string) error {
 	o, err := drv.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: drv.d.GCEProjectID, Firewall: name,
 		RequestId: proto.String(newRequestID())}, drv.retry())
 	if isNotFound(err) {
@@ -366,17 +372,7 @@ func (drv *driver) DeleteGroup(ctx context.Context, grp provider.Group) error {
 		g.Go(func() error { return drv.dropRule(ctx, name, grp.Name, what) })
 	}
 	for _, name := range []string{base, base + "-ssh"} {
-		g.Go(func() error {
-			o, err := drv.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: drv.d.GCEProjectID, Firewall: name,
-				RequestId: proto.String(newRequestID())}, drv.retry())
-			if isNotFound(err) {
-				return nil
-			}
-			if err != nil {
-				return drv.wrap(what, err)
-			}
-			return drv.waitGlobalOp(ctx, o.Proto(), what+": "+name)
-		})
+		g.Go(func() error { return drv.deleteRule(ctx, name, what) })
 	}
 	return g.Wait()
 }

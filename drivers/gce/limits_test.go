@@ -1,8 +1,9 @@
 package gce
 
 import (
-	"fmt"
 	"testing"
+
+	"github.com/cloudtransit/transit/drivers/drivertest"
 )
 
 // TestGroupLimitMatchesComputeEngine: the limit the planner checks is
@@ -11,21 +12,14 @@ import (
 func TestGroupLimitMatchesComputeEngine(t *testing.T) {
 	w := newWorld(t)
 	drv := w.driver(w.district(), w.credential(), fast())
-	n := drv.GroupLimit(0).Max
-	if drv.GroupLimit(n).Need > n || drv.GroupLimit(n+1).Need <= n {
-		t.Fatalf("GroupLimit(%d) = %+v: want the edge at %d sources", n, drv.GroupLimit(n), n)
+	n, fits, past := drivertest.LimitEdge(drv)
+	if n != maxSourceRanges {
+		t.Fatalf("the edge at %d sources, want %d", n, maxSourceRanges)
 	}
-	sources := func(k int) []string {
-		var s []string
-		for i := range k {
-			s = append(s, fmt.Sprintf("10.%d.%d.1", i/250, i%250))
-		}
-		return s
-	}
-	if _, err := drv.EnsureGroup(t.Context(), groupSpec("fits", "gce-test", sources(n)...)); err != nil {
+	if _, err := drv.EnsureGroup(t.Context(), groupSpec("fits", "gce-test", fits...)); err != nil {
 		t.Fatalf("%d sources, within GroupLimit: %v", n, err)
 	}
-	if _, err := drv.EnsureGroup(t.Context(), groupSpec("over", "gce-test", sources(n+1)...)); err == nil {
+	if _, err := drv.EnsureGroup(t.Context(), groupSpec("over", "gce-test", past...)); err == nil {
 		t.Fatalf("%d sources, past GroupLimit, were accepted", n+1)
 	}
 }

@@ -2,14 +2,11 @@ package local
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/cloudtransit/transit/netns"
 	"github.com/cloudtransit/transit/provider"
 )
 
@@ -28,28 +25,6 @@ func networkFile(root, district string) string {
 	return filepath.Join(districtDir(root, district), "network")
 }
 
-// inNetns runs fn on an OS thread in the network namespace at path. The
-// thread is never handed back to the scheduler: it ends with its
-// goroutine, so nothing else ever runs in the namespace by accident.
-func inNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		f, err := os.Open(path)
-		if err != nil {
-			errc <- fmt.Errorf("network namespace: %w", err)
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("enter network namespace %s: %w", path, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // netnsDriver is a driver whose district lives in the network namespace
 // at path.
 type netnsDriver struct {
@@ -59,7 +34,7 @@ type netnsDriver struct {
 
 var _ provider.Infrastructure = netnsDriver{}
 
-func (n netnsDriver) do(fn func() error) error { return inNetns(n.path, fn) }
+func (n netnsDriver) do(fn func() error) error { return netns.Do(n.path, fn) }
 
 func (n netnsDriver) List(ctx context.Context, cluster string) (is []provider.Instance, gs []provider.Group, err error) {
 	err = n.do(func() (err error) {

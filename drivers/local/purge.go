@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/cloudtransit/transit/netns"
 )
 
 // Purge synchronously tears down everything recorded under root: every node
@@ -43,9 +45,8 @@ func Purge(ctx context.Context, root string) error {
 		}
 		purge := func() error { return purgeDistrict(ctx, root, e.Name(), hs, parents) }
 		if ns := districtNetwork(root, e.Name()); ns != "" {
-			purge = func() error {
-				return inNetns(ns, func() error { return purgeDistrict(ctx, root, e.Name(), hs, parents) })
-			}
+			in := purge
+			purge = func() error { return netns.Do(ns, in) }
 		}
 		if err := purge(); err != nil {
 			errs = append(errs, fmt.Errorf("purge district %s: %w", e.Name(), err))

@@ -1,9 +1,9 @@
 package openstack
 
 import (
-	"fmt"
 	"testing"
 
+	"github.com/cloudtransit/transit/drivers/drivertest"
 	"github.com/cloudtransit/transit/provider"
 )
 
@@ -14,20 +14,10 @@ func TestGroupLimitMatchesNeutron(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	drv := w.driver(w.district(), w.credential(), fast())
-	n := 0
-	for drv.GroupLimit(n+1).Need <= drv.GroupLimit(n+1).Max {
-		n++
-	}
-	sources := func(k int) []string {
-		var s []string
-		for i := range k {
-			s = append(s, fmt.Sprintf("10.1.%d.%d", i/200, i%200+1))
-		}
-		return s
-	}
-	if _, err := drv.EnsureGroup(t.Context(), groupSpec("fits", "os-test", sources(n)...)); err != nil {
+	n, fits, past := drivertest.LimitEdge(drv)
+	if _, err := drv.EnsureGroup(t.Context(), groupSpec("fits", "os-test", fits...)); err != nil {
 		t.Fatalf("%d sources, within GroupLimit: %v", n, err)
 	}
-	_, err := drv.EnsureGroup(t.Context(), groupSpec("fits", "os-test", sources(n+1)...))
+	_, err := drv.EnsureGroup(t.Context(), groupSpec("fits", "os-test", past...))
 	w.wantKind(err, provider.ErrQuota)
 }
