@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cloudtransit/transit/controllers/streams"
@@ -44,14 +45,22 @@ func TestPartRevisions(t *testing.T) {
 		revs := revisionsOf(t, c, "a")
 		return len(revs) == 1 && revs[1].Spec.Spec.Sources["orders"].Topic == "orders", fmt.Sprint(len(revs), " revisions")
 	})
+	// The controller writes the part's status meanwhile: a user's write
+	// may meet a conflict, and is retried on the latest version.
+	update := func(change func()) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(part), part); err != nil {
+				return err
+			}
+			change()
+			return c.Update(ctx, part)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i := 2; i <= 13; i++ {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(part), part); err != nil {
-			t.Fatal(err)
-		}
-		part.Spec.Sources["orders"] = v1alpha1.Endpoint{Topic: fmt.Sprintf("orders-%d", i)}
-		if err := c.Update(ctx, part); err != nil {
-			t.Fatal(err)
-		}
+		update(func() { part.Spec.Sources["orders"] = v1alpha1.Endpoint{Topic: fmt.Sprintf("orders-%d", i)} })
 		eventually(t, fmt.Sprintf("revision %d", i), func() (bool, string) {
 			_ = c.Get(ctx, client.ObjectKeyFromObject(part), part)
 			return part.Status.LatestRevision == int64(i), fmt.Sprint("latest ", part.Status.LatestRevision)
@@ -65,10 +74,7 @@ func TestPartRevisions(t *testing.T) {
 		}
 	}
 	// A write of the same spec (a label) makes no revision.
-	part.Labels = map[string]string{"team": "a"}
-	if err := c.Update(ctx, part); err != nil {
-		t.Fatal(err)
-	}
+	update(func() { part.Labels = map[string]string{"team": "a"} })
 	revs := revisionsOf(t, c, "a")
 	eventually(t, "pruning to the history", func() (bool, string) {
 		revs = revisionsOf(t, c, "a")
