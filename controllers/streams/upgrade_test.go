@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cloudtransit/transit/controllers/streams"
@@ -82,13 +83,16 @@ func TestUpgradesUnderLoad(t *testing.T) {
 		rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
 			s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: fmt.Sprintf("fn:v%d", i)}
 		})
-		var tp v1alpha1.Topology
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "pipe"}, &tp); err != nil {
-			t.Fatal(err)
-		}
-		tp.Spec.Upgrade = mode
-		tp.Spec.Parts = []v1alpha1.PartRef{{Name: "a", Revision: rev}, {Name: "b", Revision: 1}}
-		if err := c.Update(ctx, &tp); err != nil {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var tp v1alpha1.Topology
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "pipe"}, &tp); err != nil {
+				return err
+			}
+			tp.Spec.Upgrade = mode
+			tp.Spec.Parts = []v1alpha1.PartRef{{Name: "a", Revision: rev}, {Name: "b", Revision: 1}}
+			return c.Update(ctx, &tp)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		next := waitSwitched(t, c, active)
