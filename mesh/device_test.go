@@ -49,14 +49,14 @@ func TestMain(m *testing.M) {
 
 // inNetns runs fn in the network namespace ns: the sockets it opens are
 // that namespace's.
-func inNetns(t *testing.T, ns string, fn func()) {
+func inNetns(t testing.TB, ns string, fn func()) {
 	t.Helper()
 	if err := netns.Do("/run/netns/"+ns, func() error { fn(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func sh(t *testing.T, args ...string) string {
+func sh(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
@@ -65,74 +65,88 @@ func sh(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// pair is two namespaces joined by a link (10.77.0.1 and .2), each
+// running transit-mesh up (mesh addresses 10.98.0.1 and .2), no peers yet.
+type pair struct {
+	tb      testing.TB
+	bin     string
+	a, b    *node
+	printed bytes.Buffer // what transit-mesh key printed
+}
+
+func startPair(tb testing.TB) *pair {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root (network namespaces, /dev/net/tun)")
+	}
+	bin, err := build()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	suffix := fmt.Sprintf("%04x", os.Getpid()%0x10000)
+	p := &pair{tb: tb, bin: bin,
+		a: &node{ns: "tm-a-" + suffix, addr: "10.77.0.1", mesh: "10.98.0.1"},
+		b: &node{ns: "tm-b-" + suffix, addr: "10.77.0.2", mesh: "10.98.0.2"}}
+	for _, n := range []*node{p.a, p.b} {
+		sh(tb, "ip", "netns", "add", n.ns)
+		tb.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.ns).Run() })
+		n.dir = tb.TempDir()
+	}
+	sh(tb, "ip", "link", "add", "tma"+suffix, "netns", p.a.ns, "type", "veth", "peer", "name", "tmb"+suffix, "netns", p.b.ns)
+	for i, n := range []*node{p.a, p.b} {
+		link := []string{"tma", "tmb"}[i] + suffix
+		sh(tb, "ip", "-n", n.ns, "addr", "add", n.addr+"/24", "dev", link)
+		sh(tb, "ip", "-n", n.ns, "link", "set", link, "up")
+		sh(tb, "ip", "-n", n.ns, "link", "set", "lo", "up")
+	}
+	for _, n := range []*node{p.a, p.b} {
+		out, err := p.in(n, "key", "-dir", n.dir).Output()
+		if err != nil {
+			tb.Fatalf("key in %s: %v", n.ns, err)
+		}
+		p.printed.Write(out)
+		n.pub = strings.TrimSpace(string(out))
+		n.up = p.in(n, "up", "-dir", n.dir, "-interface", "tmesh0", "-address", n.mesh+"/24")
+		n.up.Stdout, n.up.Stderr = &n.out, &n.out
+		if err := n.up.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			_ = n.up.Process.Signal(syscall.SIGTERM)
+			_ = n.up.Wait()
+		})
+	}
+	return p
+}
+
+// in is transit-mesh run in n's namespace.
+func (p *pair) in(n *node, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.ns, "--", p.bin}, args...)...)
+}
+
+// setPeers makes peers n's peers.
+func (p *pair) setPeers(n *node, peers ...*node) {
+	p.tb.Helper()
+	ps := []mesh.Peer{}
+	for _, q := range peers {
+		ps = append(ps, mesh.Peer{Node: q.ns, PublicKey: q.pub, Endpoint: q.addr + ":51820", Address: q.mesh})
+	}
+	data, _ := json.Marshal(ps)
+	cmd := p.in(n, "peers", "-dir", n.dir)
+	cmd.Stdin = bytes.NewReader(data)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		p.tb.Fatalf("peers in %s: %v\n%s", n.ns, err, out)
+	}
+}
+
 // TestTwoNodes: two namespaces joined by a link, each running the mesh
 // in userspace. Each makes its key and gives only its public key; once
 // each has the other as a peer, a mesh address answers across; a peer
 // removed from the file is unreachable within seconds, and added back,
 // reachable again. No private key appears in anything printed.
 func TestTwoNodes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, /dev/net/tun)")
-	}
-	bin, err := build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	suffix := fmt.Sprintf("%04x", os.Getpid()%0x10000)
-	nodes := []*node{
-		{ns: "tm-a-" + suffix, addr: "10.77.0.1", mesh: "10.98.0.1"},
-		{ns: "tm-b-" + suffix, addr: "10.77.0.2", mesh: "10.98.0.2"},
-	}
-	for _, n := range nodes {
-		sh(t, "ip", "netns", "add", n.ns)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.ns).Run() })
-		n.dir = t.TempDir()
-	}
-	sh(t, "ip", "link", "add", "tma"+suffix, "netns", nodes[0].ns, "type", "veth", "peer", "name", "tmb"+suffix, "netns", nodes[1].ns)
-	for i, n := range nodes {
-		link := []string{"tma", "tmb"}[i] + suffix
-		sh(t, "ip", "-n", n.ns, "addr", "add", n.addr+"/24", "dev", link)
-		sh(t, "ip", "-n", n.ns, "link", "set", link, "up")
-		sh(t, "ip", "-n", n.ns, "link", "set", "lo", "up")
-	}
-	in := func(n *node, args ...string) *exec.Cmd {
-		return exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.ns, "--", bin}, args...)...)
-	}
-	var printed bytes.Buffer
-	for _, n := range nodes {
-		out, err := in(n, "key", "-dir", n.dir).Output()
-		if err != nil {
-			t.Fatalf("key in %s: %v", n.ns, err)
-		}
-		printed.Write(out)
-		n.pub = strings.TrimSpace(string(out))
-		n.up = in(n, "up", "-dir", n.dir, "-interface", "tmesh0", "-address", n.mesh+"/24")
-		n.up.Stdout, n.up.Stderr = &n.out, &n.out
-		if err := n.up.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = n.up.Process.Signal(syscall.SIGTERM)
-			_ = n.up.Wait()
-		})
-	}
-	setPeers := func(n *node, peers ...*node) {
-		t.Helper()
-		var ps []mesh.Peer
-		for _, p := range peers {
-			ps = append(ps, mesh.Peer{Node: p.ns, PublicKey: p.pub, Endpoint: p.addr + ":51820", Address: p.mesh})
-		}
-		data, _ := json.Marshal(ps)
-		if ps == nil {
-			data = []byte("[]")
-		}
-		cmd := in(n, "peers", "-dir", n.dir)
-		cmd.Stdin = bytes.NewReader(data)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("peers in %s: %v\n%s", n.ns, err, out)
-		}
-	}
-	a, b := nodes[0], nodes[1]
+	p := startPair(t)
+	a, b := p.a, p.b
 	// b answers on every address (its mesh one is added once its device
 	// is up); a asks at the mesh address, routed only into the mesh.
 	var l net.Listener
@@ -175,25 +189,25 @@ func TestTwoNodes(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	setPeers(a, b)
-	setPeers(b, a)
+	p.setPeers(a, b)
+	p.setPeers(b, a)
 	start := time.Now()
 	if !ping(a, b.mesh, 15*time.Second) {
 		t.Fatalf("%s never answered through the mesh:\n%s\n%s", b.mesh, a.out.String(), b.out.String())
 	}
 	t.Logf("mesh address answered %s after the peers were set", time.Since(start).Round(time.Millisecond))
 
-	setPeers(a)
+	p.setPeers(a)
 	time.Sleep(2 * time.Second) // the file is looked at every second
 	if ping(a, b.mesh, 2*time.Second) {
 		t.Errorf("%s still answers after it left the peers", b.mesh)
 	}
-	setPeers(a, b)
+	p.setPeers(a, b)
 	if !ping(a, b.mesh, 15*time.Second) {
 		t.Errorf("%s does not answer again after it came back to the peers", b.mesh)
 	}
 
-	for _, n := range nodes {
+	for _, n := range []*node{a, b} {
 		k, err := mesh.LoadOrCreateKey(n.dir)
 		if err != nil {
 			t.Fatal(err)
@@ -201,7 +215,7 @@ func TestTwoNodes(t *testing.T) {
 		if k.Public().String() != n.pub {
 			t.Errorf("%s printed %s, not its public key", n.ns, n.pub)
 		}
-		for _, s := range []string{printed.String(), a.out.String(), b.out.String()} {
+		for _, s := range []string{p.printed.String(), a.out.String(), b.out.String()} {
 			if strings.Contains(s, k.String()) {
 				t.Errorf("the private key of %s was printed", n.ns)
 			}
