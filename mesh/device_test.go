@@ -8,13 +8,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/mesh"
 	"github.com/cloudtransit/transit/netns"
 )
@@ -26,26 +25,7 @@ type node struct {
 	out                      bytes.Buffer
 }
 
-var build = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "transit-mesh-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "transit-mesh")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/cloudtransit/transit/cmd/transit-mesh").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%w\n%s", err, out)
-	}
-	return bin, nil
-})
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if bin, err := build(); err == nil {
-		_ = os.RemoveAll(filepath.Dir(bin))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m)) }
 
 // inNetns runs fn in the network namespace ns: the sockets it opens are
 // that namespace's.
@@ -79,10 +59,7 @@ func startPair(tb testing.TB) *pair {
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root (network namespaces, /dev/net/tun)")
 	}
-	bin, err := build()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	bin := cmdtest.Build(tb, "transit-mesh")
 	suffix := fmt.Sprintf("%04x", os.Getpid()%0x10000)
 	p := &pair{tb: tb, bin: bin,
 		a: &node{ns: "tm-a-" + suffix, addr: "10.77.0.1", mesh: "10.98.0.1"},

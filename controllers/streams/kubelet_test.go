@@ -3,7 +3,6 @@ package streams_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/streams"
 	"github.com/cloudtransit/transit/controllers/testenv"
 )
@@ -35,35 +35,6 @@ import (
 // "v2" → ECHO_VERSION=v2, "error500", "garbage", "hang", "drop" →
 // ECHO_FAULT, "slow" → ECHO_DELAY=20ms; an image named in badImages is
 // never started: its container waits with that reason (ErrImagePull).
-
-var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-)
-
-// binaries builds the sidecar and the example function once per test
-// binary.
-func binaries(t testing.TB) (sidecar, function string) {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "streams-bin-")
-		if binErr != nil {
-			return
-		}
-		for _, pkg := range []string{"streams-sidecar", "streams-echo"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "github.com/cloudtransit/transit/cmd/"+pkg).CombinedOutput()
-			if err != nil {
-				binErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
-				return
-			}
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return filepath.Join(binDir, "streams-sidecar"), filepath.Join(binDir, "streams-echo")
-}
 
 type kubelet struct {
 	t          testing.TB
@@ -104,7 +75,7 @@ type process struct {
 // startKubelet runs the harness until the test ends.
 func startKubelet(t testing.TB, e *testenv.Env) *kubelet {
 	t.Helper()
-	sidecar, function := binaries(t)
+	sidecar, function := cmdtest.Build(t, "streams-sidecar"), cmdtest.Build(t, "streams-echo")
 	k := &kubelet{t: t, c: e.Client, kubeconfig: e.Kubeconfig, sidecar: sidecar, function: function,
 		logs: t.TempDir(), pods: map[types.UID]*runningPod{}, badImages: map[string]string{}, extraEnv: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/streams"
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
-	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 	streamsconfig "github.com/cloudtransit/transit/controllers/streams/config"
 	"github.com/cloudtransit/transit/controllers/streams/kafka"
 	"github.com/cloudtransit/transit/controllers/testenv"
@@ -29,11 +29,7 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	code := brokertest.Main(m)
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	os.Exit(cmdtest.Main(m))
 }
 
 // startEnv runs an API server with the streams CRDs and the bundle's

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cloudtransit/transit/controllers/streams/brokertest"
+	"github.com/cloudtransit/transit/cmdtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(brokertest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m)) }

@@ -1,57 +1,20 @@
 // Package brokertest runs streams-broker as a separate process on loopback
-// TCP for tests: built once per test binary, on a data dir, killable and
-// restartable on the same address, so clients see a real broker crash.
+// TCP for tests: built once per test binary (cmdtest: call cmdtest.Main
+// from TestMain), on a data dir, killable and restartable on the same
+// address, so clients see a real broker crash.
 package brokertest
 
 import (
 	"bufio"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cloudtransit/transit/cmdtest"
 )
-
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// Binary builds cmd/streams-broker once per test binary and returns its path.
-func Binary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "streams-broker-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "streams-broker")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/cloudtransit/transit/cmd/streams-broker").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build streams-broker: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
-// Main runs a package's tests and removes the broker binary they built:
-// call it from TestMain.
-func Main(m *testing.M) int {
-	code := m.Run()
-	if binary != "" {
-		_ = os.RemoveAll(filepath.Dir(binary))
-	}
-	return code
-}
 
 // Broker is a streams-broker process.
 type Broker struct {
@@ -70,7 +33,7 @@ type Broker struct {
 // the test ends. extra flags go to every start.
 func Start(t testing.TB, extra ...string) *Broker {
 	t.Helper()
-	b := &Broker{t: t, bin: Binary(t), dataDir: t.TempDir(), extra: extra}
+	b := &Broker{t: t, bin: cmdtest.Build(t, "streams-broker"), dataDir: t.TempDir(), extra: extra}
 	b.start("127.0.0.1:0")
 	t.Cleanup(func() { b.Kill() })
 	return b

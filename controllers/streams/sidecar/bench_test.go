@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
 )
@@ -101,7 +102,7 @@ func BenchmarkSidecarLatency(b *testing.B) {
 func echoProcess(b *testing.B) string {
 	addr := freeAddr(b)
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(command(b, "streams-echo"))
+	cmd := exec.Command(cmdtest.Build(b, "streams-echo"))
 	cmd.Env = append(os.Environ(), "PORT="+port)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

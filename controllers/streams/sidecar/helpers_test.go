@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
 )
@@ -393,34 +393,7 @@ func metric(addr, name string) string {
 	return ""
 }
 
-var (
-	buildMu  sync.Mutex
-	builtDir string
-	built    = map[string]bool{}
-)
-
-// command builds cmd/<name> once per test binary and returns its path.
-func command(t testing.TB, name string) string {
-	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if builtDir == "" {
-		dir, err := os.MkdirTemp("", "streams-sidecar-test-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		builtDir = dir
-	}
-	bin := filepath.Join(builtDir, name)
-	if !built[name] {
-		out, err := exec.Command("go", "build", "-o", bin, "github.com/cloudtransit/transit/cmd/"+name).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", name, err, out)
-		}
-		built[name] = true
-	}
-	return bin
-}
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m)) }
 
 // process is a streams-sidecar process.
 type process struct {
@@ -451,7 +424,7 @@ func (s *syncBuffer) String() string {
 // it is killed at the test's end, its output logged if the test failed.
 func start(t *testing.T, e env) *process {
 	t.Helper()
-	cmd := exec.Command(command(t, "streams-sidecar"))
+	cmd := exec.Command(cmdtest.Build(t, "streams-sidecar"))
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "STREAMS_") {
 			cmd.Env = append(cmd.Env, kv)
