@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,8 +54,9 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 // onePipeline makes a part with one source, the given processors in
-// series (each reading the one before) and a sink, and a Topology of it.
-func onePipeline(b testing.TB, c client.Client, upgrade v1alpha1.Upgrade, images ...string) {
+// series (each reading the one before) and a sink, and a Topology of it
+// (runPipe), and returns its revision once Ready.
+func onePipeline(b testing.TB, c client.Client, upgrade v1alpha1.Upgrade, images ...string) string {
 	b.Helper()
 	spec := v1alpha1.PartSpec{
 		Sources:    map[string]v1alpha1.Endpoint{"in": {Topic: "orders"}},
@@ -76,11 +76,7 @@ func onePipeline(b testing.TB, c client.Client, upgrade v1alpha1.Upgrade, images
 	if err := c.Create(context.Background(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: spec}); err != nil {
 		b.Fatal(err)
 	}
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
-		Spec: v1alpha1.TopologySpec{Upgrade: upgrade, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}}}
-	if err := c.Create(context.Background(), topo); err != nil {
-		b.Fatal(err)
-	}
+	return runPipe(b, c, v1alpha1.TopologySpec{Upgrade: upgrade, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}})
 }
 
 // BenchmarkUpgrade: one processor between a source and a sink, a stream of
@@ -98,16 +94,11 @@ func BenchmarkUpgrade(b *testing.B) {
 			startKubelet(b, e)
 			c := e.Client
 			createTopics(b, kafkaAdmin(b, br.Addr()), 1, "orders", "enriched")
-			onePipeline(b, c, mode, "fn:v1")
-			eventuallyWithin(b, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-				tp := getTopology(b, c, "pipe")
-				return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
-			})
+			active := onePipeline(b, c, mode, "fn:v1")
 			out := brokertest.StartSink(b, br.Addr(), "enriched")
 			in := brokertest.StartFeed(b, br.Addr(), "orders", 200)
 			time.Sleep(2 * time.Second)
 			var pauses, updates []time.Duration
-			active := getTopology(b, c, "pipe").Status.Active
 			for i := range benchRuns() {
 				image := fmt.Sprintf("fn:v%d", i+2)
 				rev := editPart(b, c, "a", func(s *v1alpha1.PartSpec) {
@@ -152,16 +143,11 @@ func BenchmarkGC(b *testing.B) {
 	startKubelet(b, e)
 	c := e.Client
 	createTopics(b, kafkaAdmin(b, br.Addr()), 2, "orders", "enriched")
-	onePipeline(b, c, v1alpha1.Standby, "fn:v1", "fn:slow")
-	eventuallyWithin(b, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-		tp := getTopology(b, c, "pipe")
-		return tp.Status.Active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
-	})
+	active := onePipeline(b, c, v1alpha1.Standby, "fn:v1", "fn:slow")
 	out := brokertest.StartSink(b, br.Addr(), "enriched")
 	in := brokertest.StartFeed(b, br.Addr(), "orders", 60)
 	time.Sleep(2 * time.Second)
 	var gone []time.Duration
-	active := getTopology(b, c, "pipe").Status.Active
 	for i := range benchRuns() {
 		rev := editPart(b, c, "a", func(s *v1alpha1.PartSpec) {
 			p := s.Processors["p0"]

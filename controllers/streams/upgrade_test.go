@@ -101,13 +101,7 @@ func TestUpgradesUnderLoad(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	n := in.Halt()
-	missing, dups := out.Check(n, time.Minute)
-	if len(missing) > 0 {
-		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
-	}
-	if dups > 0 {
-		t.Errorf("%d duplicates at the sink", dups)
-	}
+	out.Expect(t, n, time.Minute, true)
 	ends, err := adm.ListEndOffsets(ctx, "streams.default.pipe.deadletter")
 	if err != nil {
 		t.Fatal(err)
@@ -163,13 +157,7 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	waitSwitched(t, c, active)
 	time.Sleep(2 * time.Second)
 	n := in.Halt()
-	missing, dups := out.Check(n, 2*time.Minute)
-	if len(missing) > 0 {
-		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
-	}
-	if dups > 0 {
-		t.Errorf("%d duplicates at the sink (exactly-once)", dups)
-	}
+	out.Expect(t, n, 2*time.Minute, true)
 	t.Logf("%d ids through 2 upgrades, a controller crash, a broker crash and sidecars killed before every 7th commit", n)
 }
 
@@ -192,14 +180,8 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 			in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
 			time.Sleep(10 * time.Second)
 			n := in.Halt()
-			missing, dups := out.Check(n, 2*time.Minute)
-			if len(missing) > 0 {
-				t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
-			}
-			switch {
-			case delivery == v1alpha1.ExactlyOnce && dups > 0:
-				t.Errorf("%d duplicates with exactly-once", dups)
-			case delivery == v1alpha1.AtLeastOnce && dups == 0:
+			dups := out.Expect(t, n, 2*time.Minute, delivery == v1alpha1.ExactlyOnce)
+			if delivery == v1alpha1.AtLeastOnce && dups == 0 {
 				t.Errorf("no duplicates: the failpoint never struck between produce and commit")
 			}
 			t.Logf("%s: %d ids, %d duplicates", delivery, n, dups)
@@ -239,9 +221,7 @@ func TestImageCannotBePulled(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	n := in.Halt()
-	if missing, dups := out.Check(n, time.Minute); len(missing) > 0 || dups > 0 {
-		t.Errorf("while the upgrade failed: %d of %d ids missing, %d duplicates", len(missing), n, dups)
-	}
+	out.Expect(t, n, time.Minute, true) // while the upgrade failed
 	if tp := getTopology(t, c, "pipe"); tp.Status.Active != first {
 		t.Errorf("active %s, want %s still", tp.Status.Active, first)
 	}

@@ -180,3 +180,18 @@ func (s *Sink) Check(n int64, within time.Duration) (missing []int64, dups int) 
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// Expect waits as Check does, then fails t for the ids that never arrived
+// (naming the first ten) and, with once (exactly-once delivery), for the
+// duplicates; it returns how many records repeated an id.
+func (s *Sink) Expect(t testing.TB, n int64, within time.Duration, once bool) int {
+	t.Helper()
+	missing, dups := s.Check(n, within)
+	if len(missing) > 0 {
+		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
+	}
+	if once && dups > 0 {
+		t.Errorf("%d duplicates at the sink with exactly-once", dups)
+	}
+	return dups
+}
