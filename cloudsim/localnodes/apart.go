@@ -102,16 +102,9 @@ func (b *Backer) ensureForward(ctx context.Context, link string, pool netip.Pref
 	b.natMu.Lock()
 	defer b.natMu.Unlock()
 	chain := forwardChain(b.Root)
-	filter := func(args ...string) error { return sh(ctx, "iptables", append([]string{"-w"}, args...)...) }
-	if filter("-S", chain) != nil {
-		if err := filter("-N", chain); err != nil {
-			return err
-		}
-	}
-	if filter("-C", "FORWARD", "-j", chain) != nil {
-		if err := filter("-I", "FORWARD", "1", "-j", chain); err != nil {
-			return err
-		}
+	filter := tableIn(ctx, "", "filter")
+	if err := filter.ensureChain(chain, true, "FORWARD"); err != nil {
+		return err
 	}
 	for _, r := range [][]string{
 		{"-i", link, "-d", pool.String(), "-j", "ACCEPT"},
@@ -119,25 +112,19 @@ func (b *Backer) ensureForward(ctx context.Context, link string, pool netip.Pref
 		{"-i", link, "-j", "DROP"},
 		{"-o", link, "-j", "DROP"},
 	} {
-		if filter(append([]string{"-C", chain}, r...)...) != nil {
-			if err := filter(append([]string{"-A", chain}, r...)...); err != nil {
-				return err
-			}
+		if err := filter.ensure(append([]string{"-A", chain}, r...)...); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// routerNATRules are a machine's rules in its router's nat chains: its
-// public address in, and out with it both to the internet and to a
-// neighbour's public address (hairpin).
+// routerNATRules are a machine's rules in its router's nat chains: those
+// of the host's (its public address in, and out with it to a neighbour's
+// public address) and out with it to the internet.
 func routerNATRules(root, public, private string) [][]string {
-	dnat, snat := natChains(root)
-	return [][]string{
-		{dnat, "-d", public + "/32", "-j", "DNAT", "--to-destination", private},
-		{snat, "-s", private + "/32", "-m", "conntrack", "--ctstate", "DNAT", "-j", "SNAT", "--to-source", public},
-		{snat, "-s", private + "/32", "-o", uplink, "-j", "SNAT", "--to-source", public},
-	}
+	_, snat := natChains(root)
+	return append(natRules(root, public, private), []string{snat, "-s", private + "/32", "-o", uplink, "-j", "SNAT", "--to-source", public})
 }
 
 // removeRouters deletes every region's router (and with it its uplink,
@@ -157,17 +144,5 @@ func (b *Backer) removeRouters(ctx context.Context) error {
 			}
 		}
 	}
-	chain := forwardChain(b.Root)
-	for sh(ctx, "iptables", "-w", "-C", "FORWARD", "-j", chain) == nil {
-		if err := sh(ctx, "iptables", "-w", "-D", "FORWARD", "-j", chain); err != nil {
-			return err
-		}
-	}
-	if sh(ctx, "iptables", "-w", "-S", chain) == nil {
-		if err := sh(ctx, "iptables", "-w", "-F", chain); err != nil {
-			return err
-		}
-		return sh(ctx, "iptables", "-w", "-X", chain)
-	}
-	return nil
+	return tableIn(ctx, "", "filter").removeChain(forwardChain(b.Root), "FORWARD")
 }

@@ -27,37 +27,80 @@ func natChains(root string) (dnat, snat string) {
 	return "CLOUDSIM-D-" + h, "CLOUDSIM-S-" + h
 }
 
-func iptables(ctx context.Context, args ...string) error { return natIn(ctx, "", args...) }
+// table runs iptables on one table of the network namespace at netns
+// ("": the host's).
+type table func(args ...string) error
 
-// natIn changes the nat table of the network namespace at netns ("": the
-// host's).
-func natIn(ctx context.Context, netns string, args ...string) error {
-	args = append([]string{"-w", "-t", "nat"}, args...)
-	if netns == "" {
-		return sh(ctx, "iptables", args...)
+func tableIn(ctx context.Context, netns, name string) table {
+	return func(args ...string) error {
+		args = append([]string{"-w", "-t", name}, args...)
+		if netns == "" {
+			return sh(ctx, "iptables", args...)
+		}
+		return sh(ctx, "nsenter", append([]string{"--net=" + netns, "--", "iptables"}, args...)...)
 	}
-	return sh(ctx, "nsenter", append([]string{"--net=" + netns, "--", "iptables"}, args...)...)
+}
+
+// ensureChain creates chain unless it exists and jumps to it from each
+// builtin chain of from unless a jump is there (first: at the top).
+func (t table) ensureChain(chain string, first bool, from ...string) error {
+	if t("-S", chain) != nil {
+		if err := t("-N", chain); err != nil {
+			return err
+		}
+	}
+	for _, builtin := range from {
+		add := []string{"-A", builtin}
+		if first {
+			add = []string{"-I", builtin, "1"}
+		}
+		if err := t.ensure(append(add, "-j", chain)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensure adds the rule "-A|-I chain [n] spec…" unless it is there.
+func (t table) ensure(add ...string) error {
+	chain, spec := add[1], add[2:]
+	if add[0] == "-I" {
+		spec = add[3:]
+	}
+	if t(append([]string{"-C", chain}, spec...)...) == nil {
+		return nil
+	}
+	return t(add...)
+}
+
+// removeChain deletes every jump to chain from each builtin chain of
+// from, then the chain, whatever a crashed backer left.
+func (t table) removeChain(chain string, from ...string) error {
+	for _, builtin := range from {
+		for t("-C", builtin, "-j", chain) == nil {
+			if err := t("-D", builtin, "-j", chain); err != nil {
+				return err
+			}
+		}
+	}
+	if t("-S", chain) != nil {
+		return nil
+	}
+	if err := t("-F", chain); err != nil {
+		return err
+	}
+	return t("-X", chain)
 }
 
 // ensureNAT creates the chains and their jumps once, in the namespace at
 // netns ("": the host's).
 func (b *Backer) ensureNAT(ctx context.Context, netns string) error {
 	dnat, snat := natChains(b.Root)
-	for _, c := range []string{dnat, snat} {
-		if natIn(ctx, netns, "-S", c) != nil {
-			if err := natIn(ctx, netns, "-N", c); err != nil {
-				return err
-			}
-		}
+	nat := tableIn(ctx, netns, "nat")
+	if err := nat.ensureChain(dnat, false, "PREROUTING", "OUTPUT"); err != nil {
+		return err
 	}
-	for _, j := range [][2]string{{"PREROUTING", dnat}, {"OUTPUT", dnat}, {"POSTROUTING", snat}} {
-		if natIn(ctx, netns, "-C", j[0], "-j", j[1]) != nil {
-			if err := natIn(ctx, netns, "-A", j[0], "-j", j[1]); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return nat.ensureChain(snat, false, "POSTROUTING")
 }
 
 func natRules(root, public, private string) [][]string {
@@ -124,7 +167,7 @@ func (b *Backer) mapPublic(ctx context.Context, region, id, private string) (str
 		return "", err
 	}
 	for _, r := range rules {
-		if err := natIn(ctx, netns, append([]string{"-A"}, r...)...); err != nil {
+		if err := tableIn(ctx, netns, "nat")(append([]string{"-A"}, r...)...); err != nil {
 			return "", err
 		}
 	}
@@ -158,7 +201,7 @@ func (b *Backer) unmapPublic(ctx context.Context, id string) error {
 	defer b.natMu.Unlock()
 	netns, rules := b.natOf(m)
 	for _, r := range rules {
-		if err := natIn(ctx, netns, append([]string{"-D"}, r...)...); err != nil {
+		if err := tableIn(ctx, netns, "nat")(append([]string{"-D"}, r...)...); err != nil {
 			return err
 		}
 	}
@@ -197,22 +240,9 @@ func (b *Backer) privateOf(addr string) string {
 // of the same root left.
 func removeNAT(ctx context.Context, root string) error {
 	dnat, snat := natChains(root)
-	for _, j := range [][2]string{{"PREROUTING", dnat}, {"OUTPUT", dnat}, {"POSTROUTING", snat}} {
-		for iptables(ctx, "-C", j[0], "-j", j[1]) == nil {
-			if err := iptables(ctx, "-D", j[0], "-j", j[1]); err != nil {
-				return err
-			}
-		}
+	nat := tableIn(ctx, "", "nat")
+	if err := nat.removeChain(dnat, "PREROUTING", "OUTPUT"); err != nil {
+		return err
 	}
-	for _, c := range []string{dnat, snat} {
-		if iptables(ctx, "-S", c) == nil {
-			if err := iptables(ctx, "-F", c); err != nil {
-				return err
-			}
-			if err := iptables(ctx, "-X", c); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return nat.removeChain(snat, "POSTROUTING")
 }
