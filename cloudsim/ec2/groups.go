@@ -305,22 +305,32 @@ func canonicalCIDR(s string, v6 bool) (string, error) {
 	return p.String(), nil
 }
 
-func (c *call) authorizeIngress() (requestIDSetter, error) {
+// ingressChange reads a change of a group's ingress rules, takes the
+// emulated latency and finds the group; on success the server is locked
+// and the caller unlocks it.
+func (c *call) ingressChange() (*group, []rule, error) {
 	rules, err := c.p.readPermissions()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := c.s.sleep(c.ctx, c.s.Latency().GroupUpdate); err != nil {
+		return nil, nil, err
+	}
+	c.s.mu.Lock()
+	g, err := c.s.region(c.region).findGroup(c.p)
+	if err != nil {
+		c.s.mu.Unlock()
+		return nil, nil, err
+	}
+	return g, rules, nil
+}
+
+func (c *call) authorizeIngress() (requestIDSetter, error) {
+	g, rules, err := c.ingressChange()
+	if err != nil {
 		return nil, err
 	}
 	s := c.s
-	s.mu.Lock()
-	rg := s.region(c.region)
-	g, err := rg.findGroup(c.p)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
 	have := map[string]bool{}
 	v4, v6 := 0, 0
 	for _, r := range g.ingress {
@@ -373,21 +383,11 @@ func (s *Server) xRule(g *group, r rule) xRule {
 // revokeIngress removes rules; one that does not exist fails the whole
 // request and changes nothing.
 func (c *call) revokeIngress() (requestIDSetter, error) {
-	rules, err := c.p.readPermissions()
+	g, rules, err := c.ingressChange()
 	if err != nil {
-		return nil, err
-	}
-	if err := c.s.sleep(c.ctx, c.s.Latency().GroupUpdate); err != nil {
 		return nil, err
 	}
 	s := c.s
-	s.mu.Lock()
-	rg := s.region(c.region)
-	g, err := rg.findGroup(c.p)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
 	drop := map[string]bool{}
 	for _, r := range rules {
 		if !slices.ContainsFunc(g.ingress, func(have rule) bool { return have.key() == r.key() }) {
@@ -417,20 +417,11 @@ func (c *call) revokeIngress() (requestIDSetter, error) {
 // (UpdateSecurityGroupRuleDescriptionsIngress): a rule that does not
 // exist fails the whole request and changes nothing.
 func (c *call) updateIngressDescriptions() (requestIDSetter, error) {
-	rules, err := c.p.readPermissions()
+	g, rules, err := c.ingressChange()
 	if err != nil {
 		return nil, err
 	}
-	if err := c.s.sleep(c.ctx, c.s.Latency().GroupUpdate); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g, err := s.region(c.region).findGroup(c.p)
-	if err != nil {
-		return nil, err
-	}
+	defer c.s.mu.Unlock()
 	at := map[string]int{}
 	for i, r := range g.ingress {
 		at[r.key()] = i
