@@ -18,11 +18,19 @@ import (
 
 // TestCrashAtEveryWrite runs a topology's whole life — first revision, a
 // cold upgrade, the switch, the old revision collected — under a
-// controller killed at its 1st write (to the API server or to Kafka),
-// then (restarted) at its 2nd, and so on: every write from the crash on
-// is lost. Whatever the crash point, one composition makes one revision,
-// the switch happens once, and the end state is the same.
+// controller killed at its 1st write, then (restarted) at its 2nd, and so
+// on: every write from the crash on is lost. Whatever the crash point, one
+// composition makes one revision, the switch happens once, and the end
+// state is the same. The writes counted are all of them (to the API server
+// or to Kafka), then, in a second life, Kafka's only: which write of a run
+// is the n-th depends on timing, so only the second sweep is sure to
+// crash at each of Kafka's writes.
 func TestCrashAtEveryWrite(t *testing.T) {
+	t.Run("every write", func(t *testing.T) { crashSweep(t, false) })
+	t.Run("every Kafka write", func(t *testing.T) { crashSweep(t, true) })
+}
+
+func crashSweep(t *testing.T, kafkaOnly bool) {
 	e := startEnv(t)
 	b := brokertest.Start(t)
 	ctx, c := t.Context(), e.Client
@@ -106,7 +114,7 @@ func TestCrashAtEveryWrite(t *testing.T) {
 
 	crashes := 0
 	for limit := int64(1); ; limit++ {
-		stop, crashed := startCrashingController(t, e, b.Addr(), limit)
+		stop, crashed := startCrashingController(t, e, b.Addr(), limit, kafkaOnly)
 		done := false
 		deadline := time.Now().Add(time.Minute)
 		for !done {
@@ -134,9 +142,11 @@ func TestCrashAtEveryWrite(t *testing.T) {
 	if len(made) != 2 || !made[first] || !made[second] {
 		t.Errorf("revisions made across %d crashes: %v, want %s and %s only", crashes, made, first, second)
 	}
-	t.Logf("converged after %d crashes, %d of them at a write to Kafka", crashes, kafkaCrashes.Load())
-	if kafkaCrashes.Load() == 0 {
-		t.Error("no crash struck a write to Kafka")
+	t.Logf("converged after %d crashes", crashes)
+	if kafkaOnly && crashes < 3 {
+		// At least: the first revision's internal topic, the second's, the
+		// first's topic deleted.
+		t.Errorf("%d crashes at Kafka's writes, want at least 3", crashes)
 	}
 
 	tp := getTopology(t, c, "pipe")

@@ -48,15 +48,16 @@ func startEnv(t testing.TB) *testenv.Env {
 // is cleaned up).
 func startController(t testing.TB, e *testenv.Env, bootstrap string, opts ...func(*streams.Options)) (stop func()) {
 	t.Helper()
-	stop, _ = startCrashingController(t, e, bootstrap, 0, opts...)
+	stop, _ = startCrashingController(t, e, bootstrap, 0, false, opts...)
 	return stop
 }
 
 // startCrashingController is startController whose controller crashes at
-// its limit-th write to the API server (0: never): that write and every
-// later one are dropped and the manager stops, as a kill -9 would leave
-// it. crashed is closed then.
-func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, limit int64, opts ...func(*streams.Options)) (stop func(), crashed chan struct{}) {
+// its limit-th write (0: never) to the API server or Kafka, or with
+// kafkaOnly at its limit-th write to Kafka: that write and every later
+// one are dropped and the manager stops, as a kill -9 would leave it.
+// crashed is closed then.
+func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, limit int64, kafkaOnly bool, opts ...func(*streams.Options)) (stop func(), crashed chan struct{}) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
@@ -78,15 +79,8 @@ func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, lim
 	c := mgr.GetClient()
 	if limit > 0 {
 		var once sync.Once
-		cc := &crashingClient{Client: c, limit: limit, crash: func() { once.Do(func() { close(crashed); cancel() }) }}
-		// Kafka's writes count among the controller's writes.
-		admin.BeforeWrite = func(what string) error {
-			err := cc.write()
-			if err != nil {
-				kafkaCrashes.Add(1)
-			}
-			return err
-		}
+		cc := &crashingClient{Client: c, limit: limit, kafkaOnly: kafkaOnly, crash: func() { once.Do(func() { close(crashed); cancel() }) }}
+		admin.BeforeWrite = func(string) error { return cc.write(true) }
 		c = cc
 	}
 	if err := (&streams.PartReconciler{Client: c}).SetupWithManager(mgr); err != nil {
@@ -115,21 +109,27 @@ func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, lim
 
 var errCrashed = errors.New("the controller crashed (test)")
 
-// kafkaCrashes counts crashes at a write to Kafka.
-var kafkaCrashes atomic.Int64
-
 // crashingClient drops its limit-th write and every later one (to the
 // API server or, through the Admin's BeforeWrite, to Kafka), and crashes
-// the controller.
+// the controller. With kafkaOnly only Kafka's writes count.
 type crashingClient struct {
 	client.Client
-	writes atomic.Int64
-	limit  int64
-	crash  func()
+	writes    atomic.Int64
+	limit     int64
+	kafkaOnly bool
+	crashed   atomic.Bool
+	crash     func()
 }
 
-func (c *crashingClient) write() error {
+func (c *crashingClient) write(toKafka bool) error {
+	if c.crashed.Load() {
+		return errCrashed
+	}
+	if c.kafkaOnly && !toKafka {
+		return nil
+	}
 	if c.writes.Add(1) >= c.limit {
+		c.crashed.Store(true)
 		c.crash()
 		return errCrashed
 	}
@@ -137,28 +137,28 @@ func (c *crashingClient) write() error {
 }
 
 func (c *crashingClient) Create(ctx context.Context, o client.Object, opts ...client.CreateOption) error {
-	if err := c.write(); err != nil {
+	if err := c.write(false); err != nil {
 		return err
 	}
 	return c.Client.Create(ctx, o, opts...)
 }
 
 func (c *crashingClient) Update(ctx context.Context, o client.Object, opts ...client.UpdateOption) error {
-	if err := c.write(); err != nil {
+	if err := c.write(false); err != nil {
 		return err
 	}
 	return c.Client.Update(ctx, o, opts...)
 }
 
 func (c *crashingClient) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.PatchOption) error {
-	if err := c.write(); err != nil {
+	if err := c.write(false); err != nil {
 		return err
 	}
 	return c.Client.Patch(ctx, o, p, opts...)
 }
 
 func (c *crashingClient) Delete(ctx context.Context, o client.Object, opts ...client.DeleteOption) error {
-	if err := c.write(); err != nil {
+	if err := c.write(false); err != nil {
 		return err
 	}
 	return c.Client.Delete(ctx, o, opts...)
@@ -174,14 +174,14 @@ type crashingStatus struct {
 }
 
 func (s *crashingStatus) Update(ctx context.Context, o client.Object, opts ...client.SubResourceUpdateOption) error {
-	if err := s.c.write(); err != nil {
+	if err := s.c.write(false); err != nil {
 		return err
 	}
 	return s.SubResourceWriter.Update(ctx, o, opts...)
 }
 
 func (s *crashingStatus) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.c.write(); err != nil {
+	if err := s.c.write(false); err != nil {
 		return err
 	}
 	return s.SubResourceWriter.Patch(ctx, o, p, opts...)
