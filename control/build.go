@@ -77,9 +77,13 @@ func buildPlan(in planInput) Plan {
 	c := classify(in)
 	var launches, removals []Action
 	nodeWork := true
+	_, meshErr := meshSettings(in.cluster, in.districts, in.world.state)
 	switch w := in.world; {
 	case w.platform == platformUnreachable:
 		p.Blocked = append(p.Blocked, fmt.Sprintf("no node is changed while the platform does not answer: %v", w.platformErr))
+		nodeWork = false
+	case meshErr != nil:
+		p.Blocked = append(p.Blocked, meshErr.Error())
 		nodeWork = false
 	case w.platform == platformNone && !w.state.PlatformFormedAt.IsZero() && !in.rebuild:
 		p.Blocked = append(p.Blocked, fmt.Sprintf("%v: a master joined on %s (resources.json), but no node is a member of a platform now; transit initialises a new one over the nodes only with --rebuild-platform",
@@ -113,6 +117,7 @@ func buildPlan(in planInput) Plan {
 		// Workers leave before masters; masters leave last, one at a time.
 		slices.SortStableFunc(removals, mastersLast)
 		p.Actions = append(p.Actions, removals...)
+		p.Actions = append(p.Actions, planMesh(in, removals)...)
 	}
 	p.Actions = append(p.Actions, planGroups(in, launches, removals, &p)...)
 	if !checkGroupLimits(in, launches, &p) {

@@ -64,6 +64,8 @@ type runner struct {
 	// removal (the early removals run beside the forget stage).
 	gate    *readyGate
 	judging sync.Mutex
+	// meshSync coalesces the rounds giving nodes their mesh peers.
+	meshSync meshSync
 }
 
 func newRunner(opts Options) *runner {
@@ -360,6 +362,9 @@ func (r *runner) run(ctx context.Context, a Action, f func(context.Context, Acti
 }
 
 func target(a Action) string {
+	if a.Kind == KindMesh {
+		return "the mesh"
+	}
 	if a.Node != "" {
 		return "node " + a.Node
 	}
@@ -383,6 +388,8 @@ func (r *runner) do(ctx context.Context, a Action) error {
 		return r.uncordon(ctx, a)
 	case KindForget:
 		return r.forget(ctx, a)
+	case KindMesh:
+		return r.syncMesh(ctx, "")
 	}
 	return fmt.Errorf("unknown action kind %q", a.Kind)
 }
@@ -716,6 +723,9 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 	case !tried:
 		err = p.Install(ctx, n)
 	}
+	if err == nil {
+		n, err = r.joinMesh(ctx, n)
+	}
 	if err == nil && a.Kind == KindInit {
 		err = p.Init(ctx, n)
 	} else if err == nil {
@@ -736,6 +746,9 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 		delete(s.Failures, x.Key().String())
 		if x.Role == districts.RoleMaster && s.PlatformFormedAt.IsZero() {
 			s.PlatformFormedAt = now
+		}
+		if s.Mesh == "" {
+			s.Mesh = r.opts.Cluster.Network(r.opts.Districts).Mesh
 		}
 	}); err != nil {
 		return err

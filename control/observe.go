@@ -250,7 +250,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 		Type: "resources", Version: districts.ResourcesVersion, Cluster: cluster, Lineage: lineage,
 		Serial: st.Serial, UpdatedAt: st.UpdatedAt, PlatformFormedAt: notAfter(st.PlatformFormedAt, now),
 		NodeNumbers: maps.Clone(st.NodeNumbers), Failures: clampFailures(st.Failures, now),
-		Districts: maps.Clone(st.Districts),
+		Districts: maps.Clone(st.Districts), MeshPeers: st.MeshPeers, Mesh: st.Mesh,
 	}
 	ours := func(tags map[string]string) bool {
 		return tags[districts.TagCluster] == cluster && tags[districts.TagLineage] == lineage
@@ -320,7 +320,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 		// transit terminated every node it had, and the clouds agree: a
 		// new platform may form on the next nodes. (A state that had no
 		// node proves nothing: resources.json may have been lost.)
-		w.state.PlatformFormedAt = time.Time{}
+		w.state.PlatformFormedAt, w.state.Mesh, w.state.MeshPeers = time.Time{}, "", ""
 	}
 	if st.Lineage == "" && lineage != "" && len(claims) == 0 && w.state.PlatformFormedAt.IsZero() {
 		// resources.json is lost and the clouds show this lineage's

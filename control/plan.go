@@ -20,6 +20,9 @@ const (
 	KindTerminate   Kind = "terminate"    // - delete the machine (asynchronous)
 	KindRevoke      Kind = "revoke"       // ~ drop removed nodes' addresses from a group
 	KindDeleteGroup Kind = "delete-group" // - remove an empty district's group
+	// KindMesh gives every node its mesh peers (mesh.go); a join gives
+	// them first on its own.
+	KindMesh Kind = "mesh" // ~ make every node's mesh peers the live nodes
 )
 
 // Stage is when in a round an action runs. A round runs its stages in
@@ -38,7 +41,7 @@ const (
 	StageChange              // label, uncordon
 	StageForget              // forget (one at a time, quorum checked)
 	StageRemove              // drain → remove → terminate, one chain per node
-	StageNarrow              // revoke, delete-group: each group on its own, at once
+	StageNarrow              // revoke, delete-group, mesh: each group on its own, at once
 )
 
 // Stage is the stage kind k runs in.
@@ -69,7 +72,7 @@ func (k Kind) Symbol() string {
 	switch k {
 	case KindCreateGroup, KindLaunch, KindInstall, KindInit, KindJoin:
 		return "+"
-	case KindUpdateGroup, KindAllow, KindRevoke, KindLabel, KindUncordon:
+	case KindUpdateGroup, KindAllow, KindRevoke, KindLabel, KindUncordon, KindMesh:
 		return "~"
 	default:
 		return "-"

@@ -353,9 +353,16 @@ func TestConvergesUnderFaults(t *testing.T) {
 			for _, d := range simDistricts {
 				h.sim.addForeign(d.ID)
 			}
+			// Odd seeds run Kubernetes on the mesh (the districts are in
+			// three clouds).
+			h.sim.meshOn = seed%2 == 1
 			var c districts.Cluster
 			for step := range 6 {
 				c = randomCluster(rng, c)
+				if h.sim.meshOn {
+					c.Platform = "kubernetes"
+					c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+				}
 				h.sim.decisions = nil // a failing step prints what the loop decided in it
 				h.disturb(rng, step)
 				h.prepare(c)
@@ -398,6 +405,7 @@ func TestConvergesUnderFaults(t *testing.T) {
 					t.Fatalf("step %d: did not converge to %v after the faults stopped: %v; last calls: %v", step, c.Deployments, lastErr, log)
 				}
 				h.checkConverged(c)
+				h.checkMesh()
 				if t.Failed() {
 					for _, d := range h.sim.decisions {
 						t.Log("decision: " + d)
@@ -515,6 +523,10 @@ func (s *sim) cloneMember(rng *rand.Rand) {
 	cp.PublicIP, cp.PrivateIP = fmt.Sprintf("198.51.%d.%d", s.nextID/250, s.nextID%250+1), fmt.Sprintf("10.1.%d.%d", s.nextID/250, s.nextID%250+1)
 	cp.CreatedAt = s.cloudNow()
 	cp.launched = false // someone else's doing: no size bound counts it
+	if orig.mesh != nil {
+		m := *orig.mesh // the image holds the mesh's key and address
+		cp.mesh = &m
+	}
 	s.instances[cp.ProviderID] = &cp
 }
 

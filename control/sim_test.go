@@ -51,6 +51,7 @@ type sim struct {
 	rebuild      bool           // the run may initialise a new platform over a lost one
 	forget       bool           // the run believes listings that lack machines (--forget-missing)
 	gen          int            // the platform's generation: Init over a lost platform starts a new one
+	meshOn       bool           // the cluster runs on the mesh: joins are checked against it
 
 	// Listing and cloud faults.
 	emptyList    float64 // probability a district's listing answers an empty page
@@ -102,7 +103,8 @@ type simInstance struct {
 	// live run, or a listing showed it. A machine whose answer a crash or
 	// a failed launch swallowed, and that no listing showed yet, is not.
 	known  bool
-	broken bool // its launch ended failed, stopped or stuck, with an error
+	broken bool     // its launch ended failed, stopped or stuck, with an error
+	mesh   *simMesh // its end of the mesh, once started
 }
 
 type simGroup struct {
@@ -618,6 +620,7 @@ func (p *simPlatform) Init(ctx context.Context, n districts.Node) error {
 		s.violate("init of %s, a %s", n.ID, n.Role)
 	}
 	s.allowedEverywhere(n)
+	s.meshReaches(n)
 	s.gen++
 	s.members[n.ID] = &simMember{role: n.Role, voter: true, ready: true, machine: n.ProviderID, addr: n.PrivateIP, gen: s.gen}
 	return err
@@ -641,6 +644,7 @@ func (p *simPlatform) Join(ctx context.Context, n districts.Node) error {
 		return errors.New("join: timeout waiting for the manager")
 	}
 	s.allowedEverywhere(n)
+	s.meshReaches(n)
 	if m, ok := s.current(n.ID); ok {
 		if m.machine != n.ProviderID {
 			s.violate("join of %s on machine %s, but the platform has it on %s", n.ID, n.ProviderID, m.machine)

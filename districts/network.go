@@ -12,9 +12,10 @@ type Network struct {
 	Type string `json:"type,omitempty"`
 	// Mesh is "wireguard" (every node in an encrypted WireGuard mesh, the
 	// platform on the mesh addresses) or "none" (the nodes' own
-	// addresses). Empty: wireguard when the cluster's districts are in
-	// more than one cloud network (another provider, region or project),
-	// none otherwise.
+	// addresses). Empty: wireguard for a Kubernetes cluster whose
+	// districts are in more than one cloud network (another provider,
+	// region or project), none otherwise. Swarm does not run on the mesh
+	// yet.
 	Mesh string `json:"mesh,omitempty"`
 	// MeshCIDR holds the nodes' mesh addresses, one each, kept for the
 	// node's life.
@@ -39,11 +40,11 @@ const (
 )
 
 // Resolved returns the settings with defaults filled in, the mesh decided
-// for the districts ds the cluster's deployments use.
-func (n Network) Resolved(ds []District) Network {
+// for the platform and the districts ds the cluster's deployments use.
+func (n Network) Resolved(platform string, ds []District) Network {
 	if n.Mesh == "" {
 		n.Mesh = MeshNone
-		if len(cloudNetworks(ds)) > 1 {
+		if platform == "kubernetes" && len(cloudNetworks(ds)) > 1 {
 			n.Mesh = MeshWireGuard
 		}
 	}
@@ -69,7 +70,7 @@ func (c Cluster) Network(ds []District) Network {
 	if c.NetworkSettings != nil {
 		n = *c.NetworkSettings
 	}
-	return n.Resolved(used)
+	return n.Resolved(c.Platform, used)
 }
 
 // CloudNetwork names the private network a district's machines are in:
@@ -116,10 +117,13 @@ func validateNetwork(c *problems, cl Cluster, ds []District, districtsOK bool, d
 	if n.Mesh != "" && !slices.Contains(meshes, n.Mesh) {
 		c.add("network.mesh", fmt.Sprintf("%q is not a mesh %s", n.Mesh, known(meshes)), didYouMean(n.Mesh, meshes))
 	}
+	if n.Mesh == MeshWireGuard && cl.Platform != "kubernetes" {
+		c.add("network.mesh", fmt.Sprintf("the mesh runs only under platform kubernetes, not %s yet", cl.Platform), `set "mesh": "none"`)
+	}
 	if n.MeshPort < 0 || n.MeshPort > 65535 {
 		c.add("network.mesh_port", fmt.Sprintf("%d is not a UDP port (1–65535)", n.MeshPort), "")
 	}
-	r := n.Resolved(nil)
+	r := n.Resolved(cl.Platform, nil)
 	mesh, ok := checkCIDR(c, "network.mesh_cidr", r.MeshCIDR, minMeshPrefix, maxMeshPrefix, "")
 	if !ok {
 		return

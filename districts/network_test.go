@@ -32,6 +32,10 @@ func TestValidateNetwork(t *testing.T) {
 				withHint(cl("network.mesh_cidr", `10.10.0.0/23 overlaps local_subnet 10.10.0.0/24 of district "local-a" in districts.json`), "pick a range no other network of the cluster uses"),
 				withHint(cl("network.mesh_cidr", `10.10.0.0/23 overlaps local_subnet 10.10.1.0/28 of district "local-b" in districts.json`), "pick a range no other network of the cluster uses"),
 			}},
+		{"swarm on the mesh", func(c *Config) {
+			c.Cluster.Platform, c.Cluster.Kubernetes = "swarm", nil
+			c.Cluster.NetworkSettings = &Network{Mesh: MeshWireGuard}
+		}, Problems{withHint(cl("network.mesh", "the mesh runs only under platform kubernetes, not swarm yet"), `set "mesh": "none"`)}},
 		{"unknown type", func(c *Config) { c.Cluster.NetworkSettings = &Network{Type: "net"} },
 			Problems{cl("network.type", `must be "network" or left out, got "net"`)}},
 	}
@@ -51,14 +55,15 @@ func TestValidateNetwork(t *testing.T) {
 	}
 }
 
-// TestMeshDefault: the mesh is on by default exactly when the cluster's
-// districts are in more than one cloud network; a setting wins.
+// TestMeshDefault: the mesh is on by default exactly when a Kubernetes
+// cluster's districts are in more than one cloud network; a setting wins.
 func TestMeshDefault(t *testing.T) {
 	t.Parallel()
 	cfg := validConfig()
 	ds := cfg.Districts
 	only := func(ids ...string) Cluster {
 		c := cfg.Cluster
+		c.Platform = "kubernetes"
 		c.Deployments = nil
 		for _, id := range ids {
 			c.Deployments = append(c.Deployments, Deployment{District: id, Flavor: "small", Role: "worker", Quantity: 1})
@@ -88,6 +93,11 @@ func TestMeshDefault(t *testing.T) {
 		}
 	}
 	c := only("aws-europe", "gce-europe")
+	c.Platform = "swarm"
+	if got := c.Network(ds).Mesh; got != MeshNone {
+		t.Errorf("a swarm across clouds got mesh %s by default", got)
+	}
+	c.Platform = "kubernetes"
 	c.NetworkSettings = &Network{Mesh: MeshNone}
 	if got := c.Network(ds).Mesh; got != MeshNone {
 		t.Errorf("mesh none across clouds became %s", got)

@@ -351,6 +351,15 @@ type Resources struct {
 	// Failures counts, per deployment line ("district/flavor/role"),
 	// the launched nodes in a row that failed to install or join.
 	Failures map[string]Failure `json:"failures,omitempty"`
+	// MeshPeers is a digest of the mesh every node was last given in
+	// full (each node's mesh address, key and endpoints): when the live
+	// nodes' digest differs, a run gives every node its peers again.
+	MeshPeers string `json:"mesh_peers,omitempty"`
+	// Mesh is network.mesh as the platform was formed with it: it stays
+	// while the platform lives, whatever the default for later
+	// deployments would be (nodes on the mesh and nodes off it would not
+	// reach each other).
+	Mesh string `json:"mesh,omitempty"`
 	// Launching are the launches transit asked a cloud for and has no
 	// answer to yet: written before the cloud is asked, so a run killed
 	// before it heard back leaves the next run a record of a machine

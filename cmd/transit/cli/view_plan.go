@@ -108,6 +108,9 @@ func actionLine(a control.Action) string {
 }
 
 func actionTarget(a control.Action) string {
+	if a.Kind == control.KindMesh {
+		return "mesh"
+	}
 	if a.Node != "" {
 		return a.Node
 	}
