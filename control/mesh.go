@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -139,14 +140,18 @@ func (r *runner) mesher() (provider.Mesher, districts.Network, bool, error) {
 // meshUp starts n's end of the mesh, at an address of the range kept
 // in the state first (so a run killed after it never gives it twice),
 // and records the key and address the node reports. An address is only
-// given once every other running node's is known.
+// given once every node's is known, n's own included (a run killed
+// after starting it may have lost the record).
 func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Network, n districts.Node) (districts.Node, error) {
 	if n.MeshIP == "" {
 		r.meshSync.alloc.Lock()
 		defer r.meshSync.alloc.Unlock()
-		if err := r.learnMesh(ctx, m, net, n.ID); err != nil {
+		if err := r.learnMesh(ctx, m, net); err != nil {
 			return n, err
 		}
+		n, _ = findNode(r.st.read(), n.ID)
+	}
+	if n.MeshIP == "" {
 		var addrErr error
 		if err := r.st.update(func(s *districts.Resources) {
 			var used []string
@@ -183,16 +188,20 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 // meshTries bounds the attempts to give one node its peers in a round.
 const meshTries = 3
 
-// learnMesh asks every running node but except whose mesh address the
-// state lacks (a lost resources.json, a run killed before it heard back)
-// for its end of the mesh, and records it. A node that cannot be asked
-// is an error: a new address could be its.
-func (r *runner) learnMesh(ctx context.Context, m provider.Mesher, net districts.Network, except string) error {
+// learnMesh asks every node whose mesh address the state lacks (a lost resources.json, a run killed before it heard back) for
+// its end of the mesh, and records it. A node that cannot be asked (its
+// machine stopped, no address, no answer) is an error: a new address
+// could be its.
+func (r *runner) learnMesh(ctx context.Context, m provider.Mesher, net districts.Network) error {
 	var ask []districts.Node
 	for _, n := range liveNodes(r.st.read()) {
-		if n.ID != except && n.MeshIP == "" && n.Machine == "" && len(n.Addresses()) > 0 {
-			ask = append(ask, *n)
+		if n.MeshIP != "" || n.CopyOf != "" {
+			continue
 		}
+		if n.Machine != "" || len(n.Addresses()) == 0 {
+			return fmt.Errorf("node %s's mesh address is unknown and its machine cannot be asked now (%s): no new address is given until it runs again or is gone", n.ID, cmp.Or(n.Machine, "no address"))
+		}
+		ask = append(ask, *n)
 	}
 	var mu sync.Mutex
 	var errs []error

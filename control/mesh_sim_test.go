@@ -19,6 +19,9 @@ import (
 type simMesh struct {
 	key, addr string
 	peers     []provider.MeshPeer
+	// stale says the last MeshPeers failed: transit knows the node
+	// may lack a peer (a problem of the run, retried).
+	stale bool
 }
 
 var _ provider.Mesher = (*simPlatform)(nil)
@@ -73,21 +76,22 @@ func (p *simPlatform) MeshPeers(ctx context.Context, n districts.Node, peers []p
 	for _, pr := range peers {
 		host, _, herr := net.SplitHostPort(pr.Endpoint)
 		if keys[pr.PublicKey] || addrs[pr.Address] || herr != nil || host == "" || pr.Address == in.mesh.addr {
-			s.violate("mesh peers of %s are not a valid list: %+v", n.ID, peers)
+			s.violate("mesh peers of %s (at %s, machine %s) are not a valid list: %+v", n.ID, in.mesh.addr, in.ProviderID, peers)
 			return errors.New("transit-mesh: peers refused")
 		}
 		keys[pr.PublicKey], addrs[pr.Address] = true, true
 	}
 	if !crash && s.rng.Float64() < s.joinFail {
+		in.mesh.stale = true
 		return errors.New("ssh: handshake failed: EOF")
 	}
-	in.mesh.peers = slices.Clone(peers)
+	in.mesh.peers, in.mesh.stale = slices.Clone(peers), false
 	return err
 }
 
 // meshReaches: when n joins, every ready member that answers (its
-// machine runs, its mesh is up) has n among its peers, at n's key and
-// address.
+// machine runs, its mesh is up, it took its last peers) has n among its
+// peers, at n's key and address.
 func (s *sim) meshReaches(n districts.Node) {
 	if !s.meshOn {
 		return
@@ -102,7 +106,7 @@ func (s *sim) meshReaches(n districts.Node) {
 	}
 	for id, m := range s.members {
 		in, ok := s.instances[m.machine]
-		if m.gen != s.gen || id == n.ID || !ok || in.State != provider.InstanceRunning || in.mesh == nil || s.silent[id] || !m.ready || m.sick {
+		if m.gen != s.gen || id == n.ID || !ok || in.State != provider.InstanceRunning || in.mesh == nil || in.mesh.stale || s.silent[id] || !m.ready || m.sick {
 			continue
 		}
 		if !slices.ContainsFunc(in.mesh.peers, func(p provider.MeshPeer) bool {

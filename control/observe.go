@@ -677,13 +677,14 @@ func identify(w *world) {
 }
 
 // knownBy says the platform knows member m by n's machine: its provider
-// id (a Kubernetes providerID ends in it) or one of its addresses.
+// id (a Kubernetes providerID ends in it) or one of its addresses, its
+// mesh address among them (a copy of the machine has none recorded).
 func knownBy(m provider.Member, n districts.Node) bool {
 	if m.ProviderID != "" && (m.ProviderID == n.ProviderID || strings.HasSuffix(m.ProviderID, "/"+n.ProviderID)) {
 		return true
 	}
 	for _, a := range m.Addresses {
-		if a != "" && slices.Contains(n.Addresses(), a) {
+		if a != "" && (slices.Contains(n.Addresses(), a) || a == n.MeshIP) {
 			return true
 		}
 	}

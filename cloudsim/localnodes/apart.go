@@ -146,3 +146,8 @@ func (b *Backer) removeRouters(ctx context.Context) error {
 	}
 	return tableIn(ctx, "", "filter").removeChain(forwardChain(b.Root), "FORWARD")
 }
+
+// Uplink is the host's end of a region's uplink (Backer.Apart), which
+// everything between the region and the rest of the world crosses: where
+// a capture sees what travels between clouds.
+func Uplink(root, region string) string { return uplinkName(root, region) }

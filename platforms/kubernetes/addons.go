@@ -81,6 +81,9 @@ type addonValues struct {
 	ClusterDomain      string
 	Backend            string
 	Image, PluginImage string
+	// MeshInterface is the mesh's device on a cluster on the mesh:
+	// flannel sends pod traffic through it.
+	MeshInterface string
 	// The controllers' settings (relations, streams).
 	Replicas, Workers, History, APIQPS, APIBurst int
 	// The streams addon's: the Kafka the controller uses, the sidecar it
@@ -142,6 +145,9 @@ func (d *driver) renderAddon(ad districts.Addon) ([]*unstructured.Unstructured, 
 	switch name {
 	case "flannel":
 		v.Image, v.PluginImage = bundle.FlannelImage, bundle.FlannelCNIPluginImage
+		if d.onMesh() {
+			v.MeshInterface = meshInterface
+		}
 	case "coredns":
 		v.Image = bundle.CoreDNSImage
 	case "relations":

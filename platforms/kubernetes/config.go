@@ -17,9 +17,13 @@ const Version = "v1.32.4"
 const criSocket = "unix:///run/containerd/containerd.sock"
 
 // nodeAddress is the address n's kubelet, API server and etcd bind and
-// advertise: one on the machine's own interface (its private address;
-// public only when it has no other, as local nodes).
+// advertise, and other nodes reach it at: its mesh address on a cluster
+// on the mesh, else one on the machine's own interface (its private
+// address; public only when it has no other, as local nodes).
 func nodeAddress(n districts.Node) string {
+	if n.MeshIP != "" {
+		return n.MeshIP
+	}
 	if n.PrivateIP != "" {
 		return n.PrivateIP
 	}

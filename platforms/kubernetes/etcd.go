@@ -181,7 +181,7 @@ func memberOf(em etcdMember, n districts.Node) bool {
 		return em.Name == n.ID
 	}
 	h := em.host()
-	return h != "" && (h == n.PrivateIP || h == n.PublicIP)
+	return h != "" && (h == n.PrivateIP || h == n.PublicIP || h == n.MeshIP)
 }
 
 // handOverLeadership makes another voting member etcd's leader when node

@@ -68,6 +68,11 @@ type driver struct {
 	// systemdOn says which machines run systemd, by provider id, as
 	// their probe (at install) said.
 	systemdOn map[string]bool
+	// certs guards the key of the control-plane certificates this run
+	// uploaded for joining masters (certKey), and when.
+	certs     sync.Mutex
+	certKey   string
+	certKeyAt time.Time
 }
 
 var _ provider.Platform = (*driver)(nil)

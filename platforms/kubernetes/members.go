@@ -340,7 +340,7 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
 	if master {
-		if sec.certificateKey, err = d.uploadCerts(ctx, a.master); err != nil {
+		if sec.certificateKey, err = d.certificateKey(ctx, a.master); err != nil {
 			return fmt.Errorf("join node %s: %w", n.ID, err)
 		}
 	}
@@ -411,6 +411,29 @@ func randomString(n int) string {
 		b[i] = tokenChars[int(b[i])%len(tokenChars)]
 	}
 	return string(b)
+}
+
+// certKeyLife is how long an upload of the control-plane certificates
+// serves joins: kubeadm deletes them after two hours.
+const certKeyLife = time.Hour
+
+// certificateKey returns the key of the control-plane certificates
+// uploaded for joining masters, uploading them first unless this run
+// did within certKeyLife. Masters joining at once share one upload: a
+// second upload would replace the certificates under a new key while the
+// first join still downloads them ("message authentication failed").
+func (d *driver) certificateKey(ctx context.Context, m districts.Node) (string, error) {
+	d.certs.Lock()
+	defer d.certs.Unlock()
+	if d.certKey != "" && d.opts.Clock.Now().Sub(d.certKeyAt) < certKeyLife {
+		return d.certKey, nil
+	}
+	key, err := d.uploadCerts(ctx, m)
+	if err != nil {
+		return "", err
+	}
+	d.certKey, d.certKeyAt = key, d.opts.Clock.Now()
+	return key, nil
 }
 
 // uploadCerts has master m upload the control-plane certificates,
@@ -551,12 +574,13 @@ func relabel(kn *corev1.Node, want map[string]string, n districts.Node) bool {
 }
 
 // releaseNetwork sets on kn what flannel reads as it starts on node n
-// (annotationPublicIP, where n's public address is not its own) and lets
+// (annotationPublicIP, where n's public address is not its own and the
+// node is not on the mesh, whose address every node reaches) and lets
 // flannel start there (labelNetworkPending goes), and says whether kn
 // changed.
 func releaseNetwork(kn *corev1.Node, n districts.Node) bool {
 	changed := false
-	if n.PublicIP != "" && n.PublicIP != nodeAddress(n) && kn.Annotations[annotationPublicIP] != n.PublicIP {
+	if n.MeshIP == "" && n.PublicIP != "" && n.PublicIP != nodeAddress(n) && kn.Annotations[annotationPublicIP] != n.PublicIP {
 		if kn.Annotations == nil {
 			kn.Annotations = map[string]string{}
 		}
