@@ -255,8 +255,11 @@ func (c *cluster) meshServing(port int32) func(ctx context.Context) error {
 		for _, n := range res.Nodes {
 			if n.District == "aws-us" && n.Role == districts.RoleWorker && n.Phase == districts.PhaseJoined {
 				out, err := c.on(ctx, n, fmt.Sprintf("wget -q -T 3 -O - http://%s:%d/", n.MeshIP, port))
-				if err != nil || !strings.Contains(out, "hello from") {
-					return fmt.Errorf("the node port on %s: %q %v", n.ID, out, err)
+				if err != nil {
+					return fmt.Errorf("the node port on %s: %w", n.ID, err)
+				}
+				if !strings.Contains(out, "hello from") {
+					return fmt.Errorf("the node port on %s answered %q", n.ID, out)
 				}
 				return nil
 			}
