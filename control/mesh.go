@@ -176,26 +176,54 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 	if err != nil {
 		return n, fmt.Errorf("start the mesh on node %s: %w", n.ID, err)
 	}
-	if err := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) {
-		x.MeshIP, x.MeshKey = end.Address, end.PublicKey
-	}); err != nil {
+	if err := r.recordMesh(n.ID, end); err != nil {
 		return n, err
 	}
 	n.MeshIP, n.MeshKey = end.Address, end.PublicKey
 	return n, nil
 }
 
+// recordMesh records the end of the mesh node id reports, unless
+// another live node has its address: two nodes at one address would
+// take each other's traffic, so the node joins nothing (a node that
+// failed to join is replaced).
+func (r *runner) recordMesh(id string, end provider.MeshEnd) error {
+	var clash string
+	err := r.updateNode(id, func(x *districts.Node, s *districts.Resources) {
+		for _, o := range liveNodes(*s) {
+			if o.ID != id && o.MeshIP == end.Address {
+				clash = o.ID
+				return
+			}
+		}
+		x.MeshIP, x.MeshKey = end.Address, end.PublicKey
+	})
+	if err != nil {
+		return err
+	}
+	if clash != "" {
+		return fmt.Errorf("node %s runs the mesh at %s, which is node %s's: it joins nothing", id, end.Address, clash)
+	}
+	return nil
+}
+
 // meshTries bounds the attempts to give one node its peers in a round.
 const meshTries = 3
 
-// learnMesh asks every node whose mesh address the state lacks (a lost resources.json, a run killed before it heard back) for
-// its end of the mesh, and records it. A node that cannot be asked (its
-// machine stopped, no address, no answer) is an error: a new address
-// could be its.
+// learnMesh asks every node whose mesh address the state lacks (a lost
+// resources.json, a run killed before it heard back) for its end of the
+// mesh, and records it. A member that cannot be asked (its machine
+// stopped, no address, no answer) is an error: a new address could be
+// its. A node that is no member and does not answer is left out: it
+// joins nothing before it answered (its own join asks it first), and an
+// address it turns out to hold that another node has fails its join.
 func (r *runner) learnMesh(ctx context.Context, m provider.Mesher, net districts.Network) error {
 	var ask []districts.Node
 	for _, n := range liveNodes(r.st.read()) {
 		if n.MeshIP != "" || n.CopyOf != "" {
+			continue
+		}
+		if !n.Phase.Member() && (n.Machine != "" || len(n.Addresses()) == 0) {
 			continue
 		}
 		if n.Machine != "" || len(n.Addresses()) == 0 {
@@ -208,7 +236,10 @@ func (r *runner) learnMesh(ctx context.Context, m provider.Mesher, net districts
 	r.parallel(ctx, ask, func(ctx context.Context, n districts.Node) {
 		end, err := m.MeshUp(ctx, n, provider.MeshSpec{Port: net.MeshPort})
 		if err == nil && end.Address != "" {
-			err = r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.MeshIP, x.MeshKey = end.Address, end.PublicKey })
+			err = r.recordMesh(n.ID, end)
+		}
+		if err != nil && !n.Phase.Member() {
+			return
 		}
 		if err != nil {
 			mu.Lock()
