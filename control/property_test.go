@@ -123,6 +123,19 @@ func (h *harness) apply(c districts.Cluster, crashAt int) (Result, error) {
 		if err != nil && !errors.Is(err, ErrNotConverged) {
 			h.t.Fatalf("apply failed without a crash: %v", err)
 		}
+	} else {
+		// What the killed run learnt from listings died with it: a
+		// machine resources.json does not hold is known again only once
+		// a listing of a later run shows it.
+		saved := map[string]bool{}
+		for _, n := range h.load().Nodes {
+			saved[n.ProviderID] = true
+		}
+		for id, in := range h.sim.instances {
+			if !saved[id] {
+				in.known = false
+			}
+		}
 	}
 	return res, err
 }
