@@ -605,8 +605,20 @@ func (r *runner) launch(ctx context.Context, a Action) error {
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			// The cloud answered: whatever it made, the next listing shows.
-			if serr := r.st.update(func(s *districts.Resources) { s.Launching = withoutLaunch(s.Launching, n.ID) }); serr != nil {
+			// The cloud answered. A machine it names exists though it
+			// failed: it is recorded, so its line counts it and the
+			// next round replaces it, even while a listing misses it.
+			// Anything else it made, the next listing shows.
+			now := r.opts.Clock.Now()
+			if serr := r.st.update(func(s *districts.Resources) {
+				s.Launching = withoutLaunch(s.Launching, n.ID)
+				if inst.ProviderID != "" {
+					f := n
+					f.ProviderID, f.PublicIP, f.PrivateIP = inst.ProviderID, inst.PublicIP, inst.PrivateIP
+					f.Phase, f.Message, f.JoinFailed, f.CreatedAt, f.UpdatedAt = districts.PhaseFailed, err.Error(), true, now, now
+					s.Nodes = append(s.Nodes, f)
+				}
+			}); serr != nil {
 				return errFatal{serr}
 			}
 		}

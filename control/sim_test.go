@@ -379,16 +379,23 @@ func (c *simInfra) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 		// The machine exists but never runs: the driver waited and
 		// reports its end, as real drivers do.
 		in.broken = true
+		named := func(in *simInstance) provider.Instance {
+			if crash {
+				return provider.Instance{}
+			}
+			in.known = true // the answer names it
+			return provider.Instance{ProviderID: id, Tags: maps.Clone(in.Tags), State: in.State, PublicIP: in.PublicIP, PrivateIP: in.PrivateIP}
+		}
 		switch brokenAs {
 		case provider.InstanceFailed:
 			in.State = provider.InstanceFailed
-			return provider.Instance{}, fmt.Errorf("server %s went to ERROR: No valid host was found", id)
+			return named(in), fmt.Errorf("server %s went to ERROR: No valid host was found", id)
 		case provider.InstanceStopped:
 			in.State = provider.InstanceStopped
-			return provider.Instance{}, fmt.Errorf("instance %s stopped while starting: Server.InternalError", id)
+			return named(in), fmt.Errorf("instance %s stopped while starting: Server.InternalError", id)
 		default:
 			in.State, in.PublicIP, in.PrivateIP = provider.InstancePending, "", ""
-			return provider.Instance{}, fmt.Errorf("instance %s still pending after the launch timeout", id)
+			return named(in), fmt.Errorf("instance %s still pending after the launch timeout", id)
 		}
 	}
 	switch {

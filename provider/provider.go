@@ -31,7 +31,10 @@ type Infrastructure interface {
 	DeleteGroup(ctx context.Context, g Group) error
 	// Launch starts a machine in the group with the spec's tags and returns
 	// once the cloud reports it running with its addresses. Waiting until
-	// it answers SSH is the platform step's job.
+	// it answers SSH is the platform step's job. A launch whose machine
+	// exists but will not run (failed, stopped, stuck starting) returns
+	// the error with the machine's ProviderID when the driver leaves it,
+	// so the loop tracks it until it is gone.
 	Launch(ctx context.Context, spec LaunchSpec) (Instance, error)
 	// Terminate asks the cloud to delete the machine and returns without
 	// waiting for it to finish; terminating a missing machine is not an
