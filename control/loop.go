@@ -180,9 +180,15 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			// A listing that lacks machines it must show is not acted
 			// on: the clouds' listings are eventually consistent, so wait
 			// a little, then stop. What it learnt of the launches a killed
-			// run left is kept.
-			if !slices.Equal(w.state.Launching, o.State.Launching) {
-				if err := r.st.update(func(s *districts.Resources) { s.Launching = w.state.Launching }); err != nil {
+			// run left is kept, and so are the machines of the cluster it
+			// showed that resources.json lacks: the next page may miss
+			// them again, and a line must count them.
+			adopted := adoptedNodes(o.State, w.state)
+			if !slices.Equal(w.state.Launching, o.State.Launching) || len(adopted) > 0 {
+				if err := r.st.update(func(s *districts.Resources) {
+					s.Launching = w.state.Launching
+					s.Nodes = append(s.Nodes, adopted...)
+				}); err != nil {
 					return r.finish(res, err)
 				}
 			}
@@ -278,6 +284,26 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		lastProgress = r.progress
 		r.mu.Unlock()
 	}
+}
+
+// adoptedNodes are the nodes of an observation whose machines the state
+// before it did not hold, unless that state was lost (then the whole
+// observation is adopted once it is consistent).
+func adoptedNodes(before, observed districts.Resources) []districts.Node {
+	if before.Lineage == "" {
+		return nil
+	}
+	known := map[string]bool{}
+	for _, n := range before.Nodes {
+		known[n.ID], known[n.ProviderID] = true, true
+	}
+	var out []districts.Node
+	for _, n := range observed.Nodes {
+		if n.ProviderID != "" && !known[n.ProviderID] && !known[n.ID] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // spendBudget is how many machines one run may launch: what the intended
