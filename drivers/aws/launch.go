@@ -89,13 +89,14 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	if st := stateOf(*inst); st != types.InstanceStateNamePending && st != types.InstanceStateNameRunning {
 		if !found {
 			// This launch made it, and it failed at once.
-			return provider.Instance{}, drv.launchFailed(ctx, what, *inst)
+			err := drv.launchFailed(ctx, what, *inst)
+			return drv.leftBehind(ctx, id), err
 		}
 		return provider.Instance{}, fmt.Errorf("aws district %q: %s: it was launched before as %s, which is %s now (node ids are never reused)", drv.d.ID, what, id, st)
 	}
 	running, err := drv.waitRunning(ctx, id, what)
 	if err != nil {
-		return provider.Instance{}, err
+		return drv.leftBehind(ctx, id), err
 	}
 	out := toInstance(running)
 	if out.HostKeys, err = drv.hostKeys(ctx, id); err != nil {
@@ -208,6 +209,27 @@ func (drv *driver) waitRunning(ctx context.Context, id, what string) (types.Inst
 			return types.Instance{}, fmt.Errorf("aws district %q: %s: wait for instance %s: %w", drv.d.ID, what, id, err)
 		}
 	}
+}
+
+// leftBehind is the instance a failed launch leaves, as the loop must
+// track it (provider.Infrastructure.Launch): empty when it is gone or
+// going (launchFailed terminated it), or cannot be read.
+func (drv *driver) leftBehind(ctx context.Context, id string) provider.Instance {
+	if ctx.Err() != nil {
+		return provider.Instance{}
+	}
+	out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	if err != nil {
+		return provider.Instance{}
+	}
+	for _, r := range out.Reservations {
+		for _, in := range r.Instances {
+			if inst := toInstance(in); inst.State != provider.InstanceTerminating {
+				return inst
+			}
+		}
+	}
+	return provider.Instance{}
 }
 
 // launchFailed is the error of a launch whose instance stopped or

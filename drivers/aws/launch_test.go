@@ -330,9 +330,12 @@ func TestLaunchFailures(t *testing.T) {
 		w := newWorld(t, ec2.Options{})
 		w.sim.Backer = &fakeBacker{fail: true}
 		drv, g, key := ready(t, w, "dies")
-		_, err := drv.Launch(t.Context(), launchSpec("dies", "aws-test", "dies-n1", "", g.ProviderID, key))
+		inst, err := drv.Launch(t.Context(), launchSpec("dies", "aws-test", "dies-n1", "", g.ProviderID, key))
 		if err == nil || !strings.Contains(err.Error(), "terminated") || !strings.Contains(err.Error(), "Server.InternalError") {
 			t.Errorf("launch of an instance that dies: %v", err)
+		}
+		if inst.ProviderID != "" {
+			t.Errorf("the terminated instance was returned to track: %+v", inst)
 		}
 	})
 	t.Run("launch wait", func(t *testing.T) {
@@ -347,13 +350,17 @@ func TestLaunchFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		key, _ := newKey(t)
-		_, err = drv.Launch(t.Context(), launchSpec("slow", "aws-test", "slow-n1", "", g.ProviderID, key))
+		left, err := drv.Launch(t.Context(), launchSpec("slow", "aws-test", "slow-n1", "", g.ProviderID, key))
 		if err == nil || !strings.Contains(err.Error(), "still pending") {
 			t.Errorf("launch past LaunchWait: %v", err)
 		}
 		insts, _, err := drv.List(t.Context(), "slow")
 		if err != nil || len(insts) != 1 || insts[0].State != provider.InstancePending {
 			t.Errorf("the slow instance is listed as %+v (%v)", insts, err)
+		}
+		// The loop must track what the failed launch left.
+		if len(insts) == 1 && (left.ProviderID != insts[0].ProviderID || left.State != provider.InstancePending) {
+			t.Errorf("the launch returned %+v, want the pending instance %s to track", left, insts[0].ProviderID)
 		}
 	})
 	t.Run("canceled", func(t *testing.T) {
