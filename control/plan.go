@@ -146,7 +146,7 @@ func (p Plan) Summary() Summary {
 			if !p.has(KindCreateGroup, a.District) {
 				s.Change++
 			}
-		case KindUpdateGroup, KindRevoke, KindLabel, KindUncordon:
+		case KindUpdateGroup, KindRevoke, KindLabel, KindUncordon, KindMesh:
 			s.Change++
 		case KindTerminate, KindDeleteGroup, KindForget:
 			s.Remove++

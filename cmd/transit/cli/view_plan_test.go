@@ -127,3 +127,25 @@ func TestApplyWarnings(t *testing.T) {
 		t.Errorf("result line: %+v", last.Result)
 	}
 }
+
+// A mesh action belongs to no district: it shows under "# cluster" as a
+// change of the mesh, with its reason.
+func TestWritePlanMesh(t *testing.T) {
+	t.Parallel()
+	p := control.Plan{Cluster: "k", Actions: []control.Action{
+		{Kind: control.KindTerminate, District: "aws-europe", Node: "k-worker-3", Role: "worker", Reason: "aws-europe/small/worker wants 1, has 2"},
+		{Kind: control.KindMesh, Reason: "drop the removed nodes from every node's mesh peers"},
+	}}
+	var b bytes.Buffer
+	if err := writePlan(&b, shownPlan{plan: p, platform: "kubernetes", order: []string{"aws-europe"}, refreshed: true}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	i := strings.Index(out, "# cluster\n")
+	if i < 0 || !strings.Contains(out[i:], "~ mesh") || !strings.Contains(out[i:], "— drop the removed nodes from every node's mesh peers") {
+		t.Errorf("the mesh action is not shown under # cluster:\n%s", out)
+	}
+	if !strings.Contains(out, "1 to change, 1 to remove") {
+		t.Errorf("the summary does not count the mesh as a change:\n%s", out)
+	}
+}
