@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
@@ -161,7 +162,7 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 			return provider.Instance{}, drv.wrap(what, err)
 		default:
 			if err := drv.waitZoneOp(ctx, zone, op.Proto(), what); err != nil {
-				return provider.Instance{}, err
+				return drv.leftBehind(ctx, zone, name), err
 			}
 		}
 	} else {
@@ -173,13 +174,27 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	}
 	running, err := drv.waitRunning(ctx, zone, name, what)
 	if err != nil {
-		return provider.Instance{}, err
+		return drv.leftBehind(ctx, zone, name), err
 	}
 	out := drv.toInstance(running)
 	if out.HostKeys, err = drv.hostKeys(ctx, zone, name); err != nil {
 		return provider.Instance{}, fmt.Errorf("gce district %q: %s: read the host keys of %s/%s: %w", drv.d.ID, what, zone, name, err)
 	}
 	return out, nil
+}
+
+// leftBehind is the instance a failed launch leaves, as the loop must
+// track it (provider.Infrastructure.Launch): empty when it is gone, or
+// cannot be read.
+func (drv *driver) leftBehind(ctx context.Context, zone, name string) provider.Instance {
+	if ctx.Err() != nil {
+		return provider.Instance{}
+	}
+	in, err := drv.instances.Get(ctx, &computepb.GetInstanceRequest{Project: drv.d.GCEProjectID, Zone: zone, Instance: name}, drv.retry())
+	if err != nil {
+		return provider.Instance{}
+	}
+	return drv.toInstance(in)
 }
 
 type foundInstance struct{ zone, status string }
@@ -241,12 +256,22 @@ func last(s string) string { return s[strings.LastIndexByte(s, '/')+1:] }
 // waitZoneOp waits until a zonal operation is done and returns its error.
 func (drv *driver) waitZoneOp(ctx context.Context, zone string, op *computepb.Operation, what string) error {
 	deadline := drv.opts.Clock.Now().Add(drv.opts.LaunchWait)
+	notDone := func() error {
+		return fmt.Errorf("gce district %q: %s: operation %s not done after %s", drv.d.ID, what, op.GetName(), drv.opts.LaunchWait)
+	}
 	for op.GetStatus() != computepb.Operation_DONE {
 		if drv.opts.Clock.Now().After(deadline) {
-			return fmt.Errorf("gce district %q: %s: operation %s not done after %s", drv.d.ID, what, op.GetName(), drv.opts.LaunchWait)
+			return notDone()
 		}
-		next, err := drv.zoneOps.Wait(ctx, &computepb.WaitZoneOperationRequest{Project: drv.d.GCEProjectID, Zone: zone, Operation: op.GetName()}, drv.retry())
-		if err != nil {
+		// Wait blocks up to two minutes on the server: no longer than
+		// what is left of LaunchWait.
+		wctx, cancel := context.WithTimeout(ctx, max(deadline.Sub(drv.opts.Clock.Now()), time.Millisecond))
+		next, err := drv.zoneOps.Wait(wctx, &computepb.WaitZoneOperationRequest{Project: drv.d.GCEProjectID, Zone: zone, Operation: op.GetName()}, drv.retry())
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && wctx.Err() != nil:
+			return notDone()
+		case err != nil:
 			return drv.wrap(what, err)
 		}
 		op = next
