@@ -98,7 +98,7 @@ func (drv *driver) Launch(ctx context.Context, spec provider.LaunchSpec) (provid
 	}
 	ready, err := drv.waitActive(ctx, sv.ID, what)
 	if err != nil {
-		return provider.Instance{}, err
+		return drv.leftBehind(ctx, sv.ID), err
 	}
 	inst := toInstance(*ready)
 	if drv.d.OSFloatingNetwork != "" {
@@ -217,6 +217,24 @@ func (drv *driver) listServers(ctx context.Context, name string) ([]servers.Serv
 		return err
 	})
 	return out, err
+}
+
+// leftBehind is the server a failed launch leaves, as the loop must
+// track it (provider.Infrastructure.Launch): empty when it is gone or
+// being deleted (waitActive deletes one that went to ERROR), or cannot be
+// read.
+func (drv *driver) leftBehind(ctx context.Context, id string) provider.Instance {
+	if ctx.Err() != nil {
+		return provider.Instance{}
+	}
+	sv, err := servers.Get(ctx, drv.compute, id).Extract()
+	if err != nil {
+		return provider.Instance{}
+	}
+	if inst := toInstance(*sv); inst.State != provider.InstanceTerminating {
+		return inst
+	}
+	return provider.Instance{}
 }
 
 // waitActive polls the server until it is ACTIVE with an address. A
