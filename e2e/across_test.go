@@ -254,7 +254,7 @@ func (c *cluster) meshServing(port int32) func(ctx context.Context) error {
 		}
 		for _, n := range res.Nodes {
 			if n.District == "aws-us" && n.Role == districts.RoleWorker && n.Phase == districts.PhaseJoined {
-				out, err := c.on(ctx, n, fmt.Sprintf("wget -q -T 3 -O - http://%s:%d/", n.MeshIP, port))
+				out, err := c.on(ctx, n, fmt.Sprintf("curl -sS -m 3 http://%s:%d/", n.MeshIP, port))
 				if err != nil {
 					return fmt.Errorf("the node port on %s: %w", n.ID, err)
 				}
@@ -280,9 +280,9 @@ func testAcrossMigrate(t *testing.T, c *cluster) {
 		t.Fatal(err)
 	}
 	serving := c.meshServing(svc.Spec.Ports[0].NodePort)
-	if err := serving(ctx); err != nil {
-		t.Fatalf("before the move: %v", err)
-	}
+	// kube-proxy programs a new Service's node port a moment after it
+	// is made.
+	eventually(t, time.Minute, "the node port answers before the move", serving)
 	c.cfg.Deployments = append(c.cfg.Deployments, districts.Deployment{District: "aws-us", Flavor: "small", Role: districts.RoleMaster, Quantity: 1,
 		Tags: map[string]string{"site": "aws-us"}})
 	c.setQuantity("os-eu", districts.RoleMaster, 0)
