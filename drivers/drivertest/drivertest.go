@@ -95,6 +95,12 @@ type Config struct {
 	// (cloudsim.FaultFailed with this Reason) carries: Launch's error must
 	// name it.
 	FailReason string
+	// StuckLaunch, if set, returns a driver of the district whose launch
+	// stops waiting for a machine to run after wait (its LaunchWait):
+	// the suite holds a launch pending past it (Cloud.SetLatency) and
+	// checks that Launch returns the machine it leaves, for the loop to
+	// track.
+	StuckLaunch func(t *testing.T) (drv provider.Infrastructure, wait time.Duration)
 	// CheckStopped, if set, checks that a machine the cloud stopped is
 	// really down: it no longer answers on the address it had. It may
 	// wait (bounded) for the cloud to finish stopping it.

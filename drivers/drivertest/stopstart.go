@@ -147,6 +147,27 @@ func (s *suite) failed(t *testing.T) {
 		}
 	})
 
+	t.Run("Stuck", func(t *testing.T) {
+		if s.cfg.StuckLaunch == nil {
+			return
+		}
+		drv, wait := s.cfg.StuckLaunch(t)
+		s.cfg.Cloud.SetLatency(cloudsim.Latency{Launch: time.Hour})
+		defer s.cfg.Cloud.SetLatency(cloudsim.Latency{})
+		n := s.nodeN(13, s.cfg.Zone)
+		left, err := drv.Launch(ctx, s.launchSpec(n))
+		if left.ProviderID != "" {
+			s.keep(left)
+		}
+		if err == nil || !strings.Contains(err.Error(), n.ID) || !strings.Contains(err.Error(), "after "+wait.String()) {
+			t.Fatalf("Launch past its wait of %s: %v, want an error naming node %s and the wait", wait, err, n.ID)
+		}
+		listed := s.machinesOf(t, n.ID, 1)
+		if left.ProviderID != listed[0].ProviderID || left.State != provider.InstancePending {
+			t.Errorf("Launch returned %+v, want the pending machine %s it left, for the loop to track", left, listed[0].ProviderID)
+		}
+	})
+
 	t.Run("Machine", func(t *testing.T) {
 		n := s.nodeN(12, s.cfg.Zone)
 		inst, err := s.drv.Launch(ctx, s.launchSpec(n))

@@ -308,31 +308,3 @@ func TestFirewallRulesPerFamily(t *testing.T) {
 		t.Errorf("left behind: %v", r)
 	}
 }
-
-// TestLaunchWaitLeavesInstance: a launch still not running after
-// LaunchWait fails, and returns the instance it leaves, so the loop
-// tracks (and replaces) it instead of launching its node twice while a
-// listing misses it.
-func TestLaunchWaitLeavesInstance(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t)
-	w.srv.SetLatency(cloudsim.Latency{Launch: time.Hour})
-	opts := fast()
-	opts.LaunchWait = 100 * time.Millisecond
-	drv := w.driver(w.district(), w.credential(), opts)
-	g, err := drv.EnsureGroup(t.Context(), groupSpec("slow", "gce-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	left, err := drv.Launch(t.Context(), launchSpec("slow", "gce-test", "slow-n1", "", g.ProviderID, newKey(t)))
-	if err == nil || !strings.Contains(err.Error(), "after") {
-		t.Fatalf("launch past LaunchWait: %v", err)
-	}
-	insts, _, err := drv.List(t.Context(), "slow")
-	if err != nil || len(insts) != 1 {
-		t.Fatalf("listed %+v (%v)", insts, err)
-	}
-	if left.ProviderID != insts[0].ProviderID || left.State != provider.InstancePending {
-		t.Errorf("the launch returned %+v, want the pending instance %s to track", left, insts[0].ProviderID)
-	}
-}

@@ -27,8 +27,13 @@ func TestConformance(t *testing.T) {
 		Zones:             zones,
 		FailedState:       provider.InstanceFailed,
 		FailReason:        "transit conformance: no valid host",
-		Timeout:           30 * time.Second,
-		Poll:              10 * time.Millisecond,
+		StuckLaunch: func(t *testing.T) (provider.Infrastructure, time.Duration) {
+			opts := fast()
+			opts.LaunchWait = 100 * time.Millisecond
+			return w.driver(w.district(), w.credential(), opts), opts.LaunchWait
+		},
+		Timeout: 30 * time.Second,
+		Poll:    10 * time.Millisecond,
 	})
 	for _, r := range w.srv.Resources() {
 		if r.Kind != "key-pair" {

@@ -289,31 +289,3 @@ func TestTokenExpiry(t *testing.T) {
 		t.Errorf("%d token requests for three Lists each after the last token expired, want 3", n)
 	}
 }
-
-// TestLaunchWaitLeavesServer: a launch whose server is still building
-// after LaunchWait fails, and returns the server it leaves, so the loop
-// tracks (and replaces) it instead of launching its node twice while a
-// listing misses it.
-func TestLaunchWaitLeavesServer(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t)
-	w.srv.SetLatency(cloudsim.Latency{Launch: time.Hour})
-	opts := fast()
-	opts.LaunchWait = 100 * time.Millisecond
-	drv := w.driver(w.district(), w.credential(), opts)
-	g, err := drv.EnsureGroup(t.Context(), groupSpec("slow", "os-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	left, err := drv.Launch(t.Context(), launchSpec("slow", "os-test", "slow-n1", "", g.ProviderID, newKey(t)))
-	if err == nil {
-		t.Fatal("a launch past LaunchWait succeeded")
-	}
-	insts, _, err := drv.List(t.Context(), "slow")
-	if err != nil || len(insts) != 1 {
-		t.Fatalf("listed %+v (%v)", insts, err)
-	}
-	if left.ProviderID != insts[0].ProviderID || left.State != provider.InstancePending {
-		t.Errorf("the launch returned %+v, want the building server %s to track", left, insts[0].ProviderID)
-	}
-}
