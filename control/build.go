@@ -77,7 +77,7 @@ func buildPlan(in planInput) Plan {
 	c := classify(in)
 	var launches, removals []Action
 	nodeWork := true
-	_, meshErr := meshSettings(in.cluster, in.districts, in.world.state)
+	meshNet, meshErr := meshSettings(in.cluster, in.districts, in.world.state)
 	switch w := in.world; {
 	case w.platform == platformUnreachable:
 		p.Blocked = append(p.Blocked, fmt.Sprintf("no node is changed while the platform does not answer: %v", w.platformErr))
@@ -117,7 +117,7 @@ func buildPlan(in planInput) Plan {
 		// Workers leave before masters; masters leave last, one at a time.
 		slices.SortStableFunc(removals, mastersLast)
 		p.Actions = append(p.Actions, removals...)
-		p.Actions = append(p.Actions, planMesh(in, removals)...)
+		p.Actions = append(p.Actions, planMesh(in, meshNet, removals)...)
 	}
 	p.Actions = append(p.Actions, planGroups(in, launches, removals, &p)...)
 	if !checkGroupLimits(in, launches, &p) {

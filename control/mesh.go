@@ -100,9 +100,10 @@ func meshSettings(c districts.Cluster, ds []districts.District, s districts.Reso
 
 // planMesh gives every node its peers again after removals, and whenever
 // the nodes were last given another mesh than the live one (a run killed
-// between a change and the peers, a member without a recorded key).
-func planMesh(in planInput, removals []Action) []Action {
-	if n, err := meshSettings(in.cluster, in.districts, in.world.state); err != nil || n.Mesh != districts.MeshWireGuard {
+// between a change and the peers, a member without a recorded key); net
+// is meshSettings'.
+func planMesh(in planInput, net districts.Network, removals []Action) []Action {
+	if net.Mesh != districts.MeshWireGuard {
 		return nil
 	}
 	ds := map[string]districts.District{}
@@ -223,10 +224,10 @@ func (r *runner) learnMesh(ctx context.Context, m provider.Mesher, net districts
 		if n.MeshIP != "" || n.CopyOf != "" {
 			continue
 		}
-		if !n.Phase.Member() && (n.Machine != "" || len(n.Addresses()) == 0) {
-			continue
-		}
 		if n.Machine != "" || len(n.Addresses()) == 0 {
+			if !n.Phase.Member() {
+				continue
+			}
 			return fmt.Errorf("node %s's mesh address is unknown and its machine cannot be asked now (%s): no new address is given until it runs again or is gone", n.ID, cmp.Or(n.Machine, "no address"))
 		}
 		ask = append(ask, *n)
