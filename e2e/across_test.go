@@ -64,20 +64,12 @@ func TestKubernetesAcrossClouds(t *testing.T) {
 			t.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
 		}
 	})
-	steps := []struct {
-		name string
-		fn   func(t *testing.T, c *cluster)
-	}{
+	c.runSteps(t, []lifecycleStep{
 		{"three masters in three clouds, workers in two AWS regions on one subnet, on the mesh", testAcrossLaunch},
 		{"between clouds only WireGuard travels", testAcrossCapture},
 		{"migrate a cloud's master to another cloud while a NodePort answers", testAcrossMigrate},
 		{"kill -9 transit during a cross-cloud join, then converge", testAcrossKill},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
-			return
-		}
-	}
+	})
 }
 
 func testAcrossLaunch(t *testing.T, c *cluster) {

@@ -364,10 +364,7 @@ func TestCloudSwarm(t *testing.T) {
 		}
 	})
 
-	steps := []struct {
-		name string
-		fn   func(t *testing.T, c *cluster)
-	}{
+	c.runSteps(t, []lifecycleStep{
 		{"launch across two AWS regions and a GCE one", func(t *testing.T, c *cluster) { env.checkSwarm(t, c, 5) }},
 		{"the cloud throttles and loses a launch's answer: no extra machine", func(t *testing.T, c *cluster) {
 			env.emu.AWSFaults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultThrottle, Times: 3})
@@ -537,12 +534,7 @@ func TestCloudSwarm(t *testing.T) {
 		}},
 		{"destroy leaves nothing in the clouds", func(t *testing.T, c *cluster) { env.checkDestroy(t, c) }},
 		{"no secret in anything transit wrote or printed", func(t *testing.T, c *cluster) { env.checkNoSecrets(t, c) }},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
-			return
-		}
-	}
+	})
 }
 
 // checkSwarm applies and checks that the Swarm has exactly the wanted

@@ -79,10 +79,7 @@ func TestKubernetesLifecycle(t *testing.T) {
 	requireE2E(t)
 	cfg, ds := kubernetesCluster(t)
 	c := newCluster(t, cfg, ds)
-	steps := []struct {
-		name string
-		fn   func(t *testing.T, c *cluster)
-	}{
+	c.runSteps(t, []lifecycleStep{
 		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
 		{"relations addon: consumers wait, changes roll out, namespaces, pin, controller down, removal", testKubeRelations},
 		{"streams addon: two teams' parts, 20 upgrades under load, GC, workers replaced, removal", testKubeStreams},
@@ -92,12 +89,7 @@ func TestKubernetesLifecycle(t *testing.T) {
 		{"migrate workers, then masters, to the other district while serving", testKubeMigrate},
 		{"kill -9 transit during a join and during a drain, then converge", testKubeKill},
 		{"destroy leaves nothing behind", testDestroy},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
-			return
-		}
-	}
+	})
 }
 
 // kube is a client of the cluster's API server, from `transit

@@ -53,10 +53,7 @@ func exampleCluster() (districts.Cluster, []districts.District) {
 func TestSwarmLifecycle(t *testing.T) {
 	cfg, ds := exampleCluster()
 	c := newCluster(t, cfg, ds)
-	steps := []struct {
-		name string
-		fn   func(t *testing.T, c *cluster)
-	}{
+	c.runSteps(t, []lifecycleStep{
 		{"launch the example from nothing", testLaunch},
 		{"a service constrained to a tag runs only on matching nodes", testConstraint},
 		{"scale workers up and down, draining before removal", testScale},
@@ -68,7 +65,19 @@ func TestSwarmLifecycle(t *testing.T) {
 		{"a drain that would strand a service is refused", testRefusedDrain},
 		{"bad input gives clear errors and keeps the state", testBadInput},
 		{"destroy leaves nothing behind", testDestroy},
-	}
+	})
+}
+
+// lifecycleStep is one step of a lifecycle test: later steps build on
+// what the earlier ones left.
+type lifecycleStep struct {
+	name string
+	fn   func(t *testing.T, c *cluster)
+}
+
+// runSteps runs steps in order on c, each a subtest; the first that
+// fails ends the test.
+func (c *cluster) runSteps(t *testing.T, steps []lifecycleStep) {
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
 			return
