@@ -34,6 +34,19 @@ func (d *driver) manifest(dir string) (*bundle.Manifest, error) {
 	return m, nil
 }
 
+// bundleOf is node n's district's bundle directory and its verified
+// manifest; dir is empty (and m nil) when the district has none.
+func (d *driver) bundleOf(n districts.Node) (dir string, m *bundle.Manifest, err error) {
+	dir = d.opts.Bundles[n.District]
+	if dir == "" {
+		return "", nil, nil
+	}
+	if m, err = d.manifest(dir); err != nil {
+		return "", nil, fmt.Errorf("node %s: %w", n.ID, err)
+	}
+	return dir, m, nil
+}
+
 // nodePath is where a bundle file goes on a node.
 func nodePath(p string) string {
 	dir, name := path.Split(p)
@@ -51,13 +64,12 @@ func nodePath(p string) string {
 // matches is not sent again), then configures and starts containerd and
 // the kubelet and imports the images.
 func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
-	dir := d.opts.Bundles[n.District]
-	if dir == "" {
+	dir, m, err := d.bundleOf(n)
+	switch {
+	case err != nil:
+		return err
+	case dir == "":
 		return fmt.Errorf("node %s: district %s installs Kubernetes from a bundle, but no bundle directory is set", n.ID, n.District)
-	}
-	m, err := d.manifest(dir)
-	if err != nil {
-		return fmt.Errorf("node %s: %w", n.ID, err)
 	}
 	files, images := m.For(n.Role == districts.RoleMaster)
 	all := append([]bundle.File(nil), files...)
@@ -104,13 +116,9 @@ func imported(images []bundle.Image) []bundleImage {
 // images (transit.local/…: its controllers', which no registry has) from
 // the district's bundle, if it has one.
 func (d *driver) sideload(ctx context.Context, n districts.Node) error {
-	dir := d.opts.Bundles[n.District]
-	if dir == "" {
-		return nil
-	}
-	m, err := d.manifest(dir)
-	if err != nil {
-		return fmt.Errorf("node %s: %w", n.ID, err)
+	dir, m, err := d.bundleOf(n)
+	if err != nil || dir == "" {
+		return err
 	}
 	_, images := m.For(n.Role == districts.RoleMaster)
 	var own []bundle.Image

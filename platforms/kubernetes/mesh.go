@@ -66,13 +66,12 @@ func parseMeshEnd(n districts.Node, out string) (provider.MeshEnd, error) {
 // node installed from the bundle has it already; one installed from
 // packages gets only this file).
 func (d *driver) sendMeshBinary(ctx context.Context, n districts.Node) error {
-	dir := d.opts.Bundles[n.District]
-	if dir == "" {
+	dir, m, err := d.bundleOf(n)
+	switch {
+	case err != nil:
+		return err
+	case dir == "":
 		return fmt.Errorf("node %s: the mesh runs transit-mesh from transit's bundle, and district %s has no bundle directory: set one (see the README's bundle section)", n.ID, n.District)
-	}
-	m, err := d.manifest(dir)
-	if err != nil {
-		return fmt.Errorf("node %s: %w", n.ID, err)
 	}
 	for _, f := range m.Files {
 		if f.Path == meshBinary {
