@@ -86,7 +86,11 @@ func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
 // sendChanged uploads the files of the bundle in dir that n lacks: a file
 // whose digest matches is not sent again.
 func (d *driver) sendChanged(ctx context.Context, n districts.Node, dir string, files []bundle.File) error {
-	out, err := d.probe(ctx, n)
+	dests := make([]string, len(files))
+	for i, f := range files {
+		dests[i] = nodePath(f.Path)
+	}
+	out, err := d.probe(ctx, n, dests...)
 	if err != nil {
 		return err
 	}

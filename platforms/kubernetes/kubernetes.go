@@ -200,9 +200,10 @@ func (d *driver) systemd(ctx context.Context, n districts.Node) (bool, error) {
 	return strings.Contains(out, "systemd=yes"), nil
 }
 
-// probe runs probeScript on n and records whether n runs systemd.
-func (d *driver) probe(ctx context.Context, n districts.Node) (string, error) {
-	out, err := d.r.Run(ctx, n, "probe the node", probeScript(), nil)
+// probe runs probeScript for paths on n and records whether n runs
+// systemd.
+func (d *driver) probe(ctx context.Context, n districts.Node, paths ...string) (string, error) {
+	out, err := d.r.Run(ctx, n, "probe the node", probeScript(paths), nil)
 	if err != nil {
 		return "", err
 	}

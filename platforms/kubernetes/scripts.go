@@ -23,14 +23,16 @@ const (
 const shPath = "export PATH=" + binDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // probeScript reports whether the node runs systemd and the SHA-256 of
-// every file transit placed from a bundle.
-func probeScript() string {
-	return `if [ -d /run/systemd/system ]; then echo systemd=yes; else echo systemd=no; fi
-for f in ` + binDir + `/* ` + cniBinDir + `/* ` + imageDir + `/*.tar; do
-	[ -f "$f" ] && sha256sum "$f"
-done
-exit 0
-`
+// each of paths the node has: only those (a bundle's images are hundreds
+// of megabytes; what is not about to be sent is not read).
+func probeScript(paths []string) string {
+	var b strings.Builder
+	b.WriteString("if [ -d /run/systemd/system ]; then echo systemd=yes; else echo systemd=no; fi\n")
+	for _, p := range paths {
+		fmt.Fprintf(&b, "[ -f %[1]s ] && sha256sum %[1]s\n", shellquote.Quote(p))
+	}
+	b.WriteString("exit 0\n")
+	return b.String()
 }
 
 // containerdConfig is containerd's configuration on a node. On a host

@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,5 +142,26 @@ func TestSetupForwards(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("the setup script lacks %q", want)
 		}
+	}
+}
+
+// The probe reads exactly the paths asked for: their digests (a missing
+// one is left out), never the rest of the bundle's directories.
+func TestProbeScript(t *testing.T) {
+	dir := t.TempDir()
+	have, other := filepath.Join(dir, "have file"), filepath.Join(dir, "other")
+	for _, p := range []string{have, other} {
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("sh", "-c", probeScript([]string{have, filepath.Join(dir, "missing")})).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	sum := sha256.Sum256([]byte(have))
+	got := parseSums(string(out))
+	if len(got) != 1 || got[have] != hex.EncodeToString(sum[:]) || !strings.Contains(string(out), "systemd=") {
+		t.Errorf("the probe printed %q", out)
 	}
 }
