@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -267,7 +268,7 @@ type Machine struct {
 // Backer gives instances real machines. Start is called when an instance
 // is created and Stop when it terminates; PowerOff and PowerOn when it is
 // stopped and started again; Allow keeps a region's firewall equal to the
-// union of its security groups' sources.
+// union of its security groups' rules.
 type Backer interface {
 	// Start boots a machine named name (a hostname) in region that
 	// accepts authorizedKey (authorized_keys lines) for root.
@@ -287,9 +288,32 @@ type Backer interface {
 	// again; a public address it gave up is a new one. It returns the
 	// machine as Start does.
 	PowerOn(ctx context.Context, region, id string) (Machine, error)
-	// Allow makes sources the only addresses let into region's machines
-	// (besides this host).
-	Allow(ctx context.Context, region string, sources []string) error
+	// Allow makes rules the only traffic let into region's machines from
+	// outside the region (besides this host's).
+	Allow(ctx context.Context, region string, rules []Rule) error
+}
+
+// Rule is one ingress rule of a region's security groups: traffic of
+// Protocol ("tcp", "udp", "icmp"; "" for every protocol) to ports From
+// through To (both 0: every port) from Source.
+type Rule struct {
+	Source   netip.Prefix
+	Protocol string
+	From, To int
+}
+
+// Sources are rules letting in all traffic from each CIDR or address.
+// TEMPORARY: until the front ends pass their rules.
+func Sources(cidrs []string) []Rule {
+	var out []Rule
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, Rule{Source: p})
+		} else if a, err := netip.ParseAddr(c); err == nil {
+			out = append(out, Rule{Source: netip.PrefixFrom(a, a.BitLen())})
+		}
+	}
+	return out
 }
 
 // Sim is the state the front ends share.

@@ -48,7 +48,7 @@ func checkGroupLimits(in planInput, launches []Action, p *Plan) bool {
 		if !has || !wants(in.cluster, d.ID) {
 			continue
 		}
-		if g := l.GroupLimit(addrs); g.Need > g.Max {
+		if g := l.GroupLimit(addrs, false); g.Need > g.Max {
 			p.Blocked = append(p.Blocked, fmt.Sprintf("district %s: its security group would take %d of %s for the cluster's %d nodes (%d addresses), more than the %d allowed by default: %s, or plan fewer nodes",
 				d.ID, g.Need, g.Quota, nodes, addrs, g.Max, g.Raise))
 			ok = false

@@ -12,7 +12,7 @@ import (
 // for SSH, ten by default.
 type tenRules struct{}
 
-func (tenRules) GroupLimit(sources int) provider.GroupLimit {
+func (tenRules) GroupLimit(sources int, mesh bool) provider.GroupLimit {
 	return provider.GroupLimit{Need: sources + 1, Max: 10, Quota: "rules per group", Raise: "ask the cloud"}
 }
 

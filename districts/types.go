@@ -493,14 +493,17 @@ func (p Phase) Member() bool {
 // SecurityGroup is a district's firewall for a cluster: all traffic from the
 // cluster's node addresses, SSH from the operator.
 type SecurityGroup struct {
-	Type       string    `json:"type,omitempty"` // "security_group"
-	ID         string    `json:"id"`
-	Cluster    string    `json:"cluster"`
-	District   string    `json:"district"`
-	ProviderID string    `json:"provider_id"`
-	Sources    []string  `json:"sources"`
-	CreatedAt  time.Time `json:"created_at,omitzero"`
-	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	Type       string   `json:"type,omitempty"` // "security_group"
+	ID         string   `json:"id"`
+	Cluster    string   `json:"cluster"`
+	District   string   `json:"district"`
+	ProviderID string   `json:"provider_id"`
+	Sources    []string `json:"sources"`
+	// MeshPort is the node mesh's UDP port the group lets in from
+	// anywhere (a cluster on the mesh); 0 when it does not.
+	MeshPort  int       `json:"mesh_port,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
 // Identity tags transit puts on everything it creates. Nothing without them

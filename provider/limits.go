@@ -5,9 +5,9 @@ package provider
 // plan time a plan whose groups would outgrow it, rather than failing
 // half-way through an apply.
 type GroupLimiter interface {
-	// GroupLimit is what a group letting in sources node addresses takes
-	// of the cloud's default quota.
-	GroupLimit(sources int) GroupLimit
+	// GroupLimit is what a group letting in sources node addresses, and
+	// with mesh the node mesh's port, takes of the cloud's default quota.
+	GroupLimit(sources int, mesh bool) GroupLimit
 }
 
 // GroupLimit is a group's size against a cloud quota.

@@ -23,9 +23,10 @@ type Infrastructure interface {
 	// district, found by transit's identity tags (districts.TagCluster).
 	// Instances that finished terminating are not returned.
 	List(ctx context.Context, cluster string) ([]Instance, []Group, error)
-	// EnsureGroup creates the group named spec.Name or replaces its rules
-	// with spec.Sources: all traffic from those addresses, SSH from the
-	// operator. Idempotent.
+	// EnsureGroup creates the group named spec.Name or replaces transit's
+	// rules in it with the spec's: all traffic from spec.Sources, UDP
+	// spec.MeshPort from anywhere, SSH from ssh_cidrs, the API port from
+	// api_cidrs. Rules transit did not make stay. Idempotent.
 	EnsureGroup(ctx context.Context, spec GroupSpec) (Group, error)
 	// DeleteGroup deletes a group; deleting a missing group is not an error.
 	DeleteGroup(ctx context.Context, g Group) error
@@ -113,6 +114,9 @@ type Group struct {
 	Name       string
 	Tags       map[string]string
 	Sources    []string
+	// MeshPort is the UDP port transit's rule lets in from anywhere, 0
+	// when there is none.
+	MeshPort int
 }
 
 // GroupSpec is the wanted state of a district's security group.
@@ -122,8 +126,14 @@ type GroupSpec struct {
 	District string
 	Tags     map[string]string
 	// Sources are the addresses allowed in: every node of the cluster,
-	// sorted.
+	// sorted. Empty for a cluster on the node mesh.
 	Sources []string
+	// MeshPort, when not 0, is the node mesh's UDP port (WireGuard),
+	// let in from anywhere: WireGuard answers no packet that a peer's
+	// key did not authenticate, and nodes on the mesh send each other
+	// nothing else, so the group stays the same size however many nodes
+	// the cluster has.
+	MeshPort int
 }
 
 // LaunchSpec says what machine to start.

@@ -2,6 +2,7 @@ package ec2
 
 import (
 	"fmt"
+	"github.com/cloudtransit/transit/cloudsim"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -487,7 +488,7 @@ func (s *Server) allow(region string) error {
 		}
 	}
 	s.mu.Unlock()
-	if err := s.sim.Backer.Allow(s.Context(), "aws:"+region, sortedKeys(set)); err != nil {
+	if err := s.sim.Backer.Allow(s.Context(), "aws:"+region, cloudsim.Sources(sortedKeys(set))); err != nil {
 		return internalError()
 	}
 	return nil

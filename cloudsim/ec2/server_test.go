@@ -882,7 +882,11 @@ func (b *fakeBacker) Stop(ctx context.Context, region, id string) error {
 	return nil
 }
 
-func (b *fakeBacker) Allow(_ context.Context, region string, sources []string) error {
+func (b *fakeBacker) Allow(_ context.Context, region string, rules []cloudsim.Rule) error {
+	var sources []string
+	for _, r := range rules {
+		sources = append(sources, r.Source.String())
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.allowed == nil {

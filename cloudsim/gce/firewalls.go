@@ -3,6 +3,7 @@ package gce
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cloudtransit/transit/cloudsim"
 	"maps"
 	"net/netip"
 	"regexp"
@@ -331,7 +332,7 @@ func (s *Server) allow() {
 	sources := slices.Sorted(maps.Keys(set))
 	for _, r := range regions {
 		// A failure leaves the last firewall; the next change retries.
-		_ = s.sim.Backer.Allow(s.Context(), r, sources)
+		_ = s.sim.Backer.Allow(s.Context(), r, cloudsim.Sources(sources))
 	}
 }
 

@@ -267,7 +267,11 @@ func (b *Backer) PowerOn(ctx context.Context, region, id string) (cloudsim.Machi
 // Allow refills the region's firewall with sources. Only addresses are
 // kept: a CIDR such as 0.0.0.0/0 (SSH from anywhere) is the operator's
 // access, which the local driver always allows from this host.
-func (b *Backer) Allow(ctx context.Context, region string, sources []string) error {
+func (b *Backer) Allow(ctx context.Context, region string, rules []cloudsim.Rule) error {
+	var sources []string
+	for _, r := range rules {
+		sources = append(sources, r.Source.String())
+	}
 	r, err := b.region(ctx, region)
 	if err != nil {
 		return err

@@ -171,7 +171,7 @@ func TestNetworksApart(t *testing.T) {
 		regionB: {m1.Address},
 		regionC: {m1.Address},
 	} {
-		if err := b.Allow(ctx, region, sources); err != nil {
+		if err := b.Allow(ctx, region, cloudsim.Sources(sources)); err != nil {
 			t.Fatal(err)
 		}
 	}

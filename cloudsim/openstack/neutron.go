@@ -3,6 +3,7 @@ package openstack
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cloudtransit/transit/cloudsim"
 	"maps"
 	"net/netip"
 	"slices"
@@ -575,6 +576,6 @@ func (s *Server) allow() {
 	s.mu.Unlock()
 	for _, r := range regions {
 		// A failure leaves the last firewall; the next change retries.
-		_ = s.sim.Backer.Allow(s.Context(), r, slices.Sorted(maps.Keys(set[r])))
+		_ = s.sim.Backer.Allow(s.Context(), r, cloudsim.Sources(slices.Sorted(maps.Keys(set[r]))))
 	}
 }

@@ -168,7 +168,7 @@ func TestAPICIDRs(t *testing.T) {
 		if diff := cmp.Diff(want, describedRules(t, w, g.ProviderID)); diff != "" {
 			t.Errorf("apply %d: rules (-want +got):\n%s", i+1, diff)
 		}
-		if l := drv.GroupLimit(1); l.Need != 2+len(cidrs) {
+		if l := drv.GroupLimit(1, false); l.Need != 2+len(cidrs) {
 			t.Errorf("GroupLimit(1).Need = %d, want a node's rule, SSH's and %d API blocks", l.Need, len(cidrs))
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // and that many distinct test addresses and one more: a driver's test
 // makes a group of the first and is refused the second by its cloud.
 func LimitEdge(l provider.GroupLimiter) (n int, fits, past []string) {
-	for l.GroupLimit(n+1).Need <= l.GroupLimit(n+1).Max {
+	for l.GroupLimit(n+1, false).Need <= l.GroupLimit(n+1, false).Max {
 		n++
 	}
 	for i := range n + 1 {

@@ -7,7 +7,7 @@ import "github.com/cloudtransit/transit/provider"
 const maxSourceRanges = 5000
 
 // GroupLimit: the nodes rule takes a source range per node address.
-func (drv *driver) GroupLimit(sources int) provider.GroupLimit {
+func (drv *driver) GroupLimit(sources int, mesh bool) provider.GroupLimit {
 	return provider.GroupLimit{Need: sources, Max: maxSourceRanges,
 		Quota: "Compute Engine's source ranges per firewall rule",
 		Raise: "it is a fixed limit"}

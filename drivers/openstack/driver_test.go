@@ -190,7 +190,7 @@ func (failingBacker) Start(context.Context, string, string, string) (cloudsim.Ma
 	return cloudsim.Machine{}, errors.New("no host")
 }
 func (failingBacker) Stop(context.Context, string, string) error    { return nil }
-func (failingBacker) Allow(context.Context, string, []string) error { return nil }
+func (failingBacker) Allow(context.Context, string, []cloudsim.Rule) error { return nil }
 func (failingBacker) PowerOff(context.Context, string, string, bool) error {
 	return nil
 }

@@ -18,7 +18,7 @@ const (
 // block, the group's egress rules and the default group's. Other groups of the
 // project (another district's, another tool's) count too: this is the
 // least the project needs.
-func (drv *driver) GroupLimit(sources int) provider.GroupLimit {
+func (drv *driver) GroupLimit(sources int, mesh bool) provider.GroupLimit {
 	return provider.GroupLimit{Need: sources + len(drv.sshCIDRs) + len(drv.apiCIDRs) + egressRules + defaultGroupRules, Max: defaultRulesPerProject,
 		Quota: "Neutron's security group rules per project (security_group_rule)",
 		Raise: "ask the cloud's operators to raise it (openstack quota set --secgroup-rules N <project>)"}
