@@ -119,8 +119,12 @@ func buildPlan(in planInput) Plan {
 		p.Actions = append(p.Actions, removals...)
 		p.Actions = append(p.Actions, planMesh(in, meshNet, removals)...)
 	}
-	p.Actions = append(p.Actions, planGroups(in, launches, removals, &p)...)
-	if !checkGroupLimits(in, launches, &p) {
+	meshPort := 0
+	if meshErr == nil && meshNet.Mesh == districts.MeshWireGuard {
+		meshPort = meshNet.MeshPort
+	}
+	p.Actions = append(p.Actions, planGroups(in, launches, removals, meshPort, &p)...)
+	if !checkGroupLimits(in, launches, meshPort != 0, &p) {
 		p.Actions = nil // refused as a whole: nothing half-done
 	}
 	return finishPlan(p)
@@ -565,8 +569,10 @@ func transitName(cluster, id string) bool {
 // planGroups keeps every district with nodes, or about to get some, behind
 // a group that lets in every node of the cluster: created before
 // launches, widened before joins, narrowed after removals, deleted once
-// the district's machines are gone.
-func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
+// the district's machines are gone. On the node mesh (meshPort not 0) the
+// group lets in the mesh's port from anywhere and no node address: it
+// stays as it is while nodes come and go.
+func planGroups(in planInput, launches, removals []Action, meshPort int, p *Plan) []Action {
 	c := in.cluster
 	live := in.world.live()
 	sources := addressesOf(live)
@@ -592,6 +598,13 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 	// lost and a listing that answers an empty page look alike): groups
 	// only widen.
 	narrow := in.world.platform == platformUp || in.world.platform == platformNone && in.world.state.PlatformFormedAt.IsZero()
+	mesh := meshPort != 0
+	if mesh {
+		// No node needs another's address let in: one that a group still
+		// has (made before the cluster was on the mesh) goes, whatever
+		// the platform says.
+		sources = nil
+	}
 	var out []Action
 	for _, d := range in.districts {
 		g, has := groups[d.ID]
@@ -606,6 +619,9 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 		case needGroup[d.ID] && !has:
 			out = append(out, Action{Kind: KindCreateGroup, District: d.ID, Group: name,
 				Reason: "the district has or gets nodes and has no security group"})
+		case needGroup[d.ID] && mesh && (g.MeshPort != meshPort || len(g.Sources) > 0):
+			out = append(out, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
+				Reason: fmt.Sprintf("let in the mesh's UDP port %d from anywhere and no node address (has port %d and %d addresses)", meshPort, g.MeshPort, len(g.Sources))})
 		case needGroup[d.ID] && !slices.Equal(g.Sources, sources) && narrow:
 			out = append(out, Action{Kind: KindUpdateGroup, District: d.ID, Group: name,
 				Reason: fmt.Sprintf("allow exactly the cluster's %d node addresses (has %d)", len(sources), len(g.Sources))})
@@ -623,6 +639,9 @@ func planGroups(in planInput, launches, removals []Action, p *Plan) []Action {
 			// deletes a group its machines still use: it goes once they
 			// left, without waiting for their terminations.
 			out = append(out, Action{Kind: KindDeleteGroup, District: d.ID, Group: name, Reason: "no nodes left in the district once its removals are done"})
+		}
+		if mesh {
+			continue // nodes come and go without the group changing
 		}
 		if len(launches) > 0 && needGroup[d.ID] {
 			out = append(out, Action{Kind: KindAllow, District: d.ID, Group: name, Widen: !narrow,

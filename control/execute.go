@@ -495,15 +495,20 @@ func (r *runner) updateNode(id string, f func(n *districts.Node, s *districts.Re
 }
 
 // ensureGroup makes the district's group allow exactly the addresses of
-// the cluster's live nodes, as they are now.
+// the cluster's live nodes, as they are now — or, on the node mesh, the
+// mesh's port and no address.
 func (r *runner) ensureGroup(ctx context.Context, a Action) error {
 	s := r.st.read()
 	sources := addressesOf(liveNodes(s))
+	meshPort := r.meshPort()
+	if meshPort != 0 {
+		sources = nil
+	}
 	old, has := findGroup(s, a.District)
 	if has && a.Widen {
 		sources = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(old.Sources), sources...))))
 	}
-	if has && slices.Equal(old.Sources, sources) {
+	if has && slices.Equal(old.Sources, sources) && old.MeshPort == meshPort {
 		return errNoChange
 	}
 	infra, err := r.infra(a.District)
@@ -514,13 +519,13 @@ func (r *runner) ensureGroup(ctx context.Context, a Action) error {
 	if s.Lineage != "" {
 		tags[districts.TagLineage] = s.Lineage
 	}
-	g, err := infra.EnsureGroup(ctx, provider.GroupSpec{Name: a.Group, Cluster: r.opts.Cluster.ID, District: a.District, Sources: sources, Tags: tags})
+	g, err := infra.EnsureGroup(ctx, provider.GroupSpec{Name: a.Group, Cluster: r.opts.Cluster.ID, District: a.District, Sources: sources, MeshPort: meshPort, Tags: tags})
 	if err != nil {
 		return err
 	}
 	now := r.opts.Clock.Now()
 	sg := districts.SecurityGroup{Type: "security_group", ID: a.Group, Cluster: r.opts.Cluster.ID, District: a.District,
-		ProviderID: g.ProviderID, Sources: sources, CreatedAt: now, UpdatedAt: now}
+		ProviderID: g.ProviderID, Sources: sources, MeshPort: meshPort, CreatedAt: now, UpdatedAt: now}
 	if has {
 		sg.CreatedAt = old.CreatedAt
 	}
@@ -714,9 +719,16 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 	for _, m := range liveNodes(s) {
 		inUse[m.District] = true
 	}
+	meshPort := r.meshPort()
 	for _, g := range s.SecurityGroups {
 		if !inUse[g.District] {
 			continue // an emptied district whose group waits for deletion
+		}
+		if meshPort != 0 {
+			if g.MeshPort != meshPort {
+				return errSkip{fmt.Sprintf("group %s does not yet let in the mesh's port %d", g.ID, meshPort)}
+			}
+			continue
 		}
 		for _, addr := range addrs {
 			if !slices.Contains(g.Sources, addr) {

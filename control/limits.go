@@ -21,10 +21,11 @@ func groupLimits(infra map[string]provider.Infrastructure) map[string]provider.G
 // checkGroupLimits refuses a plan that launches nodes while the cluster
 // cluster.json asks for would outgrow a district's group quota: each
 // group lets in every node's addresses (a local node has one, a cloud
-// node a public and a private one). The whole plan is refused, naming
-// the district, the quota and how to raise it; a plan that only removes
-// nodes goes on, whatever the size.
-func checkGroupLimits(in planInput, launches []Action, p *Plan) bool {
+// node a public and a private one) — or, on the node mesh, only the
+// mesh's port, whatever the size. The whole plan is refused, naming the
+// district, the quota and how to raise it; a plan that only removes nodes
+// goes on, whatever the size.
+func checkGroupLimits(in planInput, launches []Action, mesh bool, p *Plan) bool {
 	if len(launches) == 0 || len(in.limits) == 0 {
 		return true
 	}
@@ -42,15 +43,22 @@ func checkGroupLimits(in planInput, launches []Action, p *Plan) bool {
 		}
 	}
 	addrs = max(addrs, len(addressesOf(in.world.live())))
+	way := "or plan fewer nodes"
+	if mesh {
+		addrs = 0
+		way = "transit's rules alone take this much"
+	} else if in.cluster.Platform == "kubernetes" {
+		way += `, or put the cluster on the node mesh (cluster.json "network": {"mesh": "wireguard"}): its groups let in one port, whatever the size`
+	}
 	ok := true
 	for _, d := range in.districts {
 		l, has := in.limits[d.ID]
 		if !has || !wants(in.cluster, d.ID) {
 			continue
 		}
-		if g := l.GroupLimit(addrs, false); g.Need > g.Max {
-			p.Blocked = append(p.Blocked, fmt.Sprintf("district %s: its security group would take %d of %s for the cluster's %d nodes (%d addresses), more than the %d allowed by default: %s, or plan fewer nodes",
-				d.ID, g.Need, g.Quota, nodes, addrs, g.Max, g.Raise))
+		if g := l.GroupLimit(addrs, mesh); g.Need > g.Max {
+			p.Blocked = append(p.Blocked, fmt.Sprintf("district %s: its security group would take %d of %s for the cluster's %d nodes (%d addresses), more than the %d allowed by default: %s, %s",
+				d.ID, g.Need, g.Quota, nodes, addrs, g.Max, g.Raise, way))
 			ok = false
 		}
 	}

@@ -57,3 +57,43 @@ func TestGroupLimitRefusesThePlan(t *testing.T) {
 		t.Errorf("removing a node from a cluster past the quota: blocked %q, actions %v", p.Blocked, nodeActions(p))
 	}
 }
+
+// meshRules is tenRules whose mesh rule is one more.
+type meshRules struct{}
+
+func (meshRules) GroupLimit(sources int, mesh bool) provider.GroupLimit {
+	need := sources + 1
+	if mesh {
+		need++
+	}
+	return provider.GroupLimit{Need: need, Max: 10, Quota: "rules per group", Raise: "ask the cloud"}
+}
+
+// TestGroupLimitOnTheMesh: on the node mesh a group lets in one port, so
+// a 300-node Kubernetes cluster fits a quota that ten nodes' addresses
+// outgrow; off the mesh, the refusal names the mesh as a way out.
+func TestGroupLimitOnTheMesh(t *testing.T) {
+	t.Parallel()
+	c := paperCluster(3, 147, 150)
+	c.Platform = "kubernetes"
+	plan := func(c districts.Cluster) Plan {
+		w := worldSpec{}.world()
+		return buildPlan(planInput{cluster: c, districts: simDistricts[:2], world: w, avoid: map[string]bool{}, fresh: map[string]bool{},
+			ids: newNodeNumbers(c.ID, w), limits: map[string]provider.GroupLimiter{"aws-europe": meshRules{}, "gce-europe": meshRules{}}})
+	}
+	c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+	p := plan(c)
+	if len(p.Blocked) != 0 || len(p.Actions) == 0 {
+		t.Fatalf("300 nodes on the mesh: blocked %q, %d actions", p.Blocked, len(p.Actions))
+	}
+	for _, a := range p.Actions {
+		if a.Kind == KindAllow || a.Kind == KindRevoke {
+			t.Errorf("a group on the mesh changes with its nodes: %+v", a)
+		}
+	}
+	c.NetworkSettings = &districts.Network{Mesh: districts.MeshNone}
+	p = plan(c)
+	if len(p.Actions) != 0 || len(p.Blocked) != 2 || !strings.Contains(p.Blocked[0], `put the cluster on the node mesh (cluster.json "network": {"mesh": "wireguard"})`) {
+		t.Errorf("300 nodes off the mesh: %d actions, blocked %q", len(p.Actions), p.Blocked)
+	}
+}

@@ -138,6 +138,15 @@ func (r *runner) mesher() (provider.Mesher, districts.Network, bool, error) {
 	return m, net, true, nil
 }
 
+// meshPort is the mesh's UDP port that groups let in, 0 off the mesh.
+func (r *runner) meshPort() int {
+	net, err := meshSettings(r.opts.Cluster, r.opts.Districts, r.st.read())
+	if err != nil || net.Mesh != districts.MeshWireGuard {
+		return 0
+	}
+	return net.MeshPort
+}
+
 // meshUp starts n's end of the mesh, at an address of the range kept
 // in the state first (so a run killed after it never gives it twice),
 // and records the key and address the node reports. An address is only

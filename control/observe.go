@@ -363,7 +363,7 @@ func mergeGroups(w *world, saved []districts.SecurityGroup, district string, gro
 		}
 		sg := districts.SecurityGroup{
 			Type: "security_group", ID: gr.Name, Cluster: cluster, District: district,
-			ProviderID: gr.ProviderID, Sources: slices.Sorted(slices.Values(gr.Sources)),
+			ProviderID: gr.ProviderID, Sources: slices.Sorted(slices.Values(gr.Sources)), MeshPort: gr.MeshPort,
 		}
 		for _, old := range saved {
 			if old.District == district && old.ProviderID == gr.ProviderID {

@@ -241,7 +241,9 @@ func (h *harness) checkConverged(c districts.Cluster) {
 		switch {
 		case liveDistricts[d.ID] && len(mine) != 1:
 			t.Errorf("district %s has nodes and %d groups", d.ID, len(mine))
-		case liveDistricts[d.ID] && !slices.Equal(mine[0].Sources, addrs):
+		case liveDistricts[d.ID] && s.meshOn && (len(mine[0].Sources) > 0 || mine[0].MeshPort != districts.DefaultMeshPort):
+			t.Errorf("district %s group on the mesh allows %v and port %d, want only port %d", d.ID, mine[0].Sources, mine[0].MeshPort, districts.DefaultMeshPort)
+		case liveDistricts[d.ID] && !s.meshOn && !slices.Equal(mine[0].Sources, addrs):
 			t.Errorf("district %s group allows %v, want %v", d.ID, mine[0].Sources, addrs)
 		case !liveDistricts[d.ID] && len(mine) != 0:
 			t.Errorf("district %s has no nodes but %d groups", d.ID, len(mine))

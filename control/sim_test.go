@@ -282,7 +282,7 @@ func (c *simInfra) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (pr
 	if isForeign(g.ProviderID) {
 		s.violate("ensure-group touched foreign group %s", g.ProviderID)
 	}
-	g.Sources = slices.Clone(spec.Sources)
+	g.Sources, g.MeshPort = slices.Clone(spec.Sources), spec.MeshPort
 	if crash {
 		return provider.Group{}, err
 	}
@@ -596,6 +596,12 @@ func (s *sim) allowedEverywhere(n districts.Node) {
 	}
 	for _, g := range s.groups {
 		if g.Tags[districts.TagCluster] != s.cluster || !inUse[g.district] {
+			continue
+		}
+		if s.meshOn {
+			if g.MeshPort != districts.DefaultMeshPort {
+				s.violate("%s joins before %s lets in the mesh's port", n.ID, g.Name)
+			}
 			continue
 		}
 		for _, a := range n.Addresses() {
