@@ -5,6 +5,11 @@
 //	transit-mesh key -dir DIR                  print the node's public key (making the key pair first)
 //	transit-mesh up -dir DIR -address A/LEN    run the device until SIGTERM (SIGHUP: read the peers now)
 //	transit-mesh peers -dir DIR < peers.json   replace the peers (checked first)
+//	transit-mesh share -listen ADDR < request  serve bundle files to the district's other nodes (package bundle/share)
+//
+// share reads a token (the first line) and the paths it offers (one per
+// line) from stdin, prints "listening HOST:PORT" once it listens, and ends
+// after -idle without a request or -max.
 //
 // The private key never leaves DIR (mode 0600) and is never printed.
 package main
@@ -15,11 +20,15 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
+	"github.com/cloudtransit/transit/bundle/share"
 	"github.com/cloudtransit/transit/mesh"
 )
 
@@ -34,7 +43,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("want a command: key, up or peers")
+		return fmt.Errorf("want a command: key, up, peers or share")
 	}
 	fs := flag.NewFlagSet("transit-mesh "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", defaultDir, "where the key and the peers are")
@@ -75,6 +84,29 @@ func run(args []string) error {
 		signal.Notify(hup, syscall.SIGHUP)
 		return mesh.Run(ctx, mesh.Options{Dir: *dir, Interface: *iface, Address: a, Port: *port,
 			Log: log.New(os.Stderr, "", log.LstdFlags), Changed: hup})
+	case "share":
+		listen := fs.String("listen", "", "the address to listen on (port 0: any)")
+		idle := fs.Duration("idle", 2*time.Minute, "end after this long without a request")
+		most := fs.Duration("max", 30*time.Minute, "end after this long")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return serveShare(*listen, *idle, *most)
 	}
-	return fmt.Errorf("unknown command %q: want key, up or peers", args[0])
+	return fmt.Errorf("unknown command %q: want key, up, peers or share", args[0])
+}
+
+func serveShare(listen string, idle, most time.Duration) error {
+	data, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	fmt.Println("listening", l.Addr())
+	logger := log.New(os.Stderr, "", log.LstdFlags)
+	return share.Serve(context.Background(), l, share.Options{Token: lines[0], Files: lines[1:], Idle: idle, Max: most, Log: logger.Printf})
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cloudtransit/transit/bundle"
@@ -72,15 +73,72 @@ func (d *driver) installBundle(ctx context.Context, n districts.Node) error {
 		return fmt.Errorf("node %s: district %s installs Kubernetes from a bundle, but no bundle directory is set", n.ID, n.District)
 	}
 	files, images := m.For(n.Role == districts.RoleMaster)
-	all := append([]bundle.File(nil), files...)
-	for _, im := range images {
-		all = append(all, im.File)
-	}
-	if err := d.sendChanged(ctx, n, dir, all); err != nil {
+	if err := d.sendBundle(ctx, n, dir, m, withImages(files, images)); err != nil {
 		return err
 	}
 	_, err = d.r.Run(ctx, n, "set up containerd and the kubelet", setupScript(imported(images)), nil)
 	return err
+}
+
+func withImages(files []bundle.File, images []bundle.Image) []bundle.File {
+	all := append([]bundle.File(nil), files...)
+	for _, im := range images {
+		all = append(all, im.File)
+	}
+	return all
+}
+
+// sendBundle puts on n the files of want it lacks: fetched from its
+// district's seed where it can (share.go), else sent from this machine.
+// A node that becomes the seed gets the whole bundle, so that it serves
+// masters and workers alike.
+func (d *driver) sendBundle(ctx context.Context, n districts.Node, dir string, m *bundle.Manifest, want []bundle.File) error {
+	whole := withImages(m.For(true))
+	if peersOff() {
+		whole = want
+	}
+	paths := make([]string, len(whole))
+	for i, f := range whole {
+		paths[i] = nodePath(f.Path)
+	}
+	out, err := d.probe(ctx, n, paths...)
+	if err != nil {
+		return err
+	}
+	have := parseSums(out)
+	lacks := func(files []bundle.File) []bundle.File {
+		return slices.DeleteFunc(slices.Clone(files), func(f bundle.File) bool { return have[nodePath(f.Path)] == f.SHA256 })
+	}
+	missing := lacks(want)
+	if len(missing) == 0 || peersOff() {
+		return d.uploadAll(ctx, n, dir, missing)
+	}
+	seed, mine, err := d.seedFor(ctx, n)
+	if err != nil {
+		return err
+	}
+	if mine {
+		err := d.uploadAll(ctx, n, dir, lacks(whole))
+		d.seeded(n, err == nil)
+		return err
+	}
+	if seed != nil {
+		if addr := d.serving(ctx, seed, m); addr != "" {
+			before := len(missing)
+			missing = d.fetchFromSeed(ctx, n, *seed.node, addr, missing)
+			d.opts.Logger.Info("bundle: fetched from the district's seed", "node", n.ID, "seed", seed.node.ID, "files", before-len(missing), "from_operator", len(missing))
+		}
+	}
+	return d.uploadAll(ctx, n, dir, missing)
+}
+
+func (d *driver) uploadAll(ctx context.Context, n districts.Node, dir string, files []bundle.File) error {
+	for _, f := range files {
+		if err := d.upload(ctx, n, dir, f, nodePath(f.Path)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendChanged uploads the files of the bundle in dir that n lacks: a file
@@ -95,16 +153,7 @@ func (d *driver) sendChanged(ctx context.Context, n districts.Node, dir string, 
 		return err
 	}
 	have := parseSums(out)
-	for _, f := range files {
-		dest := nodePath(f.Path)
-		if have[dest] == f.SHA256 {
-			continue
-		}
-		if err := d.upload(ctx, n, dir, f, dest); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.uploadAll(ctx, n, dir, slices.DeleteFunc(slices.Clone(files), func(f bundle.File) bool { return have[nodePath(f.Path)] == f.SHA256 }))
 }
 
 // imported is what the import scripts need of a bundle's images.
@@ -151,6 +200,7 @@ func (d *driver) upload(ctx context.Context, n districts.Node, dir string, f bun
 	if err := d.r.Upload(ctx, n, dest, f.Mode, src, f.Size); err != nil {
 		return fmt.Errorf("node %s: upload %s: %w", n.ID, f.Path, err)
 	}
+	d.sent.Add(f.Size)
 	return nil
 }
 

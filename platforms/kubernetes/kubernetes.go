@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudtransit/transit/bundle"
@@ -73,6 +74,12 @@ type driver struct {
 	certs     sync.Mutex
 	certKey   string
 	certKeyAt time.Time
+	// seeds are the nodes that serve the bundle to their district, by
+	// district (share.go), with the run's token for their servers.
+	seeds      map[string]*districtSeed
+	shareToken string
+	// sent counts the bundle's bytes sent from this machine.
+	sent atomic.Int64
 }
 
 var _ provider.Platform = (*driver)(nil)
@@ -99,7 +106,8 @@ func newDriver(c districts.Cluster, opts Options, r runner) *driver {
 		k = *c.Kubernetes
 	}
 	return &driver{cluster: c, k8s: k.Resolved(), endpoint: ClusterEndpoint(c), opts: opts, r: r,
-		manifests: map[string]*bundle.Manifest{}, systemdOn: map[string]bool{}}
+		manifests: map[string]*bundle.Manifest{}, systemdOn: map[string]bool{},
+		seeds: map[string]*districtSeed{}, shareToken: newShareToken()}
 }
 
 // Close closes the driver's SSH connections.
