@@ -65,34 +65,6 @@ func TestOnTheMesh(t *testing.T) {
 	}
 }
 
-// TestParseMeshEnd: the node's answer is its key and address (the prefix
-// length dropped), "none" when asked only and it has no mesh; anything
-// else is an error that says what came back.
-func TestParseMeshEnd(t *testing.T) {
-	n := districts.Node{ID: "w1"}
-	for _, tc := range []struct {
-		out  string
-		want provider.MeshEnd
-		err  string
-	}{
-		{"key=AAAA\naddress=10.213.0.7/16\n", provider.MeshEnd{PublicKey: "AAAA", Address: "10.213.0.7"}, ""},
-		{"none\n", provider.MeshEnd{}, ""},
-		{"key=AAAA\n", provider.MeshEnd{}, `node w1: the mesh did not say its key and address (it printed "key=AAAA")`},
-		{"", provider.MeshEnd{}, "node w1: the mesh did not say"},
-	} {
-		got, err := parseMeshEnd(n, tc.out)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%q: error %v, want %q", tc.out, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("%q: %+v, %v; want %+v", tc.out, got, err, tc.want)
-		}
-	}
-}
-
 // TestMeshBinary: starting the mesh sends transit-mesh from the
 // district's bundle unless the node has it (a node installed from
 // packages gets only that file), and says what to do without a bundle or

@@ -4,23 +4,24 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cloudtransit/transit/platforms/meshnode"
 	"github.com/cloudtransit/transit/shellquote"
 )
 
 // Where transit puts what it installs on a node.
 const (
-	binDir    = "/opt/transit/bin"    // bundle binaries and transit's helpers
+	binDir    = meshnode.BinDir       // bundle binaries and transit's helpers
 	imageDir  = "/opt/transit/images" // bundle image archives
 	cniBinDir = "/opt/cni/bin"
 	// logDir keeps the logs of the daemons transit supervises and of
 	// kubeadm (whose output holds join commands: never sent back).
-	logDir = "/var/lib/transit/log"
+	logDir = meshnode.LogDir
 	// configFile is where kubeadm's configuration waits for init and join.
 	configFile = "/etc/kubernetes/transit-kubeadm.yaml"
 )
 
 // shPath puts the bundle's binaries first.
-const shPath = "export PATH=" + binDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const shPath = meshnode.ShPath
 
 // probeScript reports whether the node runs systemd and the SHA-256 of
 // each of paths the node has: only those (a bundle's images are hundreds
@@ -61,17 +62,8 @@ func containerdConfig(systemd, bundle bool) string {
 }
 
 // superviseScript is the stand-in for systemd on nodes without it (local
-// nodes): it runs a command again a second after it exits, as
-// Restart=always does, logging to logDir.
-const superviseScript = `#!/bin/sh
-# transit-supervise NAME COMMAND...: restart COMMAND whenever it exits.
-name=$1; shift
-while :; do
-	echo "transit-supervise: starting $*" >>"` + logDir + `/$name.log"
-	"$@" >>"` + logDir + `/$name.log" 2>&1 </dev/null
-	sleep 1
-done
-`
+// nodes), shared with the mesh (package meshnode).
+const superviseScript = meshnode.SuperviseScript
 
 // kubeletScript is what kubeadm's kubelet.service drop-in does: wait until
 // kubeadm wrote the kubelet's configuration (init, join), then run it with
@@ -88,10 +80,7 @@ exec kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
 `
 
 // unit is a systemd unit for a bundle daemon on a node with systemd.
-func unit(desc, exec string) string {
-	return "[Unit]\nDescription=" + desc + " (transit)\nAfter=network-online.target\n\n[Service]\nExecStart=" + exec +
-		"\nRestart=always\nRestartSec=1\nDelegate=yes\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
-}
+func unit(desc, exec string) string { return meshnode.Unit(desc, exec) }
 
 // bundleImage is an archive to import into containerd.
 type bundleImage struct {
