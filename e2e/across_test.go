@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/districts"
@@ -74,8 +77,16 @@ func TestKubernetesAcrossClouds(t *testing.T) {
 
 func testAcrossLaunch(t *testing.T, c *cluster) {
 	start := time.Now()
+	sentBefore := uplinkSent(t, "aws:eu-central-1")
 	c.apply()
 	t.Logf("apply from nothing converged in %s", time.Since(start).Round(time.Second))
+	// aws-eu's master and worker: the bundle crosses into the region
+	// once, the worker fetches its files from the master.
+	sent, whole := uplinkSent(t, "aws:eu-central-1")-sentBefore, wholeBundle(t)
+	t.Logf("sent into aws:eu-central-1 (a master and a worker): %d MB; the whole bundle %d MB", sent>>20, whole>>20)
+	if sent > whole+whole/4 {
+		t.Errorf("%d MB crossed into aws:eu-central-1 for its 2 nodes, want about one bundle (%d MB): its nodes did not share it", sent>>20, whole>>20)
+	}
 	res := c.status()
 	mesh := netip.MustParsePrefix(districts.DefaultMeshCIDR)
 	for _, n := range res.Nodes {
@@ -327,4 +338,40 @@ func testAcrossKill(t *testing.T, c *cluster) {
 	if !strings.Contains(out, "hello from") {
 		t.Errorf("from GCE's pods after the kill: %q", out)
 	}
+}
+
+// uplinkSent is how many bytes this host has sent into an emulated
+// region: everything for its machines crosses its uplink.
+func uplinkSent(t testing.TB, region string) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/sys/class/net/" + localnodes.Uplink(cloudRoot, region) + "/statistics/tx_bytes")
+	if err != nil {
+		return 0 // the region's network is made with its first machine
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wholeBundle is the size of every file of the bundle the nodes install.
+func wholeBundle(t testing.TB) int64 {
+	t.Helper()
+	dir, err := bundleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := bundle.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	for _, im := range m.Images {
+		n += im.Size
+	}
+	return n
 }
