@@ -51,7 +51,9 @@ func readSteps(r io.Reader) ([]step, error) {
 		if err := json.Unmarshal([]byte(text), &line); err != nil {
 			return nil, fmt.Errorf("apply --json line %q: %w", text, err)
 		}
-		if line.Type != "action" || line.Phase != "finish" {
+		if line.Type == "addons" && line.Phase == "finish" {
+			line.Action.Kind = "addons"
+		} else if line.Type != "action" || line.Phase != "finish" {
 			continue
 		}
 		took := time.Duration(line.Seconds * float64(time.Second))
@@ -238,6 +240,19 @@ func lowerBound(steps []step, m boundModel) time.Duration {
 	if m.destroy {
 		for _, g := range gone {
 			end = max(end, g)
+		}
+	}
+	// The mesh's peers are given again after the last removal; the
+	// addons step follows every node's join and removal.
+	for _, s := range steps {
+		if s.kind == "mesh" {
+			end = max(end, lastLeft+s.took())
+		}
+	}
+	nodesDone := end
+	for _, s := range steps {
+		if s.kind == "addons" {
+			end = max(end, nodesDone+s.took())
 		}
 	}
 	for _, s := range steps {
