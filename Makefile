@@ -50,8 +50,9 @@ DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build bin/transit with version information, and bin/cloudsim (the cloud emulator)
+build: ## Build bin/transit with version information, bin/transit-mesh (the node mesh, for Linux nodes) and bin/cloudsim (the cloud emulator)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/transit ./cmd/transit
+	GOOS=linux $(GO) build -o $(BIN)/transit-mesh ./cmd/transit-mesh
 	$(GO) build -o $(BIN)/cloudsim ./cmd/cloudsim
 
 test: ## Run all tests; e2e tests run only as root

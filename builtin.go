@@ -3,6 +3,7 @@ package transit
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -20,8 +21,8 @@ import (
 
 // BuiltinOptions tune transit's own drivers. The transit command takes them
 // from the environment (TRANSIT_LOCAL_ROOT, TRANSIT_POLL_INTERVAL,
-// TRANSIT_SSH_TIMEOUT, TRANSIT_BUNDLE); the zero value is each driver's
-// default.
+// TRANSIT_SSH_TIMEOUT, TRANSIT_BUNDLE, TRANSIT_MESH_BINARY); the zero
+// value is each driver's default.
 type BuiltinOptions struct {
 	// LocalRoot is where the local provider keeps its records (default
 	// /var/lib/transit/local).
@@ -36,6 +37,10 @@ type BuiltinOptions struct {
 	// Bundle is the offline Kubernetes bundle of the districts that
 	// install from one and name none (kubernetes_bundle).
 	Bundle string
+	// MeshBinary is the transit-mesh a Swarm on the node mesh sends to
+	// its nodes (TRANSIT_MESH_BINARY); default the one beside the running
+	// executable, else a bundle's (see swarmMeshBinary).
+	MeshBinary string
 }
 
 // BuiltinDrivers are the drivers compiled into transit: the aws, gce,
@@ -58,7 +63,8 @@ func BuiltinDrivers(o BuiltinOptions) Drivers {
 		},
 		Platforms: map[string]PlatformFunc{
 			"swarm": func(_ context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error) {
-				return swarm.New(c, swarm.Options{SSH: o.sshConfig(env), Clock: env.Clock, Logger: env.Logger}), nil
+				return swarm.New(c, swarm.Options{SSH: o.sshConfig(env), Clock: env.Clock, Logger: env.Logger,
+					MeshBinary: o.swarmMeshBinary(env), MeshHint: swarmMeshHint}), nil
 			},
 			"kubernetes": func(_ context.Context, c districts.Cluster, env PlatformEnv) (provider.Platform, error) {
 				install, bundles, err := kubernetesInstall(env, o.Bundle)
@@ -71,6 +77,44 @@ func BuiltinDrivers(o BuiltinOptions) Drivers {
 		},
 	}
 }
+
+// swarmMeshBinary is the transit-mesh a Swarm on the node mesh sends to
+// its nodes (a Swarm node has no bundle): MeshBinary if set, else the
+// first there of transit-mesh beside the running executable (`make build`
+// puts bin/transit-mesh beside bin/transit), bin/transit-mesh of the
+// default bundle and of each district's kubernetes_bundle; "" when none
+// is. The driver reads it only for a node that joins the mesh.
+func (o BuiltinOptions) swarmMeshBinary(env PlatformEnv) string {
+	if o.MeshBinary != "" {
+		return o.MeshBinary
+	}
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "transit-mesh"))
+	}
+	bundles := []string{o.Bundle}
+	for _, d := range env.Districts {
+		dir := d.KubernetesBundle
+		if dir != "" && !filepath.IsAbs(dir) {
+			dir = filepath.Join(filepath.Dir(env.DistrictsFile), dir)
+		}
+		bundles = append(bundles, dir)
+	}
+	for _, dir := range bundles {
+		if dir != "" {
+			candidates = append(candidates, filepath.Join(dir, "bin", "transit-mesh"))
+		}
+	}
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() {
+			return c
+		}
+	}
+	return ""
+}
+
+// swarmMeshHint says how to give the Swarm driver a transit-mesh.
+const swarmMeshHint = "put transit-mesh beside the transit executable (`make build` builds bin/transit-mesh), or set TRANSIT_MESH_BINARY to a transit-mesh built for the nodes (GOOS=linux go build ./cmd/transit-mesh)"
 
 // sshConfig is how platform drivers reach the cluster's nodes: the cluster
 // key and the pinned host keys.

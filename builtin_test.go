@@ -52,3 +52,40 @@ func TestKubernetesInstall(t *testing.T) {
 		t.Errorf("a packages district naming a missing bundle: %v", err)
 	}
 }
+
+// TestSwarmMeshBinary: TRANSIT_MESH_BINARY wins, found or not (the
+// driver's error then names it); else the first transit-mesh there of a
+// bundle's (the default, then the districts'); none found is "".
+func TestSwarmMeshBinary(t *testing.T) {
+	dir := t.TempDir()
+	own := filepath.Join(dir, "own", "bin", "transit-mesh")
+	if err := os.MkdirAll(filepath.Dir(own), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(own, []byte("elf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := PlatformEnv{DistrictsFile: filepath.Join(dir, "districts.json"), Districts: []districts.District{
+		{ID: "a", Provider: "aws"},
+		{ID: "b", Provider: "aws", KubernetesBundle: "own"},
+	}}
+	for _, tc := range []struct {
+		name string
+		o    BuiltinOptions
+		want string
+	}{
+		{"set", BuiltinOptions{MeshBinary: "/x/transit-mesh", Bundle: filepath.Join(dir, "own")}, "/x/transit-mesh"},
+		{"a district's bundle", BuiltinOptions{Bundle: filepath.Join(dir, "empty")}, own},
+	} {
+		if got := tc.o.swarmMeshBinary(env); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	env.Districts = env.Districts[:1]
+	if got := (BuiltinOptions{}).swarmMeshBinary(env); got != "" {
+		exe, _ := os.Executable()
+		if got != filepath.Join(filepath.Dir(exe), "transit-mesh") {
+			t.Errorf("with none anywhere: %q", got)
+		}
+	}
+}

@@ -14,8 +14,8 @@ type Network struct {
 	// platform on the mesh addresses) or "none" (the nodes' own
 	// addresses). Empty: wireguard for a Kubernetes cluster whose
 	// districts are in more than one cloud network (another provider,
-	// region or project), none otherwise. Swarm does not run on the mesh
-	// yet.
+	// region or project), none otherwise: a swarm runs on the mesh only
+	// when asked to (an existing swarm never moves onto it by itself).
 	Mesh string `json:"mesh,omitempty"`
 	// MeshCIDR holds the nodes' mesh addresses, one each, kept for the
 	// node's life.
@@ -99,6 +99,11 @@ func cloudNetworks(ds []District) []string {
 	return ns
 }
 
+// swarmOverlays holds the subnets of a swarm's first 256 overlay
+// networks (ingress is 10.0.0.0/24): Swarm hands out /24s of its default
+// address pool, 10.0.0.0/8, in order.
+const swarmOverlays = "10.0.0.0/16"
+
 // Mesh port and range bounds: a /24 holds 254 nodes, a /8 is plenty.
 const (
 	minMeshPrefix = 8
@@ -117,9 +122,6 @@ func validateNetwork(c *problems, cl Cluster, ds []District, districtsOK bool, d
 	if n.Mesh != "" && !slices.Contains(meshes, n.Mesh) {
 		c.add("network.mesh", fmt.Sprintf("%q is not a mesh %s", n.Mesh, known(meshes)), didYouMean(n.Mesh, meshes))
 	}
-	if n.Mesh == MeshWireGuard && cl.Platform != "kubernetes" {
-		c.add("network.mesh", fmt.Sprintf("the mesh runs only under platform kubernetes, not %s yet", cl.Platform), `set "mesh": "none"`)
-	}
 	if n.MeshPort < 0 || n.MeshPort > 65535 {
 		c.add("network.mesh_port", fmt.Sprintf("%d is not a UDP port (1–65535)", n.MeshPort), "")
 	}
@@ -132,6 +134,9 @@ func validateNetwork(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		if p, err := netip.ParsePrefix(cidr); err == nil && p.Overlaps(mesh) {
 			c.add("network.mesh_cidr", fmt.Sprintf("%s overlaps %s", mesh, fmt.Sprintf(what, p)), "pick a range no other network of the cluster uses")
 		}
+	}
+	if cl.Platform == "swarm" {
+		overlaps(swarmOverlays, "%s, where Swarm's overlay networks take their first subnets (its default address pool is 10.0.0.0/8)")
 	}
 	if cl.Platform == "kubernetes" {
 		var k Kubernetes

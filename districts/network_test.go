@@ -35,7 +35,16 @@ func TestValidateNetwork(t *testing.T) {
 		{"swarm on the mesh", func(c *Config) {
 			c.Cluster.Platform, c.Cluster.Kubernetes = "swarm", nil
 			c.Cluster.NetworkSettings = &Network{Mesh: MeshWireGuard}
-		}, Problems{withHint(cl("network.mesh", "the mesh runs only under platform kubernetes, not swarm yet"), `set "mesh": "none"`)}},
+		}, nil},
+		// A Kubernetes cluster's ranges are not a swarm's.
+		{"swarm on the mesh in the pods' range", func(c *Config) {
+			c.Cluster.Platform, c.Cluster.Kubernetes = "swarm", nil
+			c.Cluster.NetworkSettings = &Network{Mesh: MeshWireGuard, MeshCIDR: "10.244.8.0/24"}
+		}, nil},
+		{"swarm's mesh over its overlay networks", func(c *Config) {
+			c.Cluster.Platform, c.Cluster.Kubernetes = "swarm", nil
+			c.Cluster.NetworkSettings = &Network{Mesh: MeshWireGuard, MeshCIDR: "10.0.128.0/20"}
+		}, Problems{withHint(cl("network.mesh_cidr", "10.0.128.0/20 overlaps 10.0.0.0/16, where Swarm's overlay networks take their first subnets (its default address pool is 10.0.0.0/8)"), "pick a range no other network of the cluster uses")}},
 		{"unknown type", func(c *Config) { c.Cluster.NetworkSettings = &Network{Type: "net"} },
 			Problems{cl("network.type", `must be "network" or left out, got "net"`)}},
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"regexp"
 	"slices"
 	"strings"
@@ -141,6 +143,11 @@ var quotedID = regexp.MustCompile(`^docker node (?:demote|rm)(?: --force)? '?([^
 
 func runErr(n districts.Node, name string, status int, stderr string) error {
 	return &ssh.RunError{Target: ssh.Target{Name: n.ID}, Name: name, ExitStatus: status, Stderr: stderr}
+}
+
+func (f *fakeSwarm) Upload(_ context.Context, n districts.Node, path string, _ fs.FileMode, _ io.Reader, _ int64) error {
+	f.t.Errorf("%s: unexpected upload of %s", n.ID, path)
+	return fmt.Errorf("%s: the fake swarm takes no uploads", n.ID)
 }
 
 func (f *fakeSwarm) Run(ctx context.Context, n districts.Node, name, script string, _ []byte) (string, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"slices"
 	"strings"
 	"sync"
@@ -250,6 +252,8 @@ type fakeNodes struct {
 	ran    []string // "<node id>: <name>"
 	stdins []string // "<node id>: <name>: <stdin>" for runs given one
 	nodes  map[string]func(ctx context.Context, script string) (string, error)
+	// uploaded holds what Upload wrote: "<node id>:<path>" → "<mode> <content>".
+	uploaded map[string]string
 }
 
 var _ runner = (*fakeNodes)(nil)
@@ -266,6 +270,21 @@ func (f *fakeNodes) Run(ctx context.Context, n districts.Node, name, script stri
 		return "", fmt.Errorf("%s: test has no such node", n.ID)
 	}
 	return answer(ctx, script)
+}
+
+func (f *fakeNodes) Upload(_ context.Context, n districts.Node, path string, mode fs.FileMode, content io.Reader, size int64) error {
+	data, err := io.ReadAll(io.LimitReader(content, size))
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ran = append(f.ran, n.ID+": upload "+path)
+	if f.uploaded == nil {
+		f.uploaded = map[string]string{}
+	}
+	f.uploaded[n.ID+":"+path] = fmt.Sprintf("%04o %s", mode, data)
+	return nil
 }
 
 func (f *fakeNodes) calls() []string {

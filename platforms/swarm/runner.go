@@ -3,6 +3,8 @@ package swarm
 import (
 	"context"
 	"errors"
+	"io"
+	"io/fs"
 	"regexp"
 
 	"github.com/cloudtransit/transit/districts"
@@ -13,9 +15,12 @@ import (
 // the script's standard input: the way secrets reach a node, since they
 // never belong in a command line. It returns the script's stdout; a
 // failing script's error carries its stderr (an *ssh.RunError over SSH).
-// It is an *ssh.Pool; tests put a fake between the driver and SSH here.
+// Upload writes a file on a node, atomically (transit-mesh, for the
+// mesh). It is an *ssh.Pool; tests put a fake between the driver and SSH
+// here.
 type runner interface {
 	Run(ctx context.Context, n districts.Node, name, script string, stdin []byte) (string, error)
+	Upload(ctx context.Context, n districts.Node, path string, mode fs.FileMode, content io.Reader, size int64) error
 }
 
 var _ runner = (*ssh.Pool)(nil)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,13 +142,20 @@ docker node inspect $(docker node ls -q)
 }
 
 // initScript makes the node the first manager of a new swarm (or finds it
-// already is one) and prints its swarm node id.
-func initScript(addr string) string {
+// already is one) and prints its swarm node id. It advertises addr; with
+// dataPath (the node's mesh address on the node mesh) the overlay
+// networks' traffic goes there too, not to Swarm's default (addr, or the
+// address of the node's default route).
+func initScript(addr, dataPath string) string {
 	a := shellquote.Quote(addr)
+	dp := ""
+	if dataPath != "" {
+		dp = " --data-path-addr " + shellquote.Quote(dataPath)
+	}
 	return `set -eu
 state=$(docker info --format '{{.Swarm.LocalNodeState}}')
 if [ "$state" = inactive ]; then
-	docker swarm init --advertise-addr ` + a + ` --listen-addr ` + listenAddr + ` >/dev/null
+	docker swarm init --advertise-addr ` + a + dp + ` --listen-addr ` + listenAddr + ` >/dev/null
 elif [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" != true ]; then
 	echo "the node is already in a swarm (state $state) but is not a manager" >&2
 	exit 3
@@ -163,14 +171,16 @@ func joinTokenScript(role string) string {
 }
 
 // joinRequest is the body of the engine's POST /swarm/join that joins the
-// node at addr to the swarm a manager at managerAddr runs.
-func joinRequest(token, addr, managerAddr string) ([]byte, error) {
+// node at addr to the swarm a manager at managerAddr runs; dataPath, when
+// not empty, is where the node's overlay traffic goes (its mesh address).
+func joinRequest(token, addr, dataPath, managerAddr string) ([]byte, error) {
 	return json.Marshal(struct {
 		ListenAddr    string
 		AdvertiseAddr string
+		DataPathAddr  string `json:",omitempty"`
 		RemoteAddrs   []string
 		JoinToken     string
-	}{listenAddr, addr, []string{managerAddr + ":2377"}, token})
+	}{listenAddr, addr, dataPath, []string{net.JoinHostPort(managerAddr, "2377")}, token})
 }
 
 // listenAddr is where a manager listens: every address of the node. The

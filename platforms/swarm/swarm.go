@@ -67,6 +67,14 @@ type Options struct {
 	// DemoteTimeout bounds the wait for a demoted manager to give up its
 	// Raft seat; default 2m.
 	DemoteTimeout time.Duration
+	// MeshBinary is the transit-mesh executable (Linux, the nodes'
+	// machine) sent to every node of a swarm on the node mesh; read once,
+	// when the first node needs it. Empty: no swarm here runs on the mesh.
+	MeshBinary string
+	// MeshHint ends the error of a node that cannot get transit-mesh
+	// (none found, unreadable, not for its machine): what to set to give
+	// the driver one.
+	MeshHint string
 }
 
 // progressEvery is how often a long wait logs its progress.
@@ -98,7 +106,9 @@ func newDriver(cluster string, opts Options, r runner) *driver {
 	if opts.DemoteTimeout <= 0 {
 		opts.DemoteTimeout = 2 * time.Minute
 	}
-	return &driver{cluster: cluster, opts: opts, r: r}
+	d := &driver{cluster: cluster, opts: opts, r: r}
+	d.meshBin = sync.OnceValues(func() (meshBinary, error) { return readMeshBinary(opts.MeshBinary, d.meshHint()) })
+	return d
 }
 
 type driver struct {
@@ -113,6 +123,9 @@ type driver struct {
 	// rotate says a manager left but the join tokens it knew are not
 	// rotated yet.
 	rotate bool
+
+	// meshBin reads Options.MeshBinary, once.
+	meshBin func() (meshBinary, error)
 }
 
 var _ provider.Platform = (*driver)(nil)
@@ -139,8 +152,20 @@ type swarmNode struct {
 	}
 }
 
-// advertiseAddr is the address other nodes reach n on.
-func advertiseAddr(n districts.Node) string { return ssh.NodeTarget(n).Addr }
+// advertiseAddr is the address other nodes reach n on: its mesh address
+// on the node mesh, else the one transit reaches it on (public, else
+// private).
+func advertiseAddr(n districts.Node) string {
+	if n.MeshIP != "" {
+		return n.MeshIP
+	}
+	return ssh.NodeTarget(n).Addr
+}
+
+// dataPathAddr is where n's overlay traffic (VXLAN) goes out and comes
+// in: its mesh address on the mesh; else empty, for Swarm's default (the
+// advertised address).
+func dataPathAddr(n districts.Node) string { return n.MeshIP }
 
 // run runs script on n; no join token survives in its error.
 func (d *driver) run(ctx context.Context, n districts.Node, name, script string) (string, error) {
@@ -164,7 +189,7 @@ func (d *driver) Install(ctx context.Context, n districts.Node) error {
 
 // Init makes n the first manager of a new swarm.
 func (d *driver) Init(ctx context.Context, n districts.Node) error {
-	out, err := d.run(ctx, n, "docker swarm init", initScript(advertiseAddr(n)))
+	out, err := d.run(ctx, n, "docker swarm init", initScript(advertiseAddr(n), dataPathAddr(n)))
 	if err != nil {
 		return err
 	}
@@ -193,7 +218,7 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	// the engine's API in a request body: never in a command line, so not
 	// in the node's process list. A failed join's output is redacted, in
 	// case the engine repeats it.
-	body, err := joinRequest(token, advertiseAddr(n), advertiseAddr(mgr))
+	body, err := joinRequest(token, advertiseAddr(n), dataPathAddr(n), advertiseAddr(mgr))
 	if err != nil {
 		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}

@@ -104,9 +104,14 @@ func TestScripts(t *testing.T) {
 		script string
 		want   []string // lines that must appear
 	}{
-		{"init", initScript("10.0.0.2"), []string{
+		{"init", initScript("10.0.0.2", ""), []string{
 			"docker swarm init --advertise-addr 10.0.0.2 --listen-addr 0.0.0.0:2377 >/dev/null",
 			"docker info --format '{{.Swarm.NodeID}}'",
+		}},
+		// On the node mesh the overlay networks' VXLAN goes to the
+		// mesh address too, inside WireGuard.
+		{"init on the mesh", initScript("10.213.0.1", "10.213.0.1"), []string{
+			"docker swarm init --advertise-addr 10.213.0.1 --data-path-addr 10.213.0.1 --listen-addr 0.0.0.0:2377 >/dev/null",
 		}},
 		{"join", joinScript(), []string{
 			`if [ "$state" != active ]; then`,

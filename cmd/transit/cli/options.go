@@ -16,6 +16,7 @@ const (
 	envPollInterval = "TRANSIT_POLL_INTERVAL" // how often a cloud is re-asked and the loop re-observes while it waits
 	envSSHTimeout   = "TRANSIT_SSH_TIMEOUT"   // how long to wait for a node's sshd (default 2m)
 	envBundle       = "TRANSIT_BUNDLE"        // the Kubernetes bundle of the districts that name none
+	envMeshBinary   = "TRANSIT_MESH_BINARY"   // the transit-mesh a Swarm on the node mesh sends to its nodes
 )
 
 // environment is what the root command read from the environment before
@@ -33,7 +34,7 @@ func readEnvironment(lookup func(string) (string, bool), fs *pflag.FlagSet) envi
 	if lookup == nil {
 		return e
 	}
-	names := []string{envLocalRoot, envPollInterval, envSSHTimeout, envBundle, "KUBECONFIG", "HOME"}
+	names := []string{envLocalRoot, envPollInterval, envSSHTimeout, envBundle, envMeshBinary, "KUBECONFIG", "HOME"}
 	fs.VisitAll(func(f *pflag.Flag) { names = append(names, envName(f.Name)) })
 	for _, name := range names {
 		if v, ok := lookup(name); ok {
@@ -49,7 +50,7 @@ func (e environment) getenv(name string) string { return e.vars[name] }
 // builtin maps the environment's settings to the options of transit's
 // drivers.
 func (e environment) builtin() (transit.BuiltinOptions, error) {
-	o := transit.BuiltinOptions{LocalRoot: e.getenv(envLocalRoot), Bundle: e.getenv(envBundle)}
+	o := transit.BuiltinOptions{LocalRoot: e.getenv(envLocalRoot), Bundle: e.getenv(envBundle), MeshBinary: e.getenv(envMeshBinary)}
 	var err error
 	if o.PollInterval, err = e.duration(envPollInterval, "500ms"); err != nil {
 		return o, err

@@ -38,7 +38,7 @@ type Deps struct {
 	LookupEnv func(key string) (string, bool)
 	// Drivers returns the driver registry, tuned by the environment's
 	// settings (TRANSIT_LOCAL_ROOT, TRANSIT_POLL_INTERVAL,
-	// TRANSIT_SSH_TIMEOUT, TRANSIT_BUNDLE): main passes
+	// TRANSIT_SSH_TIMEOUT, TRANSIT_BUNDLE, TRANSIT_MESH_BINARY): main passes
 	// transit.BuiltinDrivers. Nil means no driver.
 	Drivers func(transit.BuiltinOptions) transit.Drivers
 }
