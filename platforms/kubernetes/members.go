@@ -340,6 +340,9 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
 	if master {
+		if err := addCertSANs(ctx, a, n); err != nil {
+			return fmt.Errorf("join node %s: %w", n.ID, err)
+		}
 		if sec.certificateKey, err = d.certificateKey(ctx, a.master); err != nil {
 			return fmt.Errorf("join node %s: %w", n.ID, err)
 		}
