@@ -3,10 +3,14 @@ package mesh
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 // DefaultPort is the mesh's UDP port.
@@ -76,6 +80,10 @@ func ParsePeers(data []byte) ([]Peer, error) {
 	return ps, nil
 }
 
+// keepalive is every peer's persistent keepalive: a node behind a
+// cloud's NAT stays reachable between packets.
+const keepalive = 25 * time.Second
+
 // uapi is the WireGuard configuration (the cross-platform userspace API's
 // "set" body) that turns a device with peers have into one with peers
 // want: peers gone are removed, the others set in place, so a change
@@ -90,22 +98,87 @@ func uapi(private Key, port int, have map[Key]bool, want []Peer) (string, error)
 			return "", err
 		}
 		keep[k] = true
-		fmt.Fprintf(&b, "public_key=%s\nendpoint=%s\npersistent_keepalive_interval=25\nreplace_allowed_ips=true\n", k.hex(), p.Endpoint)
-		a, _ := netip.ParseAddr(p.Address)
-		fmt.Fprintf(&b, "allowed_ip=%s\n", netip.PrefixFrom(a, a.BitLen()))
-		for _, ip := range p.AllowedIPs {
+		fmt.Fprintf(&b, "public_key=%s\nendpoint=%s\npersistent_keepalive_interval=%d\nreplace_allowed_ips=true\n", k.hex(), p.Endpoint, int(keepalive.Seconds()))
+		ips, err := allowedIPs(p)
+		if err != nil {
+			return "", err
+		}
+		for _, ip := range ips {
 			fmt.Fprintf(&b, "allowed_ip=%s\n", ip)
 		}
 	}
-	gone := slices.SortedFunc(func(yield func(Key) bool) {
+	for _, k := range gone(have, keep) {
+		fmt.Fprintf(&b, "public_key=%s\nremove=true\n", k.hex())
+	}
+	return b.String(), nil
+}
+
+// wgConfig is uapi's configuration as wgctrl takes it (for the kernel's
+// device, over netlink): the same keys, endpoints, allowed IPs, keepalive
+// and removals, in the same order. Like uapi it never sets ReplacePeers:
+// the kernel, as wireguard-go, would remove every peer and add it again,
+// and a peer that stays would lose its session and handshake anew. Nor
+// UpdateOnly: a wanted peer missing from the device is added back.
+func wgConfig(private Key, port int, have map[Key]bool, want []Peer) (wgtypes.Config, error) {
+	priv := wgtypes.Key(private)
+	conf := wgtypes.Config{PrivateKey: &priv, ListenPort: &port}
+	keep := map[Key]bool{}
+	for _, p := range want {
+		k, err := ParseKey(p.PublicKey)
+		if err != nil {
+			return wgtypes.Config{}, err
+		}
+		keep[k] = true
+		ep, err := netip.ParseAddrPort(p.Endpoint)
+		if err != nil {
+			return wgtypes.Config{}, fmt.Errorf("peer %s: endpoint %q: %w", p.Node, p.Endpoint, err)
+		}
+		ips, err := allowedIPs(p)
+		if err != nil {
+			return wgtypes.Config{}, err
+		}
+		pc := wgtypes.PeerConfig{
+			PublicKey:                   wgtypes.Key(k),
+			Endpoint:                    net.UDPAddrFromAddrPort(ep),
+			PersistentKeepaliveInterval: new(keepalive),
+			ReplaceAllowedIPs:           true,
+		}
+		for _, ip := range ips {
+			pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: ip.Addr().AsSlice(), Mask: net.CIDRMask(ip.Bits(), ip.Addr().BitLen())})
+		}
+		conf.Peers = append(conf.Peers, pc)
+	}
+	for _, k := range gone(have, keep) {
+		conf.Peers = append(conf.Peers, wgtypes.PeerConfig{PublicKey: wgtypes.Key(k), Remove: true})
+	}
+	return conf, nil
+}
+
+// allowedIPs are what the device routes to p: its mesh address alone
+// (/32 or /128), then its further allowed IPs.
+func allowedIPs(p Peer) ([]netip.Prefix, error) {
+	a, err := netip.ParseAddr(p.Address)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: address %q: %w", p.Node, p.Address, err)
+	}
+	ips := []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}
+	for _, s := range p.AllowedIPs {
+		ip, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("peer %s: allowed_ips %q: %w", p.Node, s, err)
+		}
+		ips = append(ips, ip)
+	}
+	return ips, nil
+}
+
+// gone are the keys of have not in keep, in a stable order.
+func gone(have, keep map[Key]bool) []Key {
+	return slices.SortedFunc(func(yield func(Key) bool) {
 		for k := range have {
 			if !keep[k] && !yield(k) {
 				return
 			}
 		}
 	}, func(a, b Key) int { return strings.Compare(a.hex(), b.hex()) })
-	for _, k := range gone {
-		fmt.Fprintf(&b, "public_key=%s\nremove=true\n", k.hex())
-	}
-	return b.String(), nil
 }

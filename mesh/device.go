@@ -9,16 +9,68 @@ import (
 	"log"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
-
-	"golang.zx2c4.com/wireguard/conn"
-	"golang.zx2c4.com/wireguard/device"
-	"golang.zx2c4.com/wireguard/ipc"
-	"golang.zx2c4.com/wireguard/tun"
 )
+
+// Impl is the WireGuard a node's device runs on.
+type Impl string
+
+const (
+	// ImplAuto is the kernel's WireGuard where the kernel makes one,
+	// else userspace.
+	ImplAuto Impl = "auto"
+	// ImplKernel is the kernel's WireGuard (Linux 5.6 and later, or the
+	// wireguard module), configured over netlink: no packet crosses into
+	// a process, so it is faster than userspace.
+	ImplKernel Impl = "kernel"
+	// ImplUserspace is wireguard-go on a TUN device: no module needed.
+	ImplUserspace Impl = "userspace"
+)
+
+// impls make a device of each implementation.
+var impls = map[Impl]func(context.Context, Options) (device, error){
+	ImplKernel:    newKernel,
+	ImplUserspace: newUserspace,
+}
+
+// check accepts auto, kernel or userspace (and "" for auto).
+func (i Impl) check() error {
+	if i != "" && i != ImplAuto && impls[i] == nil {
+		return fmt.Errorf("WireGuard implementation %q: want auto, kernel or userspace", string(i))
+	}
+	return nil
+}
+
+// UnmarshalText accepts auto, kernel or userspace (and "" for auto).
+func (i *Impl) UnmarshalText(b []byte) error {
+	if err := Impl(b).check(); err != nil {
+		return err
+	}
+	*i = Impl(b)
+	return nil
+}
+
+// MarshalText is the implementation's name.
+func (i Impl) MarshalText() ([]byte, error) { return []byte(i), nil }
+
+// device is a running WireGuard device Run keeps configured: the
+// kernel's or wireguard-go's.
+type device interface {
+	// peers are the public keys of the device's peers now.
+	peers() (map[Key]bool, error)
+	// configure gives the device the key and port and turns its peers
+	// have into want, keeping the sessions of the peers that stay.
+	configure(private Key, port int, have map[Key]bool, want []Peer) error
+	// up starts the device (before its link is set up).
+	up() error
+	// closed is closed when the device stopped by itself.
+	closed() <-chan struct{}
+	// close takes the device down and away.
+	close(ctx context.Context) error
+	// String names the implementation, for the log.
+	String() string
+}
 
 // Options of a node's mesh device.
 type Options struct {
@@ -32,6 +84,9 @@ type Options struct {
 	// Port is the UDP port (default DefaultPort); MTU the device's
 	// (default 1420: 1500 less WireGuard's IPv4 overhead).
 	Port, MTU int
+	// Impl is the WireGuard to run (default ImplAuto: the kernel's where
+	// it has WireGuard, else userspace).
+	Impl Impl
 	// Log gets what the device reports (default: discarded).
 	Log *log.Logger
 	// Reload is how often the peers file is looked at (default 1 s);
@@ -40,11 +95,13 @@ type Options struct {
 	Changed <-chan os.Signal
 }
 
-// Run brings the device up, keeps its peers those of the peers file
-// (read again whenever it changes; a file that does not parse is
+// Run brings the device up — the kernel's WireGuard or wireguard-go's,
+// as o.Impl says, and logs which —, keeps its peers those of the peers
+// file (read again whenever it changes; a file that does not parse is
 // reported and the last good peers stay) and, when ctx ends, takes the
-// device down. wg(8) can read it through its UAPI socket.
-func Run(ctx context.Context, o Options) error {
+// device down (a kernel device's link is deleted). wg(8) can read
+// either.
+func Run(ctx context.Context, o Options) (err error) {
 	if o.Interface == "" {
 		o.Interface = "transit0"
 	}
@@ -57,6 +114,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Reload <= 0 {
 		o.Reload = time.Second
 	}
+	if err := o.Impl.check(); err != nil {
+		return fmt.Errorf("mesh: %w", err)
+	}
 	logf := func(string, ...any) {}
 	if o.Log != nil {
 		logf = o.Log.Printf
@@ -68,28 +128,18 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("mesh: %w", err)
 	}
-	tdev, err := tun.CreateTUN(o.Interface, o.MTU)
+	dev, err := open(ctx, o, logf)
 	if err != nil {
-		return fmt.Errorf("mesh: create %s (needs /dev/net/tun): %w", o.Interface, err)
+		return fmt.Errorf("mesh: %w", err)
 	}
-	dev := device.NewDevice(tdev, conn.NewDefaultBind(), &device.Logger{Verbosef: device.DiscardLogf, Errorf: logf})
-	defer dev.Close()
-	if uapi, err := ipc.UAPIOpen(o.Interface); err == nil {
-		if l, err := ipc.UAPIListen(o.Interface, uapi); err == nil {
-			defer l.Close()
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					go dev.IpcHandle(c)
-				}
-			}()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if cerr := dev.close(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("mesh: take %s down: %w", o.Interface, cerr))
 		}
-	}
+	}()
 
-	have := map[Key]bool{}
 	var applied []byte
 	apply := func() error {
 		data, err := os.ReadFile(filepath.Join(o.Dir, PeersFile))
@@ -105,17 +155,12 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
-		conf, err := uapi(key, o.Port, have, peers)
+		have, err := dev.peers()
 		if err != nil {
 			return err
 		}
-		if err := dev.IpcSet(conf); err != nil {
-			return fmt.Errorf("configure %s: %w", o.Interface, err)
-		}
-		have = map[Key]bool{}
-		for _, p := range peers {
-			k, _ := ParseKey(p.PublicKey)
-			have[k] = true
+		if err := dev.configure(key, o.Port, have, peers); err != nil {
+			return err
 		}
 		applied = data
 		logf("mesh: %d peers", len(peers))
@@ -124,25 +169,25 @@ func Run(ctx context.Context, o Options) error {
 	if err := apply(); err != nil {
 		return fmt.Errorf("mesh: %w", err)
 	}
-	if err := dev.Up(); err != nil {
+	if err := dev.up(); err != nil {
 		return fmt.Errorf("mesh: %w", err)
 	}
 	for _, args := range [][]string{
 		{"addr", "replace", o.Address.String(), "dev", o.Interface},
 		{"link", "set", o.Interface, "up"},
 	} {
-		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("mesh: ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		if err := ip(ctx, args...); err != nil {
+			return fmt.Errorf("mesh: %w", err)
 		}
 	}
-	logf("mesh: %s up at %s, port %d, public key %s", o.Interface, o.Address, o.Port, key.Public())
+	logf("mesh: %s up at %s, port %d, public key %s, %s", o.Interface, o.Address, o.Port, key.Public(), dev)
 	tick := time.NewTicker(o.Reload)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-dev.Wait():
+		case <-dev.closed():
 			return errors.New("mesh: the device closed")
 		case <-tick.C:
 		case <-o.Changed:
@@ -151,6 +196,20 @@ func Run(ctx context.Context, o Options) error {
 			logf("mesh: peers not changed: %v", err)
 		}
 	}
+}
+
+// open makes o.Impl's device; ImplAuto tries the kernel's first and runs
+// in userspace where the kernel makes no WireGuard device.
+func open(ctx context.Context, o Options, logf func(string, ...any)) (device, error) {
+	if o.Impl != "" && o.Impl != ImplAuto {
+		return impls[o.Impl](ctx, o)
+	}
+	dev, err := newKernel(ctx, o)
+	if errors.Is(err, ErrNoKernelWireGuard) {
+		logf("mesh: no kernel WireGuard, so userspace: %v", err)
+		return newUserspace(ctx, o)
+	}
+	return dev, err
 }
 
 // WritePeers checks peers and replaces dir's peers file with them in one

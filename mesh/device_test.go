@@ -2,16 +2,23 @@ package mesh_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/mesh"
@@ -20,9 +27,27 @@ import (
 
 // node is a network namespace running transit-mesh up.
 type node struct {
-	ns, addr, mesh, dir, pub string
-	up                       *exec.Cmd
-	out                      bytes.Buffer
+	ns, addr, mesh, iface, dir, pub string
+	up                              *exec.Cmd
+	out                             syncBuffer
+}
+
+// syncBuffer is what a command prints, read while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m)) }
@@ -45,8 +70,31 @@ func sh(t testing.TB, args ...string) string {
 	return string(out)
 }
 
+// newNetns is a network namespace, deleted (with its links) when the
+// test ends.
+func newNetns(tb testing.TB, name string) {
+	tb.Helper()
+	sh(tb, "ip", "netns", "add", name)
+	tb.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+}
+
+func suffix() string { return fmt.Sprintf("%04x", os.Getpid()%0x10000) }
+
+// kernelHasWireGuard says whether this kernel makes a WireGuard link
+// (tried in a namespace of its own, deleted after).
+var kernelHasWireGuard = sync.OnceValue(func() bool {
+	ns := "tm-probe-" + suffix()
+	if exec.Command("ip", "netns", "add", ns).Run() != nil {
+		return false
+	}
+	defer func() { _ = exec.Command("ip", "netns", "del", ns).Run() }()
+	return exec.Command("ip", "-n", ns, "link", "add", "twprobe", "type", "wireguard").Run() == nil
+})
+
 // pair is two namespaces joined by a link (10.77.0.1 and .2), each
-// running transit-mesh up (mesh addresses 10.98.0.1 and .2), no peers yet.
+// running transit-mesh up with upArgs (mesh addresses 10.98.0.1 and .2;
+// devices twa<pid> and twb<pid>, as their UAPI sockets share
+// /var/run/wireguard), no peers yet.
 type pair struct {
 	tb      testing.TB
 	bin     string
@@ -54,24 +102,31 @@ type pair struct {
 	printed bytes.Buffer // what transit-mesh key printed
 }
 
-func startPair(tb testing.TB) *pair {
+func needRoot(tb testing.TB) {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("integration: network namespaces and devices")
+	}
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root (network namespaces, /dev/net/tun)")
 	}
+}
+
+func startPair(tb testing.TB, upArgs ...string) *pair {
+	tb.Helper()
+	needRoot(tb)
 	bin := cmdtest.Build(tb, "transit-mesh")
-	suffix := fmt.Sprintf("%04x", os.Getpid()%0x10000)
+	sfx := suffix()
 	p := &pair{tb: tb, bin: bin,
-		a: &node{ns: "tm-a-" + suffix, addr: "10.77.0.1", mesh: "10.98.0.1"},
-		b: &node{ns: "tm-b-" + suffix, addr: "10.77.0.2", mesh: "10.98.0.2"}}
+		a: &node{ns: "tm-a-" + sfx, addr: "10.77.0.1", mesh: "10.98.0.1", iface: "twa" + sfx},
+		b: &node{ns: "tm-b-" + sfx, addr: "10.77.0.2", mesh: "10.98.0.2", iface: "twb" + sfx}}
 	for _, n := range []*node{p.a, p.b} {
-		sh(tb, "ip", "netns", "add", n.ns)
-		tb.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.ns).Run() })
+		newNetns(tb, n.ns)
 		n.dir = tb.TempDir()
 	}
-	sh(tb, "ip", "link", "add", "tma"+suffix, "netns", p.a.ns, "type", "veth", "peer", "name", "tmb"+suffix, "netns", p.b.ns)
+	sh(tb, "ip", "link", "add", "tma"+sfx, "netns", p.a.ns, "type", "veth", "peer", "name", "tmb"+sfx, "netns", p.b.ns)
 	for i, n := range []*node{p.a, p.b} {
-		link := []string{"tma", "tmb"}[i] + suffix
+		link := []string{"tma", "tmb"}[i] + sfx
 		sh(tb, "ip", "-n", n.ns, "addr", "add", n.addr+"/24", "dev", link)
 		sh(tb, "ip", "-n", n.ns, "link", "set", link, "up")
 		sh(tb, "ip", "-n", n.ns, "link", "set", "lo", "up")
@@ -83,8 +138,9 @@ func startPair(tb testing.TB) *pair {
 		}
 		p.printed.Write(out)
 		n.pub = strings.TrimSpace(string(out))
-		n.up = p.in(n, "up", "-dir", n.dir, "-interface", "tmesh0", "-address", n.mesh+"/24")
+		n.up = p.in(n, append([]string{"up", "-dir", n.dir, "-interface", n.iface, "-address", n.mesh + "/24"}, upArgs...)...)
 		n.up.Stdout, n.up.Stderr = &n.out, &n.out
+		tb.Cleanup(func() { _ = os.Remove("/var/run/wireguard/" + n.iface + ".sock") }) // after the stop below
 		if err := n.up.Start(); err != nil {
 			tb.Fatal(err)
 		}
@@ -101,12 +157,17 @@ func (p *pair) in(n *node, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.ns, "--", p.bin}, args...)...)
 }
 
+// peer is n as a peer.
+func (n *node) peer() mesh.Peer {
+	return mesh.Peer{Node: n.ns, PublicKey: n.pub, Endpoint: n.addr + ":51820", Address: n.mesh}
+}
+
 // setPeers makes peers n's peers.
 func (p *pair) setPeers(n *node, peers ...*node) {
 	p.tb.Helper()
 	ps := []mesh.Peer{}
 	for _, q := range peers {
-		ps = append(ps, mesh.Peer{Node: q.ns, PublicKey: q.pub, Endpoint: q.addr + ":51820", Address: q.mesh})
+		ps = append(ps, q.peer())
 	}
 	data, _ := json.Marshal(ps)
 	cmd := p.in(n, "peers", "-dir", n.dir)
@@ -116,71 +177,103 @@ func (p *pair) setPeers(n *node, peers ...*node) {
 	}
 }
 
-// TestTwoNodes: two namespaces joined by a link, each running the mesh
-// in userspace. Each makes its key and gives only its public key; once
-// each has the other as a peer, a mesh address answers across; a peer
-// removed from the file is unreachable within seconds, and added back,
-// reachable again. No private key appears in anything printed.
-func TestTwoNodes(t *testing.T) {
-	p := startPair(t)
-	a, b := p.a, p.b
-	// b answers on every address (its mesh one is added once its device
-	// is up); a asks at the mesh address, routed only into the mesh.
+// serveHello makes n answer "hello from <ns>" on TCP port 7000 of every
+// address (its mesh one too, once its device is up).
+func serveHello(t testing.TB, n *node) {
+	t.Helper()
 	var l net.Listener
 	var lerr error
-	inNetns(t, b.ns, func() { l, lerr = net.Listen("tcp", ":7000") })
+	inNetns(t, n.ns, func() { l, lerr = net.Listen("tcp", ":7000") })
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			_, _ = c.Write([]byte("hello from b\n"))
+			_, _ = c.Write([]byte("hello from " + n.ns + "\n"))
 			c.Close()
 		}
 	}()
-	ping := func(from *node, to string, within time.Duration) bool {
-		deadline := time.Now().Add(within)
-		for {
-			var got string
-			inNetns(t, from.ns, func() {
-				c, err := net.DialTimeout("tcp", to+":7000", time.Second)
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				_ = c.SetReadDeadline(time.Now().Add(time.Second))
-				b, _ := io.ReadAll(c)
-				got = string(b)
-			})
-			if got == "hello from b\n" {
-				return true
+}
+
+// reach says whether from gets to's hello at to's mesh address within a
+// while.
+func reach(t testing.TB, from, to *node, within time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var got string
+		inNetns(t, from.ns, func() {
+			c, err := net.DialTimeout("tcp", to.mesh+":7000", time.Second)
+			if err != nil {
+				return
 			}
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(100 * time.Millisecond)
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			b, _ := io.ReadAll(c)
+			got = string(b)
+		})
+		if got == "hello from "+to.ns+"\n" {
+			return true
 		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTwoNodes: two namespaces joined by a link, each running the mesh
+// with the default implementation (auto: here, where the kernel has no
+// WireGuard, userspace, and the log says so and why). Each makes its key
+// and gives only its public key; once each has the other as a peer, a
+// mesh address answers across; a peer removed from the file is
+// unreachable within seconds, and added back, reachable again. No private
+// key appears in anything printed.
+func TestTwoNodes(t *testing.T) {
+	p := startPair(t)
+	a, b := p.a, p.b
+	serveHello(t, b)
 	p.setPeers(a, b)
 	p.setPeers(b, a)
 	start := time.Now()
-	if !ping(a, b.mesh, 15*time.Second) {
+	if !reach(t, a, b, 15*time.Second) {
 		t.Fatalf("%s never answered through the mesh:\n%s\n%s", b.mesh, a.out.String(), b.out.String())
 	}
 	t.Logf("mesh address answered %s after the peers were set", time.Since(start).Round(time.Millisecond))
+	for _, n := range []*node{a, b} {
+		impl, why := "userspace WireGuard (wireguard-go on a TUN device)", "no kernel WireGuard, so userspace: "
+		if kernelHasWireGuard() {
+			impl, why = "kernel WireGuard", ""
+		}
+		if out := n.out.String(); !strings.Contains(out, "public key "+n.pub+", "+impl+"\n") || !strings.Contains(out, why) {
+			t.Errorf("%s's log does not say it runs %s (%q):\n%s", n.ns, impl, why, out)
+		}
+	}
 
 	p.setPeers(a)
 	time.Sleep(2 * time.Second) // the file is looked at every second
-	if ping(a, b.mesh, 2*time.Second) {
+	if reach(t, a, b, 2*time.Second) {
 		t.Errorf("%s still answers after it left the peers", b.mesh)
 	}
 	p.setPeers(a, b)
-	if !ping(a, b.mesh, 15*time.Second) {
+	if !reach(t, a, b, 15*time.Second) {
 		t.Errorf("%s does not answer again after it came back to the peers", b.mesh)
 	}
 
@@ -197,5 +290,220 @@ func TestTwoNodes(t *testing.T) {
 				t.Errorf("the private key of %s was printed", n.ns)
 			}
 		}
+	}
+}
+
+// described is a device's peers as wg(8) would show them: endpoint,
+// allowed IPs (sorted) and keepalive, by public key.
+func described(d *wgtypes.Device) map[string]string {
+	m := map[string]string{}
+	for _, p := range d.Peers {
+		var ips []string
+		for _, ip := range p.AllowedIPs {
+			ips = append(ips, ip.String())
+		}
+		slices.Sort(ips)
+		m[p.PublicKey.String()] = fmt.Sprintf("endpoint %s, allowed %v, keepalive %s", p.Endpoint, ips, p.PersistentKeepaliveInterval)
+	}
+	return m
+}
+
+// describedPeers is what described should show for peers set by the mesh.
+func describedPeers(ps ...mesh.Peer) map[string]string {
+	m := map[string]string{}
+	for _, p := range ps {
+		ips := append([]string{p.Address + "/32"}, p.AllowedIPs...)
+		slices.Sort(ips)
+		m[p.PublicKey] = fmt.Sprintf("endpoint %s, allowed %v, keepalive 25s", p.Endpoint, ips)
+	}
+	return m
+}
+
+// TestKernelConfigurationOnWireGuard runs the kernel device's
+// configuration code (wgctrl) on a real WireGuard: the kernel has none
+// here, but wgctrl speaks a userspace device's UAPI socket too, so a's
+// device (wireguard-go, started as always, no peers file) gets its peers
+// from that code only. Read back through wgctrl, the device has exactly
+// the peers wanted (keys, endpoints, allowed IPs, keepalive) and reaches
+// b through the mesh. A second configuration removing one peer and adding
+// another leaves b's session alone: the same handshake, counters that
+// only grew, b still reached without a new handshake. A ReplacePeers (not
+// what the code sends) is seen to break it, so the check can tell.
+func TestKernelConfigurationOnWireGuard(t *testing.T) {
+	p := startPair(t, "-impl", "userspace")
+	a, b := p.a, p.b
+	serveHello(t, b)
+	waitFor(t, 15*time.Second, a.iface+" up", func() bool { return strings.Contains(a.out.String(), " up at ") })
+	key, err := mesh.LoadOrCreateKey(a.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := mesh.NewWgctrl(a.iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	wg, err := wgctrl.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wg.Close()
+	device := func() *wgtypes.Device {
+		t.Helper()
+		d, err := wg.Device(a.iface)
+		if err != nil {
+			t.Fatalf("wgctrl: %s: %v", a.iface, err)
+		}
+		return d
+	}
+	peerB := func() wgtypes.Peer {
+		t.Helper()
+		for _, q := range device().Peers {
+			if q.PublicKey.String() == b.pub {
+				return q
+			}
+		}
+		t.Fatalf("%s has no peer %s", a.iface, b.ns)
+		return wgtypes.Peer{}
+	}
+	fake := func(n int) mesh.Peer {
+		k, err := wgtypes.GeneratePrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mesh.Peer{Node: fmt.Sprint("fake", n), PublicKey: k.PublicKey().String(),
+			Endpoint: fmt.Sprintf("192.0.2.%d:51820", n), Address: fmt.Sprintf("10.98.0.%d", n)}
+	}
+	pb, pc, pd := b.peer(), fake(3), fake(4)
+	pb.AllowedIPs = []string{"10.244.2.0/24"}
+	configure := func(want ...mesh.Peer) {
+		t.Helper()
+		have, err := w.Peers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Configure(key, 51820, have, want); err != nil {
+			t.Fatal(err)
+		}
+		d := device()
+		if d.PublicKey.String() != a.pub || d.ListenPort != 51820 {
+			t.Errorf("%s: public key %s, port %d; want %s, 51820", a.iface, d.PublicKey, d.ListenPort, a.pub)
+		}
+		if diff := cmp.Diff(describedPeers(want...), described(d)); diff != "" {
+			t.Errorf("%s's peers (+got -want):\n%s", a.iface, diff)
+		}
+	}
+
+	configure(pb, pc)
+	p.setPeers(b, a)
+	if !reach(t, a, b, 15*time.Second) {
+		t.Fatalf("%s never answered through the mesh:\n%s\n%s", b.mesh, a.out.String(), b.out.String())
+	}
+	// Both ends may have started a handshake before the other knew them:
+	// go on once one held across a round trip.
+	before := peerB()
+	for {
+		if !reach(t, a, b, 5*time.Second) {
+			t.Fatalf("%s stopped answering", b.mesh)
+		}
+		now := peerB()
+		if now.LastHandshakeTime.Equal(before.LastHandshakeTime) {
+			break
+		}
+		before = now
+	}
+	if before.LastHandshakeTime.IsZero() || before.ReceiveBytes == 0 {
+		t.Fatalf("b answered, yet no handshake: %+v", before)
+	}
+
+	configure(pb, pd) // c gone, d new, b stays
+	after := peerB()
+	if !after.LastHandshakeTime.Equal(before.LastHandshakeTime) || after.ReceiveBytes < before.ReceiveBytes ||
+		after.TransmitBytes < before.TransmitBytes || after.Endpoint.String() != before.Endpoint.String() {
+		t.Errorf("b's session changed with a configuration that kept it:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if !reach(t, a, b, 5*time.Second) {
+		t.Fatalf("%s does not answer after the second configuration", b.mesh)
+	}
+	if h := peerB().LastHandshakeTime; !h.Equal(before.LastHandshakeTime) {
+		t.Errorf("b needed a new handshake (%s, was %s) after a configuration that kept it", h, before.LastHandshakeTime)
+	}
+
+	replace := wgtypes.Config{ReplacePeers: true, Peers: []wgtypes.PeerConfig{{PublicKey: wgtypes.Key(mustKey(t, b.pub))}}}
+	if err := wg.ConfigureDevice(a.iface, replace); err != nil {
+		t.Fatal(err)
+	}
+	if replaced := peerB(); replaced.LastHandshakeTime.Equal(before.LastHandshakeTime) || replaced.ReceiveBytes >= after.ReceiveBytes {
+		t.Errorf("ReplacePeers kept b's session (%+v): the checks above could not tell a replace", replaced)
+	}
+}
+
+func mustKey(t testing.TB, s string) mesh.Key {
+	t.Helper()
+	k, err := mesh.ParseKey(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// runUp runs transit-mesh up in a namespace of its own with args, until
+// it ends (at most 30 s), and returns its output and error; the
+// namespace's links are then listed.
+func runUp(t *testing.T, setup func(ns string), args ...string) (out, links string, err error) {
+	t.Helper()
+	needRoot(t)
+	bin := cmdtest.Build(t, "transit-mesh")
+	ns := "tm-k-" + suffix()
+	newNetns(t, ns)
+	if setup != nil {
+		setup(ns)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + ns, "--", bin, "up", "-dir", t.TempDir(), "-address", "10.98.0.9/24"}, args...)...)
+	b, err := cmd.CombinedOutput()
+	return string(b), sh(t, "ip", "-n", ns, "-o", "link", "show"), err
+}
+
+// TestKernelWithoutWireGuard: -impl kernel where the kernel makes no
+// WireGuard device (this machine) fails at once, saying why (ip's
+// answer), to load the module and that -impl userspace (or auto) runs
+// without it; nothing is left behind.
+func TestKernelWithoutWireGuard(t *testing.T) {
+	needRoot(t)
+	if kernelHasWireGuard() {
+		t.Skip("this kernel has WireGuard")
+	}
+	out, links, err := runUp(t, nil, "-impl", "kernel", "-interface", "twk"+suffix())
+	if err == nil {
+		t.Fatalf("-impl kernel ran without WireGuard in the kernel:\n%s", out)
+	}
+	for _, want := range []string{"ip link add twk" + suffix() + " type wireguard", "wireguard module", "modprobe wireguard", "-impl userspace"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the error does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(links, "twk") {
+		t.Errorf("a link was left behind:\n%s", links)
+	}
+}
+
+// TestLinkOfAnotherType: a link of the device's name that is no
+// WireGuard (here a veth) is an error naming its type, and stays.
+func TestLinkOfAnotherType(t *testing.T) {
+	name := "twv" + suffix()
+	for _, impl := range []string{"auto", "kernel"} {
+		t.Run(impl, func(t *testing.T) {
+			out, links, err := runUp(t, func(ns string) {
+				sh(t, "ip", "-n", ns, "link", "add", name, "type", "veth", "peer", "name", name+"p")
+			}, "-impl", impl, "-interface", name)
+			if err == nil || !strings.Contains(out, name+" exists and is a veth link, not WireGuard: delete it (ip link del "+name+")") {
+				t.Errorf("up on a veth: %v\n%s", err, out)
+			}
+			if !strings.Contains(links, name+"@") {
+				t.Errorf("the veth is gone:\n%s", links)
+			}
+		})
 	}
 }

@@ -1,9 +1,10 @@
 // Package mesh is transit's encrypted node mesh: WireGuard between every
 // pair of a cluster's nodes, each node at a stable mesh address. A node
 // makes its own key pair (only the public key leaves it), runs the
-// WireGuard device — in userspace (wireguard-go on a TUN device), so it
-// works where the kernel has no WireGuard module — and takes its peers
-// from a file transit writes over SSH (cmd/transit-mesh).
+// WireGuard device — the kernel's where it has WireGuard, else in
+// userspace (wireguard-go on a TUN device), so it works where the kernel
+// has no WireGuard module — and takes its peers from a file transit
+// writes over SSH (cmd/transit-mesh).
 package mesh
 
 import (
@@ -27,6 +28,17 @@ type Key [32]byte
 func (k Key) String() string { return base64.StdEncoding.EncodeToString(k[:]) }
 
 func (k Key) hex() string { return hex.EncodeToString(k[:]) }
+
+// parseHexKey reads a key as the UAPI writes it.
+func parseHexKey(s string) (Key, error) {
+	var k Key
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(k) {
+		return k, errors.New("not a WireGuard key (32 bytes in hex)")
+	}
+	copy(k[:], b)
+	return k, nil
+}
 
 // Public is the public key of a private one.
 func (k Key) Public() Key {

@@ -1,10 +1,18 @@
 package mesh
 
 import (
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 func TestKeyFile(t *testing.T) {
@@ -78,5 +86,154 @@ func TestUAPIKeepsPeersThatStay(t *testing.T) {
 	}
 	if !strings.Contains(conf, "public_key="+k1.Public().hex()+"\nendpoint=192.0.2.1:51820\n") || !strings.Contains(conf, "allowed_ip=10.99.0.1/32\n") {
 		t.Errorf("the peer that stays is not set:\n%s", conf)
+	}
+}
+
+// parseUAPI reads a "set" body as wireguard-go does, into the
+// wgtypes.Config it means.
+func parseUAPI(t *testing.T, conf string) wgtypes.Config {
+	t.Helper()
+	var c wgtypes.Config
+	var p *wgtypes.PeerConfig
+	key := func(v string) wgtypes.Key {
+		k, err := parseHexKey(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wgtypes.Key(k)
+	}
+	for line := range strings.Lines(conf) {
+		k, v, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+		if !ok {
+			t.Fatalf("uapi line %q", line)
+		}
+		if k == "public_key" {
+			c.Peers = append(c.Peers, wgtypes.PeerConfig{PublicKey: key(v)})
+			p = &c.Peers[len(c.Peers)-1]
+			continue
+		}
+		if p == nil {
+			switch k {
+			case "private_key":
+				c.PrivateKey = new(key(v))
+			case "listen_port":
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.ListenPort = &n
+			default:
+				t.Fatalf("device key %q", k)
+			}
+			continue
+		}
+		switch k {
+		case "endpoint":
+			ap, err := netip.ParseAddrPort(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Endpoint = net.UDPAddrFromAddrPort(ap)
+		case "persistent_keepalive_interval":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.PersistentKeepaliveInterval = new(time.Duration(n) * time.Second)
+		case "replace_allowed_ips":
+			p.ReplaceAllowedIPs = v == "true"
+		case "remove":
+			p.Remove = v == "true"
+		case "allowed_ip":
+			_, ipnet, err := net.ParseCIDR(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.AllowedIPs = append(p.AllowedIPs, *ipnet)
+		default:
+			t.Fatalf("peer key %q", k)
+		}
+	}
+	return c
+}
+
+// TestWgConfigIsUAPI: the configuration the kernel's device gets (wgctrl)
+// says what the userspace device's UAPI text says — the same private key,
+// port, peers in order with their endpoints, allowed IPs (the mesh
+// address alone, then the further ones), keepalive, allowed IPs replaced,
+// the gone peers removed — and no ReplacePeers or UpdateOnly.
+func TestWgConfigIsUAPI(t *testing.T) {
+	t.Parallel()
+	key := func() Key {
+		k, err := newPrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	priv, k1, k2, k3, k4 := key(), key().Public(), key().Public(), key().Public(), key().Public()
+	p1 := Peer{Node: "n1", PublicKey: k1.String(), Endpoint: "192.0.2.1:51820", Address: "10.99.0.1"}
+	p2 := Peer{Node: "n2", PublicKey: k2.String(), Endpoint: "198.51.100.7:4000", Address: "10.99.0.2", AllowedIPs: []string{"10.244.2.0/24", "10.245.0.0/16"}}
+	p4 := Peer{Node: "n4", PublicKey: k4.String(), Endpoint: "[2001:db8::4]:51820", Address: "fd00:99::4", AllowedIPs: []string{"fd00:244::/64"}}
+	for _, c := range []struct {
+		name    string
+		have    map[Key]bool
+		want    []Peer
+		removed []Key
+	}{
+		{"first", nil, []Peer{p1, p2}, nil},
+		{"none", nil, nil, nil},
+		{"one gone, one new", map[Key]bool{k1: true, k2: true}, []Peer{p1, p4}, []Key{k2}},
+		{"all gone", map[Key]bool{k1: true, k2: true, k3: true}, nil, []Key{k1, k2, k3}},
+		{"unchanged", map[Key]bool{k1: true, k2: true, k4: true}, []Peer{p4, p2, p1}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			text, err := uapi(priv, 51820, c.have, c.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := wgConfig(priv, 51820, c.have, c.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			same := cmp.Options{
+				cmp.Comparer(func(a, b net.IPNet) bool { return a.String() == b.String() }),
+				cmp.Comparer(func(a, b *net.UDPAddr) bool { return a.String() == b.String() }),
+			}
+			if d := cmp.Diff(parseUAPI(t, text), got, same); d != "" {
+				t.Errorf("wgctrl's configuration (+) differs from the UAPI text's (-):\n%s\nUAPI:\n%s", d, text)
+			}
+			var removed []Key
+			for _, p := range got.Peers {
+				if p.UpdateOnly {
+					t.Errorf("peer %s: UpdateOnly would not add back a wanted peer the device lost", p.PublicKey)
+				}
+				if p.Remove {
+					removed = append(removed, Key(p.PublicKey))
+				}
+			}
+			if got.ReplacePeers {
+				t.Error("ReplacePeers breaks the sessions of peers that stay")
+			}
+			byKey := cmpopts.SortSlices(func(a, b Key) bool { return a.hex() < b.hex() })
+			if d := cmp.Diff(c.removed, removed, byKey, cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("peers removed (+got -want):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestRunRefusesUnknownImpl: a library caller's unknown implementation
+// is refused before the key is made.
+func TestRunRefusesUnknownImpl(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "mesh")
+	err := Run(t.Context(), Options{Dir: dir, Address: netip.MustParsePrefix("10.98.0.1/24"), Impl: "wg-go"})
+	if err == nil || !strings.Contains(err.Error(), `"wg-go": want auto, kernel or userspace`) {
+		t.Errorf("Impl wg-go: %v", err)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("%s made before Impl was checked", dir)
 	}
 }

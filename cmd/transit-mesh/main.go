@@ -4,8 +4,16 @@
 //
 //	transit-mesh key -dir DIR                  print the node's public key (making the key pair first)
 //	transit-mesh up -dir DIR -address A/LEN    run the device until SIGTERM (SIGHUP: read the peers now)
+//	    [-interface transit0] [-port 51820] [-impl auto|kernel|userspace]
 //	transit-mesh peers -dir DIR < peers.json   replace the peers (checked first)
 //	transit-mesh share -listen ADDR < request  serve bundle files to the district's other nodes (package bundle/share)
+//
+// up runs the kernel's WireGuard where the kernel has it (-impl auto, the
+// default: a link of type wireguard, made with ip link add, or one a
+// previous run left, deleted at SIGTERM) and wireguard-go in userspace on
+// a TUN device where it does not; it logs which. -impl kernel fails where
+// the kernel has no WireGuard (load the module, modprobe wireguard, or
+// run -impl userspace); -impl userspace never tries the kernel.
 //
 // share reads a token (the first line) and the paths it offers (one per
 // line) from stdin, prints "listening HOST:PORT" once it listens, and ends
@@ -16,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -71,6 +80,8 @@ func run(args []string) error {
 		iface := fs.String("interface", "transit0", "the device's name")
 		addr := fs.String("address", "", "this node's mesh address with the mesh's prefix length (10.99.0.7/16)")
 		port := fs.Int("port", mesh.DefaultPort, "the UDP port")
+		impl := mesh.ImplAuto
+		fs.TextVar(&impl, "impl", mesh.ImplAuto, "which WireGuard runs: `auto|kernel|userspace` (auto: the kernel's where it has it, else userspace)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -82,8 +93,12 @@ func run(args []string) error {
 		defer stop()
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
-		return mesh.Run(ctx, mesh.Options{Dir: *dir, Interface: *iface, Address: a, Port: *port,
+		err = mesh.Run(ctx, mesh.Options{Dir: *dir, Interface: *iface, Address: a, Port: *port, Impl: impl,
 			Log: log.New(os.Stderr, "", log.LstdFlags), Changed: hup})
+		if errors.Is(err, mesh.ErrNoKernelWireGuard) {
+			return fmt.Errorf("%w; or run wireguard-go in userspace: -impl userspace (or auto)", err)
+		}
+		return err
 	case "share":
 		listen := fs.String("listen", "", "the address to listen on (port 0: any)")
 		idle := fs.Duration("idle", 2*time.Minute, "end after this long without a request")
