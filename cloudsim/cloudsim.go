@@ -12,11 +12,13 @@
 package cloudsim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -295,25 +297,39 @@ type Backer interface {
 
 // Rule is one ingress rule of a region's security groups: traffic of
 // Protocol ("tcp", "udp", "icmp"; "" for every protocol) to ports From
-// through To (both 0: every port) from Source.
+// through To (both 0: every port; only tcp and udp have ports) from
+// Source. The backing is IPv4: front ends pass IPv4 rules only.
 type Rule struct {
 	Source   netip.Prefix
 	Protocol string
 	From, To int
 }
 
-// Sources are rules letting in all traffic from each CIDR or address.
-// TEMPORARY: until the front ends pass their rules.
-func Sources(cidrs []string) []Rule {
-	var out []Rule
-	for _, c := range cidrs {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			out = append(out, Rule{Source: p})
-		} else if a, err := netip.ParseAddr(c); err == nil {
-			out = append(out, Rule{Source: netip.PrefixFrom(a, a.BitLen())})
-		}
+// String is the rule as tests and errors show it: "tcp 22 from
+// 0.0.0.0/0", "udp 30000-32767 from 10.0.0.0/8", "all from
+// 192.0.2.1/32" (every protocol), "icmp from …".
+func (r Rule) String() string {
+	proto := cmp.Or(r.Protocol, "all")
+	switch {
+	case r.From == 0 && r.To == 0:
+	case r.From == r.To:
+		proto += " " + strconv.Itoa(r.From)
+	default:
+		proto += " " + strconv.Itoa(r.From) + "-" + strconv.Itoa(r.To)
 	}
-	return out
+	return proto + " from " + r.Source.String()
+}
+
+// SortRules sorts rules (by source, protocol, ports) and drops
+// duplicates, so that a region's rules read the same whatever order its
+// groups hold them in, and a rule two groups hold is passed once.
+func SortRules(rules []Rule) []Rule {
+	out := slices.Clone(rules)
+	slices.SortFunc(out, func(a, b Rule) int {
+		return cmp.Or(a.Source.Compare(b.Source), strings.Compare(a.Protocol, b.Protocol),
+			cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To))
+	})
+	return slices.Compact(out)
 }
 
 // Sim is the state the front ends share.

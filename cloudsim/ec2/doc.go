@@ -83,8 +83,10 @@
 // key>) in the background; the instance runs once the latency has passed
 // and the machine is up, its public and private address is the machine's,
 // and its console shows the machine's host keys. Every change of a
-// region's security group rules calls Backer.Allow with the union of their
-// /32 sources; TerminateInstances calls Backer.Stop. StopInstances calls
+// region's security group rules calls Backer.Allow with the union of the
+// IPv4 ingress rules of its groups (protocol, ports and CIDR of each; "-1"
+// is every protocol, icmp every type; IPv6 ranges, icmpv6 and other
+// protocols by number left out); TerminateInstances calls Backer.Stop. StopInstances calls
 // Backer.PowerOff (releasing the public address; the instance is stopping
 // until the machine is off) and StartInstances Backer.PowerOn (pending
 // until the machine is up again, at its new public address; a machine

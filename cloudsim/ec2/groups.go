@@ -2,11 +2,12 @@ package ec2
 
 import (
 	"fmt"
-	"github.com/cloudtransit/transit/cloudsim"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cloudtransit/transit/cloudsim"
 )
 
 // group is a VPC security group. Its rules are one per (protocol, ports,
@@ -470,8 +471,8 @@ func (c *call) deleteSecurityGroup() (requestIDSetter, error) {
 	return &deleteSecurityGroupResponse{Return: true, GroupID: g.id}, nil
 }
 
-// allow makes a backed region's firewall the union of the /32 sources of
-// all its security groups.
+// allow makes a backed region's firewall the union of the ingress rules
+// of all its security groups.
 func (s *Server) allow(region string) error {
 	if s.sim.Backer == nil {
 		return nil
@@ -479,17 +480,43 @@ func (s *Server) allow(region string) error {
 	s.allowMu.Lock()
 	defer s.allowMu.Unlock()
 	s.mu.Lock()
-	set := map[string]bool{}
-	for _, g := range s.region(region).groups {
+	var rules []cloudsim.Rule
+	for _, g := range s.region(region).sortedGroups() {
 		for _, r := range g.ingress {
-			if !r.v6 && strings.HasSuffix(r.cidr, "/32") {
-				set[r.cidr] = true
+			if br, ok := r.backing(); ok {
+				rules = append(rules, br)
 			}
 		}
 	}
 	s.mu.Unlock()
-	if err := s.sim.Backer.Allow(s.Context(), "aws:"+region, cloudsim.Sources(sortedKeys(set))); err != nil {
+	if err := s.sim.Backer.Allow(s.Context(), "aws:"+region, cloudsim.SortRules(rules)); err != nil {
 		return internalError()
 	}
 	return nil
+}
+
+// backing is the rule as the backing's firewall takes it: "-1" is every
+// protocol; tcp and udp keep their ports; icmp is every type and code.
+// It is false for a rule the backing does not filter: an IPv6 range (the
+// backing is IPv4), icmpv6, or another protocol by number. (Rules whose
+// source is another group, UserIdGroupPairs, are not emulated:
+// readPermissions refuses them.)
+func (r rule) backing() (cloudsim.Rule, bool) {
+	p, err := netip.ParsePrefix(r.cidr)
+	if r.v6 || err != nil || !p.Addr().Is4() {
+		return cloudsim.Rule{}, false
+	}
+	proto := r.proto
+	if n, ok := protocolNames[proto]; ok {
+		proto = n
+	}
+	switch proto {
+	case "-1":
+		return cloudsim.Rule{Source: p.Masked()}, true
+	case "tcp", "udp":
+		return cloudsim.Rule{Source: p.Masked(), Protocol: proto, From: r.from, To: r.to}, true
+	case "icmp":
+		return cloudsim.Rule{Source: p.Masked(), Protocol: proto}, true
+	}
+	return cloudsim.Rule{}, false
 }

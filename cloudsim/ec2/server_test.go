@@ -830,9 +830,9 @@ type fakeBacker struct {
 	fail     bool
 	starts   []string // region name key
 	stops    []string
-	powers   []string // "off region id release", "on region id"
-	allowed  map[string][]string
-	nextAddr string // PowerOn's address (default 10.241.1.8)
+	powers   []string            // "off region id release", "on region id"
+	allowed  map[string][]string // region → its rules (Rule.String)
+	nextAddr string              // PowerOn's address (default 10.241.1.8)
 }
 
 func (b *fakeBacker) PowerOff(_ context.Context, region, id string, release bool) error {
@@ -883,17 +883,25 @@ func (b *fakeBacker) Stop(ctx context.Context, region, id string) error {
 }
 
 func (b *fakeBacker) Allow(_ context.Context, region string, rules []cloudsim.Rule) error {
-	var sources []string
+	var got []string
 	for _, r := range rules {
-		sources = append(sources, r.Source.String())
+		got = append(got, r.String())
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.allowed == nil {
 		b.allowed = map[string][]string{}
 	}
-	b.allowed[region] = sources
+	b.allowed[region] = got
 	return nil
+}
+
+// allowedIn is what the last Allow of region passed, as Rule.String
+// shows each rule.
+func (b *fakeBacker) allowedIn(region string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.allowed[region]
 }
 
 func TestBacked(t *testing.T) {
@@ -918,19 +926,15 @@ func TestBacked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b.mu.Lock()
-	if diff := gocmp.Diff([]string{"192.0.2.1/32", "192.0.2.2/32"}, b.allowed["aws:"+testRegion]); diff != "" {
-		t.Errorf("allowed sources (-want +got):\n%s", diff)
+	if diff := gocmp.Diff([]string{"all from 0.0.0.0/0", "all from 192.0.2.1/32", "all from 192.0.2.2/32"}, b.allowedIn("aws:"+testRegion)); diff != "" {
+		t.Errorf("allowed rules (-want +got):\n%s", diff)
 	}
-	b.mu.Unlock()
 	if _, err := c.DeleteSecurityGroup(ctx, &ec2.DeleteSecurityGroupInput{GroupId: aws.String(groups[1])}); err != nil {
 		t.Fatal(err)
 	}
-	b.mu.Lock()
-	if diff := gocmp.Diff([]string{"192.0.2.1/32"}, b.allowed["aws:"+testRegion]); diff != "" {
-		t.Errorf("allowed sources after a delete (-want +got):\n%s", diff)
+	if diff := gocmp.Diff([]string{"all from 0.0.0.0/0", "all from 192.0.2.1/32"}, b.allowedIn("aws:"+testRegion)); diff != "" {
+		t.Errorf("allowed rules after a delete (-want +got):\n%s", diff)
 	}
-	b.mu.Unlock()
 
 	in := f.run(&ec2.RunInstancesInput{KeyName: aws.String("k")})
 	id := aws.ToString(in.InstanceId)
@@ -976,6 +980,52 @@ func TestBacked(t *testing.T) {
 
 // A backed instance is terminated only once its machine is gone, however
 // short the latency: a machine the API calls terminated must not answer.
+// TestBackedRules: the backer is handed every IPv4 ingress rule of the
+// region's groups, as the firewall enforces it: all traffic, tcp and udp
+// with their ports (also named by number), icmp without; a rule two
+// groups hold once; IPv6 rules left out (the backing is IPv4). A revoked
+// rule goes.
+func TestBackedRules(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	b := &fakeBacker{release: make(chan struct{})}
+	f.sim.Backer = b
+	c, ctx := f.ec2(), t.Context()
+	portRange := types.IpPermission{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(30000), ToPort: aws.Int32(32767),
+		IpRanges: []types.IpRange{{CidrIp: aws.String("10.0.0.0/8")}}}
+	v6 := types.IpPermission{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(22), ToPort: aws.Int32(22),
+		Ipv6Ranges: []types.Ipv6Range{{CidrIpv6: aws.String("::/0")}}}
+	icmp := types.IpPermission{IpProtocol: aws.String("1"), FromPort: aws.Int32(-1), ToPort: aws.Int32(-1),
+		IpRanges: []types.IpRange{{CidrIp: aws.String("198.51.100.0/24")}}}
+	var groups []*string
+	for i, perms := range [][]types.IpPermission{
+		{ipPerm("-1", 0, "192.0.2.1/32"), ipPerm("tcp", 22, "0.0.0.0/0"), ipPerm("17", 51820, "0.0.0.0/0"), portRange, v6},
+		{ipPerm("tcp", 22, "0.0.0.0/0"), icmp},
+	} {
+		g, err := c.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String(fmt.Sprint("rules", i)), Description: aws.String("d")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups = append(groups, g.GroupId)
+		if _, err := c.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: g.GroupId, IpPermissions: perms}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"tcp 22 from 0.0.0.0/0", "udp 51820 from 0.0.0.0/0", "tcp 30000-32767 from 10.0.0.0/8",
+		"all from 192.0.2.1/32", "icmp from 198.51.100.0/24"}
+	if diff := gocmp.Diff(want, b.allowedIn("aws:"+testRegion)); diff != "" {
+		t.Errorf("allowed rules (-want +got):\n%s", diff)
+	}
+	if _, err := c.RevokeSecurityGroupIngress(ctx, &ec2.RevokeSecurityGroupIngressInput{GroupId: groups[0],
+		IpPermissions: []types.IpPermission{portRange}}); err != nil {
+		t.Fatal(err)
+	}
+	want = slices.DeleteFunc(want, func(r string) bool { return strings.HasPrefix(r, "tcp 30000") })
+	if diff := gocmp.Diff(want, b.allowedIn("aws:"+testRegion)); diff != "" {
+		t.Errorf("allowed rules after a revoke (-want +got):\n%s", diff)
+	}
+}
+
 func TestBackedTerminatedOnlyWhenTheMachineIsGone(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{})

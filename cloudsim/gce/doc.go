@@ -39,10 +39,11 @@
 // resourceNotReady. A firewall exists once its insert operation is
 // done (GroupCreate) and a patch or delete takes effect when its
 // operation is done (GroupUpdate, GroupDelete). A firewall with no
-// sourceRanges would allow every source, as in Compute Engine; one whose
+// sourceRanges allows every source, as in Compute Engine; one whose
 // sourceRanges mix IPv4 and IPv6 is refused (400 invalid, "Invalid value
 // for field 'resource.sourceRanges[i]': ..."), as Compute Engine refuses
-// it.
+// it, and so is one with ports on a protocol other than tcp, udp or sctp,
+// or a port that is neither a port nor a range ("22", "30000-32767").
 //
 // Errors are Google's JSON errors with Compute Engine's reasons:
 // notFound, alreadyExists, invalid, rateLimitExceeded (HTTP 429),
@@ -55,8 +56,10 @@
 // With a cloudsim.Backer each instance is a real machine in backing
 // region "gce:{region}" that accepts the keys of the instance's ssh-keys
 // metadata for their user; its address is the instance's natIP (and its
-// private address networkIP), and the /32 sourceRanges of the enabled
-// firewalls are the backing regions' firewall. stop powers the machine off
+// private address networkIP), and the enabled firewalls' IPv4 rules
+// (each allowed protocol and port or port range from each source range,
+// none meaning every address; esp, ah, sctp and ipip left out) are every
+// backing region's firewall (Backer.Allow). stop powers the machine off
 // (Backer.PowerOff, releasing its public address; STOPPING until it is
 // off) and start powers it on again (STAGING until it is up, at its new
 // address).

@@ -3,13 +3,15 @@ package gce
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/cloudtransit/transit/cloudsim"
 	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
 )
 
 type firewall struct {
@@ -96,9 +98,19 @@ func (c *call) applyBody(f *firewall, b firewallBody) error {
 		f.targetTags = slices.Clone(*b.TargetTags)
 	}
 	if b.Allowed != nil {
-		for _, a := range *b.Allowed {
-			if !slices.Contains(protocols, strings.ToLower(a.IPProtocol)) {
+		for i, a := range *b.Allowed {
+			proto := strings.ToLower(a.IPProtocol)
+			if !slices.Contains(protocols, proto) {
 				return invalidField("resource.allowed[].IPProtocol", a.IPProtocol, "")
+			}
+			if len(a.Ports) > 0 && proto != "tcp" && proto != "udp" && proto != "sctp" {
+				return invalidField(fmt.Sprintf("resource.allowed[%d].ports", i), strings.Join(a.Ports, ","),
+					"Ports may only be specified on rules whose protocol is one of [TCP, UDP, SCTP].")
+			}
+			for j, port := range a.Ports {
+				if _, _, ok := portRange(port); !ok {
+					return invalidField(fmt.Sprintf("resource.allowed[%d].ports[%d]", i, j), port, "Invalid port specification.")
+				}
 			}
 		}
 		f.allowed = slices.Clone(*b.Allowed)
@@ -304,9 +316,11 @@ func (c *call) xFirewall(f *firewall) map[string]any {
 	return x
 }
 
-// allow makes every backed region's firewall the union of the /32 source
-// ranges of the enabled firewall rules. (Compute Engine firewalls are the
-// network's, not a region's.)
+// allow makes every backed region's firewall the union of the enabled
+// firewalls' rules: each allowed protocol and port range from each IPv4
+// source range. (Compute Engine firewalls are the network's, not a
+// region's; target tags are not looked at: every firewall applies to
+// every backed machine.)
 func (s *Server) allow() {
 	if s.sim.Backer == nil {
 		return
@@ -314,26 +328,85 @@ func (s *Server) allow() {
 	s.allowMu.Lock()
 	defer s.allowMu.Unlock()
 	s.mu.Lock()
-	set := map[string]bool{}
-	for _, f := range s.firewalls {
-		if f.disabled {
-			continue
-		}
-		for _, r := range f.sourceRanges {
-			if p, err := netip.ParsePrefix(r); err == nil && p.Addr().Is4() && p.Bits() == 32 {
-				set[p.String()] = true
-			} else if a, err := netip.ParseAddr(r); err == nil && a.Is4() {
-				set[a.String()+"/32"] = true
-			}
+	var rules []cloudsim.Rule
+	for _, f := range s.sortedFirewalls() {
+		if !f.disabled && f.direction == "INGRESS" {
+			rules = append(rules, f.backing()...)
 		}
 	}
 	regions := slices.Sorted(maps.Keys(s.regions))
 	s.mu.Unlock()
-	sources := slices.Sorted(maps.Keys(set))
+	rules = cloudsim.SortRules(rules)
 	for _, r := range regions {
 		// A failure leaves the last firewall; the next change retries.
-		_ = s.sim.Backer.Allow(s.Context(), r, cloudsim.Sources(sources))
+		_ = s.sim.Backer.Allow(s.Context(), r, rules)
 	}
+}
+
+// backing is the firewall as the backing's rules: each allowed entry
+// ("all" every protocol; tcp and udp each of their ports or port ranges,
+// none: every port; icmp every type) from each source range. A firewall
+// without source ranges lets in every IPv4 address, as Compute Engine
+// reads it. IPv6 ranges are left out (the backing is IPv4), and so are
+// the protocols the backing does not filter (esp, ah, sctp, ipip).
+func (f *firewall) backing() []cloudsim.Rule {
+	var sources []netip.Prefix
+	for _, r := range f.sourceRanges {
+		p, err := netip.ParsePrefix(r)
+		if err != nil {
+			a, aerr := netip.ParseAddr(r)
+			if aerr != nil {
+				continue
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4() {
+			sources = append(sources, p.Masked())
+		}
+	}
+	if len(f.sourceRanges) == 0 {
+		sources = []netip.Prefix{netip.PrefixFrom(netip.IPv4Unspecified(), 0)}
+	}
+	var out []cloudsim.Rule
+	for _, a := range f.allowed {
+		var rules []cloudsim.Rule
+		switch proto := strings.ToLower(a.IPProtocol); proto {
+		case "all":
+			rules = []cloudsim.Rule{{}}
+		case "icmp":
+			rules = []cloudsim.Rule{{Protocol: proto}}
+		case "tcp", "udp":
+			if len(a.Ports) == 0 {
+				rules = []cloudsim.Rule{{Protocol: proto}}
+			}
+			for _, port := range a.Ports {
+				if from, to, ok := portRange(port); ok {
+					rules = append(rules, cloudsim.Rule{Protocol: proto, From: from, To: to})
+				}
+			}
+		}
+		for _, r := range rules {
+			for _, src := range sources {
+				r.Source = src
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// portRange reads an allowed entry's port: "22" or "30000-32767".
+func portRange(s string) (from, to int, ok bool) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	from, err1 := strconv.Atoi(lo)
+	to, err2 := from, error(nil)
+	if isRange {
+		to, err2 = strconv.Atoi(hi)
+	}
+	if err1 != nil || err2 != nil || from < 0 || to > 65535 || from > to {
+		return 0, 0, false
+	}
+	return from, to, true
 }
 
 // imageByLink resolves a sourceImage: projects/P/global/images/NAME or

@@ -51,7 +51,16 @@ func uplinkAddrs(root, region string) (host, router netip.Addr) {
 func forwardChain(root string) string { return "CLOUDSIM-F-" + strings.ToUpper(rootHash(root, 8)) }
 
 func sh(ctx context.Context, name string, args ...string) error {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return shIn(ctx, "", name, args...)
+}
+
+// shIn runs a command with stdin and keeps its output in the error.
+func shIn(ctx context.Context, stdin, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}

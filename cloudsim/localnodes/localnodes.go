@@ -3,7 +3,9 @@
 // subnet, a node's address is the instance's private address (and, with a
 // PublicPool, the host maps a public one to it as a cloud's 1:1 NAT does;
 // see nat.go), and the region's security groups become the district's
-// firewall.
+// firewall: with Apart, their rules as the clouds enforce them, in the
+// region's router (filter.go); without, the addresses of their /32 rules
+// in the local driver's group.
 package localnodes
 
 import (
@@ -90,9 +92,21 @@ func (b *Backer) region(ctx context.Context, region string) (*backedRegion, erro
 	if err != nil {
 		return nil, fmt.Errorf("cloudsim: back region %s: %w", region, err)
 	}
-	g, err := drv.EnsureGroup(ctx, groupSpec(d.ID, b.operator(region)))
+	var sources []string // the local driver lets the host in anyway
+	if b.Apart {
+		sources = everyone // the router filters (filter.go)
+	}
+	g, err := drv.EnsureGroup(ctx, groupSpec(d.ID, sources))
 	if err != nil {
 		return nil, fmt.Errorf("cloudsim: back region %s: %w", region, err)
+	}
+	if b.Apart {
+		// A new region lets in nothing but the host until its groups'
+		// rules come; the jump to the router's chain goes before the
+		// group's, which lets everything in.
+		if err := b.filterIngress(ctx, region, nil); err != nil {
+			return nil, err
+		}
 	}
 	r := &backedRegion{drv: drv, group: g}
 	if b.drivers == nil {
@@ -102,16 +116,13 @@ func (b *Backer) region(ctx context.Context, region string) (*backedRegion, erro
 	return r, nil
 }
 
-// operator is where the host's own traffic (transit's SSH) comes from:
-// with Apart, the host's end of the region's uplink, which every firewall
-// of the region lets in as a cloud's lets in its operator. Without, the
-// local driver allows the host anyway.
-func (b *Backer) operator(region string) []string {
-	if !b.Apart {
-		return nil
-	}
+// operator is where the host's own traffic (transit's SSH) comes from
+// with Apart: the host's end of the region's uplink, which the region's
+// router lets in as a cloud's firewall lets in its operator. (Without
+// Apart the local driver allows the host anyway.)
+func (b *Backer) operator(region string) netip.Addr {
 	host, _ := uplinkAddrs(b.Root, region)
-	return []string{host.String()}
+	return host
 }
 
 func groupSpec(district string, sources []string) provider.GroupSpec {
@@ -264,27 +275,37 @@ func (b *Backer) PowerOn(ctx context.Context, region, id string) (cloudsim.Machi
 	return m, nil
 }
 
-// Allow refills the region's firewall with sources. Only addresses are
-// kept: a CIDR such as 0.0.0.0/0 (SSH from anywhere) is the operator's
-// access, which the local driver always allows from this host.
+// Allow makes rules the region's firewall.
+//
+// With Apart the region's router enforces them as a cloud does (source,
+// protocol, destination ports; filter.go): what enters the region from
+// outside is let in only by a rule, as a reply, or from this host; IPv6
+// rules are skipped (the backing is IPv4). Traffic inside the region and
+// leaving it is not filtered.
+//
+// Without Apart every region shares the host's network and the local
+// driver's group (a chain that lets in all traffic from addresses) is the
+// firewall: only the addresses of the /32 rules are kept, whatever their
+// protocol and ports, mapped to the private addresses their traffic
+// comes from, and let in for all traffic. Protocols and ports are not
+// enforced without Apart, and a wider source, such as 0.0.0.0/0 for SSH,
+// lets nothing in: it is the operator's access, which the local driver
+// always allows from this host.
 func (b *Backer) Allow(ctx context.Context, region string, rules []cloudsim.Rule) error {
-	var sources []string
-	for _, r := range rules {
-		sources = append(sources, r.Source.String())
-	}
 	r, err := b.region(ctx, region)
 	if err != nil {
 		return err
 	}
+	if b.Apart {
+		return b.filterIngress(ctx, region, rules)
+	}
 	var addrs []string
-	for _, s := range sources {
-		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() == 32 {
+	for _, rule := range rules {
+		if p := rule.Source; p.Addr().Is4() && p.Bits() == 32 {
 			addrs = append(addrs, b.privateOf(p.Addr().String()))
-		} else if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
-			addrs = append(addrs, b.privateOf(a.String()))
 		}
 	}
-	_, err = r.drv.EnsureGroup(ctx, groupSpec(District(region), append(addrs, b.operator(region)...)))
+	_, err = r.drv.EnsureGroup(ctx, groupSpec(District(region), addrs))
 	return err
 }
 

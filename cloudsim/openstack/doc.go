@@ -33,7 +33,10 @@
 //
 // Neutron: networks, ports (one per server), security groups and rules
 // (single and bulk create; a group some server still uses answers 409
-// SecurityGroupInUse), floating IPs from an external network. Group
+// SecurityGroupInUse; a tcp or udp rule's port range is both ends or
+// neither, 1 to 65535, in order: 400 SecurityGroupInvalidPortRange or
+// SecurityGroupInvalidPortValue otherwise), floating IPs from an
+// external network. Group
 // changes take the profile's group latencies. A project's "default"
 // group appears at its first security group list or create (or a server
 // created without a group), with Neutron's four rules; every other group
@@ -55,8 +58,10 @@
 // no host. os-stop, os-start and restore are cloudsim.OpPower requests,
 // forceDelete an OpTerminate one. Backed (sim.Backer set), each server is a real machine in
 // region "openstack:REGION": its fixed address is the machine's, its key
-// pair's public key lets root in, and the union of the region's /32
-// ingress sources is the machines' firewall. os-stop and soft delete power
+// pair's public key lets root in, and the union of the region's IPv4
+// ingress rules (protocol, port range, remote_ip_prefix, none meaning
+// every address; rules whose remote is a group left out) is the machines'
+// firewall (Backer.Allow). os-stop and soft delete power
 // the machine off (Backer.PowerOff; its public address, a floating IP's,
 // stays), os-start and restore power it on (a machine that does not come
 // up leaves the server ERROR). Plant, Remove, Stop, Start and Fail (ERROR

@@ -3,11 +3,12 @@ package openstack
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/cloudtransit/transit/cloudsim"
 	"maps"
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
 )
 
 type secGroup struct {
@@ -402,6 +403,22 @@ func checkRule(rb ruleBody) error {
 	case rb.RemoteIP != nil && rb.RemoteGroup != nil:
 		return &apiError{400, "SecurityGroupRemoteGroupAndRemoteIpPrefix", "Only remote_ip_prefix or remote_group_id may be provided."}
 	}
+	for _, p := range []struct {
+		field string
+		port  *int
+	}{{"port_range_min", rb.PortMin}, {"port_range_max", rb.PortMax}} {
+		if p.port != nil && (*p.port < 0 || *p.port > 65535) {
+			return bad(fmt.Sprintf("Invalid input for %s. Reason: '%d' is not in range 0 through 65535.", p.field, *p.port))
+		}
+	}
+	if rb.Protocol != nil && (*rb.Protocol == "tcp" || *rb.Protocol == "udp") && (rb.PortMin != nil || rb.PortMax != nil) {
+		switch {
+		case rb.PortMin != nil && *rb.PortMin == 0, rb.PortMax != nil && *rb.PortMax == 0:
+			return &apiError{400, "SecurityGroupInvalidPortValue", "Invalid value for port 0."}
+		case rb.PortMin == nil || rb.PortMax == nil || *rb.PortMin > *rb.PortMax:
+			return &apiError{400, "SecurityGroupInvalidPortRange", "For TCP/UDP protocols, port_range_min must be <= port_range_max"}
+		}
+	}
 	if rb.RemoteIP != nil {
 		p, err := netip.ParsePrefix(*rb.RemoteIP)
 		if err != nil {
@@ -549,8 +566,8 @@ func (c *call) listImages() (reply, error) {
 	return reply{200, map[string]any{"images": nonNil(out), "schema": "/v2/schemas/images", "first": "/v2/images"}}, nil
 }
 
-// allow makes each backed region's firewall the union of the /32 ingress
-// sources of the project's security groups there.
+// allow makes each backed region's firewall the union of the ingress
+// rules of the security groups there (every project's).
 func (s *Server) allow() {
 	if s.sim.Backer == nil {
 		return
@@ -558,24 +575,60 @@ func (s *Server) allow() {
 	s.allowMu.Lock()
 	defer s.allowMu.Unlock()
 	s.mu.Lock()
-	set := map[string]map[string]bool{}
-	for _, r := range s.rules {
+	set := map[string][]cloudsim.Rule{}
+	for _, r := range sortedBySeq(s.rules, func(v *rule) uint64 { return v.seq }) {
 		g := s.groups[r.group]
-		if g == nil || r.direction != "ingress" || r.remoteIP == nil {
+		if g == nil {
 			continue
 		}
-		if p, err := netip.ParsePrefix(*r.remoteIP); err == nil && p.Addr().Is4() && p.Bits() == 32 {
+		if br, ok := r.backing(); ok {
 			region := "openstack:" + g.region
-			if set[region] == nil {
-				set[region] = map[string]bool{}
-			}
-			set[region][p.String()] = true
+			set[region] = append(set[region], br)
 		}
 	}
 	regions := slices.Sorted(maps.Keys(s.regions))
 	s.mu.Unlock()
 	for _, r := range regions {
 		// A failure leaves the last firewall; the next change retries.
-		_ = s.sim.Backer.Allow(s.Context(), r, cloudsim.Sources(slices.Sorted(maps.Keys(set[r]))))
+		_ = s.sim.Backer.Allow(s.Context(), r, cloudsim.SortRules(set[r]))
 	}
+}
+
+// backing is an ingress rule as the backing's firewall takes it:
+// protocol none or "any" is every protocol; tcp and udp keep their port
+// range (none: every port); icmp is every type and code. A rule without
+// remote_ip_prefix or remote_group_id lets in every address, as in
+// Neutron. It is false for an egress rule, an IPv6 one (the backing is
+// IPv4), and one whose remote is a group: members of a group are the
+// region's own machines, whose traffic to each other the backing lets
+// through anyway.
+func (r *rule) backing() (cloudsim.Rule, bool) {
+	if r.direction != "ingress" || r.ethertype != "IPv4" || r.remoteGroup != nil {
+		return cloudsim.Rule{}, false
+	}
+	out := cloudsim.Rule{Source: netip.PrefixFrom(netip.IPv4Unspecified(), 0)}
+	if r.remoteIP != nil {
+		p, err := netip.ParsePrefix(*r.remoteIP)
+		if err != nil || !p.Addr().Is4() {
+			return cloudsim.Rule{}, false
+		}
+		out.Source = p.Masked()
+	}
+	proto := ""
+	if r.protocol != nil {
+		proto = *r.protocol
+	}
+	switch proto {
+	case "", "any":
+	case "icmp":
+		out.Protocol = proto
+	case "tcp", "udp":
+		out.Protocol = proto
+		if r.portMin != nil && r.portMax != nil { // checkRule: both or neither
+			out.From, out.To = *r.portMin, *r.portMax
+		}
+	default:
+		return cloudsim.Rule{}, false
+	}
+	return out, true
 }
