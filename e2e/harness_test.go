@@ -55,11 +55,15 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	transitBin = filepath.Join(dir, "transit")
-	build := exec.Command("go", "build", "-o", transitBin, "github.com/cloudtransit/transit/cmd/transit")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build transit:", err)
-		return 1
+	// transit-mesh beside transit, as `make build` puts it: what a Swarm
+	// on the node mesh sends to its nodes.
+	for _, cmd := range []string{"transit", "transit-mesh"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/cloudtransit/transit/cmd/"+cmd)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n", cmd, err)
+			return 1
+		}
 	}
 	return m.Run()
 }

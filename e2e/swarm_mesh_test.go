@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/localnodes"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/mesh"
+	"github.com/cloudtransit/transit/platforms/meshnode"
+	"github.com/cloudtransit/transit/provider"
+)
+
+// TestCloudSwarmOnTheMesh is a Swarm across emulated clouds whose
+// networks are apart (AWS's two regions on one private subnet, GCE), on
+// the node mesh: Swarm runs on the mesh addresses, and between clouds
+// only WireGuard travels, the overlay networks' VXLAN inside it.
+func TestCloudSwarmOnTheMesh(t *testing.T) {
+	env := startClouds(t, cloudsim.Profile{Name: cloudsim.ProfileZero})
+	tags := func(cloud string) map[string]string { return map[string]string{"cloud": cloud} }
+	cfg := districts.Cluster{
+		Type: "cluster", ID: "e2e-mesh", Platform: "swarm",
+		Flavors: []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 1, DiskGB: 10}},
+		Deployments: []districts.Deployment{
+			{District: "aws-eu", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: tags("aws-eu")},
+			{District: "aws-us", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("aws-us")},
+			{District: "gce-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("gce-eu")},
+		},
+		NetworkSettings: &districts.Network{Mesh: districts.MeshWireGuard},
+		Strategy:        districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(30 * time.Second)},
+	}
+	c := newCluster(t, cfg, env.districts())
+	env.writeCredentials(c)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
+		}
+	})
+	c.runSteps(t, []lifecycleStep{
+		{"a manager in AWS eu-central-1, workers in AWS us-east-1 (same subnet) and GCE, joined at their mesh addresses", func(t *testing.T, c *cluster) {
+			start := time.Now()
+			env.checkSwarm(t, c, 3)
+			t.Logf("apply from nothing converged in %s", time.Since(start).Round(time.Second))
+			c.checkSwarmOnMesh(t)
+		}},
+		{"containers on an overlay network in two clouds reach each other, only WireGuard between the clouds", testMeshOverlay},
+		{"a worker leaves: drained, removed, the others' peers without it", func(t *testing.T, c *cluster) {
+			c.setQuantity("gce-eu", districts.RoleWorker, 0)
+			env.checkSwarm(t, c, 2)
+			c.checkSwarmOnMesh(t)
+		}},
+	})
+}
+
+// checkSwarmOnMesh: every node has a mesh address and key, and the swarm
+// knows each node at its mesh address: a worker's Status.Addr, a
+// manager's Raft address.
+func (c *cluster) checkSwarmOnMesh(t *testing.T) {
+	t.Helper()
+	res := c.status()
+	meshRange := netip.MustParsePrefix(districts.DefaultMeshCIDR)
+	for _, n := range res.Nodes {
+		if a, err := netip.ParseAddr(n.MeshIP); err != nil || !meshRange.Contains(a) || n.MeshKey == "" {
+			t.Errorf("node %s: mesh address %q key %q, want one of %s and a key", n.ID, n.MeshIP, n.MeshKey, meshRange)
+		}
+	}
+	out := c.mustOn(c.manager(res), `docker node ls -q | xargs docker node inspect --format '{{index .Spec.Labels "transit-node"}} {{.Status.Addr}} {{if .ManagerStatus}}{{.ManagerStatus.Addr}}{{end}}'`)
+	got := map[string][]string{} // node id → Status.Addr [, Raft address]
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) >= 2 {
+			got[f[0]] = f[1:]
+		}
+	}
+	for _, n := range res.Nodes {
+		want := []string{n.MeshIP}
+		if n.Role == districts.RoleMaster {
+			want = append(want, n.MeshIP+":2377")
+		}
+		if !slices.Equal(got[n.ID], want) {
+			t.Errorf("docker node inspect: node %s at %v, want %v (all: %v)", n.ID, got[n.ID], want, got)
+		}
+	}
+	for _, n := range res.Nodes {
+		if addr := strings.TrimSpace(c.mustOn(n, `docker info --format '{{.Swarm.NodeAddr}}'`)); addr != n.MeshIP {
+			t.Errorf("node %s advertises %q, want its mesh address %s", n.ID, addr, n.MeshIP)
+		}
+		// Its peers are exactly the other nodes, at their mesh addresses.
+		var peers []provider.MeshPeer
+		if err := json.Unmarshal([]byte(c.mustOn(n, "cat "+meshnode.Dir+"/"+mesh.PeersFile)), &peers); err != nil {
+			t.Fatalf("node %s's peers: %v", n.ID, err)
+		}
+		var got, want []string
+		for _, p := range peers {
+			got = append(got, p.Node+" "+p.Address)
+		}
+		for _, o := range res.Nodes {
+			if o.ID != n.ID {
+				want = append(want, o.ID+" "+o.MeshIP)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("node %s's mesh peers are %v, want %v", n.ID, got, want)
+		}
+	}
+}
+
+// testMeshOverlay: a container on an attachable overlay network on the
+// worker in AWS us-east-1 serves HTTP; a container on the GCE worker
+// fetches from it at its overlay address (no service VIP: that needs
+// IPVS) 20 times and a 1 MiB file, while a capture on the us-east-1
+// region's uplink sees only WireGuard and SSH (ICMP aside): no VXLAN, no
+// gossip, no HTTP outside the mesh.
+func testMeshOverlay(t *testing.T, c *cluster) {
+	res := c.status()
+	var server, client districts.Node
+	for _, n := range res.Nodes {
+		switch n.District {
+		case "aws-us":
+			server = n
+		case "gce-eu":
+			client = n
+		}
+	}
+	c.mustOn(c.manager(res), `docker network create --driver overlay --attachable e2e-mesh >/dev/null`)
+	ip := strings.TrimSpace(c.mustOn(server, `set -e
+docker run -d --name e2e-web --network e2e-mesh `+image+` sh -c 'busybox mkdir -p /www && echo "hello from $(hostname)" > /www/index.html && busybox dd if=/dev/zero of=/www/big bs=1024 count=1024 2>/dev/null && exec busybox httpd -f -p 8080 -h /www' >/dev/null
+docker inspect --format '{{(index .NetworkSettings.Networks "e2e-mesh").IPAddress}}' e2e-web`))
+	if _, err := netip.ParseAddr(ip); err != nil {
+		t.Fatalf("the server's overlay address: %q", ip)
+	}
+	// busybox's wget needs what a bare image lacks: nc speaks HTTP.
+	get := func(path string) string {
+		return `printf 'GET ` + path + ` HTTP/1.0\r\n\r\n' | busybox nc ` + ip + ` 8080`
+	}
+	// The client's node learns the server's endpoint by gossip: the
+	// first fetch may come a moment early.
+	eventually(t, time.Minute, "the first fetch across clouds", func(ctx context.Context) error {
+		out, err := c.on(ctx, client, `docker run --rm --network e2e-mesh `+image+` sh -c "`+get("/")+`"`)
+		if err != nil || !strings.Contains(out, "hello from") {
+			return fmt.Errorf("%q, %w", out, err)
+		}
+		return nil
+	})
+	stop := capture(t, localnodes.Uplink(cloudRoot, "aws:us-east-1"))
+	out := c.mustOn(client, `docker run --rm --network e2e-mesh `+image+` sh -c "for i in \$(busybox seq 20); do `+get("/")+` || exit 1; done; `+get("/big")+` | busybox wc -c"`)
+	waitQuiet()
+	seen := stop()
+	big := 0
+	if f := strings.Fields(out); len(f) > 0 {
+		big, _ = strconv.Atoi(f[len(f)-1])
+	}
+	if n := strings.Count(out, "hello from"); n != 20 || big < 1<<20 || big > 1<<20+1024 {
+		t.Fatalf("20 fetches and 1 MiB (with headers) across clouds answered %d greetings and %d bytes:\n%s", n, big, out)
+	}
+	t.Logf("across the uplink of aws:us-east-1 during the fetches: %v", seen)
+	if seen[flow{"udp", districts.DefaultMeshPort}] < 100 {
+		t.Errorf("%d WireGuard packets for 20 fetches and 1 MiB across clouds: the traffic took another way", seen[flow{"udp", districts.DefaultMeshPort}])
+	}
+	for f, n := range seen {
+		if f != (flow{"udp", districts.DefaultMeshPort}) && f != (flow{"tcp", 22}) && f.proto != "1" {
+			t.Errorf("%d packets of %s crossed between clouds outside the mesh", n, f)
+		}
+	}
+}
