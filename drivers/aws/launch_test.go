@@ -503,7 +503,7 @@ func (b *fakeBacker) Start(_ context.Context, _, name, _ string) (cloudsim.Machi
 	}
 	return cloudsim.Machine{ID: "m-" + name, Address: "192.0.2.77"}, nil
 }
-func (b *fakeBacker) Stop(context.Context, string, string) error    { return nil }
+func (b *fakeBacker) Stop(context.Context, string, string) error           { return nil }
 func (b *fakeBacker) Allow(context.Context, string, []cloudsim.Rule) error { return nil }
 func (b *fakeBacker) PowerOff(context.Context, string, string, bool) error {
 	return nil

@@ -189,7 +189,7 @@ type failingBacker struct{}
 func (failingBacker) Start(context.Context, string, string, string) (cloudsim.Machine, error) {
 	return cloudsim.Machine{}, errors.New("no host")
 }
-func (failingBacker) Stop(context.Context, string, string) error    { return nil }
+func (failingBacker) Stop(context.Context, string, string) error           { return nil }
 func (failingBacker) Allow(context.Context, string, []cloudsim.Rule) error { return nil }
 func (failingBacker) PowerOff(context.Context, string, string, bool) error {
 	return nil
