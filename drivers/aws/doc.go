@@ -35,11 +35,20 @@
 // refuses a machine without transit's cluster tag and does not wait.
 //
 // Groups: one security group per cluster and district, named by
-// provider.GroupName, tagged with the spec's tags; ingress is all traffic
-// from each source (/32) and TCP 22 from ssh_cidrs (default 0.0.0.0/0).
-// EnsureGroup authorizes and revokes only the difference (and adds spec
-// tags the group lacks); Group.Sources are the all-traffic sources. DeleteGroup retries DependencyViolation
-// while instances are terminating, up to Options.GroupDeleteWait.
+// provider.GroupName, tagged with the spec's tags; transit's ingress is
+// all traffic from each source (/32), UDP GroupSpec.MeshPort from
+// 0.0.0.0/0 while the cluster is on the node mesh (it then has no
+// source), TCP 22 from ssh_cidrs (default 0.0.0.0/0) and TCP 6443 from
+// api_cidrs, each rule described as transit's ("transit: ..."). EnsureGroup
+// authorizes and revokes only the difference among those (and adds spec
+// tags the group lacks): an operator's rules stay, and one identical to a
+// rule transit needs is marked as transit's in place. Group.Sources are
+// the all-traffic sources, Group.MeshPort the port of transit's UDP rule
+// from 0.0.0.0/0. DeleteGroup retries DependencyViolation while
+// instances are terminating, up to Options.GroupDeleteWait; a group
+// holding an operator's rules stays, without transit's rules and tags.
+// GroupLimit counts a rule per source, SSH and API block, and one for
+// the mesh, against EC2's default 60 inbound rules per group.
 //
 // Every request is retried by the SDK's standard retryer on throttling,
 // 5xx answers and connection errors, with exponential backoff and full

@@ -20,16 +20,19 @@ import (
 // EnsureGroup creates the cluster's security group in the district's VPC
 // (named spec.Name, tagged spec.Tags) or finds it (adding the spec's tags
 // it lacks; a group of that name without the cluster's tag is refused),
-// and makes its ingress exactly: all traffic from each source, SSH from
-// ssh_cidrs. Only the rules that differ are authorized or revoked, new
-// ones first, so no allowed source is ever cut off on the way.
+// and makes transit's ingress rules exactly: all traffic from each
+// source, UDP spec.MeshPort from 0.0.0.0/0 (the node mesh, when not 0),
+// SSH from ssh_cidrs, the API port from api_cidrs. Only the rules that
+// differ are authorized or revoked, new ones first, so no allowed source
+// is ever cut off on the way (a new mesh port is open before the old one
+// closes). An operator's rules stay.
 func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	what := "ensure security group " + spec.Name
 	vpc, err := drv.vpcID(ctx)
 	if err != nil {
 		return provider.Group{}, err
 	}
-	want, sources, err := drv.wantRules(spec.Sources)
+	want, sources, err := drv.wantRules(spec.Sources, spec.MeshPort)
 	if err != nil {
 		return provider.Group{}, err
 	}
@@ -72,13 +75,19 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (pr
 	if err := drv.reconcile(ctx, g, want, what); err != nil {
 		return provider.Group{}, err
 	}
-	return provider.Group{ProviderID: id, Name: spec.Name, Tags: tags, Sources: sources}, nil
+	return provider.Group{ProviderID: id, Name: spec.Name, Tags: tags, Sources: sources, MeshPort: spec.MeshPort}, nil
 }
 
-// wantRules are the ingress rules of a group with sources, and the
-// sources as Group.Sources reports them.
-func (drv *driver) wantRules(sources []string) (map[rule]bool, []string, error) {
+// wantRules are the ingress rules of a group with sources and the mesh's
+// port (0: none), and the sources as Group.Sources reports them.
+func (drv *driver) wantRules(sources []string, meshPort int) (map[rule]bool, []string, error) {
 	want := map[rule]bool{}
+	if meshPort != 0 {
+		if meshPort < 1 || meshPort > 65535 {
+			return nil, nil, fmt.Errorf("aws district %q: the mesh's port %d is not a UDP port (1-65535)", drv.d.ID, meshPort)
+		}
+		want[meshRule(int32(meshPort))] = true
+	}
 	var reported []string
 	for _, s := range sources {
 		p, err := netip.ParsePrefix(s)

@@ -110,12 +110,19 @@ func state(name types.InstanceStateName) provider.InstanceState {
 
 // toGroup maps a security group; its sources are the addresses of its
 // all-traffic rules (the nodes), not the SSH rules' CIDR blocks nor an
-// operator's rules.
+// operator's rules; its mesh port is the port of transit's UDP rule from
+// 0.0.0.0/0 (the lowest, should there be two).
 func toGroup(g types.SecurityGroup) provider.Group {
 	out := provider.Group{ProviderID: sdk.ToString(g.GroupId), Name: sdk.ToString(g.GroupName), Tags: userTags(g.Tags)}
 	for _, r := range ingress(g) {
-		if r.proto == "-1" && r.ours(marked(g)) {
+		if !r.ours(marked(g)) {
+			continue
+		}
+		switch {
+		case r.proto == "-1":
 			out.Sources = append(out.Sources, source(r.cidr))
+		case r.isMesh() && (out.MeshPort == 0 || int(r.from) < out.MeshPort):
+			out.MeshPort = int(r.from)
 		}
 	}
 	slices.Sort(out.Sources)
@@ -185,15 +192,29 @@ type rule struct {
 // (transit then revoked every other); its first reconcile marks them.
 const (
 	descNode = "transit: cluster node"
+	descMesh = "transit: node mesh"
 	descSSH  = "transit: ssh_cidrs"
 	descAPI  = "transit: api_cidrs"
 	tagRules = "transit-rules"
 )
 
+// anywhere is the mesh rule's source: WireGuard answers no packet a
+// peer's key did not authenticate.
+const anywhere = "0.0.0.0/0"
+
+// meshRule lets in the node mesh's UDP port from anywhere.
+func meshRule(port int32) rule { return rule{proto: "udp", from: port, to: port, cidr: anywhere} }
+
+// isMesh says the rule is shaped as the mesh's: one UDP port from
+// anywhere. (Whose it is, ours says.)
+func (r rule) isMesh() bool { return r.proto == "udp" && r.from == r.to && r.cidr == anywhere }
+
 func (r rule) description() string {
 	switch {
 	case r.proto == "-1":
 		return descNode
+	case r.proto == "udp":
+		return descMesh
 	case r.from == 22:
 		return descSSH
 	}

@@ -1,10 +1,12 @@
 // Package drivertest is the conformance suite every infrastructure driver
 // (provider.Infrastructure) passes: groups are idempotent and replace their
-// sources, List finds a cluster's groups and instances by tag and nothing of
-// other clusters, Launch returns a running, tagged, addressed instance,
+// sources, go on the node mesh (its UDP port, with sources or without),
+// change its port and leave it, reporting the port in EnsureGroup's group
+// and List's, List finds a cluster's groups and instances by tag and
+// nothing of other clusters, Launch returns a running, tagged, addressed instance,
 // parallel launches spread over the zones, Terminate is asynchronous and
-// idempotent and the instance eventually leaves List, DeleteGroup is
-// idempotent.
+// idempotent and the instance eventually leaves List, DeleteGroup of a
+// group on the mesh is idempotent.
 //
 // Against an emulated cloud (Config.Cloud) it also checks what only the
 // cloud's side can set up: List pages through small pages; throttling is
@@ -32,6 +34,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/districts"
@@ -177,6 +180,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) provider.Infrastructure, cfg
 	}{
 		{"EnsureGroup", s.ensureGroup},
 		{"ListGroups", s.listGroups},
+		{"MeshGroup", s.meshGroup},
 		{"OtherCluster", s.otherCluster},
 		{"Launch", s.launch},
 		{"ListInstances", s.listInstances},
@@ -273,6 +277,53 @@ func (s *suite) listGroups(t *testing.T) {
 	}
 	if diff := cmp.Diff(slices.Sorted(slices.Values(s.cfg.Sources[1])), sorted(g.Sources)); diff != "" {
 		t.Errorf("listed group sources (-want +got):\n%s", diff)
+	}
+}
+
+// meshGroup puts the group on the node mesh and takes it off again: each
+// EnsureGroup keeps the group's provider id and reports the spec's
+// sources and mesh port, and so does List — on the mesh without sources
+// (what the control loop asks), twice (idempotent), on another port,
+// with sources and the port together, and back to Sources[1] without a
+// port, where the later steps want the group.
+func (s *suite) meshGroup(t *testing.T) {
+	ctx := t.Context()
+	for _, step := range []struct {
+		sources []string
+		port    int
+	}{
+		{nil, MeshPort},
+		{nil, MeshPort},
+		{nil, OtherMeshPort},
+		{s.cfg.Sources[0], MeshPort},
+		{s.cfg.Sources[1], 0},
+	} {
+		spec := s.spec(s.cfg.Cluster, step.sources)
+		spec.MeshPort = step.port
+		g, err := s.drv.EnsureGroup(ctx, spec)
+		if err != nil {
+			t.Fatalf("EnsureGroup with %d sources and mesh port %d: %v", len(step.sources), step.port, err)
+		}
+		if g.ProviderID != s.group.ProviderID {
+			t.Errorf("EnsureGroup with mesh port %d made a new group: %q, then %q", step.port, s.group.ProviderID, g.ProviderID)
+		}
+		_, groups, err := s.drv.List(ctx, s.cfg.Cluster)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		listed := findGroup(groups, s.group.ProviderID)
+		if listed == nil {
+			t.Fatalf("List does not show group %s on the mesh: %+v", s.group.ProviderID, groups)
+		}
+		for what, got := range map[string]provider.Group{"EnsureGroup": g, "List": *listed} {
+			if got.MeshPort != step.port {
+				t.Errorf("%s with %d sources and mesh port %d reports mesh port %d", what, len(step.sources), step.port, got.MeshPort)
+			}
+			if diff := cmp.Diff(spec.Sources, sorted(got.Sources), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s with mesh port %d: sources (-want +got):\n%s", what, step.port, diff)
+			}
+		}
+		s.group = g
 	}
 }
 
@@ -487,8 +538,15 @@ func (s *suite) waitGone(t *testing.T, id string) {
 	}
 }
 
+// deleteGroup deletes the group on the node mesh (with the mesh's port
+// and sources: every rule the group can have), twice.
 func (s *suite) deleteGroup(t *testing.T) {
 	ctx := t.Context()
+	spec := s.spec(s.cfg.Cluster, s.cfg.Sources[1])
+	spec.MeshPort = MeshPort
+	if _, err := s.drv.EnsureGroup(ctx, spec); err != nil {
+		t.Fatalf("EnsureGroup on the mesh: %v", err)
+	}
 	if err := s.drv.DeleteGroup(ctx, s.group); err != nil {
 		t.Fatalf("DeleteGroup: %v", err)
 	}

@@ -37,15 +37,24 @@
 //
 // Groups: firewall rules per cluster and district on the network,
 // targeting the group's network tag: all traffic from each node's /32
-// (or /128), and TCP 22 from ssh_cidrs (default 0.0.0.0/0). Compute
-// Engine refuses a rule that mixes IPv4 and IPv6 ranges, so each is one
-// rule per family: NAME and NAME-ssh for IPv4, always there, and NAME-6
-// and NAME-ssh6 for IPv6, only while they have sources. A rule with no
+// (or /128), TCP 22 from ssh_cidrs (default 0.0.0.0/0), TCP 6443 from
+// api_cidrs, and UDP GroupSpec.MeshPort from 0.0.0.0/0 while the cluster
+// is on the node mesh (it then has no node address). Compute Engine
+// refuses a rule that mixes IPv4 and IPv6 ranges, so each is one rule
+// per family: NAME and NAME-ssh for IPv4, always there, and NAME-6 and
+// NAME-ssh6 for IPv6, only while they have sources; NAME-api and
+// NAME-api6 exist while api_cidrs hold blocks of their family, NAME-mesh
+// while there is a mesh port (a new port patches it). A rule with no
 // sources would allow every address, so the IPv4 nodes' rule is disabled
 // while the group has none. EnsureGroup inserts or patches them (and
-// deletes an IPv6 rule left without sources) and waits for their
-// operations; DeleteGroup deletes them all and waits. A rule of one of
-// those names that belongs to another group is not touched.
+// deletes an optional rule left with nothing to let in) and waits for
+// their operations; DeleteGroup deletes them all and waits. A rule of one
+// of those names that belongs to another group is not touched, nor is
+// any firewall of another name (an operator's on the group's tag).
+// Group.MeshPort is NAME-mesh's port. GroupLimit is the fuller of the
+// nodes' rule's source ranges (5000 at most) and the rules the group
+// takes of the project's FIREWALLS quota (100 by default, shared with
+// every other rule of the project; see limits.go).
 //
 // Every request is retried on throttling (429, rateLimitExceeded), 5xx
 // answers and connection errors, with exponential backoff and full

@@ -28,27 +28,38 @@ import (
 // and IPv6, and both can come: a node may have an IPv6 address, ssh_cidrs
 // may hold IPv6 ranges. So each is one rule per address family: the IPv4
 // rule (always there, disabled while it has no source) and an IPv6 rule
-// that exists only while it has sources. Compute Engine firewalls carry
-// no labels, so each rule's description holds transit's identity as JSON.
+// that exists only while it has sources. The mesh's rule allows the node
+// mesh's UDP port from 0.0.0.0/0, and exists only while the cluster is
+// on the mesh (GroupSpec.MeshPort). Compute Engine firewalls carry no
+// labels, so each rule's description holds transit's identity as JSON.
 type ruleMeta struct {
 	Transit string            `json:"transit"` // the group's name, GroupSpec.Name
 	Tags    map[string]string `json:"tags"`
 	SSH     bool              `json:"ssh,omitempty"`
 	API     bool              `json:"api,omitempty"`
+	Mesh    bool              `json:"mesh,omitempty"`
 	IPv6    bool              `json:"ipv6,omitempty"`
 }
 
 // ruleKind is one of a group's rules: the nodes', SSH's or the API's
-// (TCP 6443 from api_cidrs, only while there are some), for IPv4 or IPv6.
-type ruleKind struct{ ssh, api, v6 bool }
+// (TCP 6443 from api_cidrs, only while there are some), for IPv4 or IPv6;
+// or the mesh's (IPv4 only: the nodes' mesh endpoints are their IPv4
+// addresses).
+type ruleKind struct{ ssh, api, mesh, v6 bool }
 
-var ruleKinds = []ruleKind{{}, {ssh: true}, {v6: true}, {ssh: true, v6: true}, {api: true}, {api: true, v6: true}}
+var ruleKinds = []ruleKind{{}, {ssh: true}, {v6: true}, {ssh: true, v6: true}, {api: true}, {api: true, v6: true}, {mesh: true}}
+
+// optional says a rule of kind k exists only while it has something to
+// let in; the others are always there (disabled while empty).
+func (k ruleKind) optional() bool { return k.v6 || k.api || k.mesh }
 
 // name is the rule's Compute Engine name: the IPv4 rules keep the names
 // they had before there were IPv6 ones.
 func (k ruleKind) name(group string) string {
 	n := ruleName(group)
 	switch {
+	case k.mesh:
+		return n + "-mesh"
 	case k.api && k.v6:
 		return n + "-api6"
 	case k.api:
@@ -88,7 +99,8 @@ type rule struct {
 
 // groupOf is a group's nodes' rules (one per family) as a
 // provider.Group: its sources are plain addresses (a /32 or /128 written
-// without its length), its id the IPv4 rule's name.
+// without its length), its id the IPv4 rule's name. (Its mesh port is
+// meshPort's.)
 func groupOf(nodes []rule) provider.Group {
 	var g provider.Group
 	for _, r := range nodes {
@@ -109,12 +121,17 @@ func groupOf(nodes []rule) provider.Group {
 }
 
 // groups are the groups the nodes' rules make up, in the order of their
-// first rule.
+// first rule, with the port of their mesh's rule.
 func groups(rules []rule) []provider.Group {
 	var names []string
 	nodes := map[string][]rule{}
+	mesh := map[string]int{}
 	for _, r := range rules {
-		if r.meta.SSH || r.meta.API {
+		switch {
+		case r.meta.Mesh:
+			mesh[r.meta.Transit] = meshPort(r.fw)
+			continue
+		case r.meta.SSH || r.meta.API:
 			continue
 		}
 		if nodes[r.meta.Transit] == nil {
@@ -124,10 +141,31 @@ func groups(rules []rule) []provider.Group {
 	}
 	var out []provider.Group
 	for _, n := range names {
-		out = append(out, groupOf(nodes[n]))
+		g := groupOf(nodes[n])
+		g.MeshPort = mesh[n]
+		out = append(out, g)
 	}
 	return out
 }
+
+// meshPort is the UDP port a mesh rule lets in from 0.0.0.0/0: 0 when
+// it is disabled or lets in anything else.
+func meshPort(fw *computepb.Firewall) int {
+	allowed := fw.GetAllowed()
+	if fw.GetDisabled() || !slices.Equal(fw.GetSourceRanges(), []string{anywhere}) || len(allowed) != 1 ||
+		!strings.EqualFold(allowed[0].GetIPProtocol(), "udp") || len(allowed[0].GetPorts()) != 1 {
+		return 0
+	}
+	port, err := strconv.Atoi(allowed[0].GetPorts()[0])
+	if err != nil {
+		return 0
+	}
+	return port
+}
+
+// anywhere is the mesh rule's source: WireGuard answers no packet a
+// peer's key did not authenticate.
+const anywhere = "0.0.0.0/0"
 
 func plain(s string) string {
 	if p, err := netip.ParsePrefix(s); err == nil && p.IsSingleIP() {
@@ -169,9 +207,12 @@ func (drv *driver) getRule(ctx context.Context, name string) (*computepb.Firewal
 	return fw, err
 }
 
-// wanted is the rule of kind k of spec, or nil for an IPv6 rule without
-// sources (there must be none).
+// wanted is the rule of kind k of spec, or nil for an optional rule
+// with nothing to let in (there must be none).
 func (drv *driver) wanted(spec provider.GroupSpec, k ruleKind) (*computepb.Firewall, error) {
+	if k.mesh {
+		return drv.wantedMesh(spec)
+	}
 	meta, err := json.Marshal(ruleMeta{Transit: spec.Name, Tags: spec.Tags, SSH: k.ssh, API: k.api, IPv6: k.v6})
 	if err != nil {
 		return nil, err
@@ -208,7 +249,7 @@ func (drv *driver) wanted(spec provider.GroupSpec, k ruleKind) (*computepb.Firew
 			sources = append(sources, p.String())
 		}
 	}
-	if (k.v6 || k.api) && len(sources) == 0 {
+	if k.optional() && len(sources) == 0 {
 		return nil, nil
 	}
 	fw.SourceRanges = sources
@@ -221,11 +262,45 @@ func (drv *driver) wanted(spec provider.GroupSpec, k ruleKind) (*computepb.Firew
 	return fw, nil
 }
 
+// wantedMesh is the group's mesh rule: UDP spec.MeshPort from anywhere
+// to the group's instances; nil when the cluster is not on the mesh.
+func (drv *driver) wantedMesh(spec provider.GroupSpec) (*computepb.Firewall, error) {
+	if spec.MeshPort == 0 {
+		return nil, nil
+	}
+	if spec.MeshPort < 1 || spec.MeshPort > 65535 {
+		return nil, fmt.Errorf("gce district %q: the mesh's port %d is not a UDP port (1-65535)", drv.d.ID, spec.MeshPort)
+	}
+	meta, err := json.Marshal(ruleMeta{Transit: spec.Name, Tags: spec.Tags, Mesh: true})
+	if err != nil {
+		return nil, err
+	}
+	return &computepb.Firewall{
+		Name:         proto.String(ruleKind{mesh: true}.name(spec.Name)),
+		Description:  proto.String(string(meta)),
+		Network:      proto.String("global/networks/" + drv.network),
+		Direction:    proto.String("INGRESS"),
+		Priority:     proto.Int32(1000),
+		TargetTags:   []string{ruleName(spec.Name)},
+		Allowed:      []*computepb.Allowed{{IPProtocol: proto.String("udp"), Ports: []string{strconv.Itoa(spec.MeshPort)}}},
+		SourceRanges: []string{anywhere},
+		Disabled:     proto.Bool(false),
+	}, nil
+}
+
 // same says whether a rule already is what want says.
 func same(have, want *computepb.Firewall) bool {
 	return have.GetDescription() == want.GetDescription() && have.GetDisabled() == want.GetDisabled() &&
 		slices.Equal(sortedCopy(have.GetSourceRanges()), sortedCopy(want.GetSourceRanges())) &&
-		slices.Equal(have.GetTargetTags(), want.GetTargetTags())
+		slices.Equal(have.GetTargetTags(), want.GetTargetTags()) && sameAllowed(have.GetAllowed(), want.GetAllowed())
+}
+
+// sameAllowed says whether two rules allow the same protocols and ports
+// (a new mesh port is a patch).
+func sameAllowed(have, want []*computepb.Allowed) bool {
+	return slices.EqualFunc(have, want, func(a, b *computepb.Allowed) bool {
+		return strings.EqualFold(a.GetIPProtocol(), b.GetIPProtocol()) && slices.Equal(a.GetPorts(), b.GetPorts())
+	})
 }
 
 func sortedCopy(xs []string) []string {
@@ -237,10 +312,14 @@ func sortedCopy(xs []string) []string {
 	return out
 }
 
-// EnsureGroup creates the group's rules or patches them to the spec,
-// deletes its IPv6 rules that have no sources left, and waits until
-// Compute Engine applied every change (the next launch's traffic depends
-// on it).
+// EnsureGroup creates the group's rules or patches them to the spec:
+// all traffic from each source (the nodes' rules), UDP spec.MeshPort
+// from 0.0.0.0/0 (the mesh's rule, while MeshPort is not 0; a new port is
+// a patch of it), SSH from ssh_cidrs, the API port from api_cidrs. It
+// deletes its optional rules that have nothing left to let in (IPv6, the
+// API's, the mesh's), and waits until Compute Engine applied every
+// change (the next launch's traffic depends on it). Firewalls of other
+// names, an operator's too, are not touched.
 func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	what := "ensure firewall rules of group " + spec.Name
 	var g errgroup.Group
@@ -254,7 +333,7 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (pr
 			g.Go(func() error { return drv.dropRule(ctx, k.name(spec.Name), spec.Name, what) })
 			continue
 		}
-		if !k.ssh && !k.api {
+		if !k.ssh && !k.api && !k.mesh {
 			nodes = append(nodes, rule{fw: want, meta: ruleMeta{Transit: spec.Name, Tags: spec.Tags, IPv6: k.v6}})
 		}
 		g.Go(func() error { return drv.ensureRule(ctx, want, what) })
@@ -262,7 +341,9 @@ func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (pr
 	if err := g.Wait(); err != nil {
 		return provider.Group{}, err
 	}
-	return groupOf(nodes), nil
+	out := groupOf(nodes)
+	out.MeshPort = spec.MeshPort
+	return out, nil
 }
 
 func (drv *driver) ensureRule(ctx context.Context, want *computepb.Firewall, what string) error {
@@ -329,16 +410,16 @@ func (drv *driver) waitRule(ctx context.Context, name, what string) error {
 	}
 }
 
-// dropRule deletes the group's IPv6 or API rule name if there is one, and
-// waits for it. A rule of that name that is not such a rule of the group
-// stays.
+// dropRule deletes the group's IPv6, API or mesh rule name if there is
+// one, and waits for it. A rule of that name that is not such a rule of
+// the group stays.
 func (drv *driver) dropRule(ctx context.Context, name, group, what string) error {
 	fw, err := drv.getRule(ctx, name)
 	if err != nil || fw == nil {
 		return drv.wrap(what, err)
 	}
 	var m ruleMeta
-	if json.Unmarshal([]byte(fw.GetDescription()), &m) != nil || !m.IPv6 && !m.API || group != "" && m.Transit != group {
+	if json.Unmarshal([]byte(fw.GetDescription()), &m) != nil || !m.IPv6 && !m.API && !m.Mesh || group != "" && m.Transit != group {
 		return nil
 	}
 	return drv.deleteRule(ctx, name, what)
@@ -368,7 +449,7 @@ func (drv *driver) DeleteGroup(ctx context.Context, grp provider.Group) error {
 		base = ruleName(grp.Name)
 	}
 	var g errgroup.Group
-	for _, name := range []string{base + "-6", base + "-ssh6", base + "-api", base + "-api6"} {
+	for _, name := range []string{base + "-6", base + "-ssh6", base + "-api", base + "-api6", base + "-mesh"} {
 		g.Go(func() error { return drv.dropRule(ctx, name, grp.Name, what) })
 	}
 	for _, name := range []string{base, base + "-ssh"} {

@@ -70,10 +70,16 @@
 //
 // A cluster's group in a district is the chain "TRANSIT-" + 10 hex digits
 // (its provider id), reached from FORWARD by "-o <bridge>". It accepts
-// established traffic and the group's sources and drops the rest, so a node
-// in another district (or the same one: the host filters bridged traffic
-// too when br_netfilter is loaded) reaches a node only once its address is
-// in the group. EnsureGroup refills the chain in one iptables-restore
-// transaction. The operator's SSH from the host goes through OUTPUT and is
-// always allowed. A local district holds one cluster.
+// established traffic, the group's sources and, on the node mesh, the
+// mesh's UDP port from anywhere ("-p udp -m udp --dport PORT", while
+// GroupSpec.MeshPort is not 0), and drops the rest, so a node in another
+// district (or the same one: the host filters bridged traffic too when
+// br_netfilter is loaded) reaches a node only once its address is in the
+// group, or on the mesh's port only. EnsureGroup refills the chain in one
+// iptables-restore transaction; the group it returns and List's are read
+// back from the chain (iptables -S): its sources and its mesh port. A
+// chain whose jump is gone (a firewalld reload flushed FORWARD) is listed
+// with neither, so the loop ensures it again. The operator's SSH from the
+// host goes through OUTPUT and is always allowed. A local district holds
+// one cluster.
 package local

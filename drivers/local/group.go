@@ -16,7 +16,10 @@ import (
 )
 
 // EnsureGroup creates the cluster's chain in the district or replaces its
-// rules atomically, creating the district bridge if it is missing.
+// rules atomically, creating the district bridge if it is missing: it
+// accepts established traffic, all traffic from each source and UDP
+// spec.MeshPort from anywhere (the node mesh, when not 0), and drops the
+// rest. The group it returns is read back from the chain.
 func (d *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	if spec.District != "" && spec.District != d.district {
 		return provider.Group{}, fmt.Errorf("ensure group %s: district %q is not this driver's district %q", spec.Name, spec.District, d.district)
@@ -27,6 +30,9 @@ func (d *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (prov
 	sources, err := normalizeSources(spec.Sources)
 	if err != nil {
 		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
+	}
+	if spec.MeshPort < 0 || spec.MeshPort > 65535 {
+		return provider.Group{}, fmt.Errorf("ensure group %s: the mesh's port %d is not a UDP port (1-65535)", spec.Name, spec.MeshPort)
 	}
 	chain := chainName(d.root, spec.Cluster, d.district)
 
@@ -55,6 +61,7 @@ func (d *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (prov
 	rec.Name = spec.Name
 	rec.Tags = maps.Clone(spec.Tags)
 	rec.Sources = sources
+	rec.MeshPort = spec.MeshPort
 	// The record first, so a crash leaves something to list and delete.
 	if err := writeJSON(groupPath(d.root, d.district, chain), rec); err != nil {
 		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
@@ -62,20 +69,21 @@ func (d *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (prov
 	if err := d.ensureBridge(ctx); err != nil {
 		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
-	if _, err := run(ctx, groupRestore(chain, sources), "iptables-restore", "-w", "--noflush"); err != nil {
+	if _, err := run(ctx, groupRestore(chain, sources, spec.MeshPort), "iptables-restore", "-w", "--noflush"); err != nil {
 		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
 	if err := ensureJump(ctx, "FORWARD", "-o", d.bridge, chain); err != nil {
 		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
-	got, ok, err := chainSources(ctx, chain)
+	dump, err := iptablesDump(ctx)
 	if err != nil {
 		return provider.Group{}, fmt.Errorf("ensure group %s: %w", spec.Name, err)
 	}
-	if !ok {
+	if !chainExists(chain, dump) {
 		return provider.Group{}, fmt.Errorf("ensure group %s: chain %s vanished", spec.Name, chain)
 	}
-	return provider.Group{ProviderID: chain, Name: rec.Name, Tags: maps.Clone(rec.Tags), Sources: got}, nil
+	return provider.Group{ProviderID: chain, Name: rec.Name, Tags: maps.Clone(rec.Tags),
+		Sources: parseChainSources(chain, dump), MeshPort: parseChainMesh(chain, dump)}, nil
 }
 
 // normalizeSources checks the addresses (IPv4 addresses or subnets), sorts
@@ -106,16 +114,6 @@ func normalizeSources(in []string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
-}
-
-// chainSources reads a chain's sources back; ok is false if the chain does
-// not exist.
-func chainSources(ctx context.Context, chain string) ([]string, bool, error) {
-	dump, err := iptablesDump(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	return parseChainSources(chain, dump), chainExists(chain, dump), nil
 }
 
 // iptablesDump is `iptables -S` of the filter table. (Asking for one
@@ -385,7 +383,7 @@ func cgroupParents(hs []hierarchy) []string {
 }
 
 // listGroups returns the cluster's groups whose chain exists, with the
-// sources read back from the chain.
+// sources and the mesh's port read back from the chain.
 func (d *driver) listGroups(ctx context.Context, cluster string) ([]provider.Group, error) {
 	recs, err := readGroups(d.root, d.district)
 	if err != nil {
@@ -405,14 +403,15 @@ func (d *driver) listGroups(ctx context.Context, cluster string) ([]provider.Gro
 		if !chainExists(r.Chain, dump) {
 			continue // e.g. after a reboot: EnsureGroup makes it again
 		}
-		srcs := parseChainSources(r.Chain, dump)
+		srcs, mesh := parseChainSources(r.Chain, dump), parseChainMesh(r.Chain, dump)
 		if !hasRule(dump, forwardJump(d.bridge, r.Chain)) || !hasRule(dump, inputJump(d.bridge, inputChainName(d.root, d.district))) {
 			// A firewalld reload flushed FORWARD: the chain filters
-			// nothing. Listed as allowing nothing, the loop updates the
-			// group, and EnsureGroup puts the jump back.
-			srcs = nil
+			// nothing. Listed as allowing nothing (no source, no mesh
+			// port), the loop updates the group, and EnsureGroup puts
+			// the jump back.
+			srcs, mesh = nil, 0
 		}
-		out = append(out, provider.Group{ProviderID: r.Chain, Name: r.Name, Tags: maps.Clone(r.Tags), Sources: srcs})
+		out = append(out, provider.Group{ProviderID: r.Chain, Name: r.Name, Tags: maps.Clone(r.Tags), Sources: srcs, MeshPort: mesh})
 	}
 	slices.SortFunc(out, func(a, b provider.Group) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -71,6 +71,7 @@ type groupRecord struct {
 	District  string            `json:"district"`
 	Tags      map[string]string `json:"tags"`
 	Sources   []string          `json:"sources"`
+	MeshPort  int               `json:"mesh_port,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 }
 

@@ -3,7 +3,9 @@ package local
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/cloudtransit/transit/shellquote"
@@ -443,8 +445,11 @@ func gcScript(root, district string, cgroupParents []string) string {
 
 // groupRestore is the iptables-restore --noflush input that declares the
 // group's chain and refills it in one transaction: established traffic, the
-// sources, then DROP. The chain is never open or empty in between.
-func groupRestore(chain string, sources []string) string {
+// sources, the node mesh's UDP port from anywhere (meshPort, unless 0),
+// then DROP. The chain is never open or empty in between. The mesh's rule
+// is written as iptables -S prints it (with -m udp), as parseChainMesh
+// reads it.
+func groupRestore(chain string, sources []string, meshPort int) string {
 	var b strings.Builder
 	b.WriteString("*filter\n")
 	b.WriteString(":" + chain + " - [0:0]\n")
@@ -452,6 +457,9 @@ func groupRestore(chain string, sources []string) string {
 	b.WriteString("-A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n")
 	for _, s := range sources {
 		b.WriteString("-A " + chain + " -s " + s + " -j ACCEPT\n")
+	}
+	if meshPort != 0 {
+		b.WriteString("-A " + chain + " -p udp -m udp --dport " + strconv.Itoa(meshPort) + " -j ACCEPT\n")
 	}
 	b.WriteString("-A " + chain + " -j DROP\n")
 	b.WriteString("COMMIT\n")
@@ -468,6 +476,24 @@ func hostFilterRestore(chain string) string {
 		"-A " + chain + " -p icmp -j ACCEPT\n" +
 		"-A " + chain + " -j DROP\n" +
 		"COMMIT\n"
+}
+
+// parseChainMesh reads the node mesh's port back from `iptables -S`: that
+// of the chain's rule accepting one UDP port from anywhere (the lowest,
+// should there be two), 0 if none.
+func parseChainMesh(chain, out string) int {
+	port := 0
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) != 10 || f[0] != "-A" || f[1] != chain || !slices.Equal(f[2:6], []string{"-p", "udp", "-m", "udp"}) ||
+			f[6] != "--dport" || f[8] != "-j" || f[9] != "ACCEPT" {
+			continue
+		}
+		if p, err := strconv.Atoi(f[7]); err == nil && p > 0 && (port == 0 || p < port) {
+			port = p
+		}
+	}
+	return port
 }
 
 // parseChainSources reads the sources back from `iptables -S <chain>`.

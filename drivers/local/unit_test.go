@@ -242,18 +242,29 @@ func TestSSHDConfig(t *testing.T) {
 }
 
 func TestGroupRestore(t *testing.T) {
-	got := groupRestore("TRANSIT-0123456789", []string{"10.240.2.2", "192.0.2.0/24"})
-	want := `*filter
+	for _, tc := range []struct {
+		name     string
+		meshPort int
+		mesh     string
+	}{
+		{"addresses", 0, ""},
+		{"mesh", 51820, "-A TRANSIT-0123456789 -p udp -m udp --dport 51820 -j ACCEPT\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := groupRestore("TRANSIT-0123456789", []string{"10.240.2.2", "192.0.2.0/24"}, tc.meshPort)
+			want := `*filter
 :TRANSIT-0123456789 - [0:0]
 -F TRANSIT-0123456789
 -A TRANSIT-0123456789 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 -A TRANSIT-0123456789 -s 10.240.2.2 -j ACCEPT
 -A TRANSIT-0123456789 -s 192.0.2.0/24 -j ACCEPT
--A TRANSIT-0123456789 -j DROP
+` + tc.mesh + `-A TRANSIT-0123456789 -j DROP
 COMMIT
 `
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("groupRestore (-want +got):\n%s", diff)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("groupRestore (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -266,14 +277,33 @@ func TestParseChainSources(t *testing.T) {
 -A TRANSIT-0123456789 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 -A TRANSIT-0123456789 -s 10.240.2.2/32 -j ACCEPT
 -A TRANSIT-0123456789 -s 192.0.2.0/24 -j ACCEPT
+-A TRANSIT-0123456789 -p udp -m udp --dport 51820 -j ACCEPT
 -A TRANSIT-0123456789 -j DROP
 -A TRANSIT-AAAAAAAAAA -s 10.9.9.9/32 -j ACCEPT
+-A TRANSIT-AAAAAAAAAA -p udp -m udp --dport 51821 -j ACCEPT
 `
 	if diff := cmp.Diff([]string{"10.240.2.2", "192.0.2.0/24"}, parseChainSources("TRANSIT-0123456789", dump)); diff != "" {
 		t.Errorf("sources (-want +got):\n%s", diff)
 	}
 	if !chainExists("TRANSIT-0123456789", dump) || chainExists("TRANSIT-BBBBBBBBBB", dump) {
 		t.Errorf("chainExists is wrong")
+	}
+	for chain, want := range map[string]int{"TRANSIT-0123456789": 51820, "TRANSIT-AAAAAAAAAA": 51821, "TRANSIT-BBBBBBBBBB": 0} {
+		if got := parseChainMesh(chain, dump); got != want {
+			t.Errorf("parseChainMesh(%s) = %d, want %d", chain, got, want)
+		}
+	}
+	// Only a rule of one UDP port from anywhere is the mesh's.
+	other := `-A TRANSIT-0123456789 -s 10.0.0.1/32 -p udp -m udp --dport 51820 -j ACCEPT
+-A TRANSIT-0123456789 -p udp -m udp --dport 51820:51830 -j ACCEPT
+-A TRANSIT-0123456789 -p tcp -m tcp --dport 51820 -j ACCEPT
+-A TRANSIT-0123456789 -p udp -m udp --dport 51820 -j DROP
+`
+	if got := parseChainMesh("TRANSIT-0123456789", other); got != 0 {
+		t.Errorf("parseChainMesh of rules not the mesh's = %d, want 0", got)
+	}
+	if got := parseChainSources("TRANSIT-0123456789", other); len(got) != 0 {
+		t.Errorf("parseChainSources of port rules = %v, want none", got)
 	}
 }
 

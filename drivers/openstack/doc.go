@@ -35,10 +35,19 @@
 //
 // Groups: one Neutron security group per cluster and district, its
 // identity as JSON in the description, with an ingress rule for all
-// traffic from each node's address and one for TCP 22 from each of
-// ssh_cidrs (default 0.0.0.0/0). EnsureGroup adds the missing rules in one
-// bulk request and deletes the extra ones; DeleteGroup retries while
-// Neutron says the group is in use by servers still being deleted.
+// traffic from each node's address, one for UDP GroupSpec.MeshPort from
+// 0.0.0.0/0 while the cluster is on the node mesh (it then has no node
+// address), one for TCP 22 from each of ssh_cidrs (default 0.0.0.0/0)
+// and one for TCP 6443 from each of api_cidrs, each described as
+// transit's. EnsureGroup adds the missing rules in one bulk request and
+// deletes transit's extra ones: an operator's rules stay, and one
+// identical to a rule transit needs becomes transit's. Group.MeshPort is
+// the port of transit's UDP rule from 0.0.0.0/0. DeleteGroup retries
+// while Neutron says the group is in use by servers still being deleted;
+// a group holding an operator's rules stays, without transit's rules and
+// identity. GroupLimit counts a rule per address, SSH and API block, one
+// for the mesh, the group's two egress rules and the default group's
+// four against Neutron's default 100 rules per project.
 //
 // Every request is retried on 429, 5xx answers and connection errors,
 // with exponential backoff and full jitter, up to

@@ -24,25 +24,34 @@ type groupMeta struct {
 }
 
 // The descriptions of transit's ingress rules: the nodes' (all traffic
-// from a node's address), SSH's (TCP 22 from ssh_cidrs) and the API's
-// (TCP 6443 from api_cidrs).
+// from a node's address), the mesh's (UDP GroupSpec.MeshPort from
+// 0.0.0.0/0), SSH's (TCP 22 from ssh_cidrs) and the API's (TCP 6443 from
+// api_cidrs).
 const (
 	nodesRule = "transit: a node of the cluster"
+	meshRule  = "transit: node mesh"
 	sshRule   = "transit: ssh"
 	apiRule   = "transit: api"
 )
 
+// anywhere is the mesh rule's source: WireGuard answers no packet a
+// peer's key did not authenticate.
+const anywhere = "0.0.0.0/0"
+
 // wantRule is an ingress rule as transit compares them.
 type wantRule struct {
-	port   int    // 0: all traffic (a node); 22: SSH; the API port
+	udp    bool   // the mesh's port
+	port   int    // 0: all traffic (a node); 22: SSH; the API port; the mesh's port
 	prefix string // masked CIDR
 }
 
 func (w wantRule) description() string {
-	switch w.port {
-	case 0:
+	switch {
+	case w.udp:
+		return meshRule
+	case w.port == 0:
 		return nodesRule
-	case 22:
+	case w.port == 22:
 		return sshRule
 	}
 	return apiRule
@@ -69,12 +78,22 @@ func ruleOf(r rules.SecGroupRule) (wantRule, bool) {
 		return wantRule{prefix: p.String()}, true
 	case r.Protocol == "tcp" && r.PortRangeMin == r.PortRangeMax && (r.PortRangeMin == 22 || r.PortRangeMin == cloudutil.APIPort):
 		return wantRule{port: r.PortRangeMin, prefix: p.String()}, true
+	case r.Protocol == "udp" && r.PortRangeMin == r.PortRangeMax && r.PortRangeMin != 0:
+		return wantRule{udp: true, port: r.PortRangeMin, prefix: p.String()}, true
 	}
 	return wantRule{}, false
 }
 
-func (drv *driver) wanted(sources []string) (map[wantRule]bool, error) {
+// wanted are the ingress rules of a group with sources and the mesh's
+// port (0: none).
+func (drv *driver) wanted(sources []string, meshPort int) (map[wantRule]bool, error) {
 	want := map[wantRule]bool{}
+	if meshPort != 0 {
+		if meshPort < 1 || meshPort > 65535 {
+			return nil, fmt.Errorf("openstack district %q: the mesh's port %d is not a UDP port (1-65535)", drv.d.ID, meshPort)
+		}
+		want[wantRule{udp: true, port: meshPort, prefix: anywhere}] = true
+	}
 	for _, s := range sources {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
@@ -102,10 +121,17 @@ type transitGroup struct {
 	meta groupMeta
 }
 
+// group is the group as provider.Group: its sources are the nodes'
+// rules' addresses, its mesh port that of transit's UDP rule from
+// 0.0.0.0/0 (the lowest, should there be two).
 func (tg transitGroup) group() provider.Group {
 	out := provider.Group{ProviderID: tg.g.ID, Name: tg.meta.Transit, Tags: maps.Clone(tg.meta.Tags)}
 	for _, r := range tg.g.Rules {
-		if w, ok := mine(r); ok && w.port == 0 {
+		w, ok := mine(r)
+		if ok && w.udp && w.prefix == anywhere && (out.MeshPort == 0 || w.port < out.MeshPort) {
+			out.MeshPort = w.port
+		}
+		if ok && !w.udp && w.port == 0 {
 			p := netip.MustParsePrefix(w.prefix)
 			if p.IsSingleIP() {
 				out.Sources = append(out.Sources, p.Addr().String())
@@ -163,15 +189,19 @@ func (drv *driver) findGroup(ctx context.Context, name string) (*transitGroup, e
 	return found, nil
 }
 
-// EnsureGroup creates the group or makes its ingress rules exactly the
-// spec's: all traffic from each source and TCP 22 from ssh_cidrs. Missing
-// rules are added in one bulk request, extra ones deleted in parallel.
+// EnsureGroup creates the group or makes transit's ingress rules exactly
+// the spec's: all traffic from each source, UDP spec.MeshPort from
+// 0.0.0.0/0 (the node mesh, when not 0), TCP 22 from ssh_cidrs and the
+// API port from api_cidrs. Missing rules are added in one bulk request,
+// then extra ones deleted in parallel (a new mesh port opens before the
+// old one closes). An operator's rules stay; one identical to a rule
+// transit needs becomes transit's.
 func (drv *driver) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {
 	what := "ensure security group " + spec.Name
 	if err := drv.clients(ctx); err != nil {
 		return provider.Group{}, err
 	}
-	want, err := drv.wanted(spec.Sources)
+	want, err := drv.wanted(spec.Sources, spec.MeshPort)
 	if err != nil {
 		return provider.Group{}, err
 	}
@@ -253,7 +283,7 @@ func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wan
 	}
 	var add []rules.CreateOpts
 	for _, w := range slices.SortedFunc(maps.Keys(want), func(a, b wantRule) int {
-		return cmp.Or(cmp.Compare(a.port, b.port), cmp.Compare(a.prefix, b.prefix))
+		return cmp.Or(compareBool(a.udp, b.udp), cmp.Compare(a.port, b.port), cmp.Compare(a.prefix, b.prefix))
 	}) {
 		if have[w] {
 			continue
@@ -263,7 +293,10 @@ func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wan
 			et = rules.EtherType6
 		}
 		o := rules.CreateOpts{Direction: rules.DirIngress, EtherType: et, SecGroupID: tg.g.ID, RemoteIPPrefix: w.prefix, Description: w.description()}
-		if w.port != 0 {
+		switch {
+		case w.udp:
+			o.Protocol, o.PortRangeMin, o.PortRangeMax = rules.ProtocolUDP, w.port, w.port
+		case w.port != 0:
 			o.Protocol, o.PortRangeMin, o.PortRangeMax = rules.ProtocolTCP, w.port, w.port
 		}
 		add = append(add, o)
@@ -281,6 +314,17 @@ func (drv *driver) reconcile(ctx context.Context, tg *transitGroup, want map[wan
 		return true, err
 	}
 	return len(add) > 0 || len(extra) > 0 || len(takeOver) > 0, nil
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // deleteRules deletes rules, eight at a time; a missing one is fine.
