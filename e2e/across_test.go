@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -72,6 +74,7 @@ func TestKubernetesAcrossClouds(t *testing.T) {
 		{"between clouds only WireGuard travels", testAcrossCapture},
 		{"migrate a cloud's master to another cloud while a NodePort answers", testAcrossMigrate},
 		{"kill -9 transit during a cross-cloud join, then converge", testAcrossKill},
+		{"the groups let in the mesh alone; an operator's rule survives apply and destroy", testAcrossFirewall(env)},
 	})
 }
 
@@ -104,6 +107,7 @@ func testAcrossLaunch(t *testing.T, c *cluster) {
 	eventually(t, time.Minute, "etcd has a member per master, at its mesh address", func(ctx context.Context) error {
 		return c.checkEtcdOnMesh(ctx, res)
 	})
+	checkMasterSANs(t, res)
 
 	ctx := context.Background()
 	c.deployWeb(ctx, k, "web", 1, map[string]string{"site": "aws-us"})
@@ -309,6 +313,28 @@ func testAcrossMigrate(t *testing.T, c *cluster) {
 		return checkMeshAddresses(ctx, k, res)
 	})
 	eventually(t, time.Minute, "etcd has a member per master, at its mesh address", func(ctx context.Context) error { return c.checkEtcdOnMesh(ctx, res) })
+	checkMasterSANs(t, res)
+}
+
+// checkMasterSANs: every master's API server certificate names the
+// master's public address, not only the first master's.
+func checkMasterSANs(t *testing.T, res districts.Resources) {
+	t.Helper()
+	for _, n := range res.Nodes {
+		if n.Role != districts.RoleMaster {
+			continue
+		}
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", net.JoinHostPort(n.PublicIP, "6443"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only the certificate's names are read
+		if err != nil {
+			t.Errorf("master %s's API server at %s: %v", n.ID, n.PublicIP, err)
+			continue
+		}
+		cert := conn.ConnectionState().PeerCertificates[0]
+		_ = conn.Close()
+		if !slices.ContainsFunc(cert.IPAddresses, func(ip net.IP) bool { return ip.String() == n.PublicIP }) {
+			t.Errorf("master %s's API server certificate names %v, not its public address %s", n.ID, cert.IPAddresses, n.PublicIP)
+		}
+	}
 }
 
 // testAcrossKill: transit is killed while a GCE worker joins; the next
