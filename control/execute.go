@@ -745,7 +745,7 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 	case tried && !installed:
 		return errSkip{"its install failed"}
 	case !tried:
-		err = p.Install(ctx, n)
+		n, err = r.installNode(ctx, n)
 	}
 	if err == nil {
 		n, err = r.joinMesh(ctx, n)
@@ -817,7 +817,7 @@ func (r *runner) install(ctx context.Context, a Action) error {
 		r.mu.Unlock()
 		return errSkip{"the node was not launched"}
 	}
-	err := r.opts.Platform.Install(ctx, n)
+	n, err := r.installNode(ctx, n)
 	r.mu.Lock()
 	r.installed[n.ID] = err == nil
 	r.mu.Unlock()
@@ -828,6 +828,18 @@ func (r *runner) install(ctx context.Context, a Action) error {
 		return r.joinFailed(n, err)
 	}
 	return nil
+}
+
+// installNode installs the platform on n; on the mesh n's end of it
+// starts first, so that n reaches its district's other nodes through it
+// (a Kubernetes node fetches the bundle from its district's seed there:
+// the mesh's firewall lets nothing else in).
+func (r *runner) installNode(ctx context.Context, n districts.Node) (districts.Node, error) {
+	n, err := r.joinMesh(ctx, n)
+	if err != nil {
+		return n, err
+	}
+	return n, r.opts.Platform.Install(ctx, n)
 }
 
 // joinFailed records a failed install or join on the node and its

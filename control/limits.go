@@ -47,7 +47,8 @@ func checkGroupLimits(in planInput, launches []Action, mesh bool, p *Plan) bool 
 	if mesh {
 		addrs = 0
 		way = "transit's rules alone take this much"
-	} else if in.cluster.Platform == "kubernetes" {
+	} else if in.world.state.Mesh == "" {
+		// A platform formed off the mesh stays off it.
 		way += `, or put the cluster on the node mesh (cluster.json "network": {"mesh": "wireguard"}): its groups let in one port, whatever the size`
 	}
 	ok := true

@@ -33,7 +33,7 @@ func TestGroupLimitRefusesThePlan(t *testing.T) {
 	if len(p.Actions) != 0 {
 		t.Errorf("a plan past the quota has actions: %v", nodeActions(p))
 	}
-	want := "district aws-europe: its security group would take 11 of rules per group for the cluster's 5 nodes (10 addresses), more than the 10 allowed by default: ask the cloud, or plan fewer nodes"
+	want := "district aws-europe: its security group would take 11 of rules per group for the cluster's 5 nodes (10 addresses), more than the 10 allowed by default: ask the cloud, or plan fewer nodes, or put the cluster on the node mesh (cluster.json \"network\": {\"mesh\": \"wireguard\"}): its groups let in one port, whatever the size"
 	if len(p.Blocked) != 1 || p.Blocked[0] != want {
 		t.Errorf("blocked %q, want %q", p.Blocked, want)
 	}

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,8 +20,9 @@ import (
 // to every node, it crosses the operator's uplink once per node; so each
 // district gets it once: the first node of the district that lacks files
 // (its seed) gets the whole bundle from the operator, the others fetch
-// what they lack from the seed over the district's own network (its
-// private addresses), each file checked against the manifest's SHA-256,
+// what they lack from the seed over the district's own network (the
+// mesh on the mesh, else the private addresses), each file checked
+// against the manifest's SHA-256,
 // and get from the operator only what the fetch missed. A node joined
 // before this run serves as the seed too (it has at least its own role's
 // files). Nodes of a district fetch only from their district: another's
@@ -100,13 +102,12 @@ func (d *driver) seeded(n districts.Node, ok bool) {
 	}
 }
 
-// shareAddress is where a seed serves: its address on the district's
+// shareAddress is where a seed serves: its mesh address on the mesh
+// (whose firewall lets nothing else in; the loop starts a node's end of
+// the mesh before its install), else its address on the district's
 // network.
 func shareAddress(n districts.Node) string {
-	if n.PrivateIP != "" {
-		return n.PrivateIP
-	}
-	return n.PublicIP
+	return cmp.Or(n.MeshIP, n.PrivateIP, n.PublicIP)
 }
 
 // serving starts the seed's server, once, and returns where it listens;
