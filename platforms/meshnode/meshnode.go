@@ -1,7 +1,8 @@
 // Package meshnode is the node side of transit's node mesh, shared by
 // the platform drivers that run on it (Kubernetes and Swarm): where
 // transit keeps its files on a node, the scripts that start transit-mesh
-// (package mesh, cmd/transit-mesh: userspace WireGuard on a TUN device)
+// (package mesh, cmd/transit-mesh: the kernel's WireGuard, or wireguard-go
+// on a TUN device where the kernel has none)
 // and give it its peers, and the reading of the node's answer. How the
 // binary reaches the node is each driver's own (the Kubernetes bundle,
 // or a binary on the machine transit runs on).
