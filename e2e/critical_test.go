@@ -51,7 +51,7 @@ func readSteps(r io.Reader) ([]step, error) {
 		if err := json.Unmarshal([]byte(text), &line); err != nil {
 			return nil, fmt.Errorf("apply --json line %q: %w", text, err)
 		}
-		if line.Type == "addons" && line.Phase == "finish" {
+		if line.Type == "addons" && line.Seconds > 0 { // the finish: --json gives it no phase
 			line.Action.Kind = "addons"
 		} else if line.Type != "action" || line.Phase != "finish" {
 			continue

@@ -103,13 +103,15 @@ func TestReadSteps(t *testing.T) {
 {"format_version":"1","type":"action","time":"2026-11-23T00:00:01Z","round":1,"phase":"start","action":{"kind":"launch","district":"aws","node":"c-worker-1","role":"worker","reason":"r"},"seconds":0}
 {"format_version":"1","type":"action","time":"2026-11-23T00:00:03.5Z","round":1,"phase":"finish","action":{"kind":"launch","district":"aws","node":"c-worker-1","role":"worker","reason":"r"},"seconds":2.5}
 not json
+{"format_version":1,"type":"addons","time":"2026-11-23T00:00:10Z","round":2,"changed":[],"seconds":6.25}
 `
 	steps, err := readSteps(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(steps) != 1 || steps[0].kind != "launch" || steps[0].node != "c-worker-1" || steps[0].took() != 2500*time.Millisecond {
-		t.Errorf("readSteps = %+v", steps)
+	if len(steps) != 2 || steps[0].kind != "launch" || steps[0].node != "c-worker-1" || steps[0].took() != 2500*time.Millisecond ||
+		steps[1].kind != "addons" || steps[1].took() != 6250*time.Millisecond {
+		t.Errorf("readSteps = %+v, want the launch and the addons step as apply --json prints them", steps)
 	}
 }
 

@@ -363,11 +363,34 @@ func (d *driver) Join(ctx context.Context, n districts.Node) error {
 	if err := d.releaseNetwork(ctx, a, n); err != nil {
 		return fmt.Errorf("join node %s: %w", n.ID, err)
 	}
+	d.awaitReady(ctx, a, n)
 	if master {
 		d.addMaster(n)
 		return d.pinEndpoint(ctx, "")
 	}
 	return nil
+}
+
+// readyWait bounds how long a join waits for its Node to be Ready.
+const readyWait = time.Minute
+
+// awaitReady waits, bounded, until the API server reports n's Node Ready
+// (its pod network up): a node that joined is of use once it is, and the
+// join's time is then what the node cost. One that is not Ready by then
+// is the loop's to wait for and report; the join went through.
+func (d *driver) awaitReady(ctx context.Context, a *api, n districts.Node) {
+	ctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	for {
+		kn, err := a.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{})
+		if err == nil && nodeReady(kn) {
+			return
+		}
+		if d.opts.Clock.Sleep(ctx, d.opts.PollInterval/2) != nil {
+			d.opts.Logger.Info("joined, not Ready yet", "node", n.ID, "waited", readyWait)
+			return
+		}
+	}
 }
 
 func roleOf(controlPlane bool) string {

@@ -95,10 +95,20 @@ func newPodNetworkCluster(t *testing.T, ds *appsv1.DaemonSet) *podNetworkCluster
 		handled, obj, err := react(a)
 		if kn, ok := obj.(*corev1.Node); ok && err == nil {
 			p.mu.Lock()
+			start := false
 			if _, done := p.started[kn.Name]; !done && placeable(t, p.ds, kn) {
 				p.started[kn.Name] = kn.Annotations[annotationPublicIP]
+				start = true
 			}
 			p.mu.Unlock()
+			if start {
+				// The pod network runs on the node: its kubelet says Ready.
+				ready := kn.DeepCopy()
+				ready.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+				if err := p.c.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), ready, ""); err != nil {
+					t.Error(err)
+				}
+			}
 		}
 		return handled, obj, err
 	})

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,5 +66,33 @@ networking:
 		Data: map[string]string{"ClusterConfiguration": "apiServer: ["}})
 	if err := addCertSANs(t.Context(), &api{c: broken}, n); err == nil || !strings.Contains(err.Error(), "does not parse") {
 		t.Errorf("a ClusterConfiguration that does not parse: %v", err)
+	}
+}
+
+// TestJoinWaitsForReady: a join ends once the API server reports the
+// Node Ready (what the node cost includes its pod network coming up), and
+// no later than readyWait when it is not.
+func TestJoinWaitsForReady(t *testing.T) {
+	c := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "k-worker-1"}})
+	d := newDriver(districts.Cluster{ID: "k"}, Options{PollInterval: 20 * time.Millisecond}, nil)
+	done := make(chan struct{})
+	go func() {
+		d.awaitReady(t.Context(), &api{c: c}, districts.Node{ID: "k-worker-1"})
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("the join ended before its Node was Ready")
+	case <-time.After(200 * time.Millisecond):
+	}
+	ready := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "k-worker-1"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(t.Context(), ready, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the join still waits 10 s after its Node became Ready")
 	}
 }

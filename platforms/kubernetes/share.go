@@ -168,9 +168,13 @@ func (d *driver) fetchFromSeed(ctx context.Context, n districts.Node, seed distr
 	}
 	out, err := d.r.Run(ctx, n, "fetch the bundle from "+seed.ID, fetchScript, []byte(req.String()))
 	got := map[string]bool{}
+	var notes []string
 	for _, line := range strings.Split(out, "\n") {
 		if p, ok := strings.CutPrefix(line, "fetched "); ok {
 			got[p] = true
+		}
+		if note, ok := strings.CutPrefix(line, "note: "); ok {
+			notes = append(notes, note)
 		}
 	}
 	var left []bundle.File
@@ -180,7 +184,7 @@ func (d *driver) fetchFromSeed(ctx context.Context, n districts.Node, seed distr
 		}
 	}
 	if err != nil || len(left) > 0 {
-		d.opts.Logger.Warn("bundle: files not fetched from the district's seed; the operator sends them", "node", n.ID, "seed", seed.ID, "missed", len(left), "of", len(files), "error", err)
+		d.opts.Logger.Warn("bundle: files not fetched from the district's seed; the operator sends them", "node", n.ID, "seed", seed.ID, "missed", len(left), "of", len(files), "why", strings.Join(notes, "; "), "error", err)
 	}
 	return left
 }
@@ -193,13 +197,13 @@ func (d *driver) fetchFromSeed(ctx context.Context, n districts.Node, seed distr
 // within 5 s; a file the seed does not have (nothing comes) is no failure.
 var fetchScript = `set -u
 ` + shPath + `
-command -v bash >/dev/null 2>&1 || { echo "no bash: the operator sends the files" >&2; exit 0; }
+command -v bash >/dev/null 2>&1 || { echo "note: no bash on the node"; exit 0; }
 exec bash -c ` + shellquote.Quote(fetchBash) + `
 `
 
 const fetchBash = `set -u
 read -r host port token
-timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$host" "$port" </dev/null 2>/dev/null || { echo "the seed $host:$port does not answer" >&2; exit 0; }
+timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$host" "$port" </dev/null 2>/dev/null || { echo "note: the seed $host:$port does not answer within 5 s"; exit 0; }
 failures=0
 while read -r dest sha mode; do
 	[ $failures -lt 2 ] || continue
@@ -210,6 +214,7 @@ while read -r dest sha mode; do
 		echo "fetched $dest"
 	elif [ -s "$part" ]; then
 		failures=$((failures+1)) # cut short or other bytes
+		echo "note: $dest came with other bytes than the manifest's"
 	fi
 	rm -f "$part" # nothing: the seed lacks it (a worker has no master's images)
 done
