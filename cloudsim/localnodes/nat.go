@@ -221,13 +221,11 @@ func (b *Backer) publicOf(id string) (string, bool) {
 
 // privateOf translates public addresses among sources to the private
 // ones their traffic comes from before the SNAT (the firewall filters
-// forwarded traffic before the source is rewritten).
+// forwarded traffic before the source is rewritten). Without Apart only:
+// with it the router filters sources as they arrive.
 func (b *Backer) privateOf(addr string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.Apart {
-		return addr // filtered in the router after its DNAT, before its SNAT: as sent
-	}
 	for _, m := range b.public {
 		if m.public == addr {
 			return m.private
