@@ -112,6 +112,9 @@ func run(args []string) error {
 }
 
 func serveShare(listen string, idle, most time.Duration) error {
+	// transit gives the mesh its peers with `pkill -HUP -x transit-mesh`,
+	// which reaches this process too: it must not end a transfer.
+	signal.Ignore(syscall.SIGHUP)
 	data, err := io.ReadAll(os.Stdin)
 	if err != nil {
 		return err
