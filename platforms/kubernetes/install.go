@@ -97,17 +97,9 @@ func (d *driver) sendBundle(ctx context.Context, n districts.Node, dir string, m
 	if peersOff() {
 		whole = want
 	}
-	paths := make([]string, len(whole))
-	for i, f := range whole {
-		paths[i] = nodePath(f.Path)
-	}
-	out, err := d.probe(ctx, n, paths...)
+	lacks, err := d.lacking(ctx, n, whole)
 	if err != nil {
 		return err
-	}
-	have := parseSums(out)
-	lacks := func(files []bundle.File) []bundle.File {
-		return slices.DeleteFunc(slices.Clone(files), func(f bundle.File) bool { return have[nodePath(f.Path)] == f.SHA256 })
 	}
 	missing := lacks(want)
 	if len(missing) == 0 || peersOff() {
@@ -144,16 +136,28 @@ func (d *driver) uploadAll(ctx context.Context, n districts.Node, dir string, fi
 // sendChanged uploads the files of the bundle in dir that n lacks: a file
 // whose digest matches is not sent again.
 func (d *driver) sendChanged(ctx context.Context, n districts.Node, dir string, files []bundle.File) error {
-	dests := make([]string, len(files))
-	for i, f := range files {
+	lacks, err := d.lacking(ctx, n, files)
+	if err != nil {
+		return err
+	}
+	return d.uploadAll(ctx, n, dir, lacks(files))
+}
+
+// lacking probes n for the files probed and returns what n lacks of any
+// of them: those whose digest on n is not the manifest's.
+func (d *driver) lacking(ctx context.Context, n districts.Node, probed []bundle.File) (func([]bundle.File) []bundle.File, error) {
+	dests := make([]string, len(probed))
+	for i, f := range probed {
 		dests[i] = nodePath(f.Path)
 	}
 	out, err := d.probe(ctx, n, dests...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	have := parseSums(out)
-	return d.uploadAll(ctx, n, dir, slices.DeleteFunc(slices.Clone(files), func(f bundle.File) bool { return have[nodePath(f.Path)] == f.SHA256 }))
+	return func(files []bundle.File) []bundle.File {
+		return slices.DeleteFunc(slices.Clone(files), func(f bundle.File) bool { return have[nodePath(f.Path)] == f.SHA256 })
+	}, nil
 }
 
 // imported is what the import scripts need of a bundle's images.
@@ -200,7 +204,6 @@ func (d *driver) upload(ctx context.Context, n districts.Node, dir string, f bun
 	if err := d.r.Upload(ctx, n, dest, f.Mode, src, f.Size); err != nil {
 		return fmt.Errorf("node %s: upload %s: %w", n.ID, f.Path, err)
 	}
-	d.sent.Add(f.Size)
 	return nil
 }
 

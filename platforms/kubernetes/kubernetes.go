@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cloudtransit/transit/bundle"
@@ -78,8 +77,6 @@ type driver struct {
 	// district (share.go), with the run's token for their servers.
 	seeds      map[string]*districtSeed
 	shareToken string
-	// sent counts the bundle's bytes sent from this machine.
-	sent atomic.Int64
 }
 
 var _ provider.Platform = (*driver)(nil)
