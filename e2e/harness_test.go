@@ -97,6 +97,20 @@ type cluster struct {
 	// transit run printed (shared by the copies with makes).
 	env     []string
 	outputs *[]string
+	// limit bounds each transit run (commandLimit when zero).
+	limit time.Duration
+}
+
+// commandLimit is how long one transit run may take before the harness
+// kills it.
+const commandLimit = 15 * time.Minute
+
+func (c *cluster) commandContext() (context.Context, context.CancelFunc) {
+	limit := c.limit
+	if limit == 0 {
+		limit = commandLimit
+	}
+	return context.WithTimeout(context.Background(), limit)
 }
 
 // newCluster purges what an earlier run left under root, writes the
@@ -177,7 +191,7 @@ func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
 // transit runs the transit binary in the cluster's directory.
 func (c *cluster) transit(args ...string) result {
 	c.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := c.commandContext()
 	defer cancel()
 	cmd := c.command(ctx, args...)
 	var out, errb bytes.Buffer
@@ -391,7 +405,7 @@ func rootProcesses() map[string]string {
 // ends or fn returns false, which kills transit with SIGKILL.
 func (c *cluster) applyUntil(fn func(ev map[string]any) bool) (killed bool) {
 	c.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := c.commandContext()
 	defer cancel()
 	cmd := c.command(ctx, "apply", "--auto-approve", "--json")
 	stdout, err := cmd.StdoutPipe()
