@@ -86,6 +86,9 @@ type LockOptions struct {
 	// Waiting, when set, is called once when the lock is found held and
 	// Lock starts waiting for it.
 	Waiting func(*LockedError)
+	// TookOver, when set, is called with the holder of a lock that its
+	// run left behind (it died, or its lease expired) and Lock took over.
+	TookOver func(previous LockInfo)
 	// Now tells time; nil is time.Now.
 	Now func() time.Time
 }

@@ -1,0 +1,261 @@
+package statestore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"sync"
+	"time"
+)
+
+// AcquireLease takes a lease lock on s, for a store that cannot see its
+// holder die (S3): the object name, created only if absent (Put with
+// NoVersion: of two runs starting at the same instant exactly one gets it),
+// holding the holder's LockInfo. The holder renews the lease every third of
+// o.Lease with a write conditional on its last version; a renewal refused
+// because another run took the lock over closes Lost.
+//
+// A held lock is taken over only once it is stale: its Expires lies more
+// than a third of the lease in the past (room for clocks that disagree), or
+// it did not change for a whole lease while this run watched it (which
+// needs no clock to agree). ForceUnlockLease frees it at once.
+func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Lock, error) {
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	id, err := newLockID()
+	if err != nil {
+		return nil, err
+	}
+	l := &leaseLock{s: s, name: name, lease: o.Lease, now: o.Now, done: make(chan struct{}), lost: make(chan struct{})}
+	l.info = holderInfo(id, o.Command, o.Now())
+
+	start := time.Now()
+	poll := min(time.Second, o.Lease/10)
+	var (
+		seen      string    // the holder's version as first watched
+		seenSince time.Time // when this run saw it first
+		waiting   bool
+	)
+	for {
+		l.info.Expires = o.Now().Add(o.Lease)
+		data, err := json.Marshal(l.info)
+		if err != nil {
+			return nil, err
+		}
+		version, err := s.Put(ctx, name, data, NoVersion)
+		if err == nil {
+			l.start(version)
+			return l, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return nil, fmt.Errorf("take the state lock %s/%s: %w", s.Location(), name, err)
+		}
+		held, err := s.Get(ctx, name)
+		if errors.Is(err, ErrNotFound) {
+			continue // released between the two calls
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the state lock %s/%s: %w", s.Location(), name, err)
+		}
+		holder, _ := parseLockInfo(held.Data) // unreadable: stale only by watching
+		if held.Version != seen {
+			seen, seenSince = held.Version, time.Now()
+		}
+		stale := !holder.Expires.IsZero() && o.Now().After(holder.Expires.Add(o.Lease/3)) ||
+			time.Since(seenSince) >= o.Lease
+		if stale {
+			data, err := json.Marshal(l.info)
+			if err != nil {
+				return nil, err
+			}
+			version, err := s.Put(ctx, name, data, held.Version)
+			if errors.Is(err, ErrConflict) {
+				continue // renewed, released or taken by another run meanwhile
+			}
+			if err != nil {
+				return nil, fmt.Errorf("take over the stale state lock %s/%s: %w", s.Location(), name, err)
+			}
+			if o.TookOver != nil {
+				o.TookOver(holder)
+			}
+			l.start(version)
+			return l, nil
+		}
+		locked := &LockedError{Store: s.Location(), Holder: holder, Waited: time.Since(start)}
+		if o.Timeout == 0 {
+			locked.Waited = 0
+			return nil, locked
+		}
+		if o.Timeout > 0 && time.Since(start) >= o.Timeout {
+			return nil, locked
+		}
+		if !waiting && o.Waiting != nil {
+			o.Waiting(locked)
+		}
+		waiting = true
+		select {
+		case <-ctx.Done():
+			locked.Err = ctx.Err()
+			return nil, locked
+		case <-time.After(poll):
+		}
+	}
+}
+
+// ForceUnlockLease deletes the lease lock name of s if its ID is id: for a
+// run that died while its lease has not expired yet. A lock with another ID
+// is left alone, and the error names its holder.
+func ForceUnlockLease(ctx context.Context, s Store, name, id string) error {
+	held, err := s.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("force-unlock %s: %w", s.Location(), err)
+	}
+	holder, err := parseLockInfo(held.Data)
+	if err != nil {
+		return fmt.Errorf("force-unlock %s: the lock object %s is unreadable (%w); delete it by hand if no run holds it", s.Location(), name, err)
+	}
+	if holder.ID != id {
+		return fmt.Errorf("force-unlock %s: the lock's ID is %s, not %s: it is held by %s", s.Location(), holder.ID, id, holder)
+	}
+	if err := s.Delete(ctx, name, held.Version); err != nil {
+		return fmt.Errorf("force-unlock %s: %w (the holder renewed or released it meanwhile; look again)", s.Location(), err)
+	}
+	return nil
+}
+
+type leaseLock struct {
+	s     Store
+	name  string
+	lease time.Duration
+	now   func() time.Time
+
+	mu       sync.Mutex
+	info     LockInfo
+	version  string
+	released bool
+	done     chan struct{} // closed by Release: stop renewing
+	stopped  sync.WaitGroup
+	lost     chan struct{}
+	lostOnce sync.Once
+}
+
+func (l *leaseLock) Info() LockInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.info
+}
+
+func (l *leaseLock) Lost() <-chan struct{} { return l.lost }
+
+// start holds the lock at version and renews it until Release.
+func (l *leaseLock) start(version string) {
+	l.version = version
+	l.stopped.Add(1)
+	go l.renew()
+}
+
+// renew extends the lease every third of it until Release. A renewal
+// refused as a conflict means the lock was taken over or force-unlocked;
+// renewals failing otherwise until the lease ran out mean another run may
+// take it over: both close Lost.
+func (l *leaseLock) renew() {
+	defer l.stopped.Done()
+	t := time.NewTicker(l.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		info, version := l.info, l.version
+		l.mu.Unlock()
+		next := info
+		next.Expires = l.now().Add(l.lease)
+		data, err := json.Marshal(next)
+		if err != nil {
+			l.markLost()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
+		v, err := l.s.Put(ctx, l.name, data, version)
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.info, l.version = next, v
+			l.mu.Unlock()
+		case errors.Is(err, ErrConflict):
+			l.markLost()
+			return
+		case l.now().After(info.Expires):
+			l.markLost()
+			return
+		}
+	}
+}
+
+func (l *leaseLock) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+// Release stops renewing and deletes the lock if it is still this run's.
+func (l *leaseLock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.released = true
+	close(l.done)
+	l.mu.Unlock()
+	l.stopped.Wait()
+	l.mu.Lock()
+	version := l.version
+	l.mu.Unlock()
+	err := l.s.Delete(ctx, l.name, version)
+	switch {
+	case err == nil, errors.Is(err, ErrNotFound):
+		return nil
+	case errors.Is(err, ErrConflict):
+		return fmt.Errorf("release the state lock %s/%s: another run took it over before the release: %w", l.s.Location(), l.name, err)
+	}
+	return fmt.Errorf("release the state lock %s/%s: %w", l.s.Location(), l.name, err)
+}
+
+// holderInfo describes this process as a lock holder.
+func holderInfo(id, command string, now time.Time) LockInfo {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	who := os.Getenv("USER")
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	return LockInfo{ID: id, Who: who, Host: host, PID: os.Getpid(), Command: command, Started: now.UTC()}
+}
+
+func parseLockInfo(data []byte) (LockInfo, error) {
+	var info LockInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return LockInfo{}, err
+	}
+	return info, nil
+}
+
+func newLockID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("make a lock ID: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}

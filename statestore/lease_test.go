@@ -1,0 +1,295 @@
+package statestore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit/statestore"
+)
+
+// memStore is a Store in memory whose writes can be made to fail, for the
+// lease lock's tests; the stores' own behaviour is package storetest's.
+type memStore struct {
+	mu      sync.Mutex
+	objects map[string]memObject
+	next    int
+	// failPuts makes Put fail (as a network error would) while it is set.
+	failPuts atomic.Bool
+}
+
+type memObject struct {
+	data    []byte
+	version string
+}
+
+func newMemStore() *memStore { return &memStore{objects: map[string]memObject{}} }
+
+func (m *memStore) Location() string { return "mem://test" }
+
+func (m *memStore) Get(_ context.Context, name string) (statestore.Object, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.objects[name]
+	if !ok {
+		return statestore.Object{}, statestore.ErrNotFound
+	}
+	return statestore.Object{Data: o.data, Version: o.version}, nil
+}
+
+func (m *memStore) Put(_ context.Context, name string, data []byte, ifVersion string) (string, error) {
+	if m.failPuts.Load() {
+		return "", errors.New("connection reset by peer")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o := m.objects[name]; o.version != ifVersion {
+		return "", &statestore.ConflictError{Store: m.Location(), Name: name, Want: ifVersion, Have: o.version}
+	}
+	m.next++
+	v := strconv.Itoa(m.next)
+	m.objects[name] = memObject{data: data, version: v}
+	return v, nil
+}
+
+func (m *memStore) Delete(_ context.Context, name, ifVersion string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.objects[name]
+	if !ok {
+		return statestore.ErrNotFound
+	}
+	if o.version != ifVersion {
+		return &statestore.ConflictError{Store: m.Location(), Name: name, Want: ifVersion, Have: o.version}
+	}
+	delete(m.objects, name)
+	return nil
+}
+
+func (m *memStore) List(context.Context, string) ([]statestore.Entry, error) { return nil, nil }
+
+func (m *memStore) Lock(ctx context.Context, o statestore.LockOptions) (statestore.Lock, error) {
+	return statestore.AcquireLease(ctx, m, "lock", o)
+}
+
+func (m *memStore) ForceUnlock(ctx context.Context, id string) error {
+	return statestore.ForceUnlockLease(ctx, m, "lock", id)
+}
+
+// writeLock puts a lock object as a run that is gone would have left it.
+func (m *memStore) writeLock(t *testing.T, info statestore.LockInfo) {
+	t.Helper()
+	data, err := json.Marshal(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Put(context.Background(), "lock", data, statestore.NoVersion); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lockOrFail(t *testing.T, s statestore.Store, o statestore.LockOptions) statestore.Lock {
+	t.Helper()
+	l, err := s.Lock(t.Context(), o)
+	if err != nil {
+		t.Fatalf("lock: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
+}
+
+func TestLeaseExactlyOneOfRacingRuns(t *testing.T) {
+	s := newMemStore()
+	const runs = 16
+	var won atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range runs {
+		wg.Go(func() {
+			<-start
+			l, err := s.Lock(t.Context(), statestore.LockOptions{Command: "transit apply"})
+			if err == nil {
+				won.Add(1)
+				t.Cleanup(func() { _ = l.Release(context.Background()) })
+				return
+			}
+			if !errors.Is(err, statestore.ErrLocked) {
+				t.Errorf("a losing run: %v, want ErrLocked", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Fatalf("%d runs got the lock, want exactly 1", won.Load())
+	}
+}
+
+func TestLeaseHeldNamesHolder(t *testing.T) {
+	s := newMemStore()
+	first := lockOrFail(t, s, statestore.LockOptions{Command: "transit apply"})
+	_, err := s.Lock(t.Context(), statestore.LockOptions{Command: "transit destroy"})
+	var locked *statestore.LockedError
+	if !errors.As(err, &locked) || !errors.Is(err, statestore.ErrLocked) {
+		t.Fatalf("second lock: %v, want a *LockedError", err)
+	}
+	host, _ := os.Hostname()
+	info := first.Info()
+	for _, want := range []string{"mem://test", host, "pid " + strconv.Itoa(os.Getpid()), `"transit apply"`, info.ID, "transit force-unlock " + info.ID} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
+
+func TestLeaseWaitsForRelease(t *testing.T) {
+	s := newMemStore()
+	first := lockOrFail(t, s, statestore.LockOptions{Lease: time.Minute})
+	var waited atomic.Int32
+	got := make(chan error, 1)
+	go func() {
+		l, err := s.Lock(t.Context(), statestore.LockOptions{Timeout: 10 * time.Second, Lease: time.Minute,
+			Waiting: func(*statestore.LockedError) { waited.Add(1) }})
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := first.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(t.Context()); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiting run: %v", err)
+	}
+	if waited.Load() != 1 {
+		t.Fatalf("Waiting called %d times, want 1", waited.Load())
+	}
+}
+
+func TestLeaseTimeoutEnds(t *testing.T) {
+	s := newMemStore()
+	lockOrFail(t, s, statestore.LockOptions{Lease: time.Minute})
+	_, err := s.Lock(t.Context(), statestore.LockOptions{Timeout: 200 * time.Millisecond, Lease: time.Minute})
+	var locked *statestore.LockedError
+	if !errors.As(err, &locked) || locked.Waited < 200*time.Millisecond {
+		t.Fatalf("lock: %v, want a *LockedError after waiting 200ms", err)
+	}
+}
+
+// A live holder renews: a contender never finds its lock stale, however
+// long it holds it.
+func TestLeaseRenewedIsNotTakenOver(t *testing.T) {
+	s := newMemStore()
+	lease := 150 * time.Millisecond
+	holder := lockOrFail(t, s, statestore.LockOptions{Lease: lease})
+	first, _ := s.Get(t.Context(), "lock")
+	_, err := s.Lock(t.Context(), statestore.LockOptions{Lease: lease, Timeout: 4 * lease})
+	if !errors.Is(err, statestore.ErrLocked) {
+		t.Fatalf("contender: %v, want ErrLocked: a renewed lease must not be taken over", err)
+	}
+	now, _ := s.Get(t.Context(), "lock")
+	if now.Version == first.Version {
+		t.Fatal("the holder did not renew its lease")
+	}
+	select {
+	case <-holder.Lost():
+		t.Fatal("the holder lost a lock it renewed")
+	default:
+	}
+}
+
+// A run that died left a lock whose lease ran out: the next run takes it
+// over at once and is told whose it was.
+func TestLeaseExpiredTakenOver(t *testing.T) {
+	s := newMemStore()
+	dead := statestore.LockInfo{ID: "dead", Host: "ci-7", PID: 42, Command: "transit apply",
+		Started: time.Now().Add(-time.Hour), Expires: time.Now().Add(-10 * time.Minute)}
+	s.writeLock(t, dead)
+	var previous statestore.LockInfo
+	start := time.Now()
+	l := lockOrFail(t, s, statestore.LockOptions{Lease: time.Minute, TookOver: func(p statestore.LockInfo) { previous = p }})
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("took %s to take over an expired lease", time.Since(start))
+	}
+	if previous.ID != "dead" || l.Info().ID == "dead" {
+		t.Fatalf("previous %+v, now %+v", previous, l.Info())
+	}
+}
+
+// A holder whose clock runs ahead wrote an expiry far in the future and
+// died: the lock is taken over once it stayed unchanged for a whole lease.
+func TestLeaseWatchedUnchangedTakenOver(t *testing.T) {
+	s := newMemStore()
+	s.writeLock(t, statestore.LockInfo{ID: "ahead", Host: "laptop", PID: 7, Started: time.Now(), Expires: time.Now().Add(24 * time.Hour)})
+	lease := 300 * time.Millisecond
+	start := time.Now()
+	if _, err := s.Lock(t.Context(), statestore.LockOptions{Lease: lease}); !errors.Is(err, statestore.ErrLocked) {
+		t.Fatalf("without waiting: %v, want ErrLocked", err)
+	}
+	l := lockOrFail(t, s, statestore.LockOptions{Lease: lease, Timeout: 10 * lease})
+	if took := time.Since(start); took < lease {
+		t.Fatalf("took the lock over after %s, before a whole lease (%s) unchanged", took, lease)
+	}
+	if l.Info().ID == "ahead" {
+		t.Fatal("still the old holder")
+	}
+}
+
+// Force-unlock frees a lock only by its ID; the holder then learns it
+// lost the lock.
+func TestLeaseForceUnlock(t *testing.T) {
+	s := newMemStore()
+	if err := s.ForceUnlock(t.Context(), "nobody"); !errors.Is(err, statestore.ErrNotFound) {
+		t.Fatalf("force-unlock without a lock: %v, want ErrNotFound", err)
+	}
+	lease := 150 * time.Millisecond
+	holder := lockOrFail(t, s, statestore.LockOptions{Lease: lease, Command: "transit apply"})
+	err := s.ForceUnlock(t.Context(), "wrong")
+	if err == nil || !strings.Contains(err.Error(), holder.Info().ID) {
+		t.Fatalf("force-unlock with a wrong ID: %v, want a refusal naming the holder", err)
+	}
+	if _, err := s.Get(t.Context(), "lock"); err != nil {
+		t.Fatalf("the lock went after a refused force-unlock: %v", err)
+	}
+	if err := s.ForceUnlock(t.Context(), holder.Info().ID); err != nil {
+		t.Fatalf("force-unlock: %v", err)
+	}
+	other := lockOrFail(t, s, statestore.LockOptions{Lease: time.Minute})
+	select {
+	case <-holder.Lost():
+	case <-time.After(5 * lease):
+		t.Fatal("the force-unlocked holder was not told it lost the lock")
+	}
+	if err := holder.Release(t.Context()); err == nil {
+		t.Fatal("releasing a lock another run holds now: no error")
+	}
+	if got, _ := s.Get(t.Context(), "lock"); !strings.Contains(string(got.Data), other.Info().ID) {
+		t.Fatalf("the old holder's release removed the new holder's lock: %s", got.Data)
+	}
+}
+
+// A holder that cannot renew (the store is unreachable) until its lease ran
+// out is told it lost the lock.
+func TestLeaseLostWhenRenewalsFail(t *testing.T) {
+	s := newMemStore()
+	lease := 150 * time.Millisecond
+	holder := lockOrFail(t, s, statestore.LockOptions{Lease: lease})
+	s.failPuts.Store(true)
+	select {
+	case <-holder.Lost():
+	case <-time.After(10 * lease):
+		t.Fatal("renewals failed past the lease, and Lost stayed open")
+	}
+	s.failPuts.Store(false)
+}
