@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cloudtransit/transit/provider"
@@ -290,6 +291,32 @@ func (d *driver) ensureBridge(ctx context.Context) error {
 		return fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
 	return nil
+}
+
+// hostLimits are the host kernel's limits that every local node draws on
+// at once, raised to these floors when lower: each Kubernetes node's
+// kubelet, containerd, kube-proxy and mesh take inotify instances from one
+// per-user pool (Debian's default of 128 runs out at about a dozen
+// nodes: kubelets then fail "too many open files" and never get Ready).
+var hostLimits = []struct {
+	path  string
+	floor int
+}{
+	{"/proc/sys/fs/inotify/max_user_instances", 8192},
+	{"/proc/sys/fs/inotify/max_user_watches", 524288},
+}
+
+// raiseTo sets a numeric sysctl file to floor if it holds less; it never
+// lowers what the host chose.
+func raiseTo(path string, floor int) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && v >= floor {
+		return nil
+	}
+	return os.WriteFile(path, []byte(strconv.Itoa(floor)+"\n"), 0o644)
 }
 
 // turnOn sets a boolean sysctl file to 1 unless it is already.

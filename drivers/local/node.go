@@ -143,6 +143,11 @@ func (d *driver) record(ctx context.Context, spec provider.LaunchSpec, id, clust
 	if err := d.ensureMountPoints(); err != nil {
 		return r, err
 	}
+	for _, l := range hostLimits {
+		if err := raiseTo(l.path, l.floor); err != nil {
+			return r, fmt.Errorf("raise %s to %d (every local node shares it): %w", l.path, l.floor, err)
+		}
+	}
 	return r, nil
 }
 

@@ -2,7 +2,9 @@ package local
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -422,6 +424,38 @@ func TestPowerOffScriptKeepsTheNode(t *testing.T) {
 	for _, bad := range []string{"rm -rf", "record.json", "flock", "$NODE/fs"} {
 		if strings.Contains(script, bad) {
 			t.Errorf("the power-off script holds %q:\n%s", bad, script)
+		}
+	}
+}
+
+// Local nodes share the host's inotify pool: a limit below the floor is
+// raised, one above it is never lowered, and a file that is not a number is
+// set to the floor.
+func TestRaiseTo(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ had, want string }{
+		{"128\n", "8192\n"},
+		{"65536\n", "65536\n"},
+		{"8192", "8192"},
+		{"junk\n", "8192\n"},
+	} {
+		p := filepath.Join(dir, "max_user_instances")
+		if err := os.WriteFile(p, []byte(c.had), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := raiseTo(p, 8192); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(p); string(got) != c.want {
+			t.Errorf("had %q: now %q, want %q", c.had, got, c.want)
+		}
+	}
+	if err := raiseTo(filepath.Join(dir, "missing"), 1); err == nil {
+		t.Error("a missing limit file: no error")
+	}
+	for _, l := range hostLimits {
+		if !strings.HasPrefix(l.path, "/proc/sys/fs/inotify/") || l.floor < 8192 {
+			t.Errorf("limit %s floor %d", l.path, l.floor)
 		}
 	}
 }
