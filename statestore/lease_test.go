@@ -23,6 +23,10 @@ type memStore struct {
 	next    int
 	// failPuts makes Put fail (as a network error would) while it is set.
 	failPuts atomic.Bool
+	// lostResponse makes the next Put write and then answer as the retry
+	// of a write whose response was lost does: a conflict.
+	lostResponse atomic.Bool
+	puts         atomic.Int32
 }
 
 type memObject struct {
@@ -56,6 +60,10 @@ func (m *memStore) Put(_ context.Context, name string, data []byte, ifVersion st
 	m.next++
 	v := strconv.Itoa(m.next)
 	m.objects[name] = memObject{data: data, version: v}
+	m.puts.Add(1)
+	if m.lostResponse.CompareAndSwap(true, false) {
+		return "", &statestore.ConflictError{Store: m.Location(), Name: name, Want: ifVersion, Have: v}
+	}
 	return v, nil
 }
 
