@@ -19,6 +19,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/server"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/local"
 )
 
 // cloudRoot is where the emulated clouds' backing nodes keep their records.
@@ -88,8 +89,9 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	// What a crashed earlier run left.
-	if err := os.RemoveAll(filepath.Join(cloudRoot, "districts")); err != nil {
+	// What a crashed or interrupted earlier run left: its machines may
+	// still run, writing into the files a plain removal would race.
+	if err := local.Purge(ctx, cloudRoot); err != nil {
 		tb.Fatal(err)
 	}
 	if err := writeImage(filepath.Join(cloudRoot, "images", "busybox.tar")); err != nil {
