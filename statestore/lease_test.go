@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,7 +82,18 @@ func (m *memStore) Delete(_ context.Context, name, ifVersion string) error {
 	return nil
 }
 
-func (m *memStore) List(context.Context, string) ([]statestore.Entry, error) { return nil, nil }
+func (m *memStore) List(_ context.Context, prefix string) ([]statestore.Entry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []statestore.Entry
+	for name, o := range m.objects {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, statestore.Entry{Name: name, Version: o.version, Size: int64(len(o.data))})
+		}
+	}
+	slices.SortFunc(out, func(a, b statestore.Entry) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
 
 func (m *memStore) Lock(ctx context.Context, o statestore.LockOptions) (statestore.Lock, error) {
 	return statestore.AcquireLease(ctx, m, "lock", o)
