@@ -37,6 +37,7 @@ type fakeCloud struct {
 	groups    map[string]map[string]provider.Group // district → name → group
 	built     atomic.Int32                         // drivers constructed
 	calls     atomic.Int32                         // calls that change the cloud
+	keys      map[string]bool                      // the SSH keys machines were launched with
 }
 
 type fakeInstance struct {
@@ -66,6 +67,13 @@ func (c *fakeCloud) count() (instances, groups int) {
 		groups += len(m)
 	}
 	return instances, groups
+}
+
+// authorizedKeys are the SSH keys machines were launched with.
+func (c *fakeCloud) authorizedKeys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.keys))
 }
 
 // vanish deletes node's machine behind transit's back.
@@ -201,6 +209,10 @@ func (f *fakeInfra) Launch(ctx context.Context, spec provider.LaunchSpec) (provi
 	case spec.Tags[districts.TagNode] != spec.Node.ID || spec.Tags[districts.TagCluster] != spec.Node.Cluster || spec.Tags[districts.TagLineage] == "":
 		return provider.Instance{}, fmt.Errorf("launch %s: identity tags missing: %v", spec.Node.ID, spec.Tags)
 	}
+	if c.keys == nil {
+		c.keys = map[string]bool{}
+	}
+	c.keys[spec.AuthorizedKey] = true
 	c.next++
 	in := &fakeInstance{Instance: provider.Instance{
 		ProviderID: fmt.Sprintf("i-%d", c.next),

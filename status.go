@@ -108,7 +108,7 @@ func (s *Session) Kubeconfig(context.Context) (Kubeconfig, error) {
 	data, srv, err := kubernetes.ExportKubeconfig(kubernetes.KubeconfigOptions{
 		Cluster:   s.cfg.Cluster,
 		State:     s.state,
-		StateFile: s.opts.Files.State,
+		StateFile: s.statePath(),
 	})
 	if err != nil {
 		return Kubeconfig{}, err

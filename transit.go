@@ -90,8 +90,17 @@ type Options struct {
 	// credentials.json (optional: a missing file, or an empty path, is
 	// none) and resources.json (a missing file is an empty state). The
 	// cluster's SSH key, host-key pins, admin kubeconfig and the lock file
-	// live beside resources.json.
+	// live beside resources.json. Files.State may instead be the URL of a
+	// remote state store ("s3://bucket/prefix"), opened with Stores: the
+	// store then holds all of them, the secrets sealed with StateKey.
 	Files districts.Paths
+	// Stores opens remote state stores by URL scheme ("s3");
+	// BuiltinStores returns transit's own.
+	Stores map[string]StoreFunc
+	// StateKey is the age identity that seals the secrets in a remote
+	// state (the cluster's SSH private key, the admin kubeconfig); empty
+	// is the state_key of the credential the URL names, if any.
+	StateKey string
 	// Access says what the session may do; the zero value reads only.
 	Access Access
 	// Command is recorded in the lock file as its holder's command, e.g.
@@ -128,6 +137,7 @@ type Session struct {
 	hosts    *ssh.HostKeys
 	infra    map[string]provider.Infrastructure
 	platform provider.Platform
+	remote   *remote // a remote state store, nil for a path
 	save     func(districts.Resources) error
 	saves    atomic.Int64 // successful saves, to know when to re-read the state
 	closed   bool
@@ -163,13 +173,17 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 			err = errors.Join(err, s.Close())
 		}
 	}()
-	statePath := opts.Files.State
-	if opts.Access == Change {
+	if IsRemote(opts.Files.State) {
+		if err := s.openRemote(ctx); err != nil {
+			return nil, err
+		}
+	} else if opts.Access == Change {
 		if err := s.takeLock(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if s.state, err = loadState(statePath, cfg.Cluster.ID); err != nil {
+	statePath := s.statePath()
+	if s.state, err = s.loadState(); err != nil {
 		return nil, configError(err)
 	}
 	if opts.Access == ReadState {
@@ -194,6 +208,10 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 				return err
 			}
 			s.saves.Add(1)
+			if s.remote != nil {
+				s.remote.saved = true
+				return s.remote.push()
+			}
 			return nil
 		}
 		// Host keys a provider reports are pinned at launch; a machine's
@@ -256,6 +274,11 @@ func (s *Session) Close() error {
 			errs = append(errs, fmt.Errorf("release state lock: %w", err))
 		}
 	}
+	if s.remote != nil {
+		r := s.remote
+		s.remote = nil
+		errs = append(errs, r.close(s.state.Serial))
+	}
 	return errors.Join(errs...)
 }
 
@@ -283,7 +306,7 @@ func (s *Session) platformDriver(ctx context.Context) (provider.Platform, error)
 		return s.platform, nil
 	}
 	p, err := s.opts.Drivers.platform(ctx, s.cfg.Cluster, PlatformEnv{
-		StateDir:      filepath.Dir(s.opts.Files.State),
+		StateDir:      filepath.Dir(s.statePath()),
 		Districts:     s.cfg.Districts,
 		DistrictsFile: s.opts.Files.Districts,
 		Changes:       s.opts.Access == Change,
@@ -335,21 +358,22 @@ func LoadConfig(files districts.Paths) (districts.Config, error) {
 
 // loadState reads the state and makes sure it is the cluster's: a run
 // against another cluster's state would forget every node in it.
-func loadState(path, cluster string) (districts.Resources, error) {
-	res, err := districts.LoadResources(path)
+func (s *Session) loadState() (districts.Resources, error) {
+	cluster := s.cfg.Cluster.ID
+	res, err := districts.LoadResources(s.statePath())
 	if err != nil {
 		return res, problemList(err)
 	}
 	if res.Cluster != "" && res.Cluster != cluster {
-		return res, fmt.Errorf("%s holds the state of cluster %q, but cluster.json describes cluster %q: point --state at %q's state file",
-			path, res.Cluster, cluster, cluster)
+		return res, fmt.Errorf("%s holds the state of cluster %q, but cluster.json describes cluster %q: point --state at %q's state",
+			s.opts.Files.State, res.Cluster, cluster, cluster)
 	}
 	return res, nil
 }
 
 // reload re-reads resources.json after the loop saved it.
 func (s *Session) reload() error {
-	res, err := loadState(s.opts.Files.State, s.cfg.Cluster.ID)
+	res, err := s.loadState()
 	if err != nil {
 		return fmt.Errorf("re-read the state: %w", err)
 	}

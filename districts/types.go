@@ -318,6 +318,10 @@ type Credential struct {
 	OSDomainName                  string `json:"os_domain_name,omitempty"`
 	OSApplicationCredentialID     string `json:"os_application_credential_id,omitempty"`
 	OSApplicationCredentialSecret Secret `json:"os_application_credential_secret,omitempty"`
+
+	// StateKey is the age identity sealing the secrets of a remote state
+	// store whose URL names this credential (credential_id=…).
+	StateKey Secret `json:"state_key,omitempty"`
 }
 
 // Resources is resources.json: what transit created and tracks. It is a

@@ -613,6 +613,9 @@ func validateCredentials(c *problems, creds []Credential) {
 			continue
 		}
 		checkForeignKeys(c, p, cr, cr.Provider, fmt.Sprintf("credential %q", cr.ID))
+		if cr.StateKey != "" && !strings.HasPrefix(cr.StateKey.Reveal(), "AGE-SECRET-KEY-1") {
+			c.add(p+".state_key", "not an age identity (AGE-SECRET-KEY-1…)", "make one with `transit state keygen`")
+		}
 		pair := func(a string, aSet bool, b string, bSet bool) {
 			if aSet && !bSet {
 				c.add(joinKey(p, b), fmt.Sprintf("missing (%s is set)", a), "")

@@ -358,6 +358,13 @@ func TestValidate(t *testing.T) {
 			cr("[3].aws_access_key_id", "missing (aws_session_token is set)"),
 		}},
 
+		{"credential state key", func(c *Config) {
+			c.Credentials[0].StateKey = "hunter2hunter2"
+			c.Credentials[1].StateKey = "AGE-SECRET-KEY-1QQQ"
+		}, Problems{
+			withHint(cr("[0].state_key", "not an age identity (AGE-SECRET-KEY-1…)"), "make one with `transit state keygen`"),
+		}},
+
 		// Across files: problems come in file order.
 		{"several files", func(c *Config) {
 			c.Credentials[0].Type = "x"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,97 +13,13 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/statestore"
+	"github.com/cloudtransit/transit/statestore/memstore"
 )
 
-// memStore is a Store in memory whose writes can be made to fail, for the
-// lease lock's tests; the stores' own behaviour is package storetest's.
-type memStore struct {
-	mu      sync.Mutex
-	objects map[string]memObject
-	next    int
-	// failPuts makes Put fail (as a network error would) while it is set.
-	failPuts atomic.Bool
-	// lostResponse makes the next Put write and then answer as the retry
-	// of a write whose response was lost does: a conflict.
-	lostResponse atomic.Bool
-	puts         atomic.Int32
-}
-
-type memObject struct {
-	data    []byte
-	version string
-}
-
-func newMemStore() *memStore { return &memStore{objects: map[string]memObject{}} }
-
-func (m *memStore) Location() string { return "mem://test" }
-
-func (m *memStore) Get(_ context.Context, name string) (statestore.Object, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	o, ok := m.objects[name]
-	if !ok {
-		return statestore.Object{}, statestore.ErrNotFound
-	}
-	return statestore.Object{Data: o.data, Version: o.version}, nil
-}
-
-func (m *memStore) Put(_ context.Context, name string, data []byte, ifVersion string) (string, error) {
-	if m.failPuts.Load() {
-		return "", errors.New("connection reset by peer")
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if o := m.objects[name]; o.version != ifVersion {
-		return "", &statestore.ConflictError{Store: m.Location(), Name: name, Want: ifVersion, Have: o.version}
-	}
-	m.next++
-	v := strconv.Itoa(m.next)
-	m.objects[name] = memObject{data: data, version: v}
-	m.puts.Add(1)
-	if m.lostResponse.CompareAndSwap(true, false) {
-		return "", &statestore.ConflictError{Store: m.Location(), Name: name, Want: ifVersion, Have: v}
-	}
-	return v, nil
-}
-
-func (m *memStore) Delete(_ context.Context, name, ifVersion string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	o, ok := m.objects[name]
-	if !ok {
-		return statestore.ErrNotFound
-	}
-	if o.version != ifVersion {
-		return &statestore.ConflictError{Store: m.Location(), Name: name, Want: ifVersion, Have: o.version}
-	}
-	delete(m.objects, name)
-	return nil
-}
-
-func (m *memStore) List(_ context.Context, prefix string) ([]statestore.Entry, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []statestore.Entry
-	for name, o := range m.objects {
-		if strings.HasPrefix(name, prefix) {
-			out = append(out, statestore.Entry{Name: name, Version: o.version, Size: int64(len(o.data))})
-		}
-	}
-	slices.SortFunc(out, func(a, b statestore.Entry) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
-}
-
-func (m *memStore) Lock(ctx context.Context, o statestore.LockOptions) (statestore.Lock, error) {
-	return statestore.AcquireLease(ctx, m, "lock", o)
-}
-
-func (m *memStore) ForceUnlock(ctx context.Context, id string) error {
-	return statestore.ForceUnlockLease(ctx, m, "lock", id)
-}
+func newMemStore() *memstore.Store { return memstore.New() }
 
 // writeLock puts a lock object as a run that is gone would have left it.
-func (m *memStore) writeLock(t *testing.T, info statestore.LockInfo) {
+func writeLock(t *testing.T, m *memstore.Store, info statestore.LockInfo) {
 	t.Helper()
 	data, err := json.Marshal(info)
 	if err != nil {
@@ -235,7 +150,7 @@ func TestLeaseExpiredTakenOver(t *testing.T) {
 	s := newMemStore()
 	dead := statestore.LockInfo{ID: "dead", Host: "ci-7", PID: 42, Command: "transit apply",
 		Started: time.Now().Add(-time.Hour), Expires: time.Now().Add(-10 * time.Minute)}
-	s.writeLock(t, dead)
+	writeLock(t, s, dead)
 	var previous statestore.LockInfo
 	start := time.Now()
 	l := lockOrFail(t, s, statestore.LockOptions{Lease: time.Minute, TookOver: func(p statestore.LockInfo) { previous = p }})
@@ -251,7 +166,7 @@ func TestLeaseExpiredTakenOver(t *testing.T) {
 // died: the lock is taken over once it stayed unchanged for a whole lease.
 func TestLeaseWatchedUnchangedTakenOver(t *testing.T) {
 	s := newMemStore()
-	s.writeLock(t, statestore.LockInfo{ID: "ahead", Host: "laptop", PID: 7, Started: time.Now(), Expires: time.Now().Add(24 * time.Hour)})
+	writeLock(t, s, statestore.LockInfo{ID: "ahead", Host: "laptop", PID: 7, Started: time.Now(), Expires: time.Now().Add(24 * time.Hour)})
 	lease := 300 * time.Millisecond
 	start := time.Now()
 	if _, err := s.Lock(t.Context(), statestore.LockOptions{Lease: lease}); !errors.Is(err, statestore.ErrLocked) {
@@ -305,11 +220,11 @@ func TestLeaseLostWhenRenewalsFail(t *testing.T) {
 	s := newMemStore()
 	lease := 150 * time.Millisecond
 	holder := lockOrFail(t, s, statestore.LockOptions{Lease: lease})
-	s.failPuts.Store(true)
+	s.FailPuts.Store(true)
 	select {
 	case <-holder.Lost():
 	case <-time.After(10 * lease):
 		t.Fatal("renewals failed past the lease, and Lost stayed open")
 	}
-	s.failPuts.Store(false)
+	s.FailPuts.Store(false)
 }

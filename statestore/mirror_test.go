@@ -80,12 +80,12 @@ func TestMirrorRoundTrip(t *testing.T) {
 	}
 
 	// Only what changed is written.
-	before := s.puts.Load()
+	before := s.Puts.Load()
 	writeLocal(t, b, "resources.json", `{"serial":2}`)
 	if err := b.Push(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.puts.Load() - before; n != 1 {
+	if n := s.Puts.Load() - before; n != 1 {
 		t.Fatalf("push wrote %d objects, want 1 (only resources.json changed)", n)
 	}
 	// A removed file's object goes.
@@ -144,7 +144,7 @@ func TestMirrorLostResponse(t *testing.T) {
 	}
 	for _, file := range []string{"resources.json", "transit-c1.key"} {
 		writeLocal(t, m, file, "v1")
-		s.lostResponse.Store(true)
+		s.LostResponse.Store(true)
 		if err := m.Push(ctx); err != nil {
 			t.Fatalf("%s: push after a lost response: %v", file, err)
 		}

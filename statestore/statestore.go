@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cloudtransit/transit/filelock"
 )
 
 // Store is one cluster's state store. Names are slash-separated relative
@@ -142,12 +144,13 @@ func (i LockInfo) String() string {
 }
 
 var (
-	// ErrNotFound: the object (or lock) does not exist.
+	// ErrNotFound says the object (or lock) does not exist.
 	ErrNotFound = errors.New("not found in the state store")
-	// ErrConflict: the object changed since the version a write names.
+	// ErrConflict says the object changed since the version a write names.
 	ErrConflict = errors.New("state changed by another writer")
-	// ErrLocked: another run holds the store's lock.
-	ErrLocked = errors.New("state locked by another run")
+	// ErrLocked says another run holds the store's lock. It is the file
+	// lock's own, so one check covers both.
+	ErrLocked = filelock.ErrLocked
 )
 
 // ConflictError is a refused conditional write: name's version is no longer

@@ -19,7 +19,7 @@ import (
 	"filippo.io/age"
 )
 
-// ErrWrongKey: the data was sealed with another key.
+// ErrWrongKey says the data was sealed with another key.
 var ErrWrongKey = errors.New("sealed with another state key")
 
 // Key seals and opens data.

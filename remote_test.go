@@ -1,0 +1,305 @@
+package transit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cloudtransit/transit"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/statestore"
+	"github.com/cloudtransit/transit/statestore/memstore"
+	"github.com/cloudtransit/transit/statestore/seal"
+)
+
+// runner is one CI runner of a team: a fresh working directory with only
+// the repository's files, against one shared remote store and cloud.
+type runner struct {
+	*world
+	store *memstore.Store
+	key   string
+}
+
+// newRunners makes n runners sharing a store, a cloud and a platform.
+func newRunners(t *testing.T, n int) []*runner {
+	t.Helper()
+	// Local copies of a remote state go to the temporary directory: this
+	// test's own.
+	t.Setenv("TMPDIR", t.TempDir())
+	_, key, err := seal.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New()
+	first := newWorld(t)
+	first.cloud.guard = "" // the lock is the store's, not a file's
+	rs := []*runner{{world: first, store: store, key: key}}
+	for range n - 1 {
+		w := newWorld(t)
+		w.cloud, w.platform, w.clock = first.cloud, first.platform, first.clock
+		rs = append(rs, &runner{world: w, store: store, key: key})
+	}
+	return rs
+}
+
+func (r *runner) options(a transit.Access, command string) transit.Options {
+	o := r.world.options(a, command)
+	o.Files.State = "mem://bucket/prod"
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, []districts.Credential) (statestore.Store, error) {
+		return r.store, nil
+	}}
+	o.StateKey = r.key
+	return o
+}
+
+func (r *runner) open(t *testing.T, a transit.Access, command string) *transit.Session {
+	t.Helper()
+	s, err := transit.Open(t.Context(), r.options(a, command))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func (r *runner) apply(t *testing.T) transit.Result {
+	t.Helper()
+	s := r.open(t, transit.Change, "transit apply")
+	res, err := s.Apply(t.Context(), transit.ApplyOptions{})
+	if err != nil || !res.Converged {
+		t.Fatalf("apply: %+v, %v", res, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func storedState(t *testing.T, s *memstore.Store) districts.Resources {
+	t.Helper()
+	obj, err := s.Get(t.Context(), "resources.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "resources.json")
+	if err := os.WriteFile(path, obj.Data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := districts.LoadResources(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// Runner A creates the cluster; runner B, with nothing local, changes it
+// with the state, key and pins A left in the store, and nothing secret is
+// stored or left behind in the clear.
+func TestRemoteStateTwoRunners(t *testing.T) {
+	rs := newRunners(t, 2)
+	a, b := rs[0], rs[1]
+	a.apply(t)
+	ctx := t.Context()
+
+	st := storedState(t, a.store)
+	if len(st.Nodes) != 16 || st.Cluster == "" {
+		t.Fatalf("stored state: %d nodes of %q, want 16", len(st.Nodes), st.Cluster)
+	}
+	entries, err := a.store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+		obj, _ := a.store.Get(ctx, e.Name)
+		if bytes.Contains(obj.Data, []byte("PRIVATE KEY")) {
+			t.Errorf("%s holds a private key in the clear", e.Name)
+		}
+	}
+	key := "transit-" + st.Cluster + ".key"
+	for _, want := range []string{"resources.json", key + ".age", key + ".pub", "resources.json.history/" + strconv.FormatInt(st.Serial, 10)} {
+		found := false
+		for _, n := range names {
+			found = found || n == want || strings.HasPrefix(want, "resources.json.history/") && strings.HasPrefix(n, "resources.json.history/") && strings.HasSuffix(n, strconv.FormatInt(st.Serial, 10))
+		}
+		if !found {
+			t.Errorf("the store lacks %s; it holds %v", want, names)
+		}
+	}
+	if _, err := a.store.Get(ctx, "lock"); !errors.Is(err, statestore.ErrNotFound) {
+		t.Errorf("the lock outlived the run: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "transit-state-*")); len(left) > 0 {
+		t.Errorf("local copies left behind: %v", left)
+	}
+	for _, f := range []string{"resources.json", key} {
+		if _, err := os.Stat(a.path(f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s written beside cluster.json: %v", f, err)
+		}
+	}
+
+	// B scales out: its machines get the cluster's key, A's, not one of
+	// its own.
+	b.setQuantity(t, "gce-europe", "worker", 5)
+	launchedWith := a.cloud.authorizedKeys()
+	res := b.apply(t)
+	if res.Rounds == 0 {
+		t.Fatal("B's apply did nothing")
+	}
+	if after := b.cloud.authorizedKeys(); len(after) != 1 || len(launchedWith) != 1 || after[0] != launchedWith[0] {
+		t.Fatalf("machines were launched with keys %v, then %v: B made a key of its own", launchedWith, after)
+	}
+	if got := storedState(t, b.store); got.Serial <= st.Serial {
+		t.Fatalf("B's state serial %d, A's %d", got.Serial, st.Serial)
+	}
+}
+
+// A remote state without its key, or with another, is refused before
+// anything is made: no new key pair ever replaces the cluster's.
+func TestRemoteStateKeyRefused(t *testing.T) {
+	rs := newRunners(t, 1)
+	a := rs[0]
+	a.apply(t)
+	st := storedState(t, a.store)
+	sealedKey := "transit-" + st.Cluster + ".key.age"
+	before, err := a.store.Get(t.Context(), sealedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other, _ := seal.Generate()
+	for _, c := range []struct{ key, want string }{
+		{"", "set TRANSIT_STATE_KEY"},
+		{other, "sealed with another key"},
+		{"not-a-key", "age identity"},
+	} {
+		o := a.options(transit.Change, "transit apply")
+		o.StateKey = c.key
+		s, err := transit.Open(t.Context(), o)
+		if err == nil {
+			_ = s.Close()
+			t.Fatalf("key %q: opened", c.key)
+		}
+		if !strings.Contains(err.Error(), c.want) || (c.key != "" && strings.Contains(err.Error(), c.key)) {
+			t.Errorf("key %q: %v, want an error saying %q and not repeating the key", c.key, err, c.want)
+		}
+	}
+	after, _ := a.store.Get(t.Context(), sealedKey)
+	if after.Version != before.Version {
+		t.Fatal("the cluster's key was replaced")
+	}
+	if _, err := a.store.Get(t.Context(), "lock"); !errors.Is(err, statestore.ErrNotFound) {
+		t.Errorf("a refused run left its lock: %v", err)
+	}
+	// Reading the state needs no key.
+	o := a.options(transit.ReadState, "transit status")
+	o.StateKey = ""
+	s, err := transit.Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("read without a key: %v", err)
+	}
+	if len(s.State().Nodes) != 16 {
+		t.Errorf("read %d nodes", len(s.State().Nodes))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two runners at once: the second is refused, naming the first.
+func TestRemoteStateLocked(t *testing.T) {
+	rs := newRunners(t, 2)
+	a, b := rs[0], rs[1]
+	a.open(t, transit.Change, "transit apply")
+	_, err := transit.Open(t.Context(), b.options(transit.Change, "transit apply"))
+	if !errors.Is(err, transit.ErrLocked) {
+		t.Fatalf("second runner: %v, want ErrLocked", err)
+	}
+	host, _ := os.Hostname()
+	for _, want := range []string{"mem://test", host, `"transit apply"`, "transit force-unlock "} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+}
+
+// A write another run made while this one applied (a broken lock) is never
+// overwritten: the run stops at its next save, naming the conflict.
+func TestRemoteStateConflictStops(t *testing.T) {
+	rs := newRunners(t, 1)
+	a := rs[0]
+	ctx := t.Context()
+	s := a.open(t, transit.Change, "transit apply")
+	var once sync.Once
+	var intruder []byte
+	_, err := s.Apply(ctx, transit.ApplyOptions{OnEvent: func(e transit.Event) {
+		if e.Type != control.EventAction || e.Phase != control.PhaseFinish {
+			return
+		}
+		once.Do(func() {
+			obj, err := a.store.Get(ctx, "resources.json")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			intruder = append(bytes.TrimSpace(obj.Data), '\n', '\n')
+			if _, err := a.store.Put(ctx, "resources.json", intruder, obj.Version); err != nil {
+				t.Error(err)
+			}
+		})
+	}})
+	if !errors.Is(err, statestore.ErrConflict) || !strings.Contains(err.Error(), "resources.json") {
+		t.Fatalf("apply: %v, want a conflict on resources.json", err)
+	}
+	if obj, _ := a.store.Get(ctx, "resources.json"); !bytes.Equal(obj.Data, intruder) {
+		t.Fatal("the other run's write was overwritten")
+	}
+}
+
+// deadPID is the pid of a process that ended.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// A run killed with its local copy open leaves it behind; the next run
+// removes it (it holds an opened key), and leaves a live run's alone.
+func TestRemoteStateLeftoverCopies(t *testing.T) {
+	rs := newRunners(t, 1)
+	a := rs[0]
+	tmp := os.TempDir()
+	dead := filepath.Join(tmp, "transit-state-c1-dead")
+	live := filepath.Join(tmp, "transit-state-c1-live")
+	for dir, pid := range map[string]int{dead: deadPID(t), live: os.Getpid()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.open(t, transit.ReadState, "transit status")
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a dead run's copy stayed: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live run's copy went: %v", err)
+	}
+}
