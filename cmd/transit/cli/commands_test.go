@@ -18,6 +18,7 @@ import (
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/filelock"
 	"github.com/cloudtransit/transit/provider"
+	"github.com/cloudtransit/transit/statestore/seal"
 )
 
 func TestValidate(t *testing.T) {
@@ -964,5 +965,24 @@ func TestCloudErrorKinds(t *testing.T) {
 		if got := errorKind(tc.err); got != tc.kind {
 			t.Errorf("errorKind(%v) = %q, want %q", tc.err, got, tc.kind)
 		}
+	}
+}
+
+// A state key made by keygen opens what it sealed; two are never alike.
+func TestStateKeygen(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.run(t, runOpts{}, "state", "keygen")
+	wantCode(t, r, 0)
+	k, err := seal.Parse(r.out)
+	if err != nil {
+		t.Fatalf("keygen printed %q: %v", r.out, err)
+	}
+	if r.err != "public key: "+k.Recipient()+"\n" {
+		t.Errorf("stderr %q, want the public key", r.err)
+	}
+	again := h.run(t, runOpts{}, "state", "keygen")
+	if again.out == r.out {
+		t.Error("two keygens printed the same key")
 	}
 }

@@ -17,6 +17,9 @@ const (
 	envSSHTimeout   = "TRANSIT_SSH_TIMEOUT"   // how long to wait for a node's sshd (default 2m)
 	envBundle       = "TRANSIT_BUNDLE"        // the Kubernetes bundle of the districts that name none
 	envMeshBinary   = "TRANSIT_MESH_BINARY"   // the transit-mesh a Swarm on the node mesh sends to its nodes
+	// envStateKey is the age identity sealing a remote state's secrets:
+	// never a flag, so it does not show in process listings.
+	envStateKey = "TRANSIT_STATE_KEY"
 )
 
 // environment is what the root command read from the environment before
@@ -34,7 +37,7 @@ func readEnvironment(lookup func(string) (string, bool), fs *pflag.FlagSet) envi
 	if lookup == nil {
 		return e
 	}
-	names := []string{envLocalRoot, envPollInterval, envSSHTimeout, envBundle, envMeshBinary, "KUBECONFIG", "HOME"}
+	names := []string{envLocalRoot, envPollInterval, envSSHTimeout, envBundle, envMeshBinary, envStateKey, "KUBECONFIG", "HOME"}
 	fs.VisitAll(func(f *pflag.Flag) { names = append(names, envName(f.Name)) })
 	for _, name := range names {
 		if v, ok := lookup(name); ok {
@@ -86,6 +89,8 @@ func (g *GlobalFlags) sessionOptions(deps Deps, a transit.Access, command string
 		Access:      a,
 		Command:     command,
 		LockTimeout: g.LockTimeout,
+		Stores:      deps.Stores,
+		StateKey:    g.env.getenv(envStateKey),
 		Clock:       deps.clock(),
 		Logger:      logger,
 	}

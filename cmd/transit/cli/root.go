@@ -41,6 +41,9 @@ type Deps struct {
 	// TRANSIT_SSH_TIMEOUT, TRANSIT_BUNDLE, TRANSIT_MESH_BINARY): main passes
 	// transit.BuiltinDrivers. Nil means no driver.
 	Drivers func(transit.BuiltinOptions) transit.Drivers
+	// Stores opens remote state stores (--state s3://…) by URL scheme:
+	// main passes transit.BuiltinStores(). Nil means paths only.
+	Stores map[string]transit.StoreFunc
 }
 
 func (d Deps) isTerminal(stream any) bool {
@@ -140,6 +143,7 @@ the command line wins.`,
 		NewStatusCommand(deps, g),
 		NewDestroyCommand(deps, g),
 		NewKubeconfigCommand(deps, g),
+		NewStateCommand(deps, g),
 		NewVersionCommand(deps),
 	)
 	return cmd
