@@ -58,6 +58,9 @@ type runner struct {
 	launched map[string]string
 	launches int
 	budget   int
+	// allowedSets holds each group's sources as a set, for the check
+	// every join makes, rebuilt when the group changes.
+	allowedSets map[string]sourceSet
 	// gate admits the round's drains of ready members. judging is held
 	// while the platform is asked and acted on by decisions that must not
 	// interleave: the gate's looks and a forget's quorum check and
@@ -73,7 +76,7 @@ func newRunner(opts Options) *runner {
 		opts:      opts,
 		districts: map[string]districts.District{},
 		desired:   map[districts.DeploymentKey]districts.Deployment{},
-		st:        &guarded{state: opts.State, save: opts.Save},
+		st:        newGuarded(opts.State, opts.Save),
 		avoid:     map[string]bool{},
 		fresh:     map[string]bool{},
 		launched:  map[string]string{},
@@ -439,19 +442,101 @@ func findGroup(s districts.Resources, district string) (districts.SecurityGroup,
 }
 
 // guarded serializes access to the state while actions run in parallel, and
-// saves after every change.
+// saves after every change. Its nodes stay sorted by id (sortState), so
+// that one node is found by a binary search: an action costs the loop
+// what it touches, not a copy of every node, and a 10,000-node apply stays
+// linear.
 type guarded struct {
 	mu    sync.Mutex
 	state districts.Resources
 	save  func(districts.Resources) error
+	// live counts each district's nodes not terminating.
+	live map[string]int
 }
 
-// update applies f to the state and saves it.
+func newGuarded(state districts.Resources, save func(districts.Resources) error) *guarded {
+	g := &guarded{state: state, save: save}
+	g.state.Nodes = slices.Clone(state.Nodes)
+	sortState(&g.state)
+	g.recount()
+	return g
+}
+
+func (g *guarded) recount() {
+	g.live = map[string]int{}
+	for _, n := range g.state.Nodes {
+		g.count(n, 1)
+	}
+}
+
+// count adds d to the live count of n's district if n is live.
+func (g *guarded) count(n districts.Node, d int) {
+	if n.Phase != districts.PhaseTerminating {
+		g.live[n.District] += d
+	}
+}
+
+// inUse returns the districts that have live nodes.
+func (g *guarded) inUse() map[string]bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	in := map[string]bool{}
+	for d, n := range g.live {
+		if n > 0 {
+			in[d] = true
+		}
+	}
+	return in
+}
+
+// updateNode changes node id in place (f gets the state too) and saves;
+// the one way a node's phase changes between observations.
+func (g *guarded) updateNode(id string, now time.Time, f func(n *districts.Node, s *districts.Resources)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := index(g.state.Nodes, id); i >= 0 {
+		g.count(g.state.Nodes[i], -1)
+		f(&g.state.Nodes[i], &g.state)
+		g.state.Nodes[i].UpdatedAt = now
+		g.count(g.state.Nodes[i], 1)
+	}
+	return g.saveLocked()
+}
+
+// update applies f to the state and saves it. f may change the state's
+// fields and nodes' fields but their phases (updateNode does that), and
+// append nodes (put in order here, at the cost of a search each); reset
+// replaces the state whole.
 func (g *guarded) update(f func(r *districts.Resources)) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	before := len(g.state.Nodes)
 	f(&g.state)
+	if len(g.state.Nodes) >= before {
+		for _, n := range g.state.Nodes[before:] {
+			g.count(n, 1)
+		}
+		g.state.Nodes = placeAppended(g.state.Nodes, before)
+		slices.SortFunc(g.state.SecurityGroups, func(a, b districts.SecurityGroup) int { return strings.Compare(a.District, b.District) })
+	} else { // not what update is for, but kept right
+		sortState(&g.state)
+		g.recount()
+	}
+	return g.saveLocked()
+}
+
+// reset replaces the state with s, sorted, and saves it.
+func (g *guarded) reset(s districts.Resources) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state = s
+	g.state.Nodes = slices.Clone(s.Nodes)
 	sortState(&g.state)
+	g.recount()
+	return g.saveLocked()
+}
+
+func (g *guarded) saveLocked() error {
 	if g.save == nil {
 		return nil
 	}
@@ -461,7 +546,38 @@ func (g *guarded) update(f func(r *districts.Resources)) error {
 	return nil
 }
 
-// read returns a copy of the state.
+// placeAppended moves the nodes appended after the first n of sorted nodes
+// to their places: the tail is sorted and each inserted where a binary
+// search puts it (new nodes mostly sort last: the cost is the search).
+func placeAppended(nodes []districts.Node, n int) []districts.Node {
+	if len(nodes) == n {
+		return nodes
+	}
+	tail := slices.Clone(nodes[n:])
+	nodes = nodes[:n]
+	slices.SortFunc(tail, compareNodes)
+	for _, x := range tail {
+		i, _ := slices.BinarySearchFunc(nodes, x.ID, compareNodeID)
+		nodes = slices.Insert(nodes, i, x)
+	}
+	return nodes
+}
+
+func compareNodes(a, b districts.Node) int          { return districts.CompareNodeIDs(a.ID, b.ID) }
+func compareNodeID(n districts.Node, id string) int { return districts.CompareNodeIDs(n.ID, id) }
+
+// index is where node id is in the sorted nodes, -1 if it is not.
+func index(nodes []districts.Node, id string) int {
+	i, ok := slices.BinarySearchFunc(nodes, id, compareNodeID)
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// read returns a copy of the state, every node: for what needs them all
+// (once a round, or once per group action). An action on one node uses
+// node, header or view.
 func (g *guarded) read() districts.Resources {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -474,24 +590,80 @@ func (g *guarded) read() districts.Resources {
 	return r
 }
 
+// header returns a copy of the state without its nodes and groups.
+func (g *guarded) header() districts.Resources {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.state
+	r.Nodes, r.SecurityGroups = nil, nil
+	r.NodeNumbers = maps.Clone(r.NodeNumbers)
+	r.Failures = maps.Clone(r.Failures)
+	r.Launching = slices.Clone(r.Launching)
+	return r
+}
+
+// node returns a copy of one node.
+func (g *guarded) node(id string) (districts.Node, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := index(g.state.Nodes, id)
+	if i < 0 {
+		return districts.Node{}, false
+	}
+	return g.state.Nodes[i], true
+}
+
+// view runs f on the state itself, under the lock, to read what it needs
+// without a copy of every node: f must not change the state or keep any
+// part of it.
+func (g *guarded) view(f func(s *districts.Resources)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f(&g.state)
+}
+
 // updateNode changes one node in place under the lock and saves, so two
 // actions on one node (a label and an uncordon) never overwrite each
 // other's changes.
 func (r *runner) updateNode(id string, f func(n *districts.Node, s *districts.Resources)) error {
-	now := r.opts.Clock.Now()
-	err := r.st.update(func(s *districts.Resources) {
-		for i := range s.Nodes {
-			if s.Nodes[i].ID == id {
-				f(&s.Nodes[i], s)
-				s.Nodes[i].UpdatedAt = now
-				return
-			}
-		}
-	})
-	if err != nil {
+	if err := r.st.updateNode(id, r.opts.Clock.Now(), f); err != nil {
 		return errFatal{err}
 	}
 	return nil
+}
+
+// sourceSet is a group's sources as a set, for one version of them: a
+// group's change gives it a new Sources slice (ensureGroup builds one, no
+// one changes one in place), so its first element's address and its
+// length name the version.
+type sourceSet struct {
+	first *string
+	n     int
+	set   map[string]bool
+}
+
+// allows says g lets addr in: a lookup in a set built once per version of
+// the group, since every join asks (a scan of a 10,000-address group per
+// join would make an apply quadratic).
+func (r *runner) allows(g districts.SecurityGroup, addr string) bool {
+	if len(g.Sources) == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := g.District + "/" + g.ProviderID
+	cached, ok := r.allowedSets[key]
+	if !ok || cached.first != &g.Sources[0] || cached.n != len(g.Sources) {
+		cached = sourceSet{first: &g.Sources[0], n: len(g.Sources), set: make(map[string]bool, len(g.Sources))}
+		for _, src := range g.Sources {
+			cached.set[src] = true
+		}
+		if r.allowedSets == nil {
+			r.allowedSets = map[string]sourceSet{}
+		}
+		r.allowedSets[key] = cached
+	}
+	return cached.set[addr]
 }
 
 // ensureGroup makes the district's group allow exactly the addresses of
@@ -571,8 +743,10 @@ func (r *runner) deleteGroup(ctx context.Context, a Action) error {
 // launch starts a machine in the district's group, spread over its zones.
 func (r *runner) launch(ctx context.Context, a Action) error {
 	d := r.districts[a.District]
-	s := r.st.read()
-	g, ok := findGroup(s, a.District)
+	var g districts.SecurityGroup
+	var ok bool
+	r.st.view(func(s *districts.Resources) { g, ok = findGroup(*s, a.District) })
+	s := r.st.header()
 	if !ok {
 		return errSkip{"district " + a.District + " has no security group (its creation failed)"}
 	}
@@ -701,8 +875,7 @@ func (r *runner) assignZones(batch []Action) {
 // decides. A failed label leaves a joined node joined; the next round
 // labels it again.
 func (r *runner) joinNode(ctx context.Context, a Action) error {
-	s := r.st.read()
-	n, ok := findNode(s, a.Node)
+	n, ok := r.st.node(a.Node)
 	if !ok || n.Phase == districts.PhaseTerminating {
 		return errSkip{"the node was not launched"}
 	}
@@ -715,12 +888,11 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 		}
 	}
 	addrs := n.Addresses()
-	inUse := map[string]bool{}
-	for _, m := range liveNodes(s) {
-		inUse[m.District] = true
-	}
+	inUse := r.st.inUse()
+	var groups []districts.SecurityGroup
+	r.st.view(func(s *districts.Resources) { groups = slices.Clone(s.SecurityGroups) })
 	meshPort := r.meshPort()
-	for _, g := range s.SecurityGroups {
+	for _, g := range groups {
 		if !inUse[g.District] {
 			continue // an emptied district whose group waits for deletion
 		}
@@ -731,7 +903,7 @@ func (r *runner) joinNode(ctx context.Context, a Action) error {
 			continue
 		}
 		for _, addr := range addrs {
-			if !slices.Contains(g.Sources, addr) {
+			if !r.allows(g, addr) {
 				return errSkip{fmt.Sprintf("address %s is not yet allowed into group %s", addr, g.ID)}
 			}
 		}
@@ -810,7 +982,7 @@ func (r *runner) awaitInstall(ctx context.Context, a Action) error {
 // round. A failure marks the node like a failed join: the next round
 // replaces it once the platform confirms it is no member.
 func (r *runner) install(ctx context.Context, a Action) error {
-	n, ok := findNode(r.st.read(), a.Node)
+	n, ok := r.st.node(a.Node)
 	if !ok || n.Phase == districts.PhaseTerminating {
 		r.mu.Lock()
 		r.installed[a.Node] = false
@@ -857,7 +1029,7 @@ func (r *runner) joinFailed(n districts.Node, cause error) error {
 }
 
 func (r *runner) label(ctx context.Context, a Action) error {
-	n, ok := findNode(r.st.read(), a.Node)
+	n, ok := r.st.node(a.Node)
 	if !ok {
 		return errSkip{"the node is gone"}
 	}
@@ -869,7 +1041,7 @@ func (r *runner) label(ctx context.Context, a Action) error {
 }
 
 func (r *runner) uncordon(ctx context.Context, a Action) error {
-	n, ok := findNode(r.st.read(), a.Node)
+	n, ok := r.st.node(a.Node)
 	if !ok {
 		return errSkip{"the node is gone"}
 	}
@@ -909,7 +1081,7 @@ func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 	if err := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = districts.PhaseTerminating }); err != nil {
 		return err
 	}
-	tags := provider.IdentityTags(n, r.st.read().Lineage)
+	tags := provider.IdentityTags(n, r.st.header().Lineage)
 	if err := infra.Terminate(ctx, provider.Instance{ProviderID: n.ProviderID, Tags: tags, Zone: n.Zone}); err != nil {
 		if ctx.Err() == nil {
 			if serr := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = n.Phase }); serr != nil {
@@ -1079,15 +1251,14 @@ func (r *runner) removeChain(ctx context.Context, chain []Action) error {
 }
 
 func (r *runner) removeStep(ctx context.Context, a Action) error {
-	s := r.st.read()
-	n, ok := findNode(s, a.Node)
+	n, ok := r.st.node(a.Node)
 	if !ok || n.Phase == districts.PhaseTerminating {
 		return errNoChange // already gone
 	}
 	switch a.Kind {
 	case KindDrain:
 		if n.Role == districts.RoleMaster {
-			if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(s)); err != nil {
+			if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(r.st.read())); err != nil {
 				return errSkip{err.Error()}
 			}
 		}
@@ -1095,7 +1266,7 @@ func (r *runner) removeStep(ctx context.Context, a Action) error {
 	case KindRemove:
 		// Every master removal asks, whatever phase the node is in.
 		if n.Role == districts.RoleMaster {
-			if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(s)); err != nil {
+			if err := r.opts.Platform.MayRemoveMaster(ctx, n, liveValues(r.st.read())); err != nil {
 				return errSkip{err.Error()}
 			}
 		}

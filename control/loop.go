@@ -209,7 +209,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		if w.state.Lineage == "" && len(w.state.Nodes) == 0 && len(w.state.SecurityGroups) == 0 && len(o.State.Nodes) == 0 {
 			w.state.Lineage = opts.NewLineage()
 		}
-		if err := r.st.update(func(s *districts.Resources) { *s = w.state }); err != nil {
+		if err := r.st.reset(w.state); err != nil {
 			return r.finish(res, err)
 		}
 		if r.ids == nil {

@@ -127,7 +127,7 @@ func planMesh(in planInput, net districts.Network, removals []Action) []Action {
 // mesher is the platform's mesh, and the resolved settings; ok is false
 // when the cluster has no mesh.
 func (r *runner) mesher() (provider.Mesher, districts.Network, bool, error) {
-	net, err := meshSettings(r.opts.Cluster, r.opts.Districts, r.st.read())
+	net, err := meshSettings(r.opts.Cluster, r.opts.Districts, r.st.header())
 	if err != nil || net.Mesh != districts.MeshWireGuard {
 		return nil, net, false, err
 	}
@@ -140,7 +140,7 @@ func (r *runner) mesher() (provider.Mesher, districts.Network, bool, error) {
 
 // meshPort is the mesh's UDP port that groups let in, 0 off the mesh.
 func (r *runner) meshPort() int {
-	net, err := meshSettings(r.opts.Cluster, r.opts.Districts, r.st.read())
+	net, err := meshSettings(r.opts.Cluster, r.opts.Districts, r.st.header())
 	if err != nil || net.Mesh != districts.MeshWireGuard {
 		return 0
 	}
@@ -159,7 +159,7 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 		if err := r.learnMesh(ctx, m, net); err != nil {
 			return n, err
 		}
-		n, _ = findNode(r.st.read(), n.ID)
+		n, _ = r.st.node(n.ID)
 	}
 	if n.MeshIP == "" {
 		var addrErr error
@@ -179,7 +179,7 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 		if addrErr != nil {
 			return n, addrErr
 		}
-		n, _ = findNode(r.st.read(), n.ID)
+		n, _ = r.st.node(n.ID)
 	}
 	bits := netip.MustParsePrefix(net.MeshCIDR).Bits()
 	end, err := m.MeshUp(ctx, n, provider.MeshSpec{Address: n.MeshIP + "/" + strconv.Itoa(bits), Port: net.MeshPort})
@@ -287,12 +287,12 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 	}
 	r.meshSync.mu.Lock()
 	defer r.meshSync.mu.Unlock()
-	s := r.st.read()
 	if need != "" {
-		if n, ok := findNode(s, need); ok && n.MeshKey != "" && r.meshSync.given[need] == n.MeshKey {
+		if n, ok := r.st.node(need); ok && n.MeshKey != "" && r.meshSync.given[need] == n.MeshKey {
 			return nil
 		}
 	}
+	s := r.st.read()
 	var starts []districts.Node
 	for _, n := range liveNodes(s) {
 		if n.Phase.Member() && n.CopyOf == "" && n.MeshKey == "" {

@@ -2,6 +2,7 @@ package districts
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,11 +134,25 @@ func TestValidate(t *testing.T) {
 		{"deployment quantity a typo", func(c *Config) { c.Cluster.Deployments[1].Quantity = 1000000000 },
 			Problems{withHint(cl("deployments[1].quantity", "1000000000 is more than 1000, the most one deployment line may hold"), quantityHint)}},
 		{"cluster too large", func(c *Config) {
-			for _, d := range []string{"gce-europe", "os-lab", "local-a", "aws-europe"} {
-				c.Cluster.Deployments = append(c.Cluster.Deployments, Deployment{District: d, Flavor: "small", Role: "worker", Quantity: 1000})
+			// Lines of every mapped district, flavor and role, up to
+			// one node over the limit.
+			total := 0
+			for _, d := range c.Cluster.Deployments {
+				total += d.Quantity
 			}
-			c.Cluster.Deployments = append(c.Cluster.Deployments, Deployment{District: "gce-europe", Flavor: "large", Role: "worker", Quantity: 1000})
-		}, Problems{withHint(cl("deployments", "the quantities add up to 5005 nodes, more than 5000, the most one cluster may hold"), quantityHint)}},
+			for _, line := range []struct{ d, f, r string }{
+				{"os-lab", "small", "worker"}, {"local-a", "small", "worker"}, {"os-lab", "small", "master"}, {"local-a", "small", "master"},
+				{"gce-europe", "large", "worker"}, {"gce-europe", "large", "master"}, {"aws-europe", "large", "worker"}, {"aws-europe", "large", "master"},
+				{"aws-europe", "small", "master"}, {"gce-europe", "small", "master"}, {"gce-europe", "small", "worker"}, {"aws-europe", "small", "worker"},
+			} {
+				if total > MaxClusterNodes || slices.ContainsFunc(c.Cluster.Deployments, func(x Deployment) bool { return x.Key() == DeploymentKey{District: line.d, Flavor: line.f, Role: line.r} }) {
+					continue
+				}
+				q := min(MaxDeploymentQuantity, MaxClusterNodes+1-total)
+				c.Cluster.Deployments = append(c.Cluster.Deployments, Deployment{District: line.d, Flavor: line.f, Role: line.r, Quantity: q})
+				total += q
+			}
+		}, Problems{withHint(cl("deployments", "the quantities add up to 10001 nodes, more than 10000, the most one cluster may hold"), quantityHint)}},
 		{"no master", func(c *Config) { c.Cluster.Deployments[0].Role = "worker" },
 			Problems{cl("deployments", `no master: a cluster with nodes needs at least one node with role "master"`)}},
 		{"no master but no nodes either", func(c *Config) {
