@@ -145,7 +145,9 @@ func TestValidate(t *testing.T) {
 				{"gce-europe", "large", "worker"}, {"gce-europe", "large", "master"}, {"aws-europe", "large", "worker"}, {"aws-europe", "large", "master"},
 				{"aws-europe", "small", "master"}, {"gce-europe", "small", "master"}, {"gce-europe", "small", "worker"}, {"aws-europe", "small", "worker"},
 			} {
-				if total > MaxClusterNodes || slices.ContainsFunc(c.Cluster.Deployments, func(x Deployment) bool { return x.Key() == DeploymentKey{District: line.d, Flavor: line.f, Role: line.r} }) {
+				if total > MaxClusterNodes || slices.ContainsFunc(c.Cluster.Deployments, func(x Deployment) bool {
+					return x.Key() == DeploymentKey{District: line.d, Flavor: line.f, Role: line.r}
+				}) {
 					continue
 				}
 				q := min(MaxDeploymentQuantity, MaxClusterNodes+1-total)
