@@ -42,7 +42,7 @@ func (s *Session) Plan(ctx context.Context, o PlanOptions) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	opts.Save = nil // a plan only looks
+	opts.SaveChanged = nil // a plan only looks
 	p, err := control.MakePlan(ctx, opts, o.Refresh)
 	if err != nil {
 		return Plan{}, atStage(ErrRefresh, err)
@@ -170,7 +170,7 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 		// The plan is made in memory; the loop's first round observes
 		// again, saves, and runs only if it would do the same.
 		preview := opts
-		preview.Save = nil
+		preview.SaveChanged = nil
 		if p, err = control.MakePlan(ctx, preview, true); err != nil {
 			return Result{}, atStage(ErrRefresh, err)
 		}
@@ -202,6 +202,10 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	before := s.saves.Load()
 	res, err := control.Apply(ctx, opts)
 	if s.saves.Load() != before {
+		// Readers of resources.json after the run see it whole.
+		if cerr := s.journal.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
 		if rerr := s.reload(); rerr != nil {
 			err = errors.Join(err, rerr)
 		}

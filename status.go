@@ -60,7 +60,7 @@ func (s *Session) Status(ctx context.Context, o StatusOptions) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	opts.Save = nil
+	opts.SaveChanged = nil
 	obs, err := control.Refresh(ctx, opts)
 	if err != nil {
 		return Status{}, atStage(ErrRefresh, err)

@@ -138,7 +138,8 @@ type Session struct {
 	infra    map[string]provider.Infrastructure
 	platform provider.Platform
 	remote   *remote // a remote state store, nil for a path
-	save     func(districts.Resources) error
+	journal  *state.Journal
+	save     func(districts.Resources, control.Changed) error
 	saves    atomic.Int64 // successful saves, to know when to re-read the state
 	closed   bool
 }
@@ -183,6 +184,12 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 		}
 	}
 	statePath := s.statePath()
+	if opts.Access == Change {
+		// A run killed before it wrote the state whole left a journal.
+		if err := state.Compact(statePath); err != nil {
+			return nil, configError(err)
+		}
+	}
 	if s.state, err = s.loadState(); err != nil {
 		return nil, configError(err)
 	}
@@ -202,9 +209,13 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 		return nil, configError(err)
 	}
 	if opts.Access == Change {
-		saver := state.Saver(statePath, s.state.Serial, opts.Clock.Now)
-		s.save = func(r districts.Resources) error {
-			if err := saver(r); err != nil {
+		s.journal = state.NewJournal(statePath, s.state.Serial, opts.Clock.Now)
+		s.save = func(r districts.Resources, ch control.Changed) error {
+			// A remote store gets the state whole on every save, each
+			// write conditional on the last: a journal object would not
+			// see another writer's state.
+			all := ch.All || s.remote != nil
+			if err := s.journal.Save(r, ch.Nodes, ch.Groups, all); err != nil {
 				return err
 			}
 			s.saves.Add(1)
@@ -267,6 +278,12 @@ func (s *Session) Close() error {
 			errs = append(errs, fmt.Errorf("close the platform driver: %w", err))
 		}
 	}
+	if s.journal != nil {
+		if err := s.journal.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("write the state whole: %w", err))
+		}
+		s.journal = nil // the remote state's close pushes what it wrote
+	}
 	if s.lock != nil {
 		l := s.lock
 		s.lock = nil
@@ -327,13 +344,13 @@ func (s *Session) platformDriver(ctx context.Context) (provider.Platform, error)
 // cluster saves.
 func (s *Session) loopOptions() control.Options {
 	o := control.Options{
-		Cluster:   s.cfg.Cluster,
-		Districts: s.cfg.Districts,
-		Infra:     s.infra,
-		State:     s.state,
-		Save:      s.save,
-		Clock:     s.opts.Clock,
-		Logger:    s.opts.Logger,
+		Cluster:     s.cfg.Cluster,
+		Districts:   s.cfg.Districts,
+		Infra:       s.infra,
+		State:       s.state,
+		SaveChanged: s.save,
+		Clock:       s.opts.Clock,
+		Logger:      s.opts.Logger,
 	}
 	if s.opts.Access != ReadState {
 		o.PollInterval = s.opts.PollInterval

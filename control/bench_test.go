@@ -2,11 +2,13 @@ package control
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
+	"github.com/cloudtransit/transit/state"
 )
 
 // bigWorld is a 10,000-node cluster in three districts, as resources.json
@@ -83,23 +85,72 @@ func BenchmarkMakePlanWithoutRefresh10000Nodes(b *testing.B) {
 }
 
 // BenchmarkApply measures the loop itself bringing a cluster from nothing
-// to converged against the in-memory sim, saving the state as JSON after
-// every action as transit does (without the disk's fsync).
+// to converged against the in-memory sim (its invariant checks that scan
+// every machine per call off: the property tests run them), saving the
+// state after every action as transit does: through state.Journal into a
+// file (the file store), each save fsynced.
 func BenchmarkApply(b *testing.B) {
-	for _, workers := range []int{100, 1000} {
+	for _, workers := range []int{1000, 9997} {
+		c, ds := bigSetup(workers)
 		b.Run(fmt.Sprintf("%d-nodes", workers+3), func(b *testing.B) {
-			c := paperCluster(3, workers/2, workers/2)
 			for b.Loop() {
-				h := newHarness(b, 1, simDistricts[:2])
+				h := newHarness(b, 1, ds)
 				h.sim.parallel = DefaultParallel
+				h.sim.unchecked = true
 				opts := h.options(c)
 				opts.MaxRounds = 5
+				j := state.NewJournal(filepath.Join(b.TempDir(), "resources.json"), 0, nil)
+				saves := 0
+				opts.SaveChanged = func(r districts.Resources, ch Changed) error {
+					saves++
+					return j.Save(r, ch.Nodes, ch.Groups, ch.All)
+				}
 				res, err := Apply(b.Context(), opts)
 				if err != nil || !res.Converged {
 					b.Fatalf("converged=%v err=%v", res.Converged, err)
 				}
-				b.ReportMetric(float64(h.saves), "saves")
+				if err := j.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(saves), "saves")
 			}
 		})
 	}
+}
+
+// bigSetup is n workers spread over lines of at most 1,000 (3 districts ×
+// 4 flavors) and 3 masters.
+func bigSetup(n int) (districts.Cluster, []districts.District) {
+	flavors := []string{"small", "large", "xl", "xxl"}
+	ds := make([]districts.District, len(simDistricts))
+	for i, d := range simDistricts {
+		d.Flavors = nil
+		for _, f := range flavors {
+			df := districts.DistrictFlavor{Flavor: f}
+			switch d.Provider {
+			case districts.ProviderAWS:
+				df.InstanceType = "m3.medium"
+			case districts.ProviderGCE:
+				df.MachineType = "n1-standard-1"
+			default:
+				df.OSFlavor = "m1.small"
+			}
+			d.Flavors = append(d.Flavors, df)
+		}
+		ds[i] = d
+	}
+	c := districts.Cluster{Type: "cluster", ID: "paper", Platform: "swarm"}
+	for _, f := range flavors {
+		c.Flavors = append(c.Flavors, districts.Flavor{Flavor: f, Cores: 1, MemoryGB: 2})
+	}
+	c.Deployments = append(c.Deployments, districts.Deployment{District: ds[0].ID, Flavor: "small", Role: districts.RoleMaster, Quantity: 3})
+	lines := len(ds) * len(flavors)
+	for i := range lines {
+		q := n / lines
+		if i < n%lines {
+			q++
+		}
+		c.Deployments = append(c.Deployments, districts.Deployment{District: ds[i%len(ds)].ID, Flavor: flavors[i/len(ds)], Role: districts.RoleWorker, Quantity: q})
+	}
+	return c, ds
 }

@@ -76,7 +76,7 @@ func newRunner(opts Options) *runner {
 		opts:      opts,
 		districts: map[string]districts.District{},
 		desired:   map[districts.DeploymentKey]districts.Deployment{},
-		st:        newGuarded(opts.State, opts.Save),
+		st:        newGuarded(opts.State, opts.Save, opts.SaveChanged),
 		avoid:     map[string]bool{},
 		fresh:     map[string]bool{},
 		launched:  map[string]string{},
@@ -447,15 +447,16 @@ func findGroup(s districts.Resources, district string) (districts.SecurityGroup,
 // what it touches, not a copy of every node, and a 10,000-node apply stays
 // linear.
 type guarded struct {
-	mu    sync.Mutex
-	state districts.Resources
-	save  func(districts.Resources) error
+	mu          sync.Mutex
+	state       districts.Resources
+	save        func(districts.Resources) error
+	saveChanged func(districts.Resources, Changed) error
 	// live counts each district's nodes not terminating.
 	live map[string]int
 }
 
-func newGuarded(state districts.Resources, save func(districts.Resources) error) *guarded {
-	g := &guarded{state: state, save: save}
+func newGuarded(state districts.Resources, save func(districts.Resources) error, saveChanged func(districts.Resources, Changed) error) *guarded {
+	g := &guarded{state: state, save: save, saveChanged: saveChanged}
 	g.state.Nodes = slices.Clone(state.Nodes)
 	sortState(&g.state)
 	g.recount()
@@ -500,7 +501,7 @@ func (g *guarded) updateNode(id string, now time.Time, f func(n *districts.Node,
 		g.state.Nodes[i].UpdatedAt = now
 		g.count(g.state.Nodes[i], 1)
 	}
-	return g.saveLocked()
+	return g.saveLocked(Changed{Nodes: []string{id}})
 }
 
 // update applies f to the state and saves it. f may change the state's
@@ -511,18 +512,22 @@ func (g *guarded) update(f func(r *districts.Resources)) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	before := len(g.state.Nodes)
+	groups := groupVersions(g.state.SecurityGroups)
 	f(&g.state)
-	if len(g.state.Nodes) >= before {
-		for _, n := range g.state.Nodes[before:] {
-			g.count(n, 1)
-		}
-		g.state.Nodes = placeAppended(g.state.Nodes, before)
-		slices.SortFunc(g.state.SecurityGroups, func(a, b districts.SecurityGroup) int { return strings.Compare(a.District, b.District) })
-	} else { // not what update is for, but kept right
+	if len(g.state.Nodes) < before { // not what update is for, but kept right
 		sortState(&g.state)
 		g.recount()
+		return g.saveLocked(Changed{All: true})
 	}
-	return g.saveLocked()
+	var ch Changed
+	for _, n := range g.state.Nodes[before:] {
+		g.count(n, 1)
+		ch.Nodes = append(ch.Nodes, n.ID)
+	}
+	g.state.Nodes = placeAppended(g.state.Nodes, before)
+	ch.Groups = !slices.Equal(groups, groupVersions(g.state.SecurityGroups))
+	slices.SortFunc(g.state.SecurityGroups, func(a, b districts.SecurityGroup) int { return strings.Compare(a.District, b.District) })
+	return g.saveLocked(ch)
 }
 
 // reset replaces the state with s, sorted, and saves it.
@@ -533,17 +538,41 @@ func (g *guarded) reset(s districts.Resources) error {
 	g.state.Nodes = slices.Clone(s.Nodes)
 	sortState(&g.state)
 	g.recount()
-	return g.saveLocked()
+	return g.saveLocked(Changed{All: true})
 }
 
-func (g *guarded) saveLocked() error {
-	if g.save == nil {
-		return nil
+func (g *guarded) saveLocked(ch Changed) error {
+	var err error
+	switch {
+	case g.saveChanged != nil:
+		err = g.saveChanged(g.state, ch)
+	case g.save != nil:
+		err = g.save(g.state)
 	}
-	if err := g.save(g.state); err != nil {
+	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
 	return nil
+}
+
+// groupVersion names one version of a group: a change gives a group new
+// Sources (see sourceSet), or a new port or time.
+type groupVersion struct {
+	id      string
+	first   *string
+	n, port int
+	updated time.Time
+}
+
+func groupVersions(gs []districts.SecurityGroup) []groupVersion {
+	out := make([]groupVersion, len(gs))
+	for i, g := range gs {
+		out[i] = groupVersion{id: g.ProviderID, n: len(g.Sources), port: g.MeshPort, updated: g.UpdatedAt}
+		if len(g.Sources) > 0 {
+			out[i].first = &g.Sources[0]
+		}
+	}
+	return out
 }
 
 // placeAppended moves the nodes appended after the first n of sorted nodes

@@ -163,18 +163,17 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 	}
 	if n.MeshIP == "" {
 		var addrErr error
-		if err := r.st.update(func(s *districts.Resources) {
+		if err := r.updateNode(n.ID, func(x *districts.Node, s *districts.Resources) {
+			if x.MeshIP != "" {
+				return
+			}
 			var used []string
-			for _, x := range s.Nodes {
-				used = append(used, x.MeshIP)
+			for _, o := range s.Nodes {
+				used = append(used, o.MeshIP)
 			}
-			for i := range s.Nodes {
-				if s.Nodes[i].ID == n.ID && s.Nodes[i].MeshIP == "" {
-					s.Nodes[i].MeshIP, addrErr = districts.MeshAddress(net.MeshCIDR, used)
-				}
-			}
+			x.MeshIP, addrErr = districts.MeshAddress(net.MeshCIDR, used)
 		}); err != nil {
-			return n, errFatal{err}
+			return n, err
 		}
 		if addrErr != nil {
 			return n, addrErr

@@ -44,6 +44,9 @@ type Options struct {
 	State districts.Resources
 	// Save persists state; the loop calls it after every action.
 	Save func(districts.Resources) error
+	// SaveChanged, when set, is called instead of Save with what changed
+	// since the save before (state.Journal writes only that).
+	SaveChanged func(districts.Resources, Changed) error
 	// AuthorizedKey is the cluster's SSH public key (authorized_keys
 	// format), given to every machine launched.
 	AuthorizedKey string
@@ -150,3 +153,13 @@ var ErrSpendGuard = errors.New("spend guard")
 // ErrNotConverged is returned (wrapped, with the reasons) when a round made
 // no progress or the rounds ran out. The next run retries.
 var ErrNotConverged = errors.New("not converged")
+
+// Changed says what a save changed since the save before it: the state's
+// own fields always may have; the nodes with the ids in Nodes were added or
+// changed; Groups says the security groups changed; All that anything may
+// have (a new observation replaced the state).
+type Changed struct {
+	Nodes  []string
+	Groups bool
+	All    bool
+}

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
@@ -62,6 +65,56 @@ func (h *harness) save(r districts.Resources) error {
 	return nil
 }
 
+// saveChanged keeps on "disk" only what each save says changed, as the
+// state's journal does: the next run starts from it, and after every save
+// it must equal the loop's whole state, or a change the loop did not
+// report would be lost by a crash.
+func (h *harness) saveChanged(r districts.Resources, ch Changed) error {
+	h.sim.mu.Lock()
+	crashed := h.sim.crashed
+	h.sim.mu.Unlock()
+	if crashed {
+		return nil
+	}
+	whole, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if ch.All || h.saved == nil {
+		h.saved, h.saves = whole, h.saves+1
+		return nil
+	}
+	disk := h.load()
+	nodes, groups := disk.Nodes, disk.SecurityGroups
+	disk = r
+	disk.Nodes, disk.SecurityGroups = nodes, groups
+	if ch.Groups {
+		disk.SecurityGroups = r.SecurityGroups
+	}
+	for _, id := range ch.Nodes {
+		n, ok := findNode(r, id)
+		if !ok {
+			h.t.Errorf("a save names node %s, which the state lacks", id)
+			continue
+		}
+		if i := slices.IndexFunc(disk.Nodes, func(x districts.Node) bool { return x.ID == id }); i >= 0 {
+			disk.Nodes[i] = n
+		} else {
+			disk.Nodes = append(disk.Nodes, n)
+		}
+	}
+	sortState(&disk)
+	b, err := json.Marshal(disk)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(b, whole) {
+		h.t.Errorf("a save's changes (%+v) leave the saved state unlike the loop's:\n%s", ch, cmp.Diff(string(whole), string(b)))
+	}
+	h.saved, h.saves = b, h.saves+1
+	return nil
+}
+
 // record keeps what the loop decided, for the trace of a failing seed:
 // every plan's notes and every action with its reason.
 func (h *harness) record(e Event) {
@@ -86,7 +139,7 @@ func (h *harness) options(c districts.Cluster) Options {
 	}
 	return Options{
 		Cluster: c, Districts: h.districts, Infra: infra, Platform: h.sim.platform(),
-		State: h.load(), Save: h.save, Parallel: h.sim.parallel, Clock: h.sim.clock,
+		State: h.load(), SaveChanged: h.saveChanged, Parallel: h.sim.parallel, Clock: h.sim.clock,
 		MaxRounds: 60, RebuildPlatform: h.sim.rebuild, ForgetMissing: h.sim.forget, Destroy: wantsNothing(c),
 		OnEvent: h.record,
 	}

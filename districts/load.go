@@ -183,20 +183,37 @@ func ioReason(err error) string {
 	return err.Error()
 }
 
-// LoadResources reads resources.json; a missing file is an empty state.
-// An empty or corrupt file is an error, never an empty state: transit
-// would otherwise forget what it created.
+// LoadResources reads resources.json, and the journal beside it a run
+// left (JournalPath); a missing file is an empty state. An empty or
+// corrupt file is an error, never an empty state: transit would otherwise
+// forget what it created.
 func LoadResources(path string) (Resources, error) {
+	r := Resources{Type: "resources", Version: ResourcesVersion}
 	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return Resources{}, fmt.Errorf("read state: %w", err)
+	default:
+		var ps Problems
+		if r, ps = decodeResources(filepath.Base(path), data); len(ps) > 0 {
+			return Resources{}, ps
+		}
+	}
+	journal, err := os.ReadFile(JournalPath(path))
 	if errors.Is(err, fs.ErrNotExist) {
-		return Resources{Type: "resources", Version: ResourcesVersion}, nil
+		return r, nil
 	}
 	if err != nil {
-		return Resources{}, fmt.Errorf("read state: %w", err)
+		return Resources{}, fmt.Errorf("read state journal: %w", err)
 	}
-	r, ps := decodeResources(filepath.Base(path), data)
-	if len(ps) > 0 {
-		return Resources{}, ps
+	file := filepath.Base(JournalPath(path))
+	if r, err = applyJournal(r, file, journal); err != nil {
+		return Resources{}, err
+	}
+	c := newProblems(file, reflect.TypeFor[Resources]())
+	if validateResources(c, r); len(c.list) > 0 {
+		return Resources{}, c.sorted()
 	}
 	return r, nil
 }

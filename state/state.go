@@ -1,5 +1,6 @@
-// Package state keeps resources.json safe: atomic writes, serials, and the
-// clean-up of what an interrupted write left.
+// Package state keeps resources.json safe: atomic writes, a journal that
+// makes a save cost what it changed (Journal), serials, and the clean-up of
+// what an interrupted write left.
 //
 // Write replaces the file atomically (temp file, fsync, rename, fsync of the
 // directory), so a crash at any moment leaves either the old or the new
@@ -16,8 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/cloudtransit/transit/atomicfile"
 	"github.com/cloudtransit/transit/districts"
@@ -27,7 +26,7 @@ import (
 // file in the same directory (mode 0600), fsyncs it, renames it over path
 // and fsyncs the directory. On any failure before the rename the previous
 // file is untouched and the temporary file is removed. Write does not change
-// r: the caller owns Serial and UpdatedAt (see Saver).
+// r: the caller owns Serial and UpdatedAt (see Journal).
 func Write(path string, r districts.Resources) error {
 	// Empty lists are written as [] rather than null, so readers of the
 	// report (jq, dashboards) always see the same shape.
@@ -47,39 +46,6 @@ func Write(path string, r districts.Resources) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
-}
-
-// Saver returns a function that persists state to path, for the control
-// loop's Save option. Each call sets Serial to one more than the last serial
-// saved (starting after serial, the loaded state's Serial; a larger Serial
-// in the argument wins), sets UpdatedAt to now() in UTC, fills in Type and
-// Version when empty, and calls Write. Calls are serialized, so concurrent
-// callers never race on the file or the serial. A failed call does not use
-// up a serial. now nil means time.Now.
-func Saver(path string, serial int64, now func() time.Time) func(districts.Resources) error {
-	if now == nil {
-		now = time.Now
-	}
-	var mu sync.Mutex
-	last := serial
-	return func(r districts.Resources) error {
-		mu.Lock()
-		defer mu.Unlock()
-		next := max(last, r.Serial) + 1
-		r.Serial = next
-		r.UpdatedAt = now().UTC()
-		if r.Type == "" {
-			r.Type = "resources"
-		}
-		if r.Version == 0 {
-			r.Version = districts.ResourcesVersion
-		}
-		if err := Write(path, r); err != nil {
-			return err
-		}
-		last = next
-		return nil
-	}
 }
 
 // RemoveLeftovers deletes temporary files that a crashed Write left beside

@@ -181,11 +181,12 @@ func TestWriteMissingDirectory(t *testing.T) {
 	}
 }
 
-func TestSaver(t *testing.T) {
+func TestJournalSerials(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resources.json")
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.FixedZone("CET", 3600))
-	save := Saver(path, 41, func() time.Time { return now })
+	j := NewJournal(path, 41, func() time.Time { return now })
+	save := func(r districts.Resources) error { return j.Save(r, nil, false, true) }
 
 	if err := save(districts.Resources{Cluster: "c1"}); err != nil {
 		t.Fatal(err)
@@ -303,7 +304,7 @@ func TestRemoveLeftovers(t *testing.T) {
 	}
 }
 
-func ExampleSaver() {
+func ExampleJournal() {
 	dir, err := os.MkdirTemp("", "transit")
 	if err != nil {
 		fmt.Println(err)
@@ -312,8 +313,8 @@ func ExampleSaver() {
 	defer func() { _ = os.RemoveAll(dir) }()
 	path := filepath.Join(dir, "resources.json")
 
-	save := Saver(path, 6, nil) // the loaded state had serial 6
-	if err := save(districts.Resources{Cluster: "demo"}); err != nil {
+	j := NewJournal(path, 6, nil) // the loaded state had serial 6
+	if err := j.Save(districts.Resources{Cluster: "demo"}, nil, false, true); err != nil {
 		fmt.Println(err)
 		return
 	}
