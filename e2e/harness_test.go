@@ -259,15 +259,10 @@ func (c *cluster) statusNow() districts.Resources {
 	return res
 }
 
-// saved reads resources.json as the last run left it.
+// saved reads resources.json as the last run left it: with the journal
+// of a run killed before it wrote the state whole.
 func (c *cluster) saved() (districts.Resources, error) {
-	var res districts.Resources
-	data, err := os.ReadFile(filepath.Join(c.dir, "resources.json"))
-	if err != nil {
-		return res, err
-	}
-	err = json.Unmarshal(data, &res)
-	return res, err
+	return districts.LoadResources(filepath.Join(c.dir, "resources.json"))
 }
 
 // sshConfig is how the test reaches nodes: with the cluster key and pins
