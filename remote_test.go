@@ -63,16 +63,7 @@ func (r *runner) options(a transit.Access, command string) transit.Options {
 
 func (r *runner) open(t *testing.T, a transit.Access, command string) *transit.Session {
 	t.Helper()
-	s, err := transit.Open(t.Context(), r.options(a, command))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return s
+	return openSession(t, r.options(a, command))
 }
 
 func (r *runner) apply(t *testing.T) transit.Result {

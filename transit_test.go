@@ -87,7 +87,13 @@ func (w *world) options(a transit.Access, command string) transit.Options {
 
 func (w *world) open(t *testing.T, a transit.Access, command string) *transit.Session {
 	t.Helper()
-	s, err := transit.Open(t.Context(), w.options(a, command))
+	return openSession(t, w.options(a, command))
+}
+
+// openSession opens a session the test's cleanup closes.
+func openSession(t *testing.T, o transit.Options) *transit.Session {
+	t.Helper()
+	s, err := transit.Open(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
