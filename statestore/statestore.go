@@ -60,7 +60,9 @@ type Store interface {
 const NoVersion = ""
 
 // Object is an object as read, with the version a later Put or Delete
-// names to replace it.
+// names to replace it. A version names content: two writes of the same
+// bytes may share one (S3's ETag, the file store's hash), which loses
+// nothing.
 type Object struct {
 	Data    []byte
 	Version string
