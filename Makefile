@@ -28,6 +28,11 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # controller-tools v0.17.3 is the one made for k8s.io v0.32 (the bundle's).
 CONTROLLER_GEN_VERSION ?= v0.17.3
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+# The S3-compatible server the state store's tests start on loopback
+# (versitygw: one Go binary from the module proxy, a posix backend,
+# conditional writes; README, "State stores").
+VERSITYGW_VERSION ?= v1.8.0
+S3_SERVER := $(BIN)/versitygw-$(VERSITYGW_VERSION)
 
 # What the local provider, the Swarm driver and the e2e tests need on the
 # host (Debian/Ubuntu package names).
@@ -45,7 +50,7 @@ DEMO_DIR := $(CURDIR)/demo
 # Where `make demo-kubernetes` keeps its working directory.
 DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: generate help build test test-unit test-race fuzz bench bench-paper bench-relations bench-streams lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
+.PHONY: generate help build test test-unit test-race s3-server fuzz bench bench-paper bench-relations bench-streams lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,11 +60,18 @@ build: ## Build bin/transit with version information, bin/transit-mesh (the node
 	GOOS=linux $(GO) build -o $(BIN)/transit-mesh ./cmd/transit-mesh
 	$(GO) build -o $(BIN)/cloudsim ./cmd/cloudsim
 
-test: ## Run all tests; e2e tests run only as root
-	$(GO) test -timeout 45m $(GOTESTFLAGS) $(PKGS)
+test: $(S3_SERVER) ## Run all tests; e2e tests run only as root
+	TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -timeout 45m $(GOTESTFLAGS) $(PKGS)
 
-test-unit: ## Run unit tests only (go test -short), no root needed
-	$(GO) test -short $(GOTESTFLAGS) $(PKGS)
+test-unit: $(S3_SERVER) ## Run unit tests only (go test -short), no root needed
+	TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -short $(GOTESTFLAGS) $(PKGS)
+
+s3-server: $(S3_SERVER) ## Install the S3-compatible server the state store's tests run (versitygw) into bin/
+
+$(S3_SERVER):
+	@echo "installing versitygw $(VERSITYGW_VERSION) into $(BIN)"
+	cd / && GOBIN=$(BIN)/.install $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	mv $(BIN)/.install/versitygw $@
 
 test-race: ## Run the control loop's tests (-short) under the race detector
 	$(GO) test -race -short ./control
