@@ -3,6 +3,7 @@ package transit
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/cloudtransit/transit/platforms/ssh"
 	"github.com/cloudtransit/transit/platforms/swarm"
 	"github.com/cloudtransit/transit/provider"
+	"github.com/cloudtransit/transit/statestore"
+	"github.com/cloudtransit/transit/statestore/s3store"
 )
 
 // BuiltinOptions tune transit's own drivers. The transit command takes them
@@ -157,4 +160,25 @@ func kubernetesInstall(env PlatformEnv, defaultBundle string) (install, bundles 
 		bundles[d.ID] = dir
 	}
 	return install, bundles, nil
+}
+
+// BuiltinStores are the remote state stores compiled into transit: s3://
+// for any S3-compatible service. The URL's credential_id names the entry
+// of credentials.json whose aws_access_key_id and aws_secret_access_key
+// (or aws_profile) reach the bucket; without one the SDK's default chain
+// (AWS_ACCESS_KEY_ID…, shared files, an instance role) does.
+func BuiltinStores() map[string]StoreFunc {
+	return map[string]StoreFunc{
+		"s3": func(ctx context.Context, u *url.URL, creds []districts.Credential) (statestore.Store, error) {
+			var o s3store.Options
+			if id := u.Query().Get("credential_id"); id != "" {
+				c := credential(creds, id)
+				if c == nil {
+					return nil, fmt.Errorf("credential_id %q: credentials.json has no credential with that id", id)
+				}
+				o.AccessKeyID, o.SecretAccessKey, o.SessionToken, o.Profile = c.AWSAccessKeyID, c.AWSSecretAccessKey.Reveal(), c.AWSSessionToken.Reveal(), c.AWSProfile
+			}
+			return s3store.FromURL(ctx, u, o)
+		},
+	}
 }

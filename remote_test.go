@@ -255,6 +255,9 @@ func TestRemoteStateConflictStops(t *testing.T) {
 	if !errors.Is(err, statestore.ErrConflict) || !strings.Contains(err.Error(), "resources.json") {
 		t.Fatalf("apply: %v, want a conflict on resources.json", err)
 	}
+	if errors.Is(err, control.ErrNotConverged) {
+		t.Errorf("a conflict reads as not converged (exit 3), want an error (exit 1): %v", err)
+	}
 	if obj, _ := a.store.Get(ctx, "resources.json"); !bytes.Equal(obj.Data, intruder) {
 		t.Fatal("the other run's write was overwritten")
 	}

@@ -202,6 +202,14 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 	if s.key, err = ssh.EnsureKey(stateDir, cfg.Cluster.ID); err != nil {
 		return nil, err
 	}
+	if s.remote != nil && s.remote.lock != nil {
+		// A key made now is in the store before any machine gets it: a
+		// run killed later must not leave machines with a key no other
+		// run has.
+		if err := s.remote.push(); err != nil {
+			return nil, err
+		}
+	}
 	if s.hosts, err = ssh.OpenHostKeys(ssh.HostKeysPath(stateDir, cfg.Cluster.ID)); err != nil {
 		return nil, err
 	}
@@ -281,8 +289,10 @@ func (s *Session) Close() error {
 	if s.journal != nil {
 		if err := s.journal.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("write the state whole: %w", err))
+		} else if s.remote == nil && s.saves.Load() > 0 {
+			errs = append(errs, keepLocal(s.opts.Files.State, s.state.Serial))
 		}
-		s.journal = nil // the remote state's close pushes what it wrote
+		s.journal = nil // the remote state's close pushes and keeps what it wrote
 	}
 	if s.lock != nil {
 		l := s.lock

@@ -29,6 +29,7 @@ func main() {
 		// options of flags, the session and the drivers.
 		LookupEnv: os.LookupEnv,
 		Drivers:   transit.BuiltinDrivers,
+		Stores:    transit.BuiltinStores(),
 	})
 	err := root.ExecuteContext(ctx)
 	stop()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -984,5 +985,44 @@ func TestStateKeygen(t *testing.T) {
 	again := h.run(t, runOpts{}, "state", "keygen")
 	if again.out == r.out {
 		t.Error("two keygens printed the same key")
+	}
+}
+
+// The state commands on a path: list, pull, push from stdin, and a
+// force-unlock that the kernel's lock makes pointless.
+func TestStateCommands(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	r := h.run(t, runOpts{}, "state", "list", "--json")
+	wantCode(t, r, 0)
+	var past []struct {
+		Serial  int64 `json:"serial"`
+		Current bool  `json:"current"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &past); err != nil || len(past) != 2 || !past[0].Current || past[0].Serial != past[1].Serial {
+		t.Fatalf("state list: %v\n%s", err, r.out)
+	}
+	pulled := h.run(t, runOpts{}, "state", "pull")
+	wantCode(t, pulled, 0)
+	st := h.state(t)
+	if !strings.Contains(pulled.out, st.Lineage) || !strings.Contains(pulled.out, `"serial": `+strconv.FormatInt(st.Serial, 10)) {
+		t.Fatalf("state pull:\n%s", pulled.out)
+	}
+	// The same state again is not newer: refused, exit 1.
+	r = h.run(t, runOpts{stdin: pulled.out}, "state", "push", "-")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.err, "not newer") {
+		t.Errorf("push of the same state:\n%s", r.err)
+	}
+	r = h.run(t, runOpts{stdin: pulled.out}, "state", "push", "--force", "-")
+	wantCode(t, r, 0)
+	if got := h.state(t).Serial; got != st.Serial+1 {
+		t.Errorf("after a forced push: serial %d, want %d", got, st.Serial+1)
+	}
+	r = h.run(t, runOpts{}, "force-unlock", "abc")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.err, "not locked") {
+		t.Errorf("force-unlock of an unlocked path:\n%s", r.err)
 	}
 }

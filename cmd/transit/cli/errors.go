@@ -9,6 +9,7 @@ import (
 	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/provider"
+	"github.com/cloudtransit/transit/statestore"
 )
 
 // Error kinds: the error_kind of a --json result line, so that a script
@@ -17,6 +18,7 @@ const (
 	kindUsage               = "usage"                // a flag, or --auto-approve missing without a terminal
 	kindConfig              = "config"               // configuration, state file or driver set-up
 	kindLocked              = "locked"               // another run holds the state lock
+	kindStateConflict       = "state_conflict"       // another run wrote the state since this one read it
 	kindRefresh             = "refresh"              // asking the clouds before the loop failed
 	kindCancelled           = "cancelled"            // the confirmation was not given
 	kindWouldDestroy        = "would_destroy"        // apply of a cluster.json that wants no node
@@ -64,6 +66,8 @@ func errorKind(err error) string {
 		return kindInterrupted
 	case errors.Is(err, transit.ErrLocked):
 		return kindLocked
+	case errors.Is(err, statestore.ErrConflict):
+		return kindStateConflict
 	case errors.Is(err, control.ErrWouldDestroy):
 		return kindWouldDestroy
 	case errors.Is(err, control.ErrStalePlan):

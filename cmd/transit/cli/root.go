@@ -144,6 +144,7 @@ the command line wins.`,
 		NewDestroyCommand(deps, g),
 		NewKubeconfigCommand(deps, g),
 		NewStateCommand(deps, g),
+		NewForceUnlockCommand(deps, g),
 		NewVersionCommand(deps),
 	)
 	return cmd

@@ -1,0 +1,331 @@
+package transit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/state"
+	"github.com/cloudtransit/transit/statestore"
+	"github.com/cloudtransit/transit/statestore/filestore"
+)
+
+// storeAt opens the state store at a location: a path's directory (the
+// file store) or a remote store's URL. stateName is the state's object
+// name in it.
+func (o Options) storeAt(ctx context.Context, location string, creds []districts.Credential) (s statestore.Store, stateName string, err error) {
+	if IsRemote(location) {
+		s, err := o.openStore(ctx, location, creds)
+		return s, RemoteStateObject, err
+	}
+	fs, err := filestore.New(location)
+	if err != nil {
+		return nil, "", configError(err)
+	}
+	return fs, fs.StateName(), nil
+}
+
+// stateFiles are the files of cluster a store at location holds: a
+// remote store's secrets sealed, a directory's as they are.
+func stateFiles(location, stateName, cluster string) []statestore.MirrorFile {
+	files := remoteFiles(cluster, true)
+	files[0].File = stateName
+	if !IsRemote(location) {
+		for i := range files {
+			files[i].Sealed = false
+		}
+	}
+	return files
+}
+
+// keepLocal keeps the state file as it is now among the past states of
+// its directory (resources.json.history/), as a remote store keeps its.
+func keepLocal(path string, serial int64) error {
+	fs, err := filestore.New(path)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return statestore.Keep(context.Background(), fs, fs.StateName(), serial, data, 0)
+}
+
+// ForceUnlock frees the state lock whose ID is id: a remote store's lease
+// lock whose holder died before its lease ran out (the error of a locked
+// run names the ID). A path's lock is a file lock the kernel frees when
+// its holder ends: it is refused, naming the holder.
+func ForceUnlock(ctx context.Context, opts Options, id string) error {
+	cfg, err := LoadConfig(opts.Files)
+	if err != nil {
+		return err
+	}
+	s, _, err := opts.storeAt(ctx, opts.Files.State, cfg.Credentials)
+	if err != nil {
+		return err
+	}
+	return s.ForceUnlock(ctx, id)
+}
+
+// PastState is one state a store keeps; Current marks the state itself.
+type PastState struct {
+	Serial   int64     `json:"serial"`
+	Current  bool      `json:"current,omitempty"`
+	Size     int64     `json:"size,omitempty"`
+	Modified time.Time `json:"modified,omitzero"`
+}
+
+// StateHistory lists the state and the past states the store keeps (the
+// state as each run that changed it left it), newest first.
+func StateHistory(ctx context.Context, opts Options) ([]PastState, error) {
+	cfg, err := LoadConfig(opts.Files)
+	if err != nil {
+		return nil, err
+	}
+	s, name, err := opts.storeAt(ctx, opts.Files.State, cfg.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	var out []PastState
+	cur, err := pullState(ctx, s, name, opts.Files.State)
+	switch {
+	case errors.Is(err, statestore.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		out = append(out, PastState{Serial: cur.Serial, Current: true})
+	}
+	past, err := statestore.History(ctx, s, name)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range past {
+		out = append(out, PastState{Serial: p.Serial, Size: p.Size, Modified: p.Modified.UTC()})
+	}
+	return out, nil
+}
+
+// pullState reads the state of a store: a path's with its journal.
+func pullState(ctx context.Context, s statestore.Store, name, location string) (districts.Resources, error) {
+	if !IsRemote(location) {
+		if _, err := os.Stat(location); errors.Is(err, os.ErrNotExist) {
+			return districts.Resources{}, fmt.Errorf("%s: %w", location, statestore.ErrNotFound)
+		}
+		return districts.LoadResources(location)
+	}
+	obj, err := s.Get(ctx, name)
+	if err != nil {
+		return districts.Resources{}, err
+	}
+	return decodeState(obj.Data, s.Location()+"/"+name)
+}
+
+func decodeState(data []byte, where string) (districts.Resources, error) {
+	dir, err := os.MkdirTemp("", "transit-pull-")
+	if err != nil {
+		return districts.Resources{}, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	p := filepath.Join(dir, "resources.json")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		return districts.Resources{}, err
+	}
+	r, err := districts.LoadResources(p)
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", where, err)
+	}
+	return r, nil
+}
+
+// PullState returns the state as JSON (resources.json's format): the
+// current one, or with serial > 0 a past one the store keeps.
+func PullState(ctx context.Context, opts Options, serial int64) ([]byte, error) {
+	cfg, err := LoadConfig(opts.Files)
+	if err != nil {
+		return nil, err
+	}
+	s, name, err := opts.storeAt(ctx, opts.Files.State, cfg.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	var r districts.Resources
+	if serial > 0 {
+		data, err := statestore.GetPast(ctx, s, name, serial)
+		if err != nil {
+			return nil, err
+		}
+		if r, err = decodeState(data, s.Location()+" state "+strconv.FormatInt(serial, 10)); err != nil {
+			return nil, err
+		}
+	} else if r, err = pullState(ctx, s, name, opts.Files.State); err != nil {
+		return nil, err
+	}
+	return marshalState(r)
+}
+
+func marshalState(r districts.Resources) ([]byte, error) {
+	if r.Nodes == nil {
+		r.Nodes = []districts.Node{}
+	}
+	if r.SecurityGroups == nil {
+		r.SecurityGroups = []districts.SecurityGroup{}
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// PushState replaces the state with data (resources.json's format), under
+// the state lock: only a state of this cluster and its lineage with a
+// higher serial, unless force (a person restoring a past state on
+// purpose: the pushed state then gets the next serial). It returns the
+// serial written.
+func PushState(ctx context.Context, opts Options, data []byte, force bool) (int64, error) {
+	cfg, err := LoadConfig(opts.Files)
+	if err != nil {
+		return 0, err
+	}
+	in, err := decodeState(data, "the pushed state")
+	if err != nil {
+		return 0, configError(err)
+	}
+	s, name, err := opts.storeAt(ctx, opts.Files.State, cfg.Credentials)
+	if err != nil {
+		return 0, err
+	}
+	l, err := s.Lock(ctx, statestore.LockOptions{Command: "transit state push", Timeout: opts.LockTimeout})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, l.Release(context.WithoutCancel(ctx))) }()
+	if !IsRemote(opts.Files.State) {
+		if err := state.Compact(opts.Files.State); err != nil {
+			return 0, err
+		}
+	}
+	cur, err := pullState(ctx, s, name, opts.Files.State)
+	exists := err == nil
+	if err != nil && !errors.Is(err, statestore.ErrNotFound) {
+		return 0, err
+	}
+	switch {
+	case in.Cluster != "" && in.Cluster != cfg.Cluster.ID:
+		return 0, configError(fmt.Errorf("the pushed state is cluster %q's, cluster.json describes %q: refused", in.Cluster, cfg.Cluster.ID))
+	case exists && cur.Lineage != "" && in.Lineage != cur.Lineage && !force:
+		return 0, configError(fmt.Errorf("the pushed state is of lineage %s, the store's of lineage %s: another cluster of the same name (pass --force to replace it anyway)", in.Lineage, cur.Lineage))
+	case exists && in.Serial <= cur.Serial && !force:
+		return 0, configError(fmt.Errorf("the pushed state has serial %d, the store's %d: it is not newer (pass --force to restore it anyway)", in.Serial, cur.Serial))
+	}
+	if exists && in.Serial <= cur.Serial {
+		in.Serial = cur.Serial + 1
+	}
+	out, err := marshalState(in)
+	if err != nil {
+		return 0, err
+	}
+	version := statestore.NoVersion
+	if obj, err := s.Get(ctx, name); err == nil {
+		version = obj.Version
+	}
+	if _, err := s.Put(ctx, name, out, version); err != nil {
+		return 0, err
+	}
+	if err := statestore.Keep(ctx, s, name, in.Serial, out, 0); err != nil {
+		return 0, err
+	}
+	return in.Serial, nil
+}
+
+// MigrateState copies the cluster's state, SSH key pair, host-key pins
+// and admin kubeconfig from the store at opts.Files.State to the store at
+// to (a path or a URL), holding both locks; a remote store gets the
+// secrets sealed with the state key. A destination that holds a state
+// already is refused unless force. Nothing is deleted at the source.
+func MigrateState(ctx context.Context, opts Options, to string, force bool) (err error) {
+	cfg, err := LoadConfig(opts.Files)
+	if err != nil {
+		return err
+	}
+	from := opts.Files.State
+	key, hint, err := opts.stateKey(to, cfg.Credentials)
+	if err != nil {
+		return err
+	}
+	if key == nil && IsRemote(from) {
+		key, hint, err = opts.stateKey(from, cfg.Credentials)
+		if err != nil {
+			return err
+		}
+	}
+	if key == nil && (IsRemote(from) || IsRemote(to)) {
+		return configError(fmt.Errorf("a remote state keeps the cluster's SSH key sealed: set %s (an age identity; `transit state keygen` makes one)", hint))
+	}
+	ends := []struct {
+		location string
+		store    statestore.Store
+		name     string
+		lock     statestore.Lock
+		mirror   *statestore.Mirror
+	}{{location: from}, {location: to}}
+	defer func() {
+		for _, e := range ends {
+			if e.lock != nil {
+				err = errors.Join(err, e.lock.Release(context.WithoutCancel(ctx)))
+			}
+			if e.mirror != nil {
+				err = errors.Join(err, e.mirror.Remove())
+			}
+		}
+	}()
+	for i := range ends {
+		e := &ends[i]
+		if e.store, e.name, err = opts.storeAt(ctx, e.location, cfg.Credentials); err != nil {
+			return err
+		}
+		if e.lock, err = e.store.Lock(ctx, statestore.LockOptions{Command: "transit state migrate", Timeout: opts.LockTimeout}); err != nil {
+			return err
+		}
+		if !IsRemote(e.location) {
+			if err := state.Compact(e.location); err != nil {
+				return err
+			}
+		}
+		dir, err := os.MkdirTemp("", "transit-migrate-")
+		if err != nil {
+			return err
+		}
+		e.mirror = &statestore.Mirror{Store: e.store, Dir: dir, Files: stateFiles(e.location, e.name, cfg.Cluster.ID), Key: key, KeyHint: hint}
+		if err := e.mirror.Pull(ctx); err != nil {
+			return err
+		}
+	}
+	src, dst := ends[0], ends[1]
+	if _, err := os.Stat(filepath.Join(src.mirror.Dir, src.name)); err != nil {
+		return configError(fmt.Errorf("%s holds no state to migrate", from))
+	}
+	if _, err := os.Stat(filepath.Join(dst.mirror.Dir, dst.name)); err == nil && !force {
+		return configError(fmt.Errorf("%s holds a state already: refused (pass --force to replace it)", to))
+	}
+	for i, f := range src.mirror.Files {
+		data, err := os.ReadFile(filepath.Join(src.mirror.Dir, f.File))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst.mirror.Dir, dst.mirror.Files[i].File), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return dst.mirror.Push(ctx)
+}
