@@ -139,6 +139,10 @@ type Session struct {
 	platform provider.Platform
 	remote   *remote // a remote state store, nil for a path
 	journal  *state.Journal
+	// inputs are the SHA-256 of cluster.json and districts.json, and
+	// stateSum the state's, as Open read them: a saved plan records them.
+	inputs   map[string]string
+	stateSum string
 	save     func(districts.Resources, control.Changed) error
 	saves    atomic.Int64 // successful saves, to know when to re-read the state
 	closed   bool
@@ -164,11 +168,17 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 	if opts.Access < ReadState || opts.Access > Change {
 		return nil, fmt.Errorf("open: unknown access %v", opts.Access)
 	}
+	inputs := map[string]string{}
+	for label, path := range inputFiles(opts.Files) {
+		if inputs[label], err = hashFile(path); err != nil {
+			return nil, configError(err)
+		}
+	}
 	cfg, err := LoadConfig(opts.Files)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{opts: opts, cfg: cfg}
+	s := &Session{opts: opts, cfg: cfg, inputs: inputs}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.Close())
@@ -193,6 +203,7 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 	if s.state, err = s.loadState(); err != nil {
 		return nil, configError(err)
 	}
+	s.stateSum = stateHash(s.state)
 	if opts.Access == ReadState {
 		return s, nil
 	}

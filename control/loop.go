@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -235,7 +234,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		if r.round == 1 && !destroy && wantsNothing(opts.Cluster) && len(w.live()) > 0 {
 			return r.finish(res, ErrWouldDestroy)
 		}
-		if r.round == 1 && opts.Confirmed != nil && !reflect.DeepEqual(plan.Actions, opts.Confirmed.Actions) {
+		if r.round == 1 && opts.Confirmed != nil && !SameActions(plan.Actions, opts.Confirmed.Actions) {
 			return r.finish(res, ErrStalePlan)
 		}
 		if plan.Empty() {

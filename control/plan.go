@@ -1,5 +1,7 @@
 package control
 
+import "slices"
+
 // Kind is what an action does.
 type Kind string
 
@@ -103,6 +105,16 @@ type Action struct {
 	// adds the cluster's: while the platform does not confirm that the
 	// machines the listings lack are gone, groups only widen.
 	Widen bool `json:"widen,omitempty"`
+}
+
+// SameActions says two plans' actions are the same, in the same order: a
+// plan read back from a file (an empty list and none alike) is the plan
+// that was written.
+func SameActions(a, b []Action) bool {
+	return slices.EqualFunc(a, b, func(x, y Action) bool {
+		return x.Kind == y.Kind && x.District == y.District && x.Node == y.Node && x.Role == y.Role && x.Flavor == y.Flavor &&
+			x.Group == y.Group && x.Reason == y.Reason && slices.Equal(x.After, y.After) && x.KeepReady == y.KeepReady && x.Widen == y.Widen
+	})
 }
 
 // Plan is what one round will do. `transit plan` prints it and

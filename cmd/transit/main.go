@@ -31,6 +31,7 @@ func main() {
 		Drivers:   transit.BuiltinDrivers,
 		Stores:    transit.BuiltinStores(),
 	})
+	root.SetArgs(cli.Args(os.Args[1:]))
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil && !cli.Silent(err) {

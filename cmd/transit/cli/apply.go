@@ -18,6 +18,8 @@ import (
 )
 
 type applyFlags struct {
+	// planFile is a saved plan to run (apply FILE).
+	planFile    string
 	autoApprove bool
 	parallel    int
 	maxRounds   int
@@ -47,6 +49,9 @@ func (f *applyFlags) check(deps Deps, verb string) error {
 	}
 	if f.watch && f.interval <= 0 {
 		return fmt.Errorf("--interval %s: must be positive", f.interval)
+	}
+	if f.planFile != "" {
+		return nil // a saved plan was reviewed: no confirmation
 	}
 	if !f.autoApprove && !deps.isTerminal(deps.In) {
 		return fmt.Errorf("%s needs confirmation but stdin is not a terminal: pass --auto-approve (or set %s=true) to %s without asking, as in cron and CI",
@@ -135,8 +140,20 @@ With --watch it applies again every --interval, re-reading cluster.json each
 time, until interrupted; an iteration's errors are reported and the loop goes
 on. An interruption between two applies (or before one changed anything) ends
 it with exit 0; one during an apply's loop exits 130.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				f.planFile = args[0]
+				for _, name := range []string{"watch", "allow-destroy", "rebuild-platform", "forget-missing"} {
+					if cmd.Flags().Changed(name) {
+						view, err := newProgress(deps, g, f.json, "apply")
+						if err != nil {
+							return err
+						}
+						return view.result(control.Result{}, withKind(kindUsage, fmt.Errorf("--%s with a saved plan: the plan fixes what apply does; make a new plan with it", name)))
+					}
+				}
+			}
 			return runChange(cmd.Context(), deps, g, f, applyChange)
 		},
 	}
@@ -173,6 +190,12 @@ func applyOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch
 // runOnce opens the cluster to change it, shows the plan, has it confirmed
 // and runs the loop.
 func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) (_ control.Result, err error) {
+	var saved transit.SavedPlan
+	if f.planFile != "" {
+		if saved, err = transit.ReadSavedPlan(f.planFile); err != nil {
+			return control.Result{}, err
+		}
+	}
 	o, err := g.sessionOptions(deps, transit.Change, "transit "+ch.verb)
 	if err != nil {
 		return control.Result{}, err
@@ -182,6 +205,17 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 		return control.Result{}, err
 	}
 	defer closeInto(s, &err)
+	if f.planFile != "" {
+		shown := showPlan(deps, s, saved.Plan, saved.Refreshed)
+		if err := view.plan(shown); err != nil {
+			return control.Result{}, err
+		}
+		res, err := s.ApplySaved(ctx, saved, transit.ApplyOptions{Parallel: f.parallel, MaxRounds: f.maxRounds, OnEvent: view.event})
+		if err != nil && errors.Is(err, context.Canceled) && res.Rounds > 0 {
+			err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
+		}
+		return res, err
+	}
 	ao := transit.ApplyOptions{
 		Parallel:        f.parallel,
 		MaxRounds:       f.maxRounds,

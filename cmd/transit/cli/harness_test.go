@@ -111,7 +111,7 @@ func (h *harness) run(t *testing.T, o runOpts, args ...string) result {
 		args = append(args, "--state", h.path("resources.json"))
 	}
 	cmd := NewRootCommand(deps)
-	cmd.SetArgs(args)
+	cmd.SetArgs(Args(args))
 	ctx := o.ctx
 	if ctx == nil {
 		ctx = t.Context()

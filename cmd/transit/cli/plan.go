@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 )
 
 type planFlags struct {
+	out              string
 	refresh          bool
 	detailedExitcode bool
 	json             bool
@@ -38,7 +40,12 @@ With --detailed-exitcode it exits 2 when the plan has actions, 0 when it has
 none (also when it only waits, or shows blocked items) and 1 on error.
 
 With --json it prints the plan as one JSON object (format_version 1), the same
-object apply --json prints first.`,
+object apply --json prints first.
+
+With --out FILE (Terraform's -out is accepted too) it also writes the plan with what it was made from (the
+state's serial and a hash of it, hashes of cluster.json and districts.json;
+no secret) for transit apply FILE, which runs exactly that plan and refuses
+(exit 1) if anything changed since; transit show FILE prints it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := runPlan(cmd.Context(), deps, g, f)
@@ -59,6 +66,7 @@ object apply --json prints first.`,
 	cmd.Flags().BoolVar(&f.refresh, "refresh", true, "refresh the state from the clouds first (false: use resources.json alone, call no cloud)")
 	cmd.Flags().BoolVar(&f.detailedExitcode, "detailed-exitcode", false, "exit 2 when the plan has actions, 0 when it has none, 1 on error")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the plan as JSON")
+	cmd.Flags().StringVar(&f.out, "out", "", "write the plan to this file: transit apply FILE runs exactly it (CI: plan on a pull request, apply the reviewed plan on merge)")
 	f.safety.register(cmd.Flags())
 	return cmd
 }
@@ -90,14 +98,24 @@ func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, f *planFlags) (_ sh
 		return shownPlan{}, err
 	}
 	defer closeInto(s, &err)
-	p, err := s.Plan(ctx, transit.PlanOptions{
+	po := transit.PlanOptions{
 		Refresh:         f.refresh,
 		AllowDestroy:    f.safety.allowDestroy,
 		RebuildPlatform: f.safety.rebuildPlatform,
 		ForgetMissing:   f.safety.forgetMissing,
-	})
+	}
+	p, err := s.Plan(ctx, po)
 	if err != nil {
 		return shownPlan{}, err
+	}
+	if f.out != "" {
+		if err := transit.WriteSavedPlan(f.out, s.SavePlan(p, po, BuildVersion().Version)); err != nil {
+			return shownPlan{}, err
+		}
+		// stderr: plan --json keeps stdout one JSON object.
+		if _, err := fmt.Fprintf(deps.Err, "Saved the plan to %s: `transit apply %s` runs exactly it, or refuses if the state, the configuration or the clouds changed.\n", f.out, f.out); err != nil {
+			return shownPlan{}, err
+		}
 	}
 	return showPlan(deps, s, p, f.refresh), nil
 }

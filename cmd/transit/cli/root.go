@@ -140,6 +140,7 @@ the command line wins.`,
 		NewValidateCommand(deps, g),
 		NewPlanCommand(deps, g),
 		NewApplyCommand(deps, g),
+		NewShowCommand(deps, g),
 		NewStatusCommand(deps, g),
 		NewDestroyCommand(deps, g),
 		NewKubeconfigCommand(deps, g),
@@ -173,4 +174,18 @@ func flagsFromEnv(env environment, fs *pflag.FlagSet) error {
 
 func envName(flag string) string {
 	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Args is the command line as the root command parses it: Terraform's
+// single-dash -out (plan -out FILE, the CI habit) becomes --out, which it
+// means, rather than the shorthands -o -u -t.
+func Args(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "-out" || strings.HasPrefix(a, "-out=") {
+			a = "-" + a
+		}
+		out[i] = a
+	}
+	return out
 }
