@@ -1,0 +1,256 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/statestore/s3store/s3test"
+	"github.com/cloudtransit/transit/statestore/seal"
+)
+
+// TestCIRunners plays two CI runners of one team: fresh working
+// directories with only the repository's files (cluster.json,
+// districts.json) and what the CI's secrets give (credentials.json, the
+// state key), against one S3-compatible store (a real versitygw) and one
+// real local Swarm. Runner A creates the cluster; runner B, with nothing
+// local, changes it over SSH with the key from the store; A and B apply at
+// once and one is refused naming the other; a plan A saved is applied by
+// B, and refused once the cluster changed under it.
+func TestCIRunners(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Bucket(t, "ci-state")
+	_, key, err := seal.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	location := srv.URL("ci-state", "prod") + "&credential_id=state"
+
+	cfg, ds := exampleCluster()
+	cfg.ID = "ci"
+	cfg.Deployments = cfg.Deployments[:2] // a manager and two workers in e2e-a
+	a := newCluster(t, cfg, ds)           // its cleanup destroys through the store
+	a.env = append(a.env, "TRANSIT_STATE="+location, "TRANSIT_STATE_KEY="+key)
+	a.writeStateCredential()
+
+	b := a.runner(t)
+	repoOnly := func(c *cluster) {
+		t.Helper()
+		entries, err := os.ReadDir(c.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			switch e.Name() {
+			case "cluster.json", "districts.json", "credentials.json", "plan.bin", "plan2.bin":
+			default:
+				t.Errorf("runner %s holds %s: the state and keys belong in the store", c.dir, e.Name())
+			}
+		}
+	}
+
+	t.Run("A creates the cluster", func(t *testing.T) {
+		a.with(t).apply()
+		repoOnly(a)
+		objects := storeObjects(t, srv, "ci-state", "prod/")
+		for _, want := range []string{"prod/resources.json", "prod/transit-ci.key.age", "prod/transit-ci.key.pub", "prod/transit-ci.known_hosts"} {
+			if !objects[want] {
+				t.Errorf("the store lacks %s: %v", want, objects)
+			}
+		}
+		if objects["prod/lock"] {
+			t.Error("the lock outlived the run")
+		}
+	})
+
+	t.Run("B, with nothing local, adds a worker over SSH", func(t *testing.T) {
+		b.cfg.Deployments[1].Quantity = 3
+		b.writeConfig()
+		b.with(t).apply()
+		repoOnly(b)
+		// A sees them all as swarm members: transit asked the manager over
+		// SSH with the key from the store.
+		st := a.with(t).status()
+		joined := 0
+		for _, n := range st.Nodes {
+			if n.Phase == districts.PhaseJoined {
+				joined++
+			}
+		}
+		if len(st.Nodes) != 4 || joined != 4 {
+			t.Fatalf("after B's apply A sees %d nodes, %d joined; want 4 joined", len(st.Nodes), joined)
+		}
+		repoOnly(a)
+	})
+
+	t.Run("A and B at once: one runs, the other is refused naming it", func(t *testing.T) {
+		a.cfg.Deployments[1].Quantity = 4
+		a.writeConfig()
+		b.cfg.Deployments[1].Quantity = 4
+		b.writeConfig()
+		var wg sync.WaitGroup
+		var first result
+		wg.Go(func() { first = a.transit("apply", "--auto-approve", "--json") })
+		waitForObject(t, srv, "ci-state", "prod/lock")
+		second := b.transit("apply", "--auto-approve", "--json")
+		wg.Wait()
+		if first.code != 0 {
+			t.Fatalf("A's apply: exit %d\n%s", first.code, first.stderr)
+		}
+		if second.code != 1 || !strings.Contains(second.stderr, `"transit apply"`) || !strings.Contains(second.stderr, "is locked by pid") {
+			t.Fatalf("B's apply beside A's: exit %d, want 1 naming A's run:\n%s", second.code, second.stderr)
+		}
+		if kind := resultKind(t, second.stdout); kind != "locked" {
+			t.Errorf("B's error_kind %q, want locked", kind)
+		}
+	})
+
+	t.Run("a plan A saved is applied by B, and refused once the cluster moved", func(t *testing.T) {
+		for _, c := range []*cluster{a, b} {
+			c.cfg.Deployments[1].Quantity = 3
+			c.writeConfig()
+		}
+		if r := a.transit("plan", "--out", filepath.Join(a.dir, "plan.bin")); r.code != 0 {
+			t.Fatalf("A's plan --out: exit %d\n%s", r.code, r.stderr)
+		}
+		if r := a.transit("plan", "-out", filepath.Join(a.dir, "plan2.bin")); r.code != 0 {
+			t.Fatalf("A's plan -out: exit %d\n%s", r.code, r.stderr)
+		}
+		for _, p := range []string{"plan.bin", "plan2.bin"} {
+			data, err := os.ReadFile(filepath.Join(a.dir, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(data), key) || strings.Contains(string(data), s3test.SecretKey) {
+				t.Fatalf("%s holds a secret", p)
+			}
+			if err := os.WriteFile(filepath.Join(b.dir, p), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := b.transit("apply", filepath.Join(b.dir, "plan.bin")); r.code != 0 { // no --auto-approve: it was reviewed
+			t.Fatalf("B's apply of A's plan: exit %d\n%s", r.code, r.stderr)
+		}
+		if n := len(a.with(t).status().Nodes); n != 4 {
+			t.Fatalf("%d nodes after the saved plan, want 4 (one of 4 workers removed)", n)
+		}
+		r := b.transit("apply", "--json", filepath.Join(b.dir, "plan2.bin"))
+		if r.code != 1 || resultKind(t, r.stdout) != "stale_plan" || !strings.Contains(r.stderr, "changed since the plan: serial") {
+			t.Fatalf("B's apply of a plan the cluster outran: exit %d\n%s", r.code, r.stderr)
+		}
+	})
+
+	t.Run("A killed mid-apply: B is told the lock's ID, frees it and converges", func(t *testing.T) {
+		for _, c := range []*cluster{a, b} {
+			c.cfg.Deployments[1].Quantity = 4
+			c.writeConfig()
+		}
+		killed := a.with(t).applyKilledAt("launch", "finish", 0)
+		if !killed {
+			t.Fatal("A's apply ended before it could be killed")
+		}
+		r := b.transit("apply", "--auto-approve")
+		if r.code != 1 || !strings.Contains(r.stderr, "transit force-unlock ") {
+			t.Fatalf("B's apply while the dead run's lease lasts: exit %d, want 1 naming the lock:\n%s", r.code, r.stderr)
+		}
+		id := r.stderr[strings.Index(r.stderr, "transit force-unlock ")+len("transit force-unlock "):]
+		id = strings.Trim(strings.Fields(id)[0], "`")
+		if u := b.transit("force-unlock", id); u.code != 0 {
+			t.Fatalf("force-unlock %s: exit %d\n%s", id, u.code, u.stderr)
+		}
+		b.with(t).apply()
+		if n := len(b.with(t).status().Nodes); n != 5 {
+			t.Fatalf("%d nodes after the killed run and the next, want 5", n)
+		}
+		left, _ := filepath.Glob(filepath.Join(os.TempDir(), "transit-state-ci-*"))
+		if len(left) > 0 {
+			t.Errorf("the killed run's local copy (its opened key) outlived the next run: %v", left)
+		}
+	})
+}
+
+// writeStateCredential gives the runner the store's keys as CI would: a
+// credentials.json from its secrets.
+func (c *cluster) writeStateCredential() {
+	c.tb.Helper()
+	// A map: a districts.Credential writes its secrets redacted.
+	creds := []map[string]string{{"type": "credential", "id": "state", "provider": districts.ProviderAWS,
+		"aws_access_key_id": s3test.AccessKey, "aws_secret_access_key": s3test.SecretKey}}
+	data, err := json.Marshal(creds)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "credentials.json"), data, 0o600); err != nil {
+		c.tb.Fatal(err)
+	}
+}
+
+// runner is another CI runner of c's cluster: a fresh directory with the
+// repository's files and the CI's secrets, nothing else.
+func (c *cluster) runner(tb testing.TB) *cluster {
+	tb.Helper()
+	r := *c
+	r.tb, r.dir = tb, tb.TempDir()
+	r.cfg.Deployments = append([]districts.Deployment(nil), c.cfg.Deployments...)
+	r.writeConfig()
+	data, err := os.ReadFile(filepath.Join(c.dir, "credentials.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "credentials.json"), data, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return &r
+}
+
+func storeObjects(t *testing.T, srv *s3test.Server, bucket, prefix string) map[string]bool {
+	t.Helper()
+	out, err := srv.Client(t).ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := map[string]bool{}
+	for _, o := range out.Contents {
+		objects[aws.ToString(o.Key)] = true
+	}
+	return objects
+}
+
+// waitForObject waits until key exists (a run took the lock).
+func waitForObject(t *testing.T, srv *s3test.Server, bucket, key string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := srv.Client(t).HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s never appeared: %v", bucket, key, errors.Unwrap(err))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// resultKind is the error_kind of apply --json's result line.
+func resultKind(t *testing.T, stdout string) string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var last struct {
+		ErrorKind string `json:"error_kind"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatalf("last line of --json: %v\n%s", err, stdout)
+	}
+	return last.ErrorKind
+}
