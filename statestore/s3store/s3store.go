@@ -269,6 +269,8 @@ func (s *Store) explain(action, name string, err error) error {
 	switch {
 	case code == "NoSuchKey" || code == "NotFound" && action != "s3:ListBucket":
 		return fmt.Errorf("%s: %w", where, statestore.ErrNotFound)
+	case code == "InvalidBucketName":
+		return fmt.Errorf("bucket name %q is not valid: 3 to 63 lowercase letters, digits, dots and hyphens; fix the state URL", s.bucket)
 	case code == "NoSuchBucket":
 		return fmt.Errorf("bucket %s does not exist (%s): create it, or fix the state URL", s.bucket, s.endpointHint())
 	case code == "AccessDenied" || status == http.StatusForbidden && code != "InvalidAccessKeyId" && code != "SignatureDoesNotMatch":
