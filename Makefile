@@ -136,8 +136,8 @@ demo-kubernetes: deps bundle-deps bundle build ## (root) Bring up the example Ku
 demo-kubernetes-destroy: ## (root) Destroy the demo Kubernetes cluster
 	cd $(DEMO_K8S_DIR) && $(BIN)/transit destroy --auto-approve
 
-bench: ## Run benchmarks (no tests) and print the results (bench-paper and bench-relations apart)
-	$(GO) test -run '^$$' -bench . -skip 'BenchmarkPaper|BenchmarkPropagation|BenchmarkRelations|BenchmarkSidecarLatency|BenchmarkUpgrade|BenchmarkGC' -benchmem $(PKGS)
+bench: $(S3_SERVER) ## Run benchmarks (no tests) and print the results (bench-paper and bench-relations apart)
+	TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -run '^$$' -bench . -skip 'BenchmarkPaper|BenchmarkPropagation|BenchmarkRelations|BenchmarkSidecarLatency|BenchmarkUpgrade|BenchmarkGC' -benchmem $(PKGS)
 
 PAPER_SCALE ?= 0.1
 bench-paper: ## (root) Replay the paper's experiments E1-E5 on emulated clouds; table, JSON and SVG in build/paper

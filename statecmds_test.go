@@ -205,7 +205,7 @@ func TestForceUnlock(t *testing.T) {
 	local := w.open(t, transit.Change, "transit apply")
 	_ = local
 	err = transit.ForceUnlock(t.Context(), w.options(transit.ReadState, "transit force-unlock"), "x")
-	if err == nil || !strings.Contains(err.Error(), "live process") {
+	if err == nil || !strings.Contains(err.Error(), "is locked by pid") {
 		t.Fatalf("force-unlock of a file lock: %v", err)
 	}
 }

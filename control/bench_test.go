@@ -1,7 +1,9 @@
 package control
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -9,6 +11,9 @@ import (
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 	"github.com/cloudtransit/transit/state"
+	"github.com/cloudtransit/transit/statestore"
+	"github.com/cloudtransit/transit/statestore/s3store"
+	"github.com/cloudtransit/transit/statestore/s3store/s3test"
 )
 
 // bigWorld is a 10,000-node cluster in three districts, as resources.json
@@ -92,7 +97,7 @@ func BenchmarkMakePlanWithoutRefresh10000Nodes(b *testing.B) {
 func BenchmarkApply(b *testing.B) {
 	for _, workers := range []int{1000, 9997} {
 		c, ds := bigSetup(workers)
-		b.Run(fmt.Sprintf("%d-nodes", workers+3), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%d-nodes-file", workers+3), func(b *testing.B) {
 			for b.Loop() {
 				h := newHarness(b, 1, ds)
 				h.sim.parallel = DefaultParallel
@@ -116,6 +121,46 @@ func BenchmarkApply(b *testing.B) {
 			}
 		})
 	}
+	// The S3 store as a session uses it: the state written whole after
+	// every action, each write conditional on the last (no journal there
+	// yet: its cost still grows with the square of the cluster, so only
+	// the smaller size).
+	srv := s3test.Start(b)
+	srv.Bucket(b, "bench")
+	c, ds := bigSetup(1000)
+	b.Run("1003-nodes-s3", func(b *testing.B) {
+		for b.Loop() {
+			h := newHarness(b, 1, ds)
+			h.sim.parallel = DefaultParallel
+			h.sim.unchecked = true
+			opts := h.options(c)
+			opts.MaxRounds = 5
+			store, err := s3store.New(b.Context(), "bench", fmt.Sprintf("run-%d", time.Now().UnixNano()), srv.Options())
+			if err != nil {
+				b.Fatal(err)
+			}
+			path := filepath.Join(b.TempDir(), "resources.json")
+			j := state.NewJournal(path, 0, nil)
+			version, saves := statestore.NoVersion, 0
+			opts.SaveChanged = func(r districts.Resources, ch Changed) error {
+				saves++
+				if err := j.Save(r, ch.Nodes, ch.Groups, true); err != nil {
+					return err
+				}
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				version, err = store.Put(context.Background(), "resources.json", data, version)
+				return err
+			}
+			res, err := Apply(b.Context(), opts)
+			if err != nil || !res.Converged {
+				b.Fatalf("converged=%v err=%v", res.Converged, err)
+			}
+			b.ReportMetric(float64(saves), "saves")
+		}
+	})
 }
 
 // bigSetup is n workers spread over lines of at most 1,000 (3 districts ×

@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/statestore"
+	"github.com/cloudtransit/transit/statestore/s3store"
 	"github.com/cloudtransit/transit/statestore/s3store/s3test"
 	"github.com/cloudtransit/transit/statestore/seal"
 )
@@ -68,7 +70,7 @@ func TestCIRunners(t *testing.T) {
 				t.Errorf("the store lacks %s: %v", want, objects)
 			}
 		}
-		if objects["prod/lock"] {
+		if lockHeld(t, srv, "ci-state", "prod") {
 			t.Error("the lock outlived the run")
 		}
 	})
@@ -101,7 +103,7 @@ func TestCIRunners(t *testing.T) {
 		var wg sync.WaitGroup
 		var first result
 		wg.Go(func() { first = a.transit("apply", "--auto-approve", "--json") })
-		waitForObject(t, srv, "ci-state", "prod/lock")
+		waitForLock(t, srv, "ci-state", "prod")
 		second := b.transit("apply", "--auto-approve", "--json")
 		wg.Wait()
 		if first.code != 0 {
@@ -229,17 +231,28 @@ func storeObjects(t *testing.T, srv *s3test.Server, bucket, prefix string) map[s
 	return objects
 }
 
-// waitForObject waits until key exists (a run took the lock).
-func waitForObject(t *testing.T, srv *s3test.Server, bucket, key string) {
+// lockHeld says a run holds the store's lock (a released lock's object
+// stays, as a tombstone the store reads as none).
+func lockHeld(t *testing.T, srv *s3test.Server, bucket, prefix string) bool {
+	t.Helper()
+	s, err := s3store.New(context.Background(), bucket, prefix, srv.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Get(context.Background(), s3store.LockName)
+	if err != nil && !errors.Is(err, statestore.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// waitForLock waits until a run holds the store's lock.
+func waitForLock(t *testing.T, srv *s3test.Server, bucket, prefix string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := srv.Client(t).HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-		if err == nil {
-			return
-		}
+	for !lockHeld(t, srv, bucket, prefix) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s/%s never appeared: %v", bucket, key, errors.Unwrap(err))
+			t.Fatalf("no run took the lock of %s/%s within a minute", bucket, prefix)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -32,6 +32,9 @@ type Store interface {
 	Location() string
 	// Get reads an object. A missing one is an error matching ErrNotFound.
 	Get(ctx context.Context, name string) (Object, error)
+	// Stat returns an object's entry (its version, size and time)
+	// without its content, as cheaply as the store can.
+	Stat(ctx context.Context, name string) (Entry, error)
 	// Put writes data as name if the stored object's version is still
 	// ifVersion, where NoVersion means that name must not exist yet, and
 	// returns the new version. Otherwise it writes nothing and returns a

@@ -58,6 +58,20 @@ func (m *Store) Get(_ context.Context, name string) (statestore.Object, error) {
 	return statestore.Object{Data: slices.Clone(o.data), Version: o.version}, nil
 }
 
+// Stat returns an object's entry.
+func (m *Store) Stat(_ context.Context, name string) (statestore.Entry, error) {
+	if err := statestore.CheckName(name); err != nil {
+		return statestore.Entry{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.objects[name]
+	if !ok {
+		return statestore.Entry{}, statestore.ErrNotFound
+	}
+	return statestore.Entry{Name: name, Version: o.version, Size: int64(len(o.data)), Modified: o.modified}, nil
+}
+
 // Put writes an object if its version is still ifVersion.
 func (m *Store) Put(_ context.Context, name string, data []byte, ifVersion string) (string, error) {
 	if err := statestore.CheckName(name); err != nil {

@@ -6,21 +6,60 @@
 //
 // Objects live under the URL's prefix ("s3://bucket/prefix/resources.json");
 // a version is the object's ETag. Every write is conditional: a create
-// with If-None-Match: *, a replace or delete with If-Match: <etag>; the
-// service answers 412 when another writer came first, and the store
+// with If-None-Match: *, a replace with If-Match: <etag>; the service
+// answers 412 (or 409 ConditionalRequestConflict) when another writer came
+// first, or 404 when the object a replace names is gone, and the store
 // returns a *statestore.ConflictError. The lock is statestore's lease lock
 // on the object "lock" (a conditional create, renewed while the run
 // lives). A service that ignored the conditions would let two writers
 // win: the conformance suite, run against a real server, proves they hold.
 //
+// # Deletes
+//
+// S3's conditional delete (DeleteObject with If-Match) cannot say who
+// deleted: a delete of a missing object succeeds, so of two runs deleting
+// one version both would be told they did; and some services (versitygw)
+// check the condition and remove the file in two steps, so a write landing
+// between them would be lost. A delete is therefore a conditional write,
+// which services make one step: the object is first replaced, If-Match:
+// <version>, by a tombstone (a small object with the metadata
+// x-amz-meta-transit-deleted), which exactly one deleter wins; then the
+// tombstone is deleted, If-Match: <its ETag>. A tombstone is a missing
+// object to Get, Stat and List, and a create replaces it, so a deleter
+// that died between its two steps leaves nothing anyone sees, and
+// deleted objects do not pile up. What is left: on a service whose
+// conditional delete is two steps (versitygw), a create that replaces a
+// tombstone in the microseconds between those two steps of its deleter
+// is removed with it. In a versioned bucket, the version before a deleted
+// object's delete marker is its tombstone.
+//
 // Errors name the bucket and what to do: a missing bucket, a refused
 // permission (with the S3 action refused), refused credentials. 500s and
 // throttling (503 SlowDown) are retried, a bounded number of times.
+//
+// # Tested against versitygw
+//
+// The tests run a real S3-compatible server on loopback, versitygw
+// (github.com/versity/versitygw, `make s3-server`; package s3test). It is
+// one `go install` of a single Go binary whose posix backend needs only a
+// directory; MinIO's module carries replace directives that `go install`
+// refuses, and its server is far heavier to build. versitygw v1.8.0 makes
+// PutObject's If-None-Match: * and If-Match: <etag> one step under a
+// per-object lock (412 PreconditionFailed; 404 NoSuchKey for an If-Match
+// on a missing object, as AWS); it honours DeleteObject's If-Match (412 on
+// a mismatch) but checks it apart from the removal, and deletes a missing
+// object with success (as AWS); it has bucket versioning (given a
+// versioning directory) and users with bucket policies (given an IAM
+// directory), so a refused action is tested too. It does not implement
+// If-None-Match with an ETag, nor If-Match and If-None-Match together
+// (501), which the store does not use.
 package s3store
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -148,11 +187,30 @@ func (s *Store) Get(ctx context.Context, name string) (statestore.Object, error)
 		return statestore.Object{}, s.explain("s3:GetObject", name, err)
 	}
 	defer func() { _ = out.Body.Close() }()
+	if isTombstone(out.Metadata) {
+		return statestore.Object{}, s.notFound(name)
+	}
 	data, err := io.ReadAll(out.Body)
 	if err != nil {
 		return statestore.Object{}, fmt.Errorf("%s/%s: read: %w", s.Location(), name, err)
 	}
 	return statestore.Object{Data: data, Version: aws.ToString(out.ETag)}, nil
+}
+
+// Stat returns an object's entry: a HEAD request.
+func (s *Store) Stat(ctx context.Context, name string) (statestore.Entry, error) {
+	key, err := s.key(name)
+	if err != nil {
+		return statestore.Entry{}, err
+	}
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+	if err != nil {
+		return statestore.Entry{}, s.explain("s3:GetObject", name, err)
+	}
+	if isTombstone(head.Metadata) {
+		return statestore.Entry{}, s.notFound(name)
+	}
+	return statestore.Entry{Name: name, Version: aws.ToString(head.ETag), Size: aws.ToInt64(head.ContentLength), Modified: aws.ToTime(head.LastModified)}, nil
 }
 
 // Put writes an object if its version is still ifVersion.
@@ -161,50 +219,165 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, ifVersion str
 	if err != nil {
 		return "", err
 	}
-	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data)))}
+	if ifVersion != statestore.NoVersion {
+		v, err := s.put(ctx, key, data, nil, ifVersion)
+		switch {
+		case err == nil:
+			return v, nil
+		case conflict(err) || notFound(err): // changed, or deleted
+			return "", s.conflictError(ctx, name, key, ifVersion)
+		}
+		return "", s.explain("s3:PutObject", name, err)
+	}
+	// A create. A tombstone in the way (a delete under way, or one whose
+	// deleter died) is a missing object: replace it. Other creates and
+	// deletes may come first, a few times at most.
+	for range 3 {
+		v, err := s.put(ctx, key, data, nil, statestore.NoVersion)
+		if err == nil {
+			return v, nil
+		}
+		if !conflict(err) {
+			return "", s.explain("s3:PutObject", name, err)
+		}
+		head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+		switch {
+		case notFound(err):
+			continue // deleted meanwhile
+		case err != nil:
+			return "", s.explain("s3:GetObject", name, err)
+		case !isTombstone(head.Metadata):
+			return "", &statestore.ConflictError{Store: s.Location(), Name: name, Want: statestore.NoVersion, Have: aws.ToString(head.ETag)}
+		}
+		v, err = s.put(ctx, key, data, nil, aws.ToString(head.ETag))
+		switch {
+		case err == nil:
+			return v, nil
+		case !conflict(err) && !notFound(err):
+			return "", s.explain("s3:PutObject", name, err)
+		}
+	}
+	return "", &statestore.ConflictError{Store: s.Location(), Name: name, Want: statestore.NoVersion}
+}
+
+// put is a conditional PutObject: If-None-Match: * for NoVersion, else
+// If-Match: ifVersion.
+func (s *Store) put(ctx context.Context, key string, data []byte, meta map[string]string, ifVersion string) (string, error) {
+	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))), Metadata: meta}
 	if ifVersion == statestore.NoVersion {
 		in.IfNoneMatch = aws.String("*")
 	} else {
 		in.IfMatch = aws.String(ifVersion)
 	}
-	out, err := s.client.PutObject(ctx, in)
-	if err != nil {
-		if conflict(err) {
-			return "", &statestore.ConflictError{Store: s.Location(), Name: name, Want: ifVersion}
+	var out *s3.PutObjectOutput
+	var err error
+	for range 3 {
+		in.Body = bytes.NewReader(data)
+		out, err = s.client.PutObject(ctx, in)
+		if !isCode(err, "ExistingObjectIsDirectory") {
+			break
 		}
-		return "", s.explain("s3:PutObject", name, err)
+		// A file-system gateway (versitygw) that removes the empty
+		// directories a delete leaves may remove the one this write
+		// was making (another prefix's delete, racing): nothing was
+		// written, so write again. A directory in the object's place
+		// stays and fails.
+	}
+	if err != nil {
+		return "", err
 	}
 	return aws.ToString(out.ETag), nil
 }
 
-// Delete removes an object if its version is still ifVersion. The check
-// is made twice: by reading the object's ETag first (a service that
-// ignores If-Match on a delete still refuses a stale version, in all but
-// a race of milliseconds), and by the If-Match the delete carries.
+func isCode(err error, code string) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == code
+}
+
+// conflictError is the conflict of a write that named version want, with
+// the version stored now when a HEAD tells it.
+func (s *Store) conflictError(ctx context.Context, name, key, want string) error {
+	c := &statestore.ConflictError{Store: s.Location(), Name: name, Want: want}
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+	if err == nil && !isTombstone(head.Metadata) {
+		c.Have = aws.ToString(head.ETag)
+	}
+	return c
+}
+
+// Delete removes an object if its version is still ifVersion: it replaces
+// it with a tombstone, If-Match: ifVersion, which one deleter wins, then
+// deletes the tombstone (see the package doc).
 func (s *Store) Delete(ctx context.Context, name, ifVersion string) error {
 	key, err := s.key(name)
 	if err != nil {
 		return err
 	}
-	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
-	if err != nil {
-		return s.explain("s3:GetObject", name, err)
+	if ifVersion == statestore.NoVersion {
+		return &statestore.ConflictError{Store: s.Location(), Name: name, Want: ifVersion}
 	}
-	if have := aws.ToString(head.ETag); have != ifVersion {
-		return &statestore.ConflictError{Store: s.Location(), Name: name, Want: ifVersion, Have: have}
-	}
-	_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &key, IfMatch: aws.String(ifVersion)})
+	body, nonce, err := newTombstone()
 	if err != nil {
-		if conflict(err) {
+		return err
+	}
+	tomb, err := s.put(ctx, key, body, map[string]string{tombstoneMeta: nonce}, ifVersion)
+	switch {
+	case notFound(err):
+		return s.notFound(name)
+	case conflict(err):
+		head, herr := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+		switch {
+		case notFound(herr):
+			return s.notFound(name)
+		case herr != nil:
 			return &statestore.ConflictError{Store: s.Location(), Name: name, Want: ifVersion}
+		case head.Metadata[tombstoneMeta] == nonce:
+			// This delete's own tombstone, written by an attempt whose
+			// answer was lost.
+			tomb = aws.ToString(head.ETag)
+		case isTombstone(head.Metadata):
+			return s.notFound(name) // another delete's
+		default:
+			return &statestore.ConflictError{Store: s.Location(), Name: name, Want: ifVersion, Have: aws.ToString(head.ETag)}
 		}
-		return s.explain("s3:DeleteObject", name, err)
+	case err != nil:
+		return s.explain("s3:PutObject", name, err)
+	}
+	// The object is deleted now: the tombstone is a missing object to
+	// every reader. A create that replaced the tombstone meanwhile makes
+	// this answer 412, which is right: it came after this delete.
+	_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &key, IfMatch: aws.String(tomb)})
+	if err != nil && !conflict(err) && !notFound(err) {
+		return fmt.Errorf("%w (the object is deleted, but its tombstone, a small object every reader takes for none, stays)", s.explain("s3:DeleteObject", name, err))
 	}
 	return nil
 }
 
+// A tombstone is an object being deleted, marked by this metadata, whose
+// value is its deleter's nonce. Its content is tombstoneSize bytes, so
+// that List looks twice only at objects of that size.
+const (
+	tombstoneMeta = "transit-deleted"
+	tombstoneSize = int64(len("deleted by transit \n") + 32)
+)
+
+func newTombstone() (body []byte, nonce string, err error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return nil, "", fmt.Errorf("a delete's nonce: %w", err)
+	}
+	nonce = hex.EncodeToString(b)
+	return []byte("deleted by transit " + nonce + "\n"), nonce, nil
+}
+
+func isTombstone(meta map[string]string) bool { return meta[tombstoneMeta] != "" }
+
+func (s *Store) notFound(name string) error {
+	return fmt.Errorf("%s/%s: %w", s.Location(), name, statestore.ErrNotFound)
+}
+
 // List returns the objects under prefix, sorted by name (S3 lists keys in
-// byte order).
+// byte order), tombstones left out.
 func (s *Store) List(ctx context.Context, prefix string) ([]statestore.Entry, error) {
 	var out []statestore.Entry
 	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(s.prefix + prefix)})
@@ -218,7 +391,19 @@ func (s *Store) List(ctx context.Context, prefix string) ([]statestore.Entry, er
 			if statestore.CheckName(name) != nil {
 				continue
 			}
-			out = append(out, statestore.Entry{Name: name, Version: aws.ToString(o.ETag), Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)})
+			e := statestore.Entry{Name: name, Version: aws.ToString(o.ETag), Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)}
+			if e.Size == tombstoneSize {
+				// Perhaps a tombstone: a listing shows no metadata.
+				var err error
+				e, err = s.Stat(ctx, name)
+				if errors.Is(err, statestore.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+			}
+			out = append(out, e)
 		}
 	}
 	return out, nil
@@ -252,6 +437,21 @@ func conflict(err error) bool {
 	return false
 }
 
+// notFound says the object (or the object a condition names) is missing.
+// A service that keeps objects as files (versitygw) answers a name below
+// an object's, "a/b" below "a", with ObjectParentIsFile: no such object
+// either.
+func notFound(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "NoSuchKey", "NotFound", "ObjectParentIsFile":
+			return true
+		}
+	}
+	return false
+}
+
 // explain turns a service's error into one naming the bucket and what to
 // do about it.
 func (s *Store) explain(action, name string, err error) error {
@@ -268,9 +468,11 @@ func (s *Store) explain(action, name string, err error) error {
 	}
 	switch {
 	case code == "NoSuchKey" || code == "NotFound" && action != "s3:ListBucket":
-		return fmt.Errorf("%s: %w", where, statestore.ErrNotFound)
+		return s.notFound(name)
 	case code == "InvalidBucketName":
 		return fmt.Errorf("bucket name %q is not valid: 3 to 63 lowercase letters, digits, dots and hyphens; fix the state URL", s.bucket)
+	case code == "ObjectParentIsFile" || code == "ExistingObjectIsDirectory":
+		return fmt.Errorf("%s: the service keeps objects as files (a file-system gateway) and cannot hold both an object and one below its name (%s)", where, code)
 	case code == "NoSuchBucket":
 		return fmt.Errorf("bucket %s does not exist (%s): create it, or fix the state URL", s.bucket, s.endpointHint())
 	case code == "AccessDenied" || status == http.StatusForbidden && code != "InvalidAccessKeyId" && code != "SignatureDoesNotMatch":
