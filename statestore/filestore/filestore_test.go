@@ -189,6 +189,8 @@ func TestStoreFilesAreNotObjects(t *testing.T) {
 		refused("Put", err)
 		_, err = s.Get(ctx, name)
 		refused("Get", err)
+		_, err = s.Stat(ctx, name)
+		refused("Stat", err)
 		refused("Delete", s.Delete(ctx, name, v))
 	}
 	// The lock is whole.

@@ -108,12 +108,20 @@ func mustGet(t *testing.T, s statestore.Store, name string) statestore.Object {
 	return obj
 }
 
-// wantObject checks that name holds data at version.
+// wantObject checks that name holds data at version, read whole and
+// stat'ed.
 func wantObject(t *testing.T, s statestore.Store, name, data, version string) {
 	t.Helper()
 	got := mustGet(t, s, name)
 	if string(got.Data) != data || got.Version != version {
 		t.Fatalf("%s holds %q at version %q, want %q at %q", name, got.Data, got.Version, data, version)
+	}
+	e, err := s.Stat(t.Context(), name)
+	if err != nil {
+		t.Fatalf("Stat %s: %v", name, err)
+	}
+	if e.Name != name || e.Version != version || e.Size != int64(len(data)) || e.Modified.IsZero() {
+		t.Fatalf("Stat %s: %+v, want version %q, size %d and a time", name, e, version, len(data))
 	}
 }
 
@@ -128,6 +136,8 @@ func wantMissing(t *testing.T, s statestore.Store, name string) {
 	t.Helper()
 	_, err := s.Get(t.Context(), name)
 	wantNotFound(t, err, "Get "+name)
+	_, err = s.Stat(t.Context(), name)
+	wantNotFound(t, err, "Stat "+name)
 }
 
 // wantConflict checks that err is a *ConflictError for name refusing a
@@ -289,6 +299,8 @@ func names(t *testing.T, s statestore.Store) {
 		refused("Put at a version", err)
 		_, err = s.Get(ctx, bad)
 		refused("Get", err)
+		_, err = s.Stat(ctx, bad)
+		refused("Stat", err)
 		refused("Delete", s.Delete(ctx, bad, "some-version"))
 		refused("Delete of no version", s.Delete(ctx, bad, statestore.NoVersion))
 	}
@@ -400,6 +412,15 @@ func list(t *testing.T, s statestore.Store) {
 			obj := mustGet(t, s, e.Name)
 			if e.Version != versions[e.Name] || e.Version != obj.Version || e.Size != int64(len(obj.Data)) {
 				t.Errorf("%s listed at version %q size %d; written at %q, read at %q size %d", e.Name, e.Version, e.Size, versions[e.Name], obj.Version, len(obj.Data))
+			}
+			stat, err := s.Stat(ctx, e.Name)
+			if err != nil {
+				t.Fatalf("Stat %s: %v", e.Name, err)
+			}
+			// Times may differ below the second (S3 lists milliseconds,
+			// HEAD answers seconds).
+			if d := stat.Modified.Sub(e.Modified).Abs(); stat.Name != e.Name || stat.Version != e.Version || stat.Size != e.Size || d > time.Second {
+				t.Errorf("%s: Stat %+v, List %+v", e.Name, stat, e)
 			}
 			// Stores keep time at coarse grain (S3: seconds).
 			if e.Modified.Before(start.Add(-time.Minute)) || e.Modified.After(time.Now().Add(time.Minute)) {
