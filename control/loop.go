@@ -208,9 +208,6 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		if w.state.Lineage == "" && len(w.state.Nodes) == 0 && len(w.state.SecurityGroups) == 0 && len(o.State.Nodes) == 0 {
 			w.state.Lineage = opts.NewLineage()
 		}
-		if err := r.st.reset(w.state); err != nil {
-			return r.finish(res, err)
-		}
 		if r.ids == nil {
 			r.ids = newNodeNumbers(opts.Cluster.ID, w)
 		}
@@ -236,6 +233,11 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		}
 		if r.round == 1 && opts.Confirmed != nil && !SameActions(plan.Actions, opts.Confirmed.Actions) {
 			return r.finish(res, ErrStalePlan)
+		}
+		// Saved only now: a run refused in its first round writes
+		// nothing.
+		if err := r.st.reset(w.state); err != nil {
+			return r.finish(res, err)
 		}
 		if plan.Empty() {
 			if !destroy && len(w.live()) > 0 {

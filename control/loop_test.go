@@ -328,11 +328,16 @@ func TestConfirmedPlanMustStillHold(t *testing.T) {
 	opts := h.options(bigger)
 	opts.Confirmed = &shown
 	launches := len(h.sim.instances)
+	before := h.load()
 	if _, err := Apply(t.Context(), opts); !errors.Is(err, ErrStalePlan) {
 		t.Fatalf("err = %v, want ErrStalePlan", err)
 	}
 	if len(h.sim.instances) != launches {
 		t.Error("a stale plan launched machines")
+	}
+	// Refused in its first round, the run wrote nothing either.
+	if after := h.load(); !reflect.DeepEqual(after, before) {
+		t.Error("a stale plan wrote the state")
 	}
 	// Unchanged, the confirmed plan runs.
 	shown, err = MakePlan(t.Context(), h.options(bigger), true)
