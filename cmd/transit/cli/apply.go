@@ -110,7 +110,7 @@ var applyChange = change{
 func NewApplyCommand(deps Deps, g *GlobalFlags) *cobra.Command {
 	f := &applyFlags{}
 	cmd := &cobra.Command{
-		Use:   "apply",
+		Use:   "apply [FILE]",
 		Short: "Change the cluster until it matches cluster.json",
 		Long: `Apply takes the state lock, asks the clouds and the platform for the current
 state, shows the plan, asks for confirmation (on a terminal; pass
@@ -139,7 +139,15 @@ to finish).
 With --watch it applies again every --interval, re-reading cluster.json each
 time, until interrupted; an iteration's errors are reported and the loop goes
 on. An interruption between two applies (or before one changed anything) ends
-it with exit 0; one during an apply's loop exits 130.`,
+it with exit 0; one during an apply's loop exits 130.
+
+With FILE, a plan saved by transit plan --out FILE, it runs exactly that
+plan without asking (it was reviewed; no --auto-approve needed), and
+refuses (exit 1, stale_plan, nothing done) if the plan was made for
+another cluster, if the state, cluster.json or districts.json changed
+since, or if the first round would do other actions (the clouds moved).
+The plan fixes --allow-destroy, --rebuild-platform and --forget-missing;
+they and --watch are refused with FILE.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -150,7 +158,7 @@ it with exit 0; one during an apply's loop exits 130.`,
 						if err != nil {
 							return err
 						}
-						return view.result(control.Result{}, withKind(kindUsage, fmt.Errorf("--%s with a saved plan: the plan fixes what apply does; make a new plan with it", name)))
+						return view.result(control.Result{}, withKind(kindUsage, fmt.Errorf("--%s (or %s) with a saved plan: the plan fixes what apply does; make a new plan with it", name, envName(name))))
 					}
 				}
 			}
@@ -206,8 +214,7 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 	}
 	defer closeInto(s, &err)
 	if f.planFile != "" {
-		shown := showPlan(deps, s, saved.Plan, saved.Refreshed)
-		if err := view.plan(shown); err != nil {
+		if err := view.plan(shownSaved(saved)); err != nil {
 			return control.Result{}, err
 		}
 		res, err := s.ApplySaved(ctx, saved, transit.ApplyOptions{Parallel: f.parallel, MaxRounds: f.maxRounds, OnEvent: view.event})

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
@@ -20,6 +21,7 @@ const FormatVersion = 1
 // Types of the JSON objects.
 const (
 	typePlan    = "plan"
+	typeSaved   = "saved_plan"
 	typeStatus  = "status"
 	typeVersion = "version"
 	typeRound   = "round"
@@ -61,6 +63,30 @@ type planJSON struct {
 	// Refreshed says the clouds and the platform were asked; false for
 	// plan --refresh=false.
 	Refreshed bool `json:"refreshed"`
+}
+
+// savedPlanJSON is what show --json prints: a saved plan's origin, and
+// the plan as plan --json printed it.
+type savedPlanJSON struct {
+	header
+	File           string               `json:"file"`
+	PlanFormat     int                  `json:"plan_format"`
+	TransitVersion string               `json:"transit_version"`
+	Cluster        string               `json:"cluster"`
+	Platform       string               `json:"platform"`
+	Made           time.Time            `json:"made"`
+	State          transit.SavedState   `json:"state"`
+	Inputs         map[string]string    `json:"inputs"`
+	Options        transit.SavedOptions `json:"options"`
+	Plan           planJSON             `json:"plan"`
+}
+
+func newSavedPlanJSON(file string, sp transit.SavedPlan) savedPlanJSON {
+	return savedPlanJSON{
+		header: newHeader(typeSaved), File: file, PlanFormat: sp.FormatVersion, TransitVersion: sp.Transit,
+		Cluster: sp.Cluster, Platform: sp.Platform, Made: sp.Made.UTC(), State: sp.State, Inputs: sp.Inputs, Options: sp.Options,
+		Plan: newPlanJSON(sp.Plan, 0, sp.Made, sp.Refreshed),
+	}
 }
 
 type actionJSON struct {
