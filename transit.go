@@ -178,6 +178,13 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The hashes name what was loaded only if no edit landed between:
+	// a saved plan must not record inputs it was not made from.
+	for label, path := range inputFiles(opts.Files) {
+		if h, err := hashFile(path); err != nil || h != inputs[label] {
+			return nil, configError(fmt.Errorf("%s changed while transit read it: run again", path))
+		}
+	}
 	s := &Session{opts: opts, cfg: cfg, inputs: inputs}
 	defer func() {
 		if err != nil {
