@@ -204,6 +204,13 @@ func (s *Store) Stat(ctx context.Context, name string) (statestore.Entry, error)
 		return statestore.Entry{}, err
 	}
 	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+	if notFound(err) {
+		// A HEAD's 404 has no body to say whether the object or the
+		// bucket is missing: ask the bucket.
+		if _, berr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); notFound(berr) {
+			return statestore.Entry{}, s.explain("s3:GetObject", name, &smithy.GenericAPIError{Code: "NoSuchBucket"})
+		}
+	}
 	if err != nil {
 		return statestore.Entry{}, s.explain("s3:GetObject", name, err)
 	}
@@ -232,7 +239,9 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, ifVersion str
 	// A create. A tombstone in the way (a delete under way, or one whose
 	// deleter died) is a missing object: replace it. Other creates and
 	// deletes may come first, a few times at most.
-	for range 3 {
+	const tries = 3
+	vanished := 0
+	for range tries {
 		v, err := s.put(ctx, key, data, nil, statestore.NoVersion)
 		if err == nil {
 			return v, nil
@@ -243,6 +252,7 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, ifVersion str
 		head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
 		switch {
 		case notFound(err):
+			vanished++
 			continue // deleted meanwhile
 		case err != nil:
 			return "", s.explain("s3:GetObject", name, err)
@@ -256,6 +266,15 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, ifVersion str
 		case !conflict(err) && !notFound(err):
 			return "", s.explain("s3:PutObject", name, err)
 		}
+	}
+	if vanished == tries {
+		// Not a race: the service refuses to create an object it says
+		// does not exist. versitygw v1.8.0 does, after a delete, in a
+		// bucket whose versioning is or was ever on (its delete marker
+		// keeps the deleted object's ETag). Failing here, rather than
+		// with a conflict, keeps a lock's waiter from trying forever.
+		return "", fmt.Errorf("%s/%s: the service refuses to create it (412 Precondition Failed, If-None-Match: *) though it says no such object exists; "+
+			"some services (versitygw) do so after a delete in a bucket with versioning: use a bucket that never had versioning turned on", s.Location(), name)
 	}
 	return "", &statestore.ConflictError{Store: s.Location(), Name: name, Want: statestore.NoVersion}
 }
