@@ -44,6 +44,7 @@ func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Loc
 		seen      string    // the holder's version as first watched
 		seenSince time.Time // when this run saw it first
 		waiting   bool
+		vanished  int // creates refused while no lock was there, in a row
 	)
 	for {
 		l.info.Expires = o.Now().Add(o.Lease)
@@ -61,8 +62,22 @@ func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Loc
 		}
 		held, err := s.Get(ctx, name)
 		if errors.Is(err, ErrNotFound) {
-			continue // released between the two calls
+			// Released between the two calls — or a store that refuses
+			// the create although it holds nothing: not at full speed,
+			// and not forever.
+			if vanished++; vanished > maxVanished {
+				return nil, fmt.Errorf("take the state lock %s/%s: the store refuses to create it although it reports none (%d times): check the bucket (versioning on?)", s.Location(), name, vanished)
+			}
+			if vanished > 1 {
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(poll):
+				}
+			}
+			continue
 		}
+		vanished = 0
 		if err != nil {
 			return nil, fmt.Errorf("read the state lock %s/%s: %w", s.Location(), name, err)
 		}
@@ -131,6 +146,10 @@ func ForceUnlockLease(ctx context.Context, s Store, name, id string) error {
 	}
 	return nil
 }
+
+// maxVanished bounds the creates a store refuses in a row while it reports
+// no lock.
+const maxVanished = 20
 
 type leaseLock struct {
 	s     Store

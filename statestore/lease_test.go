@@ -228,3 +228,28 @@ func TestLeaseLostWhenRenewalsFail(t *testing.T) {
 	}
 	s.FailPuts.Store(false)
 }
+
+// ghostStore refuses every create as if the object existed, yet reads
+// none: a service at odds with itself (versitygw in a versioned bucket).
+type ghostStore struct{ *memstore.Store }
+
+func (g ghostStore) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	if ifVersion == statestore.NoVersion {
+		return "", &statestore.ConflictError{Store: g.Location(), Name: name}
+	}
+	return g.Store.Put(ctx, name, data, ifVersion)
+}
+
+// A lock that cannot be created although none exists ends in an error,
+// bounded, not in a loop at full speed.
+func TestLeaseGhostLockEnds(t *testing.T) {
+	s := ghostStore{newMemStore()}
+	start := time.Now()
+	_, err := statestore.AcquireLease(t.Context(), s, "lock", statestore.LockOptions{Lease: 200 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "refuses to create it") {
+		t.Fatalf("lock on a ghost store: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("took %s", took)
+	}
+}
