@@ -17,6 +17,7 @@ import (
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/kubernetes"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/state"
 	"github.com/cloudtransit/transit/statestore"
 	"github.com/cloudtransit/transit/statestore/seal"
 )
@@ -43,7 +44,8 @@ func IsRemote(location string) bool {
 // the private local copy the session's file-based parts work in.
 type remote struct {
 	store  statestore.Store
-	mirror *statestore.Mirror
+	mirror *statestore.Mirror   // the files besides the state
+	log    *statestore.StateLog // the state
 	lock   statestore.Lock
 	// saved says the session wrote the state: Close keeps it in the
 	// store's history.
@@ -143,14 +145,36 @@ func (s *Session) openRemote(ctx context.Context) error {
 	if err := r.mirror.Pull(ctx); err != nil {
 		return fmt.Errorf("read the state from %s: %w", store.Location(), err)
 	}
+	base, journal, lines, err := statestore.ReadState(ctx, store, RemoteStateObject)
+	if err != nil {
+		return fmt.Errorf("read the state from %s: %w", store.Location(), err)
+	}
+	if err := writeLocal(dir, base, journal); err != nil {
+		return err
+	}
+	r.log = &statestore.StateLog{Store: store, Name: RemoteStateObject, Base: base.Version, Lines: lines, OnConflict: r.conflicted, Timeout: remoteSaveTimeout}
+	if s.opts.Access == Change && len(lines) > 0 {
+		// A run killed before it wrote the state whole left lines: the
+		// state object takes them now.
+		local := filepath.Join(dir, RemoteStateObject)
+		if err := state.Compact(local); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(local)
+		if err != nil {
+			return err
+		}
+		if err := r.log.Whole(0, data); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// remoteFiles are the files a remote store holds for cluster; secrets
-// only with a key.
+// remoteFiles are the files a remote store holds for cluster besides the
+// state (remoteLog's); secrets only with a key.
 func remoteFiles(cluster string, secrets bool) []statestore.MirrorFile {
 	files := []statestore.MirrorFile{
-		{File: RemoteStateObject},
 		{File: filepath.Base(ssh.KeyPath("", cluster)) + ".pub"},
 		{File: filepath.Base(ssh.HostKeysPath("", cluster))},
 	}
@@ -222,15 +246,26 @@ func (r *remote) push() error {
 	defer cancel()
 	err := r.mirror.Push(ctx)
 	if errors.Is(err, statestore.ErrConflict) {
-		other := "another run"
-		var holder statestore.LockInfo
-		if obj, lerr := r.store.Get(ctx, "lock"); lerr == nil && json.Unmarshal(obj.Data, &holder) == nil && holder.ID != "" {
-			other += " (the lock is now held by " + holder.String() + ")"
-		}
-		r.conflict = fmt.Errorf("%w: %s wrote the state since this run read it; this run stops without overwriting it", err, other)
-		return r.conflict
+		return r.conflicted(err)
 	}
 	return err
+}
+
+// conflicted records a refused write as the conflict that stops the run,
+// naming who holds the lock now.
+func (r *remote) conflicted(err error) error {
+	if r.conflict != nil {
+		return r.conflict
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), remoteSaveTimeout)
+	defer cancel()
+	other := "another run"
+	var holder statestore.LockInfo
+	if obj, lerr := r.store.Get(ctx, "lock"); lerr == nil && json.Unmarshal(obj.Data, &holder) == nil && holder.ID != "" {
+		other += " (the lock is now held by " + holder.String() + ")"
+	}
+	r.conflict = fmt.Errorf("%w: %s wrote the state since this run read it; this run stops without overwriting it", err, other)
+	return r.conflict
 }
 
 // close stores what changed last (host-key pins, the kubeconfig), keeps

@@ -3,6 +3,7 @@ package transit_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cloudtransit/transit"
@@ -296,4 +298,88 @@ func TestRemoteStateLeftoverCopies(t *testing.T) {
 	if _, err := os.Stat(live); err != nil {
 		t.Errorf("a live run's copy went: %v", err)
 	}
+}
+
+// baseFailing fails writes of the state object once fail is set: a run
+// that dies before it writes the state whole again.
+type baseFailing struct {
+	*memstore.Store
+	fail atomic.Bool
+}
+
+func (b *baseFailing) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	if b.fail.Load() && name == "resources.json" {
+		return "", errors.New("connection reset by peer")
+	}
+	return b.Store.Put(ctx, name, data, ifVersion)
+}
+
+func (b *baseFailing) Lock(ctx context.Context, o statestore.LockOptions) (statestore.Lock, error) {
+	return statestore.AcquireLease(ctx, b, memstore.LockName, o)
+}
+
+// A save costs a small object, not the whole state: the store holds the
+// journal's lines while the run goes on; a run that dies before it wrote
+// the state whole leaves them, readers apply them, and the next run folds
+// them into the state object.
+func TestRemoteStateJournal(t *testing.T) {
+	rs := newRunners(t, 2)
+	a, b := rs[0], rs[1]
+	store := &baseFailing{Store: a.store}
+	ctx := t.Context()
+	o := a.options(transit.Change, "transit apply")
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, []districts.Credential) (statestore.Store, error) { return store, nil }}
+	s, err := transit.Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	most := 0
+	_, err = s.Apply(ctx, transit.ApplyOptions{OnEvent: func(e transit.Event) {
+		if e.Type == control.EventAction && e.Phase == control.PhaseFinish {
+			store.fail.Store(true) // the run dies before its state is whole again
+			lines, _ := a.store.List(context.Background(), "resources.json.journal/")
+			mu.Lock()
+			most = max(most, len(lines))
+			mu.Unlock()
+		}
+	}})
+	if err == nil {
+		t.Fatal("apply succeeded although the state object could not be written")
+	}
+	if most < 5 {
+		t.Fatalf("at most %d journal lines in the store during the run: the saves did not go to the journal", most)
+	}
+	info := lockInfo(t, a.store)
+	if err := a.store.ForceUnlock(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	read := openSession(t, b.options(transit.ReadState, "transit status"))
+	got := read.State()
+	if got.Serial < 2 || len(got.Nodes) == 0 {
+		t.Fatalf("a reader sees serial %d with %d nodes: the lines were not applied", got.Serial, len(got.Nodes))
+	}
+	next := openSession(t, b.options(transit.Change, "transit apply"))
+	if next.State().Serial != got.Serial {
+		t.Fatalf("the next run starts from serial %d, the reader saw %d", next.State().Serial, got.Serial)
+	}
+	if left, _ := a.store.List(ctx, "resources.json.journal/"); len(left) > 0 {
+		t.Fatalf("the next run left the dead run's lines: %v", left)
+	}
+	if st := storedState(t, a.store); st.Serial != got.Serial || len(st.Nodes) != len(got.Nodes) {
+		t.Fatalf("the state object after the fold: serial %d, %d nodes; want %d, %d", st.Serial, len(st.Nodes), got.Serial, len(got.Nodes))
+	}
+}
+
+func lockInfo(t *testing.T, s *memstore.Store) statestore.LockInfo {
+	t.Helper()
+	obj, err := s.Get(t.Context(), memstore.LockName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info statestore.LockInfo
+	if err := json.Unmarshal(obj.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	return info
 }

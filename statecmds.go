@@ -34,14 +34,35 @@ func (o Options) storeAt(ctx context.Context, location string, creds []districts
 // stateFiles are the files of cluster a store at location holds: a
 // remote store's secrets sealed, a directory's as they are.
 func stateFiles(location, stateName, cluster string) []statestore.MirrorFile {
-	files := remoteFiles(cluster, true)
-	files[0].File = stateName
+	files := append([]statestore.MirrorFile{{File: stateName}}, remoteFiles(cluster, true)...)
 	if !IsRemote(location) {
 		for i := range files {
 			files[i].Sealed = false
 		}
 	}
 	return files
+}
+
+// foldState writes a store's state whole with the journal a killed run
+// left (a path's file, a remote store's line objects); the caller holds
+// the store's lock.
+func foldState(ctx context.Context, s statestore.Store, location string) error {
+	if !IsRemote(location) {
+		return state.Compact(location)
+	}
+	base, journal, lines, err := statestore.ReadState(ctx, s, RemoteStateObject)
+	if err != nil || len(lines) == 0 {
+		return err
+	}
+	r, err := decodeStateJournal(base, journal, s.Location())
+	if err != nil {
+		return err
+	}
+	data, err := marshalState(r)
+	if err != nil {
+		return err
+	}
+	return (&statestore.StateLog{Store: s, Name: RemoteStateObject, Base: base.Version, Lines: lines}).Whole(r.Serial, data)
 }
 
 // keepLocal keeps the state file as it is now among the past states of
@@ -120,24 +141,32 @@ func pullState(ctx context.Context, s statestore.Store, name, location string) (
 		}
 		return districts.LoadResources(location)
 	}
-	obj, err := s.Get(ctx, name)
+	base, journal, _, err := statestore.ReadState(ctx, s, RemoteStateObject)
 	if err != nil {
 		return districts.Resources{}, err
 	}
-	return decodeState(obj.Data, s.Location()+"/"+name)
+	if base.Data == nil && len(journal) == 0 {
+		return districts.Resources{}, fmt.Errorf("%s/%s: %w", s.Location(), name, statestore.ErrNotFound)
+	}
+	return decodeStateJournal(base, journal, s.Location()+"/"+name)
 }
 
 func decodeState(data []byte, where string) (districts.Resources, error) {
+	return decodeStateJournal(statestore.Object{Data: data}, nil, where)
+}
+
+// decodeStateJournal reads a state and its journal as transit reads a
+// state file.
+func decodeStateJournal(base statestore.Object, journal []byte, where string) (districts.Resources, error) {
 	dir, err := os.MkdirTemp("", "transit-pull-")
 	if err != nil {
 		return districts.Resources{}, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	p := filepath.Join(dir, "resources.json")
-	if err := os.WriteFile(p, data, 0o600); err != nil {
+	if err := writeLocal(dir, base, journal); err != nil {
 		return districts.Resources{}, err
 	}
-	r, err := districts.LoadResources(p)
+	r, err := districts.LoadResources(filepath.Join(dir, RemoteStateObject))
 	if err != nil {
 		return r, fmt.Errorf("%s: %w", where, err)
 	}
@@ -207,10 +236,8 @@ func PushState(ctx context.Context, opts Options, data []byte, force bool) (int6
 		return 0, err
 	}
 	defer func() { err = errors.Join(err, l.Release(context.WithoutCancel(ctx))) }()
-	if !IsRemote(opts.Files.State) {
-		if err := state.Compact(opts.Files.State); err != nil {
-			return 0, err
-		}
+	if err := foldState(ctx, s, opts.Files.State); err != nil {
+		return 0, err
 	}
 	cur, err := pullState(ctx, s, name, opts.Files.State)
 	exists := err == nil
@@ -294,10 +321,8 @@ func MigrateState(ctx context.Context, opts Options, to string, force bool) (err
 		if e.lock, err = e.store.Lock(ctx, statestore.LockOptions{Command: "transit state migrate", Timeout: opts.LockTimeout}); err != nil {
 			return err
 		}
-		if !IsRemote(e.location) {
-			if err := state.Compact(e.location); err != nil {
-				return err
-			}
+		if err := foldState(ctx, e.store, e.location); err != nil {
+			return err
 		}
 		dir, err := os.MkdirTemp("", "transit-migrate-")
 		if err != nil {

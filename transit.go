@@ -236,12 +236,11 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 	}
 	if opts.Access == Change {
 		s.journal = state.NewJournal(statePath, s.state.Serial, opts.Clock.Now)
+		if s.remote != nil {
+			s.journal.Sink = s.remote.log
+		}
 		s.save = func(r districts.Resources, ch control.Changed) error {
-			// A remote store gets the state whole on every save, each
-			// write conditional on the last: a journal object would not
-			// see another writer's state.
-			all := ch.All || s.remote != nil
-			if err := s.journal.Save(r, ch.Nodes, ch.Groups, all); err != nil {
+			if err := s.journal.Save(r, ch.Nodes, ch.Groups, ch.All); err != nil {
 				return err
 			}
 			s.saves.Add(1)

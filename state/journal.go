@@ -25,11 +25,21 @@ import (
 type Journal struct {
 	path string
 	now  func() time.Time
+	// Sink, when set, gets every save after the local one: a remote
+	// store keeping the same state.
+	Sink Sink
 
 	mu      sync.Mutex
 	last    int64 // the last serial saved
 	f       *os.File
 	entries int // lines in the journal
+}
+
+// Sink keeps a copy of what a Journal writes: the state written whole, or
+// one line of the journal. An error fails the save.
+type Sink interface {
+	Whole(serial int64, data []byte) error
+	Line(serial int64, line []byte) error
 }
 
 // minEntries is how many lines the journal may hold whatever the size of
@@ -88,8 +98,14 @@ func (j *Journal) Save(r districts.Resources, nodes []string, groups, all bool) 
 	if err != nil {
 		return fmt.Errorf("write %s: encode: %w", districts.JournalPath(j.path), err)
 	}
-	if err := j.append(append(line, '\n')); err != nil {
+	line = append(line, '\n')
+	if err := j.append(line); err != nil {
 		return err
+	}
+	if j.Sink != nil {
+		if err := j.Sink.Line(next, line); err != nil {
+			return err
+		}
 	}
 	j.entries++
 	j.last = next
@@ -118,10 +134,20 @@ func (j *Journal) append(line []byte) error {
 // two leaves lines whose serials the state file already has, which
 // readers skip.
 func (j *Journal) rewrite(r districts.Resources) error {
-	if err := Write(j.path, r); err != nil {
+	data, err := encode(r)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", j.path, err)
+	}
+	if err := writeData(j.path, data); err != nil {
 		return err
 	}
-	return j.dropJournal()
+	if err := j.dropJournal(); err != nil {
+		return err
+	}
+	if j.Sink != nil {
+		return j.Sink.Whole(r.Serial, data)
+	}
+	return nil
 }
 
 func (j *Journal) dropJournal() error {
@@ -136,17 +162,24 @@ func (j *Journal) dropJournal() error {
 	return nil
 }
 
-// Close compacts (Compact) and closes the journal.
+// Close writes the state whole if the journal holds lines (as Compact,
+// and to the Sink), and closes the journal.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	err := Compact(j.path)
 	if j.f != nil {
 		_ = j.f.Close()
 		j.f = nil
 	}
-	j.entries = 0
-	return err
+	if _, err := os.Stat(districts.JournalPath(j.path)); errors.Is(err, fs.ErrNotExist) {
+		j.entries = 0
+		return nil
+	}
+	r, err := districts.LoadResources(j.path)
+	if err != nil {
+		return err
+	}
+	return j.rewrite(r)
 }
 
 // Compact writes the state at path whole, with its journal applied, and

@@ -28,6 +28,15 @@ import (
 // file is untouched and the temporary file is removed. Write does not change
 // r: the caller owns Serial and UpdatedAt (see Journal).
 func Write(path string, r districts.Resources) error {
+	data, err := encode(r)
+	if err != nil {
+		return fmt.Errorf("write %s: encode: %w", path, err)
+	}
+	return writeData(path, data)
+}
+
+// encode is r as the state file holds it.
+func encode(r districts.Resources) ([]byte, error) {
 	// Empty lists are written as [] rather than null, so readers of the
 	// report (jq, dashboards) always see the same shape.
 	if r.Nodes == nil {
@@ -38,9 +47,12 @@ func Write(path string, r districts.Resources) error {
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return fmt.Errorf("write %s: encode: %w", path, err)
+		return nil, err
 	}
-	data = append(data, '\n')
+	return append(data, '\n'), nil
+}
+
+func writeData(path string, data []byte) error {
 	// Mode 0600: the state names every machine and address of the cluster.
 	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

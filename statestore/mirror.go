@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cloudtransit/transit/atomicfile"
 	"github.com/cloudtransit/transit/statestore/seal"
@@ -59,6 +60,11 @@ type mirrored struct {
 	version string
 	hash    [32]byte
 	exists  bool
+	// size and mtime are the local file's when hashed: an unchanged
+	// file costs a stat, not a read (the pins grow with the cluster and
+	// a run pushes after every save).
+	size  int64
+	mtime time.Time
 }
 
 // Pull copies every mirrored object that exists into Dir (mode 0600),
@@ -155,7 +161,17 @@ func (m *Mirror) PushFile(ctx context.Context, file string) error {
 
 func (m *Mirror) push(ctx context.Context, f MirrorFile) error {
 	last := m.known[f.File]
-	data, err := os.ReadFile(filepath.Join(m.Dir, f.File))
+	path := filepath.Join(m.Dir, f.File)
+	// Stat before the read: a change after it shows at the next push.
+	var size int64
+	var mtime time.Time
+	if fi, err := os.Stat(path); err == nil {
+		if last.exists && fi.Size() == last.size && fi.ModTime().Equal(last.mtime) && !last.mtime.IsZero() {
+			return nil
+		}
+		size, mtime = fi.Size(), fi.ModTime()
+	}
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if !last.exists {
 			return nil
@@ -171,6 +187,8 @@ func (m *Mirror) push(ctx context.Context, f MirrorFile) error {
 	}
 	hash := sha256.Sum256(data)
 	if last.exists && bytes.Equal(hash[:], last.hash[:]) {
+		last.size, last.mtime = size, mtime
+		m.known[f.File] = last
 		return nil
 	}
 	stored := data
@@ -197,7 +215,7 @@ func (m *Mirror) push(ctx context.Context, f MirrorFile) error {
 	if err != nil {
 		return fmt.Errorf("write %s/%s: %w", m.Store.Location(), f.Object(), err)
 	}
-	m.known[f.File] = mirrored{version: version, hash: hash, exists: true}
+	m.known[f.File] = mirrored{version: version, hash: hash, exists: true, size: size, mtime: mtime}
 	return nil
 }
 
