@@ -2,7 +2,6 @@ package transit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -58,7 +57,7 @@ func foldState(ctx context.Context, s statestore.Store, location string) error {
 	if err != nil {
 		return err
 	}
-	data, err := marshalState(r)
+	data, err := state.Encode(r)
 	if err != nil {
 		return err
 	}
@@ -196,21 +195,7 @@ func PullState(ctx context.Context, opts Options, serial int64) ([]byte, error) 
 	} else if r, err = pullState(ctx, s, name, opts.Files.State); err != nil {
 		return nil, err
 	}
-	return marshalState(r)
-}
-
-func marshalState(r districts.Resources) ([]byte, error) {
-	if r.Nodes == nil {
-		r.Nodes = []districts.Node{}
-	}
-	if r.SecurityGroups == nil {
-		r.SecurityGroups = []districts.SecurityGroup{}
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(data, '\n'), nil
+	return state.Encode(r)
 }
 
 // PushState replaces the state with data (resources.json's format), under
@@ -255,7 +240,7 @@ func PushState(ctx context.Context, opts Options, data []byte, force bool) (int6
 	if exists && in.Serial <= cur.Serial {
 		in.Serial = cur.Serial + 1
 	}
-	out, err := marshalState(in)
+	out, err := state.Encode(in)
 	if err != nil {
 		return 0, err
 	}

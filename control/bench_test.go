@@ -96,27 +96,7 @@ func BenchmarkApply(b *testing.B) {
 	for _, workers := range []int{1000, 9997} {
 		c, ds := bigSetup(workers)
 		b.Run(fmt.Sprintf("%d-nodes-file", workers+3), func(b *testing.B) {
-			for b.Loop() {
-				h := newHarness(b, 1, ds)
-				h.sim.parallel = DefaultParallel
-				h.sim.unchecked = true
-				opts := h.options(c)
-				opts.MaxRounds = 5
-				j := state.NewJournal(filepath.Join(b.TempDir(), "resources.json"), 0, nil)
-				saves := 0
-				opts.SaveChanged = func(r districts.Resources, ch Changed) error {
-					saves++
-					return j.Save(r, ch.Nodes, ch.Groups, ch.All)
-				}
-				res, err := Apply(b.Context(), opts)
-				if err != nil || !res.Converged {
-					b.Fatalf("converged=%v err=%v", res.Converged, err)
-				}
-				if err := j.Close(); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(saves), "saves")
-			}
+			benchApply(b, c, ds, func(*state.Journal) {})
 		})
 	}
 	// The S3 store as a session uses it: a journal line object per save
@@ -127,33 +107,41 @@ func BenchmarkApply(b *testing.B) {
 	for _, workers := range []int{1000, 9997} {
 		c, ds := bigSetup(workers)
 		b.Run(fmt.Sprintf("%d-nodes-s3", workers+3), func(b *testing.B) {
-			for b.Loop() {
-				h := newHarness(b, 1, ds)
-				h.sim.parallel = DefaultParallel
-				h.sim.unchecked = true
-				opts := h.options(c)
-				opts.MaxRounds = 5
+			benchApply(b, c, ds, func(j *state.Journal) {
 				store, err := s3store.New(b.Context(), "bench", fmt.Sprintf("run-%d", time.Now().UnixNano()), srv.Options())
 				if err != nil {
 					b.Fatal(err)
 				}
-				j := state.NewJournal(filepath.Join(b.TempDir(), "resources.json"), 0, nil)
 				j.Sink = &statestore.StateLog{Store: store, Name: "resources.json"}
-				saves := 0
-				opts.SaveChanged = func(r districts.Resources, ch Changed) error {
-					saves++
-					return j.Save(r, ch.Nodes, ch.Groups, ch.All)
-				}
-				res, err := Apply(b.Context(), opts)
-				if err != nil || !res.Converged {
-					b.Fatalf("converged=%v err=%v", res.Converged, err)
-				}
-				if err := j.Close(); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(saves), "saves")
-			}
+			})
 		})
+	}
+}
+
+// benchApply applies c from nothing, saving through a journal into a file
+// that sink may give a remote copy.
+func benchApply(b *testing.B, c districts.Cluster, ds []districts.District, sink func(*state.Journal)) {
+	for b.Loop() {
+		h := newHarness(b, 1, ds)
+		h.sim.parallel = DefaultParallel
+		h.sim.unchecked = true
+		opts := h.options(c)
+		opts.MaxRounds = 5
+		j := state.NewJournal(filepath.Join(b.TempDir(), "resources.json"), 0, nil)
+		sink(j)
+		saves := 0
+		opts.SaveChanged = func(r districts.Resources, ch Changed) error {
+			saves++
+			return j.Save(r, ch.Nodes, ch.Groups, ch.All)
+		}
+		res, err := Apply(b.Context(), opts)
+		if err != nil || !res.Converged {
+			b.Fatalf("converged=%v err=%v", res.Converged, err)
+		}
+		if err := j.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(saves), "saves")
 	}
 }
 

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,6 +116,11 @@ func (j *Journal) Save(r districts.Resources, nodes []string, groups, all bool) 
 func (j *Journal) append(line []byte) error {
 	path := districts.JournalPath(j.path)
 	if j.f == nil {
+		// A run killed mid-save left its last line cut short: cut it off
+		// before appending, or it would be a broken line in the middle.
+		if err := dropTornLine(path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
@@ -130,11 +136,26 @@ func (j *Journal) append(line []byte) error {
 	return nil
 }
 
+// dropTornLine truncates a journal whose last line has no newline (a save
+// cut short, which never happened) to its last whole line.
+func dropTornLine(path string) error {
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case len(data) == 0 || data[len(data)-1] == '\n':
+		return nil
+	}
+	return os.Truncate(path, int64(bytes.LastIndexByte(data, '\n')+1))
+}
+
 // rewrite writes r whole, then removes the journal: a crash between the
 // two leaves lines whose serials the state file already has, which
 // readers skip.
 func (j *Journal) rewrite(r districts.Resources) error {
-	data, err := encode(r)
+	data, err := Encode(r)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", j.path, err)
 	}

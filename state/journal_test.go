@@ -223,3 +223,36 @@ func TestJournalSurvivesKill(t *testing.T) {
 	}
 	t.Logf("%d kills, serial %d", rounds, last)
 }
+
+// A run killed mid-save left half a line; the next writer's lines go after
+// the last whole one, not after the half (which would break the journal).
+func TestJournalAppendsAfterATornLine(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "resources.json")
+	j := NewJournal(path, 0, nil)
+	r := sampleResources(1)
+	if err := j.Save(r, nil, false, true); err != nil {
+		t.Fatal(err)
+	}
+	r.Nodes[0].Message = "before the kill"
+	if err := j.Save(r, []string{r.Nodes[0].ID}, false, false); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(districts.JournalPath(path), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(`{"header":{"serial":9,"cut`)
+	_ = f.Close()
+
+	next := NewJournal(path, 3, nil)
+	r.Serial = 3
+	r.Nodes[1].Message = "after the kill"
+	if err := next.Save(r, []string{r.Nodes[1].ID}, false, false); err != nil {
+		t.Fatal(err)
+	}
+	got := load(t, path)
+	if got.Nodes[0].Message != "before the kill" || got.Nodes[1].Message != "after the kill" || got.Serial != 4 {
+		t.Fatalf("serial %d, messages %q, %q", got.Serial, got.Nodes[0].Message, got.Nodes[1].Message)
+	}
+}

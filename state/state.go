@@ -28,15 +28,15 @@ import (
 // file is untouched and the temporary file is removed. Write does not change
 // r: the caller owns Serial and UpdatedAt (see Journal).
 func Write(path string, r districts.Resources) error {
-	data, err := encode(r)
+	data, err := Encode(r)
 	if err != nil {
 		return fmt.Errorf("write %s: encode: %w", path, err)
 	}
 	return writeData(path, data)
 }
 
-// encode is r as the state file holds it.
-func encode(r districts.Resources) ([]byte, error) {
+// Encode is r as the state file holds it.
+func Encode(r districts.Resources) ([]byte, error) {
 	// Empty lists are written as [] rather than null, so readers of the
 	// report (jq, dashboards) always see the same shape.
 	if r.Nodes == nil {
