@@ -304,6 +304,9 @@ func (s *Session) Close() error {
 		}
 	}
 	if s.journal != nil {
+		if s.remote != nil && (s.remote.conflict != nil || s.remote.lock == nil) {
+			s.journal.Sink = nil // another run's state is not overwritten
+		}
 		if err := s.journal.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("write the state whole: %w", err))
 		} else if s.remote == nil && s.saves.Load() > 0 {
