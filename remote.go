@@ -232,6 +232,21 @@ func (s *Session) statePath() string {
 // refused because another run wrote the state first names who holds the
 // lock now.
 func (r *remote) push() error {
+	if err := r.writable(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), remoteSaveTimeout)
+	defer cancel()
+	err := r.mirror.Push(ctx)
+	if errors.Is(err, statestore.ErrConflict) {
+		return r.conflicted(err)
+	}
+	return err
+}
+
+// writable says the run may still write the store: no conflict stopped
+// it and its lock is not lost (not renewed in time, or force-unlocked).
+func (r *remote) writable() error {
 	if r.conflict != nil {
 		return r.conflict
 	}
@@ -242,13 +257,7 @@ func (r *remote) push() error {
 		default:
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), remoteSaveTimeout)
-	defer cancel()
-	err := r.mirror.Push(ctx)
-	if errors.Is(err, statestore.ErrConflict) {
-		return r.conflicted(err)
-	}
-	return err
+	return nil
 }
 
 // conflicted records a refused write as the conflict that stops the run,

@@ -240,6 +240,11 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 			s.journal.Sink = s.remote.log
 		}
 		s.save = func(r districts.Resources, ch control.Changed) error {
+			if s.remote != nil {
+				if err := s.remote.writable(); err != nil {
+					return err
+				}
+			}
 			if err := s.journal.Save(r, ch.Nodes, ch.Groups, ch.All); err != nil {
 				return err
 			}
@@ -304,7 +309,7 @@ func (s *Session) Close() error {
 		}
 	}
 	if s.journal != nil {
-		if s.remote != nil && (s.remote.conflict != nil || s.remote.lock == nil) {
+		if s.remote != nil && (s.remote.lock == nil || s.remote.writable() != nil) {
 			s.journal.Sink = nil // another run's state is not overwritten
 		}
 		if err := s.journal.Close(); err != nil {
