@@ -526,7 +526,7 @@ func (g *guarded) update(f func(r *districts.Resources)) error {
 	}
 	g.state.Nodes = placeAppended(g.state.Nodes, before)
 	ch.Groups = !slices.Equal(groups, groupVersions(g.state.SecurityGroups))
-	slices.SortFunc(g.state.SecurityGroups, func(a, b districts.SecurityGroup) int { return strings.Compare(a.District, b.District) })
+	sortGroups(g.state.SecurityGroups)
 	return g.saveLocked(ch)
 }
 
@@ -556,7 +556,9 @@ func (g *guarded) saveLocked(ch Changed) error {
 }
 
 // groupVersion names one version of a group: a change gives a group new
-// Sources (see sourceSet), or a new port or time.
+// Sources (ensureGroup builds a new slice, no one changes one in place:
+// its first element's address and its length name it), or a new port or
+// time.
 type groupVersion struct {
 	id      string
 	first   *string
@@ -564,13 +566,18 @@ type groupVersion struct {
 	updated time.Time
 }
 
+func versionOf(g districts.SecurityGroup) groupVersion {
+	v := groupVersion{id: g.ProviderID, n: len(g.Sources), port: g.MeshPort, updated: g.UpdatedAt}
+	if len(g.Sources) > 0 {
+		v.first = &g.Sources[0]
+	}
+	return v
+}
+
 func groupVersions(gs []districts.SecurityGroup) []groupVersion {
 	out := make([]groupVersion, len(gs))
 	for i, g := range gs {
-		out[i] = groupVersion{id: g.ProviderID, n: len(g.Sources), port: g.MeshPort, updated: g.UpdatedAt}
-		if len(g.Sources) > 0 {
-			out[i].first = &g.Sources[0]
-		}
+		out[i] = versionOf(g)
 	}
 	return out
 }
@@ -661,14 +668,10 @@ func (r *runner) updateNode(id string, f func(n *districts.Node, s *districts.Re
 	return nil
 }
 
-// sourceSet is a group's sources as a set, for one version of them: a
-// group's change gives it a new Sources slice (ensureGroup builds one, no
-// one changes one in place), so its first element's address and its
-// length name the version.
+// sourceSet is a group's sources as a set, for one version of the group.
 type sourceSet struct {
-	first *string
-	n     int
-	set   map[string]bool
+	version groupVersion
+	set     map[string]bool
 }
 
 // allows says g lets addr in: a lookup in a set built once per version of
@@ -682,8 +685,8 @@ func (r *runner) allows(g districts.SecurityGroup, addr string) bool {
 	defer r.mu.Unlock()
 	key := g.District + "/" + g.ProviderID
 	cached, ok := r.allowedSets[key]
-	if !ok || cached.first != &g.Sources[0] || cached.n != len(g.Sources) {
-		cached = sourceSet{first: &g.Sources[0], n: len(g.Sources), set: make(map[string]bool, len(g.Sources))}
+	if v := versionOf(g); !ok || cached.version != v {
+		cached = sourceSet{version: v, set: make(map[string]bool, len(g.Sources))}
 		for _, src := range g.Sources {
 			cached.set[src] = true
 		}

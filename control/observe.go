@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -820,8 +819,13 @@ func nodeFromInstance(cluster, district string, inst provider.Instance) district
 }
 
 func sortState(r *districts.Resources) {
-	slices.SortFunc(r.Nodes, func(a, b districts.Node) int { return districts.CompareNodeIDs(a.ID, b.ID) })
-	sort.Slice(r.SecurityGroups, func(i, j int) bool { return r.SecurityGroups[i].District < r.SecurityGroups[j].District })
+	slices.SortFunc(r.Nodes, compareNodes)
+	sortGroups(r.SecurityGroups)
+}
+
+// sortGroups orders groups by district, as the state file lists them.
+func sortGroups(gs []districts.SecurityGroup) {
+	slices.SortFunc(gs, func(a, b districts.SecurityGroup) int { return strings.Compare(a.District, b.District) })
 }
 
 // stateWorld is the world as resources.json alone describes it, for plans
