@@ -17,7 +17,6 @@ import (
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/platforms/kubernetes"
 	"github.com/cloudtransit/transit/platforms/ssh"
-	"github.com/cloudtransit/transit/state"
 	"github.com/cloudtransit/transit/statestore"
 	"github.com/cloudtransit/transit/statestore/seal"
 )
@@ -37,7 +36,8 @@ const remoteSaveTimeout = 2 * time.Minute
 // IsRemote says a state location is a URL (a remote store), not a path.
 func IsRemote(location string) bool {
 	u, err := url.Parse(location)
-	return err == nil && u.Scheme != "" && len(u.Scheme) > 1 && strings.Contains(location, "://")
+	// A one-letter scheme is a Windows drive (C:\…), not a store.
+	return err == nil && len(u.Scheme) > 1 && strings.Contains(location, "://")
 }
 
 // remote is a session's remote state: the store, its lock (Change), and
@@ -149,25 +149,21 @@ func (s *Session) openRemote(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the state from %s: %w", store.Location(), err)
 	}
+	if s.opts.Access == Change && len(lines) > 0 {
+		// A run killed before it wrote the state whole left lines: the
+		// state object takes them now.
+		if base, err = foldLines(store, base, journal, lines); err != nil {
+			if errors.Is(err, statestore.ErrConflict) {
+				return r.conflicted(err)
+			}
+			return err
+		}
+		journal, lines = nil, nil
+	}
 	if err := writeLocal(dir, base, journal); err != nil {
 		return err
 	}
 	r.log = &statestore.StateLog{Store: store, Name: RemoteStateObject, Base: base.Version, Lines: lines, OnConflict: r.conflicted, Timeout: remoteSaveTimeout}
-	if s.opts.Access == Change && len(lines) > 0 {
-		// A run killed before it wrote the state whole left lines: the
-		// state object takes them now.
-		local := filepath.Join(dir, RemoteStateObject)
-		if err := state.Compact(local); err != nil {
-			return err
-		}
-		data, err := os.ReadFile(local)
-		if err != nil {
-			return err
-		}
-		if err := r.log.Whole(0, data); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 

@@ -53,15 +53,27 @@ func foldState(ctx context.Context, s statestore.Store, location string) error {
 	if err != nil || len(lines) == 0 {
 		return err
 	}
+	_, err = foldLines(s, base, journal, lines)
+	return err
+}
+
+// foldLines writes a remote state read with its lines (statestore.
+// ReadState's) whole into the state object, removes the lines and returns
+// the state object as it is now.
+func foldLines(s statestore.Store, base statestore.Object, journal []byte, lines []statestore.Entry) (statestore.Object, error) {
 	r, err := decodeStateJournal(base, journal, s.Location())
 	if err != nil {
-		return err
+		return statestore.Object{}, err
 	}
 	data, err := state.Encode(r)
 	if err != nil {
-		return err
+		return statestore.Object{}, err
 	}
-	return (&statestore.StateLog{Store: s, Name: RemoteStateObject, Base: base.Version, Lines: lines}).Whole(r.Serial, data)
+	l := &statestore.StateLog{Store: s, Name: RemoteStateObject, Base: base.Version, Lines: lines, Timeout: remoteSaveTimeout}
+	if err := l.Whole(r.Serial, data); err != nil {
+		return statestore.Object{}, err
+	}
+	return statestore.Object{Data: data, Version: l.Base}, nil
 }
 
 // keepLocal keeps the state file as it is now among the past states of
