@@ -207,18 +207,5 @@ func (j *Journal) Close() error {
 // removes the journal; without a journal it does nothing. Only the holder
 // of the state's lock may call it.
 func Compact(path string) error {
-	if _, err := os.Stat(districts.JournalPath(path)); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	r, err := districts.LoadResources(path)
-	if err != nil {
-		return err
-	}
-	if err := Write(path, r); err != nil {
-		return err
-	}
-	if err := os.Remove(districts.JournalPath(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", districts.JournalPath(path), err)
-	}
-	return nil
+	return NewJournal(path, 0, nil).Close()
 }
