@@ -168,7 +168,7 @@ func (s *Session) openRemote(ctx context.Context) error {
 }
 
 // remoteFiles are the files a remote store holds for cluster besides the
-// state (remoteLog's); secrets only with a key.
+// state (the session's StateLog keeps that); secrets only with a key.
 func remoteFiles(cluster string, secrets bool) []statestore.MirrorFile {
 	files := []statestore.MirrorFile{
 		{File: filepath.Base(ssh.KeyPath("", cluster)) + ".pub"},
