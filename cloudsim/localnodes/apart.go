@@ -23,7 +23,10 @@ import (
 // between routers only to public addresses. So machines reach each
 // other's private addresses inside their region only, a private address
 // of another region is unreachable (nothing leaves the host for it), and
-// two regions may use one private subnet.
+// two regions may use one private subnet. Packets between routers cross
+// the host, so the host must forward IPv4: a fresh machine boots with
+// forwarding off, and the first router turns it on (as the local driver
+// does for its districts).
 
 const uplink = "uplink"
 
@@ -84,6 +87,7 @@ func (b *Backer) ensureRouter(ctx context.Context, region string) (string, error
 	steps := [][]string{
 		{"ip", "-n", ns, "link", "set", "lo", "up"},
 		{"nsenter", "--net=" + path, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
 	}
 	if sh(ctx, "ip", "link", "show", link) != nil {
 		steps = append(steps,
