@@ -35,7 +35,9 @@ const RevisionAnnotationPrefix = "revision.relations.transit.io/"
 const inPlaceRevision = "in-place"
 
 // liveSecretName is an InPlace relationship's mutable values Secret.
-func liveSecretName(relationship string) string { return relationship + "-live" }
+func liveSecretName(relationship string) string { return relationship + liveSuffix }
+
+const liveSuffix = "-live"
 
 // Injection is what one relationship puts into its consumer's pod
 // template.

@@ -223,7 +223,9 @@ func TestBinding(t *testing.T) {
 // there.
 func TestInPlace(t *testing.T) {
 	e := startEnv(t)
-	startController(t, e)
+	// No recheck within the test: only the watches wake a consumer once
+	// its conflict clears.
+	startController(t, e, relations.Options{Recheck: time.Hour})
 	ctx := t.Context()
 	c := e.Client
 	createInPlaceWeb(t, c)

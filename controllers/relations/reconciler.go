@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,12 +23,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -35,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/structured-merge-diff/v4/fieldpath"
 
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
@@ -48,6 +52,10 @@ type Options struct {
 	History int
 	// ClusterDomain is the cluster's DNS domain (cluster.local).
 	ClusterDomain string
+	// Recheck is how soon a consumer that a conflict blocks is looked at
+	// again when no event wakes it (1 minute): a safety net, since the
+	// watches wake it as the conflict clears.
+	Recheck time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -59,6 +67,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ClusterDomain == "" {
 		o.ClusterDomain = "cluster.local"
+	}
+	if o.Recheck <= 0 {
+		o.Recheck = time.Minute
 	}
 	return o
 }
@@ -163,6 +174,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	secretNames, err := secretNamesCache(mgr)
+	if err != nil {
+		return err
+	}
 	for _, wk := range workloadKinds {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), wk.new(), providerIndex, requestedProviders); err != nil {
 			return err
@@ -188,6 +203,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&v1alpha1.ConsumerConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
+			WatchesRawSource(source.Kind(secretNames, secretMetadata(), handler.TypedEnqueueRequestsFromMapFunc(rec.consumerOfLiveName), foreignLiveName())).
 			WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.Workers}).
 			Build(rec)
 		if err != nil {
@@ -196,6 +212,60 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.consumerControllers = append(r.consumerControllers, consumerController{c, byProvider})
 	}
 	return r.setupProtection(mgr)
+}
+
+// secretNamesCache is a second cache, of every Secret's metadata (no
+// data), started with the manager's caches. The main cache holds only
+// exposed Secrets, so it never sees someone else's Secret that takes a
+// relationship's mutable values Secret's name go: the conflict would
+// clear unnoticed until the next recheck.
+func secretNamesCache(mgr ctrl.Manager) (cache.Cache, error) {
+	c, err := cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
+		o.Scheme, o.MapperProvider = mgr.GetScheme(), func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
+		o.HTTPClient = mgr.GetHTTPClient()
+		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the cache of Secrets' names: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, err
+	}
+	return c.GetCache(), nil
+}
+
+// secretMetadata is a Secret's metadata, what secretNamesCache holds.
+func secretMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
+}
+
+// foreignLiveName passes Secrets named as a mutable values Secret that no
+// Relationship controls: someone else's, whose going frees the name.
+func foreignLiveName() predicate.TypedPredicate[*metav1.PartialObjectMetadata] {
+	return predicate.NewTypedPredicateFuncs(func(o *metav1.PartialObjectMetadata) bool {
+		ref := metav1.GetControllerOf(o)
+		ours := ref != nil && ref.Kind == "Relationship" && strings.HasPrefix(ref.APIVersion, v1alpha1.GroupVersion.Group+"/")
+		return strings.HasSuffix(o.Name, liveSuffix) && !ours
+	})
+}
+
+// consumerOfLiveName maps a Secret named as a Relationship's mutable
+// values Secret to that Relationship's consumer.
+func (r *kindReconciler) consumerOfLiveName(ctx context.Context, o *metav1.PartialObjectMetadata) []reconcile.Request {
+	rel := &v1alpha1.Relationship{}
+	key := types.NamespacedName{Namespace: o.Namespace, Name: strings.TrimSuffix(o.Name, liveSuffix)}
+	if err := r.Client.Get(ctx, key, rel); err != nil {
+		if !apierrors.IsNotFound(err) {
+			ctrl.LoggerFrom(ctx).Error(err, "get relationship", "relationship", key)
+		}
+		return nil
+	}
+	if rel.Spec.Consumer.Kind != r.kind {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: rel.Namespace, Name: rel.Spec.Consumer.Name}}}
 }
 
 // providerOrAnnotated passes objects that provide, and deletions (a
@@ -442,7 +512,7 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	if len(blocked) > 0 {
-		return reconcile.Result{RequeueAfter: time.Minute}, nil
+		return reconcile.Result{RequeueAfter: r.Options.Recheck}, nil
 	}
 	if retry {
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
