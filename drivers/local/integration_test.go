@@ -56,7 +56,7 @@ func requireRoot(t testing.TB) {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	requireRoot(t)
-	e := &env{t: t, root: t.TempDir()}
+	e := &env{t: t, root: testRoot(t)}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +76,33 @@ func newEnv(t testing.TB) *env {
 	e.pubKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " transit-test"
 	t.Cleanup(e.cleanup)
 	return e
+}
+
+// testRoots holds the integration tests' roots: fixed per test, so that a
+// run purges what a killed earlier run of the same test left (its nodes
+// still run there).
+const testRoots = "/var/lib/transit/local-test"
+
+var (
+	rootsMu   sync.Mutex
+	rootsMade = map[string]int{} // test name → roots made for it
+)
+
+// testRoot is a root of t's own, emptied of what an earlier run left.
+func testRoot(t testing.TB) string {
+	t.Helper()
+	rootsMu.Lock()
+	n := rootsMade[t.Name()]
+	rootsMade[t.Name()]++
+	rootsMu.Unlock()
+	root := filepath.Join(testRoots, strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), fmt.Sprint(n))
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Purge(t.Context(), root); err != nil {
+		t.Fatalf("purge what an earlier run left in %s: %v", root, err)
+	}
+	return root
 }
 
 // subnetSeq hands out test subnets 10.250.x.0/24, starting at a random x so
@@ -212,8 +239,17 @@ func (e *env) cleanup() {
 	if err := Purge(context.WithoutCancel(t.Context()), e.root); err != nil {
 		t.Errorf("Purge: %v", err)
 	}
-	for _, left := range e.leftovers(created) {
-		t.Errorf("left behind: %s", left)
+	left := e.leftovers(created)
+	for _, l := range left {
+		t.Errorf("left behind: %s", l)
+	}
+	if len(left) == 0 {
+		if err := os.RemoveAll(e.root); err != nil {
+			t.Error(err)
+		}
+		// Its parents too, once empty.
+		_ = os.Remove(filepath.Dir(e.root))
+		_ = os.Remove(testRoots)
 	}
 }
 

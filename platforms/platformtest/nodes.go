@@ -77,7 +77,12 @@ func newSuite(t *testing.T, h Harness) *suite {
 	if err := local.Check(); err != nil {
 		t.Fatalf("the local provider cannot run here (make deps): %v", err)
 	}
-	s := &suite{h: h, root: t.TempDir(), machines: map[string]*machine{}, rules: map[string][]string{}}
+	s := &suite{h: h, root: suiteRoot(h.Platform), machines: map[string]*machine{}, rules: map[string][]string{}}
+	// What a killed earlier run of this platform's suite left: its
+	// machines still run, its rules still silence their addresses.
+	if err := purgeLeftovers(ctx, s.root, h.Platform); err != nil {
+		t.Fatalf("purge what an earlier run left: %v", err)
+	}
 	stateDir := t.TempDir()
 	cluster := "pt-" + h.Platform + "-" + randHex(2)
 	key, err := ssh.EnsureKey(stateDir, cluster)
@@ -143,9 +148,15 @@ func newSuite(t *testing.T, h Harness) *suite {
 func (s *suite) makeDistrict(t *testing.T, d districts.District, cluster string, hosts *ssh.HostKeys) (districts.District, provider.Infrastructure, provider.Group) {
 	t.Helper()
 	var lastErr error
-	for range 8 {
+	for i := range 8 {
 		d.ID = "pt-" + randHex(3)
+		// The platform's own subnet first, apart from the other
+		// platform's suite, which may run at once; another if it is
+		// taken.
 		d.LocalSubnet = fmt.Sprintf("10.247.%d.0/24", 1+int(randByte())%250)
+		if sub, ok := suiteSubnets[s.h.Platform]; ok && i == 0 {
+			d.LocalSubnet = sub
+		}
 		drv, err := local.New(t.Context(), d, local.Options{Root: s.root, SSHWait: 2 * time.Minute})
 		if err != nil {
 			t.Fatalf("local driver: %v", err)
@@ -344,6 +355,44 @@ func (s *suite) unsilence(id string) error {
 // ruleComment marks the suite's firewall rules.
 func (s *suite) ruleComment() string { return "transit-platformtest " + s.env.Cluster.ID }
 
+// suiteRoot is where a platform's suite keeps its machines' records:
+// fixed, so that the next run finds what a killed one left.
+func suiteRoot(platform string) string { return "/var/lib/transit/platformtest-" + platform }
+
+// suiteSubnets are the platforms' suites' subnets, apart from each other
+// and from every other test's.
+var suiteSubnets = map[string]string{"swarm": "10.247.1.0/24", "kubernetes": "10.247.2.0/24"}
+
+// purgeLeftovers removes what a killed run of platform's suite left: the
+// rules that silenced its machines (marked with its clusters' names) and
+// every machine, bridge and chain under root.
+func purgeLeftovers(ctx context.Context, root, platform string) error {
+	out, err := exec.CommandContext(ctx, "iptables", "-w", "-S", "OUTPUT").Output()
+	if err != nil {
+		return fmt.Errorf("iptables -S OUTPUT: %w", err)
+	}
+	mark := `"transit-platformtest pt-` + platform + `-`
+	for line := range strings.Lines(string(out)) {
+		rule, ok := strings.CutPrefix(strings.TrimSpace(line), "-A ")
+		if !ok || !strings.Contains(rule, mark) {
+			continue
+		}
+		// The rule as listed, its comment one argument.
+		args := []string{"-w", "-D"}
+		for i, part := range strings.Split(rule, `"`) {
+			if i%2 == 1 {
+				args = append(args, part)
+			} else {
+				args = append(args, strings.Fields(part)...)
+			}
+		}
+		if out, err := exec.CommandContext(ctx, "iptables", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("remove an earlier run's rule %q: %w\n%s", rule, err, out)
+		}
+	}
+	return local.Purge(ctx, root)
+}
+
 // cleanup undoes the firewall rules, tears every machine, the bridge and
 // the chains down (local.Purge), and reports whatever is left.
 func (s *suite) cleanup(t *testing.T) {
@@ -361,8 +410,14 @@ func (s *suite) cleanup(t *testing.T) {
 	if err := local.Purge(ctx, s.root); err != nil {
 		t.Errorf("purge the local nodes: %v", err)
 	}
-	for _, left := range s.leftovers() {
-		t.Errorf("left behind: %s", left)
+	left := s.leftovers()
+	for _, l := range left {
+		t.Errorf("left behind: %s", l)
+	}
+	if len(left) == 0 {
+		if err := os.RemoveAll(s.root); err != nil {
+			t.Error(err)
+		}
 	}
 	t.Logf("cleanup took %s", time.Since(began).Round(100*time.Millisecond))
 }
