@@ -50,7 +50,7 @@ DEMO_DIR := $(CURDIR)/demo
 # Where `make demo-kubernetes` keeps its working directory.
 DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: generate help build test test-unit test-race s3-server fuzz bench bench-paper bench-relations bench-streams lint clean deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
+.PHONY: generate help build test test-unit test-race s3-server fuzz bench bench-paper bench-relations bench-streams lint clean clean-host deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -60,8 +60,32 @@ build: ## Build bin/transit with version information, bin/transit-mesh (the node
 	GOOS=linux $(GO) build -o $(BIN)/transit-mesh ./cmd/transit-mesh
 	$(GO) build -o $(BIN)/cloudsim ./cmd/cloudsim
 
+# Each test binary's timeout, at least twice its time here (README,
+# "Tests"): a slow machine fails with a clear message, not a panic in the
+# middle of a cluster. The e2e suite keeps the last minutes of its own for
+# cleaning up.
+TEST_TIMEOUT ?= 20m
+E2E_TIMEOUT  ?= 35m
+# Where the e2e suite writes its groups' times; make test prints them.
+E2E_TIMES := $(CURDIR)/build/e2e-times.txt
+
+# The e2e package is the longest: it starts at once, beside the others,
+# its output printed when it ends.
 test: $(S3_SERVER) ## Run all tests; e2e tests run only as root
-	TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -timeout 45m $(GOTESTFLAGS) $(PKGS)
+	@rm -f $(E2E_TIMES); mkdir -p $(dir $(E2E_TIMES))
+	@pkgs=$$($(GO) list $(PKGS)); e2e=$$(grep -x 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
+	rest=$$(grep -vx 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
+	out=$$(mktemp); trap 'rm -f $$out' EXIT; e2e_rc=0; rest_rc=0; began=$$SECONDS; \
+	if [ -n "$$e2e" ]; then \
+		TRANSIT_S3_SERVER=$(S3_SERVER) TRANSIT_E2E_TIMES=$(E2E_TIMES) $(GO) test -timeout $(E2E_TIMEOUT) $(GOTESTFLAGS) $$e2e > $$out 2>&1 & e2e_pid=$$!; \
+	fi; \
+	if [ -n "$$rest" ]; then \
+		TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $$rest || rest_rc=$$?; \
+	fi; \
+	if [ -n "$$e2e" ]; then wait $$e2e_pid || e2e_rc=$$?; cat $$out; fi; \
+	if [ -s $(E2E_TIMES) ]; then echo; cat $(E2E_TIMES); fi; \
+	echo "make test: $$(( (SECONDS - began) / 60 ))m$$(( (SECONDS - began) % 60 ))s"; \
+	[ $$e2e_rc = 0 ] && [ $$rest_rc = 0 ]
 
 test-unit: $(S3_SERVER) ## Run unit tests only (go test -short), no root needed
 	TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -short $(GOTESTFLAGS) $(PKGS)
@@ -175,3 +199,6 @@ $(GOLANGCI_LINT):
 
 clean: ## Remove build output and installed tools
 	rm -rf $(BIN)
+
+clean-host: ## (root) Remove every namespace, bridge, veth, chain, cgroup, process and record transit left on this host, after asking (YES=1: without)
+	$(GO) run ./cmd/transit-clean-host $(if $(filter 1,$(YES)),-y)

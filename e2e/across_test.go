@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/cloudtransit/transit/bundle"
-	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/districts"
 )
@@ -56,13 +55,12 @@ func acrossCluster(t testing.TB, env *clouds) (districts.Cluster, []districts.Di
 	return c, ds
 }
 
-// TestKubernetesAcrossClouds is one Kubernetes cluster across emulated
+// testKubernetesAcrossClouds is one Kubernetes cluster across emulated
 // AWS, GCE and OpenStack districts whose networks are apart: everything
 // between nodes goes over the WireGuard mesh.
-func TestKubernetesAcrossClouds(t *testing.T) {
-	env := startClouds(t, cloudsim.Profile{Name: cloudsim.ProfileZero})
+func testKubernetesAcrossClouds(t *testing.T, env *clouds) {
 	cfg, ds := acrossCluster(t, env)
-	c := newCluster(t, cfg, ds)
+	c := newCluster(t, cloudsRoot, cfg, ds)
 	env.writeCredentials(c)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func BenchmarkSwarm10(b *testing.B) {
 		{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 9},
 	}
 	ds = ds[:1]
-	c := newCluster(b, cfg, ds)
+	c := newCluster(b, swarmRoot, cfg, ds)
 	var converge, destroy time.Duration
 	for b.Loop() {
 		start := time.Now()
@@ -51,7 +52,7 @@ func BenchmarkKubernetes10(b *testing.B) {
 		{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 9},
 	}
 	ds = ds[:1]
-	c := newCluster(b, cfg, ds)
+	c := newCluster(b, kubeRoot, cfg, ds)
 	var ready, drain, destroy time.Duration
 	for b.Loop() {
 		c.setQuantity("e2e-a", districts.RoleWorker, 9)
@@ -80,4 +81,27 @@ func BenchmarkKubernetes10(b *testing.B) {
 	b.ReportMetric(ready.Seconds()/float64(b.N), "ready-s")
 	b.ReportMetric(drain.Seconds()/float64(b.N), "drain-remove-s")
 	b.ReportMetric(destroy.Seconds()/float64(b.N), "destroy-s")
+}
+
+// BenchmarkStreamsOnCluster is the e2e's streams step (streamsOnCluster)
+// with 20 upgrades and the addon's default history (10) on the Kubernetes
+// lifecycle's cluster shape: the full count the test's 5 stand for. It
+// fails on a lost or repeated id, and reports the pauses at the sink and
+// the times from pin to the first new record where the sink's writer
+// changed (medians and maxima).
+func BenchmarkStreamsOnCluster(b *testing.B) {
+	cfg, ds := kubernetesCluster(b)
+	c := newCluster(b, kubeRoot, cfg, ds)
+	c.apply()
+	var m streamsMeasure
+	for b.Loop() {
+		m = streamsOnCluster(b, c, 20, 0)
+	}
+	if m.dups > 0 {
+		b.Errorf("%d duplicates in an exactly-once pipeline", m.dups)
+	}
+	b.ReportMetric(median(m.pauses).Seconds(), "pause-median-s")
+	b.ReportMetric(slices.Max(m.pauses).Seconds(), "pause-max-s")
+	b.ReportMetric(median(m.updates).Seconds(), "update-median-s")
+	b.ReportMetric(slices.Max(m.updates).Seconds(), "update-max-s")
 }

@@ -46,7 +46,7 @@ func bundleShare(b *testing.B) (awsMB, gceMB, secs float64) {
 		{District: "aws-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 4, Tags: site("aws-eu")},
 		{District: "gce-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 5, Tags: site("gce-eu")},
 	}
-	c := newCluster(b, cfg, ds)
+	c := newCluster(b, cloudsRoot, cfg, ds)
 	env.writeCredentials(c)
 	defer func() {
 		if r := c.transit("destroy", "--auto-approve"); r.code != 0 {

@@ -121,6 +121,13 @@ func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	return c
 }
 
+// with is env reporting to tb (a test of the group that shares it).
+func (env *clouds) with(tb testing.TB) *clouds {
+	e := *env
+	e.tb = tb
+	return &e
+}
+
 // withTokenURI is a service account key file with another token_uri.
 func withTokenURI(key []byte, uri string) ([]byte, error) {
 	var m map[string]any
@@ -172,7 +179,7 @@ func (env *clouds) secrets() []string {
 // writeCredentials puts credentials.json (mode 0600) in the cluster's
 // directory and tells transit to poll the fast emulator often.
 func (env *clouds) writeCredentials(cl *cluster) {
-	env.tb.Helper()
+	cl.tb.Helper()
 	// Secrets marshal redacted: write the file as a person would.
 	var raw []map[string]string
 	for _, cr := range env.creds {
@@ -187,17 +194,17 @@ func (env *clouds) writeCredentials(cl *cluster) {
 			// Beside credentials.json, named relative to it.
 			m["gce_key_file"] = "gce-key.json"
 			if err := os.WriteFile(filepath.Join(cl.dir, "gce-key.json"), env.gceKey, 0o600); err != nil {
-				env.tb.Fatal(err)
+				cl.tb.Fatal(err)
 			}
 		}
 		raw = append(raw, m)
 	}
 	data, err := json.MarshalIndent(raw, "", "  ")
 	if err != nil {
-		env.tb.Fatal(err)
+		cl.tb.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(cl.dir, "credentials.json"), data, 0o600); err != nil {
-		env.tb.Fatal(err)
+		cl.tb.Fatal(err)
 	}
 	cl.env = append(cl.env, "TRANSIT_POLL_INTERVAL=200ms")
 }
@@ -337,12 +344,11 @@ func processesUnder(dir string) map[string]string {
 	return procs
 }
 
-// TestCloudSwarm is one Swarm across emulated clouds whose instances are
+// testCloudSwarm is one Swarm across emulated clouds whose instances are
 // real local nodes: the drivers speak the providers' APIs through the
 // official SDKs, the nodes answer SSH and join, the groups become real
 // firewalls.
-func TestCloudSwarm(t *testing.T) {
-	env := startClouds(t, cloudsim.Profile{Name: cloudsim.ProfileZero})
+func testCloudSwarm(t *testing.T, env *clouds) {
 	tags := func(cloud string) map[string]string { return map[string]string{"cloud": cloud} }
 	cfg := districts.Cluster{
 		Type: "cluster", ID: "e2e-cloud", Platform: "swarm",
@@ -356,7 +362,7 @@ func TestCloudSwarm(t *testing.T) {
 		},
 		Strategy: districts.Strategy{MaxSurge: districts.Int(2), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(time.Minute)},
 	}
-	c := newCluster(t, cfg, env.districts())
+	c := newCluster(t, cloudsRoot, cfg, env.districts())
 	env.writeCredentials(c)
 	// Registered after the cluster's teardown, so it runs before it: the
 	// machines are still there to be told apart.

@@ -24,14 +24,18 @@ import (
 
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/local"
-	"github.com/cloudtransit/transit/platforms/platformtest"
 	"github.com/cloudtransit/transit/platforms/ssh"
 )
 
-// root is where the e2e clusters' local provider keeps its records: fixed,
-// so a run cleans up what a crashed earlier run left, and apart from the
-// default root, so the tests never touch a person's demo.
-const root = "/var/lib/transit/e2e"
+// Each group of e2e tests keeps its local nodes' records in a root of its
+// own: fixed, so a run cleans up what a killed earlier run of the group
+// left, apart from the default root, so the tests never touch a person's
+// demo, and apart from the other groups', which run at the same time.
+const (
+	swarmRoot  = "/var/lib/transit/e2e-swarm"
+	kubeRoot   = "/var/lib/transit/e2e-kubernetes"
+	cloudsRoot = "/var/lib/transit/e2e-clouds"
+)
 
 // image is the container image the tests run; the local provider hands it
 // to every node (no registry here).
@@ -48,6 +52,16 @@ func run(m *testing.M) int {
 	if !enabled() {
 		return m.Run() // every test skips itself
 	}
+	// The groups run at once (groups_test.go) whatever -parallel's
+	// default (the number of cores) would allow.
+	if !flagSet("test.parallel") {
+		if err := flag.Set("test.parallel", "8"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	began := time.Now()
+	defer func() { writeReport(time.Since(began)) }()
 	dir, err := os.MkdirTemp("", "transit-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -68,6 +82,13 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// flagSet says whether the command line set the flag.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // enabled says whether this run can do e2e work: not -short, as root.
 func enabled() bool {
 	return !testing.Short() && os.Geteuid() == 0
@@ -86,10 +107,12 @@ func requireE2E(tb testing.TB) {
 // cluster is one transit working directory driving local districts under
 // root.
 type cluster struct {
-	tb  testing.TB
-	dir string
-	cfg districts.Cluster
-	ds  []districts.District
+	tb testing.TB
+	// root is the local provider's root the cluster's districts use.
+	root string
+	dir  string
+	cfg  districts.Cluster
+	ds   []districts.District
 	// seen and chains collect the provider ids of every node and group
 	// a status showed, for the leftover check.
 	seen, chains map[string]bool
@@ -99,27 +122,58 @@ type cluster struct {
 	outputs *[]string
 	// limit bounds each transit run (commandLimit when zero).
 	limit time.Duration
+	// teardown: the runs of the cleanup, which may use its reserve.
+	teardown bool
 }
 
 // commandLimit is how long one transit run may take before the harness
 // kills it.
 const commandLimit = 15 * time.Minute
 
+// cleanupReserve is the time the harness keeps before the test binary's
+// deadline (go test -timeout) to destroy and purge what the tests made:
+// a step that would run into it is stopped with a clear failure, so a
+// slow machine ends in a report and a clean host, never in the testing
+// package's panic in the middle of a cluster.
+const cleanupReserve = 3 * time.Minute
+
+// commandContext bounds one transit run: by the cluster's limit and by
+// the suite's deadline less the cleanup's reserve.
 func (c *cluster) commandContext() (context.Context, context.CancelFunc) {
 	limit := c.limit
 	if limit == 0 {
 		limit = commandLimit
 	}
+	left := timeLeft(c.tb)
+	if c.teardown {
+		left += cleanupReserve - 10*time.Second
+	}
+	if left < limit {
+		if left <= 0 {
+			c.tb.Fatalf("no time left for another transit run: the test binary's deadline (go test -timeout) is %s away and cleaning up takes up to %s; stopping here to clean up", (left + cleanupReserve).Round(time.Second), cleanupReserve)
+		}
+		limit = left
+	}
 	return context.WithTimeout(context.Background(), limit)
+}
+
+// timeLeft is how long a test may go on before the cleanup's reserve
+// begins; a day when the binary has no deadline.
+func timeLeft(tb testing.TB) time.Duration {
+	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		if d, ok := t.Deadline(); ok {
+			return time.Until(d) - cleanupReserve
+		}
+	}
+	return 24 * time.Hour
 }
 
 // newCluster purges what an earlier run left under root, writes the
 // configuration and registers the teardown (destroy, purge, leftover check)
 // that runs even when the test fails.
-func newCluster(tb testing.TB, cfg districts.Cluster, ds []districts.District) *cluster {
+func newCluster(tb testing.TB, root string, cfg districts.Cluster, ds []districts.District) *cluster {
 	tb.Helper()
 	requireE2E(tb)
-	platformtest.HoldHost(tb) // one cluster at a time on this host's cores
 	ctx := context.Background()
 	if err := local.Purge(ctx, root); err != nil {
 		tb.Fatalf("purge %s before the test: %v", root, err)
@@ -127,9 +181,10 @@ func newCluster(tb testing.TB, cfg districts.Cluster, ds []districts.District) *
 	if err := writeImage(filepath.Join(root, "images", "busybox.tar")); err != nil {
 		tb.Fatal(err)
 	}
-	c := &cluster{tb: tb, dir: tb.TempDir(), cfg: cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}, outputs: new([]string)}
+	c := &cluster{tb: tb, root: root, dir: tb.TempDir(), cfg: cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}, outputs: new([]string)}
 	c.writeConfig()
 	tb.Cleanup(func() {
+		c.teardown = true
 		if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
 			tb.Errorf("destroy at cleanup: exit %d\n%s", r.code, r.stderr)
 		}
@@ -184,7 +239,7 @@ type result struct {
 func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, transitBin, args...)
 	cmd.Dir = c.dir
-	cmd.Env = append(append(os.Environ(), "TRANSIT_LOCAL_ROOT="+root), c.env...)
+	cmd.Env = append(append(os.Environ(), "TRANSIT_LOCAL_ROOT="+c.root), c.env...)
 	return cmd
 }
 
@@ -196,11 +251,15 @@ func (c *cluster) transit(args ...string) result {
 	cmd := c.command(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	began := time.Now()
 	err := cmd.Run()
+	c.tb.Logf("transit %s: %s", strings.Join(args, " "), time.Since(began).Round(100*time.Millisecond))
 	r := result{stdout: out.String(), stderr: errb.String()}
 	*c.outputs = append(*c.outputs, r.stdout, r.stderr)
 	var exit *exec.ExitError
 	switch {
+	case ctx.Err() != nil && timeLeft(c.tb) <= 0 && !c.teardown:
+		c.tb.Fatalf("transit %v was stopped: the test binary's deadline (go test -timeout) is near and cleaning up takes up to %s\nstdout:\n%s\nstderr:\n%s", args, cleanupReserve, r.stdout, r.stderr)
 	case errors.As(err, &exit):
 		r.code = exit.ExitCode()
 	case err != nil:
@@ -289,15 +348,15 @@ func (c *cluster) mustOn(n districts.Node, script string) string {
 	c.tb.Helper()
 	out, err := c.on(context.Background(), n, script)
 	if err != nil {
-		c.tb.Fatalf("on %s: %v\n%s", n.ID, err, sshdLog(n))
+		c.tb.Fatalf("on %s: %v\n%s", n.ID, err, c.sshdLog(n))
 	}
 	return out
 }
 
 // sshdLog is the tail of a local node's sshd log, to tell why it would not
 // talk.
-func sshdLog(n districts.Node) string {
-	data, err := os.ReadFile(filepath.Join(root, "districts", n.District, "nodes", n.ProviderID, "boot", "sshd.log"))
+func (c *cluster) sshdLog(n districts.Node) string {
+	data, err := os.ReadFile(filepath.Join(c.root, "districts", n.District, "nodes", n.ProviderID, "boot", "sshd.log"))
 	if err != nil {
 		return "(no sshd log: " + err.Error() + ")"
 	}
@@ -363,37 +422,20 @@ func (c *cluster) leftovers() []string {
 			left = append(left, "cgroup "+d)
 		}
 	}
-	for pid, cmdline := range rootProcesses() {
+	for pid, cmdline := range processesUnder(c.root) {
 		left = append(left, "process "+pid+": "+cmdline)
 	}
-	_ = filepath.WalkDir(filepath.Join(root, "districts"), func(path string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(c.root, "districts"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
 		if entries, _ := os.ReadDir(path); !d.IsDir() || len(entries) == 0 {
-			left = append(left, "record "+strings.TrimPrefix(path, root+"/"))
+			left = append(left, "record "+strings.TrimPrefix(path, c.root+"/"))
 		}
 		return nil
 	})
 	slices.Sort(left)
 	return slices.Compact(left)
-}
-
-// rootProcesses returns the host's processes whose command line names a
-// path under root (node inits, teardowns): pid → command line.
-func rootProcesses() map[string]string {
-	procs := map[string]string{}
-	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if cmdline := strings.ReplaceAll(string(data), "\x00", " "); strings.Contains(cmdline, root+"/") {
-			procs[filepath.Base(filepath.Dir(p))] = cmdline
-		}
-	}
-	return procs
 }
 
 // applyUntil streams `transit apply --json` lines to fn until the command

@@ -46,7 +46,7 @@ func meshPods(b *testing.B, mesh string) (mibs, msPerRequest float64) {
 		{District: "e2e-a", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: map[string]string{"site": "a"}},
 		{District: "e2e-b", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: map[string]string{"site": "b"}},
 	}
-	c := newCluster(b, cfg, ds)
+	c := newCluster(b, kubeRoot, cfg, ds)
 	defer func() {
 		if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
 			b.Fatalf("destroy: exit %d\n%s", r.code, r.stderr)

@@ -180,7 +180,7 @@ func paperCluster(b *testing.B, env *clouds, platform string) *cluster {
 			ds[i].KubernetesInstall, ds[i].KubernetesBundle = districts.InstallBundle, dir
 		}
 	}
-	c := newCluster(b, cfg, ds)
+	c := newCluster(b, cloudsRoot, cfg, ds)
 	env.writeCredentials(c)
 	c.env = append(c.env, "TRANSIT_POLL_INTERVAL=50ms")
 	if platform == "kubernetes" {

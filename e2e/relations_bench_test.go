@@ -78,7 +78,7 @@ func BenchmarkRelations(b *testing.B) {
 	}
 	cfg, ds := kubernetesCluster(b)
 	cfg.Addons = []districts.Addon{{Name: "relations"}}
-	c := newCluster(b, cfg, ds)
+	c := newCluster(b, kubeRoot, cfg, ds)
 	for b.Loop() {
 		c.apply()
 		k := c.kubeWatching()

@@ -122,19 +122,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	start = time.Now()
 	eventually(t, 3*time.Minute, "every app pod runs with DB=db2", func(ctx context.Context) error { return podsSee(ctx, k, "default", "app", 3, "db2.example.com") })
 	t.Logf("provider changed → 3 consumers running with it: %s (sites %v)", time.Since(start).Round(time.Second), c.sitesOf(ctx, k, "default", "app"))
-	// The kubelet refreshes a Secret volume within its sync period (1 min)
-	// and cache TTL.
-	eventually(t, 3*time.Minute, "the InPlace consumer's same pod reads db2", func(ctx context.Context) error {
-		pod, err := lastLine(ctx, k, "live", "DB=db2.example.com")
-		if err == nil && pod != livePod {
-			t.Fatalf("the InPlace consumer was rolled: pod %s, then %s", livePod, pod)
-		}
-		return err
-	})
-	t.Logf("provider changed → the InPlace consumer's running pod reads it: %s", time.Since(start).Round(time.Second))
-	if err := k.AppsV1().Deployments("default").Delete(ctx, "live", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	changed := start
 
 	// Cross-namespace: refused until the provider allows the namespace.
 	if _, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil {
@@ -172,6 +160,20 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	eventually(t, 3*time.Minute, "the bound consumer reads DB=db2 from its binding directory", func(ctx context.Context) error {
 		return podsSee(ctx, k, "default", "bound", 1, "db2.example.com")
 	})
+
+	// The kubelet refreshes a Secret volume within its sync period (1 min)
+	// and cache TTL: the steps above ran meanwhile.
+	eventually(t, 3*time.Minute, "the InPlace consumer's same pod reads db2", func(ctx context.Context) error {
+		pod, err := lastLine(ctx, k, "live", "DB=db2.example.com")
+		if err == nil && pod != livePod {
+			t.Fatalf("the InPlace consumer was rolled: pod %s, then %s", livePod, pod)
+		}
+		return err
+	})
+	t.Logf("provider changed → the InPlace consumer's running pod reads it: %s", time.Since(changed).Round(time.Second))
+	if err := k.AppsV1().Deployments("default").Delete(ctx, "live", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Pin: back to revision 1, held.
 	d, err := k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{})
@@ -298,13 +300,23 @@ func testKubeRelations(t *testing.T, c *cluster) {
 // must report it serving.
 func (c *cluster) installAddon(name string) {
 	c.tb.Helper()
-	c.cfg.Addons = []districts.Addon{{Name: name}}
+	c.installAddons(districts.Addon{Name: name})
+}
+
+// installAddons makes the cluster's addons these, applies and checks
+// that status reports each serving.
+func (c *cluster) installAddons(addons ...districts.Addon) {
+	c.tb.Helper()
+	c.cfg.Addons = addons
 	c.writeConfig()
 	start := time.Now()
 	c.apply()
-	c.tb.Logf("apply with the %s addon converged in %s", name, time.Since(start).Round(time.Second))
-	if r := c.transit("status"); !strings.Contains(r.stdout, "Addon "+name+": serving.") {
-		c.tb.Errorf("status does not report the %s addon serving:\n%s", name, r.stdout)
+	r := c.transit("status")
+	for _, a := range addons {
+		c.tb.Logf("apply with the %s addon converged in %s", a.Name, time.Since(start).Round(time.Second))
+		if !strings.Contains(r.stdout, "Addon "+a.Name+": serving.") {
+			c.tb.Errorf("status does not report the %s addon serving:\n%s", a.Name, r.stdout)
+		}
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/cloudtransit/transit/statestore/seal"
 )
 
-// TestCIRunners plays two CI runners of one team: fresh working
+// testCIRunners plays two CI runners of one team: fresh working
 // directories with only the repository's files (cluster.json,
 // districts.json) and what the CI's secrets give (credentials.json, the
 // state key), against one S3-compatible store (a real versitygw) and one
@@ -29,7 +29,7 @@ import (
 // local, changes it over SSH with the key from the store; A and B apply at
 // once and one is refused naming the other; a plan A saved is applied by
 // B, and refused once the cluster changed under it.
-func TestCIRunners(t *testing.T) {
+func testCIRunners(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.Bucket(t, "ci-state")
 	_, key, err := seal.Generate()
@@ -40,8 +40,8 @@ func TestCIRunners(t *testing.T) {
 
 	cfg, ds := exampleCluster()
 	cfg.ID = "ci"
-	cfg.Deployments = cfg.Deployments[:2] // a manager and two workers in e2e-a
-	a := newCluster(t, cfg, ds)           // its cleanup destroys through the store
+	cfg.Deployments = cfg.Deployments[:2]  // a manager and two workers in e2e-a
+	a := newCluster(t, swarmRoot, cfg, ds) // its cleanup destroys through the store
 	a.env = append(a.env, "TRANSIT_STATE="+location, "TRANSIT_STATE_KEY="+key)
 	a.writeStateCredential()
 
@@ -292,7 +292,7 @@ func BenchmarkStateStores(b *testing.B) {
 		{District: "e2e-a", Flavor: "small", Role: districts.RoleWorker, Quantity: 9},
 	}
 	ds = ds[:1]
-	file := newCluster(b, cfg, ds)
+	file := newCluster(b, swarmRoot, cfg, ds)
 	bucket := file.runner(b)
 	bucket.env = append(bucket.env, "TRANSIT_STATE="+srv.URL("bench-state", "prod")+"&credential_id=state", "TRANSIT_STATE_KEY="+key)
 	bucket.writeStateCredential()

@@ -31,19 +31,48 @@ import (
 	"github.com/cloudtransit/transit/districts"
 )
 
-// streamsUpgrades is how many upgrades the e2e makes under load.
-const streamsUpgrades = 20
+// The e2e's streams step makes 5 upgrades under load, with a history of 3
+// finished revisions, so that collection past the history happens; what
+// 20 upgrades add is a measurement (pauses, update times), which
+// BenchmarkStreamsOnCluster makes with the addon's default history.
+const (
+	streamsUpgrades = 5
+	streamsHistory  = 3
+)
 
 // testKubeStreams installs the streams addon (controller and development
-// broker) and runs the research's use case on it: two teams, each allowed
-// by RBAC to edit only its own part of one exactly-once pipeline, upgrade
-// it 20 times in turn while ids flow through; old revisions are collected
-// as they drain; workers are drained and replaced under it; removing the
-// addon is refused while the topology exists and done once it is gone.
-// The ids are fed and read from the host through a node port to the
-// broker: every id arrives, none twice.
+// broker) and runs the research's use case on it (streamsOnCluster).
 func testKubeStreams(t *testing.T, c *cluster) {
-	c.installAddon("streams")
+	m := streamsOnCluster(t, c, streamsUpgrades, streamsHistory)
+	t.Logf("%d upgrades; where the sink's writer changed: pause median %s max %s, update median %s max %s", streamsUpgrades,
+		median(m.pauses), slices.Max(m.pauses).Round(10*time.Millisecond), median(m.updates), slices.Max(m.updates).Round(10*time.Millisecond))
+}
+
+// streamsMeasure is what streamsOnCluster measured: the pauses at the
+// sink and the times from pin to the first new record, where the sink's
+// writer changed, and the duplicates an exactly-once pipeline made.
+type streamsMeasure struct {
+	pauses, updates []time.Duration
+	dups            int
+}
+
+// streamsOnCluster installs the streams addon (history finished revisions
+// kept; 0: its default) and runs the research's use case on it: two
+// teams, each allowed by RBAC to edit only its own part of one
+// exactly-once pipeline, upgrade it in turn while ids flow through; old
+// revisions are collected as they drain, no more kept than the history;
+// workers are drained and replaced under it; removing the addon is
+// refused while the topology exists and done once it is gone. The ids are
+// fed and read from the host through a node port to the broker: every id
+// arrives, none twice.
+func streamsOnCluster(t testing.TB, c *cluster, upgrades, history int) streamsMeasure {
+	addon := districts.Addon{Name: "streams"}
+	if history > 0 {
+		addon.Settings = map[string]string{"history": fmt.Sprint(history)}
+	} else {
+		history = 10
+	}
+	c.installAddons(addon)
 	ctx := context.Background()
 	k := c.kube()
 	admin := c.streamsClient("")
@@ -102,11 +131,11 @@ func testKubeStreams(t *testing.T, c *cluster) {
 	out := brokertest.StartSink(t, kafka.addr, "enriched", kafka.dialer())
 	in := brokertest.StartFeed(t, kafka.addr, "orders", 100, kafka.dialer())
 
-	// 20 upgrades, the teams in turn: each edits its function's
+	// The upgrades, the teams in turn: each edits its function's
 	// version, the platform pins the new revision.
-	var pauses, updates []time.Duration
+	var m streamsMeasure
 	revs := map[string]int64{"a": 1, "b": 1}
-	for i := range streamsUpgrades {
+	for i := range upgrades {
 		team, part, proc := alice, "a", "clean"
 		if i%2 == 1 {
 			team, part, proc = bob, "b", "enrich"
@@ -126,16 +155,14 @@ func testKubeStreams(t *testing.T, c *cluster) {
 				}
 				return nil
 			})
-			pauses = append(pauses, first.Sub(lastOld))
-			updates = append(updates, first.Sub(pinned))
+			m.pauses = append(m.pauses, first.Sub(lastOld))
+			m.updates = append(m.updates, first.Sub(pinned))
 		}
 		active = next
 	}
-	t.Logf("%d upgrades; where the sink's writer changed: pause median %s max %s, update median %s max %s", streamsUpgrades,
-		median(pauses), slices.Max(pauses).Round(10*time.Millisecond), median(updates), slices.Max(updates).Round(10*time.Millisecond))
 
 	// The GC run: only the active revision's processors run, and no more
-	// finished revisions are kept than the history (10).
+	// finished revisions are kept than the history.
 	eventually(t, time.Minute, "only the active revision's Deployments", func(ctx context.Context) error {
 		ds, err := k.AppsV1().Deployments("shop").List(ctx, metav1.ListOptions{LabelSelector: streams.LabelTopology + "=pipe"})
 		if err != nil {
@@ -155,8 +182,8 @@ func testKubeStreams(t *testing.T, c *cluster) {
 	if err := admin.List(ctx, &trs, client.InNamespace("shop")); err != nil {
 		t.Fatal(err)
 	}
-	if len(trs.Items) > 11 {
-		t.Errorf("%d TopologyRevisions kept after %d upgrades: history is 10 plus the active one", len(trs.Items), streamsUpgrades)
+	if len(trs.Items) > history+1 {
+		t.Errorf("%d TopologyRevisions kept after %d upgrades: history is %d plus the active one", len(trs.Items), upgrades, history)
 	}
 
 	// Workers drained and replaced while it runs: site b's worker goes
@@ -172,9 +199,9 @@ func testKubeStreams(t *testing.T, c *cluster) {
 	waitTopology(t, admin, "", 3*time.Minute) // Ready again
 
 	n := in.Halt()
-	dups := out.Expect(t, n, 3*time.Minute, true)
+	m.dups = out.Expect(t, n, 3*time.Minute, true)
 	t.Logf("%d ids through %d upgrades and two worker replacements: %d duplicates; revisions at the sink %d",
-		n, streamsUpgrades, dups, len(out.Revisions()))
+		n, upgrades, m.dups, len(out.Revisions()))
 
 	// The addon stays while a topology uses it, then goes.
 	c.cfg.Addons = nil
@@ -223,6 +250,7 @@ func testKubeStreams(t *testing.T, c *cluster) {
 	if err := k.CoreV1().Namespaces().Delete(ctx, "shop", metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
 	}
+	return m
 }
 
 // streamsClient is a client of the cluster with the streams kinds, as
@@ -316,7 +344,7 @@ func (h *hostKafka) close() {
 }
 
 // grantPart lets user edit only part (and read the others) in shop.
-func grantPart(ctx context.Context, t *testing.T, c client.Client, user, part string) {
+func grantPart(ctx context.Context, t testing.TB, c client.Client, user, part string) {
 	t.Helper()
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "part-" + part, Namespace: "shop"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"topologyparts"}, ResourceNames: []string{part}, Verbs: []string{"get", "update", "patch"}},
@@ -348,7 +376,7 @@ func editPart(ctx context.Context, c client.Client, part, proc, version string) 
 }
 
 // latestRevision waits for part's revision of its current spec.
-func latestRevision(t *testing.T, c client.Client, part string) int64 {
+func latestRevision(t testing.TB, c client.Client, part string) int64 {
 	t.Helper()
 	var rev int64
 	eventually(t, time.Minute, "part "+part+"'s new revision", func(ctx context.Context) error {
@@ -365,7 +393,7 @@ func latestRevision(t *testing.T, c client.Client, part string) int64 {
 	return rev
 }
 
-func pinParts(t *testing.T, c client.Client, refs []v1alpha1.PartRef) {
+func pinParts(t testing.TB, c client.Client, refs []v1alpha1.PartRef) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var tp v1alpha1.Topology
@@ -382,7 +410,7 @@ func pinParts(t *testing.T, c client.Client, refs []v1alpha1.PartRef) {
 
 // waitTopology waits until shop/pipe runs a revision other than from,
 // Ready, with nothing next or phasing out, and returns it.
-func waitTopology(t *testing.T, c client.Client, from string, within time.Duration) string {
+func waitTopology(t testing.TB, c client.Client, from string, within time.Duration) string {
 	t.Helper()
 	var active string
 	eventually(t, within, "the pipeline Ready on a revision after "+from, func(ctx context.Context) error {
@@ -406,7 +434,7 @@ func waitTopology(t *testing.T, c client.Client, from string, within time.Durati
 }
 
 // processorNodes names the nodes running the pipeline's pods.
-func processorNodes(ctx context.Context, t *testing.T, k clientset.Interface) []string {
+func processorNodes(ctx context.Context, t testing.TB, k clientset.Interface) []string {
 	t.Helper()
 	pods, err := k.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: streams.LabelTopology + "=pipe"})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/mesh"
@@ -19,12 +18,11 @@ import (
 	"github.com/cloudtransit/transit/provider"
 )
 
-// TestCloudSwarmOnTheMesh is a Swarm across emulated clouds whose
+// testCloudSwarmOnTheMesh is a Swarm across emulated clouds whose
 // networks are apart (AWS's two regions on one private subnet, GCE), on
 // the node mesh: Swarm runs on the mesh addresses, and between clouds
 // only WireGuard travels, the overlay networks' VXLAN inside it.
-func TestCloudSwarmOnTheMesh(t *testing.T) {
-	env := startClouds(t, cloudsim.Profile{Name: cloudsim.ProfileZero})
+func testCloudSwarmOnTheMesh(t *testing.T, env *clouds) {
 	tags := func(cloud string) map[string]string { return map[string]string{"cloud": cloud} }
 	cfg := districts.Cluster{
 		Type: "cluster", ID: "e2e-mesh", Platform: "swarm",
@@ -37,7 +35,7 @@ func TestCloudSwarmOnTheMesh(t *testing.T) {
 		NetworkSettings: &districts.Network{Mesh: districts.MeshWireGuard},
 		Strategy:        districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(30 * time.Second)},
 	}
-	c := newCluster(t, cfg, env.districts())
+	c := newCluster(t, cloudsRoot, cfg, env.districts())
 	env.writeCredentials(c)
 	t.Cleanup(func() {
 		if t.Failed() {

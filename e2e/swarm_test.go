@@ -47,12 +47,12 @@ func exampleCluster() (districts.Cluster, []districts.District) {
 	return c, ds
 }
 
-// TestSwarmLifecycle drives one real Swarm through everything transit does
+// testSwarmLifecycle drives one real Swarm through everything transit does
 // to it, in order; a step that fails stops the rest, which would only
 // report the same breakage again.
-func TestSwarmLifecycle(t *testing.T) {
+func testSwarmLifecycle(t *testing.T) {
 	cfg, ds := exampleCluster()
-	c := newCluster(t, cfg, ds)
+	c := newCluster(t, swarmRoot, cfg, ds)
 	c.runSteps(t, []lifecycleStep{
 		{"launch the example from nothing", testLaunch},
 		{"a service constrained to a tag runs only on matching nodes", testConstraint},
@@ -611,8 +611,8 @@ func (c *cluster) checkNoOrphans(res districts.Resources) {
 				orphans = append(orphans, "node "+id+" has no namespace")
 			}
 		}
-		for pid, cmdline := range rootProcesses() {
-			_, rest, ok := strings.Cut(cmdline, root+"/districts/")
+		for pid, cmdline := range processesUnder(c.root) {
+			_, rest, ok := strings.Cut(cmdline, c.root+"/districts/")
 			if !ok {
 				continue
 			}
@@ -726,7 +726,7 @@ func testBadInput(t *testing.T, c *cluster) {
 	// A changed host key: the manager presents another key than the one
 	// its provider reported (and transit pinned), as a machine in the
 	// middle would. sshd reads its host key again for every connection.
-	hostKey := filepath.Join(root, "districts", mgr.District, "nodes", mgr.ProviderID, "boot", "ssh_host_ed25519_key")
+	hostKey := filepath.Join(c.root, "districts", mgr.District, "nodes", mgr.ProviderID, "boot", "ssh_host_ed25519_key")
 	realKey, err := os.ReadFile(hostKey)
 	if err != nil {
 		t.Fatal(err)
@@ -758,8 +758,11 @@ func testBadInput(t *testing.T, c *cluster) {
 	if out, err := exec.Command("iptables", append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
 		t.Fatalf("block ssh: %v\n%s", err, out)
 	}
-	t.Setenv("TRANSIT_SSH_TIMEOUT", "3s")
+	// This cluster's runs only: the other groups' run at the same time.
+	env := c.env
+	c.env = append(slices.Clip(c.env), "TRANSIT_SSH_TIMEOUT=3s")
 	expectFailure("unreachable master", "not reachable over SSH")
+	c.env = env
 	if out, err := exec.Command("iptables", append([]string{"-D"}, rule...)...).CombinedOutput(); err != nil {
 		t.Fatalf("unblock ssh: %v\n%s", err, out)
 	}
