@@ -19,11 +19,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/platforms/platformtest"
 	"github.com/cloudtransit/transit/platforms/ssh"
 )
 
@@ -174,7 +176,14 @@ func timeLeft(tb testing.TB) time.Duration {
 func newCluster(tb testing.TB, root string, cfg districts.Cluster, ds []districts.District) *cluster {
 	tb.Helper()
 	requireE2E(tb)
+	if _, ok := tb.(*testing.B); ok {
+		// A measurement: nothing else on this host's cores meanwhile.
+		platformtest.HoldHost(tb)
+	}
 	ctx := context.Background()
+	if err := platformtest.PurgeRules(ctx, "OUTPUT", ruleMark(root)); err != nil {
+		tb.Fatalf("remove the firewall rules an earlier run left: %v", err)
+	}
 	if err := local.Purge(ctx, root); err != nil {
 		tb.Fatalf("purge %s before the test: %v", root, err)
 	}
@@ -201,6 +210,33 @@ func newCluster(tb testing.TB, root string, cfg districts.Cluster, ds []district
 		_ = os.Remove(filepath.Dir(root))
 	})
 	return c
+}
+
+// ruleMark is the comment of the host firewall rules a group's tests
+// insert (hostRule), so that the group's next run removes what a killed
+// run left: a stale rule refusing SSH to an address refuses the next
+// run's node at it.
+func ruleMark(root string) string { return "transit-e2e " + filepath.Base(root) }
+
+// hostRule inserts rule (iptables' filter table, its chain first) marked as
+// the group's, and removes it when the test ends, whatever happens; it
+// returns the removal for the test to call sooner.
+func (c *cluster) hostRule(rule ...string) (remove func()) {
+	c.tb.Helper()
+	marked := append(slices.Clip(rule), "-m", "comment", "--comment", ruleMark(c.root))
+	if out, err := exec.Command("iptables", append([]string{"-w", "-I"}, marked...)...).CombinedOutput(); err != nil {
+		c.tb.Fatalf("iptables -I %v: %v\n%s", rule, err, out)
+	}
+	var once sync.Once
+	remove = func() {
+		once.Do(func() {
+			if out, err := exec.Command("iptables", append([]string{"-w", "-D"}, marked...)...).CombinedOutput(); err != nil {
+				c.tb.Errorf("iptables -D %v: %v\n%s", rule, err, out)
+			}
+		})
+	}
+	c.tb.Cleanup(remove)
+	return remove
 }
 
 func (c *cluster) writeConfig() {
@@ -564,4 +600,40 @@ func writeImage(path string) error {
 		return err
 	}
 	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+// TestKilledRunsRulesGo: a firewall rule a killed run of a group left (it
+// refused SSH to an address, so the next run's node there never answered)
+// is gone once the group's next cluster is made; another group's rule,
+// which a run at the same time may need, stays.
+func TestKilledRunsRulesGo(t *testing.T) {
+	requireE2E(t)
+	const root, other = "/var/lib/transit/e2e-ruletest", "/var/lib/transit/e2e-otherruletest"
+	rule := func(root, addr string) []string {
+		return []string{"OUTPUT", "-d", addr + "/32", "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset",
+			"-m", "comment", "--comment", ruleMark(root)}
+	}
+	// TEST-NET-1 addresses: nothing here sends there.
+	left, others := rule(root, "192.0.2.61"), rule(other, "192.0.2.62")
+	for _, r := range [][]string{left, others} {
+		if out, err := exec.Command("iptables", append([]string{"-w", "-I"}, r...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-w", "-D"}, others...)...).Run() })
+	cfg, ds := exampleCluster()
+	cfg.ID = "e2e-ruletest"
+	cfg.Deployments = nil
+	newCluster(t, root, cfg, ds)
+	out, err := exec.Command("iptables", "-w", "-S", "OUTPUT").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "192.0.2.61/32") {
+		_ = exec.Command("iptables", append([]string{"-w", "-D"}, left...)...).Run()
+		t.Errorf("the rule a killed run of the group left is still there:\n%s", out)
+	}
+	if !strings.Contains(string(out), "192.0.2.62/32") {
+		t.Errorf("another group's rule went:\n%s", out)
+	}
 }

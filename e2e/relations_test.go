@@ -161,20 +161,6 @@ func testKubeRelations(t *testing.T, c *cluster) {
 		return podsSee(ctx, k, "default", "bound", 1, "db2.example.com")
 	})
 
-	// The kubelet refreshes a Secret volume within its sync period (1 min)
-	// and cache TTL: the steps above ran meanwhile.
-	eventually(t, 3*time.Minute, "the InPlace consumer's same pod reads db2", func(ctx context.Context) error {
-		pod, err := lastLine(ctx, k, "live", "DB=db2.example.com")
-		if err == nil && pod != livePod {
-			t.Fatalf("the InPlace consumer was rolled: pod %s, then %s", livePod, pod)
-		}
-		return err
-	})
-	t.Logf("provider changed → the InPlace consumer's running pod reads it: %s", time.Since(changed).Round(time.Second))
-	if err := k.AppsV1().Deployments("default").Delete(ctx, "live", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	// Pin: back to revision 1, held.
 	d, err := k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
@@ -221,6 +207,20 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	})
 	if d, err := k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{}); err != nil || d.Generation != generation {
 		t.Errorf("the provider recreated with the same value rolled the consumer: generation %d → %d (%v)", generation, d.Generation, err)
+	}
+
+	// The kubelet refreshes a Secret volume within its sync period (1 min)
+	// and cache TTL: the steps above ran meanwhile.
+	eventually(t, 3*time.Minute, "the InPlace consumer's same pod reads db2", func(ctx context.Context) error {
+		pod, err := lastLine(ctx, k, "live", "DB=db2.example.com")
+		if err == nil && pod != livePod {
+			t.Fatalf("the InPlace consumer was rolled: pod %s, then %s", livePod, pod)
+		}
+		return err
+	})
+	t.Logf("provider changed → the InPlace consumer's running pod reads it: %s", time.Since(changed).Round(time.Second))
+	if err := k.AppsV1().Deployments("default").Delete(ctx, "live", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 
 	// The controller down: an annotated create is refused, naming the

@@ -245,6 +245,13 @@ func testConstraint(t *testing.T, c *cluster) {
 			t.Errorf("a task of the Germany-only service runs on %s (%v)", host, n.Tags)
 		}
 	}
+	// The engines transit started on these registry-less machines ran
+	// the tasks from their own images, asking no registry first.
+	for _, n := range res.Nodes {
+		if out := c.mustOn(n, "grep -c 'pulling image failed' /run/transit/dockerd.log || true"); strings.TrimSpace(out) != "0" {
+			t.Errorf("node %s's engine asked a registry for the service's image (%s failed pulls in its log)", n.ID, strings.TrimSpace(out))
+		}
+	}
 	c.mustOn(c.manager(res), "docker service rm germany >/dev/null")
 }
 
@@ -754,18 +761,13 @@ func testBadInput(t *testing.T, c *cluster) {
 	}
 
 	// An unreachable master: the host's SSH connections to it are reset.
-	rule := []string{"OUTPUT", "-d", mgr.PublicIP, "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"}
-	if out, err := exec.Command("iptables", append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
-		t.Fatalf("block ssh: %v\n%s", err, out)
-	}
+	unblock := c.hostRule("OUTPUT", "-d", mgr.PublicIP, "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset")
 	// This cluster's runs only: the other groups' run at the same time.
 	env := c.env
 	c.env = append(slices.Clip(c.env), "TRANSIT_SSH_TIMEOUT=3s")
 	expectFailure("unreachable master", "not reachable over SSH")
 	c.env = env
-	if out, err := exec.Command("iptables", append([]string{"-D"}, rule...)...).CombinedOutput(); err != nil {
-		t.Fatalf("unblock ssh: %v\n%s", err, out)
-	}
+	unblock()
 
 	// Everything works again.
 	c.checkAgree(c.status())

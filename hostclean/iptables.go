@@ -145,7 +145,7 @@ func findIptables(ctx context.Context) ([]Item, error) {
 			continue
 		}
 		for _, r := range d.rules {
-			if r.chain == "OUTPUT" && isPlatformtestComment(r.comment()) {
+			if r.chain == "OUTPUT" && isTestRuleComment(r.comment()) {
 				items = append(items, Item{Kind: KindRule, Name: r.line, Detail: "in the " + table + " table",
 					table: table, chain: r.chain, args: r.args})
 			}

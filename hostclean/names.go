@@ -48,15 +48,20 @@ func isChain(name string) bool {
 	return false
 }
 
-// platformtestComment begins the comment of the OUTPUT rules the platform
-// conformance suite silences machines with ("transit-platformtest
-// <cluster>", platforms/platformtest).
-const platformtestComment = "transit-platformtest"
+// testRuleComments begin the comments of the OUTPUT rules tests silence
+// machines with: the platform conformance suite's ("transit-platformtest
+// <cluster>", platforms/platformtest) and the e2e groups' ("transit-e2e
+// <group root>").
+var testRuleComments = []string{"transit-platformtest", "transit-e2e"}
 
-// isPlatformtestComment says whether an iptables rule comment is the
-// platform conformance suite's.
-func isPlatformtestComment(c string) bool {
-	return c == platformtestComment || strings.HasPrefix(c, platformtestComment+" ")
+// isTestRuleComment says whether an iptables rule comment is a test's.
+func isTestRuleComment(c string) bool {
+	for _, p := range testRuleComments {
+		if c == p || strings.HasPrefix(c, p+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // hasHexSuffix says whether s is prefix followed by exactly n hex digits,

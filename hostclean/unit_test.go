@@ -78,11 +78,13 @@ func TestNames(t *testing.T) {
 		"transit-platformtest":               true,
 		"transit-platformtests":              false,
 		"transit-platformtest-x":             false,
+		"transit-e2e e2e-swarm":              true,
+		"transit-e2ex":                       false,
 		"other transit-platformtest pt-x":    false,
 		"":                                   false,
 	} {
-		if got := isPlatformtestComment(c); got != want {
-			t.Errorf("isPlatformtestComment(%q) = %t, want %t", c, got, want)
+		if got := isTestRuleComment(c); got != want {
+			t.Errorf("isTestRuleComment(%q) = %t, want %t", c, got, want)
 		}
 	}
 }

@@ -367,14 +367,24 @@ var suiteSubnets = map[string]string{"swarm": "10.247.1.0/24", "kubernetes": "10
 // rules that silenced its machines (marked with its clusters' names) and
 // every machine, bridge and chain under root.
 func purgeLeftovers(ctx context.Context, root, platform string) error {
-	out, err := exec.CommandContext(ctx, "iptables", "-w", "-S", "OUTPUT").Output()
-	if err != nil {
-		return fmt.Errorf("iptables -S OUTPUT: %w", err)
+	if err := PurgeRules(ctx, "OUTPUT", "transit-platformtest pt-"+platform+"-"); err != nil {
+		return err
 	}
-	mark := `"transit-platformtest pt-` + platform + `-`
+	return local.Purge(ctx, root)
+}
+
+// PurgeRules deletes the rules of the filter table's chain whose comment
+// begins with mark: the rules a test inserted to black-hole a node, which a
+// killed run of it left (they would refuse the next run's node at the
+// same address).
+func PurgeRules(ctx context.Context, chain, mark string) error {
+	out, err := exec.CommandContext(ctx, "iptables", "-w", "-S", chain).Output()
+	if err != nil {
+		return fmt.Errorf("iptables -S %s: %w", chain, err)
+	}
 	for line := range strings.Lines(string(out)) {
 		rule, ok := strings.CutPrefix(strings.TrimSpace(line), "-A ")
-		if !ok || !strings.Contains(rule, mark) {
+		if !ok || !strings.Contains(rule, `--comment "`+mark) {
 			continue
 		}
 		// The rule as listed, its comment one argument.
@@ -390,7 +400,7 @@ func purgeLeftovers(ctx context.Context, root, platform string) error {
 			return fmt.Errorf("remove an earlier run's rule %q: %w\n%s", rule, err, out)
 		}
 	}
-	return local.Purge(ctx, root)
+	return nil
 }
 
 // cleanup undoes the firewall rules, tears every machine, the bridge and

@@ -186,12 +186,10 @@ func Run(t *testing.T, h Harness) {
 // hostLock is held by tests that run whole clusters on local nodes.
 const hostLock = "/run/transit-tests-host.lock"
 
-// HoldHost takes the host's lock until t ends. Tests that run whole
-// clusters on local nodes (this suite, the e2e's) hold it, so that `go
-// test ./...`, which runs packages at once, never runs two of them on this
-// machine's two cores together: etcd's and the API server's health checks
-// give up after two seconds of a starved CPU, and a Swarm migration across
-// the emulated clouds once hung in a join beside a Kubernetes suite.
+// HoldHost takes the host's lock until t ends. This suite holds it, so
+// that `go test ./...`, which runs packages at once, never runs the Swarm
+// and the Kubernetes suites together on this machine's two cores; the
+// e2e benchmarks hold it, so that what they measure is theirs alone.
 func HoldHost(t testing.TB) {
 	t.Helper()
 	unlock, err := filelock.FlockContext(t.Context(), hostLock, filelock.FlockOptions{Command: t.Name()})

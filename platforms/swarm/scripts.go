@@ -31,7 +31,12 @@ const aptLockWait = "600"
 // service; where no init system runs (a local node, whose init is sshd) it
 // starts dockerd itself with the default paths. The choice follows what the
 // machine has, not which provider made it. It then loads the image archives
-// found in imagesDir, once each. First it names the machine after its
+// found in imagesDir, once each. An engine it starts on a machine that
+// carries images (a local node, which has no registry) runs swarm tasks
+// from its own images without asking a registry first
+// (DOCKER_SERVICE_PREFER_OFFLINE_IMAGE, as moby's own tests run it):
+// asked, an unreachable registry held every new task in Preparing until
+// its DNS lookups timed out, 20 s here. First it names the machine after its
 // transit node (hostname and /etc/hostname, and /etc/hosts so the name
 // resolves): a cloud names machines its own way, and the swarm then knows
 // the node by its transit id even if the identity label a join sets were
@@ -74,6 +79,7 @@ if ! docker info >/dev/null 2>&1; then
 		systemctl enable --now docker >/dev/null
 	elif ! { [ -s /run/transit/dockerd.pid ] && kill -0 "$(cat /run/transit/dockerd.pid)" 2>/dev/null; }; then
 		# No init system: run the engine detached, with its default paths.
+		if [ -d ` + imagesDir + ` ]; then export DOCKER_SERVICE_PREFER_OFFLINE_IMAGE=1; fi
 		setsid dockerd --pidfile /run/transit/dockerd.pid >>/run/transit/dockerd.log 2>&1 </dev/null &
 	fi
 	i=0

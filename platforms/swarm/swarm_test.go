@@ -144,6 +144,7 @@ func TestScripts(t *testing.T) {
 			"command -v curl >/dev/null 2>&1 || missing=\"$missing curl\"",
 			"if [ -d /run/systemd/system ]; then",
 			"setsid dockerd --pidfile /run/transit/dockerd.pid >>/run/transit/dockerd.log 2>&1 </dev/null &",
+			"if [ -d /var/lib/transit/images ]; then export DOCKER_SERVICE_PREFER_OFFLINE_IMAGE=1; fi",
 			"docker load -i \"$f\" >/dev/null",
 		}},
 		{"state", localStateScript(), []string{
