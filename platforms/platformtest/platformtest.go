@@ -173,6 +173,10 @@ func Run(t *testing.T, h Harness) {
 		{"Lost", s.lost, false},
 	}
 	for _, st := range steps {
+		if d, ok := t.Deadline(); ok && time.Until(d) < cleanupReserve {
+			t.Fatalf("stopping before step %s: the test binary's deadline (go test -timeout) is %s away, and removing the machines takes up to %s",
+				st.name, time.Until(d).Round(time.Second), cleanupReserve)
+		}
 		began := time.Now()
 		ok := t.Run(st.name, st.fn)
 		t.Logf("%s: %s", st.name, time.Since(began).Round(100*time.Millisecond))
@@ -182,6 +186,12 @@ func Run(t *testing.T, h Harness) {
 	}
 	t.Logf("the %s conformance suite took %s (cleanup not counted)", h.Platform, time.Since(start).Round(time.Second))
 }
+
+// cleanupReserve is the time kept before the test binary's deadline for
+// removing the machines: a slow machine stops between steps with a clear
+// failure and a clean host, never in the testing package's panic in the
+// middle of a cluster.
+const cleanupReserve = 3 * time.Minute
 
 // hostLock is held by tests that run whole clusters on local nodes.
 const hostLock = "/run/transit-tests-host.lock"
