@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,7 +56,7 @@ func group(t *testing.T, name string, fn func(t *testing.T)) {
 	t.Parallel()
 	began := time.Now()
 	t.Cleanup(func() {
-		times.add(groupTime{name: name, took: time.Since(began), failed: t.Failed(), steps: stepTimes(t.Name())})
+		times.add(groupTime{name: name, test: t.Name(), took: time.Since(began), failed: t.Failed(), steps: stepTimes(t.Name())})
 	})
 	fn(t)
 }
@@ -63,6 +64,7 @@ func group(t *testing.T, name string, fn func(t *testing.T)) {
 // groupTime is how long a group took, its cleanup included.
 type groupTime struct {
 	name   string
+	test   string // the group's test
 	took   time.Duration
 	failed bool
 	steps  []string
@@ -74,9 +76,23 @@ type groupTimes struct {
 	mu     sync.Mutex
 	groups []groupTime
 	tests  map[string]time.Duration // test name → time
+	// steps are the lifecycle steps' times by their test's name, in order.
+	steps map[string][]stepTime
 }
 
-var times = &groupTimes{tests: map[string]time.Duration{}}
+type stepTime struct {
+	name string
+	took time.Duration
+}
+
+// step records the time of one of test's lifecycle steps.
+func (g *groupTimes) step(test, name string, took time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.steps[test] = append(g.steps[test], stepTime{name, took})
+}
+
+var times = &groupTimes{tests: map[string]time.Duration{}, steps: map[string][]stepTime{}}
 
 func (g *groupTimes) add(t groupTime) {
 	g.mu.Lock()
@@ -126,6 +142,13 @@ func (g *groupTimes) report(w io.Writer, total time.Duration) {
 			verdict = "FAIL"
 		}
 		fmt.Fprintf(w, "  %-11s %4s %8s  %s\n", gt.name, verdict, gt.took.Round(time.Second), strings.Join(gt.steps, ", "))
+		for _, test := range slices.Sorted(maps.Keys(g.steps)) {
+			if rest, ok := strings.CutPrefix(test, gt.test+"/"); ok {
+				for _, st := range g.steps[test] {
+					fmt.Fprintf(w, "      %8s  %s: %s\n", st.took.Round(time.Second), rest, st.name)
+				}
+			}
+		}
 	}
 }
 
@@ -142,5 +165,29 @@ func writeReport(total time.Duration) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
 			_ = os.WriteFile(path, []byte(b.String()), 0o644)
 		}
+	}
+}
+
+// TestGroupTimesReport: the report make test prints names each group,
+// slowest first, its tests and each lifecycle step, so growth shows.
+func TestGroupTimesReport(t *testing.T) {
+	g := &groupTimes{tests: map[string]time.Duration{}, steps: map[string][]stepTime{}}
+	g.tests["TestKubernetes/Lifecycle"] = 9 * time.Minute
+	g.step("TestKubernetes/Lifecycle", "launch", 3*time.Minute)
+	g.step("TestKubernetes/Lifecycle", "destroy", 20*time.Second)
+	g.step("TestSwarm/Lifecycle", "launch", time.Minute)
+	g.add(groupTime{name: "swarm", test: "TestSwarm", took: 2 * time.Minute, steps: []string{"Lifecycle 2m0s"}})
+	g.add(groupTime{name: "kubernetes", test: "TestKubernetes", took: 10 * time.Minute, failed: true, steps: []string{"Lifecycle 9m0s"}})
+	var b strings.Builder
+	g.report(&b, 11*time.Minute)
+	want := `e2e groups (run at once), package 11m0s:
+  kubernetes  FAIL    10m0s  Lifecycle 9m0s
+          3m0s  Lifecycle: launch
+           20s  Lifecycle: destroy
+  swarm         ok     2m0s  Lifecycle 2m0s
+          1m0s  Lifecycle: launch
+`
+	if b.String() != want {
+		t.Errorf("report:\n%s\nwant:\n%s", b.String(), want)
 	}
 }

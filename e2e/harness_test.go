@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/local"
 	"github.com/cloudtransit/transit/platforms/platformtest"
@@ -113,8 +115,10 @@ type cluster struct {
 	// root is the local provider's root the cluster's districts use.
 	root string
 	dir  string
-	cfg  districts.Cluster
-	ds   []districts.District
+	// cfg is shared by the copies with makes: a step's change to
+	// cluster.json is the next step's starting point.
+	cfg *districts.Cluster
+	ds  []districts.District
 	// seen and chains collect the provider ids of every node and group
 	// a status showed, for the leftover check.
 	seen, chains map[string]bool
@@ -190,7 +194,7 @@ func newCluster(tb testing.TB, root string, cfg districts.Cluster, ds []district
 	if err := writeImage(filepath.Join(root, "images", "busybox.tar")); err != nil {
 		tb.Fatal(err)
 	}
-	c := &cluster{tb: tb, root: root, dir: tb.TempDir(), cfg: cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}, outputs: new([]string)}
+	c := &cluster{tb: tb, root: root, dir: tb.TempDir(), cfg: &cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}, outputs: new([]string)}
 	c.writeConfig()
 	tb.Cleanup(func() {
 		c.teardown = true
@@ -635,5 +639,48 @@ func TestKilledRunsRulesGo(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "192.0.2.62/32") {
 		t.Errorf("another group's rule went:\n%s", out)
+	}
+}
+
+// TestStepsShareTheConfig: each step of a group works on a copy of the
+// cluster (its own testing.T), but cluster.json is one: what a step
+// changes is where the next one starts. A copied config once made the
+// Kubernetes kill step move the migrated masters back to their first
+// district, so the kill landed in a master's join, not the worker's the
+// step is about.
+func TestStepsShareTheConfig(t *testing.T) {
+	c := &cluster{tb: t, dir: t.TempDir(), outputs: new([]string), cfg: &districts.Cluster{
+		Type: "cluster", ID: "share", Platform: "kubernetes",
+		Deployments: []districts.Deployment{{District: "a", Flavor: "small", Role: districts.RoleMaster, Quantity: 1}},
+	}}
+	moved := c.with(t)
+	moved.cfg.Deployments = append(moved.cfg.Deployments, districts.Deployment{District: "b", Flavor: "small", Role: districts.RoleMaster, Quantity: 1})
+	moved.setQuantity("a", districts.RoleMaster, 0)
+
+	next := c.with(t)
+	want := []districts.Deployment{
+		{District: "a", Flavor: "small", Role: districts.RoleMaster, Quantity: 0},
+		{District: "b", Flavor: "small", Role: districts.RoleMaster, Quantity: 1},
+	}
+	if d := cmp.Diff(want, next.cfg.Deployments); d != "" {
+		t.Errorf("the next step's deployments (-want +got):\n%s", d)
+	}
+	var saved districts.Cluster
+	data, err := os.ReadFile(filepath.Join(c.dir, "cluster.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &saved)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, saved.Deployments); d != "" {
+		t.Errorf("cluster.json's deployments (-want +got):\n%s", d)
+	}
+
+	// A CI runner has its own checkout: its changes stay its own.
+	r := c.runner(t)
+	r.setQuantity("b", districts.RoleMaster, 3)
+	if got := c.cfg.Deployments[1].Quantity; got != 1 {
+		t.Errorf("a runner's change reached the cluster's config: quantity %d", got)
 	}
 }

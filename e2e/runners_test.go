@@ -203,7 +203,9 @@ func (c *cluster) runner(tb testing.TB) *cluster {
 	tb.Helper()
 	r := *c
 	r.tb, r.dir = tb, tb.TempDir()
-	r.cfg.Deployments = append([]districts.Deployment(nil), c.cfg.Deployments...)
+	cfg := *c.cfg // a runner's own checkout of cluster.json
+	cfg.Deployments = append([]districts.Deployment(nil), c.cfg.Deployments...)
+	r.cfg = &cfg
 	r.writeConfig()
 	data, err := os.ReadFile(filepath.Join(c.dir, "credentials.json"))
 	if errors.Is(err, os.ErrNotExist) {

@@ -79,7 +79,10 @@ type lifecycleStep struct {
 // fails ends the test.
 func (c *cluster) runSteps(t *testing.T, steps []lifecycleStep) {
 	for _, s := range steps {
-		if !t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) }) {
+		began := time.Now()
+		ok := t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) })
+		times.step(t.Name(), s.name, time.Since(began))
+		if !ok {
 			return
 		}
 	}
