@@ -39,7 +39,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	b, err := broker.Start(opts)
+	b, err := broker.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "streams-broker:", err)
 		os.Exit(1)

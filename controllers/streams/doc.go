@@ -19,8 +19,14 @@
 //     precondition moves next to active and active to phasingOut.
 //   - Garbage collector: in a phasing-out revision, a processor none of
 //     whose predecessors runs and whose group has read its input to the end
-//     is deleted, with its group; a topic once its writer and readers are
-//     gone. Nothing is collected while Kafka cannot be asked.
+//     (exactly-once: with no transaction open on it) is deleted, with its
+//     group; a topic once its writer and readers are gone. Nothing is
+//     collected while Kafka cannot be asked.
+//
+// Exactly-once, before those steps: a transaction left open by a sidecar
+// killed inside it whose pod is gone (no restart will fence it) is
+// aborted, since it holds back every read-committed reader of what it
+// wrote, the steps' reads of Kafka included.
 package streams
 
 // Labels, annotations and finalizers on the controller's objects.

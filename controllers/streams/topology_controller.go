@@ -192,6 +192,11 @@ func (r *TopologyReconciler) reconcile(ctx context.Context, req reconcile.Reques
 
 	var wrote bool
 	if kafkaErr == nil {
+		// First: the switch and the collector read committed offsets
+		// and ends that a dead pod's open transaction holds back.
+		if err := r.fenceGone(ctx, &t, obs); err != nil {
+			return reconcile.Result{}, err
+		}
 		steps := []func(context.Context, *v1alpha1.Topology, *observed, *v1alpha1.TopologyRevisionSpec) (bool, error){
 			r.update, r.upgrade,
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -196,7 +197,7 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 func TestImageCannotBePulled(t *testing.T) {
 	e := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr(), func(o *streams.Options) { o.UpgradeTimeout = 5 * time.Second })
+	startController(t, e, b.Addr())
 	k := startKubelet(t, e)
 	k.badImages["fn:missing"] = "ErrImagePull"
 	c := e.Client
@@ -210,6 +211,32 @@ func TestImageCannotBePulled(t *testing.T) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:missing"}
 	})
 	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	// The timeout (the default 5 minutes) is cut to a second once the
+	// kubelet has told why the new pod cannot start: a short timeout set
+	// from the start races the kubelet on a loaded machine, and the
+	// message then has no reason to give.
+	eventually(t, "the new pod waiting with ErrImagePull", func() (bool, string) {
+		var pods corev1.PodList
+		if err := c.List(t.Context(), &pods, client.InNamespace("default"), client.MatchingLabels{streams.LabelProcessor: "clean"}); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull" {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprint(len(pods.Items), " clean pods, none waiting with ErrImagePull")
+	})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		tp := getTopology(t, c, "pipe")
+		tp.Spec.UpgradeTimeout = &metav1.Duration{Duration: time.Second}
+		return c.Update(t.Context(), tp)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var msg string
 	eventuallyWithin(t, time.Minute, "UpgradeFailed", func() (bool, string) {
 		tp := getTopology(t, c, "pipe")

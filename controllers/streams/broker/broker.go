@@ -9,14 +9,23 @@
 // kfake binds and advertises 127.0.0.1; this package serves it on any address
 // and advertises the name clients must dial (in a cluster, the Service's DNS
 // name), so pods on other nodes reach it.
+//
+// After a crash kfake aborts the transactions that were open without writing
+// their abort markers; this package writes them before it serves (see
+// repairAborts).
 package broker
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Options configure the broker.
@@ -44,8 +53,14 @@ type Broker struct {
 	addr    string
 }
 
-// Start serves a broker until Close.
-func Start(opts Options) (*Broker, error) {
+// Start serves a broker until Close. With a data dir, it first repairs
+// what a crash left (see repairAborts).
+func Start(ctx context.Context, opts Options) (*Broker, error) {
+	if opts.DataDir != "" {
+		if err := repair(ctx, opts); err != nil {
+			return nil, fmt.Errorf("repair the data dir %s: %w", opts.DataDir, err)
+		}
+	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", opts.Listen, err)
@@ -74,6 +89,17 @@ func Start(opts Options) (*Broker, error) {
 			return advertised{Listener: ln, addr: hostPort(advertise)}, nil
 		}),
 	}
+	c, err := kfake.NewCluster(append(kopts, opts.kfake()...)...)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("start the broker: %w", err)
+	}
+	return &Broker{cluster: c, addr: ln.Addr().String()}, nil
+}
+
+// kfake are the options of opts that are kfake's own.
+func (opts Options) kfake() []kfake.Opt {
+	var kopts []kfake.Opt
 	if opts.DataDir != "" {
 		kopts = append(kopts, kfake.DataDir(opts.DataDir))
 	}
@@ -86,12 +112,143 @@ func Start(opts Options) (*Broker, error) {
 	if opts.Logger != nil {
 		kopts = append(kopts, kfake.WithLogger(opts.Logger))
 	}
-	c, err := kfake.NewCluster(kopts...)
+	return kopts
+}
+
+// repair loads the data dir into a broker only this process reaches, writes
+// the abort markers a crash left out (repairAborts) and closes it: no
+// client sees the log before it is whole.
+func repair(ctx context.Context, opts Options) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.Ports(ln.Addr().(*net.TCPAddr).Port),
+		kfake.ListenFn(func(string, string) (net.Listener, error) { return ln, nil })}, opts.kfake()...)...)
 	if err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("start the broker: %w", err)
+		return fmt.Errorf("load: %w", err)
 	}
-	return &Broker{cluster: c, addr: ln.Addr().String()}, nil
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
+	defer cancel()
+	return repairAborts(ctx, ln.Addr().String())
+}
+
+// repairTimeout bounds reading the log through at a start.
+const repairTimeout = 5 * time.Minute
+
+// repairAborts writes an abort marker where a transaction was aborted
+// without one. kfake, loading a log after a crash, aborts the transactions
+// that were open (as Kafka's coordinator does) but writes no markers, only
+// its index of aborted ranges. A read-committed reader (franz-go, the Java
+// client) drops a producer's batches from an aborted range's start until
+// that producer's abort marker: without one it drops everything the same
+// producer (a restarted one with the same transactional ID) commits after
+// the crash, and a group reading so commits past records it never saw.
+//
+// A producer's last batch in a partition is a transaction's data with no
+// marker after it only if the transaction is open (kfake keeps open only
+// what a clean shutdown saved) or was aborted that way.
+func repairAborts(ctx context.Context, addr string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.KeepControlRecords(),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("start offsets: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets: %w", err)
+	}
+	open, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	if err != nil {
+		return fmt.Errorf("open transactions: %w", err)
+	}
+	ongoing := map[int64]bool{}
+	for _, t := range open {
+		ongoing[t.ProducerID] = true
+	}
+
+	// Read every partition to its end: per producer, its last
+	// transactional batch and whether that is data (not a marker).
+	type last struct {
+		epoch int16
+		data  bool
+	}
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	lasts := map[tp]map[int64]last{}
+	from := map[string]map[int32]kgo.Offset{}
+	pending := 0
+	ends.Each(func(o kadm.ListedOffset) {
+		if start, _ := starts.Lookup(o.Topic, o.Partition); start.Offset < o.Offset {
+			if from[o.Topic] == nil {
+				from[o.Topic] = map[int32]kgo.Offset{}
+			}
+			from[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+			pending++
+		}
+	})
+	cl.AddConsumePartitions(from)
+	for pending > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read the log: %w", err)
+		}
+		if err := fs.Err(); err != nil {
+			return fmt.Errorf("read the log: %w", err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			k := tp{r.Topic, r.Partition}
+			if r.Attrs.IsTransactional() {
+				if lasts[k] == nil {
+					lasts[k] = map[int64]last{}
+				}
+				lasts[k][r.ProducerID] = last{r.ProducerEpoch, !r.Attrs.IsControl()}
+			}
+			if end, _ := ends.Lookup(r.Topic, r.Partition); r.Offset == end.Offset-1 {
+				pending--
+			}
+		})
+	}
+
+	var markers []kadm.TxnMarkers
+	for k, producers := range lasts {
+		for pid, l := range producers {
+			if l.data && !ongoing[pid] {
+				markers = append(markers, kadm.TxnMarkers{ProducerID: pid, ProducerEpoch: l.epoch,
+					Topics: kadm.TopicsSet{k.topic: {k.partition: {}}}})
+			}
+		}
+	}
+	if len(markers) == 0 {
+		return nil
+	}
+	written, err := adm.WriteTxnMarkers(ctx, markers...)
+	if err != nil {
+		return fmt.Errorf("write abort markers: %w", err)
+	}
+	var errs []error
+	written.EachPartition(func(p kadm.TxnMarkersPartitionResponse) {
+		if p.Err != nil {
+			errs = append(errs, fmt.Errorf("abort marker of producer %d in %s/%d: %w", p.ProducerID, p.Topic, p.Partition, p.Err))
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // Addr is the address the broker listens on.

@@ -22,7 +22,7 @@ import (
 func TestAdvertisesItsName(t *testing.T) {
 	port := freePort(t)
 	advertise := net.JoinHostPort("localhost", strconv.Itoa(port))
-	b, err := broker.Start(broker.Options{Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Advertise: advertise})
+	b, err := broker.Start(t.Context(), broker.Options{Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Advertise: advertise})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestAdvertisesItsName(t *testing.T) {
 
 func TestBadAdvertise(t *testing.T) {
 	for _, a := range []string{"nohost", ":9092", "host:0", "host:x", "host:70000"} {
-		if b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Advertise: a}); err == nil {
+		if b, err := broker.Start(t.Context(), broker.Options{Listen: "127.0.0.1:0", Advertise: a}); err == nil {
 			b.Close()
 			t.Errorf("advertise %q: started", a)
 		}

@@ -1,7 +1,8 @@
 // Package kafka is what the streams controller asks of Kafka: topics,
-// consumer groups and offsets, on any number of clusters (one admin client
-// per bootstrap list). Every answer is read from the brokers at the time
-// of asking; nothing is cached but the connections.
+// consumer groups, offsets and transactions, on any number of clusters
+// (one admin client per bootstrap list). Every answer is read from the
+// brokers at the time of asking; nothing is cached but the connections.
+// Fence is also the sidecar's, which fences its predecessor as it starts.
 package kafka
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Offsets are a topic's offsets by partition.
@@ -240,11 +242,26 @@ func (a *Admin) Ends(ctx context.Context, bootstrap, topic string, readCommitted
 // Drained says a group has read a topic to its end on every partition.
 // With transactions a partition's end is past commit markers a reader
 // never commits beyond, so a partition whose commit is short of its end is
-// drained when nothing readable lies between the two.
+// drained when nothing readable lies between the two. Read committed, a
+// partition whose last stable offset is short of its end is not drained:
+// records committed past a transaction still open (its writer died inside
+// it, or, on Apache Kafka, its markers are not written yet) are not
+// readable yet, and a reader gone before they are would lose them.
 func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, readCommitted bool) (bool, error) {
-	ends, err := a.Ends(ctx, bootstrap, topic, readCommitted)
+	ends, err := a.Ends(ctx, bootstrap, topic, false)
 	if err != nil {
 		return false, err
+	}
+	if readCommitted {
+		stable, err := a.Ends(ctx, bootstrap, topic, true)
+		if err != nil {
+			return false, err
+		}
+		for p, end := range ends {
+			if stable[p] < end {
+				return false, nil
+			}
+		}
 	}
 	committed, err := a.Committed(ctx, bootstrap, group, topic)
 	if err != nil {
@@ -391,4 +408,80 @@ func (a *Admin) DeleteGroup(ctx context.Context, bootstrap, group string) error 
 		return fmt.Errorf("kafka %s: delete group %s: %w", bootstrap, group, err)
 	}
 	return nil
+}
+
+// OpenTransactions lists the transactional IDs that have a transaction
+// open (Ongoing) on the cluster.
+func (a *Admin) OpenTransactions(ctx context.Context, bootstrap string) ([]string, error) {
+	adm, err := a.admin(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	listed, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	if err != nil {
+		return nil, fmt.Errorf("kafka %s: list transactions: %w", bootstrap, err)
+	}
+	var open []string
+	for _, l := range listed.Sorted() {
+		if l.State == "Ongoing" { // ListTransactions v0 has no filter
+			open = append(open, l.TxnID)
+		}
+	}
+	return open, nil
+}
+
+// FenceTransactions aborts the open transactions of transactional IDs
+// whose producers are gone (see Fence).
+func (a *Admin) FenceTransactions(ctx context.Context, bootstrap string, txnIDs ...string) error {
+	cl, err := a.client(bootstrap)
+	if err != nil {
+		return err
+	}
+	for _, id := range txnIDs {
+		if err := a.write("fence transactional id " + id); err != nil {
+			return err
+		}
+		if err := Fence(ctx, cl, id, fenceTimeout); err != nil {
+			return fmt.Errorf("kafka %s: %w", bootstrap, err)
+		}
+	}
+	return nil
+}
+
+// fenceTimeout is the transaction timeout the fence of a gone pod's
+// transactional ID registers: nothing runs under it.
+const fenceTimeout = time.Minute
+
+// Fence makes txnID's earlier producers zombies: InitProducerID bumps its
+// epoch, and the coordinator aborts the transaction a producer that died
+// left open (Java's initTransactions does the same). Until then
+// read-committed readers of every partition that transaction wrote stop
+// at it, for up to its timeout. A live producer of txnID is fenced too:
+// its next transactional request fails. timeout is the transaction
+// timeout txnID's next transactions run under (kfake keeps the first one
+// registered).
+func Fence(ctx context.Context, cl *kgo.Client, txnID string, timeout time.Duration) error {
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionalID = &txnID
+	req.TransactionTimeoutMillis = int32(timeout.Milliseconds())
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	for {
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, kerr.ConcurrentTransactions):
+			return fmt.Errorf("fence transactional id %s: %w", txnID, err)
+		}
+		// The coordinator is still ending the open transaction; asked
+		// again, it answers once that is done.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fence transactional id %s: %w", txnID, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,6 +197,50 @@ func TestDrained(t *testing.T) {
 	produce(ctx, t, b.Addr(), "aborted", "q", false, 2)
 	if !drained("g", "aborted", true) {
 		t.Error("only aborted records: not drained")
+	}
+
+	// A record committed past a transaction left open (its writer died
+	// inside it) is not readable yet: a reader that read all it could
+	// has not drained the topic, not before the transaction is fenced
+	// and it read the record.
+	if err := a.EnsureTopic(ctx, b.Addr(), "behind", 1); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.DefaultProduceTopic("behind"), kgo.TransactionalID("dead-pod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	if err := dead.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	produce(ctx, t, b.Addr(), "behind", "", false, 1)
+	commit(ctx, t, b.Addr(), "g", "behind", 0) // the last stable offset
+	if drained("g", "behind", true) {
+		t.Error("a record committed past an open transaction: drained")
+	}
+	open, err := a.OpenTransactions(ctx, b.Addr())
+	if err != nil || !slices.Contains(open, "dead-pod") {
+		t.Fatalf("open transactions %v, %v: want dead-pod's", open, err)
+	}
+	if err := a.FenceTransactions(ctx, b.Addr(), "dead-pod"); err != nil {
+		t.Fatal(err)
+	}
+	if open, err := a.OpenTransactions(ctx, b.Addr()); err != nil || slices.Contains(open, "dead-pod") {
+		t.Fatalf("open transactions after the fence %v, %v", open, err)
+	}
+	if err := dead.EndTransaction(ctx, kgo.TryCommit); err == nil {
+		t.Error("a fenced producer committed")
+	}
+	if drained("g", "behind", true) {
+		t.Error("the record past the aborted transaction unread: drained")
+	}
+	commit(ctx, t, b.Addr(), "g", "behind", 3) // record, abort marker
+	if !drained("g", "behind", true) {
+		t.Error("read past the aborted transaction: not drained")
 	}
 
 	// Kafka down: an error, never an answer.

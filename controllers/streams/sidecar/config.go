@@ -240,10 +240,16 @@ func parse(getenv func(string) string) (Config, []VarError) {
 		if host == "" {
 			host, _ = os.Hostname() // "" on error: the group alone
 		}
-		c.TransactionalID = c.Group + "-" + host
+		c.TransactionalID = TransactionalID(c.Group, host)
 	}
 	return c, p.errs
 }
+
+// TransactionalID is the transactional ID an exactly-once sidecar of
+// group uses in pod (STREAMS_TRANSACTIONAL_ID's default): one per pod, so
+// a restarted container fences its predecessor, and the controller can
+// tell whose pod a transaction belongs to.
+func TransactionalID(group, pod string) string { return group + "-" + pod }
 
 type parser struct {
 	getenv func(string) string

@@ -21,6 +21,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cloudtransit/transit/cmdtest"
@@ -28,10 +29,12 @@ import (
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
 )
 
-// kafka is a broker process and an admin on it.
+// kafka is a broker process (or, b nil, a broker in this process at
+// at) and an admin on it.
 type kafka struct {
 	t   *testing.T
 	b   *brokertest.Broker
+	at  string
 	cl  *kgo.Client
 	adm *kadm.Client
 }
@@ -54,7 +57,51 @@ func startKafka(t *testing.T) *kafka {
 	return &kafka{t: t, b: b, cl: cl, adm: kadm.NewClient(cl)}
 }
 
-func (k *kafka) addr() string { return k.b.Addr() }
+// startFake runs a kfake broker in this process, for tests that control
+// its answers.
+func startFake(t *testing.T, opts ...kfake.Opt) (*kafka, *kfake.Cluster) {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &kafka{t: t, at: addr, cl: cl, adm: kadm.NewClient(cl)}, c
+}
+
+func (k *kafka) addr() string {
+	if k.b == nil {
+		return k.at
+	}
+	return k.b.Addr()
+}
+
+// open is how many records of each partition of topic sit behind an open
+// transaction: between the last stable offset and the end.
+func (k *kafka) open(ctx context.Context, topic string) offsets {
+	k.t.Helper()
+	stable, err := k.adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		k.t.Fatalf("last stable offsets of %s: %v", topic, err)
+	}
+	ends := k.ends(ctx, topic)
+	o := offsets{}
+	stable.Each(func(x kadm.ListedOffset) {
+		if n := ends[x.Partition] - x.Offset; n > 0 {
+			o[x.Partition] = n
+		}
+	})
+	return o
+}
 
 func (k *kafka) topic(ctx context.Context, name string, partitions int32) {
 	k.t.Helper()

@@ -49,17 +49,23 @@
 // dead letters included; a transaction takes the records that are already
 // fetched, up to STREAMS_BATCH_RECORDS and STREAMS_BATCH_INTERVAL, so an
 // idle pipeline commits each record at once and a busy one batches.
-// Readers of the outputs must read committed.
+// Readers of the outputs must read committed. A transaction a crash left
+// open holds those readers back until it ends: the pod's next sidecar
+// aborts it as it starts (the transactional ID is the pod's), and the
+// controller those of pods that are gone. A transaction whose group
+// session ended while its batch was in hand is aborted, its records read
+// again.
 //
 // # Lifecycle
 //
-// Run serves the probes, then waits for its Gate (a standby revision's
-// source reader waits until its revision is active) without joining the
-// group, Ready meanwhile once it reaches its topics and the function. When
-// ctx ends (SIGTERM) it stops polling, finishes the batch in hand (calls,
-// produce, acknowledgements), commits it, leaves the group and returns
-// nil; if the function is gone by then, it commits the records it
-// finished and leaves the rest to the next owner.
+// Run serves the probes, fences its transactional ID (exactly-once), then
+// waits for its Gate (a standby revision's source reader waits until its
+// revision is active) without joining the group, Ready meanwhile once it
+// reaches its topics and the function. When ctx ends (SIGTERM) it stops
+// polling, finishes the batch in hand (calls, produce, acknowledgements),
+// commits it, leaves the group and returns nil; if the function is gone
+// by then, it commits the records it finished and leaves the rest to the
+// next owner.
 //
 // # Fault point
 //
@@ -85,10 +91,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/clock"
+	"github.com/cloudtransit/transit/controllers/streams/kafka"
 )
 
 // maxAnswer is the largest answer forwarded: the producer's default batch
@@ -162,6 +170,14 @@ func Run(ctx context.Context, cfg Config, gate Gate) error {
 	go func() { defer close(readyDone); s.watchReadiness(readyCtx) }()
 	defer func() { stopReady(); <-readyDone }()
 
+	if cfg.Delivery == ExactlyOnce {
+		if err := s.fence(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before reading anything
+			}
+			return err
+		}
+	}
 	if gate != nil {
 		s.log.Info("held by the gate")
 		if err := gate(ctx); err != nil {
@@ -230,6 +246,30 @@ func (s *sidecar) producerOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(s.cfg.ProduceLinger), noClientMetrics}
 }
 
+// fence aborts the transaction this pod's previous sidecar left open when
+// it was killed: read-committed readers of every partition it wrote stop
+// at it until it ends. kgo would fence only at the first produce, and a
+// sidecar that never produces again (held by its gate, given no
+// partitions, stopped first) would leave it to the transaction timeout,
+// minutes away.
+func (s *sidecar) fence(ctx context.Context) error {
+	cl := s.kafka[cluster(s.cfg.Input.Bootstrap)]
+	for {
+		err := kafka.Fence(ctx, cl, s.cfg.TransactionalID, batchTimeout(s.cfg))
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		var ke *kerr.Error
+		if errors.As(err, &ke) && !ke.Retriable {
+			return err
+		}
+		s.log.Warn("fencing the transactional id, again in a second", "err", err)
+		if err := s.clock.Sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+}
+
 // join makes the group consumer (exactly-once: the transactional
 // session) and the sinks.
 func (s *sidecar) join() error {
@@ -244,7 +284,7 @@ func (s *sidecar) join() error {
 		kgo.RebalanceTimeout(batchTimeout(c)),
 		// A crashed sidecar's partitions move after 10 s (Kafka's default
 		// before 3.0) rather than 45; heartbeats go on while a batch runs.
-		kgo.SessionTimeout(10 * time.Second),
+		kgo.SessionTimeout(sessionTimeout),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Never hand the function an aborted upstream transaction's record.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -273,6 +313,10 @@ func (s *sidecar) join() error {
 	s.deadLetter = sink{c.DeadLetter.Topic, s.kafka[cluster(c.DeadLetter.Bootstrap)]}
 	return nil
 }
+
+// sessionTimeout is the group session timeout: without a heartbeat for
+// that long, the coordinator drops a member.
+const sessionTimeout = 10 * time.Second
 
 // batchTimeout bounds a batch (a transaction, a blocked rebalance): time
 // for a record that fails every attempt by timing out, and a margin, at
@@ -376,7 +420,7 @@ func (s *sidecar) transact(ctx context.Context) error {
 				return s.abort(work, fmt.Errorf("transaction aborted: produce: %w", err))
 			}
 			s.failpoint()
-			committed, err := s.session.End(work, kgo.TryCommit)
+			committed, err := s.end(work)
 			if err != nil {
 				return fmt.Errorf("end the transaction: %w", err)
 			}
@@ -391,6 +435,27 @@ func (s *sidecar) transact(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// end commits the transaction in hand, unless the group took its
+// partitions away (then it aborts, and their records are read again).
+//
+// End waits for a heartbeat before it commits. When the coordinator forgot
+// the member while the batch was in hand (a broker restart, a session
+// timeout), the heartbeats have stopped and kgo holds the session's onLost
+// until AllowRebalance (BlockRebalanceOnPoll), which comes after End: End
+// would wait for ever. A member with no heartbeat for a session timeout is
+// gone anyway; after that long the rebalance is let through, and End
+// aborts.
+func (s *sidecar) end(ctx context.Context) (bool, error) {
+	wait, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		if s.clock.Sleep(wait, sessionTimeout) == nil {
+			s.session.AllowRebalance()
+		}
+	}()
+	return s.session.End(ctx, kgo.TryCommit)
 }
 
 // abort ends the transaction in hand without committing and returns err.

@@ -1,0 +1,114 @@
+package sidecar_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestGroupSessionLostInTransaction: the coordinator forgets the member
+// while it holds a polled batch (here its heartbeat is answered
+// UNKNOWN_MEMBER_ID; a broker restart or a session timeout does the same).
+// kgo runs the session's onLost only once the sidecar allows a rebalance,
+// and End waits for a heartbeat the ended session never sends: the
+// sidecar must not wait for ever but abort that transaction and go on.
+// Every id arrives once.
+func TestGroupSessionLostInTransaction(t *testing.T) {
+	integration(t)
+	t.Parallel()
+	ctx := timeout(t, 120*time.Second)
+	k, c := startFake(t, kfake.SeedTopics(1, "in", "out", "dlq"))
+	k.produce(ctx, inputs("in", 20, 1)...)
+	held, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	fn := function(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		first.Do(func() {
+			close(held)
+			<-release
+		})
+		echo(w, r, body)
+	})
+	e := baseEnv(k, fn.URL)
+	e["STREAMS_DELIVERY"] = "exactlyOnce"
+	run(t, e, nil)
+
+	select {
+	case <-held: // a transaction holds the first batch
+	case <-ctx.Done():
+		t.Fatal("the function was never called")
+	}
+	lost := make(chan struct{})
+	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		close(lost)
+		return resp, nil, true // once: the control is dropped
+	})
+	select {
+	case <-lost:
+	case <-ctx.Done():
+		t.Fatal("no heartbeat while the batch was held")
+	}
+	close(release)
+
+	k.waitCommitted(ctx, "rev-1-p", "in", 1)
+	if d := cmp.Diff(ids(0, 20), values(k.readAll(ctx, "out", true))); d != "" {
+		t.Fatalf("out, read committed (-want +got):\n%s", d)
+	}
+}
+
+// TestRestartFencesAbandonedTransaction: a sidecar killed inside a
+// transaction leaves it open, and read-committed readers of what it wrote
+// stop there until the transaction times out (minutes). Its pod's next
+// sidecar, with the same transactional ID, aborts it as it starts, before
+// it reads anything: here it never does, held by its gate.
+func TestRestartFencesAbandonedTransaction(t *testing.T) {
+	integration(t)
+	t.Parallel()
+	ctx := timeout(t, 120*time.Second)
+	k := startKafka(t)
+	for _, topic := range []string{"in", "out", "dlq"} {
+		k.topic(ctx, topic, 1)
+	}
+	fn := function(t, echo)
+	k.produce(ctx, inputs("in", 10, 1)...)
+	e := baseEnv(k, fn.URL)
+	e["STREAMS_DELIVERY"] = "exactlyOnce"
+	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	e["STREAMS_FAILPOINT"] = "after-produce:1"
+	e["STREAMS_CALL_TIMEOUT"] = "60s" // a batch budget, so a transaction timeout, past two minutes
+	p := start(t, e)
+	if ws := p.wait(ctx, t); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the sidecar ended with %v, not killed at its fault point:\n%s", ws, p.out)
+	}
+	if open := k.open(ctx, "out"); len(open) == 0 {
+		t.Fatal("no transaction left open on out by the killed sidecar")
+	}
+
+	delete(e, "STREAMS_FAILPOINT")
+	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	run(t, e, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	// Far less than the transaction's timeout (3 minutes by default).
+	fenced := timeout(t, 30*time.Second)
+	waitFor(fenced, t, "the abandoned transaction's end", func() bool { return len(k.open(ctx, "out")) == 0 })
+	if got := k.readAll(ctx, "out", true); len(got) != 0 {
+		t.Fatalf("%d records of the abandoned transaction readable", len(got))
+	}
+	// The fences registered the sidecar's own transaction timeout (kfake
+	// keeps the first one an ID registers), not a shorter one.
+	d, err := k.adm.DescribeTransactions(ctx, "rev-1-p-pod-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := d["rev-1-p-pod-1"].TimeoutMillis; ms < int32((2 * time.Minute).Milliseconds()) {
+		t.Errorf("transaction timeout %d ms, want the batch budget, over two minutes", ms)
+	}
+}
