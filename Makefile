@@ -65,7 +65,7 @@ build: ## Build bin/transit with version information, bin/transit-mesh (the node
 # middle of a cluster. The e2e suite keeps the last minutes of its own for
 # cleaning up.
 TEST_TIMEOUT ?= 20m
-E2E_TIMEOUT  ?= 35m
+E2E_TIMEOUT  ?= 50m
 # Where the e2e suite writes its groups' times; make test prints them.
 E2E_TIMES := $(CURDIR)/build/e2e-times.txt
 
