@@ -30,10 +30,19 @@ func TestSwarm(t *testing.T) {
 }
 
 // TestKubernetes is the local Kubernetes group: one cluster through its
-// lifecycle, the addon steps on it.
+// nodes' lifecycle.
 func TestKubernetes(t *testing.T) {
 	group(t, "kubernetes", func(t *testing.T) {
 		t.Run("Lifecycle", timed(testKubernetesLifecycle))
+	})
+}
+
+// TestAddons is the addons group: one local Kubernetes cluster that runs
+// both addons' steps, beside TestKubernetes's (their steps on one cluster
+// took 24 minutes, one after the other).
+func TestAddons(t *testing.T) {
+	group(t, "addons", func(t *testing.T) {
+		t.Run("Kubernetes", timed(testKubernetesAddons))
 	})
 }
 

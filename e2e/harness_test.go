@@ -38,6 +38,7 @@ import (
 const (
 	swarmRoot  = "/var/lib/transit/e2e-swarm"
 	kubeRoot   = "/var/lib/transit/e2e-kubernetes"
+	addonsRoot = "/var/lib/transit/e2e-addons"
 	cloudsRoot = "/var/lib/transit/e2e-clouds"
 )
 

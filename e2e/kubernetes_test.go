@@ -48,15 +48,27 @@ var bundleDir = sync.OnceValues(func() (string, error) {
 
 // kubernetesCluster is the shape of examples/kubernetes: a master and two
 // workers in district A, one worker in district B, each tagged with its
-// site. Its subnets are the e2e districts' own.
+// site. Its subnets are the Kubernetes group's own.
 func kubernetesCluster(t testing.TB) (districts.Cluster, []districts.District) {
+	return kubernetesShape(t, "e2e-k8s", "10.242")
+}
+
+// addonsCluster is kubernetesCluster for the addons group: its own cluster
+// id and subnets, so the two groups' clusters run at once.
+func addonsCluster(t testing.TB) (districts.Cluster, []districts.District) {
+	return kubernetesShape(t, "e2e-addons", "10.243")
+}
+
+// kubernetesShape is kubernetesCluster with cluster id id, its districts'
+// subnets in net (the first two octets).
+func kubernetesShape(t testing.TB, id, net string) (districts.Cluster, []districts.District) {
 	dir, err := bundleDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	site := func(s string) map[string]string { return map[string]string{"site": s} }
 	c := districts.Cluster{
-		Type: "cluster", ID: "e2e-k8s", Platform: "kubernetes",
+		Type: "cluster", ID: id, Platform: "kubernetes",
 		Flavors: []districts.Flavor{{Flavor: "small", Cores: 1, MemoryGB: 1, DiskGB: 10}},
 		Deployments: []districts.Deployment{
 			{District: "e2e-a", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: site("a")},
@@ -66,27 +78,38 @@ func kubernetesCluster(t testing.TB) (districts.Cluster, []districts.District) {
 		Strategy: districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(30 * time.Second)},
 	}
 	ds := []districts.District{
-		{Type: "district", ID: "e2e-a", Provider: "local", LocalSubnet: "10.242.1.0/24", KubernetesBundle: dir, Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
-		{Type: "district", ID: "e2e-b", Provider: "local", LocalSubnet: "10.242.2.0/24", KubernetesBundle: dir, Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
+		{Type: "district", ID: "e2e-a", Provider: "local", LocalSubnet: net + ".1.0/24", KubernetesBundle: dir, Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
+		{Type: "district", ID: "e2e-b", Provider: "local", LocalSubnet: net + ".2.0/24", KubernetesBundle: dir, Flavors: []districts.DistrictFlavor{{Flavor: "small"}}},
 	}
 	return c, ds
 }
 
 // testKubernetesLifecycle drives one real Kubernetes cluster (kubeadm,
-// etcd, flannel, CoreDNS on local nodes) through what transit does to it,
-// judged by the API server.
+// etcd, flannel, CoreDNS on local nodes) through what transit does to its
+// nodes, judged by the API server.
 func testKubernetesLifecycle(t *testing.T) {
 	cfg, ds := kubernetesCluster(t)
 	c := newCluster(t, kubeRoot, cfg, ds)
 	c.runSteps(t, []lifecycleStep{
 		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
-		{"relations addon: consumers wait, changes roll out, namespaces, pin, controller down, removal", testKubeRelations},
-		{"streams addon: two teams' parts, 5 upgrades under load, GC past the history, workers replaced, removal", testKubeStreams},
 		{"scale workers down: evictions honour a PodDisruptionBudget", testKubeDrainPDB},
 		{"a budget that forbids eviction: the node is skipped, exit 3", testKubeRefusedDrain},
 		{"masters 1 → 3 → 2: etcd quorum held, the API answers", testKubeMasters},
 		{"migrate workers, then masters, to the other district while serving", testKubeMigrate},
 		{"kill -9 transit during a join and during a drain, then converge", testKubeKill},
+		{"destroy leaves nothing behind", testDestroy},
+	})
+}
+
+// testKubernetesAddons installs transit's two addons on one real
+// Kubernetes cluster of the same shape and uses them as teams would.
+func testKubernetesAddons(t *testing.T) {
+	cfg, ds := addonsCluster(t)
+	c := newCluster(t, addonsRoot, cfg, ds)
+	c.runSteps(t, []lifecycleStep{
+		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
+		{"relations addon: consumers wait, changes roll out, namespaces, pin, controller down, removal", testKubeRelations},
+		{"streams addon: two teams' parts, 5 upgrades under load, GC past the history, workers replaced, removal", testKubeStreams},
 		{"destroy leaves nothing behind", testDestroy},
 	})
 }
