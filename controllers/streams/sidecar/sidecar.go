@@ -288,6 +288,19 @@ func (s *sidecar) join() error {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Never hand the function an aborted upstream transaction's record.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// What the group hands and takes, for whoever reads a stalled
+		// pipeline's log.
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
+			s.log.Info("partitions assigned", "partitions", p)
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
+			if len(p) > 0 {
+				s.log.Info("partitions revoked", "partitions", p)
+			}
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
+			s.log.Warn("partitions lost: the group dropped this member", "partitions", p)
+		}),
 	}
 	if c.Delivery == ExactlyOnce {
 		var err error
