@@ -12,6 +12,8 @@ import (
 	"testing"
 )
 
+const module = "github.com/cloudtransit/transit/cmd/"
+
 var (
 	mu    sync.Mutex
 	dir   string
@@ -24,30 +26,59 @@ func Build(tb testing.TB, name string) string {
 	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
+	if err := build(name); err != nil {
+		tb.Fatal(err)
+	}
+	return filepath.Join(dir, name)
+}
+
+// build builds the named commands not built yet, in one go build (its
+// packages compile in parallel); mu is held.
+func build(names ...string) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "transit-cmdtest-")
 		if err != nil {
-			tb.Fatal(err)
+			return err
 		}
 		dir = d
 	}
-	bin := filepath.Join(dir, name)
-	err, done := built[name]
-	if !done {
-		if out, berr := exec.Command("go", "build", "-o", bin, "github.com/cloudtransit/transit/cmd/"+name).CombinedOutput(); berr != nil {
-			err = fmt.Errorf("go build cmd/%s: %w\n%s", name, berr, out)
+	var todo []string
+	for _, n := range names {
+		if _, done := built[n]; !done {
+			todo = append(todo, n)
 		}
-		built[name] = err
 	}
-	if err != nil {
-		tb.Fatal(err)
+	if len(todo) > 0 {
+		args := []string{"build", "-o", dir + string(filepath.Separator)}
+		for _, n := range todo {
+			args = append(args, module+n)
+		}
+		out, err := exec.Command("go", args...).CombinedOutput()
+		for _, n := range todo {
+			built[n] = nil
+			if err != nil {
+				built[n] = fmt.Errorf("go build cmd/%s: %w\n%s", n, err, out)
+			}
+		}
 	}
-	return bin
+	for _, n := range names {
+		if err := built[n]; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Main runs a package's tests and removes the commands they built: call
-// it from TestMain.
-func Main(m *testing.M) int {
+// Main builds the commands named, runs a package's tests and removes what
+// was built: call it from TestMain. Building before the first test starts
+// keeps the build out of every test's deadline: under make test's load,
+// linking one command took most of a two-minute test deadline, and the
+// test failed having run nothing. A failed build fails only the tests that
+// ask for that command.
+func Main(m *testing.M, names ...string) int {
+	mu.Lock()
+	_ = build(names...) // the error is kept for Build to report
+	mu.Unlock()
 	code := m.Run()
 	mu.Lock()
 	defer mu.Unlock()

@@ -289,6 +289,29 @@ func (c *cluster) deployWeb(ctx context.Context, k clientset.Interface, name str
 
 func ptr[T any](v T) *T { return &v }
 
+// podsOf describes app's pods for a failure message: node, phase,
+// readiness, terminating.
+func podsOf(ctx context.Context, k clientset.Interface, app string) string {
+	pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return "not listed: " + err.Error()
+	}
+	var d []string
+	for _, p := range pods.Items {
+		ready := "not ready"
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready = "ready"
+			}
+		}
+		if p.DeletionTimestamp != nil {
+			ready += ", terminating"
+		}
+		d = append(d, fmt.Sprintf("%s on %s %s %s", p.Name, p.Spec.NodeName, p.Status.Phase, ready))
+	}
+	return strings.Join(d, "; ")
+}
+
 func available(ctx context.Context, k clientset.Interface, name string, want int32) error {
 	return availableIn(ctx, k, "default", name, want)
 }
@@ -565,7 +588,9 @@ func testKubeMigrate(t *testing.T, c *cluster) {
 				return nil
 			}
 		}
-		return fmt.Errorf("no node answered on the node port: %v", errs)
+		// Whose doing: pods evicted or terminating (the migration's), or
+		// running and not ready (their probes on a loaded machine).
+		return fmt.Errorf("no node answered on the node port: %v; pods: %s", errs, podsOf(ctx, c.kube(), "served"))
 	}
 	// Workers first, then masters.
 	c.setQuantity("e2e-b", districts.RoleWorker, 2)

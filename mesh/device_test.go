@@ -50,7 +50,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m, "transit-mesh")) }
 
 // inNetns runs fn in the network namespace ns: the sockets it opens are
 // that namespace's.

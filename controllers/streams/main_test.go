@@ -29,7 +29,7 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	os.Exit(cmdtest.Main(m))
+	os.Exit(cmdtest.Main(m, "streams-broker", "streams-sidecar", "streams-echo"))
 }
 
 // startEnv runs an API server with the streams CRDs and the bundle's

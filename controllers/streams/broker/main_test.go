@@ -7,4 +7,4 @@ import (
 	"github.com/cloudtransit/transit/cmdtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m, "streams-broker")) }

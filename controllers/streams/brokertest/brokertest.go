@@ -1,6 +1,6 @@
 // Package brokertest runs streams-broker as a separate process on loopback
-// TCP for tests: built once per test binary (cmdtest: call cmdtest.Main
-// from TestMain), on a data dir, killable and restartable on the same
+// TCP for tests: built once per test binary (cmdtest: name streams-broker
+// to cmdtest.Main in TestMain, so no test's deadline pays for the build), on a data dir, killable and restartable on the same
 // address, so clients see a real broker crash.
 package brokertest
 

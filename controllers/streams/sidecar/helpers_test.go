@@ -440,7 +440,7 @@ func metric(addr, name string) string {
 	return ""
 }
 
-func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m, "streams-broker", "streams-sidecar")) }
 
 // process is a streams-sidecar process.
 type process struct {
