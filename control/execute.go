@@ -1110,6 +1110,9 @@ func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 	if err != nil {
 		return err
 	}
+	if owner := r.machineHolder(n); owner != "" {
+		return errSkip{fmt.Sprintf("machine %s is node %s's: never terminated as node %s", n.ProviderID, owner, n.ID)}
+	}
 	if err := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.Phase = districts.PhaseTerminating }); err != nil {
 		return err
 	}
@@ -1126,6 +1129,25 @@ func (r *runner) terminate(ctx context.Context, n districts.Node) error {
 	delete(r.launched, n.ProviderID)
 	r.mu.Unlock()
 	return nil
+}
+
+// machineHolder is the live node other than n whose machine is n's (the
+// same provider id in a district of the same cloud identity), or "": a
+// copy that is a member's own machine must never be terminated.
+func (r *runner) machineHolder(n districts.Node) string {
+	if n.ProviderID == "" {
+		return ""
+	}
+	identity := map[string]string{}
+	for _, d := range r.opts.Districts {
+		identity[d.ID] = identityKey(d)
+	}
+	for _, x := range liveValues(r.st.read()) {
+		if x.ID != n.ID && x.CopyOf == "" && x.ProviderID == n.ProviderID && identity[x.District] == identity[n.District] {
+			return x.ID
+		}
+	}
+	return ""
 }
 
 // removeNodes runs the removal stage as one chain per node (drain, remove,

@@ -462,3 +462,54 @@ func TestKilledLaunchIsNotLaunchedTwice(t *testing.T) {
 		})
 	}
 }
+
+// Two districts of one cloud identity (one account, region and network:
+// a district per zone) both list a machine whose district tag someone
+// removed. It is one machine, the node of the district resources.json
+// has it in (without resources.json: the district whose zones hold it):
+// never a "copy" of itself in the sibling, never terminated, never
+// drained, nothing launched in its place.
+func TestMachineListedByTwoDistrictsIsOneMachine(t *testing.T) {
+	t.Parallel()
+	a, b := simDistricts[0], simDistricts[0]
+	a.AWSZones = []string{"eu-central-1a"}
+	b.ID, b.AWSZones = "aws-europe-b", []string{"eu-central-1b"}
+	ds := []districts.District{a, b, simDistricts[1]}
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resources.json lost=%v", lost), func(t *testing.T) {
+			t.Parallel()
+			for seed := range uint64(6) { // listings come in random order
+				h := newHarness(t, seed, ds)
+				h.sim.parallel, h.sim.maxUnavailable = DefaultParallel, 1
+				h.sim.providerIDs = seed%2 == 0
+				h.sim.siblings = map[string]string{"aws-europe": "aws-europe-b", "aws-europe-b": "aws-europe"}
+				c := paperCluster(1, 0, 1)
+				c.Deployments = append(c.Deployments, districts.Deployment{District: "aws-europe-b", Flavor: "small", Role: "worker", Quantity: 1})
+				h.mustConverge(c)
+				for _, id := range []string{"paper-worker-1", "paper-worker-2"} {
+					delete(h.instanceOf(t, id).Tags, districts.TagDistrict)
+				}
+				if lost {
+					h.saved = nil
+				}
+				h.sim.log = nil
+				res := h.mustConverge(c)
+				for _, l := range h.sim.log {
+					if strings.HasPrefix(l, "terminate ") || strings.HasPrefix(l, "drain ") || strings.HasPrefix(l, "remove ") || strings.HasPrefix(l, "launch ") {
+						t.Errorf("seed %d: %s: the untagged machines are the members", seed, l)
+					}
+				}
+				if !slices.ContainsFunc(res.Warnings, func(w string) bool {
+					return strings.Contains(w, "aws-europe and aws-europe-b, which are one cloud identity") && strings.Contains(w, "restore the tag")
+				}) {
+					t.Errorf("seed %d: warnings %q do not name the untagged machine", seed, res.Warnings)
+				}
+				for _, n := range h.load().Nodes {
+					if n.CopyOf != "" {
+						t.Errorf("seed %d: node %s is tracked as a copy of %s", seed, n.ID, n.CopyOf)
+					}
+				}
+			}
+		})
+	}
+}

@@ -259,6 +259,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 		byProvider[n.District+"\x00"+n.ProviderID] = n
 	}
 	seen := map[string]bool{}
+	owner := machineOwners(opts.Districts, listings, st, ours, &w)
 	var claims []claim
 	for i, d := range opts.Districts {
 		for _, inst := range listings[i].instances {
@@ -266,6 +267,9 @@ func merge(opts Options, lineage string, listings []listing) world {
 			// touch a machine it did not create.
 			if inst.Tags[districts.TagCluster] != cluster || inst.ProviderID == "" {
 				continue
+			}
+			if o, ok := owner[identityKey(d)+"\x00"+inst.ProviderID]; ok && o != d.ID {
+				continue // a sibling district's machine (machineOwners)
 			}
 			if !ours(inst.Tags) {
 				w.warnings = append(w.warnings, fmt.Sprintf("machine %s (%s) in district %s belongs to another cluster named %q (lineage %q, this one is %q): never adopted, never touched",
@@ -342,6 +346,75 @@ func merge(opts Options, lineage string, listings []listing) world {
 		}
 	}
 	return w
+}
+
+// machineOwners decides which district a machine is the node of when
+// districts of one cloud identity (one account, region and network: say
+// one district per zone) all list it, as they do a machine whose
+// transit-district tag someone removed: it is one machine, never a node
+// of one district and a copy of itself in the other (which would be
+// terminated). It is the node of the district resources.json has it in,
+// else of the district its tag names, else of the one whose zones hold
+// it, else of the first of them in districts.json. The result is keyed by identity and provider id.
+func machineOwners(ds []districts.District, listings []listing, st districts.Resources, ours func(map[string]string) bool, w *world) map[string]string {
+	listers := map[string][]string{}
+	tagged, zoned := map[string]string{}, map[string][]string{}
+	for i, d := range ds {
+		for _, inst := range listings[i].instances {
+			if inst.ProviderID == "" || !ours(inst.Tags) {
+				continue
+			}
+			k := identityKey(d) + "\x00" + inst.ProviderID
+			if !slices.Contains(listers[k], d.ID) {
+				listers[k] = append(listers[k], d.ID)
+				if slices.Contains(d.Zones(), inst.Zone) {
+					zoned[k] = append(zoned[k], d.ID)
+				}
+			}
+			tagged[k] = inst.Tags[districts.TagDistrict]
+		}
+	}
+	saved := map[string]string{}
+	for _, n := range st.Nodes {
+		for _, d := range ds {
+			if d.ID == n.District {
+				saved[identityKey(d)+"\x00"+n.ProviderID] = n.District
+			}
+		}
+	}
+	owner := map[string]string{}
+	for k, ids := range listers {
+		if len(ids) < 2 {
+			continue
+		}
+		o := ids[0]
+		switch {
+		case slices.Contains(ids, saved[k]):
+			o = saved[k]
+		case slices.Contains(ids, tagged[k]):
+			o = tagged[k]
+		case len(zoned[k]) == 1:
+			o = zoned[k][0] // the one district whose zones hold it
+		}
+		owner[k] = o
+		if tagged[k] != o {
+			_, pid, _ := strings.Cut(k, "\x00")
+			w.warnings = append(w.warnings, fmt.Sprintf("machine %s is listed by districts %s, which are one cloud identity, and its %s tag is %q: it is a node of %s only (restore the tag to %s)",
+				pid, strings.Join(ids, " and "), districts.TagDistrict, tagged[k], o, o))
+		}
+	}
+	return owner
+}
+
+// identityKey is a district's cloud identity as a map key: districts with
+// one key see the same machines.
+func identityKey(d districts.District) string {
+	id := d.Identity()
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(id)) {
+		fmt.Fprintf(&b, "%s=%s;", k, id[k])
+	}
+	return b.String()
 }
 
 // mergeGroups takes a district's listed groups: the cluster's group, the

@@ -76,6 +76,7 @@ type sim struct {
 	silent         map[string]bool          // nodes that do not answer (sshd down), though their machine runs
 	labelFailOnce  map[string]bool          // nodes whose next label fails
 	listLag        time.Duration            // every new machine is missing from listings this long
+	siblings       map[string]string        // district -> a district of the same cloud identity, whose machines without a district tag it lists too
 	breakLaunches  []provider.InstanceState // the next launches end in these states, with an error
 
 	// Crash: when calls reaches crashAt, cancel is called.
@@ -237,7 +238,8 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]provider.Instanc
 	var out []provider.Instance
 	for _, id := range slices.Sorted(maps.Keys(s.instances)) {
 		in := s.instances[id]
-		if in.district != c.district {
+		_, tagged := in.Tags[districts.TagDistrict]
+		if in.district != c.district && (tagged || s.siblings[c.district] != in.district) {
 			continue
 		}
 		if s.cloudNow().Before(in.hiddenTo) {
