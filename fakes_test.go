@@ -246,6 +246,19 @@ func (f *fakeInfra) Terminate(ctx context.Context, in provider.Instance) error {
 	return nil
 }
 
+func (f *fakeInfra) Describe(_ context.Context, in provider.Instance) (provider.Instance, error) {
+	c := f.cloud
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	have, ok := c.instances[f.district][in.ProviderID]
+	if !ok {
+		return provider.Instance{}, fmt.Errorf("describe %s: %w", in.ProviderID, provider.ErrCloudNotFound)
+	}
+	out := have.Instance
+	out.Tags = maps.Clone(out.Tags)
+	return out, nil
+}
+
 // fakePlatform is an in-memory container platform that keeps the Platform
 // contract: Members says ErrNoPlatform only when no node is a member, a
 // platform without a master is unreachable, a node joins only once it is

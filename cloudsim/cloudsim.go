@@ -178,6 +178,12 @@ const (
 	// a Compute Engine instance that is TERMINATED right after its
 	// insert. Fault.Reason is the cloud's reason for it.
 	FaultFailed FaultKind = "failed"
+	// FaultUnreachable makes Compute Engine's aggregated instance list
+	// (Op OpList) report the zone Fault.Reason names (every zone, if
+	// empty) UNREACHABLE: its instances are left out, its scope carries
+	// the warning, and unreachables names it. The other front ends answer
+	// such a list as usual.
+	FaultUnreachable FaultKind = "unreachable"
 )
 
 // Fault is one injected failure.

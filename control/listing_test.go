@@ -166,40 +166,51 @@ func TestStoppedMachineIsNeverGone(t *testing.T) {
 
 // Case 3: a listing that answers nothing (a district pointed elsewhere, an
 // API that answers an empty page) starts nothing: no launch, no second
-// platform, the saved state untouched, however often cron runs.
+// platform, however often cron runs. When the cloud, asked for each
+// machine by id, shows them, the run goes on with them; when it does not
+// answer, or says "not found" for every one (another account answers so),
+// resources.json stays untouched and the run stops naming them.
 func TestEmptyListingStartsNothing(t *testing.T) {
 	t.Parallel()
 	for _, which := range [][]string{{"gce-europe"}, {"gce-europe", "aws-europe"}} {
-		t.Run(strings.Join(which, "+"), func(t *testing.T) {
-			t.Parallel()
-			h := newTestHarness(t)
-			c := paperCluster(1, 1, 2)
-			h.mustConverge(c)
-			saved := string(h.saved)
-			for _, d := range which {
-				h.sim.emptyDistricts[d] = true
-			}
-			h.sim.log = nil
-			for range 5 {
-				_, err := h.apply(c, 0)
-				if !errors.Is(err, ErrMissingMachines) || !strings.Contains(err.Error(), "paper-master-1") || !strings.Contains(err.Error(), "--forget-missing") {
-					t.Fatalf("err = %v, want ErrMissingMachines naming paper-master-1 and --forget-missing", err)
+		for _, answer := range []error{nil, errors.New("request timed out"), fmt.Errorf("InvalidInstanceID.NotFound: %w", provider.ErrCloudNotFound)} {
+			t.Run(fmt.Sprintf("%s/describe=%v", strings.Join(which, "+"), answer), func(t *testing.T) {
+				t.Parallel()
+				h := newTestHarness(t)
+				c := paperCluster(1, 1, 2)
+				h.mustConverge(c)
+				saved := string(h.saved)
+				for _, d := range which {
+					h.sim.emptyDistricts[d] = true
 				}
-				h.sim.clock.Advance(10 * time.Minute)
-			}
-			if n := h.launches(); n > 0 || h.sim.gen != 1 {
-				t.Errorf("%d launches, platform generation %d: the empty listing was believed", n, h.sim.gen)
-			}
-			if string(h.saved) != saved {
-				t.Errorf("resources.json changed:\n%s\nwant\n%s", h.saved, saved)
-			}
-			clear(h.sim.emptyDistricts)
-			h.mustConverge(c)
-		})
+				h.sim.describeErr = answer
+				h.sim.log = nil
+				for range 5 {
+					h.prepare(c)
+					res, err := h.apply(c, 0)
+					if answer == nil {
+						if err != nil || !res.Converged {
+							t.Fatalf("converged=%v err=%v: the cloud showed every machine by id", res.Converged, err)
+						}
+					} else if !errors.Is(err, ErrMissingMachines) || !strings.Contains(err.Error(), "paper-master-1") || !strings.Contains(err.Error(), "--forget-missing") {
+						t.Fatalf("err = %v, want ErrMissingMachines naming paper-master-1 and --forget-missing", err)
+					}
+					h.sim.clock.Advance(10 * time.Minute)
+				}
+				if n := h.launches(); n > 0 || h.sim.gen != 1 {
+					t.Errorf("%d launches, platform generation %d: the empty listing was believed", n, h.sim.gen)
+				}
+				if answer != nil && string(h.saved) != saved {
+					t.Errorf("resources.json changed:\n%s\nwant\n%s", h.saved, saved)
+				}
+				clear(h.sim.emptyDistricts)
+				h.sim.describeErr = nil
+				h.mustConverge(c)
+			})
+		}
 	}
 }
 
-// Case 3: resources.json lost as well: the groups the clouds show are
 // the evidence that a platform may have formed.
 func TestLostStateAndEmptyListingStartNoPlatform(t *testing.T) {
 	t.Parallel()
@@ -509,6 +520,45 @@ func TestMachineListedByTwoDistrictsIsOneMachine(t *testing.T) {
 						t.Errorf("seed %d: node %s is tracked as a copy of %s", seed, n.ID, n.CopyOf)
 					}
 				}
+			}
+		})
+	}
+}
+
+// A listing that misses one running machine of several (a lost page, a
+// GCE zone the aggregated list could not reach) while the platform calls
+// its member not ready: the member is missing, not gone, whatever its
+// readiness. Asked by id, the cloud shows it: it stays. Without an
+// answer the run stops naming it. Either way nothing is drained, removed,
+// terminated or launched in its place.
+func TestPartialListingKeepsANotReadyMember(t *testing.T) {
+	t.Parallel()
+	for _, answer := range []error{nil, errors.New("request timed out")} {
+		t.Run(fmt.Sprintf("describe=%v", answer), func(t *testing.T) {
+			t.Parallel()
+			h := newTestHarness(t)
+			c := paperCluster(1, 0, 3)
+			h.mustConverge(c)
+			in := h.instanceOf(t, "paper-worker-2")
+			h.sim.unlisted[in.ProviderID] = true
+			h.sim.members["paper-worker-2"].ready = false // the platform calls it not ready
+			h.sim.describeErr = answer
+			h.sim.log = nil
+			h.prepare(c)
+			_, err := h.apply(c, 0)
+			if answer != nil && (!errors.Is(err, ErrMissingMachines) || !strings.Contains(err.Error(), "paper-worker-2 ("+in.ProviderID+")")) {
+				t.Errorf("err = %v, want ErrMissingMachines naming paper-worker-2", err)
+			}
+			for _, l := range h.sim.log {
+				if strings.HasPrefix(l, "drain ") || strings.HasPrefix(l, "remove ") || strings.HasPrefix(l, "terminate ") || strings.HasPrefix(l, "launch ") {
+					t.Errorf("%s: a member a listing missed was acted on", l)
+				}
+			}
+			if n, ok := findNode(h.load(), "paper-worker-2"); !ok || n.ProviderID != in.ProviderID {
+				t.Errorf("resources.json lost paper-worker-2: %+v", n)
+			}
+			if _, ok := h.sim.members["paper-worker-2"]; !ok {
+				t.Error("paper-worker-2 was removed from the platform")
 			}
 		})
 	}

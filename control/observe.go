@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -89,7 +90,9 @@ type missingMachine struct {
 	launched  bool // this run launched it
 	ready     bool // the platform reports it a ready member
 	launching bool // a killed run asked for it and never heard back
-	// else its district's listing dropped every machine it had
+	// unsure: resources.json has it, its district's listing lacks it, and
+	// why the cloud's direct answer did not confirm it gone
+	unsure string
 }
 
 func (m missingMachine) String() string {
@@ -103,7 +106,7 @@ func (m missingMachine) String() string {
 	case m.node.District == "":
 		return fmt.Sprintf("%s: the platform reports it a member, no listing shows its machine, and resources.json, which could say it is gone, is missing", m.node.ID)
 	}
-	return fmt.Sprintf("%s (%s) in %s: the district's listing dropped every machine it had", m.node.ID, m.node.ProviderID, m.node.District)
+	return fmt.Sprintf("%s (%s) in %s: the district's listing lacks it; %s", m.node.ID, m.node.ProviderID, m.node.District, m.unsure)
 }
 
 // live returns the nodes that are not terminating.
@@ -147,9 +150,10 @@ func observe(ctx context.Context, ob observation) (world, error) {
 	if err != nil {
 		return world{}, err
 	}
+	gone, unsure := describeUnlisted(ctx, opts, listings, ob.launched)
 	w := merge(opts, lineage, listings)
 	w.stateLost = opts.State.Lineage == "" && lineage != ""
-	w.missing = missingFrom(opts.State, ob.launched, listings, opts.Districts)
+	w.missing = missingFrom(opts.State, ob.launched, listings, opts.Districts, gone, unsure)
 	var launching []missingMachine
 	w.state.Launching, launching, w.notes = pendingLaunches(opts.State.Launching, w.state.Nodes, w.now, w.notes)
 	w.missing = append(w.missing, launching...)
@@ -506,21 +510,89 @@ func holdClaims(claims []claim) []districts.Node {
 	return out
 }
 
-// missingFrom lists the machines the listings lack although they must be
-// there: every machine this run launched and did not terminate, and the
-// machines of a district whose listing dropped every one resources.json
-// had there (a changed region or credential, an API that answered an
-// empty page). Nothing but the operator (--forget-missing) confirms that
-// they are gone: a platform that calls a member not ready says nothing
-// about its machine.
-func missingFrom(st districts.Resources, launched map[string]string, listings []listing, ds []districts.District) []missingMachine {
+// describeUnlisted asks the clouds directly about each machine
+// resources.json has that its district's listing lacks (a lost or lagging
+// page, a zone the listing could not reach). A machine the answer shows
+// is added to the listing; one the cloud says does not exist is gone
+// (keyed district and provider id), unless its district's listing lacks
+// every machine it had; for any other, unsure says why its absence is not
+// believed. Machines this run launched are not asked about: a cloud's
+// answer by id may lag its launch, and their absence is never believed
+// (missingFrom). Every machine in resources.json was seen by the cloud's
+// API before (its launch waited for it to run, or a listing showed it).
+func describeUnlisted(ctx context.Context, opts Options, listings []listing, launched map[string]string) (gone map[string]bool, unsure map[string]string) {
 	listed := map[string]bool{}
-	ours := map[string]int{}
+	for i, d := range opts.Districts {
+		for _, in := range listings[i].instances {
+			listed[d.ID+"\x00"+in.ProviderID] = true
+		}
+	}
+	// A district whose listing lacks every machine it had may be asking
+	// another account (a changed credential): there, "not found" by id
+	// is what it would answer too.
+	dropped := map[string]bool{}
+	for _, n := range opts.State.Nodes {
+		if n.Phase != districts.PhaseTerminating && n.ProviderID != "" {
+			if _, seen := dropped[n.District]; !seen {
+				dropped[n.District] = true
+			}
+			if listed[n.District+"\x00"+n.ProviderID] {
+				dropped[n.District] = false
+			}
+		}
+	}
+	index := map[string]int{}
+	for i, d := range opts.Districts {
+		index[d.ID] = i
+	}
+	gone, unsure = map[string]bool{}, map[string]string{}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, n := range opts.State.Nodes {
+		i, ok := index[n.District]
+		key := n.District + "\x00" + n.ProviderID
+		if !ok || n.Phase == districts.PhaseTerminating || n.ProviderID == "" || listed[key] || launched[n.ProviderID] != "" {
+			continue
+		}
+		infra := opts.Infra[n.District]
+		g.Go(func() error {
+			inst, err := infra.Describe(gctx, provider.Instance{ProviderID: n.ProviderID, Zone: n.Zone, Tags: provider.IdentityTags(n, opts.State.Lineage)})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && inst.ProviderID == n.ProviderID:
+				listings[i].instances = append(listings[i].instances, inst)
+			case errors.Is(err, provider.ErrCloudNotFound) && dropped[n.District]:
+				unsure[key] = "the listing lacks every machine the district had, and asked directly the cloud does not know this one either: " +
+					"a changed credential (another account) looks like this"
+			case errors.Is(err, provider.ErrCloudNotFound):
+				gone[key] = true
+			case err != nil:
+				unsure[key] = "asked directly, the cloud did not answer: " + err.Error()
+			default:
+				unsure[key] = fmt.Sprintf("asked directly, the cloud answered machine %q", inst.ProviderID)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // every answer is recorded; none fails the observation
+	return gone, unsure
+}
+
+// missingFrom lists the machines the listings lack although they must be
+// there: every machine resources.json has that its district's listing
+// lacks, unless the cloud, asked directly, said it does not exist (gone).
+// A listing may lose a page or skip a zone, and a platform that calls a
+// member not ready says nothing about its machine: only the cloud's
+// direct answer, or the operator (--forget-missing), confirms that a
+// machine is gone. unsure says why each was not confirmed.
+func missingFrom(st districts.Resources, launched map[string]string, listings []listing, ds []districts.District, gone map[string]bool, unsure map[string]string) []missingMachine {
+	listed := map[string]bool{}
 	for i, d := range ds {
 		for _, in := range listings[i].instances {
 			if in.Tags[districts.TagCluster] == st.Cluster && in.Tags[districts.TagLineage] == st.Lineage {
 				listed[d.ID+"\x00"+in.ProviderID] = true
-				ours[d.ID]++
 			}
 		}
 	}
@@ -533,12 +605,17 @@ func missingFrom(st districts.Resources, launched map[string]string, listings []
 	var out []missingMachine
 	for _, d := range ds {
 		for _, n := range had[d.ID] {
+			key := d.ID + "\x00" + n.ProviderID
 			switch {
-			case listed[d.ID+"\x00"+n.ProviderID]:
+			case listed[key]:
 			case launched[n.ProviderID] == d.ID:
 				out = append(out, missingMachine{node: n, launched: true})
-			case ours[d.ID] == 0:
-				out = append(out, missingMachine{node: n})
+			case !gone[key]:
+				why := unsure[key]
+				if why == "" {
+					why = "asked directly, the cloud shows it without the cluster's tags"
+				}
+				out = append(out, missingMachine{node: n, unsure: why})
 			}
 		}
 	}

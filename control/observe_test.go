@@ -125,8 +125,9 @@ func TestIdentify(t *testing.T) {
 	}
 }
 
-// missingFrom: machines this run launched, and every machine of a district
-// whose listing dropped them all, must be listed.
+// missingFrom: machines this run launched, and every machine resources.json
+// has that a listing lacks, unless the cloud said it is gone, must be
+// listed.
 func TestMissingFrom(t *testing.T) {
 	t.Parallel()
 	st := districts.Resources{Cluster: "paper", Lineage: "l1", Nodes: []districts.Node{
@@ -147,19 +148,23 @@ func TestMissingFrom(t *testing.T) {
 		name     string
 		aws, gce listing
 		launched map[string]string
+		gone     map[string]bool
+		unsure   map[string]string
 		want     []string
 	}{
-		{"everything listed", listed("i-3"), listed("i-1", "i-2"), nil, nil},
-		{"a machine deleted by hand, others left: forgotten as usual", listed("i-3"), listed("i-1"), nil, nil},
-		{"a district's listing dropped every machine", listed(), listed("i-1", "i-2"), nil,
-			[]string{"paper-worker-2 (i-3) in aws-europe: the district's listing dropped every machine it had"}},
-		{"a terminating machine may vanish", listed("i-3"), listed("i-1", "i-2"), nil, nil},
-		{"a machine this run launched must show", listed("i-3"), listed("i-1"), map[string]string{"i-2": gce},
+		{"everything listed", listed("i-3"), listed("i-1", "i-2"), nil, nil, nil, nil},
+		{"a machine the cloud says is gone: forgotten", listed("i-3"), listed("i-1"), nil, map[string]bool{gce + "\x00i-2": true}, nil, nil},
+		{"a machine a listing lacks, the cloud unsure: missing", listed("i-3"), listed("i-1"), nil, nil, map[string]string{gce + "\x00i-2": "asked directly, the cloud did not answer: timeout"},
+			[]string{"paper-worker-1 (i-2) in gce-europe: the district's listing lacks it; asked directly, the cloud did not answer: timeout"}},
+		{"a district's listing dropped every machine", listed(), listed("i-1", "i-2"), nil, nil, nil,
+			[]string{"paper-worker-2 (i-3) in aws-europe: the district's listing lacks it; asked directly, the cloud shows it without the cluster's tags"}},
+		{"a terminating machine may vanish", listed("i-3"), listed("i-1", "i-2"), nil, nil, nil, nil},
+		{"a machine this run launched must show", listed("i-3"), listed("i-1"), map[string]string{"i-2": gce}, map[string]bool{gce + "\x00i-2": true}, nil,
 			[]string{"paper-worker-1 (i-2) in gce-europe: this run launched it"}},
 	}
 	for _, tt := range tests {
 		var got []string
-		for _, m := range missingFrom(st, tt.launched, []listing{tt.aws, tt.gce}, ds) {
+		for _, m := range missingFrom(st, tt.launched, []listing{tt.aws, tt.gce}, ds, tt.gone, tt.unsure) {
 			got = append(got, m.String())
 		}
 		if diff := cmp.Diff(tt.want, got); diff != "" {

@@ -77,6 +77,8 @@ type sim struct {
 	labelFailOnce  map[string]bool          // nodes whose next label fails
 	listLag        time.Duration            // every new machine is missing from listings this long
 	siblings       map[string]string        // district -> a district of the same cloud identity, whose machines without a district tag it lists too
+	unlisted       map[string]bool          // machines (provider ids) every listing misses (a lost page, an unreachable zone); Describe finds them
+	describeErr    error                    // what Describe answers instead of the machine (a timeout; another account's not found)
 	breakLaunches  []provider.InstanceState // the next launches end in these states, with an error
 
 	// Crash: when calls reaches crashAt, cancel is called.
@@ -145,6 +147,7 @@ func newSim(seed uint64, cluster string) *sim {
 		peak:      map[string]int{},
 
 		emptyDistricts: map[string]bool{},
+		unlisted:       map[string]bool{},
 		silent:         map[string]bool{},
 		labelFailOnce:  map[string]bool{},
 	}
@@ -242,7 +245,7 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]provider.Instanc
 		if in.district != c.district && (tagged || s.siblings[c.district] != in.district) {
 			continue
 		}
-		if s.cloudNow().Before(in.hiddenTo) {
+		if s.cloudNow().Before(in.hiddenTo) || s.unlisted[id] {
 			continue
 		}
 		if !empty && (in.Tags[districts.TagCluster] == cluster || s.sloppyList) {
@@ -264,6 +267,27 @@ func (c *simInfra) List(ctx context.Context, cluster string) ([]provider.Instanc
 	}
 	sort.Slice(gs, func(i, j int) bool { return gs[i].ProviderID < gs[j].ProviderID })
 	return out, gs, nil
+}
+
+func (c *simInfra) Describe(ctx context.Context, inst provider.Instance) (provider.Instance, error) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.step(ctx, "describe "+inst.ProviderID); err != nil {
+		return provider.Instance{}, err
+	}
+	if s.describeErr != nil {
+		return provider.Instance{}, s.describeErr
+	}
+	s.gc()
+	in, ok := s.instances[inst.ProviderID]
+	if !ok || in.district != c.district && s.siblings[c.district] != in.district {
+		return provider.Instance{}, fmt.Errorf("%s: %w", inst.ProviderID, provider.ErrCloudNotFound)
+	}
+	in.known = true
+	cp := in.Instance
+	cp.Tags = maps.Clone(in.Tags)
+	return cp, nil
 }
 
 func (c *simInfra) EnsureGroup(ctx context.Context, spec provider.GroupSpec) (provider.Group, error) {

@@ -41,6 +41,14 @@ type Infrastructure interface {
 	// waiting for it to finish; terminating a missing machine is not an
 	// error.
 	Terminate(ctx context.Context, inst Instance) error
+	// Describe asks the cloud for one machine by its provider id (and
+	// zone, where the cloud needs one), not through a listing: the loop
+	// asks it about a machine resources.json has that a listing missed
+	// (listings lag, lose pages, skip an unreachable zone). It returns
+	// the machine as the cloud has it now, whatever its tags, or an error
+	// matching ErrCloudNotFound when the cloud says it does not exist or
+	// has finished terminating; any other error says nothing either way.
+	Describe(ctx context.Context, inst Instance) (Instance, error)
 }
 
 // InUseGroupDeleter is an Infrastructure whose cloud deletes a group while

@@ -549,6 +549,21 @@ func (c *call) aggregatedInstances() (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An unreachable zone's instances are left out, as Compute Engine
+	// leaves them out; only the warning says so.
+	unreachable := map[string]bool{}
+	if f := c.unreachable; f != nil {
+		all = slices.DeleteFunc(all, func(in *instance) bool {
+			if f.Reason == "" || f.Reason == in.zone {
+				unreachable["zones/"+in.zone] = true
+				return true
+			}
+			return false
+		})
+		if f.Reason != "" {
+			unreachable["zones/"+f.Reason] = true
+		}
+	}
 	items, next, err := page(c, all)
 	if err != nil {
 		return nil, err
@@ -564,8 +579,16 @@ func (c *call) aggregatedInstances() (any, error) {
 	for z, xs := range byZone {
 		scoped[z] = map[string]any{"instances": xs}
 	}
+	for z := range unreachable {
+		scoped[z] = map[string]any{"warning": map[string]any{"code": "UNREACHABLE",
+			"message": fmt.Sprintf("The resource '%s' is not reachable; the results for it are not returned.", c.link(z)),
+			"data":    []map[string]string{{"key": "scope", "value": z}}}}
+	}
 	out := map[string]any{"kind": "compute#instanceAggregatedList", "id": c.link("aggregated", "instances"),
 		"selfLink": c.link("aggregated", "instances"), "items": scoped}
+	if len(unreachable) > 0 {
+		out["unreachables"] = slices.Sorted(maps.Keys(unreachable))
+	}
 	if next != "" {
 		out["nextPageToken"] = next
 	}

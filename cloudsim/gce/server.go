@@ -175,6 +175,9 @@ type call struct {
 	// failed is a cloudsim.FaultFailed that hit the request: an insert
 	// whose instance ends TERMINATED.
 	failed *cloudsim.Fault
+	// unreachable is a cloudsim.FaultUnreachable that hit the request:
+	// an aggregated list that cannot reach a zone.
+	unreachable *cloudsim.Fault
 }
 
 func (c *call) q(name string) string {
@@ -306,6 +309,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			lost = true
 		case cloudsim.FaultFailed:
 			c.failed = &f
+		case cloudsim.FaultUnreachable:
+			c.unreachable = &f
 		}
 	}
 	s.tick()

@@ -268,7 +268,7 @@ func (e *Emulator) serve(ctx context.Context, addr string, sim *cloudsim.Sim, ap
 
 var (
 	ops   = []cloudsim.Op{cloudsim.OpAny, cloudsim.OpLaunch, cloudsim.OpTerminate, cloudsim.OpPower, cloudsim.OpList, cloudsim.OpGroup, cloudsim.OpKeys, cloudsim.OpAuth}
-	kinds = []cloudsim.FaultKind{cloudsim.FaultThrottle, cloudsim.FaultQuota, cloudsim.FaultServer, cloudsim.FaultLost, cloudsim.FaultAuth, cloudsim.FaultSlow, cloudsim.FaultFailed}
+	kinds = []cloudsim.FaultKind{cloudsim.FaultThrottle, cloudsim.FaultQuota, cloudsim.FaultServer, cloudsim.FaultLost, cloudsim.FaultAuth, cloudsim.FaultSlow, cloudsim.FaultFailed, cloudsim.FaultUnreachable}
 )
 
 func checkFault(f cloudsim.Fault) error {
@@ -277,6 +277,9 @@ func checkFault(f cloudsim.Fault) error {
 	}
 	if f.Kind == cloudsim.FaultFailed && f.Op != cloudsim.OpLaunch {
 		return fmt.Errorf("kind %q: only a launch can fail so (op %q)", f.Kind, cloudsim.OpLaunch)
+	}
+	if f.Kind == cloudsim.FaultUnreachable && f.Op != cloudsim.OpList {
+		return fmt.Errorf("kind %q: only a listing reports a zone unreachable (op %q)", f.Kind, cloudsim.OpList)
 	}
 	if !slices.Contains(kinds, f.Kind) {
 		names := make([]string, len(kinds))

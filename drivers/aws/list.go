@@ -60,10 +60,13 @@ func (drv *driver) mine(tags map[string]string, cluster string) bool {
 	return tags[districts.TagCluster] == cluster && (!has || dist == drv.d.ID)
 }
 
-// describeAll pages through DescribeInstances.
+// describeAll pages through DescribeInstances. A page token that comes
+// back a second time is an error, never the listing's end: a listing cut
+// short would say machines are gone.
 func (drv *driver) describeAll(ctx context.Context, filters []types.Filter) ([]types.Instance, error) {
 	var out []types.Instance
 	pg := ec2.NewDescribeInstancesPaginator(drv.ec2, &ec2.DescribeInstancesInput{Filters: filters, MaxResults: sdk.Int32(1000)})
+	tokens := map[string]bool{}
 	for pg.HasMorePages() {
 		page, err := pg.NextPage(ctx)
 		if err != nil {
@@ -72,8 +75,36 @@ func (drv *driver) describeAll(ctx context.Context, filters []types.Filter) ([]t
 		for _, r := range page.Reservations {
 			out = append(out, r.Instances...)
 		}
+		if t := sdk.ToString(page.NextToken); t != "" {
+			if tokens[t] {
+				return nil, fmt.Errorf("DescribeInstances answered page token %q twice: the listing is incomplete", t)
+			}
+			tokens[t] = true
+		}
 	}
 	return out, nil
+}
+
+// Describe asks EC2 for one instance by id, whatever its tags; a missing,
+// malformed or terminated id is provider.ErrCloudNotFound.
+func (drv *driver) Describe(ctx context.Context, inst provider.Instance) (provider.Instance, error) {
+	what := "describe instance " + inst.ProviderID
+	gone := &cloudError{Kind: provider.ErrCloudNotFound, Msg: fmt.Sprintf("aws district %q: %s: no such instance", drv.d.ID, what)}
+	out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ProviderID}})
+	switch c := code(err); {
+	case c == "InvalidInstanceID.NotFound" || c == "InvalidInstanceID.Malformed":
+		return provider.Instance{}, gone
+	case err != nil:
+		return provider.Instance{}, drv.wrap(what, err)
+	}
+	for _, r := range out.Reservations {
+		for _, in := range r.Instances {
+			if sdk.ToString(in.InstanceId) == inst.ProviderID && stateOf(in) != types.InstanceStateNameTerminated {
+				return toInstance(in), nil
+			}
+		}
+	}
+	return provider.Instance{}, gone
 }
 
 // toInstance maps an EC2 instance: running is running; pending

@@ -26,6 +26,7 @@ package drivertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -444,6 +445,17 @@ func (s *suite) listInstances(t *testing.T) {
 	if got.PublicIP != s.inst.PublicIP || got.PrivateIP != s.inst.PrivateIP {
 		t.Errorf("listed addresses %s/%s, launch said %s/%s", got.PublicIP, got.PrivateIP, s.inst.PublicIP, s.inst.PrivateIP)
 	}
+	// Asked by id, the cloud says the same, tags or not.
+	byID, err := s.drv.Describe(t.Context(), provider.Instance{ProviderID: s.inst.ProviderID, Zone: s.inst.Zone})
+	if err != nil {
+		t.Fatalf("Describe %s: %v", s.inst.ProviderID, err)
+	}
+	if byID.ProviderID != s.inst.ProviderID || byID.State != provider.InstanceRunning || byID.PublicIP != s.inst.PublicIP || byID.PrivateIP != s.inst.PrivateIP {
+		t.Errorf("Describe = %s %s %s/%s; List said %s running %s/%s", byID.ProviderID, byID.State, byID.PublicIP, byID.PrivateIP, s.inst.ProviderID, s.inst.PublicIP, s.inst.PrivateIP)
+	}
+	if diff := cmp.Diff(s.wantTags(), byID.Tags); diff != "" {
+		t.Errorf("described tags (-want +got):\n%s", diff)
+	}
 	others, _, err := s.drv.List(t.Context(), s.cfg.OtherCluster)
 	if err != nil {
 		t.Fatalf("List(%s): %v", s.cfg.OtherCluster, err)
@@ -483,10 +495,17 @@ func (s *suite) terminate(t *testing.T) {
 	if err := s.drv.Terminate(ctx, s.inst); err != nil {
 		t.Errorf("Terminate after the instance is gone: %v", err)
 	}
+	// Gone is what the loop forgets a machine on: only "not found".
+	if _, err := s.drv.Describe(ctx, s.inst); !errors.Is(err, provider.ErrCloudNotFound) {
+		t.Errorf("Describe after the instance is gone: %v, want an error matching provider.ErrCloudNotFound", err)
+	}
 	if s.cfg.MissingProviderID != "" {
 		missing := provider.Instance{ProviderID: s.cfg.MissingProviderID, Tags: s.wantTags()}
 		if err := s.drv.Terminate(ctx, missing); err != nil {
 			t.Errorf("Terminate of a missing instance: %v", err)
+		}
+		if _, err := s.drv.Describe(ctx, missing); !errors.Is(err, provider.ErrCloudNotFound) {
+			t.Errorf("Describe of a missing instance: %v, want an error matching provider.ErrCloudNotFound", err)
 		}
 	}
 	s.inst = provider.Instance{}

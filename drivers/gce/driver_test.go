@@ -163,6 +163,35 @@ func TestLaunchFindsTheMachineALostCreateMade(t *testing.T) {
 	}
 }
 
+// An aggregated list that could not reach a zone of the district's region
+// is an error, never a listing without that zone's machines (they would
+// look gone); a zone of another region is not the district's concern.
+func TestUnreachableZoneFailsTheListing(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+	drv := w.driver(w.district(), w.credential(), fast())
+	labels, err := encodeLabels(map[string]string{districts.TagCluster: "unr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := w.srv.Plant(ctx, project, zones[0], labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultUnreachable, Reason: zones[0]})
+	if _, _, err := drv.List(ctx, "unr"); err == nil || !strings.Contains(err.Error(), "zones/"+zones[0]+" unreachable") {
+		t.Errorf("List with %s unreachable: %v, want an error naming it", zones[0], err)
+	}
+	w.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultUnreachable, Reason: "us-central1-a"})
+	insts, _, err := drv.List(ctx, "unr")
+	if err != nil || len(insts) != 1 || insts[0].ProviderID != id {
+		t.Errorf("List with another region's zone unreachable = %v, %v; want %s", insts, err, id)
+	}
+	if inst, err := drv.Describe(ctx, provider.Instance{ProviderID: id}); err != nil || inst.ProviderID != id {
+		t.Errorf("Describe %s = %v, %v", id, inst, err)
+	}
+}
+
 // Terminate looks before it deletes: a machine without transit's cluster
 // label is refused, and a machine being deleted slowly is reported
 // terminating at once.

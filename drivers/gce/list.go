@@ -35,6 +35,18 @@ func (drv *driver) listInstances(ctx context.Context, cluster string) ([]*comput
 		if err != nil {
 			return nil, err
 		}
+		// A zone the aggregated list could not reach is left out of it:
+		// its machines would look gone.
+		if page, ok := it.Response.(*computepb.InstanceAggregatedList); ok {
+			if err := drv.unreachable(page.GetUnreachables()); err != nil {
+				return nil, err
+			}
+		}
+		if w := pair.Value.GetWarning(); w.GetCode() == "UNREACHABLE" {
+			if err := drv.unreachable([]string{pair.Key}); err != nil {
+				return nil, fmt.Errorf("%w (%s)", err, w.GetMessage())
+			}
+		}
 		for _, in := range pair.Value.GetInstances() {
 			if zoneRegion(last(in.GetZone())) != drv.d.GCERegion {
 				continue
@@ -44,6 +56,19 @@ func (drv *driver) listInstances(ctx context.Context, cluster string) ([]*comput
 			}
 		}
 	}
+}
+
+// unreachable is an error when one of scopes (an aggregated list's
+// "zones/europe-west1-b") is a zone of the district's region, or not a
+// zone at all: the listing lacks what that scope holds.
+func (drv *driver) unreachable(scopes []string) error {
+	for _, sc := range scopes {
+		zone, isZone := strings.CutPrefix(sc, "zones/")
+		if !isZone || zoneRegion(zone) == drv.d.GCERegion {
+			return fmt.Errorf("the aggregated list reports %s unreachable: its instances are missing from the listing, try again later", sc)
+		}
+	}
+	return nil
 }
 
 // zoneRegion is a zone's region (europe-west1-b → europe-west1).
@@ -170,6 +195,33 @@ func (drv *driver) deleting(ctx context.Context, insts []*computepb.Instance) (m
 				out[op.GetTargetId()] = true
 			}
 		}
+	}
+	return out, nil
+}
+
+// Describe asks Compute Engine for one instance by its zone/name,
+// whatever its labels; a missing one is provider.ErrCloudNotFound, and one
+// a delete operation is removing is terminating.
+func (drv *driver) Describe(ctx context.Context, inst provider.Instance) (provider.Instance, error) {
+	zone, name, ok := strings.Cut(inst.ProviderID, "/")
+	what := "describe " + inst.ProviderID
+	if !ok || zone == "" || name == "" {
+		return provider.Instance{}, fmt.Errorf("gce district %q: %s: not a zone/name provider id", drv.d.ID, what)
+	}
+	in, err := drv.instances.Get(ctx, &computepb.GetInstanceRequest{Project: drv.d.GCEProjectID, Zone: zone, Instance: name}, drv.retry())
+	switch {
+	case isNotFound(err):
+		return provider.Instance{}, &cloudError{Kind: provider.ErrCloudNotFound, Msg: fmt.Sprintf("gce district %q: %s: no such instance", drv.d.ID, what), Err: err}
+	case err != nil:
+		return provider.Instance{}, drv.wrap(what, err)
+	}
+	deleting, err := drv.deleting(ctx, []*computepb.Instance{in})
+	if err != nil {
+		return provider.Instance{}, drv.wrap(what, err)
+	}
+	out := drv.toInstance(in)
+	if deleting[in.GetId()] {
+		out.State = provider.InstanceTerminating
 	}
 	return out, nil
 }

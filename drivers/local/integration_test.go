@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/drivertest"
 	"github.com/cloudtransit/transit/provider"
@@ -632,27 +634,66 @@ func TestInterruptedLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	insts, _, err := drv.List(ctx, "intr")
+	// Killed while waiting for SSH, and the node's init died since.
+	r4, err := drv.prepare(ctx, e.launchSpec(drv, g, "intr", "intr-n4"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.track(r4.ProviderID)
+	if _, err := drv.startInit(t.Context(), r4); err != nil {
+		t.Fatal(err)
+	}
+	if r4, err = drv.readNode(r4.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(r4.InitPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nobody will write the records again, yet a cloud moves a machine
+	// out of pending by itself: the node that boots is running, the one
+	// whose init died failed; those without an init stay pending until a
+	// launch would have given up on them, then failed.
+	want := map[string]provider.InstanceState{r1.ProviderID: provider.InstancePending, r2.ProviderID: provider.InstancePending,
+		r3.ProviderID: provider.InstanceRunning, r4.ProviderID: provider.InstanceFailed}
+	var insts []provider.Instance
+	for deadline := time.Now().Add(drv.sshWait); ; time.Sleep(100 * time.Millisecond) {
+		if insts, _, err = drv.List(ctx, "intr"); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]provider.InstanceState{}
+		for _, i := range insts {
+			got[i.ProviderID] = i.State
+		}
+		if maps.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("interrupted launches listed %v, want %v", got, want)
+		}
+	}
+	if inst, err := drv.Describe(ctx, provider.Instance{ProviderID: r3.ProviderID}); err != nil || inst.State != provider.InstanceRunning {
+		t.Errorf("Describe %s = %s, %v; want running", r3.ProviderID, inst.State, err)
+	}
+	late := *drv
+	late.clock = clocktest.NewFake(time.Now().Add(drv.sshWait + time.Minute))
+	for _, r := range []*nodeRecord{r1, r2} {
+		if inst, err := late.Describe(ctx, provider.Instance{ProviderID: r.ProviderID}); err != nil || inst.State != provider.InstanceFailed {
+			t.Errorf("%s past the SSH wait without an init: %s, %v; want failed", r.ProviderID, inst.State, err)
+		}
+	}
 	var ids []string
 	for _, i := range insts {
-		if i.State != provider.InstancePending {
-			t.Errorf("interrupted launch %s listed as %s, want pending", i.ProviderID, i.State)
-		}
 		ids = append(ids, i.ProviderID)
 		if err := drv.Terminate(ctx, i); err != nil {
 			t.Fatalf("Terminate %s: %v", i.ProviderID, err)
 		}
 	}
-	want := []string{r1.ProviderID, r2.ProviderID, r3.ProviderID}
-	slices.Sort(want)
-	if !slices.Equal(ids, want) {
-		t.Fatalf("List shows %v, want the interrupted launches %v", ids, want)
-	}
 	waitGone(t, drv, "intr", ids...)
-	for _, r := range []*nodeRecord{r1, r2, r3} {
+	if _, err := drv.Describe(ctx, provider.Instance{ProviderID: r3.ProviderID}); !errors.Is(err, provider.ErrCloudNotFound) {
+		t.Errorf("Describe of a terminated node: %v, want not found", err)
+	}
+	for _, r := range []*nodeRecord{r1, r2, r3, r4} {
 		if netnsExists(r.Netns) {
 			t.Errorf("netns %s left after Terminate", r.Netns)
 		}

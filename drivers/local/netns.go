@@ -74,6 +74,14 @@ func (n netnsDriver) Terminate(ctx context.Context, inst provider.Instance) erro
 	return n.do(func() error { return n.d.Terminate(ctx, inst) })
 }
 
+func (n netnsDriver) Describe(ctx context.Context, inst provider.Instance) (out provider.Instance, err error) {
+	err = n.do(func() (err error) {
+		out, err = n.d.Describe(ctx, inst)
+		return err
+	})
+	return out, err
+}
+
 // PowerOff and PowerOn are the driver's (power.go), in the namespace.
 func (n netnsDriver) PowerOff(ctx context.Context, id string) error {
 	return n.do(func() error { return n.d.PowerOff(ctx, id) })

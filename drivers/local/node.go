@@ -590,12 +590,11 @@ func (d *driver) List(ctx context.Context, cluster string) ([]provider.Instance,
 		if r.Tags[districts.TagCluster] != cluster {
 			continue
 		}
-		dead := r.State == stateRunning && !initAlive(r)
-		if dead || r.State == stateTerminating && !teardownAlive(r) {
+		inst, stalled := d.observe(ctx, r)
+		if stalled {
 			resume = append(resume, r.ProviderID)
-			r.State = stateTerminating
 		}
-		insts = append(insts, instance(r))
+		insts = append(insts, inst)
 	}
 	if len(resume) > 0 {
 		if err := d.resumeTeardowns(ctx, resume); err != nil {
@@ -608,6 +607,66 @@ func (d *driver) List(ctx context.Context, cluster string) ([]provider.Instance,
 		return nil, nil, fmt.Errorf("list %s: %w", d.district, err)
 	}
 	return insts, groups, nil
+}
+
+// observe is a node as the cloud would report it now, judged from the
+// node itself, not only from its record: a running node whose init died
+// is gone (terminating; stalled says its teardown must be resumed, as
+// must a teardown that died), and a pending one is judged by pending.
+func (d *driver) observe(ctx context.Context, r *nodeRecord) (inst provider.Instance, stalled bool) {
+	dead := r.State == stateRunning && !initAlive(r)
+	if dead || r.State == stateTerminating && !teardownAlive(r) {
+		r.State, stalled = stateTerminating, true
+	}
+	inst = instance(r)
+	if r.State == statePending {
+		inst.State = d.pending(ctx, r)
+	}
+	return inst, stalled
+}
+
+// pending says what a node recorded pending is: a cloud moves a machine
+// out of pending by itself, whoever launched it, and the launch that
+// would have recorded it running may be dead (transit killed between the
+// two writes). Its init alive and its sshd answering: running. Its init
+// dead: failed. No init recorded for longer than a launch waits for SSH
+// (the launcher died before it started one): failed. Else still pending.
+func (d *driver) pending(ctx context.Context, r *nodeRecord) provider.InstanceState {
+	switch {
+	case r.InitPID == 0:
+		if d.clock.Now().Sub(r.CreatedAt) > d.sshWait {
+			return provider.InstanceFailed
+		}
+	case !initAlive(r):
+		return provider.InstanceFailed
+	default:
+		if _, err := os.Stat(filepath.Join(r.NodeDir, "boot", "booted")); err == nil && sshBanner(ctx, net.JoinHostPort(r.IP, "22")) == nil {
+			return provider.InstanceRunning
+		}
+	}
+	return provider.InstancePending
+}
+
+// Describe reads one node's record, whatever its tags, and judges it as
+// List does; a node without a record is provider.ErrCloudNotFound.
+func (d *driver) Describe(ctx context.Context, inst provider.Instance) (provider.Instance, error) {
+	if !validProviderID(inst.ProviderID) {
+		return provider.Instance{}, fmt.Errorf("describe %q in %s: not a local node's id: %w", inst.ProviderID, d.district, provider.ErrCloudNotFound)
+	}
+	r, err := d.readNode(inst.ProviderID)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return provider.Instance{}, fmt.Errorf("describe %s in %s: no such node: %w", inst.ProviderID, d.district, provider.ErrCloudNotFound)
+	case err != nil:
+		return provider.Instance{}, fmt.Errorf("describe %s in %s: %w", inst.ProviderID, d.district, err)
+	}
+	out, stalled := d.observe(ctx, r)
+	if stalled {
+		if err := d.resumeTeardowns(ctx, []string{r.ProviderID}); err != nil {
+			return provider.Instance{}, fmt.Errorf("describe %s in %s: %w", inst.ProviderID, d.district, err)
+		}
+	}
+	return out, nil
 }
 
 func (d *driver) resumeTeardowns(ctx context.Context, ids []string) error {

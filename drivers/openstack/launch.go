@@ -17,6 +17,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+	"github.com/gophercloud/gophercloud/v2/pagination"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/districts"
@@ -209,12 +210,26 @@ func (drv *driver) serverByName(ctx context.Context, name string) (*servers.Serv
 func (drv *driver) listServers(ctx context.Context, name string) ([]servers.Server, error) {
 	var out []servers.Server
 	err := drv.retry(ctx, func() error {
-		pages, err := servers.List(drv.compute, servers.ListOpts{Name: name}).AllPages(ctx)
-		if err != nil {
-			return err
-		}
-		out, err = servers.ExtractServers(pages)
-		return err
+		out = nil
+		// A page that ends where an earlier one ended is a loop of next
+		// links, never the listing's end: a listing cut short would say
+		// servers are gone.
+		ends := map[string]bool{}
+		return servers.List(drv.compute, servers.ListOpts{Name: name}).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
+			page, err := servers.ExtractServers(p)
+			if err != nil {
+				return false, err
+			}
+			if len(page) > 0 {
+				end := page[len(page)-1].ID
+				if ends[end] {
+					return false, fmt.Errorf("the server list's pages repeat (server %s ends two): the listing is incomplete", end)
+				}
+				ends[end] = true
+			}
+			out = append(out, page...)
+			return true, nil
+		})
 	})
 	return out, err
 }

@@ -115,6 +115,28 @@ func addressOf(sv servers.Server, kind string) string {
 	return ""
 }
 
+// Describe asks Nova for one server by id, whatever its metadata; a
+// missing or deleted one is provider.ErrCloudNotFound.
+func (drv *driver) Describe(ctx context.Context, inst provider.Instance) (provider.Instance, error) {
+	what := "describe server " + inst.ProviderID
+	if err := drv.clients(ctx); err != nil {
+		return provider.Instance{}, err
+	}
+	var sv *servers.Server
+	err := drv.retry(ctx, func() error {
+		var err error
+		sv, err = servers.Get(ctx, drv.compute, inst.ProviderID).Extract()
+		return err
+	})
+	switch {
+	case isNotFound(err), err == nil && sv.Status == "DELETED":
+		return provider.Instance{}, &cloudError{Kind: provider.ErrCloudNotFound, Msg: fmt.Sprintf("openstack district %q: %s: no such server", drv.d.ID, what), Err: err}
+	case err != nil:
+		return provider.Instance{}, drv.wrap(what, err)
+	}
+	return toInstance(*sv), nil
+}
+
 // Terminate looks first (a missing server is fine; one without transit's
 // cluster tag is refused), releases its floating IPs, deletes it, and
 // does not wait for it to go. A SOFT_DELETED server is force-deleted: a

@@ -183,6 +183,18 @@ func (f *fakeInfra) Terminate(_ context.Context, in provider.Instance) error {
 	return nil
 }
 
+func (f *fakeInfra) Describe(_ context.Context, in provider.Instance) (provider.Instance, error) {
+	c := f.cloud
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	have, ok := c.instances[f.district][in.ProviderID]
+	if !ok {
+		return provider.Instance{}, fmt.Errorf("describe %s: %w", in.ProviderID, provider.ErrCloudNotFound)
+	}
+	have.Tags = maps.Clone(have.Tags)
+	return have, nil
+}
+
 // fakePlatform is an in-memory container platform; refuseDrain makes every
 // drain fail the way a disruption budget does.
 type fakePlatform struct {
