@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -114,8 +116,9 @@ func planMesh(in planInput, net districts.Network, removals []Action) []Action {
 	switch {
 	case slices.ContainsFunc(removals, func(a Action) bool { return a.Kind == KindTerminate }):
 		reason = "drop the removed nodes from every node's mesh peers"
-	case slices.ContainsFunc(in.world.live(), func(n *districts.Node) bool { return n.Phase.Member() && n.CopyOf == "" && n.MeshKey == "" }):
-		reason = "start the mesh on members without a recorded key, and give every node its peers"
+	case slices.ContainsFunc(in.world.live(), func(n *districts.Node) bool { return n.Phase.Member() && n.CopyOf == "" && n.MeshKey == "" }),
+		len(garbledEnds(in.world.state, net.MeshCIDR)) > 0:
+		reason = "start the mesh on members without a recorded key (or with one resources.json garbled), and give every node its peers"
 	case len(meshNodes(in.world.state)) > 0 && meshDigest(ds, meshNodes(in.world.state)) != in.world.state.MeshPeers:
 		reason = "the nodes were last given another mesh than the live nodes': give every node its peers"
 	default:
@@ -185,23 +188,33 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 	if err != nil {
 		return n, fmt.Errorf("start the mesh on node %s: %w", n.ID, err)
 	}
-	if err := r.recordMesh(n.ID, end); err != nil {
+	if err := r.recordMesh(n.ID, end, net.MeshCIDR); err != nil {
 		return n, err
 	}
 	n.MeshIP, n.MeshKey = end.Address, end.PublicKey
 	return n, nil
 }
 
-// recordMesh records the end of the mesh node id reports, unless
-// another live node has its address: two nodes at one address would
-// take each other's traffic, so the node joins nothing (a node that
-// failed to join is replaced).
-func (r *runner) recordMesh(id string, end provider.MeshEnd) error {
+// recordMesh records the end of the mesh node id reports, unless it is
+// malformed (a key that is no WireGuard key, an address outside
+// mesh_cidr) or another live node has its address or key: two nodes at
+// one address would take each other's traffic, and a machine with a live
+// node's key is a copy of its disk. Such a node joins nothing (a node
+// that failed to join is replaced).
+func (r *runner) recordMesh(id string, end provider.MeshEnd, cidr string) error {
+	if err := checkMeshEnd(end.PublicKey, end.Address, cidr); err != nil {
+		return fmt.Errorf("node %s reports %v: it joins nothing", id, err)
+	}
 	var clash string
 	err := r.updateNode(id, func(x *districts.Node, s *districts.Resources) {
 		for _, o := range liveNodes(*s) {
-			if o.ID != id && o.MeshIP == end.Address {
-				clash = o.ID
+			switch {
+			case o.ID == id || o.CopyOf != "":
+			case o.MeshIP == end.Address:
+				clash = fmt.Sprintf("runs the mesh at %s, which is node %s's", end.Address, o.ID)
+				return
+			case o.MeshKey == end.PublicKey:
+				clash = fmt.Sprintf("answers with node %s's mesh key: a copy of its disk", o.ID)
 				return
 			}
 		}
@@ -211,9 +224,62 @@ func (r *runner) recordMesh(id string, end provider.MeshEnd) error {
 		return err
 	}
 	if clash != "" {
-		return fmt.Errorf("node %s runs the mesh at %s, which is node %s's: it joins nothing", id, end.Address, clash)
+		return fmt.Errorf("node %s %s: it joins nothing", id, clash)
 	}
 	return nil
+}
+
+// garbledEnds are the nodes whose recorded end of the mesh is malformed
+// or another node's too (wellFormed).
+func garbledEnds(s districts.Resources, cidr string) map[string]error {
+	_, bad := wellFormed(meshNodes(s), cidr)
+	return bad
+}
+
+// checkMeshEnd says what is wrong with a node's mesh key and address.
+func checkMeshEnd(key, addr, cidr string) error {
+	if b, err := base64.StdEncoding.DecodeString(key); err != nil || len(b) != 32 {
+		return fmt.Errorf("mesh key %q, not a WireGuard key (32 bytes in base64)", key)
+	}
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return fmt.Errorf("mesh range %q: %w", cidr, err)
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil || !p.Contains(a) {
+		return fmt.Errorf("mesh address %q, not one of mesh_cidr %s", addr, cidr)
+	}
+	return nil
+}
+
+// wellFormed splits mesh nodes into those every peers file may hold and
+// the others, each with why: a malformed key or address, or an address or
+// key another node holds too (a resources.json changed by hand; no run
+// records such a node). One bad entry must not make every node refuse its
+// whole peers file.
+func wellFormed(nodes []districts.Node, cidr string) (ok []districts.Node, bad map[string]error) {
+	bad = map[string]error{}
+	addrs, keys := map[string]int{}, map[string]int{}
+	for _, n := range nodes {
+		addrs[n.MeshIP]++
+		keys[n.MeshKey]++
+	}
+	for _, n := range nodes {
+		err := checkMeshEnd(n.MeshKey, n.MeshIP, cidr)
+		switch {
+		case err != nil:
+		case addrs[n.MeshIP] > 1:
+			err = fmt.Errorf("mesh address %s, which another node holds too", n.MeshIP)
+		case keys[n.MeshKey] > 1:
+			err = fmt.Errorf("mesh key %s, which another node holds too", n.MeshKey)
+		}
+		if err != nil {
+			bad[n.ID] = fmt.Errorf("node %s is left out of every node's mesh peers: resources.json gives it %w", n.ID, err)
+			continue
+		}
+		ok = append(ok, n)
+	}
+	return ok, bad
 }
 
 // meshTries bounds the attempts to give one node its peers in a round.
@@ -245,7 +311,7 @@ func (r *runner) learnMesh(ctx context.Context, m provider.Mesher, net districts
 	r.parallel(ctx, ask, func(ctx context.Context, n districts.Node) {
 		end, err := m.MeshUp(ctx, n, provider.MeshSpec{Port: net.MeshPort})
 		if err == nil && end.Address != "" {
-			err = r.recordMesh(n.ID, end)
+			err = r.recordMesh(n.ID, end, net.MeshCIDR)
 		}
 		if err != nil && !n.Phase.Member() {
 			return
@@ -292,9 +358,18 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 		}
 	}
 	s := r.st.read()
+	garbled := garbledEnds(s, net.MeshCIDR)
 	var starts []districts.Node
 	for _, n := range liveNodes(s) {
-		if n.Phase.Member() && n.CopyOf == "" && n.MeshKey == "" {
+		if n.Phase.Member() && n.CopyOf == "" && (n.MeshKey == "" || garbled[n.ID] != nil) {
+			if n.MeshKey != "" {
+				// Garbled by hand: forget it, so the node is asked
+				// what it runs (learnMesh) rather than told.
+				if err := r.updateNode(n.ID, func(x *districts.Node, _ *districts.Resources) { x.MeshIP, x.MeshKey = "", "" }); err != nil {
+					return err
+				}
+				n.MeshIP, n.MeshKey = "", ""
+			}
 			starts = append(starts, *n)
 		}
 	}
@@ -308,7 +383,10 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 		}
 	})
 	s = r.st.read()
-	nodes := meshNodes(s)
+	nodes, bad := wellFormed(meshNodes(s), net.MeshCIDR)
+	for _, id := range slices.Sorted(maps.Keys(bad)) {
+		failed = append(failed, bad[id])
+	}
 	// Only machines that run can take their peers; a stopped one is
 	// given them once it runs again (its addresses change the digest).
 	running := slices.DeleteFunc(slices.Clone(nodes), func(n districts.Node) bool { return n.Machine != "" || len(n.Addresses()) == 0 })

@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -49,7 +51,10 @@ func (p *simPlatform) MeshUp(ctx context.Context, n districts.Node, spec provide
 		if !ok || addr == "" {
 			s.violate("mesh-up of %s with address %q", n.ID, spec.Address)
 		}
-		in.mesh = &simMesh{key: "key-" + in.ProviderID, addr: addr}
+		in.mesh = &simMesh{key: simMeshKey(in.ProviderID), addr: addr}
+		if s.diskKey != "" {
+			in.mesh.key = s.diskKey // booted from an image of a node's disk
+		}
 	}
 	return provider.MeshEnd{PublicKey: in.mesh.key, Address: in.mesh.addr}, err
 }
@@ -70,12 +75,13 @@ func (p *simPlatform) MeshPeers(ctx context.Context, n districts.Node, peers []p
 		s.violate("mesh peers given to %s, whose mesh was never started", n.ID)
 		return errors.New("transit-mesh: not running")
 	}
-	// transit-mesh refuses a list with a key or an address twice, or an
-	// endpoint without an address.
+	// transit-mesh refuses a list with a key or an address twice, a key
+	// that is no WireGuard key, or an endpoint without an address.
 	keys, addrs := map[string]bool{}, map[string]bool{}
 	for _, pr := range peers {
 		host, _, herr := net.SplitHostPort(pr.Endpoint)
-		if keys[pr.PublicKey] || addrs[pr.Address] || herr != nil || host == "" || pr.Address == in.mesh.addr {
+		key, kerr := base64.StdEncoding.DecodeString(pr.PublicKey)
+		if keys[pr.PublicKey] || addrs[pr.Address] || herr != nil || host == "" || pr.Address == in.mesh.addr || kerr != nil || len(key) != 32 {
 			s.violate("mesh peers of %s (at %s, machine %s) are not a valid list: %+v", n.ID, in.mesh.addr, in.ProviderID, peers)
 			return errors.New("transit-mesh: peers refused")
 		}
@@ -176,4 +182,11 @@ func (h *harness) checkMesh() {
 			t.Errorf("node %s's mesh peers %v, want %v", e.n.ID, got, want)
 		}
 	}
+}
+
+// simMeshKey is a machine's WireGuard public key: 32 bytes in base64,
+// one per machine (a copy of its disk would carry it too).
+func simMeshKey(machine string) string {
+	sum := sha256.Sum256([]byte(machine))
+	return base64.StdEncoding.EncodeToString(sum[:])
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudtransit/transit/districts"
 )
@@ -98,4 +99,91 @@ func TestMeshGroupsLetInThePortOnly(t *testing.T) {
 	if got := groupActions(plan(c, worldSpec{nodes: nodes, platform: platformUp, formed: true}, 51821)); !slices.Equal(got, []string{"update-group " + aws, "update-group " + gce}) {
 		t.Errorf("groups letting in another port: %v, want both updated", got)
 	}
+}
+
+// A node's end of the mesh that resources.json garbles (a key that is no
+// WireGuard key, an address outside mesh_cidr, an address another node
+// holds) never reaches a peers file, where transit-mesh would refuse
+// every node's whole file: the node is asked what it runs, recorded
+// anew, and every node gets its peers.
+func TestGarbledMeshEntryReachesNoPeersFile(t *testing.T) {
+	t.Parallel()
+	garbles := map[string]func(n *districts.Node, other districts.Node){
+		"malformed key":          func(n *districts.Node, _ districts.Node) { n.MeshKey = "not-a-wireguard-key" },
+		"address off the range":  func(n *districts.Node, _ districts.Node) { n.MeshIP = "192.0.2.7" },
+		"another node's address": func(n *districts.Node, other districts.Node) { n.MeshIP = other.MeshIP },
+	}
+	for name, garble := range garbles {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newTestHarness(t)
+			h.sim.meshOn = true
+			c := paperCluster(1, 1, 2)
+			c.Platform = "kubernetes"
+			c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+			h.mustConverge(c)
+			h.checkMesh()
+			st := h.load()
+			var master districts.Node
+			for _, n := range st.Nodes {
+				if n.ID == "paper-master-1" {
+					master = n
+				}
+			}
+			for i := range st.Nodes {
+				if st.Nodes[i].ID == "paper-worker-1" {
+					garble(&st.Nodes[i], master)
+				}
+			}
+			st.MeshPeers = "" // and the peers are owed to everyone
+			if err := h.save(st); err != nil {
+				t.Fatal(err)
+			}
+			h.mustConverge(c) // checkConverged: no peers file refused
+			h.checkMesh()
+		})
+	}
+}
+
+// A machine booted from an image of a node's disk answers with that
+// node's mesh key: it is a copy, never recorded, never in a peers file,
+// never joined; once machines boot with keys of their own it is replaced.
+func TestCopiedDiskNeverJoinsTheMesh(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.sim.meshOn = true
+	c := paperCluster(1, 1, 1)
+	c.Platform = "kubernetes"
+	c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+	h.mustConverge(c)
+	master, _ := findNode(h.load(), "paper-master-1")
+	h.sim.diskKey, h.sim.decisions = master.MeshKey, nil
+	grown := paperCluster(1, 1, 2)
+	grown.Platform, grown.NetworkSettings = c.Platform, c.NetworkSettings
+	h.prepare(grown)
+	res, err := h.apply(grown, 0)
+	if err == nil && res.Converged {
+		t.Fatal("a machine with the master's mesh key joined")
+	}
+	named := false
+	for _, n := range h.load().Nodes {
+		if n.ID != master.ID && n.MeshKey == master.MeshKey {
+			t.Errorf("node %s is recorded with the master's key", n.ID)
+		}
+	}
+	for _, d := range h.sim.decisions {
+		named = named || strings.Contains(d, "answers with node paper-master-1's mesh key: a copy of its disk: it joins nothing")
+	}
+	if !named {
+		t.Errorf("no failed action names the copy: %q", h.sim.decisions)
+	}
+	for id, m := range h.sim.members {
+		if in := h.sim.instances[m.machine]; id != master.ID && in != nil && in.mesh != nil && in.mesh.key == master.MeshKey {
+			t.Errorf("%s, a copy of the master's disk, joined the platform", id)
+		}
+	}
+	h.sim.diskKey = ""
+	h.sim.clock.Advance(time.Hour) // past the launch backoff
+	h.mustConverge(grown)
+	h.checkMesh()
 }

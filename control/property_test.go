@@ -116,7 +116,7 @@ func (h *harness) saveChanged(r districts.Resources, ch Changed) error {
 }
 
 // record keeps what the loop decided, for the trace of a failing seed:
-// every plan's notes and every action with its reason.
+// every plan's notes, every action with its reason, every failure.
 func (h *harness) record(e Event) {
 	var line string
 	switch {
@@ -124,6 +124,8 @@ func (h *harness) record(e Event) {
 		line = fmt.Sprintf("plan: notes %q blocked %q waiting %q", e.Plan.Notes, e.Plan.Blocked, e.Plan.Waiting)
 	case e.Type == EventAction && e.Phase == PhaseStart:
 		line = fmt.Sprintf("%s %s: %s", e.Action.Kind, target(*e.Action), e.Action.Reason)
+	case e.Type == EventAction && e.Error != "":
+		line = fmt.Sprintf("%s %s failed: %s", e.Action.Kind, target(*e.Action), e.Error)
 	default:
 		return
 	}

@@ -79,6 +79,7 @@ type sim struct {
 	siblings       map[string]string        // district -> a district of the same cloud identity, whose machines without a district tag it lists too
 	unlisted       map[string]bool          // machines (provider ids) every listing misses (a lost page, an unreachable zone); Describe finds them
 	describeErr    error                    // what Describe answers instead of the machine (a timeout; another account's not found)
+	diskKey        string                   // the mesh key new machines boot with (an image made from a node's disk), else their own
 	breakLaunches  []provider.InstanceState // the next launches end in these states, with an error
 
 	// Crash: when calls reaches crashAt, cancel is called.

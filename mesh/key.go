@@ -13,10 +13,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/crypto/curve25519"
 )
@@ -77,20 +79,25 @@ func newPrivateKey() (Key, error) {
 const KeyFile = "private.key"
 
 // LoadOrCreateKey reads dir's private key, making it first if there is
-// none. A key file anyone but root could read is refused: the key would
-// no longer be the node's alone.
+// none. The key must be the node's alone: a key file that is a symlink,
+// that anyone but this process's user owns or could read, or in a
+// directory that is a symlink, someone else's, or writable by others, is
+// refused (whoever could change it could make the node trust their key).
 func LoadOrCreateKey(dir string) (Key, error) {
 	path := filepath.Join(dir, KeyFile)
-	data, err := os.ReadFile(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Key{}, err
+	}
+	if err := checkOwned(dir, true); err != nil {
+		return Key{}, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		k, err := newPrivateKey()
 		if err != nil {
 			return k, err
 		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return k, err
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			return LoadOrCreateKey(dir) // made meanwhile
 		}
@@ -103,15 +110,58 @@ func LoadOrCreateKey(dir string) (Key, error) {
 		}
 		return k, f.Close()
 	}
+	if errors.Is(err, syscall.ELOOP) {
+		return Key{}, fmt.Errorf("%s: a symlink: the key file must be a file of its own; remove the link", path)
+	}
 	if err != nil {
 		return Key{}, err
 	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm()&0o077 != 0 {
-		return Key{}, fmt.Errorf("%s: readable by others than its owner: run chmod 600 %s", path, path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return Key{}, err
+	}
+	if err := ownedBy(path, fi, false); err != nil {
+		return Key{}, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return Key{}, err
 	}
 	k, err := ParseKey(string(data))
 	if err != nil {
 		return Key{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return k, nil
+}
+
+// checkOwned checks a path without following a symlink (ownedBy).
+func checkOwned(path string, dir bool) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	return ownedBy(path, fi, dir)
+}
+
+// ownedBy says what is wrong with fi, the file or directory at path, for
+// holding a private key: not a plain file (or directory), another owner,
+// a file others can read, a directory others can write.
+func ownedBy(path string, fi fs.FileInfo, dir bool) error {
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s: a symlink: the key's place must be its own; remove the link", path)
+	case dir && !fi.IsDir(), !dir && !fi.Mode().IsRegular():
+		return fmt.Errorf("%s: not a plain %s", path, map[bool]string{true: "directory", false: "file"}[dir])
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s: owned by uid %d, not this user (%d): run chown %d %s", path, st.Uid, os.Geteuid(), os.Geteuid(), path)
+	}
+	if dir && fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s: writable by others than its owner: run chmod go-w %s", path, path)
+	}
+	if !dir && fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s: readable by others than its owner: run chmod 600 %s", path, path)
+	}
+	return nil
 }

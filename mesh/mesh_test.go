@@ -40,6 +40,56 @@ func TestKeyFile(t *testing.T) {
 	}
 }
 
+// A key whoever else could change is no key of the node's: a symlinked
+// key file or directory, a directory others can write, a file someone
+// else owns.
+func TestKeyFileRefused(t *testing.T) {
+	base := t.TempDir()
+	other := filepath.Join(base, "other")
+	if _, err := LoadOrCreateKey(other); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, want string
+		setup      func(dir string) error
+	}{
+		{"symlinked key file", "symlink", func(dir string) error {
+			return os.Symlink(filepath.Join(other, KeyFile), filepath.Join(dir, KeyFile))
+		}},
+		{"directory others can write", "chmod go-w", func(dir string) error { return os.Chmod(dir, 0o777) }},
+	}
+	if os.Geteuid() == 0 {
+		tests = append(tests, struct {
+			name, want string
+			setup      func(dir string) error
+		}{"key file owned by another user", "owned by uid 65534", func(dir string) error {
+			if _, err := LoadOrCreateKey(dir); err != nil {
+				return err
+			}
+			return os.Chown(filepath.Join(dir, KeyFile), 65534, 65534)
+		}})
+	}
+	for i, tt := range tests {
+		dir := filepath.Join(base, strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := tt.setup(dir); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want refused naming %q", tt.name, err, tt.want)
+		}
+	}
+	linked := filepath.Join(base, "linked")
+	if err := os.Symlink(other, linked); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(linked); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("symlinked directory: %v, want refused", err)
+	}
+}
+
 func TestParsePeers(t *testing.T) {
 	pub := func() string {
 		k, err := newPrivateKey()
