@@ -504,6 +504,24 @@ func (g *guarded) updateNode(id string, now time.Time, f func(n *districts.Node,
 	return g.saveLocked(Changed{Nodes: []string{id}})
 }
 
+// updateNodes is updateNode for several nodes with one save: f gets each
+// of ids that the state has, and the state.
+func (g *guarded) updateNodes(ids []string, now time.Time, f func(n *districts.Node, s *districts.Resources)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var changed []string
+	for _, id := range ids {
+		if i := index(g.state.Nodes, id); i >= 0 {
+			g.count(g.state.Nodes[i], -1)
+			f(&g.state.Nodes[i], &g.state)
+			g.state.Nodes[i].UpdatedAt = now
+			g.count(g.state.Nodes[i], 1)
+			changed = append(changed, id)
+		}
+	}
+	return g.saveLocked(Changed{Nodes: changed})
+}
+
 // update applies f to the state and saves it. f may change the state's
 // fields and nodes' fields but their phases (updateNode does that), and
 // append nodes (put in order here, at the cost of a search each); reset

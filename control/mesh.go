@@ -121,10 +121,17 @@ func planMesh(in planInput, net districts.Network, removals []Action) []Action {
 		reason = "start the mesh on members without a recorded key (or with one resources.json garbled), and give every node its peers"
 	case len(meshNodes(in.world.state)) > 0 && meshDigest(ds, meshNodes(in.world.state)) != in.world.state.MeshPeers:
 		reason = "the nodes were last given another mesh than the live nodes': give every node its peers"
+	case slices.ContainsFunc(meshNodes(in.world.state), func(n districts.Node) bool { return owedPeers(ds, in.world.state, n) }):
+		reason = "a node has not taken the live nodes' peers (its machine did not run when they changed): give every node its peers"
 	default:
 		return nil
 	}
 	return []Action{{Kind: KindMesh, Reason: reason}}
+}
+
+// owedPeers says running node n has not taken the live nodes' peers.
+func owedPeers(ds map[string]districts.District, s districts.Resources, n districts.Node) bool {
+	return n.Machine == "" && len(n.Addresses()) > 0 && n.MeshTaken != meshDigest(ds, meshNodes(s))
 }
 
 // mesher is the platform's mesh, and the resolved settings; ok is false
@@ -173,6 +180,9 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 			var used []string
 			for _, o := range s.Nodes {
 				used = append(used, o.MeshIP)
+			}
+			for a := range s.MeshRetired {
+				used = append(used, a) // a node may still send it to the leaver's key
 			}
 			x.MeshIP, addrErr = districts.MeshAddress(net.MeshCIDR, used)
 		}); err != nil {
@@ -388,8 +398,10 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 		failed = append(failed, bad[id])
 	}
 	// Only machines that run can take their peers; a stopped one is
-	// given them once it runs again (its addresses change the digest).
+	// owed them once it runs again (owedPeers).
 	running := slices.DeleteFunc(slices.Clone(nodes), func(n districts.Node) bool { return n.Machine != "" || len(n.Addresses()) == 0 })
+	digest := meshDigest(r.districts, nodes)
+	var took []string
 	r.parallel(ctx, running, func(ctx context.Context, n districts.Node) {
 		var err error
 		for try := range meshTries {
@@ -401,6 +413,9 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 			}
 		}
 		if err == nil {
+			mu.Lock()
+			took = append(took, n.ID)
+			mu.Unlock()
 			return
 		}
 		err = fmt.Errorf("give node %s its mesh peers: %w", n.ID, err)
@@ -416,6 +431,9 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 			failed = append(failed, err)
 		}
 	})
+	if err := r.tookPeers(took, digest); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -435,8 +453,33 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 		}
 		return nil
 	}
-	digest := meshDigest(r.districts, nodes)
 	if err := r.st.update(func(s *districts.Resources) { s.MeshPeers = digest }); err != nil {
+		return errFatal{err}
+	}
+	return nil
+}
+
+// tookPeers records that nodes ids took the peers of digest, lists
+// without any node that left: they no longer hold a retired address.
+func (r *runner) tookPeers(ids []string, digest string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := r.st.updateNodes(ids, r.opts.Clock.Now(), func(n *districts.Node, s *districts.Resources) {
+		n.MeshTaken = digest
+		// A new map: snapshots of the state share the old one.
+		var retired map[string][]string
+		for addr, holders := range s.MeshRetired {
+			if left := slices.DeleteFunc(slices.Clone(holders), func(id string) bool { return id == n.ID }); len(left) > 0 {
+				if retired == nil {
+					retired = map[string][]string{}
+				}
+				retired[addr] = left
+			}
+		}
+		s.MeshRetired = retired
+	})
+	if err != nil {
 		return errFatal{err}
 	}
 	return nil

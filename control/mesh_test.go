@@ -1,12 +1,14 @@
 package control
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
 )
 
 // TestMeshStaysWithThePlatform: the mesh a platform was formed with stays
@@ -186,4 +188,42 @@ func TestCopiedDiskNeverJoinsTheMesh(t *testing.T) {
 	h.sim.clock.Advance(time.Hour) // past the launch backoff
 	h.mustConverge(grown)
 	h.checkMesh()
+}
+
+// A machine stopped while the mesh changed (a node removed, another
+// joined at the freed address) and started again at the same addresses
+// (an Elastic IP, a static IP, Nova SHUTOFF) still holds the old peers:
+// it is owed the current ones whatever its addresses, and the removed
+// node's mesh address goes to no new node while any node may still hold
+// the removed node's key there.
+func TestRestartedNodeTakesTheCurrentPeers(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.sim.meshOn = true
+	c := paperCluster(1, 0, 3)
+	c.Platform = "kubernetes"
+	c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+	h.mustConverge(c)
+	stopped := h.instanceOf(t, "paper-worker-1")
+	stopped.State = provider.InstanceStopped // its addresses stay
+	gone := h.instanceOf(t, "paper-worker-2")
+	goneAddr, goneKey := gone.mesh.addr, gone.mesh.key
+	delete(h.sim.instances, gone.ProviderID) // deleted behind transit's back
+	h.prepare(c)
+	if _, err := h.apply(c, 0); err != nil && !errors.Is(err, ErrNotConverged) {
+		t.Fatalf("apply with a worker stopped and one deleted: %v", err)
+	}
+	for _, n := range h.load().Nodes {
+		if n.ID != "paper-worker-1" && n.MeshIP == goneAddr {
+			t.Errorf("node %s got mesh address %s while stopped paper-worker-1 may still hold the deleted node's key there", n.ID, goneAddr)
+		}
+	}
+	stopped.State = provider.InstanceRunning // started again, same addresses
+	h.mustConverge(c)
+	h.checkMesh() // every node's peers are the live nodes
+	for _, p := range stopped.mesh.peers {
+		if p.PublicKey == goneKey {
+			t.Errorf("the restarted node still has the deleted node's key among its peers, at %s", p.Address)
+		}
+	}
 }

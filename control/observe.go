@@ -323,6 +323,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 		mergeGroups(&w, st.SecurityGroups, d.ID, listings[i].groups, cluster, ours)
 	}
 	w.state.Nodes = holdClaims(claims)
+	w.state.MeshRetired = retireMesh(st, w.state.Nodes)
 	if len(st.Nodes) > 0 && len(liveNodes(st)) == 0 && len(liveNodes(w.state)) == 0 {
 		// transit terminated every node it had, and the clouds agree: a
 		// new platform may form on the next nodes. (A state that had no
@@ -419,6 +420,36 @@ func identityKey(d districts.District) string {
 		fmt.Fprintf(&b, "%s=%s;", k, id[k])
 	}
 	return b.String()
+}
+
+// retireMesh carries resources.json's retired mesh addresses over and
+// retires those of the nodes that left (st has them, nodes do not): the
+// nodes that remain may hold the leaver among their peers until they take
+// new ones. Nodes that left stop holding anything.
+func retireMesh(st districts.Resources, nodes []districts.Node) map[string][]string {
+	present := map[string]bool{}
+	var holders []string
+	for _, n := range nodes {
+		present[n.ID] = true
+		if n.MeshKey != "" && n.CopyOf == "" {
+			holders = append(holders, n.ID)
+		}
+	}
+	out := map[string][]string{}
+	for addr, ids := range st.MeshRetired {
+		if left := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !present[id] }); len(left) > 0 {
+			out[addr] = left
+		}
+	}
+	for _, n := range st.Nodes {
+		if n.MeshIP != "" && n.CopyOf == "" && !present[n.ID] && len(holders) > 0 {
+			out[n.MeshIP] = slices.Sorted(slices.Values(holders))
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // mergeGroups takes a district's listed groups: the cluster's group, the

@@ -359,6 +359,12 @@ type Resources struct {
 	// full (each node's mesh address, key and endpoints): when the live
 	// nodes' digest differs, a run gives every node its peers again.
 	MeshPeers string `json:"mesh_peers,omitempty"`
+	// MeshRetired holds the mesh addresses of nodes that left while
+	// other nodes may still have them among their peers (a machine
+	// stopped meanwhile keeps its last peers): address → those nodes. An
+	// address is given again only once none is left, so no node sends a
+	// new node's traffic to a removed node's key.
+	MeshRetired map[string][]string `json:"mesh_retired,omitempty"`
 	// Mesh is network.mesh as the platform was formed with it: it stays
 	// while the platform lives, whatever the default for later
 	// deployments would be (nodes on the mesh and nodes off it would not
@@ -410,10 +416,14 @@ type Node struct {
 	// MeshIP is the node's address in the cluster's mesh (network.go),
 	// kept for its life; MeshKey its WireGuard public key, made on the
 	// node (the private key never leaves it).
-	MeshIP  string            `json:"mesh_ip,omitempty"`
-	MeshKey string            `json:"mesh_key,omitempty"`
-	Tags    map[string]string `json:"tags,omitempty"` // user tags, applied as node labels
-	Phase   Phase             `json:"phase"`
+	MeshIP  string `json:"mesh_ip,omitempty"`
+	MeshKey string `json:"mesh_key,omitempty"`
+	// MeshTaken is the digest of the mesh peers the node last took: a
+	// node whose digest is not the live nodes' is owed its peers,
+	// whatever its addresses (a machine started again at the same ones).
+	MeshTaken string            `json:"mesh_taken,omitempty"`
+	Tags      map[string]string `json:"tags,omitempty"` // user tags, applied as node labels
+	Phase     Phase             `json:"phase"`
 	// Message says why the node is in its phase when that needs saying
 	// (a refused drain, a failed join).
 	Message string `json:"message,omitempty"`
