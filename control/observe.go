@@ -543,14 +543,14 @@ func holdClaims(claims []claim) []districts.Node {
 
 // describeUnlisted asks the clouds directly about each machine
 // resources.json has that its district's listing lacks (a lost or lagging
-// page, a zone the listing could not reach). A machine the answer shows
-// is added to the listing; one the cloud says does not exist is gone
-// (keyed district and provider id), unless its district's listing lacks
-// every machine it had; for any other, unsure says why its absence is not
-// believed. Machines this run launched are not asked about: a cloud's
-// answer by id may lag its launch, and their absence is never believed
-// (missingFrom). Every machine in resources.json was seen by the cloud's
-// API before (its launch waited for it to run, or a listing showed it).
+// page, a zone the listing could not reach). One the cloud says does not
+// exist is gone (keyed district and provider id), unless its district's
+// listing lacks every machine it had; for any other, unsure says why its
+// absence is not believed. A machine the cloud shows is not added to the
+// listing: that listing lost it, and may have lost machines resources.json
+// does not have. Machines this run launched are not asked about: a
+// cloud's answer by id may lag its launch, and their absence is never
+// believed (missingFrom).
 func describeUnlisted(ctx context.Context, opts Options, listings []listing, launched map[string]string) (gone map[string]bool, unsure map[string]string) {
 	listed := map[string]bool{}
 	for i, d := range opts.Districts {
@@ -572,18 +572,17 @@ func describeUnlisted(ctx context.Context, opts Options, listings []listing, lau
 			}
 		}
 	}
-	index := map[string]int{}
-	for i, d := range opts.Districts {
-		index[d.ID] = i
+	known := map[string]bool{}
+	for _, d := range opts.Districts {
+		known[d.ID] = true
 	}
 	gone, unsure = map[string]bool{}, map[string]string{}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, n := range opts.State.Nodes {
-		i, ok := index[n.District]
 		key := n.District + "\x00" + n.ProviderID
-		if !ok || n.Phase == districts.PhaseTerminating || n.ProviderID == "" || listed[key] || launched[n.ProviderID] != "" {
+		if !known[n.District] || n.Phase == districts.PhaseTerminating || n.ProviderID == "" || listed[key] || launched[n.ProviderID] != "" {
 			continue
 		}
 		infra := opts.Infra[n.District]
@@ -593,7 +592,10 @@ func describeUnlisted(ctx context.Context, opts Options, listings []listing, lau
 			defer mu.Unlock()
 			switch {
 			case err == nil && inst.ProviderID == n.ProviderID:
-				listings[i].instances = append(listings[i].instances, inst)
+				// A listing that lost this machine may have lost others
+				// that resources.json lacks (a killed run's launch, an
+				// adopted machine): the run would launch beside them.
+				unsure[key] = fmt.Sprintf("asked directly, the cloud shows it %s: a listing that lost it may have lost others, so it is not acted on", inst.State)
 			case errors.Is(err, provider.ErrCloudNotFound) && dropped[n.District]:
 				unsure[key] = "the listing lacks every machine the district had, and asked directly the cloud does not know this one either: " +
 					"a changed credential (another account) looks like this"
