@@ -118,11 +118,7 @@ func TestGarbledMeshEntryReachesNoPeersFile(t *testing.T) {
 	for name, garble := range garbles {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			h := newTestHarness(t)
-			h.sim.meshOn = true
-			c := paperCluster(1, 1, 2)
-			c.Platform = "kubernetes"
-			c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+			h, c := newMeshHarness(t), meshCluster(1, 1, 2)
 			h.mustConverge(c)
 			h.checkMesh()
 			st := h.load()
@@ -152,16 +148,11 @@ func TestGarbledMeshEntryReachesNoPeersFile(t *testing.T) {
 // never joined; once machines boot with keys of their own it is replaced.
 func TestCopiedDiskNeverJoinsTheMesh(t *testing.T) {
 	t.Parallel()
-	h := newTestHarness(t)
-	h.sim.meshOn = true
-	c := paperCluster(1, 1, 1)
-	c.Platform = "kubernetes"
-	c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+	h, c := newMeshHarness(t), meshCluster(1, 1, 1)
 	h.mustConverge(c)
 	master, _ := findNode(h.load(), "paper-master-1")
 	h.sim.diskKey, h.sim.decisions = master.MeshKey, nil
-	grown := paperCluster(1, 1, 2)
-	grown.Platform, grown.NetworkSettings = c.Platform, c.NetworkSettings
+	grown := meshCluster(1, 1, 2)
 	h.prepare(grown)
 	res, err := h.apply(grown, 0)
 	if err == nil && res.Converged {
@@ -198,11 +189,7 @@ func TestCopiedDiskNeverJoinsTheMesh(t *testing.T) {
 // the removed node's key there.
 func TestRestartedNodeTakesTheCurrentPeers(t *testing.T) {
 	t.Parallel()
-	h := newTestHarness(t)
-	h.sim.meshOn = true
-	c := paperCluster(1, 0, 3)
-	c.Platform = "kubernetes"
-	c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+	h, c := newMeshHarness(t), meshCluster(1, 0, 3)
 	h.mustConverge(c)
 	stopped := h.instanceOf(t, "paper-worker-1")
 	stopped.State = provider.InstanceStopped // its addresses stay
@@ -226,4 +213,19 @@ func TestRestartedNodeTakesTheCurrentPeers(t *testing.T) {
 			t.Errorf("the restarted node still has the deleted node's key among its peers, at %s", p.Address)
 		}
 	}
+}
+
+// newMeshHarness is the simulator with the platform on the mesh.
+func newMeshHarness(t *testing.T) *harness {
+	h := newTestHarness(t)
+	h.sim.meshOn = true
+	return h
+}
+
+// meshCluster is paperCluster as Kubernetes on the node mesh.
+func meshCluster(masters, gceWorkers, awsWorkers int) districts.Cluster {
+	c := paperCluster(masters, gceWorkers, awsWorkers)
+	c.Platform = "kubernetes"
+	c.NetworkSettings = &districts.Network{Mesh: districts.MeshWireGuard}
+	return c
 }
