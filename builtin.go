@@ -11,6 +11,7 @@ import (
 	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/aws"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/drivers/gce"
 	"github.com/cloudtransit/transit/drivers/local"
 	"github.com/cloudtransit/transit/drivers/openstack"
@@ -55,13 +56,13 @@ func BuiltinDrivers(o BuiltinOptions) Drivers {
 				return local.New(ctx, d, local.Options{Root: o.LocalRoot})
 			},
 			districts.ProviderAWS: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
-				return aws.New(ctx, d, cred, aws.Options{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval})
+				return aws.New(ctx, d, cred, aws.Options{Waits: cloudutil.Waits{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval}})
 			},
 			districts.ProviderGCE: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
-				return gce.New(ctx, d, cred, gce.Options{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval})
+				return gce.New(ctx, d, cred, gce.Options{Waits: cloudutil.Waits{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval}})
 			},
 			districts.ProviderOpenStack: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
-				return openstack.New(ctx, d, cred, openstack.Options{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval})
+				return openstack.New(ctx, d, cred, openstack.Options{Waits: cloudutil.Waits{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval}})
 			},
 		},
 		Platforms: map[string]PlatformFunc{

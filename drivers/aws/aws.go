@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
-	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/provider"
@@ -28,7 +27,7 @@ const (
 	DefaultPollMaxInterval  = 15 * time.Second
 	DefaultLaunchWait       = 10 * time.Minute
 	DefaultHostKeyWait      = time.Minute
-	DefaultGroupDeleteWait  = 5 * time.Minute
+	DefaultGroupWait        = 5 * time.Minute
 )
 
 // Default image: the newest Debian 12 for amd64 that Debian publishes
@@ -41,52 +40,20 @@ const (
 // Options tune the driver; the zero value is right for the real EC2.
 // Tests shorten the waits.
 type Options struct {
+	cloudutil.Waits
 	// HTTPClient sends the API requests (default: the SDK's).
 	HTTPClient *http.Client
-	// RetryMaxAttempts bounds the attempts of one API request: the SDK
-	// retries throttling, 5xx answers and connection errors (default
-	// DefaultRetryMaxAttempts).
-	RetryMaxAttempts int
-	// RetryBaseDelay and RetryMaxDelay shape the wait before retry n: a
-	// random duration up to min(RetryMaxDelay, RetryBaseDelay·2^(n-1))
-	// (exponential backoff, full jitter).
-	RetryBaseDelay, RetryMaxDelay time.Duration
-	// PollInterval is the first wait between polls of a pending launch,
-	// the console and a group still in use; it doubles up to
-	// PollMaxInterval.
-	PollInterval, PollMaxInterval time.Duration
-	// LaunchWait bounds how long Launch waits for the instance to run.
-	LaunchWait time.Duration
-	// HostKeyWait bounds how long Launch reads the console for the host
-	// keys cloud-init prints; without them the first key presented over
-	// SSH is trusted.
-	HostKeyWait time.Duration
-	// GroupDeleteWait bounds how long DeleteGroup retries while
-	// terminating instances still use the group.
-	GroupDeleteWait time.Duration
-	// Clock times the waits (default the wall clock).
-	Clock clock.Clock
+}
+
+// defaults are the waits right for the real EC2.
+var defaults = cloudutil.Waits{
+	RetryMaxAttempts: DefaultRetryMaxAttempts, RetryBaseDelay: DefaultRetryBaseDelay, RetryMaxDelay: DefaultRetryMaxDelay,
+	PollInterval: DefaultPollInterval, PollMaxInterval: DefaultPollMaxInterval,
+	LaunchWait: DefaultLaunchWait, HostKeyWait: DefaultHostKeyWait, GroupWait: DefaultGroupWait,
 }
 
 func (o Options) withDefaults() Options {
-	set := func(d *time.Duration, def time.Duration) {
-		if *d <= 0 {
-			*d = def
-		}
-	}
-	if o.RetryMaxAttempts <= 0 {
-		o.RetryMaxAttempts = DefaultRetryMaxAttempts
-	}
-	set(&o.RetryBaseDelay, DefaultRetryBaseDelay)
-	set(&o.RetryMaxDelay, DefaultRetryMaxDelay)
-	set(&o.PollInterval, DefaultPollInterval)
-	set(&o.PollMaxInterval, DefaultPollMaxInterval)
-	set(&o.LaunchWait, DefaultLaunchWait)
-	set(&o.HostKeyWait, DefaultHostKeyWait)
-	set(&o.GroupDeleteWait, DefaultGroupDeleteWait)
-	if o.Clock == nil {
-		o.Clock = clock.Real{}
-	}
+	o.Waits = o.Waits.Or(defaults)
 	return o
 }
 

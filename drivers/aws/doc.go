@@ -45,7 +45,7 @@
 // rule transit needs is marked as transit's in place. Group.Sources are
 // the all-traffic sources, Group.MeshPort the port of transit's UDP rule
 // from 0.0.0.0/0. DeleteGroup retries DependencyViolation while
-// instances are terminating, up to Options.GroupDeleteWait; a group
+// instances are terminating, up to Options.GroupWait; a group
 // holding an operator's rules stays, without transit's rules and tags.
 // GroupLimit counts a rule per source, SSH and API block, and one for
 // the mesh, against EC2's default 60 inbound rules per group.

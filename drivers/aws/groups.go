@@ -240,7 +240,7 @@ func sortedRules(m map[rule]bool) []rule {
 
 // DeleteGroup deletes the group. While instances that used it are still
 // terminating EC2 refuses (DependencyViolation): it retries with backoff
-// for up to GroupDeleteWait. A missing group is fine. A group holding an
+// for up to GroupWait. A missing group is fine. A group holding an
 // operator's rules is not deleted: transit's rules and tags leave it.
 func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	what := "delete security group " + g.Name
@@ -259,7 +259,7 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	if kept, err := drv.keepOperatorRules(ctx, id, what); kept || err != nil {
 		return err
 	}
-	deadline := drv.opts.Clock.Now().Add(drv.opts.GroupDeleteWait)
+	deadline := drv.opts.Clock.Now().Add(drv.opts.GroupWait)
 	for i := 0; ; i++ {
 		_, err := drv.ec2.DeleteSecurityGroup(ctx, &ec2.DeleteSecurityGroupInput{GroupId: sdk.String(id)})
 		switch code(err) {
@@ -267,7 +267,7 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 			return nil
 		case "DependencyViolation":
 			if drv.opts.Clock.Now().After(deadline) {
-				return drv.wrap(fmt.Sprintf("%s (%s): still in use after %s", what, id, drv.opts.GroupDeleteWait), err)
+				return drv.wrap(fmt.Sprintf("%s (%s): still in use after %s", what, id, drv.opts.GroupWait), err)
 			}
 			if werr := drv.wait(ctx, i); werr != nil {
 				return drv.wrap(what, werr)

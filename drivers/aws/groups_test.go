@@ -170,7 +170,7 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 
 	// Too short a wait: the group is still in use.
 	opts := fast()
-	opts.GroupDeleteWait = 50 * time.Millisecond
+	opts.GroupWait = 50 * time.Millisecond
 	impatient := w.driver(w.district(), credential(), opts)
 	err = impatient.DeleteGroup(t.Context(), g)
 	noSecret(t, err)

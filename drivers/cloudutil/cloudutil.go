@@ -22,6 +22,62 @@ import (
 	"github.com/cloudtransit/transit/districts"
 )
 
+// Waits tune a cloud driver's requests and waits, the same settings in
+// every driver; a zero field takes the driver's default (Or). Tests
+// shorten them.
+type Waits struct {
+	// RetryMaxAttempts bounds the attempts of one API request:
+	// throttling, 5xx answers and connection errors are retried.
+	RetryMaxAttempts int
+	// RetryBaseDelay and RetryMaxDelay shape the wait before retry n: a
+	// random duration up to min(RetryMaxDelay, RetryBaseDelay·2^(n-1))
+	// (exponential backoff, full jitter).
+	RetryBaseDelay, RetryMaxDelay time.Duration
+	// PollInterval is the first wait between polls of a starting
+	// machine, of what it publishes (console, guest attributes) and of
+	// a group still in use; it doubles up to PollMaxInterval.
+	PollInterval, PollMaxInterval time.Duration
+	// LaunchWait bounds how long Launch waits for the machine to run
+	// with its addresses.
+	LaunchWait time.Duration
+	// HostKeyWait bounds how long Launch waits for the SSH host keys the
+	// machine publishes; without them the first key presented over SSH
+	// is trusted.
+	HostKeyWait time.Duration
+	// GroupWait bounds how long a group change is waited for, and a
+	// group deletion retried while terminating machines still use it.
+	GroupWait time.Duration
+	// Clock times the waits (default the wall clock).
+	Clock clock.Clock
+}
+
+// Or is w with each zero field taken from def, and the wall clock if
+// neither has one.
+func (w Waits) Or(def Waits) Waits {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if w.RetryMaxAttempts <= 0 {
+		w.RetryMaxAttempts = def.RetryMaxAttempts
+	}
+	set(&w.RetryBaseDelay, def.RetryBaseDelay)
+	set(&w.RetryMaxDelay, def.RetryMaxDelay)
+	set(&w.PollInterval, def.PollInterval)
+	set(&w.PollMaxInterval, def.PollMaxInterval)
+	set(&w.LaunchWait, def.LaunchWait)
+	set(&w.HostKeyWait, def.HostKeyWait)
+	set(&w.GroupWait, def.GroupWait)
+	if w.Clock == nil {
+		w.Clock = def.Clock
+	}
+	if w.Clock == nil {
+		w.Clock = clock.Real{}
+	}
+	return w
+}
+
 // Error is a cloud's failure with the kind transit tells apart
 // (provider.ErrQuota, ErrThrottled, ErrCloudAuth, ErrCloudNotFound,
 // districts.ErrInvalid) and a message naming what to look at. It wraps the

@@ -2,8 +2,11 @@ package cloudutil
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cloudtransit/transit/clock"
 )
 
 func TestCloudConfig(t *testing.T) {
@@ -32,5 +35,22 @@ func TestParseHostKeys(t *testing.T) {
 		if diff := cmp.Diff(tc.want, ParseHostKeys(tc.console)); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
 		}
+	}
+}
+
+// A zero wait takes the driver's default; one set stays; the clock is
+// the wall clock unless one is given.
+func TestWaitsOr(t *testing.T) {
+	def := Waits{RetryMaxAttempts: 8, RetryBaseDelay: time.Second, RetryMaxDelay: time.Minute, PollInterval: 2 * time.Second,
+		PollMaxInterval: 15 * time.Second, LaunchWait: 10 * time.Minute, HostKeyWait: time.Minute, GroupWait: 5 * time.Minute}
+	got := Waits{RetryMaxAttempts: 2, LaunchWait: time.Second}.Or(def)
+	want := def
+	want.RetryMaxAttempts, want.LaunchWait = 2, time.Second
+	if _, ok := got.Clock.(clock.Real); !ok {
+		t.Errorf("clock %T, want the wall clock", got.Clock)
+	}
+	got.Clock = nil
+	if got != want {
+		t.Errorf("Or = %+v, want %+v", got, want)
 	}
 }

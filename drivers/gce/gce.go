@@ -15,7 +15,6 @@ import (
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 
-	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/provider"
@@ -40,52 +39,21 @@ const (
 	DefaultImageProject = "debian-cloud"
 )
 
-// Options tune the driver; the zero value is right for the real Compute
-// Engine. Tests shorten the waits.
+// Options tune the driver; the zero value is right for the real Compute Engine.
+// Tests shorten the waits.
 type Options struct {
-	// RetryMaxAttempts bounds the attempts of one API request: throttling
-	// (429, rateLimitExceeded), 5xx answers and connection errors are
-	// retried (default DefaultRetryMaxAttempts).
-	RetryMaxAttempts int
-	// RetryBaseDelay and RetryMaxDelay shape the wait before retry n: a
-	// random duration up to min(RetryMaxDelay, RetryBaseDelay·2^(n-1))
-	// (exponential backoff, full jitter).
-	RetryBaseDelay, RetryMaxDelay time.Duration
-	// PollInterval is the first wait between polls of a starting
-	// instance and its guest attributes; it doubles up to
-	// PollMaxInterval.
-	PollInterval, PollMaxInterval time.Duration
-	// LaunchWait bounds how long Launch waits for the instance to run.
-	LaunchWait time.Duration
-	// HostKeyWait bounds how long Launch waits for the guest agent to
-	// publish the SSH host keys; without them the first key presented
-	// over SSH is trusted.
-	HostKeyWait time.Duration
-	// GroupWait bounds how long a firewall change is waited for.
-	GroupWait time.Duration
-	// Clock times the waits (default the wall clock).
-	Clock clock.Clock
+	cloudutil.Waits
+}
+
+// defaults are the waits right for the real Compute Engine.
+var defaults = cloudutil.Waits{
+	RetryMaxAttempts: DefaultRetryMaxAttempts, RetryBaseDelay: DefaultRetryBaseDelay, RetryMaxDelay: DefaultRetryMaxDelay,
+	PollInterval: DefaultPollInterval, PollMaxInterval: DefaultPollMaxInterval,
+	LaunchWait: DefaultLaunchWait, HostKeyWait: DefaultHostKeyWait, GroupWait: DefaultGroupWait,
 }
 
 func (o Options) withDefaults() Options {
-	set := func(d *time.Duration, def time.Duration) {
-		if *d <= 0 {
-			*d = def
-		}
-	}
-	if o.RetryMaxAttempts <= 0 {
-		o.RetryMaxAttempts = DefaultRetryMaxAttempts
-	}
-	set(&o.RetryBaseDelay, DefaultRetryBaseDelay)
-	set(&o.RetryMaxDelay, DefaultRetryMaxDelay)
-	set(&o.PollInterval, DefaultPollInterval)
-	set(&o.PollMaxInterval, DefaultPollMaxInterval)
-	set(&o.LaunchWait, DefaultLaunchWait)
-	set(&o.HostKeyWait, DefaultHostKeyWait)
-	set(&o.GroupWait, DefaultGroupWait)
-	if o.Clock == nil {
-		o.Clock = clock.Real{}
-	}
+	o.Waits = o.Waits.Or(defaults)
 	return o
 }
 

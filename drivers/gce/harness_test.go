@@ -21,6 +21,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/drivers/drivertest"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -102,9 +103,9 @@ func (w *world) secrets() []string {
 
 // fast are Options for tests: short waits, few attempts.
 func fast() Options {
-	return Options{RetryMaxAttempts: 4, RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond,
+	return Options{Waits: cloudutil.Waits{RetryMaxAttempts: 4, RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond,
 		PollInterval: 5 * time.Millisecond, PollMaxInterval: 20 * time.Millisecond, HostKeyWait: 2 * time.Second,
-		GroupWait: 20 * time.Second}
+		GroupWait: 20 * time.Second}}
 }
 
 func (w *world) driver(d districts.District, cred *districts.Credential, opts Options) *driver {

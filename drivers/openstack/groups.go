@@ -345,7 +345,7 @@ func (drv *driver) deleteRules(ctx context.Context, ids []string) error {
 
 // DeleteGroup deletes the group. While servers that used it are still
 // deleting Neutron refuses (409 SecurityGroupInUse): it retries with
-// backoff for up to GroupDeleteWait. A missing group is fine. A group
+// backoff for up to GroupWait. A missing group is fine. A group
 // holding an operator's ingress rules is not deleted: transit's rules
 // and identity leave it.
 func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
@@ -364,7 +364,7 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 	if kept, err := drv.keepOperatorRules(ctx, id, what); kept || err != nil {
 		return err
 	}
-	deadline := drv.opts.Clock.Now().Add(drv.opts.GroupDeleteWait)
+	deadline := drv.opts.Clock.Now().Add(drv.opts.GroupWait)
 	for i := 0; ; i++ {
 		err := drv.retry(ctx, func() error { return groups.Delete(ctx, drv.netw, id).ExtractErr() })
 		switch {
@@ -372,7 +372,7 @@ func (drv *driver) DeleteGroup(ctx context.Context, g provider.Group) error {
 			return nil
 		case neutronType(err) == "SecurityGroupInUse":
 			if drv.opts.Clock.Now().After(deadline) {
-				return drv.wrap(fmt.Sprintf("%s (%s): still in use after %s", what, id, drv.opts.GroupDeleteWait), err)
+				return drv.wrap(fmt.Sprintf("%s (%s): still in use after %s", what, id, drv.opts.GroupWait), err)
 			}
 			if werr := drv.wait(ctx, i); werr != nil {
 				return drv.wrap(what, werr)

@@ -18,6 +18,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/openstack"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/drivers/drivertest"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -88,9 +89,9 @@ func secrets() []string { return []string{password, appKey} }
 
 // fast are Options for tests: short waits, few attempts.
 func fast() Options {
-	return Options{RetryMaxAttempts: 4, RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond,
+	return Options{Waits: cloudutil.Waits{RetryMaxAttempts: 4, RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond,
 		PollInterval: 5 * time.Millisecond, PollMaxInterval: 20 * time.Millisecond, HostKeyWait: 2 * time.Second,
-		GroupDeleteWait: 20 * time.Second}
+		GroupWait: 20 * time.Second}}
 }
 
 func (w *world) driver(d districts.District, cred *districts.Credential, opts Options) *driver {

@@ -17,7 +17,6 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 
-	"github.com/cloudtransit/transit/clock"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/provider"
@@ -32,7 +31,7 @@ const (
 	DefaultPollMaxInterval  = 15 * time.Second
 	DefaultLaunchWait       = 10 * time.Minute
 	DefaultHostKeyWait      = 2 * time.Minute
-	DefaultGroupDeleteWait  = 5 * time.Minute
+	DefaultGroupWait        = 5 * time.Minute
 )
 
 // requestTimeout bounds one API request.
@@ -41,52 +40,21 @@ const requestTimeout = 2 * time.Minute
 // DefaultImage is the image name used without os_image.
 const DefaultImage = "debian-12"
 
-// Options tune the driver; the zero value is right for a real cloud.
+// Options tune the driver; the zero value is right for a real OpenStack cloud.
 // Tests shorten the waits.
 type Options struct {
-	// RetryMaxAttempts bounds the attempts of one API request: 429, 5xx
-	// answers and connection errors are retried (default
-	// DefaultRetryMaxAttempts).
-	RetryMaxAttempts int
-	// RetryBaseDelay and RetryMaxDelay shape the wait before retry n: a
-	// random duration up to min(RetryMaxDelay, RetryBaseDelay·2^(n-1)).
-	RetryBaseDelay, RetryMaxDelay time.Duration
-	// PollInterval is the first wait between polls of a building server
-	// and its console; it doubles up to PollMaxInterval.
-	PollInterval, PollMaxInterval time.Duration
-	// LaunchWait bounds how long Launch waits for the server to be
-	// ACTIVE with its addresses.
-	LaunchWait time.Duration
-	// HostKeyWait bounds how long Launch waits for cloud-init to print
-	// the host keys on the console; without them the first key presented
-	// over SSH is trusted.
-	HostKeyWait time.Duration
-	// GroupDeleteWait bounds how long DeleteGroup retries a group that
-	// deleting servers still use (409 SecurityGroupInUse).
-	GroupDeleteWait time.Duration
-	// Clock times the waits (default the wall clock).
-	Clock clock.Clock
+	cloudutil.Waits
+}
+
+// defaults are the waits right for a real OpenStack cloud.
+var defaults = cloudutil.Waits{
+	RetryMaxAttempts: DefaultRetryMaxAttempts, RetryBaseDelay: DefaultRetryBaseDelay, RetryMaxDelay: DefaultRetryMaxDelay,
+	PollInterval: DefaultPollInterval, PollMaxInterval: DefaultPollMaxInterval,
+	LaunchWait: DefaultLaunchWait, HostKeyWait: DefaultHostKeyWait, GroupWait: DefaultGroupWait,
 }
 
 func (o Options) withDefaults() Options {
-	set := func(d *time.Duration, def time.Duration) {
-		if *d <= 0 {
-			*d = def
-		}
-	}
-	if o.RetryMaxAttempts <= 0 {
-		o.RetryMaxAttempts = DefaultRetryMaxAttempts
-	}
-	set(&o.RetryBaseDelay, DefaultRetryBaseDelay)
-	set(&o.RetryMaxDelay, DefaultRetryMaxDelay)
-	set(&o.PollInterval, DefaultPollInterval)
-	set(&o.PollMaxInterval, DefaultPollMaxInterval)
-	set(&o.LaunchWait, DefaultLaunchWait)
-	set(&o.HostKeyWait, DefaultHostKeyWait)
-	set(&o.GroupDeleteWait, DefaultGroupDeleteWait)
-	if o.Clock == nil {
-		o.Clock = clock.Real{}
-	}
+	o.Waits = o.Waits.Or(defaults)
 	return o
 }
 
