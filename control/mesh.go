@@ -213,7 +213,7 @@ func (r *runner) meshUp(ctx context.Context, m provider.Mesher, net districts.Ne
 // that failed to join is replaced).
 func (r *runner) recordMesh(id string, end provider.MeshEnd, cidr string) error {
 	if err := checkMeshEnd(end.PublicKey, end.Address, cidr); err != nil {
-		return fmt.Errorf("node %s reports %v: it joins nothing", id, err)
+		return fmt.Errorf("node %s reports %w: it joins nothing", id, err)
 	}
 	var clash string
 	err := r.updateNode(id, func(x *districts.Node, s *districts.Resources) {

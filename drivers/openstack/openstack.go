@@ -54,7 +54,7 @@ var defaults = cloudutil.Waits{
 }
 
 func (o Options) withDefaults() Options {
-	o.Waits = o.Waits.Or(defaults)
+	o.Waits = o.Or(defaults)
 	return o
 }
 
