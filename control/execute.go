@@ -1156,12 +1156,9 @@ func (r *runner) machineHolder(n districts.Node) string {
 	if n.ProviderID == "" {
 		return ""
 	}
-	identity := map[string]string{}
-	for _, d := range r.opts.Districts {
-		identity[d.ID] = identityKey(d)
-	}
+	identity := identityKey(r.districts[n.District])
 	for _, x := range liveValues(r.st.read()) {
-		if x.ID != n.ID && x.CopyOf == "" && x.ProviderID == n.ProviderID && identity[x.District] == identity[n.District] {
+		if x.ID != n.ID && x.CopyOf == "" && x.ProviderID == n.ProviderID && identityKey(r.districts[x.District]) == identity {
 			return x.ID
 		}
 	}

@@ -112,16 +112,18 @@ func planMesh(in planInput, net districts.Network, removals []Action) []Action {
 	for _, d := range in.districts {
 		ds[d.ID] = d
 	}
+	nodes := meshNodes(in.world.state)
+	digest := meshDigest(ds, nodes)
 	reason := ""
 	switch {
 	case slices.ContainsFunc(removals, func(a Action) bool { return a.Kind == KindTerminate }):
 		reason = "drop the removed nodes from every node's mesh peers"
 	case slices.ContainsFunc(in.world.live(), func(n *districts.Node) bool { return n.Phase.Member() && n.CopyOf == "" && n.MeshKey == "" }),
-		len(garbledEnds(in.world.state, net.MeshCIDR)) > 0:
+		len(garbledEnds(nodes, net.MeshCIDR)) > 0:
 		reason = "start the mesh on members without a recorded key (or with one resources.json garbled), and give every node its peers"
-	case len(meshNodes(in.world.state)) > 0 && meshDigest(ds, meshNodes(in.world.state)) != in.world.state.MeshPeers:
+	case len(nodes) > 0 && digest != in.world.state.MeshPeers:
 		reason = "the nodes were last given another mesh than the live nodes': give every node its peers"
-	case slices.ContainsFunc(meshNodes(in.world.state), func(n districts.Node) bool { return owedPeers(ds, in.world.state, n) }):
+	case slices.ContainsFunc(nodes, func(n districts.Node) bool { return owedPeers(n, digest) }):
 		reason = "a node has not taken the live nodes' peers (its machine did not run when they changed): give every node its peers"
 	default:
 		return nil
@@ -129,9 +131,10 @@ func planMesh(in planInput, net districts.Network, removals []Action) []Action {
 	return []Action{{Kind: KindMesh, Reason: reason}}
 }
 
-// owedPeers says running node n has not taken the live nodes' peers.
-func owedPeers(ds map[string]districts.District, s districts.Resources, n districts.Node) bool {
-	return n.Machine == "" && len(n.Addresses()) > 0 && n.MeshTaken != meshDigest(ds, meshNodes(s))
+// owedPeers says running node n has not taken the live nodes' peers,
+// whose digest is digest.
+func owedPeers(n districts.Node, digest string) bool {
+	return n.Machine == "" && len(n.Addresses()) > 0 && n.MeshTaken != digest
 }
 
 // mesher is the platform's mesh, and the resolved settings; ok is false
@@ -239,10 +242,10 @@ func (r *runner) recordMesh(id string, end provider.MeshEnd, cidr string) error 
 	return nil
 }
 
-// garbledEnds are the nodes whose recorded end of the mesh is malformed
-// or another node's too (wellFormed).
-func garbledEnds(s districts.Resources, cidr string) map[string]error {
-	_, bad := wellFormed(meshNodes(s), cidr)
+// garbledEnds are the mesh nodes whose recorded end is malformed or
+// another node's too (wellFormed).
+func garbledEnds(nodes []districts.Node, cidr string) map[string]error {
+	_, bad := wellFormed(nodes, cidr)
 	return bad
 }
 
@@ -368,7 +371,7 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 		}
 	}
 	s := r.st.read()
-	garbled := garbledEnds(s, net.MeshCIDR)
+	garbled := garbledEnds(meshNodes(s), net.MeshCIDR)
 	var starts []districts.Node
 	for _, n := range liveNodes(s) {
 		if n.Phase.Member() && n.CopyOf == "" && (n.MeshKey == "" || garbled[n.ID] != nil) {

@@ -263,7 +263,11 @@ func merge(opts Options, lineage string, listings []listing) world {
 		byProvider[n.District+"\x00"+n.ProviderID] = n
 	}
 	seen := map[string]bool{}
-	owner := machineOwners(opts.Districts, listings, st, ours, &w)
+	idKeys := make([]string, len(opts.Districts)) // each district's identityKey, once
+	for i, d := range opts.Districts {
+		idKeys[i] = identityKey(d)
+	}
+	owner := machineOwners(opts.Districts, idKeys, listings, st, ours, &w)
 	var claims []claim
 	for i, d := range opts.Districts {
 		for _, inst := range listings[i].instances {
@@ -272,7 +276,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 			if inst.Tags[districts.TagCluster] != cluster || inst.ProviderID == "" {
 				continue
 			}
-			if o, ok := owner[identityKey(d)+"\x00"+inst.ProviderID]; ok && o != d.ID {
+			if o, ok := owner[idKeys[i]+"\x00"+inst.ProviderID]; ok && o != d.ID {
 				continue // a sibling district's machine (machineOwners)
 			}
 			if !ours(inst.Tags) {
@@ -360,8 +364,9 @@ func merge(opts Options, lineage string, listings []listing) world {
 // of one district and a copy of itself in the other (which would be
 // terminated). It is the node of the district resources.json has it in,
 // else of the district its tag names, else of the one whose zones hold
-// it, else of the first of them in districts.json. The result is keyed by identity and provider id.
-func machineOwners(ds []districts.District, listings []listing, st districts.Resources, ours func(map[string]string) bool, w *world) map[string]string {
+// it, else of the first of them in districts.json. The result is keyed by
+// identity (idKeys[i] is ds[i]'s) and provider id.
+func machineOwners(ds []districts.District, idKeys []string, listings []listing, st districts.Resources, ours func(map[string]string) bool, w *world) map[string]string {
 	listers := map[string][]string{}
 	tagged, zoned := map[string]string{}, map[string][]string{}
 	for i, d := range ds {
@@ -369,7 +374,7 @@ func machineOwners(ds []districts.District, listings []listing, st districts.Res
 			if inst.ProviderID == "" || !ours(inst.Tags) {
 				continue
 			}
-			k := identityKey(d) + "\x00" + inst.ProviderID
+			k := idKeys[i] + "\x00" + inst.ProviderID
 			if !slices.Contains(listers[k], d.ID) {
 				listers[k] = append(listers[k], d.ID)
 				if slices.Contains(d.Zones(), inst.Zone) {
@@ -379,12 +384,14 @@ func machineOwners(ds []districts.District, listings []listing, st districts.Res
 			tagged[k] = inst.Tags[districts.TagDistrict]
 		}
 	}
+	keyOf := map[string]string{}
+	for i, d := range ds {
+		keyOf[d.ID] = idKeys[i]
+	}
 	saved := map[string]string{}
 	for _, n := range st.Nodes {
-		for _, d := range ds {
-			if d.ID == n.District {
-				saved[identityKey(d)+"\x00"+n.ProviderID] = n.District
-			}
+		if k, ok := keyOf[n.District]; ok {
+			saved[k+"\x00"+n.ProviderID] = n.District
 		}
 	}
 	owner := map[string]string{}
@@ -587,7 +594,7 @@ func describeUnlisted(ctx context.Context, opts Options, listings []listing, lau
 		}
 		infra := opts.Infra[n.District]
 		g.Go(func() error {
-			inst, err := infra.Describe(gctx, provider.Instance{ProviderID: n.ProviderID, Zone: n.Zone, Tags: provider.IdentityTags(n, opts.State.Lineage)})
+			inst, err := infra.Describe(gctx, provider.Instance{ProviderID: n.ProviderID, Zone: n.Zone})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
