@@ -89,22 +89,35 @@ func (drv *driver) describeAll(ctx context.Context, filters []types.Filter) ([]t
 // malformed or terminated id is provider.ErrCloudNotFound.
 func (drv *driver) Describe(ctx context.Context, inst provider.Instance) (provider.Instance, error) {
 	what := "describe instance " + inst.ProviderID
-	gone := &cloudError{Kind: provider.ErrCloudNotFound, Msg: fmt.Sprintf("aws district %q: %s: no such instance", drv.d.ID, what)}
-	out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ProviderID}})
-	switch c := code(err); {
-	case c == "InvalidInstanceID.NotFound" || c == "InvalidInstanceID.Malformed":
-		return provider.Instance{}, gone
+	in, found, err := drv.instance(ctx, inst.ProviderID)
+	switch {
 	case err != nil:
 		return provider.Instance{}, drv.wrap(what, err)
+	case !found:
+		return provider.Instance{}, &cloudError{Kind: provider.ErrCloudNotFound, Msg: fmt.Sprintf("aws district %q: %s: no such instance", drv.d.ID, what)}
+	}
+	return toInstance(in), nil
+}
+
+// instance reads one instance by id: found is false when EC2 does not
+// know the id (missing, malformed) or the instance is terminated; err is
+// EC2's, for the caller to wrap.
+func (drv *driver) instance(ctx context.Context, id string) (types.Instance, bool, error) {
+	out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	switch c := code(err); {
+	case c == "InvalidInstanceID.NotFound" || c == "InvalidInstanceID.Malformed":
+		return types.Instance{}, false, nil
+	case err != nil:
+		return types.Instance{}, false, err
 	}
 	for _, r := range out.Reservations {
 		for _, in := range r.Instances {
-			if sdk.ToString(in.InstanceId) == inst.ProviderID && stateOf(in) != types.InstanceStateNameTerminated {
-				return toInstance(in), nil
+			if sdk.ToString(in.InstanceId) == id && stateOf(in) != types.InstanceStateNameTerminated {
+				return in, true, nil
 			}
 		}
 	}
-	return provider.Instance{}, gone
+	return types.Instance{}, false, nil
 }
 
 // toInstance maps an EC2 instance: running is running; pending
@@ -177,26 +190,18 @@ func source(cidr string) string {
 func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error {
 	id := inst.ProviderID
 	what := "terminate instance " + id
-	out, err := drv.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
-	switch c := code(err); {
-	case c == "InvalidInstanceID.NotFound" || c == "InvalidInstanceID.Malformed":
-		return nil
+	in, found, err := drv.instance(ctx, id)
+	switch {
 	case err != nil:
 		return drv.wrap(what, err)
+	case !found:
+		return nil
 	}
-	for _, r := range out.Reservations {
-		for _, in := range r.Instances {
-			if stateOf(in) == types.InstanceStateNameTerminated {
-				return nil
-			}
-			// The cluster tag must be there, and the caller's if it
-			// says one.
-			want := inst.Tags[districts.TagCluster]
-			if have := userTags(in.Tags)[districts.TagCluster]; have == "" || want != "" && have != want {
-				return fmt.Errorf("aws district %q: %s: it carries %s=%q, not cluster %q's tag: transit never terminates what it did not create",
-					drv.d.ID, what, districts.TagCluster, have, want)
-			}
-		}
+	// The cluster tag must be there, and the caller's if it says one.
+	want := inst.Tags[districts.TagCluster]
+	if have := userTags(in.Tags)[districts.TagCluster]; have == "" || want != "" && have != want {
+		return fmt.Errorf("aws district %q: %s: it carries %s=%q, not cluster %q's tag: transit never terminates what it did not create",
+			drv.d.ID, what, districts.TagCluster, have, want)
 	}
 	_, err = drv.ec2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
 	if c := code(err); c == "InvalidInstanceID.NotFound" {
