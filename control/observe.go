@@ -653,7 +653,9 @@ func missingFrom(st districts.Resources, launched map[string]string, listings []
 			case !gone[key]:
 				why := unsure[key]
 				if why == "" {
-					why = "asked directly, the cloud shows it without the cluster's tags"
+					// Listed, so not asked about (describeUnlisted):
+					// the listing shows it without this lineage's tags.
+					why = "its listing shows it without this cluster's tags"
 				}
 				out = append(out, missingMachine{node: n, unsure: why})
 			}

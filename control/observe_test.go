@@ -144,6 +144,11 @@ func TestMissingFrom(t *testing.T) {
 		}
 		return l
 	}
+	otherLineage := func(id string) listing {
+		l := listed(id)
+		l.instances[0].Tags[districts.TagLineage] = "l2"
+		return l
+	}
 	tests := []struct {
 		name     string
 		aws, gce listing
@@ -156,8 +161,11 @@ func TestMissingFrom(t *testing.T) {
 		{"a machine the cloud says is gone: forgotten", listed("i-3"), listed("i-1"), nil, map[string]bool{gce + "\x00i-2": true}, nil, nil},
 		{"a machine a listing lacks, the cloud unsure: missing", listed("i-3"), listed("i-1"), nil, nil, map[string]string{gce + "\x00i-2": "asked directly, the cloud did not answer: timeout"},
 			[]string{"paper-worker-1 (i-2) in gce-europe: the district's listing lacks it; asked directly, the cloud did not answer: timeout"}},
-		{"a district's listing dropped every machine", listed(), listed("i-1", "i-2"), nil, nil, nil,
-			[]string{"paper-worker-2 (i-3) in aws-europe: the district's listing lacks it; asked directly, the cloud shows it without the cluster's tags"}},
+		{"a district's listing dropped every machine", listed(), listed("i-1", "i-2"), nil, nil,
+			map[string]string{aws + "\x00i-3": "the listing lacks every machine the district had"},
+			[]string{"paper-worker-2 (i-3) in aws-europe: the district's listing lacks it; the listing lacks every machine the district had"}},
+		{"a listing shows it with another lineage's tags (never asked about)", otherLineage("i-3"), listed("i-1", "i-2"), nil, nil, nil,
+			[]string{"paper-worker-2 (i-3) in aws-europe: the district's listing lacks it; its listing shows it without this cluster's tags"}},
 		{"a terminating machine may vanish", listed("i-3"), listed("i-1", "i-2"), nil, nil, nil, nil},
 		{"a machine this run launched must show", listed("i-3"), listed("i-1"), map[string]string{"i-2": gce}, map[string]bool{gce + "\x00i-2": true}, nil,
 			[]string{"paper-worker-1 (i-2) in gce-europe: this run launched it"}},
