@@ -252,18 +252,26 @@ func (drv *driver) leftBehind(ctx context.Context, id string) provider.Instance 
 	return provider.Instance{}
 }
 
+// getServer reads a server by id, retrying what the cloud answers for its
+// rate or its own failure; the error is gophercloud's, for the caller to
+// wrap (isNotFound tells a missing server).
+func (drv *driver) getServer(ctx context.Context, id string) (*servers.Server, error) {
+	var sv *servers.Server
+	err := drv.retry(ctx, func() error {
+		var err error
+		sv, err = servers.Get(ctx, drv.compute, id).Extract()
+		return err
+	})
+	return sv, err
+}
+
 // waitActive polls the server until it is ACTIVE with an address. A
 // server that went to ERROR (or was stopped) is deleted, and its fault
 // reported.
 func (drv *driver) waitActive(ctx context.Context, id, what string) (*servers.Server, error) {
 	deadline := drv.opts.Clock.Now().Add(drv.opts.LaunchWait)
 	for i := 0; ; i++ {
-		var sv *servers.Server
-		err := drv.retry(ctx, func() error {
-			var err error
-			sv, err = servers.Get(ctx, drv.compute, id).Extract()
-			return err
-		})
+		sv, err := drv.getServer(ctx, id)
 		if err != nil {
 			return nil, drv.wrap(what, err)
 		}

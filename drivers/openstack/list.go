@@ -122,12 +122,7 @@ func (drv *driver) Describe(ctx context.Context, inst provider.Instance) (provid
 	if err := drv.clients(ctx); err != nil {
 		return provider.Instance{}, err
 	}
-	var sv *servers.Server
-	err := drv.retry(ctx, func() error {
-		var err error
-		sv, err = servers.Get(ctx, drv.compute, inst.ProviderID).Extract()
-		return err
-	})
+	sv, err := drv.getServer(ctx, inst.ProviderID)
 	switch {
 	case isNotFound(err), err == nil && sv.Status == "DELETED":
 		return provider.Instance{}, &cloudError{Kind: provider.ErrCloudNotFound, Msg: fmt.Sprintf("openstack district %q: %s: no such server", drv.d.ID, what), Err: err}
@@ -151,12 +146,7 @@ func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error 
 	if err := drv.clients(ctx); err != nil {
 		return err
 	}
-	var sv *servers.Server
-	err := drv.retry(ctx, func() error {
-		var err error
-		sv, err = servers.Get(ctx, drv.compute, inst.ProviderID).Extract()
-		return err
-	})
+	sv, err := drv.getServer(ctx, inst.ProviderID)
 	if isNotFound(err) {
 		return nil
 	}
@@ -176,11 +166,7 @@ func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error 
 		return drv.wrap(what, err)
 	}
 	// Did the cloud soft-delete it?
-	err = drv.retry(ctx, func() error {
-		var err error
-		sv, err = servers.Get(ctx, drv.compute, sv.ID).Extract()
-		return err
-	})
+	sv, err = drv.getServer(ctx, sv.ID)
 	switch {
 	case isNotFound(err):
 		return nil
@@ -197,12 +183,7 @@ func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error 
 func (drv *driver) forceDelete(ctx context.Context, id, what string) error {
 	deadline := drv.opts.Clock.Now().Add(drv.opts.LaunchWait)
 	for i := 0; ; i++ {
-		var sv *servers.Server
-		err := drv.retry(ctx, func() error {
-			var err error
-			sv, err = servers.Get(ctx, drv.compute, id).Extract()
-			return err
-		})
+		sv, err := drv.getServer(ctx, id)
 		switch {
 		case isNotFound(err):
 			return nil
