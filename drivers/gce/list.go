@@ -199,21 +199,32 @@ func (drv *driver) deleting(ctx context.Context, insts []*computepb.Instance) (m
 	return out, nil
 }
 
+// getInstance reads the instance a zone/name provider id names, for
+// what (the caller's action, which its errors name): a missing one is
+// Compute Engine's 404 as it came (isNotFound).
+func (drv *driver) getInstance(ctx context.Context, what, id string) (in *computepb.Instance, zone, name string, err error) {
+	zone, name, ok := strings.Cut(id, "/")
+	if !ok || zone == "" || name == "" {
+		return nil, "", "", fmt.Errorf("gce district %q: %s: not a zone/name provider id", drv.d.ID, what)
+	}
+	in, err = drv.instances.Get(ctx, &computepb.GetInstanceRequest{Project: drv.d.GCEProjectID, Zone: zone, Instance: name}, drv.retry())
+	if err != nil && !isNotFound(err) {
+		err = drv.wrap(what, err)
+	}
+	return in, zone, name, err
+}
+
 // Describe asks Compute Engine for one instance by its zone/name,
 // whatever its labels; a missing one is provider.ErrCloudNotFound, and one
 // a delete operation is removing is terminating.
 func (drv *driver) Describe(ctx context.Context, inst provider.Instance) (provider.Instance, error) {
-	zone, name, ok := strings.Cut(inst.ProviderID, "/")
 	what := "describe " + inst.ProviderID
-	if !ok || zone == "" || name == "" {
-		return provider.Instance{}, fmt.Errorf("gce district %q: %s: not a zone/name provider id", drv.d.ID, what)
-	}
-	in, err := drv.instances.Get(ctx, &computepb.GetInstanceRequest{Project: drv.d.GCEProjectID, Zone: zone, Instance: name}, drv.retry())
+	in, _, _, err := drv.getInstance(ctx, what, inst.ProviderID)
 	switch {
 	case isNotFound(err):
 		return provider.Instance{}, &cloudError{Kind: provider.ErrCloudNotFound, Msg: fmt.Sprintf("gce district %q: %s: no such instance", drv.d.ID, what), Err: err}
 	case err != nil:
-		return provider.Instance{}, drv.wrap(what, err)
+		return provider.Instance{}, err
 	}
 	deleting, err := drv.deleting(ctx, []*computepb.Instance{in})
 	if err != nil {
@@ -232,17 +243,13 @@ func (drv *driver) Describe(ctx context.Context, inst provider.Instance) (provid
 // it deletes: a missing instance is done, one without transit's cluster
 // label is refused.
 func (drv *driver) Terminate(ctx context.Context, inst provider.Instance) error {
-	zone, name, ok := strings.Cut(inst.ProviderID, "/")
 	what := "terminate " + inst.ProviderID
-	if !ok || zone == "" || name == "" {
-		return fmt.Errorf("gce district %q: %s: not a zone/name provider id", drv.d.ID, what)
-	}
-	in, err := drv.instances.Get(ctx, &computepb.GetInstanceRequest{Project: drv.d.GCEProjectID, Zone: zone, Instance: name}, drv.retry())
+	in, zone, name, err := drv.getInstance(ctx, what, inst.ProviderID)
 	switch {
 	case isNotFound(err):
 		return nil
 	case err != nil:
-		return drv.wrap(what, err)
+		return err
 	}
 	if _, ok := decodeLabels(in.GetLabels())[districts.TagCluster]; !ok {
 		return fmt.Errorf("gce district %q: %s: it has no %s label: not transit's, never deleted", drv.d.ID, what, districts.TagCluster)
