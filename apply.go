@@ -100,6 +100,12 @@ type ApplyOptions struct {
 	// ForgetMissing believes listings that lack machines transit expects
 	// (control.Options.ForgetMissing): the operator says they are gone.
 	ForgetMissing bool
+	// RotateKeys are nodes whose mesh keys rotate in this run whatever
+	// their age (transit mesh rotate); RotateAllKeys rotates every
+	// node's. A named node that is not the cluster's fails the run
+	// (control.ErrUnknownNode) before anything changes.
+	RotateKeys    []string
+	RotateAllKeys bool
 
 	// Confirmed is a plan the caller made with Plan (Refresh, and the
 	// same AllowDestroy and RebuildPlatform; Destroy for Destroy) and
@@ -162,6 +168,7 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	opts.Parallel = o.Parallel
 	opts.MaxRounds = o.MaxRounds
 	opts.OnEvent = o.OnEvent
+	opts.RotateKeys, opts.RotateAllKeys = o.RotateKeys, o.RotateAllKeys
 
 	p, approved := Plan{}, o.Confirmed
 	if o.Confirmed != nil {

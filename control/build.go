@@ -32,6 +32,8 @@ type planInput struct {
 	// become ready. A node already not ready when the run began is
 	// reported, not waited on.
 	fresh map[string]bool
+	// rotate holds nodes whose mesh keys rotate whatever their age.
+	rotate map[string]bool
 	// destroy tears everything down without the platform.
 	destroy bool
 	// rebuild allows initialising a platform over a lost one.
@@ -118,6 +120,7 @@ func buildPlan(in planInput) Plan {
 		slices.SortStableFunc(removals, mastersLast)
 		p.Actions = append(p.Actions, removals...)
 		p.Actions = append(p.Actions, planMesh(in, meshNet, removals)...)
+		p.Actions = append(p.Actions, planRotations(in, meshNet, removals, &p)...)
 	}
 	meshPort := 0
 	if meshErr == nil && meshNet.Mesh == districts.MeshWireGuard {

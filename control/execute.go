@@ -39,6 +39,9 @@ type runner struct {
 	// the nodes this run joined.
 	avoid map[string]bool
 	fresh map[string]bool
+	// rotate holds the nodes whose mesh keys the run was asked to rotate
+	// (Options.RotateKeys) and has not yet; nil before the first round.
+	rotate map[string]bool
 	// installed holds the nodes whose install finished this round (true)
 	// or failed (false); installing a channel per install action of the
 	// round, closed when it ends; installs the install actions running.
@@ -178,7 +181,7 @@ func (r *runner) execute(ctx context.Context, p Plan) (result error) {
 			if err == nil {
 				err = r.removeNodes(ctx, batch)
 			}
-		case StageInit, StageForget:
+		case StageInit, StageForget, StageRotate:
 			err = r.each(ctx, batch, 1, r.do)
 		case StageLaunch:
 			err = r.launchAndInstall(ctx, batch)
@@ -393,6 +396,8 @@ func (r *runner) do(ctx context.Context, a Action) error {
 		return r.forget(ctx, a)
 	case KindMesh:
 		return r.syncMesh(ctx, "")
+	case KindRotateKey:
+		return r.rotateKey(ctx, a)
 	}
 	return fmt.Errorf("unknown action kind %q", a.Kind)
 }

@@ -106,7 +106,11 @@ func MakePlan(ctx context.Context, opts Options, refreshed bool) (Plan, error) {
 	if len(w.missing) > 0 {
 		return Plan{Cluster: opts.Cluster.ID, Notes: w.notes, Warnings: w.warnings, Blocked: []string{missingText(w.missing)}}, nil
 	}
-	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w,
+	rotate, err := askedRotations(opts, w.state)
+	if err != nil {
+		return Plan{}, err
+	}
+	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, rotate: rotate,
 		destroy: opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster), rebuild: opts.RebuildPlatform,
 		ids: newNodeNumbers(opts.Cluster.ID, w), limits: groupLimits(opts.Infra)}), nil
 }
@@ -205,6 +209,11 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			continue
 		}
 		listingWaited = 0
+		if r.rotate == nil {
+			if r.rotate, err = askedRotations(opts, w.state); err != nil {
+				return r.finish(res, err)
+			}
+		}
 		if w.state.Lineage == "" && len(w.state.Nodes) == 0 && len(w.state.SecurityGroups) == 0 && len(o.State.Nodes) == 0 {
 			w.state.Lineage = opts.NewLineage()
 		}
@@ -217,7 +226,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 		}
 		r.mu.Lock()
 		in := planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, avoid: maps.Clone(r.avoid),
-			fresh: maps.Clone(r.fresh), destroy: destroy, rebuild: opts.RebuildPlatform, ids: r.ids, limits: groupLimits(opts.Infra)}
+			fresh: maps.Clone(r.fresh), rotate: maps.Clone(r.rotate), destroy: destroy, rebuild: opts.RebuildPlatform, ids: r.ids, limits: groupLimits(opts.Infra)}
 		r.mu.Unlock()
 		plan = buildPlan(in)
 		if r.budget < 0 {

@@ -218,7 +218,7 @@ func (r *runner) recordMesh(id string, end provider.MeshEnd, cidr string) error 
 	if err := checkMeshEnd(end.PublicKey, end.Address, cidr); err != nil {
 		return fmt.Errorf("node %s reports %w: it joins nothing", id, err)
 	}
-	var clash string
+	var clash, original, machine string
 	err := r.updateNode(id, func(x *districts.Node, s *districts.Resources) {
 		for _, o := range liveNodes(*s) {
 			switch {
@@ -227,14 +227,26 @@ func (r *runner) recordMesh(id string, end provider.MeshEnd, cidr string) error 
 				clash = fmt.Sprintf("runs the mesh at %s, which is node %s's", end.Address, o.ID)
 				return
 			case o.MeshKey == end.PublicKey:
-				clash = fmt.Sprintf("answers with node %s's mesh key: a copy of its disk", o.ID)
+				clash, original, machine = fmt.Sprintf("answers with node %s's mesh key: a copy of its disk", o.ID), o.ID, x.ProviderID
 				return
 			}
+		}
+		if x.MeshKey != end.PublicKey {
+			x.MeshKeyAt = r.opts.Clock.Now()
 		}
 		x.MeshIP, x.MeshKey = end.Address, end.PublicKey
 	})
 	if err != nil {
 		return err
+	}
+	if original != "" {
+		// Whoever holds the copy could handshake as the node: the
+		// node's key rotates, so the copy's is dead.
+		if err := r.updateNode(original, func(x *districts.Node, _ *districts.Resources) {
+			x.MeshRotate = fmt.Sprintf("node %s (machine %s) answered with this node's mesh key: a copy of its disk holds it", id, machine)
+		}); err != nil {
+			return err
+		}
 	}
 	if clash != "" {
 		return fmt.Errorf("node %s %s: it joins nothing", id, clash)
@@ -365,6 +377,11 @@ func (r *runner) syncMesh(ctx context.Context, need string) error {
 	}
 	r.meshSync.mu.Lock()
 	defer r.meshSync.mu.Unlock()
+	return r.syncMeshLocked(ctx, m, net, need)
+}
+
+// syncMeshLocked is syncMesh's round, meshSync.mu held.
+func (r *runner) syncMeshLocked(ctx context.Context, m provider.Mesher, net districts.Network, need string) error {
 	if need != "" {
 		if n, ok := r.st.node(need); ok && n.MeshKey != "" && r.meshSync.given[need] == n.MeshKey {
 			return nil

@@ -20,7 +20,11 @@ import (
 // the last MeshPeers gave.
 type simMesh struct {
 	key, addr string
-	peers     []provider.MeshPeer
+	// next is the key pair a rotation made and has not committed;
+	// keys counts the machine's keys, for the next one's name.
+	next  string
+	keys  int
+	peers []provider.MeshPeer
 	// stale says the last MeshPeers failed: transit knows the node
 	// may lack a peer (a problem of the run, retried).
 	stale bool
@@ -86,6 +90,11 @@ func (p *simPlatform) MeshPeers(ctx context.Context, n districts.Node, peers []p
 			return errors.New("transit-mesh: peers refused")
 		}
 		keys[pr.PublicKey], addrs[pr.Address] = true, true
+		for _, o := range s.instances {
+			if o.mesh != nil && o.mesh.next == pr.PublicKey {
+				s.violate("%s is given %s's next mesh key before %s runs it", n.ID, pr.Node, pr.Node)
+			}
+		}
 	}
 	if !crash && s.rng.Float64() < s.joinFail {
 		in.mesh.stale = true
@@ -93,6 +102,39 @@ func (p *simPlatform) MeshPeers(ctx context.Context, n districts.Node, peers []p
 	}
 	in.mesh.peers, in.mesh.stale = slices.Clone(peers), false
 	return err
+}
+
+func (p *simPlatform) MeshRotate(ctx context.Context, n districts.Node, commit string) (provider.MeshKeys, error) {
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crash, err := s.step(ctx, "mesh-rotate "+n.ID)
+	if err != nil && !crash {
+		return provider.MeshKeys{}, err
+	}
+	in := p.instanceOf(n)
+	if in == nil || s.silent[n.ID] {
+		return provider.MeshKeys{}, fmt.Errorf("ssh %s: connection refused", n.PublicIP)
+	}
+	if in.mesh == nil {
+		s.violate("mesh key of %s rotated, whose mesh was never started", n.ID)
+		return provider.MeshKeys{}, errors.New("transit-mesh: not running")
+	}
+	m := in.mesh
+	switch commit {
+	case "":
+		if m.next == "" {
+			m.keys++
+			m.next = simMeshKey(fmt.Sprintf("%s#%d", in.ProviderID, m.keys))
+		}
+		return provider.MeshKeys{Current: m.key, Next: m.next}, err
+	case m.key:
+	case m.next:
+		m.key, m.next = m.next, ""
+	default:
+		return provider.MeshKeys{}, fmt.Errorf("transit-mesh: no next key %s on this node", commit)
+	}
+	return provider.MeshKeys{Current: m.key}, err
 }
 
 // meshReaches: when n joins, every ready member that answers (its

@@ -145,7 +145,8 @@ func TestGarbledMeshEntryReachesNoPeersFile(t *testing.T) {
 
 // A machine booted from an image of a node's disk answers with that
 // node's mesh key: it is a copy, never recorded, never in a peers file,
-// never joined; once machines boot with keys of their own it is replaced.
+// never joined; once machines boot with keys of their own it is replaced,
+// and the node whose key it holds gets a new one.
 func TestCopiedDiskNeverJoinsTheMesh(t *testing.T) {
 	t.Parallel()
 	h, c := newMeshHarness(t), meshCluster(1, 1, 1)
@@ -179,6 +180,11 @@ func TestCopiedDiskNeverJoinsTheMesh(t *testing.T) {
 	h.sim.clock.Advance(time.Hour) // past the launch backoff
 	h.mustConverge(grown)
 	h.checkMesh()
+	// Whoever holds the copy could handshake as the master: its key
+	// rotated, so the copy's is dead.
+	if n, _ := findNode(h.load(), master.ID); n.MeshKey == master.MeshKey || n.MeshRotate != "" {
+		t.Errorf("the master kept the key a copy of its disk holds (mesh_rotate %q)", n.MeshRotate)
+	}
 }
 
 // A machine stopped while the mesh changed (a node removed, another

@@ -40,6 +40,11 @@ type Options struct {
 	// credential that changed, or an API that answers an empty page, must
 	// not start a second platform.
 	ForgetMissing bool
+	// RotateKeys are nodes whose mesh keys rotate in this run whatever
+	// their age (transit mesh rotate); RotateAllKeys rotates every
+	// node's. A node named that is not in the cluster is an error.
+	RotateKeys    []string
+	RotateAllKeys bool
 	// State is the last saved resources.json (may be empty).
 	State districts.Resources
 	// Save persists state; the loop calls it after every action.
@@ -149,6 +154,14 @@ var ErrMissingMachines = errors.New("machines missing from the listing")
 // ErrSpendGuard says a run was about to launch more machines than the
 // intended state lacked at its start plus max_surge.
 var ErrSpendGuard = errors.New("spend guard")
+
+// ErrUnknownNode says a node a run was asked to act on (RotateKeys) is
+// not one of the cluster's.
+var ErrUnknownNode = errors.New("unknown node")
+
+// ErrNoMesh says a run was asked to act on the node mesh (RotateKeys) of
+// a cluster that runs none.
+var ErrNoMesh = errors.New("no node mesh")
 
 // ErrNotConverged is returned (wrapped, with the reasons) when a round made
 // no progress or the rounds ran out. The next run retries.

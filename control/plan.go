@@ -25,6 +25,8 @@ const (
 	// KindMesh gives every node its mesh peers (mesh.go); a join gives
 	// them first on its own.
 	KindMesh Kind = "mesh" // ~ make every node's mesh peers the live nodes
+	// KindRotateKey gives a node a new mesh key (rotate.go).
+	KindRotateKey Kind = "rotate-key" // ~ a node's new mesh key, then every node's peers
 )
 
 // Stage is when in a round an action runs. A round runs its stages in
@@ -44,6 +46,7 @@ const (
 	StageForget              // forget (one at a time, quorum checked)
 	StageRemove              // drain → remove → terminate, one chain per node
 	StageNarrow              // revoke, delete-group, mesh: each group on its own, at once
+	StageRotate              // rotate-key, one node at a time
 )
 
 // Stage is the stage kind k runs in.
@@ -65,6 +68,8 @@ func (k Kind) Stage() Stage {
 		return StageForget
 	case KindDrain, KindRemove, KindTerminate:
 		return StageRemove
+	case KindRotateKey:
+		return StageRotate
 	}
 	return StageNarrow
 }
@@ -74,7 +79,7 @@ func (k Kind) Symbol() string {
 	switch k {
 	case KindCreateGroup, KindLaunch, KindInstall, KindInit, KindJoin:
 		return "+"
-	case KindUpdateGroup, KindAllow, KindRevoke, KindLabel, KindUncordon, KindMesh:
+	case KindUpdateGroup, KindAllow, KindRevoke, KindLabel, KindUncordon, KindMesh, KindRotateKey:
 		return "~"
 	default:
 		return "-"
@@ -158,7 +163,7 @@ func (p Plan) Summary() Summary {
 			if !p.has(KindCreateGroup, a.District) {
 				s.Change++
 			}
-		case KindUpdateGroup, KindRevoke, KindLabel, KindUncordon, KindMesh:
+		case KindUpdateGroup, KindRevoke, KindLabel, KindUncordon, KindMesh, KindRotateKey:
 			s.Change++
 		case KindTerminate, KindDeleteGroup, KindForget:
 			s.Remove++

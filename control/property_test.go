@@ -142,7 +142,7 @@ func (h *harness) options(c districts.Cluster) Options {
 	return Options{
 		Cluster: c, Districts: h.districts, Infra: infra, Platform: h.sim.platform(),
 		State: h.load(), SaveChanged: h.saveChanged, Parallel: h.sim.parallel, Clock: h.sim.clock,
-		MaxRounds: 60, RebuildPlatform: h.sim.rebuild, ForgetMissing: h.sim.forget, Destroy: wantsNothing(c),
+		MaxRounds: 60, RebuildPlatform: h.sim.rebuild, ForgetMissing: h.sim.forget, RotateKeys: h.sim.rotate, Destroy: wantsNothing(c),
 		OnEvent: h.record,
 	}
 }

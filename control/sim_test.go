@@ -55,6 +55,7 @@ type sim struct {
 	addonsRuns   [][]string     // the addons each addons step was given
 	rebuild      bool           // the run may initialise a new platform over a lost one
 	forget       bool           // the run believes listings that lack machines (--forget-missing)
+	rotate       []string       // the run rotates these nodes' mesh keys (transit mesh rotate)
 	gen          int            // the platform's generation: Init over a lost platform starts a new one
 	meshOn       bool           // the cluster runs on the mesh: joins are checked against it
 

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Network says how a cluster's nodes reach each other (cluster.json's
@@ -22,6 +25,9 @@ type Network struct {
 	MeshCIDR string `json:"mesh_cidr,omitempty"`
 	// MeshPort is the mesh's UDP port on every node.
 	MeshPort int `json:"mesh_port,omitempty"`
+	// KeyMaxAge is how old a node's mesh key may grow before an apply
+	// rotates it: "30d", "12h" (default DefaultKeyMaxAge), "0" never.
+	KeyMaxAge string `json:"key_max_age,omitempty"`
 }
 
 // Mesh kinds (Network.Mesh).
@@ -54,7 +60,42 @@ func (n Network) Resolved(platform string, ds []District) Network {
 	if n.MeshPort == 0 {
 		n.MeshPort = DefaultMeshPort
 	}
+	if n.KeyMaxAge == "" {
+		n.KeyMaxAge = DefaultKeyMaxAge
+	}
 	return n
+}
+
+// DefaultKeyMaxAge is how old a mesh key grows before it rotates.
+const DefaultKeyMaxAge = "30d"
+
+// minKeyMaxAge keeps rotations from running all the time.
+const minKeyMaxAge = time.Hour
+
+// KeyAge is network.key_max_age as a duration (resolved first: a
+// checked or default value); 0 means keys never rotate by age.
+func (n Network) KeyAge() time.Duration {
+	d, _ := parseKeyAge(n.KeyMaxAge)
+	return d
+}
+
+// parseKeyAge reads "30d", a Go duration ("720h") or "0".
+func parseKeyAge(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 3650 {
+			return 0, fmt.Errorf("%q is not a number of days (0–3650)", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not an age: write days (\"30d\") or a duration (\"12h\"), or \"0\" for never", s)
+	}
+	return d, nil
 }
 
 // Network resolves the cluster's network settings for its districts
@@ -124,6 +165,13 @@ func validateNetwork(c *problems, cl Cluster, ds []District, districtsOK bool, d
 	}
 	if n.MeshPort < 0 || n.MeshPort > 65535 {
 		c.add("network.mesh_port", fmt.Sprintf("%d is not a UDP port (1–65535)", n.MeshPort), "")
+	}
+	if n.KeyMaxAge != "" {
+		if d, err := parseKeyAge(n.KeyMaxAge); err != nil {
+			c.add("network.key_max_age", err.Error(), "")
+		} else if d != 0 && d < minKeyMaxAge {
+			c.add("network.key_max_age", fmt.Sprintf("%s rotates keys too often (at least 1h; \"0\" never rotates by age)", n.KeyMaxAge), "")
+		}
 	}
 	r := n.Resolved(cl.Platform, nil)
 	mesh, ok := checkCIDR(c, "network.mesh_cidr", r.MeshCIDR, minMeshPrefix, maxMeshPrefix, "")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -45,6 +46,15 @@ func TestValidateNetwork(t *testing.T) {
 			c.Cluster.Platform, c.Cluster.Kubernetes = "swarm", nil
 			c.Cluster.NetworkSettings = &Network{Mesh: MeshWireGuard, MeshCIDR: "10.0.128.0/20"}
 		}, Problems{withHint(cl("network.mesh_cidr", "10.0.128.0/20 overlaps 10.0.0.0/16, where Swarm's overlay networks take their first subnets (its default address pool is 10.0.0.0/8)"), "pick a range no other network of the cluster uses")}},
+		{"key age in days", func(c *Config) { c.Cluster.NetworkSettings = &Network{KeyMaxAge: "7d"} }, nil},
+		{"key age as a duration", func(c *Config) { c.Cluster.NetworkSettings = &Network{KeyMaxAge: "36h"} }, nil},
+		{"key age never", func(c *Config) { c.Cluster.NetworkSettings = &Network{KeyMaxAge: "0"} }, nil},
+		{"key age not an age", func(c *Config) { c.Cluster.NetworkSettings = &Network{KeyMaxAge: "a month"} },
+			Problems{cl("network.key_max_age", `"a month" is not an age: write days ("30d") or a duration ("12h"), or "0" for never`)}},
+		{"key age in bad days", func(c *Config) { c.Cluster.NetworkSettings = &Network{KeyMaxAge: "-3d"} },
+			Problems{cl("network.key_max_age", `"-3d" is not a number of days (0–3650)`)}},
+		{"key age too short", func(c *Config) { c.Cluster.NetworkSettings = &Network{KeyMaxAge: "10m"} },
+			Problems{cl("network.key_max_age", `10m rotates keys too often (at least 1h; "0" never rotates by age)`)}},
 		{"unknown type", func(c *Config) { c.Cluster.NetworkSettings = &Network{Type: "net"} },
 			Problems{cl("network.type", `must be "network" or left out, got "net"`)}},
 	}
@@ -61,6 +71,17 @@ func TestValidateNetwork(t *testing.T) {
 				t.Errorf("Validate problems (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestKeyAge: the default is 30 days, days and durations read as such,
+// "0" never rotates.
+func TestKeyAge(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{"": 30 * 24 * time.Hour, "7d": 7 * 24 * time.Hour, "36h": 36 * time.Hour, "0": 0} {
+		if got := (Network{KeyMaxAge: in}).Resolved("kubernetes", nil).KeyAge(); got != want {
+			t.Errorf("key_max_age %q: %s, want %s", in, got, want)
+		}
 	}
 }
 

@@ -421,9 +421,20 @@ type Node struct {
 	// MeshTaken is the digest of the mesh peers the node last took: a
 	// node whose digest is not the live nodes' is owed its peers,
 	// whatever its addresses (a machine started again at the same ones).
-	MeshTaken string            `json:"mesh_taken,omitempty"`
-	Tags      map[string]string `json:"tags,omitempty"` // user tags, applied as node labels
-	Phase     Phase             `json:"phase"`
+	MeshTaken string `json:"mesh_taken,omitempty"`
+	// MeshKeyAt is when transit recorded the node's current mesh key: a
+	// key older than network.key_max_age is rotated (a node without it
+	// counts from CreatedAt).
+	MeshKeyAt time.Time `json:"mesh_key_at,omitzero"`
+	// MeshKeyNext is the public half of the key a rotation under way
+	// moves the node to: made on the node, recorded before any peer is
+	// given it, so a run killed halfway finishes the rotation.
+	MeshKeyNext string `json:"mesh_key_next,omitempty"`
+	// MeshRotate says why the node's key must rotate before its age says
+	// so: a machine answered with it (a copy of the node's disk).
+	MeshRotate string            `json:"mesh_rotate,omitempty"`
+	Tags       map[string]string `json:"tags,omitempty"` // user tags, applied as node labels
+	Phase      Phase             `json:"phase"`
 	// Message says why the node is in its phase when that needs saying
 	// (a refused drain, a failed join).
 	Message string `json:"message,omitempty"`

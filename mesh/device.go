@@ -89,18 +89,22 @@ type Options struct {
 	Impl Impl
 	// Log gets what the device reports (default: discarded).
 	Log *log.Logger
-	// Reload is how often the peers file is looked at (default 1 s);
-	// a signal on Changed looks at once.
+	// Reload is how often the key and peers files are looked at
+	// (default 1 s); a signal on Changed looks at once.
 	Reload  time.Duration
 	Changed <-chan os.Signal
 }
 
 // Run brings the device up — the kernel's WireGuard or wireguard-go's,
-// as o.Impl says, and logs which —, keeps its peers those of the peers
-// file (read again whenever it changes; a file that does not parse is
-// reported and the last good peers stay) and, when ctx ends, takes the
-// device down (a kernel device's link is deleted). wg(8) can read
-// either.
+// as o.Impl says, and logs which —, keeps its key that of the key file
+// and its peers those of the peers file (both read again whenever they
+// change; a file that does not read or parse is reported and the last
+// good key or peers stay), writes the public key it runs with to
+// RunningKeyFile and, when ctx ends, takes the device down (a kernel
+// device's link is deleted). wg(8) can read either.
+//
+// A new key (CommitKey) takes without a restart: the device's sessions
+// end with the old key, and peers that know the new one handshake again.
 func Run(ctx context.Context, o Options) (err error) {
 	if o.Interface == "" {
 		o.Interface = "transit0"
@@ -124,8 +128,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if !o.Address.IsValid() {
 		return errors.New("mesh: no address for this node")
 	}
-	key, err := LoadOrCreateKey(o.Dir)
-	if err != nil {
+	if _, err := LoadOrCreateKey(o.Dir); err != nil {
 		return fmt.Errorf("mesh: %w", err)
 	}
 	dev, err := open(ctx, o, logf)
@@ -140,31 +143,60 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 	}()
 
-	var applied []byte
+	// applied is what the device was last configured with: a tick that
+	// reads the same key and peers leaves it alone. A key or peers file
+	// that cannot be read leaves its part as it was, not the other: a
+	// broken peers file must not hold back a new key.
+	var (
+		applied      []byte
+		appliedPeers []Peer
+		appliedKey   Key
+		written      Key // in RunningKeyFile
+	)
 	apply := func() error {
+		var errs []error
+		key, err := readOwnKey(o.Dir)
+		if err != nil {
+			if appliedKey == (Key{}) {
+				return err
+			}
+			key, errs = appliedKey, append(errs, fmt.Errorf("the key stays: %w", err))
+		}
 		data, err := os.ReadFile(filepath.Join(o.Dir, PeersFile))
 		if errors.Is(err, fs.ErrNotExist) {
 			data = []byte("[]")
 		} else if err != nil {
-			return err
+			data, errs = applied, append(errs, fmt.Errorf("the peers stay: %w", err))
 		}
-		if bytes.Equal(data, applied) {
-			return nil
+		peers := appliedPeers
+		if !bytes.Equal(data, applied) {
+			if peers, err = ParsePeers(data); err != nil {
+				data, peers, errs = applied, appliedPeers, append(errs, fmt.Errorf("the peers stay: %w", err))
+			}
 		}
-		peers, err := ParsePeers(data)
-		if err != nil {
-			return err
+		if key != appliedKey || !bytes.Equal(data, applied) {
+			have, err := dev.peers()
+			if err != nil {
+				return err
+			}
+			if err := dev.configure(key, o.Port, have, peers); err != nil {
+				return err
+			}
+			if appliedKey != (Key{}) && key != appliedKey {
+				logf("mesh: new key, public key %s", key.Public())
+			}
+			if applied == nil || !bytes.Equal(data, applied) {
+				logf("mesh: %d peers", len(peers))
+			}
+			applied, appliedPeers, appliedKey = data, peers, key
 		}
-		have, err := dev.peers()
-		if err != nil {
-			return err
+		if written != key.Public() {
+			if err := replaceFile(o.Dir, RunningKeyFile, []byte(key.Public().String()+"\n")); err != nil {
+				return err
+			}
+			written = key.Public()
 		}
-		if err := dev.configure(key, o.Port, have, peers); err != nil {
-			return err
-		}
-		applied = data
-		logf("mesh: %d peers", len(peers))
-		return nil
+		return errors.Join(errs...)
 	}
 	if err := apply(); err != nil {
 		return fmt.Errorf("mesh: %w", err)
@@ -180,7 +212,7 @@ func Run(ctx context.Context, o Options) (err error) {
 			return fmt.Errorf("mesh: %w", err)
 		}
 	}
-	logf("mesh: %s up at %s, port %d, public key %s, %s", o.Interface, o.Address, o.Port, key.Public(), dev)
+	logf("mesh: %s up at %s, port %d, public key %s, %s", o.Interface, o.Address, o.Port, appliedKey.Public(), dev)
 	tick := time.NewTicker(o.Reload)
 	defer tick.Stop()
 	for {
@@ -193,7 +225,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		case <-o.Changed:
 		}
 		if err := apply(); err != nil {
-			logf("mesh: peers not changed: %v", err)
+			logf("mesh: %v", err)
 		}
 	}
 }
@@ -221,7 +253,18 @@ func WritePeers(dir string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".peers-*")
+	return replaceFile(dir, PeersFile, data)
+}
+
+// RunningKeyFile is where Run writes the public key its device runs
+// with (base64, a line), once the device has it: a script that committed
+// a new key (CommitKey) waits until it is there.
+const RunningKeyFile = "running.key"
+
+// replaceFile replaces dir's file name with data in one rename, so a
+// reader never sees half a file.
+func replaceFile(dir, name string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, "."+name+"-*")
 	if err != nil {
 		return err
 	}
@@ -233,5 +276,5 @@ func WritePeers(dir string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, PeersFile))
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
 }

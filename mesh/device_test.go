@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -506,4 +507,168 @@ func TestLinkOfAnotherType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runningKey is the public key n's device says it runs with.
+func runningKey(n *node) string {
+	b, _ := os.ReadFile(n.dir + "/" + mesh.RunningKeyFile)
+	return strings.TrimSpace(string(b))
+}
+
+// TestRotate: a changes its key while the mesh runs, as transit does it.
+// transit-mesh rotate makes the next key (asked again, the same one) and
+// rotate -commit makes it a's key; a's device takes it without a restart
+// (woken by SIGHUP) and says so in running.key. Once b has a's new key,
+// a and b reach each other again, b's device no longer knows the old
+// key, and a kept its address. How long a could not reach b, from the
+// commit until it could again, is logged.
+func TestRotate(t *testing.T) {
+	p := startPair(t)
+	a, b := p.a, p.b
+	serveHello(t, a)
+	serveHello(t, b)
+	p.setPeers(a, b)
+	p.setPeers(b, a)
+	if !reach(t, a, b, 15*time.Second) {
+		t.Fatalf("%s never answered through the mesh:\n%s\n%s", b.mesh, a.out.String(), b.out.String())
+	}
+	waitFor(t, 5*time.Second, a.ns+"'s running.key", func() bool { return runningKey(a) == a.pub })
+	oldPriv, err := os.ReadFile(a.dir + "/" + mesh.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rotate := func(args ...string) map[string]string {
+		t.Helper()
+		out, err := p.in(a, append([]string{"rotate", "-dir", a.dir}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("rotate %v in %s: %v", args, a.ns, runErr(err))
+		}
+		p.printed.Write(out)
+		got := map[string]string{}
+		for line := range strings.Lines(string(out)) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+			got[k] = v
+		}
+		return got
+	}
+	asked := rotate()
+	next := asked["next"]
+	if asked["key"] != a.pub || next == "" || next == a.pub || len(asked) != 2 {
+		t.Fatalf("rotate printed %v; want key=%s and a new next key", asked, a.pub)
+	}
+	if again := rotate(); !cmp.Equal(again, asked) {
+		t.Fatalf("rotate asked again printed %v, not %v", again, asked)
+	}
+
+	stopProbe := probe(t, a, b)
+	committed := time.Now()
+	if got := rotate("-commit", next); !cmp.Equal(got, map[string]string{"key": next}) {
+		t.Fatalf("rotate -commit printed %v; want key=%s", got, next)
+	}
+	if err := a.up.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, a.ns+"'s device to run with its new key", func() bool { return runningKey(a) == next })
+	took := time.Since(committed)
+	wg, err := wgctrl.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wg.Close()
+	if d, err := wg.Device(a.iface); err != nil || d.PublicKey.String() != next {
+		t.Fatalf("%s's device: %v, public key %v; want %s", a.ns, err, d, next)
+	}
+	if again := rotate("-commit", next); !cmp.Equal(again, map[string]string{"key": next}) {
+		t.Errorf("rotate -commit asked again printed %v", again)
+	}
+
+	old := a.pub
+	a.pub = next
+	peersGiven := time.Now()
+	p.setPeers(b, a)
+	if err := b.up.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if !reach(t, a, b, 15*time.Second) || !reach(t, b, a, 15*time.Second) {
+		t.Fatalf("a and b do not reach each other after the rotation:\n%s\n%s", a.out.String(), b.out.String())
+	}
+	t.Logf("a could not reach b for %s: its device ran with the new key %s after the commit, b answered %s after it had a's new key",
+		stopProbe().Round(time.Millisecond), took.Round(time.Millisecond), time.Since(peersGiven).Round(time.Millisecond))
+
+	d, err := wg.Device(b.iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, q := range d.Peers {
+		keys = append(keys, q.PublicKey.String())
+	}
+	if !cmp.Equal(keys, []string{next}) {
+		t.Errorf("%s's device has peers %v; want only a's new key %s (not the old %s)", b.ns, keys, next, old)
+	}
+	if priv, err := os.ReadFile(a.dir + "/" + mesh.KeyFile); err != nil || bytes.Equal(priv, oldPriv) {
+		t.Errorf("a's private key file did not change (%v)", err)
+	}
+	if addrs := sh(t, "ip", "-n", a.ns, "-o", "addr", "show", "dev", a.iface); !strings.Contains(addrs, " "+a.mesh+"/24 ") {
+		t.Errorf("a's device lost its address %s:\n%s", a.mesh, addrs)
+	}
+	k, err := mesh.LoadOrCreateKey(a.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{p.printed.String(), a.out.String(), b.out.String()} {
+		if strings.Contains(s, k.String()) || strings.Contains(s, strings.TrimSpace(string(oldPriv))) {
+			t.Error("a private key of a was printed")
+		}
+	}
+	if !strings.Contains(a.out.String(), "new key, public key "+next) {
+		t.Errorf("a's log does not say it took its new key:\n%s", a.out.String())
+	}
+}
+
+// probe asks to's hello from from every 20 ms until the returned stop
+// (or the test's end), which says the longest time without an answer.
+func probe(t testing.TB, from, to *node) (stop func() time.Duration) {
+	done, longest := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		last, gap := time.Now(), time.Duration(0)
+		for {
+			select {
+			case <-done:
+				longest <- max(gap, time.Since(last))
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var got []byte
+			_ = netns.Do("/run/netns/"+from.ns, func() error {
+				c, err := net.DialTimeout("tcp", to.mesh+":7000", 200*time.Millisecond)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+				got, err = io.ReadAll(c)
+				return err
+			})
+			if string(got) == "hello from "+to.ns+"\n" {
+				gap, last = max(gap, time.Since(last)), time.Now()
+			}
+		}
+	}()
+	stop = sync.OnceValue(func() time.Duration {
+		close(done)
+		return <-longest
+	})
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// runErr is a failed command's error with what it said on stderr.
+func runErr(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return fmt.Errorf("%w: %s", err, ee.Stderr)
+	}
+	return err
 }

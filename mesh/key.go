@@ -78,38 +78,103 @@ func newPrivateKey() (Key, error) {
 // KeyFile is where a node keeps its private key, readable by root only.
 const KeyFile = "private.key"
 
+// NextKeyFile is where a node keeps the key pair it rotates to, beside
+// KeyFile, until CommitKey makes it the node's key.
+const NextKeyFile = "private.key.next"
+
 // LoadOrCreateKey reads dir's private key, making it first if there is
 // none. The key must be the node's alone: a key file that is a symlink,
 // that anyone but this process's user owns or could read, or in a
 // directory that is a symlink, someone else's, or writable by others, is
 // refused (whoever could change it could make the node trust their key).
-func LoadOrCreateKey(dir string) (Key, error) {
-	path := filepath.Join(dir, KeyFile)
+func LoadOrCreateKey(dir string) (Key, error) { return loadOrCreate(dir, KeyFile) }
+
+// NextKey reads dir's next private key, making it first if there is
+// none: asked again before CommitKey, it is the same key. It is kept as
+// safely as the key (LoadOrCreateKey).
+func NextKey(dir string) (Key, error) { return loadOrCreate(dir, NextKeyFile) }
+
+// CommitKey makes the next key whose public half is pub dir's key, in
+// one rename: a device (Run) reads either key whole. Done already (the
+// key's public half is pub), it does nothing.
+func CommitKey(dir string, pub Key) error {
+	noNext := fmt.Errorf("%s: no next key with public key %s: ask for one first (transit-mesh rotate -dir %s) and commit the key it prints as next", dir, pub, dir)
+	if err := checkOwned(dir, true); errors.Is(err, fs.ErrNotExist) {
+		return noNext
+	} else if err != nil {
+		return err
+	}
+	cur, err := readKey(dir, KeyFile)
+	switch {
+	case err == nil && cur.Public() == pub:
+		return nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	next, err := readKey(dir, NextKeyFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), err == nil && next.Public() != pub:
+		return noNext
+	case err != nil:
+		return err
+	}
+	if err := os.Rename(filepath.Join(dir, NextKeyFile), filepath.Join(dir, KeyFile)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// readOwnKey reads dir's key without making one: a device running with
+// a key keeps it rather than take a new one no peer knows.
+func readOwnKey(dir string) (Key, error) {
+	if err := checkOwned(dir, true); err != nil {
+		return Key{}, err
+	}
+	return readKey(dir, KeyFile)
+}
+
+// loadOrCreate reads the key file name in dir, making it first if there
+// is none, as LoadOrCreateKey says.
+func loadOrCreate(dir, name string) (Key, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Key{}, err
 	}
 	if err := checkOwned(dir, true); err != nil {
 		return Key{}, err
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		k, err := newPrivateKey()
-		if err != nil {
-			return k, err
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			return LoadOrCreateKey(dir) // made meanwhile
-		}
-		if err != nil {
-			return k, err
-		}
-		if _, err := f.WriteString(k.String() + "\n"); err != nil {
-			f.Close()
-			return k, err
-		}
-		return k, f.Close()
+	k, err := readKey(dir, name)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return k, err
 	}
+	if k, err = newPrivateKey(); err != nil {
+		return k, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return loadOrCreate(dir, name) // made meanwhile
+	}
+	if err != nil {
+		return k, err
+	}
+	// Synced before it is used: a key lost in a crash after its public
+	// half left the node would cut the node off its peers.
+	if _, err := f.WriteString(k.String() + "\n"); err != nil {
+		f.Close()
+		return k, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return k, err
+	}
+	return k, f.Close()
+}
+
+// readKey reads the key file name in dir (a directory checkOwned
+// accepted), refusing a file that is not the node's alone; a missing
+// file is fs.ErrNotExist.
+func readKey(dir, name string) (Key, error) {
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, syscall.ELOOP) {
 		return Key{}, fmt.Errorf("%s: a symlink: the key file must be a file of its own; remove the link", path)
 	}
@@ -133,6 +198,16 @@ func LoadOrCreateKey(dir string) (Key, error) {
 		return Key{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return k, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // checkOwned checks a path without following a symlink (ownedBy).

@@ -287,3 +287,117 @@ func TestRunRefusesUnknownImpl(t *testing.T) {
 		t.Errorf("%s made before Impl was checked", dir)
 	}
 }
+
+// TestNextKey: the next key is made once and kept beside the key (asked
+// again, the same one), as safely as the key; committing it makes it the
+// key in place of the old one, committing it again does nothing, and a
+// key never made next is refused, saying what to do.
+func TestNextKey(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "mesh")
+	if err := CommitKey(dir, Key{1}); err == nil || !strings.Contains(err.Error(), "transit-mesh rotate -dir "+dir) {
+		t.Errorf("commit in a directory that does not exist: %v, want refused saying to ask for a next key", err)
+	}
+	cur, err := LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := NextKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == cur {
+		t.Fatal("the next key is the key")
+	}
+	fi, err := os.Lstat(filepath.Join(dir, NextKeyFile))
+	if err != nil || fi.Mode() != 0o600 {
+		t.Fatalf("next key file: %v, mode %v; want a file of mode 0600", err, fi.Mode())
+	}
+	if again, err := NextKey(dir); err != nil || again != next {
+		t.Fatalf("asked again: %v, same key %t", err, again == next)
+	}
+	if k, err := LoadOrCreateKey(dir); err != nil || k != cur {
+		t.Fatalf("the next key changed the key (%v)", err)
+	}
+
+	unknown, _ := newPrivateKey()
+	if err := CommitKey(dir, unknown.Public()); err == nil || !strings.Contains(err.Error(), "no next key with public key "+unknown.Public().String()) {
+		t.Errorf("commit of a key never made: %v, want refused", err)
+	}
+	if err := CommitKey(dir, next); err == nil {
+		t.Error("commit of the next key's private half (not its public one) accepted")
+	}
+	for i := range 2 {
+		if err := CommitKey(dir, next.Public()); err != nil {
+			t.Fatalf("commit %d: %v", i+1, err)
+		}
+		if k, err := LoadOrCreateKey(dir); err != nil || k != next {
+			t.Fatalf("after commit %d: the key is not the next one (%v)", i+1, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, NextKeyFile)); !os.IsNotExist(err) {
+			t.Errorf("after commit %d the next key file stays: %v", i+1, err)
+		}
+	}
+	if err := CommitKey(dir, cur.Public()); err == nil {
+		t.Error("the old key committed back")
+	}
+	if after, err := NextKey(dir); err != nil || after == next || after == cur {
+		t.Errorf("after the commit, a new next key: %v, same as the key %t, as the old key %t", err, after == next, after == cur)
+	}
+}
+
+// TestNextKeyRefused: a next key whoever else could change is refused as
+// the key is (TestKeyFileRefused), when made or read and when committed.
+func TestNextKeyRefused(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	other := filepath.Join(base, "other")
+	theirs, err := NextKey(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, want string
+		setup      func(dir string) error
+	}{
+		{"symlinked next key file", "symlink", func(dir string) error {
+			return os.Symlink(filepath.Join(other, NextKeyFile), filepath.Join(dir, NextKeyFile))
+		}},
+		{"next key others can read", "chmod 600", func(dir string) error {
+			if _, err := NextKey(dir); err != nil {
+				return err
+			}
+			return os.Chmod(filepath.Join(dir, NextKeyFile), 0o644)
+		}},
+		{"directory others can write", "chmod go-w", func(dir string) error { return os.Chmod(dir, 0o777) }},
+	}
+	if os.Geteuid() == 0 {
+		tests = append(tests, struct {
+			name, want string
+			setup      func(dir string) error
+		}{"next key owned by another user", "owned by uid 65534", func(dir string) error {
+			if _, err := NextKey(dir); err != nil {
+				return err
+			}
+			return os.Chown(filepath.Join(dir, NextKeyFile), 65534, 65534)
+		}})
+	}
+	for i, tt := range tests {
+		dir := filepath.Join(base, strconv.Itoa(i))
+		if _, err := LoadOrCreateKey(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := tt.setup(dir); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NextKey(dir); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: NextKey: %v, want refused naming %q", tt.name, err, tt.want)
+		}
+		if err := CommitKey(dir, theirs.Public()); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: CommitKey: %v, want refused naming %q", tt.name, err, tt.want)
+		}
+		if fi, err := os.Lstat(filepath.Join(dir, KeyFile)); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s: the key file is no longer a file of its own (%v)", tt.name, err)
+		}
+	}
+}

@@ -19,6 +19,20 @@ type Mesher interface {
 	MeshUp(ctx context.Context, n districts.Node, spec MeshSpec) (MeshEnd, error)
 	// MeshPeers makes n's peers exactly peers.
 	MeshPeers(ctx context.Context, n districts.Node, peers []MeshPeer) error
+	// MeshRotate changes n's key in two steps, each idempotent. With
+	// commit empty it makes the node's next key pair, kept beside the
+	// current one until committed (asked again, the same one), and
+	// returns the key the node runs with and the next one. With commit
+	// the next key's public half, the node's device runs with that key
+	// before MeshRotate returns (Current is commit, Next empty); a node
+	// already running with it answers the same.
+	MeshRotate(ctx context.Context, n districts.Node, commit string) (MeshKeys, error)
+}
+
+// MeshKeys are a node's public mesh keys during a rotation: the one its
+// device runs with, and the next one it made.
+type MeshKeys struct {
+	Current, Next string
 }
 
 // MeshSpec is what a node's end of the mesh is started with.

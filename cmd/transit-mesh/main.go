@@ -6,6 +6,8 @@
 //	transit-mesh up -dir DIR -address A/LEN    run the device until SIGTERM (SIGHUP: read the peers now)
 //	    [-interface transit0] [-port 51820] [-impl auto|kernel|userspace]
 //	transit-mesh peers -dir DIR < peers.json   replace the peers (checked first)
+//	transit-mesh rotate -dir DIR               print key=PUB and next=PUB: the node's public key and its next one (made if need be)
+//	transit-mesh rotate -dir DIR -commit PUB   make the next key (public half PUB) the node's key; print key=PUB
 //	transit-mesh share -listen ADDR < request  serve bundle files to the district's other nodes (package bundle/share)
 //
 // up runs the kernel's WireGuard where the kernel has it (-impl auto, the
@@ -14,6 +16,12 @@
 // a TUN device where it does not; it logs which. -impl kernel fails where
 // the kernel has no WireGuard (load the module, modprobe wireguard, or
 // run -impl userspace); -impl userspace never tries the kernel.
+//
+// rotate changes the node's key in two steps, each of which can be asked
+// again: the next key pair waits beside the key until committed (its
+// public half goes to the peers meanwhile); committed, a running up takes
+// it within a second (at once on SIGHUP) and writes its public half to
+// DIR/running.key.
 //
 // share reads a token (the first line) and the paths it offers (one per
 // line) from stdin, prints "listening HOST:PORT" once it listens, and ends
@@ -52,7 +60,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("want a command: key, up, peers or share")
+		return fmt.Errorf("want a command: key, up, peers, rotate or share")
 	}
 	fs := flag.NewFlagSet("transit-mesh "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", defaultDir, "where the key and the peers are")
@@ -76,6 +84,12 @@ func run(args []string) error {
 			return err
 		}
 		return mesh.WritePeers(*dir, data)
+	case "rotate":
+		commit := fs.String("commit", "", "the next key's public half, as rotate printed it: make that key the node's")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return rotate(*dir, *commit)
 	case "up":
 		iface := fs.String("interface", "transit0", "the device's name")
 		addr := fs.String("address", "", "this node's mesh address with the mesh's prefix length (10.99.0.7/16)")
@@ -108,7 +122,33 @@ func run(args []string) error {
 		}
 		return serveShare(*listen, *idle, *most)
 	}
-	return fmt.Errorf("unknown command %q: want key, up, peers or share", args[0])
+	return fmt.Errorf("unknown command %q: want key, up, peers, rotate or share", args[0])
+}
+
+// rotate prints the node's public key and its next one, or commits the
+// next one.
+func rotate(dir, commit string) error {
+	if commit != "" {
+		pub, err := mesh.ParseKey(commit)
+		if err != nil {
+			return fmt.Errorf("-commit %q: %w", commit, err)
+		}
+		if err := mesh.CommitKey(dir, pub); err != nil {
+			return err
+		}
+		fmt.Printf("key=%s\n", pub)
+		return nil
+	}
+	k, err := mesh.LoadOrCreateKey(dir)
+	if err != nil {
+		return err
+	}
+	next, err := mesh.NextKey(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("key=%s\nnext=%s\n", k.Public(), next.Public())
+	return nil
 }
 
 func serveShare(listen string, idle, most time.Duration) error {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cloudtransit/transit/mesh"
 )
 
 // TestUpImpl: -impl takes auto, kernel or userspace; anything else is
@@ -86,5 +88,64 @@ func TestShareOutlivesSIGHUP(t *testing.T) {
 	got, err := io.ReadAll(c)
 	if err != nil || string(got) != content {
 		t.Errorf("after SIGHUP the share sent %d bytes (%v), want the file's %d", len(got), err, len(content))
+	}
+}
+
+// TestRotate: rotate prints the node's public key and its next one, the
+// same when asked again; -commit makes the next one the node's key and
+// prints it, again the same; a key never made next, or no key at all, is
+// refused. No private key is printed.
+func TestRotate(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "mesh")
+	rotate := func(args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), os.Args[0])
+		cmd.Env = append(os.Environ(), "TRANSIT_MESH_ARGS="+strings.Join(append([]string{"rotate", "-dir", dir}, args...), " "))
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return string(out), fmt.Errorf("%w: %s", err, stderr.String())
+		}
+		return string(out), nil
+	}
+	asked, err := rotate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := mesh.LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := mesh.NextKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "key=" + cur.Public().String() + "\nnext=" + next.Public().String() + "\n"; asked != want {
+		t.Fatalf("rotate printed %q, want %q", asked, want)
+	}
+	if again, err := rotate(); err != nil || again != asked {
+		t.Fatalf("asked again: %q, %v; want %q", again, err, asked)
+	}
+	for i := range 2 {
+		got, err := rotate("-commit", next.Public().String())
+		if want := "key=" + next.Public().String() + "\n"; err != nil || got != want {
+			t.Fatalf("commit %d: %q, %v; want %q", i+1, got, err, want)
+		}
+	}
+	if k, err := mesh.LoadOrCreateKey(dir); err != nil || k != next {
+		t.Errorf("after the commit the key is not the next one (%v)", err)
+	}
+	if _, err := rotate("-commit", cur.Public().String()); err == nil || !strings.Contains(err.Error(), "no next key with public key "+cur.Public().String()) {
+		t.Errorf("commit of a key never made next: %v", err)
+	}
+	if _, err := rotate("-commit", "nokey"); err == nil || !strings.Contains(err.Error(), `-commit "nokey": not a WireGuard key`) {
+		t.Errorf("commit of no key: %v", err)
+	}
+	for _, k := range []mesh.Key{cur, next} {
+		if strings.Contains(asked, k.String()) {
+			t.Error("rotate printed a private key")
+		}
 	}
 }

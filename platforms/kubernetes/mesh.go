@@ -68,6 +68,23 @@ func (d *driver) onMesh() bool {
 	return false
 }
 
+// MeshRotate makes n's next key, or commits it (commit, its public
+// half): transit-mesh is sent first, as an older one has no rotate.
+func (d *driver) MeshRotate(ctx context.Context, n districts.Node, commit string) (provider.MeshKeys, error) {
+	if err := d.sendMeshBinary(ctx, n); err != nil {
+		return provider.MeshKeys{}, err
+	}
+	what := "make the mesh's next key"
+	if commit != "" {
+		what = "commit the mesh's next key"
+	}
+	out, err := d.r.Run(ctx, n, what, meshnode.RotateScript(commit), nil)
+	if err != nil {
+		return provider.MeshKeys{}, err
+	}
+	return meshnode.ParseKeys(n, out)
+}
+
 // MeshPeers replaces n's peers; the device reads them at once.
 func (d *driver) MeshPeers(ctx context.Context, n districts.Node, peers []provider.MeshPeer) error {
 	data, err := meshnode.Peers(peers)

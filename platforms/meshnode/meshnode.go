@@ -170,3 +170,64 @@ const PeersScript = `set -eu
 transit-mesh peers -dir ` + Dir + `
 pkill -HUP -x transit-mesh 2>/dev/null || true
 `
+
+// RotateScript changes the node's mesh key, each step idempotent (the
+// binary at Binary must know transit-mesh rotate). With commit empty it
+// makes the node's next key, or finds the one made before, and prints
+// the key and the next one. With commit, the next key's public half, it
+// makes that the node's key, wakes the device and waits until the device
+// runs with it (Dir/running.key): a device that does not take it within
+// 3 s is an older transit-mesh, which reads its key only when it starts,
+// and is restarted. Then it prints the key. ParseKeys reads its answer.
+func RotateScript(commit string) string {
+	if commit == "" {
+		return `set -eu
+` + ShPath + `
+transit-mesh rotate -dir ` + Dir + `
+`
+	}
+	return `set -eu
+` + ShPath + `
+pub=` + shellquote.Quote(commit) + `
+transit-mesh rotate -dir ` + Dir + ` -commit "$pub" >/dev/null
+pkill -HUP -x transit-mesh 2>/dev/null || true
+i=0
+until [ "$(cat ` + Dir + `/running.key 2>/dev/null)" = "$pub" ]; do
+	i=$((i+1))
+	if [ $i -eq 30 ]; then
+		if [ -d /run/systemd/system ]; then
+			systemctl restart transit-mesh
+		else
+			pid=$(cat /run/transit/transit-mesh.pid 2>/dev/null || true)
+			if [ -n "$pid" ]; then pkill -TERM -x -P "$pid" transit-mesh 2>/dev/null || true; fi
+		fi
+	fi
+	if [ $i -gt 100 ]; then
+		echo "the mesh did not take its new key $pub (see ` + LogDir + `/transit-mesh.log or journalctl -u transit-mesh):" >&2
+		tail -n 5 ` + LogDir + `/transit-mesh.log >&2 2>/dev/null || true
+		exit 1
+	fi
+	sleep 0.1
+done
+echo "key=$pub"
+`
+}
+
+// ParseKeys reads RotateScript's answer from node n: "key=…" and, before
+// the commit, "next=…" lines.
+func ParseKeys(n districts.Node, out string) (provider.MeshKeys, error) {
+	var keys provider.MeshKeys
+	for line := range strings.Lines(strings.TrimSpace(out)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+		switch k {
+		case "key":
+			keys.Current = v
+		case "next":
+			keys.Next = v
+		}
+	}
+	if keys.Current == "" {
+		return keys, fmt.Errorf("node %s: the mesh did not say its key (it printed %q)", n.ID, strings.TrimSpace(out))
+	}
+	return keys, nil
+}

@@ -7,9 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 )
+
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m, "transit-mesh")) }
 
 // TestParseEnd: the node's answer is its key and address (the prefix
 // length dropped), "none" when asked only and it has no mesh; anything
@@ -135,4 +138,160 @@ func hasLine(script, want string) bool {
 		}
 	}
 	return false
+}
+
+// TestParseKeys: the node's answer is its key and, asked before the
+// commit, its next one; without a key it is an error that says what came
+// back.
+func TestParseKeys(t *testing.T) {
+	t.Parallel()
+	n := districts.Node{ID: "w1"}
+	for _, tc := range []struct {
+		out  string
+		want provider.MeshKeys
+		err  string
+	}{
+		{"key=AAA=\nnext=BBB=\n", provider.MeshKeys{Current: "AAA=", Next: "BBB="}, ""},
+		{"key=BBB=\n", provider.MeshKeys{Current: "BBB="}, ""},
+		{"next=BBB=\n", provider.MeshKeys{}, `node w1: the mesh did not say its key (it printed "next=BBB=")`},
+		{"", provider.MeshKeys{}, "node w1: the mesh did not say its key"},
+	} {
+		got, err := ParseKeys(n, tc.out)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.out, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: %+v, %v; want %+v", tc.out, got, err, tc.want)
+		}
+	}
+}
+
+// TestRotateScript: asked, the script runs transit-mesh rotate; with a
+// key to commit (quoted), it commits it, wakes the device, restarts one
+// that does not take it, and says the key once the device runs with it.
+func TestRotateScript(t *testing.T) {
+	t.Parallel()
+	if s := RotateScript(""); !hasLine(s, "transit-mesh rotate -dir /var/lib/transit/mesh") || strings.Contains(s, "-commit") {
+		t.Errorf("the asking script:\n%s", s)
+	}
+	s := RotateScript("k'ey=")
+	for _, want := range []string{
+		"set -eu",
+		`pub='k'\''ey='`,
+		`transit-mesh rotate -dir /var/lib/transit/mesh -commit "$pub" >/dev/null`,
+		"pkill -HUP -x transit-mesh 2>/dev/null || true",
+		`until [ "$(cat /var/lib/transit/mesh/running.key 2>/dev/null)" = "$pub" ]; do`,
+		"systemctl restart transit-mesh",
+		`if [ -n "$pid" ]; then pkill -TERM -x -P "$pid" transit-mesh 2>/dev/null || true; fi`,
+		`echo "key=$pub"`,
+	} {
+		if !hasLine(s, want) {
+			t.Errorf("the commit script lacks the line %q:\n%s", want, s)
+		}
+	}
+}
+
+// TestRotateScriptRuns runs the scripts under sh with the real
+// transit-mesh, in scratch directories; pkill and systemctl are stand-ins
+// that log how they were called and, where the device would take the key,
+// write running.key as it does. A device that takes the key on SIGHUP is
+// not restarted; an older one, which does not, is restarted through
+// systemd or its supervisor; one that never takes it is an error naming
+// the log.
+func TestRotateScriptRuns(t *testing.T) {
+	t.Parallel()
+	bin := cmdtest.Build(t, "transit-mesh")
+	for _, tc := range []struct {
+		name, takes string // takes: the call that makes the device run with the key
+		systemd     bool
+		calls, err  string
+	}{
+		{"reloads", "pkill -HUP", false, "pkill -HUP -x transit-mesh\n", ""},
+		{"restarted by systemd", "systemctl restart", true, "pkill -HUP -x transit-mesh\nsystemctl restart transit-mesh\n", ""},
+		{"restarted by its supervisor", "pkill -TERM", false, "pkill -HUP -x transit-mesh\npkill -TERM -x -P 4242 transit-mesh\n", ""},
+		{"never", "nothing", true, "pkill -HUP -x transit-mesh\nsystemctl restart transit-mesh\n",
+			"the mesh did not take its new key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tmp := t.TempDir()
+			dir, logDir, fakes, run := filepath.Join(tmp, "mesh"), filepath.Join(tmp, "log"), filepath.Join(tmp, "bin"), filepath.Join(tmp, "run")
+			systemd, calls := filepath.Join(run, "systemd", "system"), filepath.Join(tmp, "calls")
+			for _, d := range []string{logDir, fakes, filepath.Join(run, "transit")} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.systemd {
+				if err := os.MkdirAll(systemd, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(run, "transit", "transit-mesh.pid"), []byte("4242\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(logDir, "transit-mesh.log"), []byte("mesh: the last words\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fake := `#!/bin/sh
+echo "$(basename "$0") $*" >> ` + calls + `
+case "$(basename "$0") $1" in
+'` + tc.takes + `') transit-mesh key -dir ` + dir + ` > ` + dir + `/running.key ;;
+esac
+`
+			for _, f := range []string{"pkill", "systemctl"} {
+				if err := os.WriteFile(filepath.Join(fakes, f), []byte(fake), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Symlink(bin, filepath.Join(fakes, "transit-mesh")); err != nil {
+				t.Fatal(err)
+			}
+			sh := func(script string) (string, string, error) {
+				t.Helper()
+				script = strings.NewReplacer(ShPath, "export PATH="+fakes+":$PATH", Dir, dir, LogDir, logDir,
+					"/run/systemd/system", systemd, "/run/transit", filepath.Join(run, "transit")).Replace(script)
+				cmd := exec.CommandContext(t.Context(), "sh", "-s")
+				cmd.Stdin = strings.NewReader(script)
+				var stdout, stderr strings.Builder
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				return stdout.String(), stderr.String(), err
+			}
+			n := districts.Node{ID: "w1"}
+			out, stderr, err := sh(RotateScript(""))
+			if err != nil {
+				t.Fatalf("asking: %v\n%s", err, stderr)
+			}
+			asked, err := ParseKeys(n, out)
+			if err != nil || asked.Next == "" || asked.Next == asked.Current {
+				t.Fatalf("asking: %+v, %v; want the key and a new next one", asked, err)
+			}
+			if again, _, err := sh(RotateScript("")); err != nil || again != out {
+				t.Fatalf("asked again: %q, %v; want %q", again, err, out)
+			}
+
+			out, stderr, err = sh(RotateScript(asked.Next))
+			if got, _ := os.ReadFile(calls); string(got) != tc.calls {
+				t.Errorf("the script called:\n%s\nwant:\n%s", got, tc.calls)
+			}
+			if tc.err != "" {
+				for _, want := range []string{tc.err + " " + asked.Next, "see " + logDir + "/transit-mesh.log or journalctl -u transit-mesh", "mesh: the last words"} {
+					if err == nil || !strings.Contains(stderr, want) {
+						t.Errorf("a device that never takes the key: %v, stderr lacks %q:\n%s", err, want, stderr)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("commit: %v\n%s", err, stderr)
+			}
+			if keys, err := ParseKeys(n, out); err != nil || keys != (provider.MeshKeys{Current: asked.Next}) || strings.Count(out, "key=") != 1 {
+				t.Errorf("commit printed %q (%+v, %v); want key=%s once", out, keys, err, asked.Next)
+			}
+		})
+	}
 }

@@ -87,7 +87,11 @@ func registerForgetMissing(fs *pflag.FlagSet, v *bool) {
 type change struct {
 	verb    string // "apply" or "destroy"
 	destroy bool   // tear the cluster down (Session.Destroy): the platform is not asked
-	confirm func(districts.Cluster) prompt
+	// rotate are the nodes whose mesh keys rotate now (transit mesh
+	// rotate); rotateAll every node's.
+	rotate    []string
+	rotateAll bool
+	confirm   func(districts.Cluster) prompt
 }
 
 // prompt is a confirmation question and the only answer that accepts it.
@@ -229,6 +233,8 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 		AllowDestroy:    f.safety.allowDestroy,
 		RebuildPlatform: f.safety.rebuildPlatform,
 		ForgetMissing:   f.safety.forgetMissing,
+		RotateKeys:      ch.rotate,
+		RotateAllKeys:   ch.rotateAll,
 		OnPlan: func(p control.Plan) error {
 			shown := showPlan(deps, s, p, true)
 			shown.destroy = ch.destroy

@@ -1026,3 +1026,23 @@ func TestStateCommands(t *testing.T) {
 		t.Errorf("force-unlock of an unlocked path:\n%s", r.err)
 	}
 }
+
+// transit mesh rotate on a cluster without the mesh is refused as a usage
+// error before anything changes, naming why.
+func TestMeshRotateWithoutMesh(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	before, err := os.ReadFile(h.path("resources.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.run(t, runOpts{}, "mesh", "rotate", "--auto-approve", "--json", "paper-worker-1")
+	wantCode(t, r, ExitError)
+	if !errors.Is(r.error, control.ErrNoMesh) || !strings.Contains(r.out, `"error_kind":"usage"`) || !strings.Contains(r.out, "cluster swarm-europe runs none (network.mesh is none), so it has no mesh key to rotate") {
+		t.Errorf("mesh rotate without a mesh:\n%s", r)
+	}
+	if after, err := os.ReadFile(h.path("resources.json")); err != nil || string(after) != string(before) {
+		t.Errorf("resources.json changed by a refused rotation (err %v)", err)
+	}
+}

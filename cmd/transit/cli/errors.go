@@ -72,6 +72,8 @@ func errorKind(err error) string {
 		return kindWouldDestroy
 	case errors.Is(err, control.ErrStalePlan):
 		return kindStalePlan
+	case errors.Is(err, control.ErrUnknownNode), errors.Is(err, control.ErrNoMesh):
+		return kindUsage
 	case errors.Is(err, control.ErrPlatformLost):
 		return kindPlatformLost
 	case errors.Is(err, control.ErrMissingMachines):
