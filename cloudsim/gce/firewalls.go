@@ -159,6 +159,9 @@ func (c *call) insertFirewall() (any, error) {
 	if s.firewalls[key] != nil || s.pendingInsert(key) {
 		return nil, alreadyExists(fmt.Sprintf("projects/%s/global/firewalls/%s", c.project, f.name))
 	}
+	if s.opts.Firewalls > 0 && s.firewallsHeld(c.project) >= s.opts.Firewalls {
+		return nil, overQuota("FIREWALLS", s.opts.Firewalls, "global")
+	}
 	op := s.newOp(c, "", "insert", c.link("global", "firewalls", f.name), f.id, s.Latency().GroupCreate)
 	op.firewall = true
 	op.apply = func() { s.firewalls[key] = f }
@@ -176,6 +179,23 @@ func (s *Server) pendingInsert(key string) bool {
 		}
 	}
 	return false
+}
+
+// firewallsHeld counts project's firewalls, those whose insert is not
+// done yet included. Call with s.mu held.
+func (s *Server) firewallsHeld(project string) int {
+	n := 0
+	for _, f := range s.firewalls {
+		if f.project == project {
+			n++
+		}
+	}
+	for _, op := range s.ops {
+		if !op.done && op.opType == "insert" && op.firewall && strings.Contains(op.target, "/projects/"+project+"/global/firewalls/") {
+			n++
+		}
+	}
+	return n
 }
 
 func deref(p *string) string {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,6 +76,31 @@ func zoneRegion(zone string) string {
 }
 
 func instKey(project, zone, name string) string { return project + "/" + zone + "/" + name }
+
+// vcpus are a machine type's vCPUs as the CPUS quota counts them: the
+// size its name ends with (e2-standard-4), two for the e2 shared-core
+// types, one for f1-micro and g1-small.
+func vcpus(machineType string) int {
+	if n, err := strconv.Atoi(machineType[strings.LastIndex(machineType, "-")+1:]); err == nil {
+		return n
+	}
+	if strings.HasPrefix(machineType, "e2-") {
+		return 2
+	}
+	return 1
+}
+
+// cpusUsed counts the vCPUs of project's instances in region that are
+// not TERMINATED. Call with s.mu held.
+func (s *Server) cpusUsed(project, region string) int {
+	now, n := s.sim.Time(), 0
+	for _, in := range s.instances {
+		if in.project == project && zoneRegion(in.zone) == region && s.status(in, now) != "TERMINATED" {
+			n += vcpus(in.machineType)
+		}
+	}
+	return n
+}
 
 // status is the instance's status at now: STOPPING while it is deleted
 // (as Compute Engine shows it) or stopped, TERMINATED once stopped (and,
@@ -195,6 +221,9 @@ func (c *call) insertInstance() (any, error) {
 	key := instKey(c.project, zone, b.Name)
 	if s.instances[key] != nil {
 		return nil, alreadyExists(fmt.Sprintf("projects/%s/zones/%s/instances/%s", c.project, zone, b.Name))
+	}
+	if region := zoneRegion(zone); s.opts.CPUs > 0 && s.cpusUsed(c.project, region)+vcpus(mt) > s.opts.CPUs {
+		return nil, overQuota("CPUS", s.opts.CPUs, region)
 	}
 	in := &instance{seq: s.nextSeq(), project: c.project, zone: zone, name: b.Name, machineType: mt, image: image,
 		network: network, labels: maps.Clone(b.Labels), created: s.sim.Time(), backed: s.sim.Backer != nil, public: public}

@@ -44,7 +44,21 @@ type Options struct {
 	// Networks are the VPC networks of every project (default
 	// ["default"]).
 	Networks []string
+	// CPUs is the CPUS quota of each project in each region: the vCPUs
+	// of its instances that are not TERMINATED (an insert beyond it is
+	// refused with QUOTA_EXCEEDED); Firewalls the FIREWALLS quota of each
+	// project. 0: unlimited (cmd/cloudsim sets DefaultCPUs and
+	// DefaultFirewalls).
+	CPUs, Firewalls int
 }
+
+// Compute Engine's quotas as new projects commonly get them: 24 CPUS per
+// region, and a FIREWALLS quota Google does not document (projects show
+// 100–500), taken as 100.
+const (
+	DefaultCPUs      = 24
+	DefaultFirewalls = 100
+)
 
 // Server is the Compute Engine front end of a cloudsim.Sim.
 type Server struct {
@@ -132,7 +146,17 @@ func quotaError(quota, region string) *apiError {
 	if quota == "" {
 		quota = "INSTANCES"
 	}
-	return &apiError{403, "PERMISSION_DENIED", "quotaExceeded", fmt.Sprintf("Quota '%s' exceeded.  Limit: 24.0 in region %s.", quota, region)}
+	return overQuota(quota, 24, region)
+}
+
+// overQuota is Compute Engine's answer to a request beyond a quota of
+// limit in region ("global" for a project's).
+func overQuota(quota string, limit int, region string) *apiError {
+	where := "in region " + region
+	if region == "global" {
+		where = "globally"
+	}
+	return &apiError{403, "PERMISSION_DENIED", "quotaExceeded", fmt.Sprintf("Quota '%s' exceeded.  Limit: %d.0 %s.", quota, limit, where)}
 }
 
 func unauthenticated() *apiError {

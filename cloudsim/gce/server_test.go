@@ -171,3 +171,56 @@ func TestFirewallRefusesMixedFamilies(t *testing.T) {
 		t.Errorf("a refused patch changed the rule: %v", fw["sourceRanges"])
 	}
 }
+
+// Quotas as Compute Engine keeps them: an insert beyond the region's
+// CPUS (the vCPUs of instances not TERMINATED) or the project's
+// FIREWALLS (pending inserts count) is refused with 403 QUOTA_EXCEEDED
+// naming the quota and its limit; a stopped instance frees its CPUs.
+func TestQuotas(t *testing.T) {
+	s := New(cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero}), Options{CPUs: 4, Firewalls: 2})
+	ts := httptest.NewServer(s)
+	t.Cleanup(func() { ts.Close(); s.Close() })
+	api := ts.URL + "/compute/v1/projects/transit-test-1/"
+	zone := api + "zones/europe-west1-b/instances"
+	insert := func(name, mt string) (int, map[string]any) {
+		body := strings.NewReplacer(`"n1"`, `"`+name+`"`, "e2-small", mt).Replace(instanceBody)
+		return do(t, "POST", zone, body)
+	}
+	message := func(out map[string]any) string {
+		e, _ := out["error"].(map[string]any)
+		m, _ := e["message"].(string)
+		return m
+	}
+	if code, out := insert("a", "e2-standard-2"); code != 200 {
+		t.Fatalf("first instance: %d %v", code, out)
+	}
+	if code, out := insert("b", "e2-small"); code != 200 { // shared-core: 2 vCPUs
+		t.Fatalf("second instance: %d %v", code, out)
+	}
+	code, out := insert("c", "f1-micro")
+	if want := "Quota 'CPUS' exceeded.  Limit: 4.0 in region europe-west1."; code != 403 || message(out) != want {
+		t.Errorf("an instance past the CPUS quota: %d %q, want 403 %q", code, message(out), want)
+	}
+	if code, out := insert("c", "f1-micro"); code != 403 {
+		t.Fatalf("retried: %d %v", code, out)
+	}
+	_, op := do(t, "POST", zone+"/a/stop", "")
+	do(t, "POST", api+"zones/europe-west1-b/operations/"+op["name"].(string)+"/wait", "")
+	if code, out := insert("c", "e2-standard-2"); code != 200 {
+		t.Errorf("an instance once another stopped: %d %v", code, out)
+	}
+	// Another region has its own CPUS.
+	other := strings.NewReplacer(`"n1"`, `"d"`, "europe-west1-b", "us-east1-b").Replace(instanceBody)
+	if code, out := do(t, "POST", api+"zones/us-east1-b/instances", other); code != 200 {
+		t.Errorf("an instance in another region: %d %v", code, out)
+	}
+	for _, name := range []string{"fw1", "fw2"} {
+		if code, out := do(t, "POST", api+"global/firewalls", `{"name":"`+name+`","allowed":[{"IPProtocol":"all"}],"sourceRanges":["10.0.0.1/32"]}`); code != 200 {
+			t.Fatalf("firewall %s: %d %v", name, code, out)
+		}
+	}
+	code, out = do(t, "POST", api+"global/firewalls", `{"name":"fw3","allowed":[{"IPProtocol":"all"}],"sourceRanges":["10.0.0.1/32"]}`)
+	if want := "Quota 'FIREWALLS' exceeded.  Limit: 2.0 globally."; code != 403 || message(out) != want {
+		t.Errorf("a firewall past the FIREWALLS quota: %d %q, want 403 %q", code, message(out), want)
+	}
+}

@@ -43,7 +43,10 @@ func neutronResource(segment string) string {
 // limit is the call's project's quota of resource; negative is none.
 // Call with s.mu held.
 func (c *call) limit(resource string) int {
-	q := c.s.quotas[c.project]
+	q, ok := c.s.quotas[c.project]
+	if !ok {
+		q = c.s.opts.ProjectQuotas
+	}
 	def := DefaultQuotas()
 	pick := func(set, def int) int {
 		if set == 0 {

@@ -137,3 +137,15 @@ func TestNeutronQuotas(t *testing.T) {
 	code, _, out = c.do("POST", "/RegionOne/network/v2.0/floatingips", fip)
 	wantOverQuota(t, "a second floating IP of 1", code, out, "floatingip")
 }
+
+// Options.ProjectQuotas are every project's quotas but those set apart
+// (cloudsim's --openstack-* flags).
+func TestProjectQuotas(t *testing.T) {
+	c, _ := newClientWith(t, cloudsim.New(cloudsim.Profile{}), Options{ProjectQuotas: Quotas{SecurityGroups: 2}})
+	c.login("pw")
+	if code, out := c.group("a"); code != 201 { // beside the default group
+		t.Fatalf("group a: %d %v", code, out)
+	}
+	code, out := c.group("b")
+	wantOverQuota(t, "a third group of two", code, out, "security_group")
+}

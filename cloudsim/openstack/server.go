@@ -68,6 +68,9 @@ type Options struct {
 	// region; a project without an entry, or a zero field, has
 	// DefaultQuotas'.
 	Quotas map[string]Quotas
+	// ProjectQuotas are the quotas of a project without an entry in
+	// Quotas (a zero field: Neutron's default).
+	ProjectQuotas Quotas
 }
 
 // Quotas are a project's Neutron quotas in a region: how many security

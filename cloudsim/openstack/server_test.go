@@ -22,7 +22,14 @@ type client struct {
 
 func newClient(t *testing.T, sim *cloudsim.Sim) (*client, *Server) {
 	t.Helper()
-	srv := New(sim, Options{Users: []User{{Name: "ann", Password: "pw", Project: "p1"}}})
+	return newClientWith(t, sim, Options{})
+}
+
+// newClientWith is newClient on a server with opts (and user ann).
+func newClientWith(t *testing.T, sim *cloudsim.Sim, opts Options) (*client, *Server) {
+	t.Helper()
+	opts.Users = []User{{Name: "ann", Password: "pw", Project: "p1"}}
+	srv := New(sim, opts)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		ts.Close()

@@ -57,7 +57,31 @@ type Options struct {
 	// user or application credential); none: each front end's documented
 	// default (GCE: any bearer token; OpenStack: any password).
 	Credentials []districts.Credential
+	// Quotas are what the clouds refuse beyond (zero fields: EC2's rules
+	// per group and Neutron's quotas at their defaults, the rest
+	// unlimited; cmd/cloudsim sets every one to the cloud's default).
+	Quotas Quotas
+	// ListingLag keeps a new EC2 instance out of DescribeInstances this
+	// long (cloud time), as EC2's eventual consistency does.
+	ListingLag time.Duration
 }
+
+// Quotas are the clouds' quotas the emulator keeps.
+type Quotas struct {
+	// AWSVCPUs is each region's running On-Demand vCPU quota;
+	// AWSRulesPerGroup a security group's inbound rules.
+	AWSVCPUs, AWSRulesPerGroup int
+	// GCECPUs is each region's CPUS quota; GCEFirewalls a project's
+	// FIREWALLS.
+	GCECPUs, GCEFirewalls int
+	// OpenStack are every project's Neutron quotas.
+	OpenStack openstack.Quotas
+}
+
+// DefaultAWSVCPUs is the running On-Demand Standard vCPU quota
+// (L-1216C47A) cmd/cloudsim gives each region: accounts differ, so it is
+// a flag.
+const DefaultAWSVCPUs = 32
 
 // DefaultBackingRoot keeps backing nodes apart from transit's own local
 // districts.
@@ -116,7 +140,8 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 	}
 	if opts.AWS != "" {
 		sim := newSim()
-		e.EC2, e.AWSFaults = ec2.New(sim, ec2.Options{Credentials: awsKeys(opts.Credentials)}), &sim.Faults
+		e.EC2, e.AWSFaults = ec2.New(sim, ec2.Options{Credentials: awsKeys(opts.Credentials),
+			VCPULimit: opts.Quotas.AWSVCPUs, RulesPerGroup: opts.Quotas.AWSRulesPerGroup, VisibilityLag: opts.ListingLag}), &sim.Faults
 		e.stops = append(e.stops, e.EC2.Close)
 		if e.AWSURL, err = e.serve(ctx, opts.AWS, sim, e.EC2, func() any { return nonNil(e.EC2.Resources()) }); err != nil {
 			return nil, fmt.Errorf("cloudsim: serve EC2: %w", err)
@@ -128,7 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 			return nil, err
 		}
 		sim := newSim()
-		e.GCE, e.GCEFaults = gce.New(sim, gce.Options{Accounts: accounts}), &sim.Faults
+		e.GCE, e.GCEFaults = gce.New(sim, gce.Options{Accounts: accounts, CPUs: opts.Quotas.GCECPUs, Firewalls: opts.Quotas.GCEFirewalls}), &sim.Faults
 		e.stops = append(e.stops, e.GCE.Close)
 		if e.GCEURL, err = e.serve(ctx, opts.GCE, sim, e.GCE, func() any { return nonNil(e.GCE.Resources()) }); err != nil {
 			return nil, fmt.Errorf("cloudsim: serve Compute Engine: %w", err)
@@ -143,7 +168,7 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 				regions = append(regions, name)
 			}
 		}
-		e.OpenStack = openstack.New(sim, openstack.Options{Users: users, AppCredentials: apps, Regions: regions})
+		e.OpenStack = openstack.New(sim, openstack.Options{Users: users, AppCredentials: apps, Regions: regions, ProjectQuotas: opts.Quotas.OpenStack})
 		e.OpenStackFaults = &sim.Faults
 		e.stops = append(e.stops, e.OpenStack.Close)
 		url, err := e.serve(ctx, opts.OpenStack, sim, e.OpenStack, func() any { return nonNil(e.OpenStack.Resources()) })
