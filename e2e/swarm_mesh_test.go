@@ -50,6 +50,7 @@ func testCloudSwarmOnTheMesh(t *testing.T, env *clouds) {
 			c.checkSwarmOnMesh(t)
 		}},
 		{"containers on an overlay network in two clouds reach each other, only WireGuard between the clouds", testMeshOverlay},
+		{"the AWS us-east-1 worker's mesh key rotates while a GCE container keeps fetching from it", testRotateUnderTraffic},
 		{"a worker leaves: drained, removed, the others' peers without it", func(t *testing.T, c *cluster) {
 			c.setQuantity("gce-eu", districts.RoleWorker, 0)
 			env.checkSwarm(t, c, 2)
@@ -169,4 +170,75 @@ docker inspect --format '{{(index .NetworkSettings.Networks "e2e-mesh").IPAddres
 			t.Errorf("%d packets of %s crossed between clouds outside the mesh", n, f)
 		}
 	}
+}
+
+// testRotateUnderTraffic: a container on the GCE worker fetches from the
+// web container testMeshOverlay left on the AWS us-east-1 worker, again
+// and again, while transit mesh rotate gives that worker a new key: no
+// fetch fails, the state records the key the node runs, and every other
+// node's peers hold the new key and not the old.
+func testRotateUnderTraffic(t *testing.T, c *cluster) {
+	res := c.status()
+	var server, client districts.Node
+	for _, n := range res.Nodes {
+		switch n.District {
+		case "aws-us":
+			server = n
+		case "gce-eu":
+			client = n
+		}
+	}
+	ip := strings.TrimSpace(c.mustOn(server, `docker inspect --format '{{(index .NetworkSettings.Networks "e2e-mesh").IPAddress}}' e2e-web`))
+	c.mustOn(client, `docker run -d --name e2e-prober --network e2e-mesh `+image+` sh -c "while [ ! -f /stop ]; do if printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 5 `+ip+` 8080 | busybox grep -q hello; then echo ok; else echo fail; fi; busybox sleep 0.05; done" >/dev/null`)
+	probes := func() (ok, failed int) {
+		out := c.mustOn(client, `docker logs e2e-prober 2>&1`)
+		return strings.Count(out, "ok"), strings.Count(out, "fail")
+	}
+	eventually(t, time.Minute, "the prober's first answers", func(context.Context) error {
+		if ok, _ := probes(); ok < 10 {
+			return fmt.Errorf("%d answers", ok)
+		}
+		return nil
+	})
+	r := c.transit("mesh", "rotate", "--auto-approve", server.ID)
+	if r.code != 0 {
+		t.Fatalf("transit mesh rotate %s: exit %d\n%s\n%s", server.ID, r.code, r.stdout, r.stderr)
+	}
+	before, _ := probes()
+	eventually(t, time.Minute, "answers after the rotation", func(context.Context) error {
+		if ok, _ := probes(); ok < before+10 {
+			return fmt.Errorf("%d answers since", ok-before)
+		}
+		return nil
+	})
+	c.mustOn(client, `docker exec e2e-prober busybox touch /stop && docker wait e2e-prober >/dev/null`)
+	ok, failed := probes()
+	c.mustOn(client, `docker rm e2e-prober >/dev/null`)
+	t.Logf("%d fetches across clouds answered, %d failed, while the server's node rotated its key", ok, failed)
+	if failed > 0 {
+		t.Errorf("%d of %d fetches failed while the server's node rotated its mesh key", failed, ok+failed)
+	}
+	after := c.status()
+	var rotated districts.Node
+	for _, n := range after.Nodes {
+		if n.ID == server.ID {
+			rotated = n
+		}
+	}
+	if rotated.MeshKey == server.MeshKey || rotated.MeshKey == "" || rotated.MeshKeyNext != "" {
+		t.Fatalf("node %s: mesh key %q (was %q), next %q", server.ID, rotated.MeshKey, server.MeshKey, rotated.MeshKeyNext)
+	}
+	if running := strings.TrimSpace(c.mustOn(rotated, "cat "+meshnode.Dir+"/"+mesh.RunningKeyFile)); running != rotated.MeshKey {
+		t.Errorf("node %s runs key %s, the state records %s", server.ID, running, rotated.MeshKey)
+	}
+	for _, n := range after.Nodes {
+		if n.ID == server.ID {
+			continue
+		}
+		peers := c.mustOn(n, "cat "+meshnode.Dir+"/"+mesh.PeersFile)
+		if !strings.Contains(peers, rotated.MeshKey) || strings.Contains(peers, server.MeshKey) {
+			t.Errorf("node %s's peers after the rotation: %s", n.ID, peers)
+		}
+	}
+	c.checkSwarmOnMesh(t)
 }

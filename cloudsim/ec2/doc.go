@@ -16,20 +16,52 @@
 // state, ...); DescribeVpcs, DescribeSubnets; ImportKeyPair (ed25519 and
 // RSA), DescribeKeyPairs (IncludePublicKey), DeleteKeyPair;
 // CreateSecurityGroup (TagSpecifications), DescribeSecurityGroups,
-// AuthorizeSecurityGroupIngress and RevokeSecurityGroupIngress (CIDR
-// sources only, a range's Description kept; a duplicate is one whatever
-// its description), UpdateSecurityGroupRuleDescriptionsIngress,
-// DeleteSecurityGroup (DependencyViolation while an
-// instance that is not terminated uses it); CreateTags, DeleteTags;
-// RunInstances (ImageId, InstanceType, KeyName, SecurityGroupId(s),
+// AuthorizeSecurityGroupIngress (TagSpecifications of type
+// security-group-rule tag the new rules) and RevokeSecurityGroupIngress
+// (CIDR sources only, a range's Description kept; a duplicate is one
+// whatever its description), UpdateSecurityGroupRuleDescriptionsIngress,
+// DescribeSecurityGroupRules, DeleteSecurityGroup (DependencyViolation
+// while an instance that is not terminated uses it); CreateTags,
+// DeleteTags (instances, groups, rules, VPCs, subnets, key pairs),
+// DescribeTags; RunInstances (ImageId, InstanceType, KeyName, SecurityGroupId(s),
 // SubnetId or one NetworkInterface, Placement.AvailabilityZone, UserData,
 // TagSpecifications, ClientToken, MinCount/MaxCount); DescribeInstances;
-// TerminateInstances; StopInstances and StartInstances; GetConsoleOutput
+// TerminateInstances; StopInstances and StartInstances;
+// DescribeInstanceStatus; GetConsoleOutput
 // (Latest). Describe filters take EC2's names
 // (tag:<key>, tag-key, instance-state-name, client-token, group-name,
 // vpc-id, ...) and wildcards; an unknown filter is refused as EC2 refuses
 // it. Describe actions that page on EC2 page here with MaxResults and
 // NextToken; SetPageSize forces small pages.
+//
+// Every security group rule has an id (sgr-...) from the moment it is
+// made until it is revoked, a new group's default egress rule (all
+// traffic to 0.0.0.0/0) included. DescribeSecurityGroupRules lists the
+// rules of the region's groups, ingress and egress, in the order they
+// were made: securityGroupRuleId, groupId, groupOwnerId, isEgress,
+// ipProtocol, fromPort and toPort (-1 for all), cidrIpv4 or cidrIpv6 (no
+// referencedGroupInfo: group sources are not emulated), description,
+// tags and ARN; SecurityGroupRuleId.N (an unknown id is
+// InvalidSecurityGroupRuleId.NotFound, a malformed one .Malformed),
+// filters group-id, security-group-rule-id and tag:<key>, MaxResults
+// 5-1000. DescribeTags lists one entry per resource and tag key (resource
+// types instance, security-group, security-group-rule, vpc, subnet and
+// key-pair; terminated instances while they are listed, none hidden by
+// VisibilityLag), with filters key, value, resource-id, resource-type and
+// tag:<key> (the tags of resources that have that tag), MaxResults
+// 5-1000. DescribeInstanceStatus answers running instances, or with
+// IncludeAllInstances every listed one, each with its zone, state, and
+// system and instance status: not-applicable unless running, else
+// initializing (detail reachability initializing) for
+// Options.StatusCheckDelay (default 2 minutes, scaled) after it started
+// running, this run, then ok (reachability passed); the emulator's
+// instances never fail their checks and have no scheduled events.
+// InstanceId.N answers as DescribeInstances does (unknown ids
+// InvalidInstanceID.NotFound; a listed instance that is not running is
+// left out without IncludeAllInstances), and cannot be combined with
+// MaxResults (5-1000); filters availability-zone, instance-state-name,
+// instance-state-code, instance-status.status, system-status.status,
+// instance-status.reachability, system-status.reachability and event.*.
 //
 // Instances live by the sim's AWS latencies (Server.SetLatency replaces
 // them): pending until Launch has passed, running, shutting-down from

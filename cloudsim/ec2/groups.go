@@ -1,7 +1,9 @@
 package ec2
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -22,13 +24,34 @@ type group struct {
 	tags      map[string]string
 }
 
+// rule is one rule of a group. Its id (sgr-...) and seq are given when
+// it is made (newRule) and kept for its life.
 type rule struct {
+	seq      uint64
 	id       string
 	proto    string // "-1" (all), "tcp", "udp", "icmp" or a protocol number
 	from, to int    // -1 for all ports
 	cidr     string
 	v6       bool
 	desc     string
+	tags     map[string]string
+}
+
+// newRule gives a rule being added to a group its id, its place in
+// DescribeSecurityGroupRules' order and its tags. Call with s.mu held.
+func (s *Server) newRule(r rule, tags map[string]string) rule {
+	r.seq, r.id = s.nextSeq(), newID("sgr")
+	r.tags = maps.Clone(tags)
+	if r.tags == nil {
+		r.tags = map[string]string{}
+	}
+	return r
+}
+
+// defaultEgress is the egress rule every new VPC security group has: all
+// traffic to anywhere. Call with s.mu held.
+func (s *Server) defaultEgress() []rule {
+	return []rule{s.newRule(rule{proto: "-1", from: -1, to: -1, cidr: "0.0.0.0/0"}, nil)}
 }
 
 func (r rule) key() string {
@@ -46,7 +69,7 @@ func (r rule) String() string {
 func (s *Server) addDefaultGroup(rg *region, vpcID string) {
 	g := &group{seq: s.nextSeq(), id: newID("sg"), name: "default", desc: "default VPC security group", vpc: vpcID,
 		isDefault: true, tags: map[string]string{}}
-	g.egress = []rule{{id: newID("sgr"), proto: "-1", from: -1, to: -1, cidr: "0.0.0.0/0"}}
+	g.egress = s.defaultEgress()
 	rg.groups[g.id] = g
 }
 
@@ -120,7 +143,7 @@ func (c *call) createSecurityGroup() (requestIDSetter, error) {
 		}
 	}
 	g := &group{seq: s.nextSeq(), id: newID("sg"), name: name, desc: desc, vpc: vpcID, tags: tags}
-	g.egress = []rule{{id: newID("sgr"), proto: "-1", from: -1, to: -1, cidr: "0.0.0.0/0"}}
+	g.egress = s.defaultEgress()
 	rg.groups[g.id] = g
 	return &createSecurityGroupResponse{Return: true, GroupID: g.id, Arn: s.groupArn(c.region, g.id), Tags: xTags(tags)}, nil
 }
@@ -328,6 +351,10 @@ func (c *call) ingressChange() (*group, []rule, error) {
 }
 
 func (c *call) authorizeIngress() (requestIDSetter, error) {
+	tags, err := c.p.tagSpecs("security-group-rule")
+	if err != nil {
+		return nil, err
+	}
 	g, rules, err := c.ingressChange()
 	if err != nil {
 		return nil, err
@@ -361,9 +388,9 @@ func (c *call) authorizeIngress() (requestIDSetter, error) {
 	}
 	out := &authorizeIngressResponse{Return: true}
 	for _, r := range rules {
-		r.id = newID("sgr")
+		r = s.newRule(r, tags)
 		g.ingress = append(g.ingress, r)
-		out.Rules = append(out.Rules, s.xRule(g, r))
+		out.Rules = append(out.Rules, s.xRule(c.region, g, r))
 	}
 	s.mu.Unlock()
 	if err := s.allow(c.region); err != nil {
@@ -372,8 +399,10 @@ func (c *call) authorizeIngress() (requestIDSetter, error) {
 	return out, nil
 }
 
-func (s *Server) xRule(g *group, r rule) xRule {
-	x := xRule{RuleID: r.id, GroupID: g.id, OwnerID: s.account, IPProtocol: r.proto, FromPort: r.from, ToPort: r.to, Description: r.desc}
+func (s *Server) xRule(region string, g *group, r rule) xRule {
+	x := xRule{RuleID: r.id, GroupID: g.id, OwnerID: s.account, IsEgress: slices.ContainsFunc(g.egress, func(e rule) bool { return e.id == r.id }),
+		IPProtocol: r.proto, FromPort: r.from, ToPort: r.to, Description: r.desc, Tags: xTags(r.tags),
+		Arn: fmt.Sprintf("arn:aws:ec2:%s:%s:security-group-rule/%s", region, s.account, r.id)}
 	if r.v6 {
 		x.CidrIPv6 = r.cidr
 	} else {
@@ -402,7 +431,7 @@ func (c *call) revokeIngress() (requestIDSetter, error) {
 	kept := g.ingress[:0:0]
 	for _, r := range g.ingress {
 		if drop[r.key()] {
-			out.RevokedRules = append(out.RevokedRules, s.xRule(g, r))
+			out.RevokedRules = append(out.RevokedRules, s.xRule(c.region, g, r))
 			continue
 		}
 		kept = append(kept, r)
@@ -519,4 +548,92 @@ func (r rule) backing() (cloudsim.Rule, bool) {
 		return cloudsim.Rule{Source: p.Masked(), Protocol: proto}, true
 	}
 	return cloudsim.Rule{}, false
+}
+
+func ruleNotFound(id string) *apiError {
+	return &apiError{status: 400, code: "InvalidSecurityGroupRuleId.NotFound", msg: fmt.Sprintf("The security group rule ID '%s' does not exist", id)}
+}
+
+// describeSecurityGroupRules lists the rules of the region's groups,
+// ingress and egress, in the order they were made.
+func (c *call) describeSecurityGroupRules() (requestIDSetter, error) {
+	fs, err := c.p.filters()
+	if err != nil {
+		return nil, err
+	}
+	limit, err := c.maxResults(5, 1000)
+	if err != nil {
+		return nil, err
+	}
+	ids := c.p.list("SecurityGroupRuleId")
+	for _, id := range ids {
+		if !validID("sgr", id) {
+			return nil, &apiError{status: 400, code: "InvalidSecurityGroupRuleId.Malformed", msg: fmt.Sprintf("Invalid id: \"%s\" (expecting \"sgr-...\")", id)}
+		}
+	}
+	type row struct {
+		g *group
+		r rule
+	}
+	s := c.s
+	s.mu.Lock()
+	rg := s.region(c.region)
+	var all []row
+	have := map[string]bool{}
+	for _, g := range rg.groups {
+		for _, r := range slices.Concat(g.ingress, g.egress) {
+			all = append(all, row{g, r})
+			have[r.id] = true
+		}
+	}
+	slices.SortFunc(all, func(a, b row) int { return cmp.Compare(a.r.seq, b.r.seq) })
+	for _, id := range ids {
+		if !have[id] {
+			s.mu.Unlock()
+			return nil, ruleNotFound(id)
+		}
+	}
+	ruleAttrs := func(g *group, r rule) attrs {
+		return func(f string) ([]string, bool) {
+			switch f {
+			case "group-id":
+				return []string{g.id}, true
+			case "security-group-rule-id":
+				return []string{r.id}, true
+			}
+			if strings.HasPrefix(f, "tag:") {
+				return tagAttrs(r.tags, f)
+			}
+			return nil, false
+		}
+	}
+	if err := checkFilters(fs, ruleAttrs(&group{}, rule{})); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	var matched []row
+	for _, x := range all {
+		if len(ids) > 0 && !slices.Contains(ids, x.r.id) {
+			continue
+		}
+		ok, err := matchAll(fs, ruleAttrs(x.g, x.r))
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		if ok {
+			matched = append(matched, x)
+		}
+	}
+	pg, next, err := page(c, matched, func(x row) uint64 { return x.r.seq }, limit)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	out := &describeSecurityGroupRulesResponse{NextToken: next}
+	for _, x := range pg {
+		out.Rules = append(out.Rules, s.xRule(c.region, x.g, x.r))
+	}
+	s.mu.Unlock()
+	return out, nil
 }

@@ -647,13 +647,23 @@ func (rg *region) taggable(id string) (map[string]string, bool) {
 			return k.tags, true
 		}
 	}
+	if strings.HasPrefix(id, "sgr-") {
+		for _, g := range rg.groups {
+			for _, r := range slices.Concat(g.ingress, g.egress) {
+				if r.id == id {
+					return r.tags, true
+				}
+			}
+		}
+	}
 	return nil, false
 }
 
 func notFoundID(id string) *apiError {
 	kind, _, _ := strings.Cut(id, "-")
 	codes := map[string]string{"i": "InvalidInstanceID.NotFound", "sg": "InvalidGroup.NotFound",
-		"vpc": "InvalidVpcID.NotFound", "subnet": "InvalidSubnetID.NotFound", "key": "InvalidKeyPair.NotFound"}
+		"vpc": "InvalidVpcID.NotFound", "subnet": "InvalidSubnetID.NotFound", "key": "InvalidKeyPair.NotFound",
+		"sgr": "InvalidSecurityGroupRuleId.NotFound"}
 	code, ok := codes[kind]
 	if !ok {
 		return &apiError{status: 400, code: "InvalidID", msg: fmt.Sprintf("The ID '%s' is not valid", id)}

@@ -36,6 +36,10 @@ const (
 	// DefaultConsolePostDelay is how long (cloud time) after an
 	// instance boots, stops or terminates EC2 posts its console output.
 	DefaultConsolePostDelay = 3 * time.Minute
+	// DefaultStatusCheckDelay is how long (cloud time) an instance's
+	// status checks are initializing after it starts running: EC2 takes a
+	// couple of minutes before they pass.
+	DefaultStatusCheckDelay = 2 * time.Minute
 )
 
 // Credential is the secret half of an access key the emulator accepts.
@@ -90,6 +94,10 @@ type Options struct {
 	// what GetConsoleOutput answers unless Latest is set (default
 	// DefaultConsolePostDelay).
 	ConsolePostDelay time.Duration
+	// StatusCheckDelay is how long (cloud time, scaled) after an instance
+	// starts running its status checks (DescribeInstanceStatus) are
+	// initializing before they pass (default DefaultStatusCheckDelay).
+	StatusCheckDelay time.Duration
 }
 
 // DefaultImages are a few Debian 12 and Ubuntu 24.04 images under their
@@ -127,6 +135,7 @@ type Server struct {
 	visible time.Duration
 	lag     time.Duration
 	posting time.Duration // Options.ConsolePostDelay
+	checks  time.Duration // Options.StatusCheckDelay
 
 	mu      sync.Mutex
 	regions map[string]*region
@@ -163,6 +172,9 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	if opts.ConsolePostDelay <= 0 {
 		opts.ConsolePostDelay = DefaultConsolePostDelay
 	}
+	if opts.StatusCheckDelay <= 0 {
+		opts.StatusCheckDelay = DefaultStatusCheckDelay
+	}
 	images := slices.Clone(opts.Images)
 	for i := range images {
 		if images[i].Architecture == "" {
@@ -172,7 +184,7 @@ func New(sim *cloudsim.Sim, opts Options) *Server {
 	return &Server{
 		Front: cloudsim.NewFront(sim, "aws"), sim: sim, creds: maps.Clone(opts.Credentials), account: opts.AccountID, images: images,
 		zones: opts.Zones, vcpus: opts.VCPULimit, rules: opts.RulesPerGroup, visible: opts.TerminatedVisible,
-		lag: opts.VisibilityLag, posting: opts.ConsolePostDelay,
+		lag: opts.VisibilityLag, posting: opts.ConsolePostDelay, checks: opts.StatusCheckDelay,
 		regions: map[string]*region{}, public: newPool(publicRange),
 	}
 }
@@ -229,6 +241,9 @@ var actions = map[string]action{
 	"StopInstances":                              {cloudsim.OpPower, (*call).stopInstances},
 	"StartInstances":                             {cloudsim.OpPower, (*call).startInstances},
 	"GetConsoleOutput":                           {cloudsim.OpList, (*call).getConsoleOutput},
+	"DescribeInstanceStatus":                     {cloudsim.OpList, (*call).describeInstanceStatus},
+	"DescribeTags":                               {cloudsim.OpList, (*call).describeTags},
+	"DescribeSecurityGroupRules":                 {cloudsim.OpList, (*call).describeSecurityGroupRules},
 }
 
 // maxBody bounds a request body (RunInstances' user data is at most 16 KiB
@@ -400,30 +415,50 @@ func newID(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)[:17]
 }
 
-// pageToken is an opaque NextToken: the sequence number of the last item
-// returned, so paging is stable while items come and go.
-func pageToken(seq uint64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + strconv.FormatUint(seq, 10)))
+// cursor is where an item sits in a listing's order: its sequence
+// number, then, for listings with several items per sequence number
+// (DescribeTags: a resource's tags), a key.
+type cursor struct {
+	seq uint64
+	key string
 }
 
-func parsePageToken(tok string) (uint64, error) {
+func (a cursor) after(b cursor) bool { return a.seq > b.seq || a.seq == b.seq && a.key > b.key }
+
+// pageToken is an opaque NextToken: the cursor of the last item
+// returned, so paging is stable while items come and go.
+func pageToken(at cursor) string {
+	tok := "v1:" + strconv.FormatUint(at.seq, 10)
+	if at.key != "" {
+		tok += ":" + at.key
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(tok))
+}
+
+func parsePageToken(tok string) (cursor, error) {
 	if tok == "" {
-		return 0, nil
+		return cursor{}, nil
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(tok)
 	if err == nil {
 		if rest, ok := bytes.CutPrefix(raw, []byte("v1:")); ok {
-			if n, err := strconv.ParseUint(string(rest), 10, 64); err == nil {
-				return n, nil
+			num, key, _ := bytes.Cut(rest, []byte(":"))
+			if n, err := strconv.ParseUint(string(num), 10, 64); err == nil {
+				return cursor{seq: n, key: string(key)}, nil
 			}
 		}
 	}
-	return 0, &apiError{status: 400, code: "InvalidPaginationToken", msg: "The specified pagination token is not valid or is expired."}
+	return cursor{}, &apiError{status: 400, code: "InvalidPaginationToken", msg: "The specified pagination token is not valid or is expired."}
 }
 
 // page cuts items (in sequence order) after the NextToken to one page of
 // at most limit items (0: all, unless SetPageSize says less).
 func page[T any](c *call, items []T, seq func(T) uint64, limit int) ([]T, string, error) {
+	return pageBy(c, items, func(it T) cursor { return cursor{seq: seq(it)} }, limit)
+}
+
+// pageBy is page for items in cursor order.
+func pageBy[T any](c *call, items []T, at func(T) cursor, limit int) ([]T, string, error) {
 	after, err := parsePageToken(c.p.get("NextToken"))
 	if err != nil {
 		return nil, "", err
@@ -433,10 +468,10 @@ func page[T any](c *call, items []T, seq func(T) uint64, limit int) ([]T, string
 		limit = ps
 	}
 	start := 0
-	if after > 0 {
+	if after != (cursor{}) {
 		start = len(items)
 		for i, it := range items {
-			if seq(it) > after {
+			if at(it).after(after) {
 				start = i
 				break
 			}
@@ -447,7 +482,7 @@ func page[T any](c *call, items []T, seq func(T) uint64, limit int) ([]T, string
 		return items, "", nil
 	}
 	items = items[:limit]
-	return items, pageToken(seq(items[len(items)-1])), nil
+	return items, pageToken(at(items[len(items)-1])), nil
 }
 
 // maxResults reads MaxResults within EC2's bounds for the action.

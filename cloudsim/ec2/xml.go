@@ -301,6 +301,8 @@ type xRule struct {
 	CidrIPv4    string `xml:"cidrIpv4,omitempty"`
 	CidrIPv6    string `xml:"cidrIpv6,omitempty"`
 	Description string `xml:"description,omitempty"`
+	Tags        []xTag `xml:"tagSet>item"`
+	Arn         string `xml:"securityGroupRuleArn,omitempty"`
 }
 
 type authorizeIngressResponse struct {
@@ -326,4 +328,48 @@ func xTags(tags map[string]string) []xTag {
 		out = append(out, xTag{Key: k, Value: tags[k]})
 	}
 	return out
+}
+
+type xTagDescription struct {
+	ResourceID   string `xml:"resourceId"`
+	ResourceType string `xml:"resourceType"`
+	Key          string `xml:"key"`
+	Value        string `xml:"value"`
+}
+
+type describeTagsResponse struct {
+	base
+	Tags      []xTagDescription `xml:"tagSet>item"`
+	NextToken string            `xml:"nextToken,omitempty"`
+}
+
+type xStatusDetail struct {
+	Name   string `xml:"name"`
+	Status string `xml:"status"`
+}
+
+type xStatusSummary struct {
+	Status  string          `xml:"status"`
+	Details []xStatusDetail `xml:"details>item"`
+}
+
+type xInstanceStatus struct {
+	InstanceID         string         `xml:"instanceId"`
+	AvailabilityZone   string         `xml:"availabilityZone"`
+	AvailabilityZoneID string         `xml:"availabilityZoneId"`
+	State              xState         `xml:"instanceState"`
+	SystemStatus       xStatusSummary `xml:"systemStatus"`
+	InstanceStatus     xStatusSummary `xml:"instanceStatus"`
+}
+
+type describeInstanceStatusResponse struct {
+	base
+	Statuses  []xInstanceStatus `xml:"instanceStatusSet>item"`
+	NextToken string            `xml:"nextToken,omitempty"`
+}
+
+type describeSecurityGroupRulesResponse struct {
+	base
+	Rules     []xRule `xml:"securityGroupRuleSet>item"`
+	NextToken string  `xml:"nextToken,omitempty"`
 }
