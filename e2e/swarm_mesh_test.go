@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -11,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/mesh"
@@ -35,7 +41,13 @@ func testCloudSwarmOnTheMesh(t *testing.T, env *clouds) {
 		NetworkSettings: &districts.Network{Mesh: districts.MeshWireGuard},
 		Strategy:        districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(30 * time.Second)},
 	}
-	c := newCluster(t, cloudsRoot, cfg, env.districts())
+	// aws-us-b is a second district of AWS us-east-1's one identity (the
+	// same account, region and VPC), in another zone: it lists aws-us's
+	// machines too.
+	ds := append(env.districts(), districts.District{Type: "district", ID: "aws-us-b", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
+		AWSRegion: "us-east-1", AWSZones: []string{"us-east-1b"}, AWSEndpoint: env.emu.AWSURL,
+		Flavors: []districts.DistrictFlavor{{Flavor: "small", InstanceType: "t3.small"}}})
+	c := newCluster(t, cloudsRoot, cfg, ds)
 	env.writeCredentials(c)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -51,6 +63,12 @@ func testCloudSwarmOnTheMesh(t *testing.T, env *clouds) {
 		}},
 		{"containers on an overlay network in two clouds reach each other, only WireGuard between the clouds", testMeshOverlay},
 		{"the AWS us-east-1 worker's mesh key rotates while a GCE container keeps fetching from it", testRotateUnderTraffic},
+		{"the AWS us-east-1 worker's district tag removed behind transit's back, a sibling district of its identity listing it: every member kept", func(t *testing.T, c *cluster) {
+			testTagRemovedWithSibling(t, c, env)
+		}},
+		{"the GCE worker's zone unreachable during an apply: the listing is not believed, nothing removed", func(t *testing.T, c *cluster) {
+			testZoneUnreachable(t, c, env)
+		}},
 		{"a worker leaves: drained, removed, the others' peers without it", func(t *testing.T, c *cluster) {
 			c.setQuantity("gce-eu", districts.RoleWorker, 0)
 			env.checkSwarm(t, c, 2)
@@ -239,6 +257,86 @@ func testRotateUnderTraffic(t *testing.T, c *cluster) {
 		if !strings.Contains(peers, rotated.MeshKey) || strings.Contains(peers, server.MeshKey) {
 			t.Errorf("node %s's peers after the rotation: %s", n.ID, peers)
 		}
+	}
+	c.checkSwarmOnMesh(t)
+}
+
+// machinesOf is every node's machine, by node id.
+func machinesOf(res districts.Resources) map[string]string {
+	out := map[string]string{}
+	for _, n := range res.Nodes {
+		out[n.ID] = n.ProviderID
+	}
+	return out
+}
+
+// testTagRemovedWithSibling: an operator removes the district tag from
+// the AWS us-east-1 worker's instance; aws-us-b, a district of the same
+// identity, lists the machine too. It stays aws-us's node (a warning asks
+// to restore the tag), nothing is terminated, launched or drained, and
+// the mesh stays whole.
+func testTagRemovedWithSibling(t *testing.T, c *cluster, env *clouds) {
+	before := c.status()
+	var worker districts.Node
+	for _, n := range before.Nodes {
+		if n.District == "aws-us" {
+			worker = n
+		}
+	}
+	ec := env.ec2Client("us-east-1")
+	if _, err := ec.DeleteTags(t.Context(), &ec2.DeleteTagsInput{Resources: []string{worker.ProviderID},
+		Tags: []types.Tag{{Key: sdk.String(districts.TagDistrict)}}}); err != nil {
+		t.Fatalf("remove the district tag of %s: %v", worker.ProviderID, err)
+	}
+	defer func() {
+		if _, err := ec.CreateTags(context.Background(), &ec2.CreateTagsInput{Resources: []string{worker.ProviderID},
+			Tags: []types.Tag{{Key: sdk.String(districts.TagDistrict), Value: sdk.String("aws-us")}}}); err != nil {
+			t.Errorf("restore the district tag: %v", err)
+		}
+	}()
+	r := c.apply()
+	if !strings.Contains(r.stdout+r.stderr, "machine "+worker.ProviderID+" is listed by districts aws-us and aws-us-b") {
+		t.Errorf("apply does not warn of the machine two districts list:\n%s\n%s", r.stdout, r.stderr)
+	}
+	after := c.status()
+	if got, want := machinesOf(after), machinesOf(before); !maps.Equal(got, want) {
+		t.Errorf("the nodes' machines changed with a tag removed: %v, were %v", got, want)
+	}
+	if got := env.swarmMembers(c, after); len(got) != 3 || got[worker.ID] != "Ready Active worker" {
+		t.Errorf("docker node ls after the apply: %v", got)
+	}
+	c.checkSwarmOnMesh(t)
+}
+
+// testZoneUnreachable: Compute Engine's aggregated list reports the GCE
+// worker's zone UNREACHABLE. transit does not take the listing as the
+// truth: the apply fails naming the zone, no node is forgotten, removed
+// or replaced; once the zone answers again the next apply converges with
+// every member kept.
+func testZoneUnreachable(t *testing.T, c *cluster, env *clouds) {
+	before := c.status()
+	var worker districts.Node
+	for _, n := range before.Nodes {
+		if n.District == "gce-eu" {
+			worker = n
+		}
+	}
+	env.emu.GCEFaults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultUnreachable, Reason: worker.Zone, Times: -1})
+	r := c.transit("apply", "--auto-approve")
+	env.emu.GCEFaults.Clear()
+	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "zones/"+worker.Zone+" unreachable") {
+		t.Errorf("apply with zone %s unreachable: exit %d, want a failure naming the zone\n%s\n%s", worker.Zone, r.code, r.stdout, r.stderr)
+	}
+	if got, want := machinesOf(c.status()), machinesOf(before); !maps.Equal(got, want) {
+		t.Errorf("the nodes' machines changed while a zone was unreachable: %v, were %v", got, want)
+	}
+	c.apply()
+	after := c.status()
+	if got, want := machinesOf(after), machinesOf(before); !maps.Equal(got, want) {
+		t.Errorf("the nodes' machines changed once the zone answered: %v, were %v", got, want)
+	}
+	if got := env.swarmMembers(c, after); len(got) != 3 || got[worker.ID] != "Ready Active worker" {
+		t.Errorf("docker node ls after the zone answered: %v", got)
 	}
 	c.checkSwarmOnMesh(t)
 }
