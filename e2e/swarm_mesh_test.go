@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -37,6 +38,7 @@ func testCloudSwarmOnTheMesh(t *testing.T, env *clouds) {
 			{District: "aws-eu", Flavor: "small", Role: districts.RoleMaster, Quantity: 1, Tags: tags("aws-eu")},
 			{District: "aws-us", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("aws-us")},
 			{District: "gce-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 1, Tags: tags("gce-eu")},
+			{District: "os-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 0, Tags: tags("os-eu")},
 		},
 		NetworkSettings: &districts.Network{Mesh: districts.MeshWireGuard},
 		Strategy:        districts.Strategy{MaxSurge: districts.Int(1), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(30 * time.Second)},
@@ -73,6 +75,9 @@ func testCloudSwarmOnTheMesh(t *testing.T, env *clouds) {
 			c.setQuantity("gce-eu", districts.RoleWorker, 0)
 			env.checkSwarm(t, c, 2)
 			c.checkSwarmOnMesh(t)
+		}},
+		{"an OpenStack worker stopped while the AWS us-east-1 worker is replaced, started again at its floating IP: it takes the current peers", func(t *testing.T, c *cluster) {
+			testRestartedTakesPeers(t, c, env)
 		}},
 	})
 }
@@ -337,6 +342,105 @@ func testZoneUnreachable(t *testing.T, c *cluster, env *clouds) {
 	}
 	if got := env.swarmMembers(c, after); len(got) != 3 || got[worker.ID] != "Ready Active worker" {
 		t.Errorf("docker node ls after the zone answered: %v", got)
+	}
+	c.checkSwarmOnMesh(t)
+}
+
+// testRestartedTakesPeers: an OpenStack worker joins and is stopped
+// (SHUTOFF: its floating IP stays); meanwhile the AWS us-east-1 worker's
+// machine is deleted behind transit's back and replaced (the operator
+// confirms it with --forget-missing: it was the district's only one), and the new
+// worker must not get the deleted one's mesh address, which the stopped
+// node still sends to the deleted node's key. Started again at the same
+// addresses (its units start transit-mesh with its old peers file and
+// the engine, as systemd would), the node is owed the current peers
+// whatever its addresses: the next apply gives them, and every member
+// is Ready on the mesh.
+func testRestartedTakesPeers(t *testing.T, c *cluster, env *clouds) {
+	c.setQuantity("os-eu", districts.RoleWorker, 1)
+	env.checkSwarm(t, c, 3)
+	var stopped, gone districts.Node
+	for _, n := range c.status().Nodes {
+		switch n.District {
+		case "os-eu":
+			stopped = n
+		case "aws-us":
+			gone = n
+		}
+	}
+	if err := env.emu.OpenStack.Stop(t.Context(), "RegionOne", osProject, stopped.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the OpenStack worker's machine stopped", func(context.Context) error {
+		for _, n := range c.statusNow().Nodes {
+			if n.ID == stopped.ID && n.Machine == "stopped" {
+				return nil
+			}
+		}
+		return errors.New("not stopped yet")
+	})
+	if err := env.emu.EC2.Remove(t.Context(), "us-east-1", gone.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	// The district's only machine vanished: transit believes that only
+	// when told (a changed credential looks the same).
+	if r := c.transit("apply", "--auto-approve", "--forget-missing"); r.code != 0 {
+		t.Fatalf("apply --forget-missing with the worker deleted: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	var fresh districts.Node
+	for _, n := range c.status().Nodes {
+		if n.District == "aws-us" {
+			fresh = n
+		}
+	}
+	if fresh.ID == "" || fresh.ID == gone.ID {
+		t.Fatalf("the deleted worker %s was not replaced: %+v", gone.ID, c.status().Nodes)
+	}
+	if fresh.MeshIP == gone.MeshIP {
+		t.Errorf("the new worker %s got mesh address %s while stopped %s may still send it to the deleted %s's key", fresh.ID, fresh.MeshIP, stopped.ID, gone.ID)
+	}
+	if err := env.emu.OpenStack.Start(t.Context(), "RegionOne", osProject, stopped.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the OpenStack worker running at its floating IP again", func(ctx context.Context) error {
+		for _, n := range c.statusNow().Nodes {
+			if n.ID == stopped.ID && n.Machine == "" && n.PublicIP == stopped.PublicIP {
+				_, err := c.on(ctx, n, "true")
+				return err
+			}
+		}
+		return errors.New("not running yet")
+	})
+	// Its units, as systemd starts them at boot: the mesh with the peers
+	// it had, the engine (which rejoins the swarm by itself).
+	bits := netip.MustParsePrefix(districts.DefaultMeshCIDR).Bits()
+	c.mustOn(stopped, meshnode.UpScript(provider.MeshSpec{Address: stopped.MeshIP + "/" + strconv.Itoa(bits), Port: districts.DefaultMeshPort}))
+	c.mustOn(stopped, `mkdir -p /run/transit && setsid dockerd --pidfile /run/transit/dockerd.pid >>/run/transit/dockerd.log 2>&1 </dev/null &
+i=0; until docker info >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 600 ] || exit 1; sleep 0.1; done`)
+	if old := c.mustOn(stopped, "cat "+meshnode.Dir+"/"+mesh.PeersFile); !strings.Contains(old, gone.MeshKey) {
+		t.Fatalf("the restarted node's peers before the apply lack the deleted node's key: the scenario did not happen\n%s", old)
+	}
+	c.apply()
+	if peers := c.mustOn(stopped, "cat "+meshnode.Dir+"/"+mesh.PeersFile); strings.Contains(peers, gone.MeshKey) {
+		t.Errorf("the restarted node still has the deleted node's key among its peers: %s", peers)
+	}
+	eventually(t, 2*time.Minute, "every member Ready, the restarted one too", func(context.Context) error {
+		got := env.swarmMembers(c, c.statusNow())
+		for _, id := range []string{stopped.ID, fresh.ID} {
+			if got[id] != "Ready Active worker" {
+				return fmt.Errorf("docker node ls: %v", got)
+			}
+		}
+		return nil
+	})
+	// Not checkSwarm: the boot gave the machine its cloud hostname back,
+	// which the engine now reports (the node keeps its transit-node
+	// label, by which transit knows it).
+	if got := env.swarmMembers(c, c.status()); len(got) != 3 {
+		t.Errorf("docker node ls: %v, want 3 members", got)
+	}
+	if r := c.transit("plan", "--detailed-exitcode"); r.code != 0 {
+		t.Errorf("plan after the restart: exit %d, want 0 (no changes)\n%s", r.code, r.stdout)
 	}
 	c.checkSwarmOnMesh(t)
 }
