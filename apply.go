@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/statestore"
 )
 
 // PlanOptions say which plan to make.
@@ -169,6 +170,11 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	opts.MaxRounds = o.MaxRounds
 	opts.OnEvent = o.OnEvent
 	opts.RotateKeys, opts.RotateAllKeys = o.RotateKeys, o.RotateAllKeys
+	// A remote state's lease fences the run: no action once it is not
+	// this run's, and the loop stops the moment it is lost.
+	opts.Fence = s.fence
+	ctx, stopFence := s.fenced(ctx)
+	defer stopFence()
 
 	p, approved := Plan{}, o.Confirmed
 	if o.Confirmed != nil {
@@ -208,6 +214,9 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	opts.Confirmed = approved
 	before := s.saves.Load()
 	res, err := control.Apply(ctx, opts)
+	if cause := context.Cause(ctx); errors.Is(cause, statestore.ErrLockLost) {
+		err = cause // not an interruption: the lock went
+	}
 	if s.saves.Load() != before {
 		// Readers of resources.json after the run see it whole.
 		if cerr := s.journal.Close(); cerr != nil {
@@ -218,6 +227,33 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 		}
 	}
 	return res, err
+}
+
+// fence says whether the run may still act: a remote state's lock must
+// still be its own (statestore.Lock.Valid).
+func (s *Session) fence() error {
+	if s.remote == nil || s.remote.lock == nil {
+		return nil
+	}
+	return s.remote.lock.Valid()
+}
+
+// fenced is ctx cancelled, with the lock's loss as its cause, the moment
+// a remote state's lock is lost; stop ends the watch.
+func (s *Session) fenced(ctx context.Context) (_ context.Context, stop func()) {
+	if s.remote == nil || s.remote.lock == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-s.remote.lock.Lost():
+			cancel(s.remote.lock.Valid())
+		case <-done:
+		}
+	}()
+	return ctx, func() { close(done); cancel(nil) }
 }
 
 // refuseDestroy returns control.ErrWouldDestroy when the plan terminates

@@ -170,10 +170,10 @@ func kubernetesInstall(env PlatformEnv, defaultBundle string) (install, bundles 
 // (AWS_ACCESS_KEY_ID…, shared files, an instance role) does.
 func BuiltinStores() map[string]StoreFunc {
 	return map[string]StoreFunc{
-		"s3": func(ctx context.Context, u *url.URL, creds []districts.Credential) (statestore.Store, error) {
-			var o s3store.Options
+		"s3": func(ctx context.Context, u *url.URL, env StoreEnv) (statestore.Store, error) {
+			o := s3store.Options{Logger: env.Logger}
 			if id := u.Query().Get("credential_id"); id != "" {
-				c := credential(creds, id)
+				c := credential(env.Credentials, id)
 				if c == nil {
 					return nil, fmt.Errorf("credential_id %q: credentials.json has no credential with that id", id)
 				}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,9 +23,18 @@ import (
 )
 
 // StoreFunc opens the state store a URL names (Options.Files.State), e.g.
-// "s3://bucket/prefix?endpoint=…": creds are credentials.json's entries,
-// from which the store takes the one the URL names.
-type StoreFunc func(ctx context.Context, location *url.URL, creds []districts.Credential) (statestore.Store, error)
+// "s3://bucket/prefix?endpoint=…".
+type StoreFunc func(ctx context.Context, location *url.URL, env StoreEnv) (statestore.Store, error)
+
+// StoreEnv is what a StoreFunc gets besides the URL.
+type StoreEnv struct {
+	// Credentials are credentials.json's entries, from which the store
+	// takes the one the URL names.
+	Credentials []districts.Credential
+	// Logger is the session's (never nil): the store's client library
+	// logs to it, at debug level, rather than to stderr.
+	Logger *slog.Logger
+}
 
 // RemoteStateObject is the name of the state in a remote store.
 const RemoteStateObject = "resources.json"
@@ -71,7 +81,11 @@ func (o Options) openStore(ctx context.Context, location string, creds []distric
 		slices.Sort(schemes)
 		return nil, configError(fmt.Errorf("state %q: no state store for %s:// in this build (a path, or one of: %s)", location, u.Scheme, strings.Join(schemes, ", ")))
 	}
-	s, err := open(ctx, u, creds)
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s, err := open(ctx, u, StoreEnv{Credentials: creds, Logger: logger})
 	if err != nil {
 		return nil, configError(fmt.Errorf("state %s: %w", location, err))
 	}
@@ -121,6 +135,7 @@ func (s *Session) openRemote(ctx context.Context) error {
 	}
 	r := &remote{store: store}
 	s.remote = r
+	tookOver := false
 	if s.opts.Access == Change {
 		lock, err := store.Lock(ctx, statestore.LockOptions{
 			Command: s.opts.Command,
@@ -129,6 +144,7 @@ func (s *Session) openRemote(ctx context.Context) error {
 				s.opts.Logger.Info("waiting for the state lock", "state", e.Store, "holder", e.Holder.String(), "timeout", s.opts.LockTimeout)
 			},
 			TookOver: func(p statestore.LockInfo) {
+				tookOver = true
 				s.opts.Logger.Warn("took over the state lock of a run that ended without releasing it", "previous", p.String())
 			},
 		})
@@ -149,10 +165,13 @@ func (s *Session) openRemote(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the state from %s: %w", store.Location(), err)
 	}
-	if s.opts.Access == Change && len(lines) > 0 {
+	if s.opts.Access == Change && (len(lines) > 0 || tookOver && base.Data != nil) {
 		// A run killed before it wrote the state whole left lines: the
-		// state object takes them now.
-		if base, err = foldLines(store, base, journal, lines); err != nil {
+		// state object takes them now. A lock taken over may be a live
+		// run's that was only paused: the state is written with the
+		// next serial (the fence), so that run's next write names a
+		// version that is gone and is refused.
+		if base, err = foldLines(store, base, journal, lines, tookOver); err != nil {
 			if errors.Is(err, statestore.ErrConflict) {
 				return r.conflicted(err)
 			}
@@ -163,7 +182,7 @@ func (s *Session) openRemote(ctx context.Context) error {
 	if err := writeLocal(dir, base, journal); err != nil {
 		return err
 	}
-	r.log = &statestore.StateLog{Store: store, Name: RemoteStateObject, Base: base.Version, Lines: lines, OnConflict: r.conflicted, Timeout: remoteSaveTimeout}
+	r.log = &statestore.StateLog{Store: store, Name: RemoteStateObject, Base: base.Version, Lines: lines, OnConflict: r.conflicted, Timeout: remoteSaveTimeout, Fence: r.writable}
 	return nil
 }
 
@@ -185,17 +204,28 @@ func remoteFiles(cluster string, secrets bool) []statestore.MirrorFile {
 // mirrorPrefix starts the name of every local copy of a remote state.
 const mirrorPrefix = "transit-state-"
 
-// mirrorDir makes the private directory of a session's local copy, and
-// removes the copies that runs killed before their Close left (their pid
-// is gone): they hold opened secrets.
-func mirrorDir(cluster string) (string, error) {
-	tmp := os.TempDir()
-	if entries, err := os.ReadDir(tmp); err == nil {
-		for _, e := range entries {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), mirrorPrefix) {
-				continue
-			}
-			dir := filepath.Join(tmp, e.Name())
+// migratePrefix started the name of the copies `state migrate` made
+// before it copied through memory, opened secrets among them.
+const migratePrefix = "transit-migrate-"
+
+// migrateLeftoverAge is the age after which a migrate's copy is a killed
+// run's: a migrate takes seconds.
+const migrateLeftoverAge = time.Hour
+
+// removeLeftovers removes from tmp the copies that killed runs left, best
+// effort (another user's are not ours to remove): a session's local copy
+// whose pid is gone, and an older transit's migrate copy once an hour
+// old.
+func removeLeftovers(tmp string) {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		dir := filepath.Join(tmp, e.Name())
+		switch {
+		case !e.IsDir():
+		case strings.HasPrefix(e.Name(), mirrorPrefix):
 			pid, err := os.ReadFile(filepath.Join(dir, "pid"))
 			if err != nil {
 				continue
@@ -203,8 +233,20 @@ func mirrorDir(cluster string) (string, error) {
 			if n, err := strconv.Atoi(strings.TrimSpace(string(pid))); err == nil && !processAlive(n) {
 				_ = os.RemoveAll(dir)
 			}
+		case strings.HasPrefix(e.Name(), migratePrefix):
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > migrateLeftoverAge {
+				_ = os.RemoveAll(dir)
+			}
 		}
 	}
+}
+
+// mirrorDir makes the private directory of a session's local copy, and
+// removes the copies that killed runs left (removeLeftovers): they hold
+// opened secrets.
+func mirrorDir(cluster string) (string, error) {
+	tmp := os.TempDir()
+	removeLeftovers(tmp)
 	dir, err := os.MkdirTemp(tmp, mirrorPrefix+cluster+"-")
 	if err != nil {
 		return "", err
@@ -241,16 +283,15 @@ func (r *remote) push() error {
 }
 
 // writable says the run may still write the store: no conflict stopped
-// it and its lock is not lost (not renewed in time, or force-unlocked).
+// it and its lock is still its own (renewed in time by its own clock, not
+// taken over, not force-unlocked).
 func (r *remote) writable() error {
 	if r.conflict != nil {
 		return r.conflict
 	}
 	if r.lock != nil {
-		select {
-		case <-r.lock.Lost():
-			return fmt.Errorf("the state lock on %s was lost (not renewed in time, or force-unlocked): stopping before another run's state is overwritten", r.store.Location())
-		default:
+		if err := r.lock.Valid(); err != nil {
+			return fmt.Errorf("%w: stopping before another run's state is overwritten", err)
 		}
 	}
 	return nil
@@ -278,7 +319,9 @@ func (r *remote) conflicted(err error) error {
 // releases the lock and removes the local copy.
 func (r *remote) close(serial int64) error {
 	var errs []error
-	if r.lock != nil && r.mirror != nil && r.conflict == nil {
+	// A run whose lock is no longer its own stores nothing more: its
+	// error said so already.
+	if r.lock != nil && r.mirror != nil && r.writable() == nil {
 		if err := r.push(); err != nil {
 			errs = append(errs, err)
 		} else if r.saved {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/control"
@@ -56,7 +57,7 @@ func newRunners(t *testing.T, n int) []*runner {
 func (r *runner) options(a transit.Access, command string) transit.Options {
 	o := r.world.options(a, command)
 	o.Files.State = "mem://bucket/prod"
-	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, []districts.Credential) (statestore.Store, error) {
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) {
 		return r.store, nil
 	}}
 	o.StateKey = r.key
@@ -328,7 +329,7 @@ func TestRemoteStateJournal(t *testing.T) {
 	store := &baseFailing{Store: a.store}
 	ctx := t.Context()
 	o := a.options(transit.Change, "transit apply")
-	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, []districts.Credential) (statestore.Store, error) { return store, nil }}
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) { return store, nil }}
 	s, err := transit.Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -382,4 +383,171 @@ func lockInfo(t *testing.T, s *memstore.Store) statestore.LockInfo {
 		t.Fatal(err)
 	}
 	return info
+}
+
+// A state that records machines whose store lost the cluster's SSH key (a
+// deleted object, a lifecycle rule, a push into a new store, a state file
+// copied without its key) is refused, naming the key and how to restore
+// it: a new key pair would lock transit out of every machine.
+func TestMissingKeyRefused(t *testing.T) {
+	t.Run("Remote", func(t *testing.T) {
+		rs := newRunners(t, 1)
+		a := rs[0]
+		a.apply(t)
+		ctx := t.Context()
+		st := storedState(t, a.store)
+		sealed := "transit-" + st.Cluster + ".key.age"
+		obj, err := a.store.Get(ctx, sealed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.store.Delete(ctx, sealed, obj.Version); err != nil {
+			t.Fatal(err)
+		}
+		for _, access := range []transit.Access{transit.Observe, transit.Change} {
+			s, err := transit.Open(ctx, a.options(access, "transit apply"))
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("access %v: opened a state of %d nodes without its key", access, len(st.Nodes))
+			}
+			for _, want := range []string{"mem://", sealed, "is missing", "state migrate", "earlier version"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("access %v: %q does not say %q", access, err, want)
+				}
+			}
+			if !errors.Is(err, transit.ErrConfig) {
+				t.Errorf("access %v: %v, want ErrConfig", access, err)
+			}
+		}
+		if _, err := a.store.Get(ctx, sealed); !errors.Is(err, statestore.ErrNotFound) {
+			t.Fatalf("a key was stored in the lost one's place: %v", err)
+		}
+		if _, err := a.store.Get(ctx, "lock"); !errors.Is(err, statestore.ErrNotFound) {
+			t.Errorf("the refused run left its lock: %v", err)
+		}
+	})
+	t.Run("Path", func(t *testing.T) {
+		w := newWorld(t)
+		applyWith(t, w.options(transit.Change, "transit apply"))
+		st := w.state(t)
+		key := w.path("transit-" + st.Cluster + ".key")
+		if err := os.Remove(key); err != nil {
+			t.Fatal(err)
+		}
+		_, err := transit.Open(t.Context(), w.options(transit.Change, "transit apply"))
+		if err == nil {
+			t.Fatal("opened a state of nodes without its key")
+		}
+		for _, want := range []string{key, "is missing", "state migrate", "backup"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q does not say %q", err, want)
+			}
+		}
+		if _, err := os.Stat(key); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a key was made in the lost one's place: %v", err)
+		}
+	})
+}
+
+// lockPausing is a store whose lease writes hang while paused, as a
+// process stopped (SIGSTOP, a paused VM) renews nothing; its lease is
+// short, for a test.
+type lockPausing struct {
+	*memstore.Store
+	paused atomic.Bool
+}
+
+func (p *lockPausing) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	for name == memstore.LockName && p.paused.Load() {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return p.Store.Put(ctx, name, data, ifVersion)
+}
+
+func (p *lockPausing) Lock(ctx context.Context, o statestore.LockOptions) (statestore.Lock, error) {
+	o.Lease = time.Second
+	return statestore.AcquireLease(ctx, p, memstore.LockName, o)
+}
+
+// A run whose lease could not be renewed past its deadline (the process
+// was paused) starts no further action and writes nothing more: the
+// apply ends with ErrLockLost, not as an interruption.
+func TestPausedHolderStops(t *testing.T) {
+	rs := newRunners(t, 1)
+	a := rs[0]
+	store := &lockPausing{Store: a.store}
+	o := a.options(transit.Change, "transit apply")
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) { return store, nil }}
+	s := openSession(t, o)
+	var mu sync.Mutex
+	paused, startedAfter := false, 0
+	var writtenAt int32
+	_, err := s.Apply(t.Context(), transit.ApplyOptions{OnEvent: func(e transit.Event) {
+		if e.Type != control.EventAction {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case paused && e.Phase == control.PhaseStart:
+			startedAfter++
+		case !paused && e.Phase == control.PhaseFinish:
+			paused = true
+			store.paused.Store(true)
+			time.Sleep(1200 * time.Millisecond) // past the holder's deadline (0.75 s)
+			writtenAt = a.store.Puts.Load()
+		}
+	}})
+	store.paused.Store(false)
+	if !errors.Is(err, statestore.ErrLockLost) || errors.Is(err, context.Canceled) {
+		t.Fatalf("apply paused past its lease: %v, want ErrLockLost", err)
+	}
+	if startedAfter > 0 {
+		t.Errorf("%d actions started after the lease ran out", startedAfter)
+	}
+	// What the action under way saves may land before its save asks;
+	// nothing after.
+	if puts := a.store.Puts.Load(); puts > writtenAt+1 {
+		t.Errorf("%d writes to the store after the lease ran out", puts-writtenAt)
+	}
+}
+
+// A lock forced while its holder still runs (it was only cut off):
+// force-unlock writes the state with the next serial, so the holder's
+// next save is refused at the store and the run stops, whatever its
+// renewal has noticed; the other run's state is never overwritten.
+func TestForcedHolderRefusedAtTheStore(t *testing.T) {
+	rs := newRunners(t, 1)
+	a := rs[0]
+	ctx := t.Context()
+	s := a.open(t, transit.Change, "transit apply")
+	var once sync.Once
+	var fenced []byte
+	_, err := s.Apply(ctx, transit.ApplyOptions{OnEvent: func(e transit.Event) {
+		if e.Type != control.EventAction || e.Phase != control.PhaseFinish {
+			return
+		}
+		once.Do(func() {
+			info := lockInfo(t, a.store)
+			if err := transit.ForceUnlock(ctx, a.options(transit.Change, "transit force-unlock"), info.ID); err != nil {
+				t.Error(err)
+			}
+			obj, err := a.store.Get(ctx, "resources.json")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			fenced = obj.Data
+		})
+	}})
+	if !errors.Is(err, statestore.ErrConflict) {
+		t.Fatalf("apply whose lock was forced: %v, want a conflict at its next write", err)
+	}
+	if obj, _ := a.store.Get(ctx, "resources.json"); !bytes.Equal(obj.Data, fenced) {
+		t.Error("the forced holder wrote the state after the fence")
+	}
 }

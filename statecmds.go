@@ -53,17 +53,23 @@ func foldState(ctx context.Context, s statestore.Store, location string) error {
 	if err != nil || len(lines) == 0 {
 		return err
 	}
-	_, err = foldLines(s, base, journal, lines)
+	_, err = foldLines(s, base, journal, lines, false)
 	return err
 }
 
 // foldLines writes a remote state read with its lines (statestore.
-// ReadState's) whole into the state object, removes the lines and returns
-// the state object as it is now.
-func foldLines(s statestore.Store, base statestore.Object, journal []byte, lines []statestore.Entry) (statestore.Object, error) {
+// ReadState's) whole into the state object, with the next serial when
+// fence is set, removes the lines and returns the state object as it is
+// now. Fenced, the state object is another version whatever the lines
+// held: a run that read the one before, and still believes it holds the
+// lock, has its next write refused.
+func foldLines(s statestore.Store, base statestore.Object, journal []byte, lines []statestore.Entry, fence bool) (statestore.Object, error) {
 	r, err := decodeStateJournal(base, journal, s.Location())
 	if err != nil {
 		return statestore.Object{}, err
+	}
+	if fence {
+		r.Serial++
 	}
 	data, err := state.Encode(r)
 	if err != nil {
@@ -103,7 +109,28 @@ func ForceUnlock(ctx context.Context, opts Options, id string) error {
 	if err != nil {
 		return err
 	}
-	return s.ForceUnlock(ctx, id)
+	if err := s.ForceUnlock(ctx, id); err != nil {
+		return err
+	}
+	return fenceState(ctx, s)
+}
+
+// fenceState writes a remote state whole with the next serial after its
+// lock was forced: the run that held it may live (paused, cut off), and
+// its next write, naming the version before, is refused. A state another
+// run wrote meanwhile needs no fence.
+func fenceState(ctx context.Context, s statestore.Store) error {
+	base, journal, lines, err := statestore.ReadState(ctx, s, RemoteStateObject)
+	if errors.Is(err, statestore.ErrNotFound) || err == nil && base.Data == nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the lock is freed, but the state could not be read to fence its last holder: %w", err)
+	}
+	if _, err := foldLines(s, base, journal, lines, true); err != nil && !errors.Is(err, statestore.ErrConflict) {
+		return fmt.Errorf("the lock is freed, but the state could not be written to fence its last holder (its next write may still land): %w", err)
+	}
+	return nil
 }
 
 // PastState is one state a store keeps; Current marks the state itself.
@@ -236,7 +263,10 @@ func PushState(ctx context.Context, opts Options, data []byte, force bool) (int6
 	if err := foldState(ctx, s, opts.Files.State); err != nil {
 		return 0, err
 	}
-	cur, err := pullState(ctx, s, name, opts.Files.State)
+	// The checks below and the write name one version of the state: a
+	// state another run wrote meanwhile (a broken lock, a store without
+	// one) is a conflict, never overwritten.
+	cur, write, err := readForPush(ctx, s, name, opts.Files.State)
 	exists := err == nil
 	if err != nil && !errors.Is(err, statestore.ErrNotFound) {
 		return 0, err
@@ -256,11 +286,10 @@ func PushState(ctx context.Context, opts Options, data []byte, force bool) (int6
 	if err != nil {
 		return 0, err
 	}
-	version := statestore.NoVersion
-	if obj, err := s.Get(ctx, name); err == nil {
-		version = obj.Version
-	}
-	if _, err := s.Put(ctx, name, out, version); err != nil {
+	if err := write(in.Serial, out); err != nil {
+		if errors.Is(err, statestore.ErrConflict) {
+			return 0, fmt.Errorf("%w: another run wrote the state after this push checked it against serial %d; nothing was pushed: pull the state and push again", err, cur.Serial)
+		}
 		return 0, err
 	}
 	if err := statestore.Keep(ctx, s, name, in.Serial, out, 0); err != nil {
@@ -269,11 +298,48 @@ func PushState(ctx context.Context, opts Options, data []byte, force bool) (int6
 	return in.Serial, nil
 }
 
-// MigrateState copies the cluster's state, SSH key pair, host-key pins
-// and admin kubeconfig from the store at opts.Files.State to the store at
-// to (a path or a URL), holding both locks; a remote store gets the
-// secrets sealed with the state key. A destination that holds a state
-// already is refused unless force. Nothing is deleted at the source.
+// readForPush reads the state of a store as pullState does, and returns
+// how to replace it with the state written whole: a write conditional on
+// the version read (a remote store's state object and its lines), so that
+// nothing written after the read is overwritten.
+func readForPush(ctx context.Context, s statestore.Store, name, location string) (districts.Resources, func(serial int64, data []byte) error, error) {
+	if !IsRemote(location) {
+		// The version first: a state changed after it fails the write,
+		// whatever the read below saw.
+		version := statestore.NoVersion
+		obj, err := s.Get(ctx, name)
+		switch {
+		case err == nil:
+			version = obj.Version
+		case !errors.Is(err, statestore.ErrNotFound):
+			return districts.Resources{}, nil, err
+		}
+		write := func(_ int64, data []byte) error {
+			_, err := s.Put(ctx, name, data, version)
+			return err
+		}
+		r, err := pullState(ctx, s, name, location)
+		return r, write, err
+	}
+	base, journal, lines, err := statestore.ReadState(ctx, s, RemoteStateObject)
+	if err != nil {
+		return districts.Resources{}, nil, err
+	}
+	l := &statestore.StateLog{Store: s, Name: RemoteStateObject, Base: base.Version, Lines: lines, Timeout: remoteSaveTimeout}
+	if base.Data == nil && len(journal) == 0 {
+		return districts.Resources{}, l.Whole, fmt.Errorf("%s/%s: %w", s.Location(), name, statestore.ErrNotFound)
+	}
+	r, err := decodeStateJournal(base, journal, s.Location()+"/"+name)
+	return r, l.Whole, err
+}
+
+// MigrateState copies the cluster's state, SSH key pair, host-key pins and
+// admin kubeconfig from the store at opts.Files.State to the store at to
+// (a path or a URL), holding both locks; a remote store gets the secrets
+// sealed with the state key. A destination that holds a state already is
+// refused unless force. Nothing is deleted at the source. The copy goes
+// through memory: no opened secret is written anywhere but to the
+// destination, so a killed migrate leaves none behind.
 func MigrateState(ctx context.Context, opts Options, to string, force bool) (err error) {
 	cfg, err := LoadConfig(opts.Files)
 	if err != nil {
@@ -293,26 +359,26 @@ func MigrateState(ctx context.Context, opts Options, to string, force bool) (err
 	if key == nil && (IsRemote(from) || IsRemote(to)) {
 		return configError(fmt.Errorf("a remote state keeps the cluster's SSH key sealed: set %s (an age identity; `transit state keygen` makes one)", hint))
 	}
+	// An older transit copied through $TMPDIR/transit-migrate-*, opened
+	// secrets among it, and a killed one left them there.
+	removeLeftovers(os.TempDir())
 	ends := []struct {
 		location string
 		store    statestore.Store
-		name     string
 		lock     statestore.Lock
-		mirror   *statestore.Mirror
+		mirror   *statestore.Mirror // Read and Write only: no directory
 	}{{location: from}, {location: to}}
 	defer func() {
 		for _, e := range ends {
 			if e.lock != nil {
 				err = errors.Join(err, e.lock.Release(context.WithoutCancel(ctx)))
 			}
-			if e.mirror != nil {
-				err = errors.Join(err, e.mirror.Remove())
-			}
 		}
 	}()
 	for i := range ends {
 		e := &ends[i]
-		if e.store, e.name, err = opts.storeAt(ctx, e.location, cfg.Credentials); err != nil {
+		var name string
+		if e.store, name, err = opts.storeAt(ctx, e.location, cfg.Credentials); err != nil {
 			return err
 		}
 		if e.lock, err = e.store.Lock(ctx, statestore.LockOptions{Command: "transit state migrate", Timeout: opts.LockTimeout}); err != nil {
@@ -321,33 +387,46 @@ func MigrateState(ctx context.Context, opts Options, to string, force bool) (err
 		if err := foldState(ctx, e.store, e.location); err != nil {
 			return err
 		}
-		dir, err := os.MkdirTemp("", "transit-migrate-")
-		if err != nil {
-			return err
-		}
-		e.mirror = &statestore.Mirror{Store: e.store, Dir: dir, Files: stateFiles(e.location, e.name, cfg.Cluster.ID), Key: key, KeyHint: hint}
-		if err := e.mirror.Pull(ctx); err != nil {
-			return err
-		}
+		e.mirror = &statestore.Mirror{Store: e.store, Files: stateFiles(e.location, name, cfg.Cluster.ID), Key: key, KeyHint: hint}
 	}
 	src, dst := ends[0], ends[1]
-	if _, err := os.Stat(filepath.Join(src.mirror.Dir, src.name)); err != nil {
-		return configError(fmt.Errorf("%s holds no state to migrate", from))
-	}
-	if _, err := os.Stat(filepath.Join(dst.mirror.Dir, dst.name)); err == nil && !force {
-		return configError(fmt.Errorf("%s holds a state already: refused (pass --force to replace it)", to))
-	}
+	// The files are in the same order at both ends, the state first.
+	data := make([][]byte, len(src.mirror.Files))
+	found := make([]bool, len(src.mirror.Files))
 	for i, f := range src.mirror.Files {
-		data, err := os.ReadFile(filepath.Join(src.mirror.Dir, f.File))
-		if errors.Is(err, os.ErrNotExist) {
+		data[i], _, err = src.mirror.Read(ctx, f)
+		if errors.Is(err, statestore.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dst.mirror.Dir, dst.mirror.Files[i].File), data, 0o600); err != nil {
+		found[i] = true
+	}
+	if !found[0] {
+		return configError(fmt.Errorf("%s holds no state to migrate", from))
+	}
+	versions := make([]string, len(dst.mirror.Files))
+	for i, f := range dst.mirror.Files {
+		e, err := dst.store.Stat(ctx, f.Object())
+		if errors.Is(err, statestore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if i == 0 && !force {
+			return configError(fmt.Errorf("%s holds a state already: refused (pass --force to replace it)", to))
+		}
+		versions[i] = e.Version
+	}
+	for i, f := range dst.mirror.Files {
+		if !found[i] {
+			continue
+		}
+		if _, err := dst.mirror.Write(ctx, f, data[i], versions[i]); err != nil {
 			return err
 		}
 	}
-	return dst.mirror.Push(ctx)
+	return nil
 }

@@ -1,16 +1,28 @@
 package transit_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/statestore"
+	"github.com/cloudtransit/transit/statestore/memstore"
 	"github.com/cloudtransit/transit/statestore/s3store/s3test"
 	"github.com/cloudtransit/transit/statestore/seal"
 )
@@ -207,5 +219,208 @@ func TestForceUnlock(t *testing.T) {
 	err = transit.ForceUnlock(t.Context(), w.options(transit.ReadState, "transit force-unlock"), "x")
 	if err == nil || !strings.Contains(err.Error(), "is locked by pid") {
 		t.Fatalf("force-unlock of a file lock: %v", err)
+	}
+}
+
+// readThenWrite is a store where another run writes the state right after
+// a push read it: once the state object has been stat'ed twice (the
+// fold's read and the push's own each confirm what they read with a
+// Stat), intrude runs.
+type readThenWrite struct {
+	*memstore.Store
+	stats   atomic.Int32
+	intrude func()
+}
+
+func (r *readThenWrite) Stat(ctx context.Context, name string) (statestore.Entry, error) {
+	e, err := r.Store.Stat(ctx, name)
+	if name == transit.RemoteStateObject && r.stats.Add(1) == 2 {
+		r.intrude()
+	}
+	return e, err
+}
+
+// A push is conditional on the state it checked lineage and serial
+// against: a newer state another run writes after the push read it (a
+// broken lock) stays, and the push fails, naming the conflict.
+func TestStatePushRacingWrite(t *testing.T) {
+	rs := newRunners(t, 1)
+	a := rs[0]
+	a.apply(t)
+	ctx := t.Context()
+	st := storedState(t, a.store)
+	pushed := st
+	pushed.Serial = st.Serial + 1
+	data, err := json.Marshal(pushed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := st
+	newer.Serial = st.Serial + 5
+	newer.Nodes = st.Nodes[:len(st.Nodes)-1]
+	intruder, err := json.Marshal(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &readThenWrite{Store: a.store, intrude: func() {
+		obj, err := a.store.Get(ctx, transit.RemoteStateObject)
+		if err == nil {
+			_, err = a.store.Put(ctx, transit.RemoteStateObject, intruder, obj.Version)
+		}
+		if err != nil {
+			t.Errorf("the other run's write: %v", err)
+		}
+	}}
+	o := a.options(transit.ReadState, "transit state push")
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) { return store, nil }}
+	serial, err := transit.PushState(ctx, o, data, false)
+	if err == nil {
+		t.Fatalf("the push wrote serial %d over the newer state another run wrote after the push read it", serial)
+	}
+	if !errors.Is(err, statestore.ErrConflict) || !strings.Contains(err.Error(), "nothing was pushed") {
+		t.Errorf("push: %v, want a conflict saying nothing was pushed", err)
+	}
+	if got := storedState(t, a.store); got.Serial != newer.Serial || len(got.Nodes) != len(newer.Nodes) {
+		t.Fatalf("the store holds serial %d with %d nodes, the other run wrote serial %d with %d", got.Serial, len(got.Nodes), newer.Serial, len(newer.Nodes))
+	}
+}
+
+// secretsOnDisk lists the files under dir that hold an opened private key.
+func secretsOnDisk(t *testing.T, dir string) []string {
+	t.Helper()
+	var found []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if data, err := os.ReadFile(path); err == nil && strings.Contains(string(data), "PRIVATE KEY") {
+			found = append(found, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// watchedWrites calls onPut before every write: what is on disk while a
+// migrate writes, which a kill at that moment would leave.
+type watchedWrites struct {
+	*memstore.Store
+	onPut func()
+}
+
+func (w *watchedWrites) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	w.onPut()
+	return w.Store.Put(ctx, name, data, ifVersion)
+}
+
+// A migrate puts no opened secret in $TMPDIR, where a killed one would
+// leave it for ever; the copies an older transit's killed migrate left
+// there are removed once no migrate can still be using them.
+func TestMigrateLeavesNoSecret(t *testing.T) {
+	rs := newRunners(t, 1) // $TMPDIR is the test's own
+	a := rs[0]
+	a.apply(t)
+	ctx := t.Context()
+	tmp := os.TempDir()
+	old, recent := filepath.Join(tmp, "transit-migrate-1234"), filepath.Join(tmp, "transit-migrate-5678")
+	for _, dir := range []string{old, recent} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "transit-c1.key"), []byte("-----BEGIN OPENSSH PRIVATE KEY-----\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(old, long, long); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var seen []string
+	dst := &watchedWrites{Store: memstore.New()}
+	dst.onPut = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, f := range secretsOnDisk(t, tmp) {
+			if !strings.HasPrefix(f, recent) && !slices.Contains(seen, f) {
+				seen = append(seen, f)
+			}
+		}
+	}
+	o := a.options(transit.ReadState, "transit state migrate")
+	o.Stores = map[string]transit.StoreFunc{"mem": func(_ context.Context, u *url.URL, _ transit.StoreEnv) (statestore.Store, error) {
+		if u.Host == "other" {
+			return dst, nil
+		}
+		return a.store, nil
+	}}
+	if err := transit.MigrateState(ctx, o, "mem://other/prod", false); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) > 0 {
+		t.Errorf("while the migrate wrote, opened private keys lay in $TMPDIR, where a kill leaves them: %v", seen)
+	}
+	st := storedState(t, a.store)
+	sealed, err := dst.Get(ctx, "transit-"+st.Cluster+".key.age")
+	if err != nil || strings.Contains(string(sealed.Data), "PRIVATE KEY") {
+		t.Fatalf("the key at the destination: %q, %v; want it sealed", sealed.Data, err)
+	}
+	if got := storedState(t, dst.Store); got.Serial != st.Serial || len(got.Nodes) != len(st.Nodes) {
+		t.Fatalf("the destination's state: serial %d, %d nodes; want %d, %d", got.Serial, len(got.Nodes), st.Serial, len(st.Nodes))
+	}
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a killed migrate's copy two hours old stayed: %v", err)
+	}
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("a migrate's copy made just now, perhaps in use, went: %v", err)
+	}
+}
+
+// The S3 client logs to the session's logger, at debug level: against a
+// service that sends no checksum (a proxy strips them), the SDK's line is
+// in a debug log and not in an info one.
+func TestStateStoreLogsToTheSession(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	srv := s3test.Start(t)
+	srv.Bucket(t, "state")
+	target, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		for h := range r.Header {
+			if strings.HasPrefix(strings.ToLower(h), "x-amz-checksum") {
+				r.Header.Del(h)
+			}
+		}
+		return nil
+	}
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	w := newWorld(t)
+	w.cloud.guard = ""
+	applyWith(t, w.options(transit.Change, "transit apply"))
+	location, key := onS3(t, w, srv, "logged")
+	location = strings.Replace(location, srv.Endpoint, proxy.URL, 1)
+	o := w.options(transit.ReadState, "transit state migrate")
+	o.Stores, o.StateKey = transit.BuiltinStores(), key
+	if err := transit.MigrateState(t.Context(), o, location, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var log bytes.Buffer
+		o := w.optionsAt(location, key, transit.ReadState, "transit state pull")
+		o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: level}))
+		if _, err := transit.PullState(t.Context(), o, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.Contains(log.String(), "no supported checksum"), level == slog.LevelDebug; got != want {
+			t.Errorf("at level %v, the SDK's line in the session's log: %v, want %v; the log:\n%s", level, got, want, log.String())
+		}
 	}
 }

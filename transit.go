@@ -217,6 +217,9 @@ func Open(ctx context.Context, opts Options) (_ *Session, err error) {
 	// Every machine gets the cluster's SSH key; platform drivers log in
 	// with it and check the pinned host keys.
 	stateDir := filepath.Dir(statePath)
+	if err := s.keyKept(stateDir); err != nil {
+		return nil, err
+	}
 	if s.key, err = ssh.EnsureKey(stateDir, cfg.Cluster.ID); err != nil {
 		return nil, err
 	}

@@ -337,6 +337,11 @@ func (r *runner) run(ctx context.Context, a Action, f func(context.Context, Acti
 	if err := r.awaitInstall(ctx, a); err != nil {
 		return err
 	}
+	if r.opts.Fence != nil {
+		if err := r.opts.Fence(); err != nil {
+			return errFatal{err}
+		}
+	}
 	start := r.opts.Clock.Now()
 	r.emit(Event{Type: EventAction, Phase: PhaseStart, Action: &a})
 	err := f(ctx, a)

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -376,4 +377,40 @@ func TestMachinesSharingANodeIDAreToldApart(t *testing.T) {
 		t.Fatalf("saved state is invalid: %v", err)
 	}
 	h.checkConverged(c)
+}
+
+// A run whose state lock is no longer its own (Options.Fence fails)
+// starts no further action: the error ends the run, naming why.
+func TestFenceStopsTheRun(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	c := paperCluster(1, 1, 2)
+	h.prepare(c)
+	lost := errors.New("state lock lost: another run took it over")
+	var mu sync.Mutex
+	asked, failed, startedAfter := 0, false, 0
+	o := h.options(c)
+	o.Fence = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if asked++; asked > 3 {
+			failed = true
+			return lost
+		}
+		return nil
+	}
+	o.OnEvent = func(e Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed && e.Type == EventAction && e.Phase == PhaseStart {
+			startedAfter++
+		}
+	}
+	_, err := Apply(t.Context(), o)
+	if !errors.Is(err, lost) {
+		t.Fatalf("apply with the lock lost: %v, want the fence's error", err)
+	}
+	if startedAfter > 0 {
+		t.Errorf("%d actions started after the fence failed", startedAfter)
+	}
 }

@@ -47,6 +47,9 @@ type Options struct {
 	RotateAllKeys bool
 	// State is the last saved resources.json (may be empty).
 	State districts.Resources
+	// Fence, when set, is asked before every action: an error (the
+	// state lock is no longer this run's) stops the run before it acts.
+	Fence func() error
 	// Save persists state; the loop calls it after every action.
 	Save func(districts.Resources) error
 	// SaveChanged, when set, is called instead of Save with what changed

@@ -16,14 +16,19 @@ import (
 // AcquireLease takes a lease lock on s, for a store that cannot see its
 // holder die (S3): the object name, created only if absent (Put with
 // NoVersion: of two runs starting at the same instant exactly one gets it),
-// holding the holder's LockInfo. The holder renews the lease every third of
-// o.Lease with a write conditional on its last version; a renewal refused
-// because another run took the lock over closes Lost.
+// holding the holder's LockInfo. The holder renews the lease every quarter
+// of o.Lease with a write conditional on its last version; a renewal
+// refused because another run took the lock over closes Lost.
 //
-// A held lock is taken over only once it is stale: its Expires lies more
-// than a third of the lease in the past (room for clocks that disagree), or
-// it did not change for a whole lease while this run watched it (which
-// needs no clock to agree). ForceUnlockLease frees it at once.
+// No two machines' clocks are ever compared. The holder stops (Valid
+// fails, Lost closes) once a lease less a quarter has passed since it
+// sent its last successful renewal, by its own monotonic clock. Another
+// run takes a held lock over only once it is stale by the store's clock
+// (the lock object's age, the store's time of its answer less that of its
+// last write, exceeds a lease and a quarter) or once it saw the lock
+// unchanged for a lease and a quarter by its own monotonic clock: a
+// holder that is only paused has stopped by then. LockInfo.Expires, for
+// people, is the holder's wall clock. ForceUnlockLease frees it at once.
 func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Lock, error) {
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
@@ -40,9 +45,10 @@ func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Loc
 
 	start := time.Now()
 	poll := min(time.Second, o.Lease/10)
+	stale := o.Lease + o.Lease/4
 	var (
 		seen      string    // the holder's version as first watched
-		seenSince time.Time // when this run saw it first
+		seenSince time.Time // when this run saw it first (monotonic)
 		waiting   bool
 		vanished  int // creates refused while no lock was there, in a row
 	)
@@ -52,9 +58,10 @@ func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Loc
 		if err != nil {
 			return nil, err
 		}
+		sent := time.Now()
 		version, err := s.Put(ctx, name, data, NoVersion)
 		if err == nil {
-			l.start(version)
+			l.start(version, sent)
 			return l, nil
 		}
 		if !errors.Is(err, ErrConflict) {
@@ -81,17 +88,17 @@ func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Loc
 		if err != nil {
 			return nil, fmt.Errorf("read the state lock %s/%s: %w", s.Location(), name, err)
 		}
-		holder, _ := parseLockInfo(held.Data) // unreadable: stale only by watching
+		holder, _ := parseLockInfo(held.Data) // unreadable: stale only by age or watching
 		if held.Version != seen {
 			seen, seenSince = held.Version, time.Now()
 		}
-		stale := !holder.Expires.IsZero() && o.Now().After(holder.Expires.Add(o.Lease/3)) ||
-			time.Since(seenSince) >= o.Lease
-		if stale {
+		age, known := held.Age()
+		if known && age > stale || time.Since(seenSince) >= stale {
 			data, err := json.Marshal(l.info)
 			if err != nil {
 				return nil, err
 			}
+			sent := time.Now()
 			version, err := s.Put(ctx, name, data, held.Version)
 			if errors.Is(err, ErrConflict) {
 				continue // renewed, released or taken by another run meanwhile
@@ -99,10 +106,11 @@ func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Loc
 			if err != nil {
 				return nil, fmt.Errorf("take over the stale state lock %s/%s: %w", s.Location(), name, err)
 			}
+			l.tookOver = true
 			if o.TookOver != nil {
 				o.TookOver(holder)
 			}
-			l.start(version)
+			l.start(version, sent)
 			return l, nil
 		}
 		locked := &LockedError{Store: s.Location(), Holder: holder, Waited: time.Since(start)}
@@ -155,16 +163,24 @@ type leaseLock struct {
 	s     Store
 	name  string
 	lease time.Duration
-	now   func() time.Time
+	now   func() time.Time // the wall clock LockInfo's times are in
+	// tookOver says the lock was taken over from a holder that may
+	// still live.
+	tookOver bool
 
 	mu       sync.Mutex
 	info     LockInfo
 	version  string
 	released bool
-	done     chan struct{} // closed by Release: stop renewing
-	stopped  sync.WaitGroup
-	lost     chan struct{}
-	lostOnce sync.Once
+	// validUntil is when this holder stops acting, by its monotonic
+	// clock: the send time of its last successful write of the lock
+	// plus a lease less a quarter; expire fires then.
+	validUntil time.Time
+	expire     *time.Timer
+	done       chan struct{} // closed by Release: stop renewing
+	stopped    sync.WaitGroup
+	lost       chan struct{}
+	lostOnce   sync.Once
 }
 
 func (l *leaseLock) Info() LockInfo {
@@ -175,27 +191,54 @@ func (l *leaseLock) Info() LockInfo {
 
 func (l *leaseLock) Lost() <-chan struct{} { return l.lost }
 
-// start holds the lock at version and renews it until Release.
-func (l *leaseLock) start(version string) {
+// Valid fails once the lock is lost, released, or its deadline passed.
+func (l *leaseLock) Valid() error {
+	select {
+	case <-l.lost:
+		return fmt.Errorf("%w: the lease on %s/%s was not renewed in time, or another run took it over", ErrLockLost, l.s.Location(), l.name)
+	default:
+	}
+	l.mu.Lock()
+	until, released := l.validUntil, l.released
+	l.mu.Unlock()
+	switch {
+	case released:
+		return fmt.Errorf("%w: released", ErrLockLost)
+	case !time.Now().Before(until):
+		l.markLost()
+		return fmt.Errorf("%w: the lease on %s/%s was last renewed more than %s ago (this process was paused, or the store did not answer)", ErrLockLost, l.s.Location(), l.name, l.lease-l.lease/4)
+	}
+	return nil
+}
+
+// start holds the lock at version, written at sent, and renews it until
+// Release.
+func (l *leaseLock) start(version string, sent time.Time) {
 	l.version = version
+	l.validUntil = sent.Add(l.lease - l.lease/4)
+	l.expire = time.AfterFunc(time.Until(l.validUntil), func() { _ = l.Valid() })
 	l.stopped.Add(1)
 	go l.renew()
 }
 
-// renew extends the lease every third of it until Release. A renewal
-// refused as a conflict means the lock was taken over or force-unlocked;
-// renewals failing otherwise until the lease ran out mean another run may
-// take it over: both close Lost.
+// renew extends the lease every quarter of it until Release, and a
+// sixteenth of it after a renewal that failed. A renewal refused as a
+// conflict means the lock was taken over or force-unlocked; no
+// successful renewal until the holder's deadline means another run may
+// take it over soon: both close Lost.
 func (l *leaseLock) renew() {
 	defer l.stopped.Done()
-	t := time.NewTicker(l.lease / 3)
+	t := time.NewTimer(l.lease / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.done:
 			return
+		case <-l.lost:
+			return
 		case <-t.C:
 		}
+		t.Reset(l.lease / 16) // unless this renewal succeeds
 		l.mu.Lock()
 		info, version := l.info, l.version
 		l.mu.Unlock()
@@ -206,18 +249,28 @@ func (l *leaseLock) renew() {
 			l.markLost()
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
+		ctx, cancel := context.WithTimeout(context.Background(), l.lease/4)
+		sent := time.Now()
 		v, err := l.s.Put(ctx, l.name, data, version)
 		cancel()
 		switch {
 		case err == nil:
 			l.mu.Lock()
 			l.info, l.version = next, v
+			// A renewal that ended past the deadline counts for
+			// nothing: the holder stopped acting, and Lost closes.
+			late := !time.Now().Before(l.validUntil)
+			if !late {
+				l.validUntil = sent.Add(l.lease - l.lease/4)
+				l.expire.Reset(time.Until(l.validUntil))
+			}
 			l.mu.Unlock()
+			if late {
+				l.markLost()
+				return
+			}
+			t.Reset(l.lease / 4)
 		case errors.Is(err, ErrConflict):
-			l.markLost()
-			return
-		case l.now().After(info.Expires):
 			l.markLost()
 			return
 		}
@@ -235,6 +288,7 @@ func (l *leaseLock) Release(ctx context.Context) error {
 	}
 	l.released = true
 	close(l.done)
+	l.expire.Stop()
 	l.mu.Unlock()
 	l.stopped.Wait()
 	l.mu.Lock()

@@ -126,10 +126,12 @@ func TestLeaseTimeoutEnds(t *testing.T) {
 // long it holds it.
 func TestLeaseRenewedIsNotTakenOver(t *testing.T) {
 	s := newMemStore()
-	lease := 150 * time.Millisecond
+	lease := time.Second
 	holder := lockOrFail(t, s, statestore.LockOptions{Lease: lease})
 	first, _ := s.Get(t.Context(), "lock")
-	_, err := s.Lock(t.Context(), statestore.LockOptions{Lease: lease, Timeout: 4 * lease})
+	// The contender's clock runs two leases ahead: it must not matter.
+	ahead := func() time.Time { return time.Now().Add(2 * lease) }
+	_, err := s.Lock(t.Context(), statestore.LockOptions{Lease: lease, Timeout: 3 * lease, Now: ahead})
 	if !errors.Is(err, statestore.ErrLocked) {
 		t.Fatalf("contender: %v, want ErrLocked: a renewed lease must not be taken over", err)
 	}
@@ -144,13 +146,16 @@ func TestLeaseRenewedIsNotTakenOver(t *testing.T) {
 	}
 }
 
-// A run that died left a lock whose lease ran out: the next run takes it
-// over at once and is told whose it was.
+// A run that died left a lock the store last wrote ten minutes ago, by
+// the store's own clock: the next run takes it over at once and is told
+// whose it was.
 func TestLeaseExpiredTakenOver(t *testing.T) {
 	s := newMemStore()
 	dead := statestore.LockInfo{ID: "dead", Host: "ci-7", PID: 42, Command: "transit apply",
 		Started: time.Now().Add(-time.Hour), Expires: time.Now().Add(-10 * time.Minute)}
+	s.Now = func() time.Time { return time.Now().Add(-10 * time.Minute) }
 	writeLock(t, s, dead)
+	s.Now = nil
 	var previous statestore.LockInfo
 	start := time.Now()
 	l := lockOrFail(t, s, statestore.LockOptions{Lease: time.Minute, TookOver: func(p statestore.LockInfo) { previous = p }})
@@ -251,5 +256,89 @@ func TestLeaseGhostLockEnds(t *testing.T) {
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("took %s", took)
+	}
+}
+
+// A lock whose expiry its holder's clock put in the past, but which the
+// store wrote a moment ago, is a live holder's whose clock runs behind:
+// it is not taken over before it stayed unchanged for a lease and more.
+func TestLeaseHolderClockBehindNotTakenOver(t *testing.T) {
+	s := newMemStore()
+	lease := time.Second
+	writeLock(t, s, statestore.LockInfo{ID: "behind", Host: "ci-3", PID: 9, Started: time.Now().Add(-time.Hour), Expires: time.Now().Add(-time.Hour)})
+	if _, err := s.Lock(t.Context(), statestore.LockOptions{Lease: lease}); !errors.Is(err, statestore.ErrLocked) {
+		t.Fatalf("a lock the store wrote just now, its holder's clock an hour behind: %v, want ErrLocked", err)
+	}
+}
+
+// pausable is a holder's view of a store whose writes hang while paused,
+// as a process stopped (SIGSTOP, a paused VM) sends nothing.
+type pausable struct {
+	statestore.Store
+	paused chan struct{} // closed: writes go through again
+}
+
+func (p *pausable) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	select {
+	case <-p.paused:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return p.Store.Put(ctx, name, data, ifVersion)
+}
+
+// Lock takes the lease through the pausable view, so its renewals hang.
+func (p *pausable) Lock(ctx context.Context, o statestore.LockOptions) (statestore.Lock, error) {
+	return statestore.AcquireLease(ctx, p, "lock", o)
+}
+
+// A holder paused past its lease wakes with its lock another run's: it
+// must know before it writes or acts, whatever its renewal goroutine has
+// had time to say. Its own deadline (its last renewal plus a lease less a
+// quarter, by its monotonic clock) passes before anyone may take over.
+func TestLeasePausedHolderStops(t *testing.T) {
+	s := newMemStore()
+	lease := time.Second
+	open := make(chan struct{})
+	close(open)
+	view := &pausable{Store: s, paused: open}
+	holder := lockOrFail(t, view, statestore.LockOptions{Lease: lease})
+	if err := holder.Valid(); err != nil {
+		t.Fatalf("a fresh lock: %v", err)
+	}
+	view.paused = make(chan struct{}) // renewals hang from now on
+	defer close(view.paused)
+	took := make(chan time.Time, 1)
+	go func() {
+		l, err := s.Lock(context.Background(), statestore.LockOptions{Lease: lease, Timeout: 5 * lease})
+		if err == nil {
+			took <- time.Now()
+			_ = l.Release(context.Background())
+		}
+		close(took)
+	}()
+	var stopped time.Time
+	for deadline := time.Now().Add(5 * lease); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if err := holder.Valid(); err != nil {
+			if !errors.Is(err, statestore.ErrLockLost) {
+				t.Fatalf("Valid: %v, want ErrLockLost", err)
+			}
+			stopped = time.Now()
+			break
+		}
+	}
+	at, ok := <-took
+	switch {
+	case stopped.IsZero():
+		t.Fatal("the paused holder never learnt it lost the lock")
+	case !ok:
+		t.Fatal("the contender never took the paused holder's lock over")
+	case !stopped.Before(at):
+		t.Fatalf("the holder stopped at %s, after another run took its lock over at %s", stopped.Format(time.StampMilli), at.Format(time.StampMilli))
+	}
+	select {
+	case <-holder.Lost():
+	case <-time.After(lease):
+		t.Error("Lost not closed once the deadline passed")
 	}
 }

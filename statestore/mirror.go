@@ -82,7 +82,7 @@ func (m *Mirror) Pull(ctx context.Context) error {
 	m.known = map[string]mirrored{}
 	for _, f := range m.Files {
 		path := filepath.Join(m.Dir, f.File)
-		obj, err := m.Store.Get(ctx, f.Object())
+		data, version, err := m.Read(ctx, f)
 		if errors.Is(err, ErrNotFound) {
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
@@ -91,20 +91,58 @@ func (m *Mirror) Pull(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("read %s/%s: %w", m.Store.Location(), f.Object(), err)
-		}
-		data := obj.Data
-		if f.Sealed {
-			if data, err = m.open(f, data); err != nil {
-				return err
-			}
+			return err
 		}
 		if err := atomicfile.Write(path, data, 0o600); err != nil {
 			return err
 		}
-		m.known[f.File] = mirrored{version: obj.Version, hash: sha256.Sum256(data), exists: true}
+		m.known[f.File] = mirrored{version: version, hash: sha256.Sum256(data), exists: true}
 	}
 	return nil
+}
+
+// Read reads f's object, opened when sealed, and its version, in memory:
+// a copy from one store to another (`state migrate`) puts no opened
+// secret on disk. A missing object matches ErrNotFound; a sealed one
+// without the key, or with another, is an error naming the object and
+// what to set.
+func (m *Mirror) Read(ctx context.Context, f MirrorFile) (data []byte, version string, err error) {
+	obj, err := m.Store.Get(ctx, f.Object())
+	if errors.Is(err, ErrNotFound) {
+		return nil, "", err
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s/%s: %w", m.Store.Location(), f.Object(), err)
+	}
+	data = obj.Data
+	if f.Sealed {
+		if data, err = m.open(f, data); err != nil {
+			return nil, "", err
+		}
+	}
+	return data, obj.Version, nil
+}
+
+// Write stores data as f's object, sealed when Sealed, if the object's
+// version is still ifVersion (NoVersion: it must not exist), and returns
+// the new version; otherwise it writes nothing and returns a
+// *ConflictError.
+func (m *Mirror) Write(ctx context.Context, f MirrorFile, data []byte, ifVersion string) (string, error) {
+	stored := data
+	if f.Sealed {
+		if m.Key == nil {
+			return "", fmt.Errorf("%s/%s would be stored unsealed: set %s (make one with `transit state keygen`)", m.Store.Location(), f.Object(), m.keyHint())
+		}
+		var err error
+		if stored, err = m.Key.Seal(data); err != nil {
+			return "", err
+		}
+	}
+	v, err := m.Store.Put(ctx, f.Object(), stored, ifVersion)
+	if err != nil {
+		return "", fmt.Errorf("write %s/%s: %w", m.Store.Location(), f.Object(), err)
+	}
+	return v, nil
 }
 
 func (m *Mirror) open(f MirrorFile, data []byte) ([]byte, error) {
@@ -191,20 +229,11 @@ func (m *Mirror) push(ctx context.Context, f MirrorFile) error {
 		m.known[f.File] = last
 		return nil
 	}
-	stored := data
-	if f.Sealed {
-		if m.Key == nil {
-			return fmt.Errorf("%s/%s would be stored unsealed: set %s (make one with `transit state keygen`)", m.Store.Location(), f.Object(), m.keyHint())
-		}
-		if stored, err = m.Key.Seal(data); err != nil {
-			return err
-		}
-	}
 	want := NoVersion
 	if last.exists {
 		want = last.version
 	}
-	version, err := m.Store.Put(ctx, f.Object(), stored, want)
+	version, err := m.Write(ctx, f, data, want)
 	if errors.Is(err, ErrConflict) {
 		// A retried write whose first response was lost finds its own
 		// write: the object holds what this run wrote.
@@ -213,7 +242,7 @@ func (m *Mirror) push(ctx context.Context, f MirrorFile) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("write %s/%s: %w", m.Store.Location(), f.Object(), err)
+		return err
 	}
 	m.known[f.File] = mirrored{version: version, hash: hash, exists: true, size: size, mtime: mtime}
 	return nil

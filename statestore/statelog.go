@@ -13,11 +13,14 @@ import (
 // package state's Journal keeps a file (it is that Journal's Sink): the
 // state object (Name) written whole now and then, and one line object per
 // save in between ("<Name>.journal/000000001", numbered anew after each
-// whole write), created only if absent after checking that the state
-// object is still the version this writer wrote or read. The state
-// written whole replaces the state object (If-Match) and then removes the
-// lines. Another writer — a broken lock — is a *ConflictError at the next
-// save, either way.
+// whole write), created only if absent, and kept only if the state object
+// is still the version this writer wrote or read both before and after
+// the create. The state written whole first claims the next line's name
+// (an empty line object), then replaces the state object (If-Match) and
+// removes the lines. So every line name is taken once, by one writer,
+// and another writer — a broken lock — is a *ConflictError at the next
+// save, whichever of a line and a whole write lands first: a save either
+// lands where readers see it or fails.
 type StateLog struct {
 	Store Store
 	Name  string
@@ -31,6 +34,17 @@ type StateLog struct {
 	// Timeout bounds one save's requests; 0 is 2 minutes. They run even
 	// when the caller's work was cancelled: the last state is stored.
 	Timeout time.Duration
+	// Fence, when set, is asked before every save: an error (the
+	// writer's lock is no longer its own) writes nothing.
+	Fence func() error
+}
+
+// fenced is Fence's answer, nil without one.
+func (l *StateLog) fenced() error {
+	if l.Fence == nil {
+		return nil
+	}
+	return l.Fence()
 }
 
 func journalPrefix(name string) string { return name + ".journal/" }
@@ -78,12 +92,15 @@ func readStateOnce(ctx context.Context, s Store, name string) (base Object, jour
 		if err != nil {
 			return base, nil, nil, err
 		}
+		e.Version = obj.Version
+		lines = append(lines, e)
+		if len(obj.Data) == 0 {
+			continue // a whole write's claim: no save
+		}
 		buf.Write(obj.Data)
 		if !bytes.HasSuffix(obj.Data, []byte("\n")) {
 			buf.WriteByte('\n')
 		}
-		e.Version = obj.Version
-		lines = append(lines, e)
 	}
 	return base, buf.Bytes(), lines, nil
 }
@@ -102,10 +119,24 @@ func (l *StateLog) conflict(err error) error {
 	return err
 }
 
-// Whole stores the state written whole and removes the lines.
+// Whole stores the state written whole and removes the lines. It claims
+// the next line's name before it replaces the state object: a line that
+// another writer added unseen holds that name already (a conflict, and
+// nothing is replaced), and a line that comes after the claim is refused.
 func (l *StateLog) Whole(_ int64, data []byte) error {
+	if err := l.fenced(); err != nil {
+		return err
+	}
 	ctx, cancel := l.ctx()
 	defer cancel()
+	claim := l.lineName(len(l.Lines) + 1)
+	cv, err := l.Store.Put(ctx, claim, nil, NoVersion)
+	if err != nil {
+		return l.conflict(err)
+	}
+	// The claim is one of the generation's lines now: removed with them,
+	// and a retry after a failed write claims the name after it.
+	l.Lines = append(l.Lines, Entry{Name: claim, Version: cv})
 	v, err := l.Store.Put(ctx, l.Name, data, l.Base)
 	if err != nil {
 		return l.conflict(err)
@@ -120,10 +151,11 @@ func (l *StateLog) Whole(_ int64, data []byte) error {
 	return nil
 }
 
-// Line stores one save's line.
-func (l *StateLog) Line(_ int64, line []byte) error {
-	ctx, cancel := l.ctx()
-	defer cancel()
+func (l *StateLog) lineName(n int) string { return fmt.Sprintf("%s%09d", journalPrefix(l.Name), n) }
+
+// checkBase says the state object is still the version this log wrote or
+// read (a *ConflictError otherwise).
+func (l *StateLog) checkBase(ctx context.Context) error {
 	e, err := l.Store.Stat(ctx, l.Name)
 	have := e.Version
 	if errors.Is(err, ErrNotFound) {
@@ -135,10 +167,34 @@ func (l *StateLog) Line(_ int64, line []byte) error {
 	if have != l.Base {
 		return l.conflict(&ConflictError{Store: l.Store.Location(), Name: l.Name, Want: l.Base, Have: have})
 	}
-	name := fmt.Sprintf("%s%09d", journalPrefix(l.Name), len(l.Lines)+1)
+	return nil
+}
+
+// Line stores one save's line. The state object is checked before the
+// line is created and again after: another writer's whole write that came
+// between the two requests leaves the line beside a state it does not
+// belong to, which readers would skip (its serial is older) or apply to
+// the wrong state, the save reported done. That line is removed again and
+// the save is a conflict.
+func (l *StateLog) Line(_ int64, line []byte) error {
+	if err := l.fenced(); err != nil {
+		return err
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	if err := l.checkBase(ctx); err != nil {
+		return err
+	}
+	name := l.lineName(len(l.Lines) + 1)
 	v, err := l.Store.Put(ctx, name, line, NoVersion)
 	if err != nil {
 		return l.conflict(err)
+	}
+	if err := l.checkBase(ctx); err != nil {
+		if derr := l.Store.Delete(ctx, name, v); derr != nil && !errors.Is(derr, ErrNotFound) {
+			return fmt.Errorf("%w; the line %s/%s it wrote stays (%w): the next run that takes the lock folds or removes it", err, l.Store.Location(), name, derr)
+		}
+		return err
 	}
 	l.Lines = append(l.Lines, Entry{Name: name, Version: v})
 	return nil

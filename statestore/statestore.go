@@ -69,6 +69,20 @@ const NoVersion = ""
 type Object struct {
 	Data    []byte
 	Version string
+	// Modified is when the store last wrote the object and Served when it
+	// answered, both by the store's own clock (zero where the store does
+	// not say): their difference is the object's age with no two
+	// machines' clocks compared.
+	Modified, Served time.Time
+}
+
+// Age is how long ago the store wrote o, by the store's clock; ok is
+// false when the store did not say.
+func (o Object) Age() (age time.Duration, ok bool) {
+	if o.Modified.IsZero() || o.Served.IsZero() {
+		return 0, false
+	}
+	return o.Served.Sub(o.Modified), true
 }
 
 // Entry describes a stored object.
@@ -110,6 +124,13 @@ type Lock interface {
 	// Lost is closed when the lock can no longer be renewed and another
 	// run may take it over: the holder should stop changing the cluster.
 	Lost() <-chan struct{}
+	// Valid says whether the holder may still act: an error matching
+	// ErrLockLost once the lock is lost or its holder's own deadline
+	// (the last renewal, by this process's monotonic clock, plus the
+	// lease less a margin) has passed, even where Lost has not been
+	// closed yet (a process that was paused). Ask it before every write
+	// and every action.
+	Valid() error
 	// Release gives the lock up. It is safe to call more than once.
 	Release(ctx context.Context) error
 }
@@ -156,6 +177,9 @@ var (
 	// ErrLocked says another run holds the store's lock. It is the file
 	// lock's own, so one check covers both.
 	ErrLocked = filelock.ErrLocked
+	// ErrLockLost says a run's lock is no longer its own (not renewed in
+	// time, taken over or force-unlocked): it must not write or act.
+	ErrLockLost = errors.New("state lock lost")
 )
 
 // ConflictError is a refused conditional write: name's version is no longer

@@ -427,6 +427,17 @@ func (l *lock) Info() statestore.LockInfo { return l.info }
 
 func (l *lock) Lost() <-chan struct{} { return l.lost }
 
+// Valid is nil until Release: the kernel holds a file lock while its
+// holder lives, paused or not.
+func (l *lock) Valid() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.l == nil {
+		return fmt.Errorf("%w: released", statestore.ErrLockLost)
+	}
+	return nil
+}
+
 func (l *lock) Release(context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -30,6 +30,17 @@ type Store struct {
 	LostResponse atomic.Bool
 	// Puts counts the writes that took place.
 	Puts atomic.Int32
+	// Now is the store's own clock (default time.Now), which its
+	// objects' times and answers carry: tests set it apart from the
+	// holders' clocks.
+	Now func() time.Time
+}
+
+func (m *Store) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
 }
 
 type object struct {
@@ -55,7 +66,7 @@ func (m *Store) Get(_ context.Context, name string) (statestore.Object, error) {
 	if !ok {
 		return statestore.Object{}, statestore.ErrNotFound
 	}
-	return statestore.Object{Data: slices.Clone(o.data), Version: o.version}, nil
+	return statestore.Object{Data: slices.Clone(o.data), Version: o.version, Modified: o.modified, Served: m.now()}, nil
 }
 
 // Stat returns an object's entry.
@@ -87,7 +98,7 @@ func (m *Store) Put(_ context.Context, name string, data []byte, ifVersion strin
 	}
 	m.next++
 	v := strconv.Itoa(m.next)
-	m.objects[name] = object{data: slices.Clone(data), version: v, modified: time.Now()}
+	m.objects[name] = object{data: slices.Clone(data), version: v, modified: m.now()}
 	m.Puts.Add(1)
 	if m.LostResponse.CompareAndSwap(true, false) {
 		return "", &statestore.ConflictError{Store: m.Location(), Name: name, Want: ifVersion, Have: v}

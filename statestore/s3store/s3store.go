@@ -63,18 +63,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/cloudtransit/transit/statestore"
 )
@@ -102,6 +108,11 @@ type Options struct {
 	MaxBackoff  time.Duration
 	// HTTPClient sends the requests; nil is the SDK's.
 	HTTPClient *http.Client
+	// Logger gets the SDK's own log lines (a response without a checksum
+	// to validate, which some S3-compatible services send on every GET; a
+	// retry) at debug level, whatever the SDK calls them; nil drops them.
+	// The SDK would print them on stderr.
+	Logger *slog.Logger
 }
 
 // Store is a prefix of a bucket.
@@ -110,6 +121,12 @@ type Store struct {
 	bucket string
 	prefix string // "" or ending in "/"
 	url    string
+
+	// probed holds the answer of the probe for conditional writes, made
+	// before the first write (enforcing).
+	probeMu sync.Mutex
+	probed  bool
+	refused error
 }
 
 // LockName is the lease lock's object.
@@ -128,6 +145,8 @@ func New(ctx context.Context, bucket, prefix string, o Options) (*Store, error) 
 	}
 	load := []func(*config.LoadOptions) error{
 		config.WithRegion(o.Region),
+		config.WithLogger(sdkLogger(o.Logger)),
+		config.WithClientLogMode(0),
 		config.WithRetryer(func() aws.Retryer {
 			return retry.NewStandard(func(so *retry.StandardOptions) {
 				so.MaxAttempts = o.MaxAttempts
@@ -166,6 +185,17 @@ func New(ctx context.Context, bucket, prefix string, o Options) (*Store, error) 
 	return &Store{client: client, bucket: bucket, prefix: prefix, url: "s3://" + bucket + "/" + strings.TrimSuffix(prefix, "/")}, nil
 }
 
+// sdkLogger hands the SDK's log lines to l at debug level: they are the
+// SDK's notes, not the store's (whose errors say what failed).
+func sdkLogger(l *slog.Logger) logging.Logger {
+	if l == nil {
+		return logging.Nop{}
+	}
+	return logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+		l.Debug(fmt.Sprintf(format, v...), "from", "aws-sdk", "sdk_level", string(c))
+	})
+}
+
 // Location is the store's URL, without its settings.
 func (s *Store) Location() string { return strings.TrimSuffix(s.url, "/") }
 
@@ -194,7 +224,22 @@ func (s *Store) Get(ctx context.Context, name string) (statestore.Object, error)
 	if err != nil {
 		return statestore.Object{}, fmt.Errorf("%s/%s: read: %w", s.Location(), name, err)
 	}
-	return statestore.Object{Data: data, Version: aws.ToString(out.ETag)}, nil
+	return statestore.Object{Data: data, Version: aws.ToString(out.ETag), Modified: aws.ToTime(out.LastModified), Served: served(out.ResultMetadata)}, nil
+}
+
+// served is the service's time of an answer, its Date header (zero when
+// it sent none): with the object's Last-Modified, from the same clock, it
+// tells the object's age without this machine's clock.
+func served(md middleware.Metadata) time.Time {
+	raw, ok := awsmiddleware.GetRawResponse(md).(*smithyhttp.Response)
+	if !ok {
+		return time.Time{}
+	}
+	t, err := http.ParseTime(raw.Header.Get("Date"))
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // Stat returns an object's entry: a HEAD request.
@@ -224,6 +269,9 @@ func (s *Store) Stat(ctx context.Context, name string) (statestore.Entry, error)
 func (s *Store) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
 	key, err := s.key(name)
 	if err != nil {
+		return "", err
+	}
+	if err := s.enforcing(ctx); err != nil {
 		return "", err
 	}
 	if ifVersion != statestore.NoVersion {
@@ -277,6 +325,59 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, ifVersion str
 			"some services (versitygw) do so after a delete in a bucket with versioning: use a bucket that never had versioning turned on", s.Location(), name)
 	}
 	return "", &statestore.ConflictError{Store: s.Location(), Name: name, Want: statestore.NoVersion}
+}
+
+// ErrNoConditions says a service does not enforce conditional writes:
+// transit cannot keep one writer at a time on it.
+var ErrNoConditions = errors.New("the service does not enforce conditional writes")
+
+// enforcing probes, once per store, that the service refuses what a
+// conditional write must refuse: a create (If-None-Match: *) of an
+// object that exists, and a replace (If-Match) naming a version that is
+// not the object's. A service that writes either (some gateways and
+// proxies drop the headers, older S3 layers ignore them) would let two
+// runs hold the lock and overwrite each other's state: it is refused.
+func (s *Store) enforcing(ctx context.Context) error {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probed {
+		return s.refused
+	}
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	key := s.prefix + "transit-probe/" + hex.EncodeToString(b)
+	defer func() {
+		_, _ = s.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &key})
+	}()
+	v, err := s.put(ctx, key, []byte("first"), nil, statestore.NoVersion)
+	if err != nil {
+		return s.explain("s3:PutObject", "transit-probe/…", err)
+	}
+	var wrote []string
+	switch _, err := s.put(ctx, key, []byte("second"), nil, statestore.NoVersion); {
+	case err == nil:
+		wrote = append(wrote, "a create (If-None-Match: *) of an object that exists")
+	case !conflict(err):
+		return s.explain("s3:PutObject", "transit-probe/…", err)
+	}
+	wrong := `"` + strings.Repeat("0", 32) + `"`
+	if wrong == v {
+		wrong = `"` + strings.Repeat("1", 32) + `"`
+	}
+	switch _, err := s.put(ctx, key, []byte("third"), nil, wrong); {
+	case err == nil:
+		wrote = append(wrote, "a replace (If-Match) naming another version than the object's")
+	case !conflict(err) && !notFound(err):
+		return s.explain("s3:PutObject", "transit-probe/…", err)
+	}
+	s.probed = true
+	if len(wrote) > 0 {
+		s.refused = fmt.Errorf("%s: %w: it wrote %s, which it must refuse; on it two runs could hold the lock and overwrite each other's state, so transit does not use it: use a service that enforces If-None-Match and If-Match on PutObject (AWS S3, versitygw, MinIO do), or remove what strips those headers (a proxy, a gateway)",
+			s.Location(), ErrNoConditions, strings.Join(wrote, " and "))
+	}
+	return s.refused
 }
 
 // put is a conditional PutObject: If-None-Match: * for NoVersion, else
@@ -334,6 +435,9 @@ func (s *Store) Delete(ctx context.Context, name, ifVersion string) error {
 	}
 	if ifVersion == statestore.NoVersion {
 		return &statestore.ConflictError{Store: s.Location(), Name: name, Want: ifVersion}
+	}
+	if err := s.enforcing(ctx); err != nil {
+		return err
 	}
 	body, nonce, err := newTombstone()
 	if err != nil {

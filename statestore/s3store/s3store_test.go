@@ -1,13 +1,17 @@
 package s3store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -166,6 +170,12 @@ func TestServiceFaultsRetried(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The store's first write probes the service (conditions
+			// enforced): before the faults are counted.
+			if _, err := s.Put(t.Context(), "warm", []byte("up"), statestore.NoVersion); err != nil {
+				t.Fatal(err)
+			}
+			f.seen.Store(0)
 			f.left.Store(3) // within the 4 attempts
 			v, err := s.Put(t.Context(), "resources.json", []byte("one"), statestore.NoVersion)
 			if err != nil {
@@ -364,5 +374,139 @@ func TestTombstone(t *testing.T) {
 	}
 	if keys := srv.Objects(t, bucket, "prod/history/"); len(keys) != 0 {
 		t.Fatalf("after a delete the bucket holds %v, want nothing", keys)
+	}
+}
+
+// stderrOf returns what f wrote to the process's stderr.
+func stderrOf(t *testing.T, f func()) string {
+	t.Helper()
+	tmp, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = tmp
+	defer func() { os.Stderr = saved }()
+	f()
+	data, err := os.ReadFile(tmp.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// Nothing the SDK logs reaches stderr: against a service that sends no
+// checksum (a proxy strips them, as some S3-compatible services never send
+// one), the SDK's "Response has no supported checksum" goes to the
+// store's logger at debug level, and nowhere without one.
+func TestSDKLogsQuiet(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Bucket(t, "state")
+	target, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		for h := range r.Header {
+			if strings.HasPrefix(strings.ToLower(h), "x-amz-checksum") {
+				r.Header.Del(h)
+			}
+		}
+		return nil
+	}
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	for _, c := range []struct {
+		name  string
+		level slog.Level
+		debug bool // whether the SDK's line is in the log
+	}{{"NoLogger", 0, false}, {"Info", slog.LevelInfo, false}, {"Debug", slog.LevelDebug, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var log bytes.Buffer
+			o := srv.Options()
+			o.Endpoint = proxy.URL
+			if c.name != "NoLogger" {
+				o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: c.level}))
+			}
+			stderr := stderrOf(t, func() {
+				s, err := s3store.New(t.Context(), "state", "quiet-"+c.name, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := mustPut(t, s, "resources.json", "one")
+				for range 3 {
+					if got, err := s.Get(t.Context(), "resources.json"); err != nil || got.Version != v {
+						t.Fatalf("Get: %+v, %v", got, err)
+					}
+				}
+			})
+			if stderr != "" {
+				t.Errorf("the SDK wrote to stderr:\n%s", stderr)
+			}
+			if got := strings.Contains(log.String(), "no supported checksum"); got != c.debug {
+				t.Errorf("the SDK's line in the log: %v, want %v; the log:\n%s", got, c.debug, log.String())
+			}
+		})
+	}
+}
+
+// A service that answers a conditional write that must fail as if it had
+// succeeded (a gateway or proxy that drops If-None-Match and If-Match, an
+// S3 layer that ignores them: here a proxy that turns each 412 into a
+// 200) is refused before anything is written, naming what it did: on it
+// two runs could hold the lock. Its probe leaves nothing behind.
+func TestServiceIgnoringConditionsRefused(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Bucket(t, "state")
+	target, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		if r.Request.Method == http.MethodPut && r.StatusCode == http.StatusPreconditionFailed {
+			r.StatusCode, r.Status = http.StatusOK, "200 OK"
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader("")), 0
+			r.Header.Del("Content-Length")
+			r.Header.Set("ETag", `"`+strings.Repeat("e", 32)+`"`)
+		}
+		return nil
+	}
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	o := srv.Options()
+	o.Endpoint = proxy.URL
+	s, err := s3store.New(t.Context(), "state", "ignored", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, try := range []struct {
+		what string
+		do   func() error
+	}{
+		{"a state write", func() error {
+			_, err := s.Put(t.Context(), "resources.json", []byte("{}"), statestore.NoVersion)
+			return err
+		}},
+		{"the lock", func() error {
+			l, err := s.Lock(t.Context(), statestore.LockOptions{Command: "transit apply"})
+			if err == nil {
+				_ = l.Release(t.Context())
+			}
+			return err
+		}},
+	} {
+		err := try.do()
+		if !errors.Is(err, s3store.ErrNoConditions) || !strings.Contains(err.Error(), "a create (If-None-Match: *) of an object that exists") {
+			t.Errorf("%s on a service that ignores conditions: %v, want ErrNoConditions naming what it wrote", try.what, err)
+		}
+	}
+	direct, err := s3store.New(t.Context(), "state", "ignored", srv.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err := direct.List(t.Context(), ""); err != nil || len(left) > 0 {
+		t.Errorf("the store holds %v (%v) after the refusals: want nothing", left, err)
 	}
 }

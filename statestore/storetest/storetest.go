@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) statestore.Store, o Options) {
 		{"RacingDeletes", racingDeletes},
 		{"DeleteRacingWrite", deleteRacingWrite},
 		{"NoLostUpdate", noLostUpdate},
+		{"LineRacingWhole", lineRacingWhole},
 		{"Lock", lock},
 		{"LockWaits", lockWaits},
 		{"LockTimeout", lockTimeout},
@@ -79,6 +80,8 @@ func Run(t *testing.T, open func(t *testing.T) statestore.Store, o Options) {
 		{"Release", release},
 		{"ForceUnlock", func(t *testing.T, s statestore.Store) { forceUnlock(t, s, o) }},
 		{"RacingLocks", racingLocks},
+		{"SkewedClocks", skewedClocks},
+		{"ValidUntilReleased", validUntilReleased},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -916,5 +919,51 @@ func racingLocks(t *testing.T, s statestore.Store) {
 		if len(held) != 1 {
 			t.Fatalf("round %d: %d of %d racing runs got the lock, want 1", round, len(held), n)
 		}
+	}
+}
+
+// skewLease is the lease of the skewed-clock test: long enough that a
+// store over the network on a loaded machine renews in time (each
+// renewal may take a quarter of it), short enough for a suite.
+const skewLease = 4 * time.Second
+
+// No two machines' clocks are compared: a holder whose clock runs two
+// leases behind (its lock says it expired long ago) keeps a lock it
+// renews, against contenders whose clocks run behind, true or ahead.
+func skewedClocks(t *testing.T, s statestore.Store) {
+	behind := func() time.Time { return time.Now().Add(-2 * skewLease) }
+	holder := takeLock(t, s, statestore.LockOptions{Command: "transit apply", Lease: skewLease, Now: behind})
+	var wg sync.WaitGroup
+	for _, skew := range []time.Duration{-4 * skewLease, 0, 2 * skewLease} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			now := func() time.Time { return time.Now().Add(skew) }
+			l, err := s.Lock(t.Context(), statestore.LockOptions{Command: "transit apply", Lease: skewLease, Timeout: 3 * skewLease, Now: now})
+			if err == nil {
+				_ = l.Release(context.Background())
+				t.Errorf("a contender whose clock is %s off took over a lock its holder renews", skew)
+				return
+			}
+			_ = wantLocked(t, err, fmt.Sprintf("a contender whose clock is %s off", skew))
+		}()
+	}
+	wg.Wait()
+	if err := holder.Valid(); err != nil || lostNow(holder) {
+		t.Errorf("the holder, renewing on time: Valid %v, lost %v", err, lostNow(holder))
+	}
+}
+
+// A held lock is Valid until Release; then it says it is lost.
+func validUntilReleased(t *testing.T, s statestore.Store) {
+	l := takeLock(t, s, statestore.LockOptions{Command: "transit apply"})
+	if err := l.Valid(); err != nil {
+		t.Fatalf("a lock just taken: %v", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Valid(); !errors.Is(err, statestore.ErrLockLost) {
+		t.Errorf("a released lock: Valid %v, want ErrLockLost", err)
 	}
 }

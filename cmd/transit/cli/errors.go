@@ -19,6 +19,7 @@ const (
 	kindConfig              = "config"               // configuration, state file or driver set-up
 	kindLocked              = "locked"               // another run holds the state lock
 	kindStateConflict       = "state_conflict"       // another run wrote the state since this one read it
+	kindLockLost            = "lock_lost"            // the state lock stopped being this run's (a lease not renewed in time, taken over, force-unlocked)
 	kindRefresh             = "refresh"              // asking the clouds before the loop failed
 	kindCancelled           = "cancelled"            // the confirmation was not given
 	kindWouldDestroy        = "would_destroy"        // apply of a cluster.json that wants no node
@@ -62,6 +63,8 @@ func errorKind(err error) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, statestore.ErrLockLost):
+		return kindLockLost
 	case errors.Is(err, context.Canceled):
 		return kindInterrupted
 	case errors.Is(err, transit.ErrLocked):
