@@ -140,6 +140,7 @@ func (s *Session) openRemote(ctx context.Context) error {
 		lock, err := store.Lock(ctx, statestore.LockOptions{
 			Command: s.opts.Command,
 			Timeout: s.opts.LockTimeout,
+			Lease:   s.opts.LockLease,
 			Waiting: func(e *statestore.LockedError) {
 				s.opts.Logger.Info("waiting for the state lock", "state", e.Store, "holder", e.Holder.String(), "timeout", s.opts.LockTimeout)
 			},

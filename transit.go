@@ -110,6 +110,11 @@ type Options struct {
 	// only): 0 fails at once with an error naming the holder (ErrLocked),
 	// a negative value waits until ctx ends.
 	LockTimeout time.Duration
+	// LockLease is a remote store's lease (0: statestore.DefaultLease):
+	// the holder stops acting three quarters of it after its last
+	// renewal, and another run may take its lock over a lease and a
+	// quarter after it.
+	LockLease time.Duration
 	// Drivers builds each district's infrastructure driver and the
 	// cluster's platform driver. ReadState needs none. BuiltinDrivers
 	// returns transit's own.

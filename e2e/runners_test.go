@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,6 +182,104 @@ func testCIRunners(t *testing.T) {
 			t.Errorf("the killed run's local copy (its opened key) outlived the next run: %v", left)
 		}
 	})
+
+	t.Run("A stopped past its lease: B takes over and converges; A, resumed, writes nothing and ends lock_lost", func(t *testing.T) {
+		testPausedRunner(t, srv, a, b)
+	})
+}
+
+// testPausedRunner: with a 6 s lease, runner A's apply is stopped
+// (SIGSTOP) as soon as it holds the lock and has planned; B, wanting
+// another change, waits for the lock, takes it over once it is stale by
+// the store's clock, and converges. A, resumed (SIGCONT), starts no
+// action and writes nothing: it exits 1 with error_kind lock_lost, and
+// the store and the cluster are exactly as B left them.
+func testPausedRunner(t *testing.T, srv *s3test.Server, a, b *cluster) {
+	for _, c := range []*cluster{a, b} {
+		c.env = append(c.env, "TRANSIT_STATE_LEASE=6s")
+	}
+	a.cfg.Deployments[1].Quantity = 5 // A would add a worker
+	a.writeConfig()
+	b.cfg.Deployments[1].Quantity = 3 // B removes one
+	b.writeConfig()
+
+	ctx, cancel := a.commandContext()
+	defer cancel()
+	cmd := a.command(ctx, "apply", "--auto-approve", "--json")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	if !sc.Scan() { // the plan: A holds the lock and acts next
+		_ = cmd.Wait()
+		t.Fatalf("A's apply ended before its plan:\n%s", errb.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	var out bytes.Buffer
+	out.Write(sc.Bytes())
+	out.WriteByte('\n')
+	if !lockHeld(t, srv, "ci-state", "prod") {
+		t.Fatal("A holds no lock while stopped")
+	}
+	r := b.transit("apply", "--auto-approve", "--lock-timeout", "1m")
+	if r.code != 0 {
+		t.Fatalf("B's apply while A is stopped: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "took over the state lock") {
+		t.Errorf("B does not say it took the stopped run's lock over:\n%s", r.stderr)
+	}
+	st, err := s3store.New(context.Background(), "ci-state", "prod", srv.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := st.Get(context.Background(), "resources.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	for sc.Scan() {
+		out.Write(sc.Bytes())
+		out.WriteByte('\n')
+	}
+	_ = cmd.Wait()
+	code := cmd.ProcessState.ExitCode()
+	if code != 1 || resultKind(t, out.String()) != "lock_lost" {
+		t.Fatalf("A resumed after its lease: exit %d, want 1 with error_kind lock_lost\n%s\n%s", code, out.String(), errb.String())
+	}
+	if strings.Contains(out.String(), `"type":"action"`) {
+		t.Errorf("A, resumed without its lock, acted:\n%s", out.String())
+	}
+	after, err := st.Get(context.Background(), "resources.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Version != before.Version {
+		t.Error("A, resumed without its lock, wrote the state")
+	}
+	if left := storeObjects(t, srv, "ci-state", "prod/resources.json.journal/"); len(left) > 0 {
+		t.Errorf("A, resumed without its lock, left journal lines: %v", left)
+	}
+	if n := len(b.with(t).status().Nodes); n != 4 {
+		t.Errorf("%d nodes, want B's 4 (a manager, 3 workers)", n)
+	}
 }
 
 // writeStateCredential gives the runner the store's keys as CI would: a

@@ -17,10 +17,15 @@ const (
 	envSSHTimeout   = "TRANSIT_SSH_TIMEOUT"   // how long to wait for a node's sshd (default 2m)
 	envBundle       = "TRANSIT_BUNDLE"        // the Kubernetes bundle of the districts that name none
 	envMeshBinary   = "TRANSIT_MESH_BINARY"   // the transit-mesh a Swarm on the node mesh sends to its nodes
+	envStateLease   = "TRANSIT_STATE_LEASE"   // a remote state lock's lease (default 2m)
 	// envStateKey is the age identity sealing a remote state's secrets:
 	// never a flag, so it does not show in process listings.
 	envStateKey = "TRANSIT_STATE_KEY"
 )
+
+// minStateLease keeps a lease's renewals (every quarter of it) longer
+// than a slow request to the store.
+const minStateLease = 4 * time.Second
 
 // environment is what the root command read from the environment before
 // the command runs: the TRANSIT_* variables of its flags and settings, and
@@ -37,7 +42,7 @@ func readEnvironment(lookup func(string) (string, bool), fs *pflag.FlagSet) envi
 	if lookup == nil {
 		return e
 	}
-	names := []string{envLocalRoot, envPollInterval, envSSHTimeout, envBundle, envMeshBinary, envStateKey, "KUBECONFIG", "HOME"}
+	names := []string{envLocalRoot, envPollInterval, envSSHTimeout, envBundle, envMeshBinary, envStateLease, envStateKey, "KUBECONFIG", "HOME"}
 	fs.VisitAll(func(f *pflag.Flag) { names = append(names, envName(f.Name)) })
 	for _, name := range names {
 		if v, ok := lookup(name); ok {
@@ -84,11 +89,19 @@ func (g *GlobalFlags) sessionOptions(deps Deps, a transit.Access, command string
 	if err != nil {
 		return transit.Options{}, err
 	}
+	lease, err := g.env.duration(envStateLease, "2m")
+	if err == nil && lease > 0 && lease < minStateLease {
+		err = fmt.Errorf("%s=%s: at least %s (the holder renews it every quarter, over the network)", envStateLease, lease, minStateLease)
+	}
+	if err != nil {
+		return transit.Options{}, configError(err)
+	}
 	o := transit.Options{
 		Files:       g.paths(),
 		Access:      a,
 		Command:     command,
 		LockTimeout: g.LockTimeout,
+		LockLease:   lease,
 		Stores:      deps.Stores,
 		StateKey:    g.env.getenv(envStateKey),
 		Clock:       deps.clock(),
