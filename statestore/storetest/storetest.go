@@ -81,6 +81,7 @@ func Run(t *testing.T, open func(t *testing.T) statestore.Store, o Options) {
 		{"ForceUnlock", func(t *testing.T, s statestore.Store) { forceUnlock(t, s, o) }},
 		{"RacingLocks", racingLocks},
 		{"SkewedClocks", skewedClocks},
+		{"PausedHolder", func(t *testing.T, s statestore.Store) { pausedHolder(t, s, o) }},
 		{"ValidUntilReleased", validUntilReleased},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -966,4 +967,108 @@ func validUntilReleased(t *testing.T, s statestore.Store) {
 	if err := l.Valid(); !errors.Is(err, statestore.ErrLockLost) {
 		t.Errorf("a released lock: Valid %v, want ErrLockLost", err)
 	}
+}
+
+// pausable is a holder's view of a store whose writes hang while paused,
+// as a process stopped (SIGSTOP, a paused VM) sends nothing.
+type pausable struct {
+	statestore.Store
+	mu     sync.Mutex
+	paused bool
+}
+
+func (p *pausable) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	for {
+		p.mu.Lock()
+		paused := p.paused
+		p.mu.Unlock()
+		if !paused {
+			return p.Store.Put(ctx, name, data, ifVersion)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (p *pausable) pause(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = on
+}
+
+// A lease holder paused past its lease knows it lost the lock (Valid
+// fails) before another run takes the lock over, by its own monotonic
+// clock: its wall clock may be frozen (a fake one here) or anything. A
+// kernel lock is never lost while its holder lives, paused or not.
+func pausedHolder(t *testing.T, s statestore.Store, o Options) {
+	if o.KernelLock {
+		l := takeLock(t, s, statestore.LockOptions{Command: "transit apply"})
+		if err := l.Valid(); err != nil {
+			t.Errorf("a kernel lock: Valid %v", err)
+		}
+		return
+	}
+	for _, clock := range []string{"real", "fake"} {
+		t.Run(clock, func(t *testing.T) {
+			prefix := "paused-" + clock + "-"
+			view := &pausable{Store: prefixed{s, prefix}}
+			lo := statestore.LockOptions{Command: "transit apply", Lease: skewLease}
+			if clock == "fake" {
+				frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+				lo.Now = func() time.Time { return frozen }
+			}
+			holder, err := statestore.AcquireLease(t.Context(), view, "lock", lo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { view.pause(false); _ = holder.Release(context.Background()) })
+			view.pause(true)
+			took := make(chan time.Time, 1)
+			go func() {
+				defer close(took)
+				l, err := statestore.AcquireLease(context.Background(), prefixed{s, prefix}, "lock", statestore.LockOptions{Lease: skewLease, Timeout: 3 * skewLease})
+				if err == nil {
+					took <- time.Now()
+					_ = l.Release(context.Background())
+				}
+			}()
+			var stopped time.Time
+			for deadline := time.Now().Add(3 * skewLease); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if err := holder.Valid(); errors.Is(err, statestore.ErrLockLost) {
+					stopped = time.Now()
+					break
+				}
+			}
+			at, ok := <-took
+			switch {
+			case stopped.IsZero():
+				t.Fatal("the paused holder never learnt it lost the lock")
+			case !ok:
+				t.Fatal("no other run took the paused holder's lock over")
+			case !stopped.Before(at):
+				t.Fatalf("the holder stopped at %s, after another run took its lock over at %s", stopped.Format(time.StampMilli), at.Format(time.StampMilli))
+			}
+		})
+	}
+}
+
+// prefixed is s with every name under prefix: two subtests' locks apart.
+type prefixed struct {
+	statestore.Store
+	prefix string
+}
+
+func (p prefixed) Get(ctx context.Context, name string) (statestore.Object, error) {
+	return p.Store.Get(ctx, p.prefix+name)
+}
+
+func (p prefixed) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	return p.Store.Put(ctx, p.prefix+name, data, ifVersion)
+}
+
+func (p prefixed) Delete(ctx context.Context, name, ifVersion string) error {
+	return p.Store.Delete(ctx, p.prefix+name, ifVersion)
 }
