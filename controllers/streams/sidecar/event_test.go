@@ -282,7 +282,10 @@ func TestCaller(t *testing.T) {
 	}))
 	defer close(hang)
 	defer srv.Close()
-	c, err := newCaller(srv.URL, 200*time.Millisecond)
+	// The calls that must succeed get a limit no loaded machine reaches
+	// on loopback (a dial alone took over 200 ms under make test's load);
+	// the hanging one a short limit of its own.
+	c, err := newCaller(srv.URL, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +300,12 @@ func TestCaller(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Fatalf("%d requests served, want 3", n)
 	}
-	if _, err := c.call(t.Context(), event{attrs: map[string]string{"id": "hang"}}, 10); !errors.Is(err, os.ErrDeadlineExceeded) {
+	short, err := newCaller(srv.URL, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.close()
+	if _, err := short.call(t.Context(), event{attrs: map[string]string{"id": "hang"}}, 10); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("hanging function: %v, want a deadline error", err)
 	}
 	refusing, err := newCaller("http://"+srv.Listener.Addr().String(), time.Second)
