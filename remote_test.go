@@ -486,16 +486,15 @@ func TestPausedHolderStops(t *testing.T) {
 	var mu sync.Mutex
 	paused, startedAfter := false, 0
 	var writtenAt int32
+	// Paused at the loop's plan, when no action is under way (one that
+	// passed the fence before the deadline may rightly run on).
 	_, err := s.Apply(t.Context(), transit.ApplyOptions{OnEvent: func(e transit.Event) {
-		if e.Type != control.EventAction {
-			return
-		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
-		case paused && e.Phase == control.PhaseStart:
+		case paused && e.Type == control.EventAction && e.Phase == control.PhaseStart:
 			startedAfter++
-		case !paused && e.Phase == control.PhaseFinish:
+		case !paused && e.Type == control.EventPlan:
 			paused = true
 			store.paused.Store(true)
 			time.Sleep(1200 * time.Millisecond) // past the holder's deadline (0.75 s)
@@ -509,9 +508,7 @@ func TestPausedHolderStops(t *testing.T) {
 	if startedAfter > 0 {
 		t.Errorf("%d actions started after the lease ran out", startedAfter)
 	}
-	// What the action under way saves may land before its save asks;
-	// nothing after.
-	if puts := a.store.Puts.Load(); puts > writtenAt+1 {
+	if puts := a.store.Puts.Load(); puts > writtenAt {
 		t.Errorf("%d writes to the store after the lease ran out", puts-writtenAt)
 	}
 }

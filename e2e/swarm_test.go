@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -767,14 +768,38 @@ func testBadInput(t *testing.T, c *cluster) {
 		t.Fatal(err)
 	}
 
-	// sshd refusing the key: a different cluster key.
+	// sshd refusing the key: another key pair in the cluster key's place.
 	keyPath := ssh.KeyPath(c.dir, c.cfg.ID)
 	for _, suffix := range []string{"", ".pub"} {
 		if err := os.Rename(keyPath+suffix, keyPath+suffix+".saved"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(keyPath, newPrivateKey(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	expectFailure("key refused", "refused transit's key")
+	// No key at all beside a state that records machines: refused,
+	// naming the key, before anything is asked; never a new pair, which
+	// every machine would refuse.
+	for _, suffix := range []string{"", ".pub"} {
+		if err := os.Remove(keyPath + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	before, err := os.ReadFile(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.transit("apply", "--auto-approve"); r.code != 1 || !strings.Contains(r.stderr, "its SSH private key "+filepath.Base(keyPath)+" is missing") {
+		t.Errorf("key missing: apply exit %d, stderr:\n%s\nwant exit 1 naming the missing key", r.code, r.stderr)
+	}
+	if _, err := os.Stat(keyPath); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a new key pair was made over live machines (%v)", err)
+	}
+	if after, err := os.ReadFile(statePath); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("key missing: apply changed resources.json (%v)", err)
+	}
 	for _, suffix := range []string{"", ".pub"} {
 		if err := os.Rename(keyPath+suffix+".saved", keyPath+suffix); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,16 +118,29 @@ func (s *Server) start(t testing.TB, addr, root, logName string) (bool, []byte) 
 	// Killed with the test process too, when a timeout's panic ends it
 	// before the cleanups run.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		t.Fatalf("start %s: %v", s.bin, err)
-	}
+	started := make(chan error, 1)
 	exited := make(chan struct{})
 	go func() {
+		// The death signal follows the thread that forked, not the
+		// process, and Go ends threads (one a goroutine left locked,
+		// entering a network namespace, say): the server was killed in
+		// the middle of an e2e test that way. This goroutine keeps its
+		// thread until the server exits.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait()
 		_ = logFile.Close()
 		close(exited)
 	}()
+	if err := <-started; err != nil {
+		_ = logFile.Close()
+		t.Fatalf("start %s: %v", s.bin, err)
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
