@@ -149,11 +149,7 @@ func (c *call) createSecurityGroup() (requestIDSetter, error) {
 }
 
 func (c *call) describeSecurityGroups() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}
@@ -557,11 +553,7 @@ func ruleNotFound(id string) *apiError {
 // describeSecurityGroupRules lists the rules of the region's groups,
 // ingress and egress, in the order they were made.
 func (c *call) describeSecurityGroupRules() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}

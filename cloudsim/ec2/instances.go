@@ -687,11 +687,7 @@ func (s *Server) lookup(rg *region, ids []string, describe bool) ([]*instance, e
 }
 
 func (c *call) describeInstances() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}

@@ -264,11 +264,7 @@ func validID(prefix, id string) bool {
 }
 
 func (c *call) describeImages() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}
@@ -347,11 +343,7 @@ func (c *call) describeImages() (requestIDSetter, error) {
 }
 
 func (c *call) describeVpcs() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}
@@ -407,11 +399,7 @@ func (c *call) describeVpcs() (requestIDSetter, error) {
 }
 
 func (c *call) describeSubnets() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}

@@ -486,6 +486,17 @@ func pageBy[T any](c *call, items []T, at func(T) cursor, limit int) ([]T, strin
 }
 
 // maxResults reads MaxResults within EC2's bounds for the action.
+// describing reads what every paged Describe action takes: its filters
+// and its MaxResults (5–1000, as EC2 bounds it; 0 when not given).
+func (c *call) describing() ([]filter, int, error) {
+	fs, err := c.p.filters()
+	if err != nil {
+		return nil, 0, err
+	}
+	limit, err := c.maxResults(5, 1000)
+	return fs, limit, err
+}
+
 func (c *call) maxResults(lo, hi int) (int, error) {
 	n, err := c.p.int("MaxResults", 0)
 	if err != nil {

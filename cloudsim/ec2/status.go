@@ -45,11 +45,7 @@ func reachability(status string) []xStatusDetail {
 }
 
 func (c *call) describeInstanceStatus() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}

@@ -49,11 +49,7 @@ func (s *Server) taggedResources(rg *region, now time.Time) []tagged {
 // describeTags lists tags one per resource and key, in the resources'
 // order and by key within one, paged by (resource, key).
 func (c *call) describeTags() (requestIDSetter, error) {
-	fs, err := c.p.filters()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := c.maxResults(5, 1000)
+	fs, limit, err := c.describing()
 	if err != nil {
 		return nil, err
 	}
