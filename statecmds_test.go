@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -387,26 +384,12 @@ func TestStateStoreLogsToTheSession(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	srv := s3test.Start(t)
 	srv.Bucket(t, "state")
-	target, err := url.Parse(srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ModifyResponse = func(r *http.Response) error {
-		for h := range r.Header {
-			if strings.HasPrefix(strings.ToLower(h), "x-amz-checksum") {
-				r.Header.Del(h)
-			}
-		}
-		return nil
-	}
-	proxy := httptest.NewServer(rp)
-	t.Cleanup(proxy.Close)
+	proxyURL := srv.Proxy(t, s3test.StripChecksums)
 	w := newWorld(t)
 	w.cloud.guard = ""
 	applyWith(t, w.options(transit.Change, "transit apply"))
 	location, key := onS3(t, w, srv, "logged")
-	location = strings.Replace(location, srv.Endpoint, proxy.URL, 1)
+	location = strings.Replace(location, srv.Endpoint, proxyURL, 1)
 	o := w.options(transit.ReadState, "transit state migrate")
 	o.Stores, o.StateKey = transit.BuiltinStores(), key
 	if err := transit.MigrateState(t.Context(), o, location, false); err != nil {

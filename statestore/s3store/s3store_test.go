@@ -402,21 +402,7 @@ func stderrOf(t *testing.T, f func()) string {
 func TestSDKLogsQuiet(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.Bucket(t, "state")
-	target, err := url.Parse(srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ModifyResponse = func(r *http.Response) error {
-		for h := range r.Header {
-			if strings.HasPrefix(strings.ToLower(h), "x-amz-checksum") {
-				r.Header.Del(h)
-			}
-		}
-		return nil
-	}
-	proxy := httptest.NewServer(rp)
-	t.Cleanup(proxy.Close)
+	proxyURL := srv.Proxy(t, s3test.StripChecksums)
 	for _, c := range []struct {
 		name  string
 		level slog.Level
@@ -425,7 +411,7 @@ func TestSDKLogsQuiet(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var log bytes.Buffer
 			o := srv.Options()
-			o.Endpoint = proxy.URL
+			o.Endpoint = proxyURL
 			if c.name != "NoLogger" {
 				o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: c.level}))
 			}
@@ -459,12 +445,7 @@ func TestSDKLogsQuiet(t *testing.T) {
 func TestServiceIgnoringConditionsRefused(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.Bucket(t, "state")
-	target, err := url.Parse(srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ModifyResponse = func(r *http.Response) error {
+	proxyURL := srv.Proxy(t, func(r *http.Response) error {
 		if r.Request.Method == http.MethodPut && r.StatusCode == http.StatusPreconditionFailed {
 			r.StatusCode, r.Status = http.StatusOK, "200 OK"
 			r.Body, r.ContentLength = io.NopCloser(strings.NewReader("")), 0
@@ -472,11 +453,9 @@ func TestServiceIgnoringConditionsRefused(t *testing.T) {
 			r.Header.Set("ETag", `"`+strings.Repeat("e", 32)+`"`)
 		}
 		return nil
-	}
-	proxy := httptest.NewServer(rp)
-	t.Cleanup(proxy.Close)
+	})
 	o := srv.Options()
-	o.Endpoint = proxy.URL
+	o.Endpoint = proxyURL
 	s, err := s3store.New(t.Context(), "state", "ignored", o)
 	if err != nil {
 		t.Fatal(err)

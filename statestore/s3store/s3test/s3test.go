@@ -10,6 +10,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,4 +289,31 @@ func (s *Server) Object(t testing.TB, bucket, key string) (data []byte, meta map
 // URL is the state URL of a prefix of a bucket on the server.
 func (s *Server) URL(bucket, prefix string) string {
 	return fmt.Sprintf("s3://%s/%s?endpoint=%s&path_style=true", bucket, prefix, s.Endpoint)
+}
+
+// Proxy serves the server through a reverse proxy that passes each answer
+// to change first (a service that strips headers, says other things), and
+// returns the proxy's URL, closed when the test ends.
+func (s *Server) Proxy(t testing.TB, change func(*http.Response) error) string {
+	t.Helper()
+	target, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = change
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	return proxy.URL
+}
+
+// StripChecksums drops the x-amz-checksum-* headers of an answer, as
+// S3-compatible services that compute none send it.
+func StripChecksums(r *http.Response) error {
+	for h := range r.Header {
+		if strings.HasPrefix(strings.ToLower(h), "x-amz-checksum") {
+			r.Header.Del(h)
+		}
+	}
+	return nil
 }
