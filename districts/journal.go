@@ -3,6 +3,7 @@ package districts
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -23,6 +24,9 @@ type JournalEntry struct {
 	Nodes  []Node           `json:"nodes,omitempty"`
 	Groups *[]SecurityGroup `json:"groups,omitempty"`
 }
+
+// errJournalGap: the journal's lines do not follow the state file read.
+var errJournalGap = errors.New("the journal does not follow the state file")
 
 // applyJournal applies the entries of journal newer than base's serial to
 // base. An unfinished last line (a save cut short) is ignored; any other
@@ -47,6 +51,13 @@ func applyJournal(base Resources, file string, journal []byte) (Resources, error
 		}
 		if e.Header.Serial <= base.Serial {
 			continue // already in the state file
+		}
+		if e.Header.Serial != base.Serial+1 {
+			// Saves are numbered one after another and a state file
+			// written whole starts the journal afresh: a gap is a state
+			// file read before a run rewrote it and the journal read
+			// after. Reading again gets the newer file.
+			return base, fmt.Errorf("%w: line %d has serial %d, the state file %d", errJournalGap, i+1, e.Header.Serial, base.Serial)
 		}
 		nodes, groups := base.Nodes, base.SecurityGroups
 		base = e.Header

@@ -188,6 +188,23 @@ func ioReason(err error) string {
 // corrupt file is an error, never an empty state: transit would otherwise
 // forget what it created.
 func LoadResources(path string) (Resources, error) {
+	// A run may rewrite the state file between the two reads; then the
+	// journal skips ahead of the file read, and both are read again.
+	const attempts = 20
+	for range attempts - 1 {
+		r, err := loadResources(path)
+		if !errors.Is(err, errJournalGap) {
+			return r, err
+		}
+	}
+	r, err := loadResources(path)
+	if errors.Is(err, errJournalGap) {
+		return Resources{}, fmt.Errorf("%s: %w, in %d reads (a run rewrote the state each time, or the state file was replaced under its journal); %s", filepath.Base(JournalPath(path)), err, attempts, resourcesRecovery)
+	}
+	return r, err
+}
+
+func loadResources(path string) (Resources, error) {
 	r := Resources{Type: "resources", Version: ResourcesVersion}
 	data, err := os.ReadFile(path)
 	switch {

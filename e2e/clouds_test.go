@@ -656,8 +656,9 @@ func (env *clouds) checkDestroy(t *testing.T, c *cluster) {
 // checkNoSecrets greps every output of every run and every file transit
 // wrote (all but credentials.json) for the credentials' secrets.
 func (env *clouds) checkNoSecrets(t *testing.T, c *cluster) {
+	outs := c.outputs.list()
 	for _, secret := range env.secrets() {
-		for i, out := range *c.outputs {
+		for i, out := range outs {
 			if strings.Contains(out, secret) {
 				t.Errorf("output %d of a transit run shows a secret", i)
 			}
@@ -673,7 +674,7 @@ func (env *clouds) checkNoSecrets(t *testing.T, c *cluster) {
 			return nil
 		})
 	}
-	if len(*c.outputs) == 0 {
+	if len(outs) == 0 {
 		t.Error("no output was collected")
 	}
 }

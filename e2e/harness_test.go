@@ -109,6 +109,25 @@ func requireE2E(tb testing.TB) {
 	}
 }
 
+// outputs collects what transit runs printed; runs made by a sampling
+// goroutine (whileApplying) add to it beside the test's own.
+type outputs struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (o *outputs) add(out ...string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.all = append(o.all, out...)
+}
+
+func (o *outputs) list() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.all)
+}
+
 // cluster is one transit working directory driving local districts under
 // root.
 type cluster struct {
@@ -126,7 +145,7 @@ type cluster struct {
 	// env is added to transit's environment; outputs collects what every
 	// transit run printed (shared by the copies with makes).
 	env     []string
-	outputs *[]string
+	outputs *outputs
 	// limit bounds each transit run (commandLimit when zero).
 	limit time.Duration
 	// teardown: the runs of the cleanup, which may use its reserve.
@@ -195,7 +214,7 @@ func newCluster(tb testing.TB, root string, cfg districts.Cluster, ds []district
 	if err := writeImage(filepath.Join(root, "images", "busybox.tar")); err != nil {
 		tb.Fatal(err)
 	}
-	c := &cluster{tb: tb, root: root, dir: tb.TempDir(), cfg: &cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}, outputs: new([]string)}
+	c := &cluster{tb: tb, root: root, dir: tb.TempDir(), cfg: &cfg, ds: ds, seen: map[string]bool{}, chains: map[string]bool{}, outputs: &outputs{}}
 	c.writeConfig()
 	tb.Cleanup(func() {
 		c.teardown = true
@@ -287,6 +306,16 @@ func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
 // transit runs the transit binary in the cluster's directory.
 func (c *cluster) transit(args ...string) result {
 	c.tb.Helper()
+	r, err := c.run(args...)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return r
+}
+
+// run is transit for a goroutine other than the test's, which must not
+// end the test: a run that could not start or was stopped is an error.
+func (c *cluster) run(args ...string) (result, error) {
 	ctx, cancel := c.commandContext()
 	defer cancel()
 	cmd := c.command(ctx, args...)
@@ -296,17 +325,17 @@ func (c *cluster) transit(args ...string) result {
 	err := cmd.Run()
 	c.tb.Logf("transit %s: %s", strings.Join(args, " "), time.Since(began).Round(100*time.Millisecond))
 	r := result{stdout: out.String(), stderr: errb.String()}
-	*c.outputs = append(*c.outputs, r.stdout, r.stderr)
+	c.outputs.add(r.stdout, r.stderr)
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil && timeLeft(c.tb) <= 0 && !c.teardown:
-		c.tb.Fatalf("transit %v was stopped: the test binary's deadline (go test -timeout) is near and cleaning up takes up to %s\nstdout:\n%s\nstderr:\n%s", args, cleanupReserve, r.stdout, r.stderr)
+		return r, fmt.Errorf("transit %v was stopped: the test binary's deadline (go test -timeout) is near and cleaning up takes up to %s\nstdout:\n%s\nstderr:\n%s", args, cleanupReserve, r.stdout, r.stderr)
 	case errors.As(err, &exit):
 		r.code = exit.ExitCode()
 	case err != nil:
-		c.tb.Fatalf("run transit %v: %v", args, err)
+		return r, fmt.Errorf("run transit %v: %w", args, err)
 	}
-	return r
+	return r, nil
 }
 
 // apply runs `transit apply` and fails the test unless it converged.
@@ -650,7 +679,7 @@ func TestKilledRunsRulesGo(t *testing.T) {
 // district, so the kill landed in a master's join, not the worker's the
 // step is about.
 func TestStepsShareTheConfig(t *testing.T) {
-	c := &cluster{tb: t, dir: t.TempDir(), outputs: new([]string), cfg: &districts.Cluster{
+	c := &cluster{tb: t, dir: t.TempDir(), outputs: &outputs{}, cfg: &districts.Cluster{
 		Type: "cluster", ID: "share", Platform: "kubernetes",
 		Deployments: []districts.Deployment{{District: "a", Flavor: "small", Role: districts.RoleMaster, Quantity: 1}},
 	}}

@@ -118,27 +118,48 @@ func testKubernetesAddons(t *testing.T) {
 // kubeconfig`, as a user would make one.
 func (c *cluster) kube() clientset.Interface {
 	c.tb.Helper()
-	k, err := clientset.NewForConfig(c.restConfig(20 * time.Second))
+	k, err := c.tryKube()
 	if err != nil {
 		c.tb.Fatal(err)
 	}
 	return k
 }
 
+// tryKube is kube for a goroutine other than the test's (a sample of
+// whileApplying): what went wrong is returned, never ends the test.
+func (c *cluster) tryKube() (clientset.Interface, error) {
+	cfg, err := c.tryRestConfig(20 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return clientset.NewForConfig(cfg)
+}
+
 // restConfig is the client configuration `transit kubeconfig` prints, with
 // a request timeout (0: none, for watches).
 func (c *cluster) restConfig(timeout time.Duration) *rest.Config {
 	c.tb.Helper()
-	r := c.transit("kubeconfig")
+	cfg, err := c.tryRestConfig(timeout)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return cfg
+}
+
+func (c *cluster) tryRestConfig(timeout time.Duration) (*rest.Config, error) {
+	r, err := c.run("kubeconfig")
+	if err != nil {
+		return nil, err
+	}
 	if r.code != 0 {
-		c.tb.Fatalf("transit kubeconfig: exit %d\n%s", r.code, r.stderr)
+		return nil, fmt.Errorf("transit kubeconfig: exit %d\n%s", r.code, r.stderr)
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(r.stdout))
 	if err != nil {
-		c.tb.Fatalf("transit kubeconfig printed no kubeconfig: %v", err)
+		return nil, fmt.Errorf("transit kubeconfig printed no kubeconfig: %w", err)
 	}
 	cfg.Timeout = timeout
-	return cfg
+	return cfg, nil
 }
 
 // eventually retries check every half second until it passes or timeout
@@ -590,7 +611,13 @@ func testKubeMigrate(t *testing.T, c *cluster) {
 		}
 		// Whose doing: pods evicted or terminating (the migration's), or
 		// running and not ready (their probes on a loaded machine).
-		return fmt.Errorf("no node answered on the node port: %v; pods: %s", errs, podsOf(ctx, c.kube(), "served"))
+		pods := "not listed"
+		if k, err := c.tryKube(); err != nil {
+			pods += ": " + err.Error()
+		} else {
+			pods = podsOf(ctx, k, "served")
+		}
+		return fmt.Errorf("no node answered on the node port: %v; pods: %s", errs, pods)
 	}
 	// Workers first, then masters.
 	c.setQuantity("e2e-b", districts.RoleWorker, 2)

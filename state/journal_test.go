@@ -256,3 +256,90 @@ func TestJournalAppendsAfterATornLine(t *testing.T) {
 		t.Fatalf("serial %d, messages %q, %q", got.Serial, got.Nodes[0].Message, got.Nodes[1].Message)
 	}
 }
+
+// A reader (status, kubeconfig) loading while a run saves and compacts
+// sees a state some save wrote, never an older state file with a newer
+// run of lines applied on top (the lines in between lost): each save
+// changes one node's Message to its serial, so in a state of serial S node
+// k%n holds the last serial ≤ S that changed it.
+func TestJournalReadWhileCompacting(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "resources.json")
+	j := NewJournal(path, 0, nil)
+	r := sampleResources(0)
+	if err := j.Save(r, nil, false, true); err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(r.Nodes))
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for k := int64(2); k < 3000; k++ {
+			i := k % n
+			r.Nodes[i].Message = strconv.FormatInt(k, 10)
+			if err := j.Save(r, []string{r.Nodes[i].ID}, false, false); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	reads := 0
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reads < 10 {
+				t.Fatalf("only %d reads while the run saved", reads)
+			}
+			return
+		default:
+		}
+		got, err := districts.LoadResources(path)
+		if err != nil {
+			t.Fatalf("read %d: %v", reads, err)
+		}
+		reads++
+		for i, node := range got.Nodes {
+			want := got.Serial - (got.Serial-int64(i)+n)%n // the last serial ≤ S with serial%n == i
+			if want < 2 {
+				want = -1 // never changed: the sample's message
+			}
+			if m := node.Message; want >= 2 && m != strconv.FormatInt(want, 10) {
+				t.Fatalf("read %d: state of serial %d has node %d changed at %s, want %d: lines were applied to an older state file", reads, got.Serial, i, m, want)
+			}
+		}
+	}
+}
+
+// A journal that skips ahead of its state file (the file replaced by an
+// older copy) is an error naming both serials, never a state with the
+// saves in between lost.
+func TestJournalGapRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "resources.json")
+	j := NewJournal(path, 0, nil)
+	r := sampleResources(0)
+	if err := j.Save(r, nil, false, true); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 3 {
+		r.Nodes[k].Message = "changed"
+		if err := j.Save(r, []string{r.Nodes[k].ID}, false, k == 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = districts.LoadResources(path)
+	if err == nil || !strings.Contains(err.Error(), "line 1 has serial 4, the state file 1") || !strings.Contains(err.Error(), "resources.json.journal") {
+		t.Fatalf("got %v, want the gap named", err)
+	}
+}
