@@ -121,6 +121,9 @@ func BenchmarkUpgrade(b *testing.B) {
 			}
 			n := in.Halt()
 			missing, dups := out.Check(n, time.Minute)
+			if u := out.Unreadable(); len(u) > 0 {
+				b.Errorf("%d records at the sink hold no id (first: %v)", len(u), u[:min(5, len(u))])
+			}
 			line := fmt.Sprintf("| %s | %d | %d | %d | %.2f s | %.2f s | %.2f s | %.2f s |", mode, len(pauses), len(missing), dups,
 				percentile(pauses, 0.5).Seconds(), slices.Max(pauses).Seconds(), percentile(updates, 0.5).Seconds(), slices.Max(updates).Seconds())
 			benchOut(b, "upgrade.md", line)
@@ -163,6 +166,9 @@ func BenchmarkGC(b *testing.B) {
 	}
 	n := in.Halt()
 	missing, dups := out.Check(n, 2*time.Minute)
+	if u := out.Unreadable(); len(u) > 0 {
+		b.Errorf("%d records at the sink hold no id (first: %v)", len(u), u[:min(5, len(u))])
+	}
 	benchOut(b, "gc.md", fmt.Sprintf("| %d | %d | %d | %.2f s | %.2f s |", len(gone), len(missing), dups,
 		percentile(gone, 0.5).Seconds(), slices.Max(gone).Seconds()))
 	b.ReportMetric(float64(len(missing)), "lost")

@@ -33,8 +33,9 @@ import (
 // that dies (restartPolicy Always), and on deletion sends SIGTERM, waits,
 // and removes the pod. The function image's tag picks its behaviour:
 // "v2" → ECHO_VERSION=v2, "error500", "garbage", "hang", "drop" →
-// ECHO_FAULT, "slow" → ECHO_DELAY=20ms; an image named in badImages is
-// never started: its container waits with that reason (ErrImagePull).
+// ECHO_FAULT, "slow" → ECHO_DELAY=20ms, "slow-150ms" → ECHO_DELAY=150ms;
+// an image named in badImages is never started: its container waits with
+// that reason (ErrImagePull).
 
 type kubelet struct {
 	t          testing.TB
@@ -191,6 +192,8 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) {
 				env = append(env, "ECHO_VERSION="+tag)
 			case tag == "slow":
 				env = append(env, "ECHO_DELAY=20ms")
+			case strings.HasPrefix(tag, "slow-"):
+				env = append(env, "ECHO_DELAY="+strings.TrimPrefix(tag, "slow-"))
 			case tag != "":
 				env = append(env, "ECHO_FAULT="+tag)
 			}

@@ -437,9 +437,11 @@ func (r *TopologyReconciler) ensureRevision(ctx context.Context, t *v1alpha1.Top
 }
 
 // startOffsets records, then commits, where the revision's new source
-// groups begin: per partition, the furthest commit of the old revision's
-// readers of the same source (the upgrade point), else the source's end.
-// Recorded once: a crash after recording commits the same offsets.
+// groups begin (the upgrade point): per partition, where the reader's
+// predecessors stopped (the earliest of their commits: records may repeat
+// into a sink one of them fed further, none is lost), else, for a new
+// branch, the source's end. Recorded once: a crash after recording commits
+// the same offsets.
 func (r *TopologyReconciler) startOffsets(ctx context.Context, rev *v1alpha1.TopologyRevision, old *v1alpha1.TopologyRevision) error {
 	if rev.Status.StartOffsets == nil {
 		recorded := []v1alpha1.GroupOffsets{}
@@ -447,30 +449,13 @@ func (r *TopologyReconciler) startOffsets(ctx context.Context, rev *v1alpha1.Top
 			if !p.ReadsSource || p.CarriedGroup {
 				continue
 			}
-			ends, err := r.Kafka.Ends(ctx, p.Input.Bootstrap, p.Input.Topic, false)
+			start, err := r.Kafka.Ends(ctx, p.Input.Bootstrap, p.Input.Topic, false)
 			if err != nil {
 				return err
 			}
-			start := ends
 			if old != nil {
-				var furthest kafka.Offsets
-				for _, q := range old.Spec.Processors {
-					if !q.ReadsSource || q.Input != p.Input {
-						continue
-					}
-					c, err := r.Kafka.Committed(ctx, q.Input.Bootstrap, q.Group, q.Input.Topic)
-					if err != nil {
-						return err
-					}
-					if furthest == nil {
-						furthest = kafka.Offsets{}
-					}
-					for part, at := range c {
-						furthest[part] = max(furthest[part], at)
-					}
-				}
-				for part, at := range furthest {
-					start[part] = at
+				if start, err = r.predecessorsStop(ctx, predecessors(&rev.Spec, &old.Spec, p), p.Input, start); err != nil {
+					return err
 				}
 			}
 			g := v1alpha1.GroupOffsets{Group: p.Group, Bootstrap: p.Input.Bootstrap, Topic: p.Input.Topic, Offsets: make([]int64, len(start))}
@@ -496,6 +481,89 @@ func (r *TopologyReconciler) startOffsets(ctx context.Context, rev *v1alpha1.Top
 		}
 	}
 	return nil
+}
+
+// predecessorsStop is where a new source reader starts, given its
+// predecessors: per partition the earliest of their commits (a partition
+// one never committed: the topic's start, as that reader would have
+// begun there); with no predecessor, ends.
+func (r *TopologyReconciler) predecessorsStop(ctx context.Context, preds []v1alpha1.ComposedProcessor, in v1alpha1.Endpoint, ends kafka.Offsets) (kafka.Offsets, error) {
+	if len(preds) == 0 {
+		return ends, nil
+	}
+	var starts kafka.Offsets
+	start := kafka.Offsets{}
+	for _, q := range preds {
+		c, err := r.Kafka.Committed(ctx, in.Bootstrap, q.Group, in.Topic)
+		if err != nil {
+			return nil, err
+		}
+		for part := range ends {
+			at, ok := c[part]
+			if !ok {
+				if starts == nil {
+					if starts, err = r.Kafka.Starts(ctx, in.Bootstrap, in.Topic); err != nil {
+						return nil, err
+					}
+				}
+				at = starts[part]
+			}
+			if was, seen := start[part]; !seen || at < was {
+				start[part] = at
+			}
+		}
+	}
+	return start, nil
+}
+
+// predecessors are the readers of old whose place the new source reader p
+// of next takes: old's readers of the same source that fed a sink p feeds
+// (through the processors downstream of each), else those of p's part.
+// None: p begins a new branch. Another team's reader of the same source
+// is never one, however far it read.
+func predecessors(next, old *v1alpha1.TopologyRevisionSpec, p v1alpha1.ComposedProcessor) []v1alpha1.ComposedProcessor {
+	mine := sinksFed(next, p)
+	var bySink, byPart []v1alpha1.ComposedProcessor
+	for _, q := range old.Processors {
+		if !q.ReadsSource || q.Input != p.Input {
+			continue
+		}
+		if slices.ContainsFunc(sinksFed(old, q), func(e v1alpha1.Endpoint) bool { return slices.Contains(mine, e) }) {
+			bySink = append(bySink, q)
+		}
+		if q.Part == p.Part {
+			byPart = append(byPart, q)
+		}
+	}
+	if len(bySink) > 0 {
+		return bySink
+	}
+	return byPart
+}
+
+// sinksFed are the sinks p's output reaches: its own and those of every
+// processor downstream of it (topics between processors are not sinks).
+func sinksFed(spec *v1alpha1.TopologyRevisionSpec, p v1alpha1.ComposedProcessor) []v1alpha1.Endpoint {
+	internal := func(e v1alpha1.Endpoint) bool {
+		return slices.ContainsFunc(spec.Topics, func(it v1alpha1.InternalTopic) bool { return it.Name == e.Topic && it.Bootstrap == e.Bootstrap })
+	}
+	var sinks []v1alpha1.Endpoint
+	seen := map[string]bool{p.Name: true}
+	for queue := []v1alpha1.ComposedProcessor{p}; len(queue) > 0; queue = queue[1:] {
+		q := queue[0]
+		for _, e := range q.Outputs {
+			if !internal(e) && !slices.Contains(sinks, e) {
+				sinks = append(sinks, e)
+			}
+		}
+		for _, d := range spec.Processors {
+			if !d.ReadsSource && d.InputFrom == q.Name && !seen[d.Name] {
+				seen[d.Name] = true
+				queue = append(queue, d)
+			}
+		}
+	}
+	return sinks
 }
 
 // scaleInPlace writes a scale-only change into the running revision.

@@ -253,3 +253,46 @@ func TestImageCannotBePulled(t *testing.T) {
 		t.Errorf("active %s, want %s still", tp.Status.Active, first)
 	}
 }
+
+// TestUpgradeTwoTeamsOneSource: two teams read one source; team s's
+// function is slow, so its reader lags far behind team a's. Team s renames
+// its processor (a new consumer group): the new reader starts where team
+// s's old one stopped, not where team a's did, and team s's sink gets
+// every id.
+func TestUpgradeTwoTeamsOneSource(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t)
+	startController(t, e, b.Addr())
+	startKubelet(t, e)
+	c := e.Client
+	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched", "slowed")
+	twoTeams(t, c, "fn:v1")
+	slowTeam := func(processor string) map[string]v1alpha1.Processor {
+		return map[string]v1alpha1.Processor{processor: {InputFrom: "orders-s", Image: "fn:slow-50ms", SinkBindings: []string{"slowed"}}}
+	}
+	part := &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+		Sources:    map[string]v1alpha1.Endpoint{"orders-s": {Topic: "orders"}},
+		Processors: slowTeam("slow"),
+		Sinks:      map[string]v1alpha1.Sink{"slowed": {Endpoint: v1alpha1.Endpoint{Topic: "slowed"}}}}}
+	if err := c.Create(t.Context(), part); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "part s's first revision", func() (bool, string) {
+		_ = c.Get(t.Context(), client.ObjectKeyFromObject(part), part)
+		return part.Status.LatestRevision == 1, ""
+	})
+	active := runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}, {Name: "s", Revision: 1}}})
+	fast := brokertest.StartSink(t, b.Addr(), "enriched")
+	slow := brokertest.StartSink(t, b.Addr(), "slowed")
+	// 150 ids a second; the slow team handles 60 (3 partitions, 50 ms
+	// each): by the upgrade it lags hundreds of ids behind team a.
+	in := brokertest.StartFeed(t, b.Addr(), "orders", 150)
+	time.Sleep(5 * time.Second)
+	rev := editPart(t, c, "s", func(s *v1alpha1.PartSpec) { s.Processors = slowTeam("slower") })
+	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 1}, v1alpha1.PartRef{Name: "b", Revision: 1}, v1alpha1.PartRef{Name: "s", Revision: rev})
+	waitSwitched(t, c, active)
+	n := in.Halt()
+	fast.Expect(t, n, time.Minute, false)
+	slow.Expect(t, n, 3*time.Minute, false)
+	t.Logf("%d ids; the slow team's sink by revision: %v", n, slow.Revisions())
+}

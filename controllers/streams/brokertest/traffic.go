@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -86,7 +87,9 @@ type Sink struct {
 	ids       map[int64]int // id → times seen
 	revisions map[string]int
 	events    []event
-	done      chan struct{}
+	// unreadable are records whose value is no id.
+	unreadable []string
+	done       chan struct{}
 }
 
 // event is one record the sink read.
@@ -113,6 +116,9 @@ func StartSink(t testing.TB, addr, topic string, opts ...kgo.Opt) *Sink {
 			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 				id, err := strconv.ParseInt(string(r.Value), 10, 64)
 				if err != nil {
+					s.mu.Lock()
+					s.unreadable = append(s.unreadable, fmt.Sprintf("partition %d offset %d: %q", r.Partition, r.Offset, truncate(r.Value, 40)))
+					s.mu.Unlock()
 					return
 				}
 				rev := ""
@@ -181,12 +187,23 @@ func (s *Sink) Check(n int64, within time.Duration) (missing []int64, dups int) 
 	}
 }
 
+// Unreadable names the records read whose value is no id.
+func (s *Sink) Unreadable() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.unreadable)
+}
+
 // Expect waits as Check does, then fails t for the ids that never arrived
-// (naming the first ten) and, with once (exactly-once delivery), for the
+// (naming the first ten), for records that hold no id (a pipeline that
+// mangles values is no pass) and, with once (exactly-once delivery), for the
 // duplicates; it returns how many records repeated an id.
 func (s *Sink) Expect(t testing.TB, n int64, within time.Duration, once bool) int {
 	t.Helper()
 	missing, dups := s.Check(n, within)
+	if unreadable := s.Unreadable(); len(unreadable) > 0 {
+		t.Errorf("%d records at the sink hold no id (first: %v)", len(unreadable), unreadable[:min(5, len(unreadable))])
+	}
 	if len(missing) > 0 {
 		t.Errorf("%d of %d ids never reached the sink (first: %v)", len(missing), n, missing[:min(10, len(missing))])
 	}
@@ -194,4 +211,11 @@ func (s *Sink) Expect(t testing.TB, n int64, within time.Duration, once bool) in
 		t.Errorf("%d duplicates at the sink with exactly-once", dups)
 	}
 	return dups
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
 }

@@ -273,7 +273,7 @@ func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, rea
 		at, ok := committed[p]
 		if !ok { // never committed: a reader would begin at the start
 			if len(starts) == 0 {
-				if starts, err = a.starts(ctx, bootstrap, topic); err != nil {
+				if starts, err = a.Starts(ctx, bootstrap, topic); err != nil {
 					return false, err
 				}
 			}
@@ -293,7 +293,8 @@ func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, rea
 	return a.nothingReadable(ctx, bootstrap, topic, short, ends)
 }
 
-func (a *Admin) starts(ctx context.Context, bootstrap, topic string) (Offsets, error) {
+// Starts is the first offset each partition of a topic still holds.
+func (a *Admin) Starts(ctx context.Context, bootstrap, topic string) (Offsets, error) {
 	adm, err := a.admin(bootstrap)
 	if err != nil {
 		return nil, err
