@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/sidecar"
 )
 
 // Ports of a processor pod.
@@ -64,8 +65,9 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: ProcessorAccount,
-					// The sidecar finishes its batch and commits on SIGTERM.
-					TerminationGracePeriodSeconds: ptr.To[int64](60),
+					// The sidecar finishes its batch and commits on SIGTERM;
+					// a batch is bounded by the sidecar's batch limit.
+					TerminationGracePeriodSeconds: ptr.To(int64(sidecar.DefaultGracePeriod().Seconds())),
 					Containers: []corev1.Container{
 						{
 							Name: "function", Image: p.Image, Env: p.Env, Resources: p.Resources,

@@ -58,6 +58,10 @@ type Config struct {
 	// 100ms) bounds how long a transaction takes in more records.
 	BatchRecords  int
 	BatchInterval time.Duration
+	// BatchTimeout (STREAMS_BATCH_TIMEOUT) is how long a batch may take:
+	// the transaction timeout and the rebalance timeout. 0 is the
+	// default, BatchLimit's. Polls are sized to it (see BatchLimit).
+	BatchTimeout time.Duration
 
 	// TransactionalID (STREAMS_TRANSACTIONAL_ID; exactly-once) defaults
 	// to Group-<hostname>: a restarted pod fences its predecessor.
@@ -87,7 +91,7 @@ var variables = []string{
 	"STREAMS_INPUT_BOOTSTRAP", "STREAMS_INPUT_TOPIC", "STREAMS_GROUP", "STREAMS_OUTPUTS",
 	"STREAMS_DEADLETTER_BOOTSTRAP", "STREAMS_DEADLETTER_TOPIC", "STREAMS_DELIVERY", "STREAMS_REVISION",
 	"STREAMS_FUNCTION", "STREAMS_CALL_TIMEOUT", "STREAMS_RETRIES", "STREAMS_RETRY_BACKOFF",
-	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL",
+	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL", "STREAMS_BATCH_TIMEOUT",
 	"STREAMS_TRANSACTIONAL_ID", "STREAMS_PROBE_ADDR",
 	"STREAMS_GATE_FILE", "STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_NAMESPACE", "STREAMS_FAILPOINT",
 }
@@ -151,7 +155,21 @@ func (c Config) check() error {
 	bad(c.ProduceLinger < 0, "STREAMS_PRODUCE_LINGER", "must not be negative")
 	bad(c.BatchRecords < 1, "STREAMS_BATCH_RECORDS", "must be at least 1")
 	bad(c.BatchInterval <= 0, "STREAMS_BATCH_INTERVAL", "must be positive")
+	if problem := c.batchTimeoutProblem(); problem != "" {
+		bad(true, "STREAMS_BATCH_TIMEOUT", problem)
+	}
 	return asError(errs)
+}
+
+// batchTimeoutProblem is what is wrong with BatchTimeout, "" if nothing.
+func (c Config) batchTimeoutProblem() string {
+	switch {
+	case c.BatchTimeout < 0 || c.BatchTimeout > maxBatchTimeout:
+		return "want 0 (the default) up to 15m, Kafka's default transaction.max.timeout.ms"
+	case c.BatchTimeout > 0 && c.BatchTimeout <= c.worstRecord()+c.BatchInterval:
+		return fmt.Sprintf("must be more than one record's worst case, %s (every attempt timing out: STREAMS_CALL_TIMEOUT × (STREAMS_RETRIES+1) and the backoffs), and STREAMS_BATCH_INTERVAL", c.worstRecord())
+	}
+	return ""
 }
 
 func asError(errs []VarError) error {
@@ -185,6 +203,7 @@ func parse(getenv func(string) string) (Config, []VarError) {
 		ProduceLinger:   p.duration("STREAMS_PRODUCE_LINGER", 0, true),
 		BatchRecords:    p.integer("STREAMS_BATCH_RECORDS", 500, 1),
 		BatchInterval:   p.duration("STREAMS_BATCH_INTERVAL", 100*time.Millisecond, false),
+		BatchTimeout:    p.duration("STREAMS_BATCH_TIMEOUT", 0, true),
 		TransactionalID: p.or("STREAMS_TRANSACTIONAL_ID", ""),
 		ProbeAddr:       p.or("STREAMS_PROBE_ADDR", ":8081"),
 		GateFile:        p.or("STREAMS_GATE_FILE", ""),
@@ -219,6 +238,9 @@ func parse(getenv func(string) string) (Config, []VarError) {
 	}
 	if _, _, err := net.SplitHostPort(c.ProbeAddr); err != nil {
 		p.bad("STREAMS_PROBE_ADDR", "%q: want [host]:port, e.g. :8081", c.ProbeAddr)
+	}
+	if problem := c.batchTimeoutProblem(); problem != "" {
+		p.bad("STREAMS_BATCH_TIMEOUT", "%s", problem)
 	}
 	if (c.GateTopology == "") != (c.GateNamespace == "") {
 		p.bad("STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_TOPOLOGY and STREAMS_GATE_NAMESPACE are set together")

@@ -172,3 +172,26 @@ func TestRunRefusesAnIncompleteConfig(t *testing.T) {
 		t.Fatalf("Run with an empty config: %v", err)
 	}
 }
+
+// A batch limit that cannot hold one record's worst case is refused,
+// naming the variable and that worst case.
+func TestBatchTimeoutRefusedBelowOneRecord(t *testing.T) {
+	e := map[string]string{
+		"STREAMS_INPUT_BOOTSTRAP": "k:9092", "STREAMS_INPUT_TOPIC": "in", "STREAMS_GROUP": "g",
+		"STREAMS_OUTPUTS": `[{"bootstrap":"k:9092","topic":"out"}]`, "STREAMS_DEADLETTER_BOOTSTRAP": "k:9092",
+		"STREAMS_DEADLETTER_TOPIC": "dlq", "STREAMS_REVISION": "r",
+		"STREAMS_CALL_TIMEOUT": "2s", "STREAMS_RETRIES": "1", "STREAMS_BATCH_TIMEOUT": "4s",
+	}
+	_, err := ConfigFromEnv(func(k string) string { return e[k] })
+	if err == nil || !strings.Contains(err.Error(), "STREAMS_BATCH_TIMEOUT") || !strings.Contains(err.Error(), "4.1s") {
+		t.Fatalf("got %v, want STREAMS_BATCH_TIMEOUT refused, naming the worst case 4.1s", err)
+	}
+	e["STREAMS_BATCH_TIMEOUT"] = "5s"
+	c, err := ConfigFromEnv(func(k string) string { return e[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BatchLimit() != 5*time.Second || c.GracePeriod() != 20*time.Second {
+		t.Errorf("batch limit %s, grace period %s; want 5s and 20s", c.BatchLimit(), c.GracePeriod())
+	}
+}

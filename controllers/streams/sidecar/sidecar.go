@@ -48,7 +48,9 @@
 // one Kafka transaction (franz-go's GroupTransactSession, KIP-447),
 // dead letters included; a transaction takes the records that are already
 // fetched, up to STREAMS_BATCH_RECORDS and STREAMS_BATCH_INTERVAL, so an
-// idle pipeline commits each record at once and a busy one batches.
+// idle pipeline commits each record at once and a busy one batches; and
+// no more than fit in the batch limit at the function's pace
+// (Config.BatchLimit), so a slow function never outlives a transaction.
 // Readers of the outputs must read committed. A transaction a crash left
 // open holds those readers back until it ends: the pod's next sidecar
 // aborts it as it starts (the transactional ID is the pod's), and the
@@ -125,7 +127,8 @@ type sidecar struct {
 
 	ready   readiness
 	m       metrics
-	batches int // for the fault point
+	pace    pace // of records lately: sizes polls
+	batches int  // for the fault point
 
 	lastFetchLog atomic.Int64 // unix nanos of the last fetch error logged
 }
@@ -255,7 +258,7 @@ func (s *sidecar) producerOpts() []kgo.Opt {
 func (s *sidecar) fence(ctx context.Context) error {
 	cl := s.kafka[cluster(s.cfg.Input.Bootstrap)]
 	for {
-		err := kafka.Fence(ctx, cl, s.cfg.TransactionalID, batchTimeout(s.cfg))
+		err := kafka.Fence(ctx, cl, s.cfg.TransactionalID, s.cfg.BatchLimit())
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -281,7 +284,7 @@ func (s *sidecar) join() error {
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
 		// A rebalance waits for the batch in hand, as long as a record
 		// failing every attempt by timeout may take.
-		kgo.RebalanceTimeout(batchTimeout(c)),
+		kgo.RebalanceTimeout(c.BatchLimit()),
 		// A crashed sidecar's partitions move after 10 s (Kafka's default
 		// before 3.0) rather than 45; heartbeats go on while a batch runs.
 		kgo.SessionTimeout(sessionTimeout),
@@ -305,7 +308,7 @@ func (s *sidecar) join() error {
 	if c.Delivery == ExactlyOnce {
 		var err error
 		s.session, err = kgo.NewGroupTransactSession(slices.Concat(opts, s.producerOpts(), []kgo.Opt{
-			kgo.TransactionalID(c.TransactionalID), kgo.TransactionTimeout(batchTimeout(c)),
+			kgo.TransactionalID(c.TransactionalID), kgo.TransactionTimeout(c.BatchLimit()),
 		})...)
 		if err != nil {
 			return fmt.Errorf("kafka %s: %w", c.Input.Bootstrap, err)
@@ -331,18 +334,84 @@ func (s *sidecar) join() error {
 // that long, the coordinator drops a member.
 const sessionTimeout = 10 * time.Second
 
-// batchTimeout bounds a batch (a transaction, a blocked rebalance): time
-// for a record that fails every attempt by timing out, and a margin, at
-// least a minute and at most Kafka's default ceiling for transactions, 15
-// minutes.
-func batchTimeout(c Config) time.Duration {
-	worst := time.Duration(c.Retries+1)*c.CallTimeout + c.BatchInterval + 30*time.Second
+// maxBatchTimeout is Kafka's default ceiling for transactions
+// (transaction.max.timeout.ms).
+const maxBatchTimeout = 15 * time.Minute
+
+// worstRecord is how long one record may take: every attempt timing out,
+// and the backoffs between them.
+func (c Config) worstRecord() time.Duration {
+	worst := time.Duration(c.Retries+1) * c.CallTimeout
 	b := c.RetryBackoff
 	for range c.Retries {
 		worst += b
 		b = min(2*b, MaxRetryBackoff)
 	}
-	return min(max(worst, time.Minute), 15*time.Minute)
+	return worst
+}
+
+// BatchLimit bounds a batch — an exactly-once transaction, a rebalance
+// held while a batch is in hand, the work after SIGTERM: BatchTimeout, or
+// by default one record's worst case (every attempt timing out) and 30 s,
+// at least a minute and at most 15. A batch must end within it whatever
+// the function's pace, so polls are sized to it: a poll takes as many
+// records as fit in what is left of the limit beside one record's worst
+// case, at the slowest pace records were lately handled (one record
+// while no pace is known). A slow function makes batches small, never
+// longer than the limit.
+func (c Config) BatchLimit() time.Duration {
+	if c.BatchTimeout > 0 {
+		return c.BatchTimeout
+	}
+	return min(max(c.worstRecord()+c.BatchInterval+30*time.Second, time.Minute), maxBatchTimeout)
+}
+
+// GracePeriod is the termination grace period a sidecar needs: its batch
+// limit, and time to commit and leave the group.
+func (c Config) GracePeriod() time.Duration { return c.BatchLimit() + 15*time.Second }
+
+// DefaultGracePeriod is GracePeriod with the defaults ConfigFromEnv reads:
+// what the controller gives processor pods.
+func DefaultGracePeriod() time.Duration {
+	c, _ := parse(func(string) string { return "" })
+	return c.GracePeriod()
+}
+
+// pace is the slowest time a record took lately: a new sample above it
+// replaces it, one below pulls it down by an eighth of the difference.
+type pace struct{ nanos atomic.Int64 }
+
+func (p *pace) observe(d time.Duration) {
+	for {
+		was := p.nanos.Load()
+		next := int64(d)
+		if was > next {
+			next = was - (was-next)/8
+		}
+		if p.nanos.CompareAndSwap(was, next) {
+			return
+		}
+	}
+}
+
+// records is how many records fit in left at the pace: 1 while no pace is
+// known, at most most.
+func (p *pace) records(left time.Duration, most int) int {
+	per := p.nanos.Load()
+	if per <= 0 {
+		return 1
+	}
+	return int(min(max(int64(left)/per, 0), int64(most)))
+}
+
+// pollSize is how many records a poll may take once elapsed of the batch
+// has passed: 0 when no more fit.
+func (s *sidecar) pollSize(elapsed time.Duration, taken int) int {
+	left := s.cfg.BatchLimit() - s.cfg.worstRecord() - elapsed
+	if left <= 0 {
+		return 0
+	}
+	return s.pace.records(left, s.cfg.BatchRecords-taken)
 }
 
 func (s *sidecar) close() {
@@ -363,7 +432,7 @@ func (s *sidecar) close() {
 func (s *sidecar) consume(ctx context.Context) error {
 	work := context.WithoutCancel(ctx) // the batch in hand is finished after SIGTERM
 	for {
-		fs := s.consumer.PollRecords(ctx, s.cfg.BatchRecords)
+		fs := s.consumer.PollRecords(ctx, max(s.pollSize(0, 0), 1))
 		if fs.IsClientClosed() {
 			return errors.New("the Kafka consumer closed")
 		}
@@ -400,7 +469,7 @@ func (s *sidecar) transact(ctx context.Context) error {
 	work := context.WithoutCancel(ctx)
 	cl := s.session.Client()
 	for {
-		fs := s.session.PollRecords(ctx, s.cfg.BatchRecords)
+		fs := s.session.PollRecords(ctx, max(s.pollSize(0, 0), 1))
 		if fs.IsClientClosed() {
 			return errors.New("the Kafka consumer closed")
 		}
@@ -421,11 +490,12 @@ func (s *sidecar) transact(ctx context.Context) error {
 					return s.abort(work, nil)
 				}
 				n += len(recs)
-				if n >= s.cfg.BatchRecords || s.clock.Now().Sub(began) >= s.cfg.BatchInterval ||
-					ctx.Err() != nil || cl.BufferedFetchRecords() == 0 {
+				elapsed := s.clock.Now().Sub(began)
+				more := s.pollSize(elapsed, n)
+				if more == 0 || elapsed >= s.cfg.BatchInterval || ctx.Err() != nil || cl.BufferedFetchRecords() == 0 {
 					break
 				}
-				fs = s.session.PollRecords(ctx, s.cfg.BatchRecords-n)
+				fs = s.session.PollRecords(ctx, more)
 				s.fetchErrors(fs)
 				recs = fs.Records()
 			}
@@ -552,10 +622,12 @@ func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record) ([
 			if failed.Load() {
 				return nil // the batch is lost anyway
 			}
+			began := time.Now()
 			ds, err := s.handle(stop, work, r)
 			if err != nil {
 				return err
 			}
+			s.pace.observe(time.Since(began))
 			for _, d := range ds {
 				acks.Add(1)
 				d.to.Produce(work, d.r, promise)

@@ -112,3 +112,39 @@ func TestRestartFencesAbandonedTransaction(t *testing.T) {
 		t.Errorf("transaction timeout %d ms, want the batch budget, over two minutes", ms)
 	}
 }
+
+// TestSlowFunctionUnderBacklog: a backlog and a slow but healthy function
+// (150 ms a record) under exactly-once, with a batch limit (the
+// transaction timeout) of 3 s. A transaction holding the whole backlog
+// would outlive it: the broker aborts it, the sidecar fails
+// (INVALID_PRODUCER_EPOCH), restarts and takes the same records, for ever.
+// Polls are sized to the limit instead: every id arrives once, no
+// transaction aborted.
+func TestSlowFunctionUnderBacklog(t *testing.T) {
+	integration(t)
+	t.Parallel()
+	ctx := timeout(t, 120*time.Second)
+	k := startKafka(t)
+	for _, topic := range []string{"in", "out", "dlq"} {
+		k.topic(ctx, topic, 1)
+	}
+	const n = 60 // 9 s of work, three times the limit
+	k.produce(ctx, inputs("in", n, 1)...)
+	fn := function(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		time.Sleep(150 * time.Millisecond)
+		echo(w, r, body)
+	})
+	e := baseEnv(k, fn.URL)
+	e["STREAMS_DELIVERY"] = "exactlyOnce"
+	e["STREAMS_CALL_TIMEOUT"] = "500ms"
+	e["STREAMS_RETRIES"] = "0"
+	e["STREAMS_BATCH_TIMEOUT"] = "3s"
+	r := run(t, e, nil)
+	k.waitCommitted(ctx, "rev-1-p", "in", 1)
+	if d := cmp.Diff(ids(0, n), values(k.readAll(ctx, "out", true))); d != "" {
+		t.Fatalf("out, read committed (-want +got):\n%s", d)
+	}
+	if got := metric(r.probe, "streams_sidecar_transactions_aborted_total"); got != "0" {
+		t.Errorf("%s transactions aborted", got)
+	}
+}
