@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/kafka"
 	"github.com/cloudtransit/transit/controllers/streams/scale"
 )
 
@@ -102,13 +103,22 @@ func (r *TopologyReconciler) sample(ctx context.Context, rev *v1alpha1.TopologyR
 	}
 	smp := scale.Sample{OutputEnd: -1, Partitions: int32(len(ends)),
 		Rebalancing: state == "PreparingRebalance" || state == "CompletingRebalance"}
+	var starts kafka.Offsets
 	for part, end := range ends {
 		smp.InputEnd += end
-		if at, ok := committed[part]; ok {
-			smp.Committed += min(at, end)
-		} else {
-			smp.Committed += end // never committed: the controller set its start
+		at, ok := committed[part]
+		if !ok {
+			// Never committed: a reader begins at the partition's start
+			// (a source reader's start the controller committed), so all
+			// of it waits; a stage at zero replicas is woken by it.
+			if starts == nil {
+				if starts, err = r.Kafka.Starts(ctx, p.Input.Bootstrap, p.Input.Topic); err != nil {
+					return scale.Sample{}, err
+				}
+			}
+			at = starts[part]
 		}
+		smp.Committed += min(at, end)
 	}
 	for _, it := range rev.Spec.Topics {
 		if len(p.Outputs) > 0 && p.Outputs[0].Topic == it.Name {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
 	"github.com/cloudtransit/transit/controllers/streams/kafka"
+	"github.com/cloudtransit/transit/controllers/streams/sidecar"
 	"github.com/cloudtransit/transit/controllers/streams/topology"
 )
 
@@ -712,6 +713,20 @@ func (r *TopologyReconciler) upgrade(ctx context.Context, t *v1alpha1.Topology, 
 		empty, err := r.Kafka.GroupEmpty(ctx, p.Input.Bootstrap, p.Group)
 		if err != nil || !empty {
 			return false, err
+		}
+		// A reader whose transaction has not ended has not stopped: its
+		// offsets are not committed yet (the carried group would wait
+		// on them, a new reader start short of them). One whose pod is
+		// gone is aborted by fenceGone.
+		if active.Spec.Delivery == v1alpha1.ExactlyOnce {
+			open, err := r.Kafka.UnfinishedTransactions(ctx, p.Input.Bootstrap)
+			if err != nil {
+				return false, err
+			}
+			prefix := sidecar.TransactionalID(p.Group, deploymentName(active.Name, p.Name)+"-")
+			if slices.ContainsFunc(open, func(id string) bool { return strings.HasPrefix(id, prefix) }) {
+				return false, nil
+			}
 		}
 	}
 	if err := r.startOffsets(ctx, next, active); err != nil {

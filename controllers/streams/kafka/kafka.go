@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -414,21 +415,31 @@ func (a *Admin) DeleteGroup(ctx context.Context, bootstrap, group string) error 
 // OpenTransactions lists the transactional IDs that have a transaction
 // open (Ongoing) on the cluster.
 func (a *Admin) OpenTransactions(ctx context.Context, bootstrap string) ([]string, error) {
+	return a.transactions(ctx, bootstrap, "Ongoing")
+}
+
+// UnfinishedTransactions lists the transactional IDs whose transaction has
+// not ended: open, or ending (its markers and offsets not all written).
+func (a *Admin) UnfinishedTransactions(ctx context.Context, bootstrap string) ([]string, error) {
+	return a.transactions(ctx, bootstrap, "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+}
+
+func (a *Admin) transactions(ctx context.Context, bootstrap string, states ...string) ([]string, error) {
 	adm, err := a.admin(bootstrap)
 	if err != nil {
 		return nil, err
 	}
-	listed, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	listed, err := adm.ListTransactions(ctx, nil, states)
 	if err != nil {
 		return nil, fmt.Errorf("kafka %s: list transactions: %w", bootstrap, err)
 	}
-	var open []string
+	var ids []string
 	for _, l := range listed.Sorted() {
-		if l.State == "Ongoing" { // ListTransactions v0 has no filter
-			open = append(open, l.TxnID)
+		if slices.Contains(states, l.State) { // ListTransactions v0 has no filter
+			ids = append(ids, l.TxnID)
 		}
 	}
-	return open, nil
+	return ids, nil
 }
 
 // FenceTransactions aborts the open transactions of transactional IDs
