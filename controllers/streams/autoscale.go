@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,12 +98,12 @@ func (r *TopologyReconciler) sample(ctx context.Context, rev *v1alpha1.TopologyR
 	if err != nil {
 		return scale.Sample{}, err
 	}
-	state, _, err := r.Kafka.GroupState(ctx, p.Input.Bootstrap, p.Group)
+	state, members, err := r.Kafka.GroupState(ctx, p.Input.Bootstrap, p.Group)
 	if err != nil {
 		return scale.Sample{}, err
 	}
 	smp := scale.Sample{OutputEnd: -1, Partitions: int32(len(ends)),
-		Rebalancing: state == "PreparingRebalance" || state == "CompletingRebalance"}
+		Rebalancing: state == "PreparingRebalance" || state == "CompletingRebalance", Members: strings.Join(members, " ")}
 	var starts kafka.Offsets
 	for part, end := range ends {
 		smp.InputEnd += end

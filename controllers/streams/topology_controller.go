@@ -377,6 +377,9 @@ func (r *TopologyReconciler) update(ctx context.Context, t *v1alpha1.Topology, o
 		return false, err
 	}
 	t.Status.Next = rev.Name
+	// A next revision replacing another gets its own upgradeTimeout: the
+	// condition's transition time is when its upgrade started.
+	meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionUpgrading)
 	r.condition(t, v1alpha1.ConditionUpgrading, true, reasonStarting, "starting revision "+rev.Name)
 	meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionUpgradeFailed)
 	r.Recorder.Eventf(t, corev1.EventTypeNormal, "Upgrading", "revision %s follows %s", rev.Name, active.Name)

@@ -296,3 +296,43 @@ func TestUpgradeTwoTeamsOneSource(t *testing.T) {
 	slow.Expect(t, n, 3*time.Minute, false)
 	t.Logf("%d ids; the slow team's sink by revision: %v", n, slow.Revisions())
 }
+
+// TestReplacedNextGetsItsOwnTimeout: a standby upgrade that cannot start
+// is replaced by another pin before its timeout; the new next revision's
+// upgrade starts when it was pinned, not when the first one was, so its
+// upgradeTimeout is whole.
+func TestReplacedNextGetsItsOwnTimeout(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t)
+	startController(t, e, b.Addr())
+	k := startKubelet(t, e)
+	k.badImages["fn:missing"] = "ErrImagePull"
+	k.badImages["fn:missing-too"] = "ErrImagePull"
+	c := e.Client
+	createTopics(t, kafkaAdmin(t, b.Addr()), 1, "orders", "enriched")
+	twoTeams(t, c, "fn:v1")
+	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	upgrade := func(image, from string) (string, time.Time) {
+		rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+			s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: image}
+		})
+		pinned := time.Now().Truncate(time.Second) // conditions keep whole seconds
+		pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+		var next string
+		eventually(t, "the upgrade to "+image+" starting", func() (bool, string) {
+			tp := getTopology(t, c, "pipe")
+			next = tp.Status.Next
+			return next != "" && next != from && strings.Contains(condition(tp, v1alpha1.ConditionUpgrading), next), condition(tp, v1alpha1.ConditionUpgrading)
+		})
+		return next, pinned
+	}
+	first, _ := upgrade("fn:missing", "")
+	time.Sleep(3 * time.Second)
+	second, pinned := upgrade("fn:missing-too", first)
+	tp := getTopology(t, c, "pipe")
+	cond := meta.FindStatusCondition(tp.Status.Conditions, v1alpha1.ConditionUpgrading)
+	if cond.LastTransitionTime.Time.Before(pinned) {
+		t.Errorf("the upgrade to %s counts from %s, before it was pinned at %s: its timeout is cut short",
+			second, cond.LastTransitionTime.Time.Format(time.RFC3339), pinned.Format(time.RFC3339))
+	}
+}

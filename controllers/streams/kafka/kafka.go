@@ -157,32 +157,37 @@ func (a *Admin) DeleteTopic(ctx context.Context, bootstrap, topic string) error 
 // GroupEmpty says a consumer group has no member (or does not exist).
 func (a *Admin) GroupEmpty(ctx context.Context, bootstrap, group string) (bool, error) {
 	state, members, err := a.GroupState(ctx, bootstrap, group)
-	return members == 0 && (state == "Empty" || state == "Dead"), err
+	return len(members) == 0 && (state == "Empty" || state == "Dead"), err
 }
 
 // GroupState is a group's state as the coordinator says (Empty, Stable,
-// PreparingRebalance, CompletingRebalance, Dead) and its member count; a
-// group that does not exist is Dead.
-func (a *Admin) GroupState(ctx context.Context, bootstrap, group string) (string, int, error) {
+// PreparingRebalance, CompletingRebalance, Dead) and its members' ids,
+// sorted; a group that does not exist is Dead.
+func (a *Admin) GroupState(ctx context.Context, bootstrap, group string) (string, []string, error) {
 	adm, err := a.admin(bootstrap)
 	if err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
 	ds, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
-		return "", 0, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, err)
+		return "", nil, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, err)
 	}
 	d, ok := ds[group]
 	if !ok {
-		return "Dead", 0, nil
+		return "Dead", nil, nil
 	}
 	if d.Err != nil {
 		if errors.Is(d.Err, kerr.GroupIDNotFound) {
-			return "Dead", 0, nil
+			return "Dead", nil, nil
 		}
-		return "", 0, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, d.Err)
+		return "", nil, fmt.Errorf("kafka %s: describe group %s: %w", bootstrap, group, d.Err)
 	}
-	return d.State, len(d.Members), nil
+	members := make([]string, 0, len(d.Members))
+	for _, m := range d.Members {
+		members = append(members, m.MemberID)
+	}
+	slices.Sort(members)
+	return d.State, members, nil
 }
 
 // Committed is a group's committed offsets in a topic (partitions without

@@ -37,6 +37,10 @@ type Sample struct {
 	Replicas int32
 	// Rebalancing: the group is between generations.
 	Rebalancing bool
+	// Members identifies the group's members (their ids): when it
+	// differs between two samples the group rebalanced between them,
+	// however briefly.
+	Members string
 }
 
 // Decision is a processor's replicas and why.
@@ -142,7 +146,7 @@ func (s *Scaler) observe(name string, smp Sample) {
 	}
 	prev := st.last
 	st.last = smp
-	st.settled = !smp.Rebalancing && !prev.Rebalancing
+	st.settled = !smp.Rebalancing && !prev.Rebalancing && smp.Members == prev.Members
 	if !st.settled {
 		return // commits paused: nothing to learn
 	}

@@ -132,6 +132,39 @@ func TestRebalanceIsNoReason(t *testing.T) {
 	}
 }
 
+// A rebalance shorter than a sample's interval shows in neither sample's
+// state, only in the members that changed; what it paused is no measure
+// of a replica's capacity.
+func TestShortRebalanceIsNoLostCapacity(t *testing.T) {
+	s := newSim(100)
+	s.procs[0].Max = 1 // the backlog stays
+	sc := &Scaler{TargetDrain: 10 * time.Second}
+	members := "m1"
+	step := func() map[string]Decision {
+		smp := s.tick(150) // a backlog all along
+		p := smp["p0"]
+		p.Members = members
+		smp["p0"] = p
+		d := sc.Step(s.procs, smp)
+		s.apply(d)
+		return d
+	}
+	for range 10 {
+		step()
+	}
+	learnt := step()["p0"].Capacity
+	// The group rebalances between two samples, two seconds apart: half
+	// the interval's work is lost, and the members differ after it.
+	s.rebal[0] = true
+	s.tick(150)
+	s.rebal[0] = false
+	members = "m1 m2"
+	got := step()["p0"].Capacity
+	if got < learnt*0.99 {
+		t.Errorf("capacity %.1f records/s after a short rebalance, %.1f before: the pause was counted as lost capacity", got, learnt)
+	}
+}
+
 // Fewer replicas only once fewer did for the whole delay; zero when
 // allowed and idle for it; one as soon as something waits.
 func TestScaleDownAndZero(t *testing.T) {
