@@ -333,6 +333,6 @@ func TestReplacedNextGetsItsOwnTimeout(t *testing.T) {
 	cond := meta.FindStatusCondition(tp.Status.Conditions, v1alpha1.ConditionUpgrading)
 	if cond.LastTransitionTime.Time.Before(pinned) {
 		t.Errorf("the upgrade to %s counts from %s, before it was pinned at %s: its timeout is cut short",
-			second, cond.LastTransitionTime.Time.Format(time.RFC3339), pinned.Format(time.RFC3339))
+			second, cond.LastTransitionTime.Format(time.RFC3339), pinned.Format(time.RFC3339))
 	}
 }
