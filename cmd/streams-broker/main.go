@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -25,6 +26,7 @@ func main() {
 	flag.StringVar(&opts.DataDir, "data-dir", "", "directory keeping topics, offsets, groups and transactions across restarts (default: memory only)")
 	flag.BoolVar(&opts.SyncWrites, "sync", false, "fsync every produced batch")
 	flag.IntVar(&opts.Partitions, "partitions", 0, "partitions of topics created without a count (default: kfake's)")
+	flag.DurationVar(&opts.InitialRebalanceDelay, "initial-rebalance-delay", 3*time.Second, "how long the first join to an empty consumer group waits for more members: Apache Kafka's group.initial.rebalance.delay.ms (0: at once)")
 	flag.StringVar(&logLevel, "log-level", "warn", "none, error, warn, info or debug")
 	flag.Parse()
 	level, ok := map[string]kfake.LogLevel{

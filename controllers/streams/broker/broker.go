@@ -2,7 +2,8 @@
 // development clusters, built on franz-go's kfake.
 //
 // kfake calls itself a test fake: one process, no replication, timings kinder
-// than Apache Kafka's (it skips group.initial.rebalance.delay.ms). transit
+// than Apache Kafka's (it skips group.initial.rebalance.delay.ms, which this
+// package adds back: Options.InitialRebalanceDelay). transit
 // installs it only when a streams addon names no `bootstrap`, and says so;
 // production pipelines point `bootstrap` at a real Kafka.
 //
@@ -45,6 +46,11 @@ type Options struct {
 	Partitions int
 	// Logger receives kfake's log lines; nil logs nothing.
 	Logger kfake.Logger
+	// InitialRebalanceDelay is Apache Kafka's
+	// group.initial.rebalance.delay.ms (3 s there; streams-broker's flag
+	// defaults to it): how long the first join to an empty group waits
+	// for more members. 0 joins at once, as kfake alone does.
+	InitialRebalanceDelay time.Duration
 }
 
 // Broker is a running broker.
@@ -93,6 +99,9 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("start the broker: %w", err)
+	}
+	if opts.InitialRebalanceDelay > 0 {
+		installJoinDelay(c, opts.InitialRebalanceDelay)
 	}
 	return &Broker{cluster: c, addr: ln.Addr().String()}, nil
 }

@@ -199,3 +199,79 @@ func TestKcat(t *testing.T) {
 		t.Fatalf("kcat read %q", got)
 	}
 }
+
+// The first join to an empty group waits the initial rebalance delay, as
+// on Apache Kafka; a second member joining within it shares the first
+// generation; a group that lost one member of two rebalances at once.
+func TestInitialRebalanceDelay(t *testing.T) {
+	const delay = 2 * time.Second
+	b, err := broker.Start(t.Context(), broker.Options{Listen: "127.0.0.1:0", InitialRebalanceDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	adm := kadm.NewClient(newClient(t, b.Addr()))
+	if _, err := adm.CreateTopic(t.Context(), 2, 1, nil, "in"); err != nil {
+		t.Fatal(err)
+	}
+	assigned := make(chan time.Time, 8)
+	member := func() *kgo.Client {
+		return newClient(t, b.Addr(), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"), kgo.SessionTimeout(6*time.Second),
+			kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { assigned <- time.Now() }))
+	}
+	poll := func(cl *kgo.Client) {
+		go func() {
+			for {
+				if cl.PollFetches(context.Background()).IsClientClosed() {
+					return
+				}
+			}
+		}()
+	}
+	began := time.Now()
+	first := member()
+	poll(first)
+	time.Sleep(delay / 2)
+	second := member()
+	poll(second)
+	var got []time.Duration
+	for range 2 {
+		select {
+		case at := <-assigned:
+			got = append(got, at.Sub(began))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("assignments after %v, want two", got)
+		}
+	}
+	if got[0] < delay {
+		t.Errorf("the first member was assigned after %s, before the %s delay", got[0], delay)
+	}
+	d, err := adm.DescribeGroups(t.Context(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(d["g"].Members); n != 2 {
+		t.Errorf("%d members after the window, want both", n)
+	}
+	// One leaves: the other is given its partitions without a delay.
+	second.Close()
+	left := time.Now()
+	select {
+	case at := <-assigned:
+		if at.Sub(left) >= delay {
+			t.Errorf("a live group's rebalance waited %s", at.Sub(left))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no rebalance after a member left")
+	}
+}
+
+func newClient(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
