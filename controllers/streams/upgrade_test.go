@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -335,4 +336,44 @@ func TestReplacedNextGetsItsOwnTimeout(t *testing.T) {
 		t.Errorf("the upgrade to %s counts from %s, before it was pinned at %s: its timeout is cut short",
 			second, cond.LastTransitionTime.Format(time.RFC3339), pinned.Format(time.RFC3339))
 	}
+}
+
+// TestUpgradeKeepsKeyOrderInOneStage: where a source reader writes the
+// sink itself, per-key order holds across upgrades (the old reader stops
+// and commits before the new one reads); this is the order the README
+// promises, and no more (see TestUpgradesUnderLoad for several stages).
+func TestUpgradeKeepsKeyOrderInOneStage(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t)
+	startController(t, e, b.Addr())
+	startKubelet(t, e)
+	c := e.Client
+	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
+	one := func(image string) v1alpha1.PartSpec {
+		return v1alpha1.PartSpec{
+			Sources:    map[string]v1alpha1.Endpoint{"orders": {Topic: "orders"}},
+			Processors: map[string]v1alpha1.Processor{"enrich": {InputFrom: "orders", Image: image, SinkBindings: []string{"out"}}},
+			Sinks:      map[string]v1alpha1.Sink{"out": {Endpoint: v1alpha1.Endpoint{Topic: "enriched"}}}}
+	}
+	if err := c.Create(t.Context(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: one("fn:v1")}); err != nil {
+		t.Fatal(err)
+	}
+	active := runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}})
+	out := brokertest.StartSink(t, b.Addr(), "enriched")
+	in := brokertest.StartKeyedFeed(t, b.Addr(), "orders", 150, 10)
+	for i := 2; i <= 4; i++ {
+		// Each revision writes before the next one takes over.
+		eventually(t, active+" writing the sink", func() (bool, string) {
+			return slices.Contains(out.Revisions(), active), fmt.Sprint(out.Revisions())
+		})
+		rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) { *s = one(fmt.Sprintf("fn:v%d", i)) })
+		pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
+		active = waitSwitched(t, c, active)
+	}
+	n := in.Halt()
+	out.Expect(t, n, time.Minute, true)
+	if bad := out.OutOfOrder(); len(bad) > 0 {
+		t.Errorf("%d records out of their key's order (first: %v)", len(bad), bad[:min(5, len(bad))])
+	}
+	t.Logf("%d ids of 10 keys through 3 upgrades, by revision %v", n, out.Revisions())
 }

@@ -27,6 +27,13 @@ type Feed struct {
 // opts add to the client's (a dialer, for one).
 func StartFeed(t testing.TB, addr, topic string, perSecond int, opts ...kgo.Opt) *Feed {
 	t.Helper()
+	return StartKeyedFeed(t, addr, topic, perSecond, 0, opts...)
+}
+
+// StartKeyedFeed is StartFeed with keys keys: id's key is id mod keys
+// (0: the id itself), so one key's records come in increasing ids.
+func StartKeyedFeed(t testing.TB, addr, topic string, perSecond, keys int, opts ...kgo.Opt) *Feed {
+	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +51,11 @@ func StartFeed(t testing.TB, addr, topic string, perSecond int, opts ...kgo.Opt)
 			case <-tick.C:
 			}
 			v := []byte(strconv.FormatInt(id, 10))
-			r := &kgo.Record{Key: v, Value: v, Headers: []kgo.RecordHeader{{Key: "sent", Value: []byte(time.Now().Format(time.RFC3339Nano))}}}
+			k := v
+			if keys > 0 {
+				k = []byte(strconv.FormatInt(id%int64(keys), 10))
+			}
+			r := &kgo.Record{Key: k, Value: v, Headers: []kgo.RecordHeader{{Key: "sent", Value: []byte(time.Now().Format(time.RFC3339Nano))}}}
 			for {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				err := cl.ProduceSync(ctx, r).FirstErr()
@@ -94,6 +105,8 @@ type Sink struct {
 
 // event is one record the sink read.
 type event struct {
+	ID       int64
+	Key      string
 	Revision string
 	At       time.Time
 }
@@ -130,7 +143,7 @@ func StartSink(t testing.TB, addr, topic string, opts ...kgo.Opt) *Sink {
 				s.mu.Lock()
 				s.ids[id]++
 				s.revisions[rev]++
-				s.events = append(s.events, event{Revision: rev, At: time.Now()})
+				s.events = append(s.events, event{ID: id, Key: string(r.Key), Revision: rev, At: time.Now()})
 				s.mu.Unlock()
 			})
 		}
@@ -185,6 +198,22 @@ func (s *Sink) Check(n int64, within time.Duration) (missing []int64, dups int) 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// OutOfOrder names the records that reached the sink after a record of
+// the same key with a higher id (per-key order broken).
+func (s *Sink) OutOfOrder() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := map[string]int64{}
+	var out []string
+	for _, ev := range s.events {
+		if was, ok := last[ev.Key]; ok && ev.ID < was {
+			out = append(out, fmt.Sprintf("key %s: id %d after %d", ev.Key, ev.ID, was))
+		}
+		last[ev.Key] = max(last[ev.Key], ev.ID)
+	}
+	return out
 }
 
 // Unreadable names the records read whose value is no id.
