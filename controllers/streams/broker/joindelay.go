@@ -70,7 +70,7 @@ func installJoinDelay(c *kfake.Cluster, delay time.Duration) {
 
 // join holds a join to an empty group (or one in a join window) until the
 // window closes, then lets kfake handle it.
-func (d *joinDelay) join(req kmsg.Request) (kmsg.Response, error, bool) {
+func (d *joinDelay) join(req kmsg.Request) (kmsg.Response, error, bool) { //nolint:revive // kfake.Cluster.ControlKey's signature
 	d.c.KeepControl()
 	r := req.(*kmsg.JoinGroupRequest)
 	session := time.Duration(r.SessionTimeoutMillis) * time.Millisecond
