@@ -26,6 +26,7 @@ func main() {
 	flag.StringVar(&opts.DataDir, "data-dir", "", "directory keeping topics, offsets, groups and transactions across restarts (default: memory only)")
 	flag.BoolVar(&opts.SyncWrites, "sync", false, "fsync every produced batch")
 	flag.IntVar(&opts.Partitions, "partitions", 0, "partitions of topics created without a count (default: kfake's)")
+	flag.IntVar(&opts.Brokers, "brokers", 1, "brokers to serve, on -listen and ports after it the system picks (several: partition leaders and coordinators among them; SIGUSR1 moves the coordinators; development on one machine, no -advertise)")
 	flag.DurationVar(&opts.InitialRebalanceDelay, "initial-rebalance-delay", 3*time.Second, "how long the first join to an empty consumer group waits for more members: Apache Kafka's group.initial.rebalance.delay.ms (0: at once)")
 	flag.StringVar(&logLevel, "log-level", "warn", "none, error, warn, info or debug")
 	flag.Parse()
@@ -47,8 +48,18 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "streams-broker: serving on %s, advertising %s, data dir %q\n", b.Addr(), advertised(opts, b), opts.DataDir)
-	<-ctx.Done()
-	b.Close()
+	// SIGUSR1 moves the coordinators (tests).
+	move := make(chan os.Signal, 1)
+	signal.Notify(move, syscall.SIGUSR1)
+	for {
+		select {
+		case <-ctx.Done():
+			b.Close()
+			return
+		case <-move:
+			b.MoveCoordinators()
+		}
+	}
 }
 
 func advertised(opts broker.Options, b *broker.Broker) string {

@@ -100,6 +100,12 @@ func BenchmarkUpgrade(b *testing.B) {
 			time.Sleep(2 * time.Second)
 			var pauses, updates []time.Duration
 			for i := range benchRuns() {
+				// The pause is from the old revision's last event: it
+				// must have written one (its group formed: on Kafka,
+				// after the initial rebalance delay).
+				eventually(b, active+" writing the sink", func() (bool, string) {
+					return slices.Contains(out.Revisions(), active), fmt.Sprint(out.Revisions())
+				})
 				image := fmt.Sprintf("fn:v%d", i+2)
 				rev := editPart(b, c, "a", func(s *v1alpha1.PartSpec) {
 					p := s.Processors["p0"]

@@ -377,3 +377,36 @@ func TestUpgradeKeepsKeyOrderInOneStage(t *testing.T) {
 	}
 	t.Logf("%d ids of 10 keys through 3 upgrades, by revision %v", n, out.Revisions())
 }
+
+// TestUpgradesOnThreeBrokers: the exactly-once two-team pipeline on three
+// brokers, where partitions' leaders and the group and transaction
+// coordinators are spread out; the coordinators move (as when one
+// crashes) in the middle of an upgrade and again while the new revision
+// runs. Every id arrives once. (Leader moves are not tested: see
+// broker.MoveCoordinators.)
+func TestUpgradesOnThreeBrokers(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t, "-brokers", "3")
+	startController(t, e, b.Addr())
+	startKubelet(t, e)
+	c := e.Client
+	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
+	twoTeams(t, c, "fn:v1")
+	active := runPipe(t, c, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	out := brokertest.StartSink(t, b.Addr(), "enriched")
+	in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
+	eventually(t, active+" writing the sink", func() (bool, string) { return slices.Contains(out.Revisions(), active), "" })
+	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
+	})
+	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	time.Sleep(500 * time.Millisecond)
+	b.MoveCoordinators()
+	next := waitSwitched(t, c, active)
+	eventually(t, next+" writing the sink", func() (bool, string) { return slices.Contains(out.Revisions(), next), "" })
+	b.MoveCoordinators()
+	time.Sleep(4 * time.Second)
+	n := in.Halt()
+	out.Expect(t, n, 2*time.Minute, true)
+	t.Logf("%d ids on three brokers, coordinators moved twice, by revision %v", n, out.Revisions())
+}

@@ -46,6 +46,11 @@ type Options struct {
 	Partitions int
 	// Logger receives kfake's log lines; nil logs nothing.
 	Logger kfake.Logger
+	// Brokers is how many brokers serve (default 1): with more, each
+	// partition has a leader among them and groups and transactions a
+	// coordinator, which MoveCoordinators moves (development on one
+	// machine: no Advertise).
+	Brokers int
 	// InitialRebalanceDelay is Apache Kafka's
 	// group.initial.rebalance.delay.ms (3 s there; streams-broker's flag
 	// defaults to it): how long the first join to an empty group waits
@@ -62,48 +67,89 @@ type Broker struct {
 // Start serves a broker until Close. With a data dir, it first repairs
 // what a crash left (see repairAborts).
 func Start(ctx context.Context, opts Options) (*Broker, error) {
+	n := max(opts.Brokers, 1)
+	if n > 1 && opts.Advertise != "" {
+		return nil, fmt.Errorf("-advertise names one broker's address: with %d brokers each advertises its own listener (development on one machine)", n)
+	}
 	if opts.DataDir != "" {
 		if err := repair(ctx, opts); err != nil {
 			return nil, fmt.Errorf("repair the data dir %s: %w", opts.DataDir, err)
 		}
 	}
-	ln, err := net.Listen("tcp", opts.Listen)
+	lns, err := listen(opts.Listen, n)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", opts.Listen, err)
+		return nil, err
+	}
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
 	}
 	advertise := opts.Advertise
 	if advertise == "" {
-		advertise = ln.Addr().String()
+		advertise = lns[0].Addr().String()
 	}
 	host, portText, err := net.SplitHostPort(advertise)
 	port, perr := strconv.Atoi(portText)
 	if err != nil || perr != nil || host == "" || port <= 0 || port > 65535 {
-		ln.Close()
+		closeAll()
 		return nil, fmt.Errorf("advertised address %q: want host:port", advertise)
 	}
-	used := false
+	// kfake asks for 127.0.0.1:port of each port given; it gets the
+	// listener made for that port, which reports the advertised address
+	// as its own.
+	ports := []int{port}
+	byPort := map[int]net.Listener{port: advertised{Listener: lns[0], addr: hostPort(advertise)}}
+	for _, ln := range lns[1:] {
+		p := ln.Addr().(*net.TCPAddr).Port
+		ports = append(ports, p)
+		byPort[p] = ln
+	}
 	kopts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(port),
-		// kfake asks for 127.0.0.1:port; it gets the listener made above,
-		// which reports the advertised address as its own.
-		kfake.ListenFn(func(string, string) (net.Listener, error) {
-			if used {
-				return nil, fmt.Errorf("streams-broker serves one listener")
+		kfake.NumBrokers(n),
+		kfake.Ports(ports...),
+		kfake.ListenFn(func(_, address string) (net.Listener, error) {
+			_, p, _ := net.SplitHostPort(address)
+			pn, _ := strconv.Atoi(p)
+			ln, ok := byPort[pn]
+			if !ok {
+				return nil, fmt.Errorf("streams-broker has no listener for %s", address)
 			}
-			used = true
-			return advertised{Listener: ln, addr: hostPort(advertise)}, nil
+			delete(byPort, pn)
+			return ln, nil
 		}),
 	}
 	c, err := kfake.NewCluster(append(kopts, opts.kfake()...)...)
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return nil, fmt.Errorf("start the broker: %w", err)
 	}
 	if opts.InitialRebalanceDelay > 0 {
 		installJoinDelay(c, opts.InitialRebalanceDelay)
 	}
-	return &Broker{cluster: c, addr: ln.Addr().String()}, nil
+	return &Broker{cluster: c, addr: lns[0].Addr().String()}, nil
+}
+
+// listen makes n listeners: on addr, then n-1 more on its host, at ports
+// the system picks.
+func listen(addr string, n int) ([]net.Listener, error) {
+	first, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	lns := []net.Listener{first}
+	host, _, _ := net.SplitHostPort(addr)
+	for len(lns) < n {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("listen on %s for broker %d: %w", host, len(lns), err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
 }
 
 // kfake are the options of opts that are kfake's own.
@@ -128,20 +174,33 @@ func (opts Options) kfake() []kfake.Opt {
 // the abort markers a crash left out (repairAborts) and closes it: no
 // client sees the log before it is whole.
 func repair(ctx context.Context, opts Options) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	n := max(opts.Brokers, 1)
+	lns, err := listen("127.0.0.1:0", n)
 	if err != nil {
 		return err
 	}
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.Ports(ln.Addr().(*net.TCPAddr).Port),
-		kfake.ListenFn(func(string, string) (net.Listener, error) { return ln, nil })}, opts.kfake()...)...)
+	byPort := map[int]net.Listener{}
+	var ports []int
+	for _, ln := range lns {
+		p := ln.Addr().(*net.TCPAddr).Port
+		ports, byPort[p] = append(ports, p), ln
+	}
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(n), kfake.Ports(ports...),
+		kfake.ListenFn(func(_, address string) (net.Listener, error) {
+			_, p, _ := net.SplitHostPort(address)
+			pn, _ := strconv.Atoi(p)
+			return byPort[pn], nil
+		})}, opts.kfake()...)...)
 	if err != nil {
-		ln.Close()
+		for _, ln := range lns {
+			ln.Close()
+		}
 		return fmt.Errorf("load: %w", err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
-	return repairAborts(ctx, ln.Addr().String())
+	return repairAborts(ctx, lns[0].Addr().String())
 }
 
 // repairTimeout bounds reading the log through at a start.
@@ -262,6 +321,16 @@ func repairAborts(ctx context.Context, addr string) error {
 
 // Addr is the address the broker listens on.
 func (b *Broker) Addr() string { return b.addr }
+
+// MoveCoordinators moves every group's and transactional ID's coordinator
+// to another of the brokers, as a coordinator's crash does on Kafka:
+// clients find it again (NOT_COORDINATOR) in the middle of joins,
+// commits and transactions. Partition leaders stay: kfake answers
+// OffsetForLeaderEpoch after a leader change with offset 0 (a consumer
+// told so re-reads its partition from the start, duplicating what it
+// had done), where Apache Kafka answers where the epoch ended, so leader
+// moves on this broker would test kfake, not transit.
+func (b *Broker) MoveCoordinators() { b.cluster.RehashCoordinators() }
 
 // Close stops serving and, with a data dir, writes what is still unsaved.
 func (b *Broker) Close() { b.cluster.Close() }

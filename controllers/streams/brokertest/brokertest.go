@@ -91,6 +91,18 @@ func (b *Broker) start(listen string) {
 	}
 }
 
+// MoveCoordinators moves the groups' and transactions' coordinators to
+// other brokers of a several-broker process (-brokers), as a
+// coordinator's crash does (SIGUSR1; see broker.MoveCoordinators).
+func (b *Broker) MoveCoordinators() {
+	b.mu.Lock()
+	cmd := b.cmd
+	b.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGUSR1)
+	}
+}
+
 // Kill ends the broker with SIGKILL: nothing is flushed on the way out.
 func (b *Broker) Kill() { b.stop(syscall.SIGKILL) }
 
