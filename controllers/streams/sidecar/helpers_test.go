@@ -46,9 +46,10 @@ func integration(t *testing.T) {
 	}
 }
 
-func startKafka(t *testing.T) *kafka {
+// startKafka runs a streams-broker process; flags go to it (-brokers 3).
+func startKafka(t *testing.T, flags ...string) *kafka {
 	t.Helper()
-	b := brokertest.Start(t)
+	b := brokertest.Start(t, flags...)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)

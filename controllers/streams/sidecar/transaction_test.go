@@ -3,6 +3,8 @@ package sidecar_test
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -147,4 +149,42 @@ func TestSlowFunctionUnderBacklog(t *testing.T) {
 	if got := metric(r.probe, "streams_sidecar_transactions_aborted_total"); got != "0" {
 		t.Errorf("%s transactions aborted", got)
 	}
+}
+
+// TestExactlyOnceOnThreeBrokers: three brokers, the input's partitions'
+// leaders and the group and transaction coordinators spread over them;
+// the coordinators move (as when one crashes) every half second while a
+// backlog goes through in transactions. Every id arrives once, read
+// committed, and the group commits the input's end.
+func TestExactlyOnceOnThreeBrokers(t *testing.T) {
+	integration(t)
+	t.Parallel()
+	ctx := timeout(t, 120*time.Second)
+	k := startKafka(t, "-brokers", "3")
+	k.topic(ctx, "in", 3)
+	k.topic(ctx, "out", 3)
+	k.topic(ctx, "dlq", 1)
+	const n = 600
+	k.produce(ctx, inputs("in", n, 3)...)
+	fn := function(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		time.Sleep(5 * time.Millisecond)
+		echo(w, r, body)
+	})
+	e := baseEnv(k, fn.URL)
+	e["STREAMS_DELIVERY"] = "exactlyOnce"
+	e["STREAMS_BATCH_RECORDS"] = "50"
+	r := run(t, e, nil)
+	moved := 0
+	for metric(r.probe, "streams_sidecar_records_consumed_total") != strconv.Itoa(n) && ctx.Err() == nil {
+		k.b.MoveCoordinators()
+		moved++
+		time.Sleep(500 * time.Millisecond)
+	}
+	k.waitCommitted(ctx, "rev-1-p", "in", 3)
+	got := values(k.readAll(ctx, "out", true))
+	slices.Sort(got)
+	if d := cmp.Diff(ids(0, n), got); d != "" {
+		t.Fatalf("out, read committed, sorted (-want +got):\n%s", d)
+	}
+	t.Logf("%d ids once; coordinators moved %d times", n, moved)
 }
