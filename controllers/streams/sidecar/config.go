@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/clock"
+	"github.com/cloudtransit/transit/controllers/streams/kafka"
 )
 
 // Endpoint is a topic on a Kafka cluster.
@@ -63,6 +64,11 @@ type Config struct {
 	// default, BatchLimit's. Polls are sized to it (see BatchLimit).
 	BatchTimeout time.Duration
 
+	// Security (STREAMS_KAFKA_SECURITY_DIR: a mounted Secret's files,
+	// see kafka.LoadSecurity) is how every client reaches Kafka: TLS,
+	// SASL; none is a plaintext listener.
+	Security kafka.Security
+
 	// TransactionalID (STREAMS_TRANSACTIONAL_ID; exactly-once) defaults
 	// to Group-<hostname>: a restarted pod fences its predecessor.
 	TransactionalID string
@@ -91,7 +97,7 @@ var variables = []string{
 	"STREAMS_INPUT_BOOTSTRAP", "STREAMS_INPUT_TOPIC", "STREAMS_GROUP", "STREAMS_OUTPUTS",
 	"STREAMS_DEADLETTER_BOOTSTRAP", "STREAMS_DEADLETTER_TOPIC", "STREAMS_DELIVERY", "STREAMS_REVISION",
 	"STREAMS_FUNCTION", "STREAMS_CALL_TIMEOUT", "STREAMS_RETRIES", "STREAMS_RETRY_BACKOFF",
-	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL", "STREAMS_BATCH_TIMEOUT",
+	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL", "STREAMS_BATCH_TIMEOUT", "STREAMS_KAFKA_SECURITY_DIR",
 	"STREAMS_TRANSACTIONAL_ID", "STREAMS_PROBE_ADDR",
 	"STREAMS_GATE_FILE", "STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_NAMESPACE", "STREAMS_FAILPOINT",
 }
@@ -211,6 +217,12 @@ func parse(getenv func(string) string) (Config, []VarError) {
 		GateNamespace:   p.or("STREAMS_GATE_NAMESPACE", ""),
 	}
 	c.Outputs = p.outputs("STREAMS_OUTPUTS")
+	if dir := getenv("STREAMS_KAFKA_SECURITY_DIR"); dir != "" {
+		var err error
+		if c.Security, err = kafka.LoadSecurity(dir); err != nil {
+			p.bad("STREAMS_KAFKA_SECURITY_DIR", "%v", err)
+		}
+	}
 
 	switch c.Delivery {
 	case AtLeastOnce:

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // readiness is what /readyz answers: ready once every topic exists on its
@@ -84,11 +86,15 @@ func (s *sidecar) check(ctx context.Context, functionHost string) error {
 	for c, ts := range topics {
 		md, err := kadm.NewClient(s.kafka[c]).Metadata(ctx, ts...)
 		if err != nil {
-			return fmt.Errorf("kafka %s: %w", c, err)
+			return fmt.Errorf("kafka %s: %s", c, s.cfg.Security.Explain(err))
 		}
 		for _, t := range ts {
-			if td, ok := md.Topics[t]; !ok || td.Err != nil {
+			td, ok := md.Topics[t]
+			switch {
+			case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
 				return fmt.Errorf("kafka %s: topic %s does not exist", c, t)
+			case td.Err != nil:
+				return fmt.Errorf("kafka %s: topic %s: %s", c, t, s.cfg.Security.Explain(td.Err))
 			}
 		}
 	}

@@ -116,6 +116,8 @@ type sidecar struct {
 	clock clock.Clock
 	fn    *caller
 
+	// secure are the clients' TLS and SASL options (Config.Security).
+	secure []kgo.Opt
 	// kafka holds one client per cluster (by cluster()): at-least-once's
 	// producers, and every mode's readiness checks.
 	kafka    map[string]*kgo.Client
@@ -153,6 +155,25 @@ type delivery struct {
 // cfg is what ConfigFromEnv reads; one made by hand needs the same
 // non-zero values.
 func Run(ctx context.Context, cfg Config, gate Gate) error {
+	err := run(ctx, cfg, gate)
+	if err != nil {
+		if why := cfg.Security.Explain(err); why != err.Error() {
+			return &explained{err, why} // a refused login, an ACL: what to fix
+		}
+	}
+	return err
+}
+
+// explained is an error with what to do about it as its message.
+type explained struct {
+	err error
+	why string
+}
+
+func (e *explained) Error() string { return e.why }
+func (e *explained) Unwrap() error { return e.err }
+
+func run(ctx context.Context, cfg Config, gate Gate) error {
 	if err := cfg.check(); err != nil {
 		return err
 	}
@@ -216,13 +237,16 @@ func newSidecar(cfg Config) (*sidecar, error) {
 	if s.fn, err = newCaller(cfg.Function, cfg.CallTimeout); err != nil {
 		return nil, fmt.Errorf("STREAMS_FUNCTION: %w", err)
 	}
+	if s.secure, err = cfg.Security.Opts(); err != nil {
+		return nil, fmt.Errorf("STREAMS_KAFKA_SECURITY_DIR: %w", err)
+	}
 	for _, e := range s.endpoints() {
 		c := cluster(e.Bootstrap)
 		if s.kafka[c] != nil {
 			continue
 		}
-		cl, err := kgo.NewClient(append(s.producerOpts(),
-			kgo.SeedBrokers(brokers(e.Bootstrap)...), kgo.ClientID("streams-sidecar"))...)
+		cl, err := kgo.NewClient(slices.Concat(s.producerOpts(), s.secure,
+			[]kgo.Opt{kgo.SeedBrokers(brokers(e.Bootstrap)...), kgo.ClientID("streams-sidecar")})...)
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("kafka %s: %w", c, err)
@@ -307,7 +331,7 @@ func (s *sidecar) join() error {
 	}
 	if c.Delivery == ExactlyOnce {
 		var err error
-		s.session, err = kgo.NewGroupTransactSession(slices.Concat(opts, s.producerOpts(), []kgo.Opt{
+		s.session, err = kgo.NewGroupTransactSession(slices.Concat(opts, s.producerOpts(), s.secure, []kgo.Opt{
 			kgo.TransactionalID(c.TransactionalID), kgo.TransactionTimeout(c.BatchLimit()),
 		})...)
 		if err != nil {
@@ -320,7 +344,7 @@ func (s *sidecar) join() error {
 		return nil
 	}
 	var err error
-	if s.consumer, err = kgo.NewClient(opts...); err != nil {
+	if s.consumer, err = kgo.NewClient(append(opts, s.secure...)...); err != nil {
 		return fmt.Errorf("kafka %s: %w", c.Input.Bootstrap, err)
 	}
 	for _, o := range c.Outputs {

@@ -2,18 +2,27 @@ package sidecar_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/cloudtransit/transit/controllers/streams/sidecar"
 )
 
 // TestGroupSessionLostInTransaction: the coordinator forgets the member
@@ -187,4 +196,68 @@ func TestExactlyOnceOnThreeBrokers(t *testing.T) {
 		t.Fatalf("out, read committed, sorted (-want +got):\n%s", d)
 	}
 	t.Logf("%d ids once; coordinators moved %d times", n, moved)
+}
+
+// TestACLDeniesTheSink: a sidecar whose principal (SASL SCRAM, from the
+// mounted Secret's files) may read its input but not write its output
+// stops with an error that names the output topic, the principal and the
+// ACL to grant, and never the password.
+func TestACLDeniesTheSink(t *testing.T) {
+	integration(t)
+	t.Parallel()
+	ctx := timeout(t, 60*time.Second)
+	allow := func(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Allow: true, Resource: res, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op}
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"),
+		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "admin", "admin-pw"), kfake.EnableACLs(),
+		kfake.User("SCRAM-SHA-256", "app", "app-pw",
+			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationRead), allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe),
+			allow(kmsg.ACLResourceTypeGroup, "rev-1-p", kmsg.ACLOperationRead),
+			allow(kmsg.ACLResourceTypeTopic, "dlq", kmsg.ACLOperationWrite), allow(kmsg.ACLResourceTypeTopic, "dlq", kmsg.ACLOperationDescribe),
+			allow(kmsg.ACLResourceTypeTopic, "out", kmsg.ACLOperationDescribe)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.SASL(scram.Auth{User: "admin", Pass: "admin-pw"}.AsSha256Mechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	k := &kafka{t: t, at: addr, cl: cl, adm: kadm.NewClient(cl)}
+	k.produce(ctx, inputs("in", 5, 1)...)
+	dir := t.TempDir()
+	for name, v := range map[string]string{"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "app", "sasl.password": "app-pw"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := baseEnv(k, function(t, echo).URL)
+	e["STREAMS_KAFKA_SECURITY_DIR"] = dir
+	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	done := make(chan error, 1)
+	go func() { done <- sidecar.Run(ctx, e.config(t), nil) }()
+	select {
+	case err := <-done:
+		msg := fmt.Sprint(err)
+		t.Logf("the sidecar stopped: %s", msg)
+		for _, want := range []string{"produce to out", "an ACL denies User:app", "WRITE on its outputs"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the sidecar stopped with %q, which does not say %q", msg, want)
+			}
+		}
+		if strings.Contains(msg, "app-pw") {
+			t.Error("the error shows the password")
+		}
+	case <-ctx.Done():
+		t.Fatal("the sidecar went on without writing its output")
+	}
+	for p, end := range k.ends(ctx, "out") {
+		if end != 0 {
+			t.Errorf("out partition %d holds %d records", p, end)
+		}
+	}
 }
