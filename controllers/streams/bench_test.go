@@ -185,7 +185,7 @@ func BenchmarkGC(b *testing.B) {
 // mode. Two teams read one source: team a's three stages (clean → enrich
 // → score, the last in part b) and team s's one slow stage (100 ms a
 // record, at most 3 replicas: 30 records/s) that falls ever further
-// behind a feed of 400 ids/s, so its backlog passes 5,000. While the feed
+// behind a feed of 150 ids/s until its backlog passes 5,000. While the feed
 // runs: team a's first stage gets a new image, team s renames its
 // processor (a new consumer group whose predecessor is its own old one),
 // team b's last stage gets a new image. Independent readers of both sinks
@@ -225,7 +225,7 @@ func BenchmarkUpgradeTeams(b *testing.B) {
 			active := runPipe(b, c, v1alpha1.TopologySpec{Delivery: delivery, Parts: pinned()})
 			fast := brokertest.StartSink(b, br.Addr(), "enriched")
 			slow := brokertest.StartSink(b, br.Addr(), "slowed")
-			in := brokertest.StartFeed(b, br.Addr(), "orders", 400)
+			in := brokertest.StartFeed(b, br.Addr(), "orders", 150)
 			upgrades := []struct {
 				part string
 				edit func(*v1alpha1.PartSpec)
@@ -246,11 +246,17 @@ func BenchmarkUpgradeTeams(b *testing.B) {
 				pin(b, c, "pipe", pinned()...)
 				active = waitSwitched(b, c, active)
 			}
+			// The slow team's backlog past 5,000 (it falls 120 ids/s
+			// behind).
+			for in.Sent() < 5000*150/120 {
+				time.Sleep(time.Second)
+			}
 			n := in.Halt()
 			halted := time.Now()
 			behind, _ := slow.Check(n, 0) // the slow team's backlog now
 			fastMissing, fastDups := fast.Check(n, 3*time.Minute)
-			slowMissing, slowDups := slow.Check(n, 15*time.Minute)
+			// 30 ids/s at most: twice that long, and two minutes.
+			slowMissing, slowDups := slow.Check(n, 2*time.Duration(len(behind))*time.Second/30+2*time.Minute)
 			drained := time.Since(halted)
 			for _, s := range []*brokertest.Sink{fast, slow} {
 				if u := s.Unreadable(); len(u) > 0 {
