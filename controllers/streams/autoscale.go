@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
-	"github.com/cloudtransit/transit/controllers/streams/kafka"
 	"github.com/cloudtransit/transit/controllers/streams/scale"
 )
 
@@ -94,7 +93,9 @@ func (r *TopologyReconciler) sample(ctx context.Context, rev *v1alpha1.TopologyR
 	if err != nil {
 		return scale.Sample{}, err
 	}
-	committed, err := r.Kafka.Committed(ctx, p.Input.Bootstrap, p.Group, p.Input.Topic)
+	// A partition never committed has all it holds to read: a stage at
+	// zero replicas is woken by it.
+	from, err := r.Kafka.Positions(ctx, p.Input.Bootstrap, p.Group, p.Input.Topic, ends)
 	if err != nil {
 		return scale.Sample{}, err
 	}
@@ -104,22 +105,9 @@ func (r *TopologyReconciler) sample(ctx context.Context, rev *v1alpha1.TopologyR
 	}
 	smp := scale.Sample{OutputEnd: -1, Partitions: int32(len(ends)),
 		Rebalancing: state == "PreparingRebalance" || state == "CompletingRebalance", Members: strings.Join(members, " ")}
-	var starts kafka.Offsets
 	for part, end := range ends {
 		smp.InputEnd += end
-		at, ok := committed[part]
-		if !ok {
-			// Never committed: a reader begins at the partition's start
-			// (a source reader's start the controller committed), so all
-			// of it waits; a stage at zero replicas is woken by it.
-			if starts == nil {
-				if starts, err = r.Kafka.Starts(ctx, p.Input.Bootstrap, p.Input.Topic); err != nil {
-					return scale.Sample{}, err
-				}
-			}
-			at = starts[part]
-		}
-		smp.Committed += min(at, end)
+		smp.Committed += min(from[part], end)
 	}
 	for _, it := range rev.Spec.Topics {
 		if len(p.Outputs) > 0 && p.Outputs[0].Topic == it.Name {

@@ -495,23 +495,13 @@ func (r *TopologyReconciler) predecessorsStop(ctx context.Context, preds []v1alp
 	if len(preds) == 0 {
 		return ends, nil
 	}
-	var starts kafka.Offsets
 	start := kafka.Offsets{}
 	for _, q := range preds {
-		c, err := r.Kafka.Committed(ctx, in.Bootstrap, q.Group, in.Topic)
+		from, err := r.Kafka.Positions(ctx, in.Bootstrap, q.Group, in.Topic, ends)
 		if err != nil {
 			return nil, err
 		}
-		for part := range ends {
-			at, ok := c[part]
-			if !ok {
-				if starts == nil {
-					if starts, err = r.Kafka.Starts(ctx, in.Bootstrap, in.Topic); err != nil {
-						return nil, err
-					}
-				}
-				at = starts[part]
-			}
+		for part, at := range from {
 			if was, seen := start[part]; !seen || at < was {
 				start[part] = at
 			}

@@ -269,22 +269,13 @@ func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, rea
 			}
 		}
 	}
-	committed, err := a.Committed(ctx, bootstrap, group, topic)
+	from, err := a.Positions(ctx, bootstrap, group, topic, ends)
 	if err != nil {
 		return false, err
 	}
 	short := map[int32]kgo.Offset{}
-	starts := Offsets{}
 	for p, end := range ends {
-		at, ok := committed[p]
-		if !ok { // never committed: a reader would begin at the start
-			if len(starts) == 0 {
-				if starts, err = a.Starts(ctx, bootstrap, topic); err != nil {
-					return false, err
-				}
-			}
-			at = starts[p]
-		}
+		at := from[p]
 		if at >= end {
 			continue
 		}
@@ -297,6 +288,31 @@ func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, rea
 		return true, nil
 	}
 	return a.nothingReadable(ctx, bootstrap, topic, short, ends)
+}
+
+// Positions is where the group reads each partition of parts from: its
+// commit, or, never committed, the partition's start (where a reader
+// begins: the sidecars reset to the start).
+func (a *Admin) Positions(ctx context.Context, bootstrap, group, topic string, parts Offsets) (Offsets, error) {
+	committed, err := a.Committed(ctx, bootstrap, group, topic)
+	if err != nil {
+		return nil, err
+	}
+	var starts Offsets
+	from := Offsets{}
+	for p := range parts {
+		at, ok := committed[p]
+		if !ok {
+			if starts == nil {
+				if starts, err = a.Starts(ctx, bootstrap, topic); err != nil {
+					return nil, err
+				}
+			}
+			at = starts[p]
+		}
+		from[p] = at
+	}
+	return from, nil
 }
 
 // Starts is the first offset each partition of a topic still holds.
