@@ -80,11 +80,6 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	closeAll := func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}
 	advertise := opts.Advertise
 	if advertise == "" {
 		advertise = lns[0].Addr().String()
@@ -92,42 +87,54 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	host, portText, err := net.SplitHostPort(advertise)
 	port, perr := strconv.Atoi(portText)
 	if err != nil || perr != nil || host == "" || port <= 0 || port > 65535 {
-		closeAll()
+		closeAll(lns)
 		return nil, fmt.Errorf("advertised address %q: want host:port", advertise)
 	}
-	// kfake asks for 127.0.0.1:port of each port given; it gets the
-	// listener made for that port, which reports the advertised address
-	// as its own.
+	// The first broker is known by the advertised port, its listener
+	// reporting the advertised address as its own.
 	ports := []int{port}
-	byPort := map[int]net.Listener{port: advertised{Listener: lns[0], addr: hostPort(advertise)}}
 	for _, ln := range lns[1:] {
-		p := ln.Addr().(*net.TCPAddr).Port
-		ports = append(ports, p)
-		byPort[p] = ln
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	kopts := []kfake.Opt{
-		kfake.NumBrokers(n),
-		kfake.Ports(ports...),
-		kfake.ListenFn(func(_, address string) (net.Listener, error) {
-			_, p, _ := net.SplitHostPort(address)
-			pn, _ := strconv.Atoi(p)
-			ln, ok := byPort[pn]
-			if !ok {
-				return nil, fmt.Errorf("streams-broker has no listener for %s", address)
-			}
-			delete(byPort, pn)
-			return ln, nil
-		}),
-	}
-	c, err := kfake.NewCluster(append(kopts, opts.kfake()...)...)
+	addr := lns[0].Addr().String()
+	lns[0] = advertised{Listener: lns[0], addr: hostPort(advertise)}
+	c, err := kfake.NewCluster(append(onListeners(ports, lns), opts.kfake()...)...)
 	if err != nil {
-		closeAll()
+		closeAll(lns)
 		return nil, fmt.Errorf("start the broker: %w", err)
 	}
 	if opts.InitialRebalanceDelay > 0 {
 		installJoinDelay(c, opts.InitialRebalanceDelay)
 	}
-	return &Broker{cluster: c, addr: lns[0].Addr().String()}, nil
+	return &Broker{cluster: c, addr: addr}, nil
+}
+
+// onListeners has kfake serve broker i on lns[i], known by ports[i]:
+// kfake asks for 127.0.0.1:port of each port and gets that listener.
+func onListeners(ports []int, lns []net.Listener) []kfake.Opt {
+	byPort := map[string]net.Listener{}
+	for i, p := range ports {
+		byPort[strconv.Itoa(p)] = lns[i]
+	}
+	return []kfake.Opt{
+		kfake.NumBrokers(len(lns)),
+		kfake.Ports(ports...),
+		kfake.ListenFn(func(_, address string) (net.Listener, error) {
+			_, p, _ := net.SplitHostPort(address)
+			ln, ok := byPort[p]
+			if !ok {
+				return nil, fmt.Errorf("streams-broker has no listener for %s", address)
+			}
+			delete(byPort, p)
+			return ln, nil
+		}),
+	}
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
 }
 
 // listen makes n listeners: on addr, then n-1 more on its host, at ports
@@ -142,9 +149,7 @@ func listen(addr string, n int) ([]net.Listener, error) {
 	for len(lns) < n {
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
-			for _, l := range lns {
-				l.Close()
-			}
+			closeAll(lns)
 			return nil, fmt.Errorf("listen on %s for broker %d: %w", host, len(lns), err)
 		}
 		lns = append(lns, ln)
@@ -174,27 +179,17 @@ func (opts Options) kfake() []kfake.Opt {
 // the abort markers a crash left out (repairAborts) and closes it: no
 // client sees the log before it is whole.
 func repair(ctx context.Context, opts Options) error {
-	n := max(opts.Brokers, 1)
-	lns, err := listen("127.0.0.1:0", n)
+	lns, err := listen("127.0.0.1:0", max(opts.Brokers, 1))
 	if err != nil {
 		return err
 	}
-	byPort := map[int]net.Listener{}
 	var ports []int
 	for _, ln := range lns {
-		p := ln.Addr().(*net.TCPAddr).Port
-		ports, byPort[p] = append(ports, p), ln
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(n), kfake.Ports(ports...),
-		kfake.ListenFn(func(_, address string) (net.Listener, error) {
-			_, p, _ := net.SplitHostPort(address)
-			pn, _ := strconv.Atoi(p)
-			return byPort[pn], nil
-		})}, opts.kfake()...)...)
+	c, err := kfake.NewCluster(append(onListeners(ports, lns), opts.kfake()...)...)
 	if err != nil {
-		for _, ln := range lns {
-			ln.Close()
-		}
+		closeAll(lns)
 		return fmt.Errorf("load: %w", err)
 	}
 	defer c.Close()

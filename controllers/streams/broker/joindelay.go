@@ -22,7 +22,6 @@ import (
 type joinDelay struct {
 	c     *kfake.Cluster
 	delay time.Duration
-	now   func() time.Time
 
 	mu     sync.Mutex
 	groups map[string]*delayedGroup
@@ -42,7 +41,7 @@ type member struct {
 }
 
 func installJoinDelay(c *kfake.Cluster, delay time.Duration) {
-	d := &joinDelay{c: c, delay: delay, now: time.Now, groups: map[string]*delayedGroup{}}
+	d := &joinDelay{c: c, delay: delay, groups: map[string]*delayedGroup{}}
 	c.ControlKey(int16(kmsg.JoinGroup), d.join)
 	observe := func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -94,7 +93,7 @@ func (d *joinDelay) join(req kmsg.Request) (kmsg.Response, error, bool) { //noli
 func (d *joinDelay) window(group, joiner string, session, rebalance time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	now := d.now()
+	now := time.Now()
 	g := d.group(group)
 	open := now.Before(g.end)
 	empty := true // of live members, the joiner too when it rejoins
@@ -120,7 +119,7 @@ func (d *joinDelay) window(group, joiner string, session, rebalance time.Duratio
 func (d *joinDelay) waitWindow(group string) {
 	for {
 		d.mu.Lock()
-		left := d.group(group).end.Sub(d.now())
+		left := d.group(group).end.Sub(time.Now())
 		d.mu.Unlock()
 		if left <= 0 {
 			return
@@ -134,7 +133,7 @@ func (d *joinDelay) seen(group, id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if m := d.group(group).members[id]; m != nil {
-		m.until = maxTime(m.until, d.now().Add(m.session))
+		m.until = maxTime(m.until, time.Now().Add(m.session))
 	}
 }
 
