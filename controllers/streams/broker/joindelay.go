@@ -119,7 +119,7 @@ func (d *joinDelay) window(group, joiner string, session, rebalance time.Duratio
 func (d *joinDelay) waitWindow(group string) {
 	for {
 		d.mu.Lock()
-		left := d.group(group).end.Sub(time.Now())
+		left := time.Until(d.group(group).end)
 		d.mu.Unlock()
 		if left <= 0 {
 			return
