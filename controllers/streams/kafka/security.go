@@ -58,10 +58,11 @@ var Mechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IA
 // (Check). A missing file is a setting not made; a directory that holds
 // none is no security at all.
 func LoadSecurity(dir string) (Security, error) {
+	var unreadable []error
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil
+			unreadable = append(unreadable, err)
 		}
 		return b
 	}
@@ -72,6 +73,9 @@ func LoadSecurity(dir string) (Security, error) {
 		Username:  text(FileUsername), Password: text(FilePassword), SessionToken: text(FileSessionToken),
 	}
 	s.TLS = text(FileTLS) == "true" || len(s.CA) > 0 || len(s.Cert) > 0
+	if len(unreadable) > 0 {
+		return Security{}, fmt.Errorf("kafka security in %s: %w", dir, errors.Join(unreadable...))
+	}
 	if err := s.Check(); err != nil {
 		return Security{}, fmt.Errorf("kafka security in %s: %w", dir, err)
 	}

@@ -222,6 +222,14 @@ func TestSecurityRefused(t *testing.T) {
 			t.Errorf("%v: got %v, want %q", keys(tc.files), err, tc.want)
 		}
 	}
+	// A key that cannot be read is an error, never a setting left out.
+	unreadable := t.TempDir()
+	if err := os.Mkdir(filepath.Join(unreadable, FilePassword), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSecurity(unreadable); err == nil || !strings.Contains(err.Error(), FilePassword) {
+		t.Errorf("an unreadable %s: got %v, want an error naming it", FilePassword, err)
+	}
 	s, err := LoadSecurity(t.TempDir())
 	if err != nil || s.String() != "plaintext" {
 		t.Errorf("an empty directory: %v, %v; want plaintext", s, err)
