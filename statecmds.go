@@ -117,21 +117,37 @@ func ForceUnlock(ctx context.Context, opts Options, id string) error {
 
 // fenceState writes a remote state whole with the next serial after its
 // lock was forced: the run that held it may live (paused, cut off), and
-// its next write, naming the version before, is refused. A state another
-// run wrote meanwhile needs no fence.
+// its next write, naming the version before, is refused. A write of that
+// run racing the fence (a line or a whole state landing between the read
+// and the fence's write) is read again and fenced in turn: the holder
+// writes until the fence lands, never after. A run that takes the freed
+// lock in that instant may have its first write refused as a conflict;
+// nothing is lost.
 func fenceState(ctx context.Context, s statestore.Store) error {
-	base, journal, lines, err := statestore.ReadState(ctx, s, RemoteStateObject)
-	if errors.Is(err, statestore.ErrNotFound) || err == nil && base.Data == nil {
-		return nil
+	var err error
+	for range maxFenceTries {
+		var base statestore.Object
+		var journal []byte
+		var lines []statestore.Entry
+		base, journal, lines, err = statestore.ReadState(ctx, s, RemoteStateObject)
+		if errors.Is(err, statestore.ErrNotFound) || err == nil && base.Data == nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("the lock is freed, but the state could not be read to fence its last holder: %w", err)
+		}
+		if _, err = foldLines(s, base, journal, lines, true); !errors.Is(err, statestore.ErrConflict) {
+			break
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("the lock is freed, but the state could not be read to fence its last holder: %w", err)
-	}
-	if _, err := foldLines(s, base, journal, lines, true); err != nil && !errors.Is(err, statestore.ErrConflict) {
-		return fmt.Errorf("the lock is freed, but the state could not be written to fence its last holder (its next write may still land): %w", err)
+		return fmt.Errorf("the lock is freed, but the state could not be written to fence its last holder (its next write may still land; run force-unlock again): %w", err)
 	}
 	return nil
 }
+
+// maxFenceTries bounds the fences a still-writing holder's writes refuse.
+const maxFenceTries = 20
 
 // PastState is one state a store keeps; Current marks the state itself.
 type PastState struct {
