@@ -32,7 +32,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	g, err := chooseGate(cfg)
 	if err != nil {
 		return err

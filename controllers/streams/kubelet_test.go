@@ -178,7 +178,7 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) {
 		case "sidecar":
 			bin = k.sidecar
 			env = append(env, "STREAMS_FUNCTION=http://127.0.0.1:"+fport+"/", "STREAMS_PROBE_ADDR="+rp.probe,
-				"KUBECONFIG="+k.kubeconfig, "HOSTNAME="+pod.Name)
+				"KUBECONFIG="+k.kubeconfig, "HOSTNAME="+pod.Name, "STREAMS_LOG_LEVEL=debug")
 			k.mu.Lock()
 			for key, v := range k.extraEnv {
 				env = append(env, key+"="+v)
@@ -410,8 +410,8 @@ func (k *kubelet) dumpLogs() {
 			lines = append(lines, sc.Text())
 		}
 		f.Close()
-		if len(lines) > 30 {
-			lines = lines[len(lines)-30:]
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
 		}
 		k.t.Logf("harness log %s:\n%s", e.Name(), strings.Join(lines, "\n"))
 	}

@@ -35,7 +35,12 @@ func Start(t testing.TB, extra ...string) *Broker {
 	t.Helper()
 	b := &Broker{t: t, bin: cmdtest.Build(t, "streams-broker"), dataDir: t.TempDir(), extra: extra}
 	b.start("127.0.0.1:0")
-	t.Cleanup(func() { b.Kill() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the broker as the test failed:\n%s", Picture(b.addr))
+		}
+		b.Kill()
+	})
 	return b
 }
 

@@ -83,6 +83,10 @@ type Config struct {
 	// fault point: see the package documentation. 0 is off.
 	FailAfterProduce int
 
+	// LogLevel (STREAMS_LOG_LEVEL: debug, info, warn, error; info) is
+	// the command's: debug adds a line per batch (records, partitions,
+	// time, committed), for whoever reads a stalled pipeline.
+	LogLevel slog.Level
 	// Log receives the sidecar's logs; nil discards them.
 	Log *slog.Logger
 	// Clock times backoffs, batches and gate polls; nil is the wall clock.
@@ -99,7 +103,7 @@ var variables = []string{
 	"STREAMS_FUNCTION", "STREAMS_CALL_TIMEOUT", "STREAMS_RETRIES", "STREAMS_RETRY_BACKOFF",
 	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL", "STREAMS_BATCH_TIMEOUT", "STREAMS_KAFKA_SECURITY_DIR",
 	"STREAMS_TRANSACTIONAL_ID", "STREAMS_PROBE_ADDR",
-	"STREAMS_GATE_FILE", "STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_NAMESPACE", "STREAMS_FAILPOINT",
+	"STREAMS_GATE_FILE", "STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_NAMESPACE", "STREAMS_FAILPOINT", "STREAMS_LOG_LEVEL",
 }
 
 // VarError is one missing or bad variable.
@@ -217,6 +221,11 @@ func parse(getenv func(string) string) (Config, []VarError) {
 		GateNamespace:   p.or("STREAMS_GATE_NAMESPACE", ""),
 	}
 	c.Outputs = p.outputs("STREAMS_OUTPUTS")
+	if v := getenv("STREAMS_LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			p.bad("STREAMS_LOG_LEVEL", "%q: want debug, info, warn or error", v)
+		}
+	}
 	if dir := getenv("STREAMS_KAFKA_SECURITY_DIR"); dir != "" {
 		var err error
 		if c.Security, err = kafka.LoadSecurity(dir); err != nil {

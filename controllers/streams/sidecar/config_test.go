@@ -99,6 +99,8 @@ func TestConfigErrors(t *testing.T) {
 		}, []string{"STREAMS_DELIVERY"}, "one Kafka cluster"},
 		{"half a Topology gate", func(m map[string]string) { m["STREAMS_GATE_TOPOLOGY"] = "pipe" },
 			[]string{"STREAMS_GATE_TOPOLOGY"}, "together"},
+		{"unknown log level", func(m map[string]string) { m["STREAMS_LOG_LEVEL"] = "verbose" },
+			[]string{"STREAMS_LOG_LEVEL"}, `"verbose": want debug`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

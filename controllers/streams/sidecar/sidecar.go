@@ -83,6 +83,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -462,6 +463,7 @@ func (s *sidecar) consume(ctx context.Context) error {
 		}
 		s.fetchErrors(fs)
 		if recs := fs.Records(); len(recs) > 0 {
+			began := s.clock.Now()
 			done, err := s.handleBatch(ctx, work, recs)
 			if err != nil {
 				return fmt.Errorf("nothing of the batch committed: %w", err)
@@ -473,6 +475,7 @@ func (s *sidecar) consume(ctx context.Context) error {
 				}
 			}
 			s.m.batches.Add(1)
+			s.log.Debug("batch", "records", len(done), "offsets", offsetSpans(done).String(), "took", s.clock.Now().Sub(began).String(), "committed", true)
 			if len(done) < len(recs) {
 				s.log.Warn("stopped while the function refuses connections: the records after the committed ones go to the next owner",
 					"committed", len(done), "left", len(recs)-len(done))
@@ -504,7 +507,9 @@ func (s *sidecar) transact(ctx context.Context) error {
 				return fmt.Errorf("begin a transaction: %w", err)
 			}
 			began, n := s.clock.Now(), 0
+			var spans spans
 			for len(recs) > 0 {
+				spans.add(recs)
 				done, err := s.handleBatch(ctx, work, recs)
 				if err != nil {
 					return s.abort(work, fmt.Errorf("transaction aborted: %w", err))
@@ -532,6 +537,7 @@ func (s *sidecar) transact(ctx context.Context) error {
 				return fmt.Errorf("end the transaction: %w", err)
 			}
 			s.m.batches.Add(1)
+			s.log.Debug("batch", "records", n, "offsets", spans.String(), "took", s.clock.Now().Sub(began).String(), "committed", committed)
 			if !committed {
 				s.m.aborted.Add(1)
 				s.log.Info("transaction aborted by a rebalance: its records are read again")
@@ -584,6 +590,42 @@ func (s *sidecar) fetchErrors(fs kgo.Fetches) {
 			s.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
 		}
 	})
+}
+
+// spans are the offsets a batch took, first and last by partition, as
+// its debug line shows them: "orders/0:282-303 orders/1:233".
+type spans map[string][2]int64
+
+func (sp *spans) add(recs []*kgo.Record) {
+	if *sp == nil {
+		*sp = spans{}
+	}
+	for _, r := range recs {
+		key := r.Topic + "/" + strconv.Itoa(int(r.Partition))
+		if was, ok := (*sp)[key]; ok {
+			(*sp)[key] = [2]int64{min(was[0], r.Offset), max(was[1], r.Offset)}
+		} else {
+			(*sp)[key] = [2]int64{r.Offset, r.Offset}
+		}
+	}
+}
+
+func (sp spans) String() string {
+	var out []string
+	for _, key := range slices.Sorted(maps.Keys(sp)) {
+		if o := sp[key]; o[0] == o[1] {
+			out = append(out, fmt.Sprintf("%s:%d", key, o[0]))
+		} else {
+			out = append(out, fmt.Sprintf("%s:%d-%d", key, o[0], o[1]))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func offsetSpans(recs []*kgo.Record) spans {
+	var sp spans
+	sp.add(recs)
+	return sp
 }
 
 // failpoint is the test-only fault point STREAMS_FAILPOINT.
