@@ -24,6 +24,10 @@ type AddonSetting struct {
 	// meaningless when set (streams' broker_data_dir once bootstrap names
 	// a Kafka: no broker runs).
 	OnlyWithout string
+	// OnlyWith names a setting of the same addon without which this one
+	// means nothing (streams' kafka_secret without bootstrap: the
+	// development broker speaks neither TLS nor SASL).
+	OnlyWith string
 	// check says what is wrong with a value given, and what to write
 	// instead; "" when it is fine.
 	check func(v string) (problem, hint string)
@@ -51,6 +55,10 @@ var AddonSettings = map[string]map[string]AddonSetting{
 		// The development broker's data, a hostPath on the master it
 		// runs on.
 		"broker_data_dir": {Default: "/var/lib/transit/streams-broker", OnlyWithout: "bootstrap", check: checkAbsPath},
+		// The Secret (in transit-streams, and of the same name in every
+		// namespace that runs topologies) that says how to reach the
+		// Kafka of bootstrap: TLS, SASL.
+		"kafka_secret": {OnlyWith: "bootstrap", check: checkSecretName},
 	},
 }
 
@@ -136,6 +144,14 @@ func brokerProblem(entry string) string {
 	return ""
 }
 
+// checkSecretName accepts a Secret's name (a DNS subdomain).
+func checkSecretName(v string) (string, string) {
+	if !validDNSSubdomain(v) {
+		return fmt.Sprintf("%q is not a Secret's name", v), "write a DNS subdomain name such as \"kafka-client\": lower case letters, digits, '-' and '.'"
+	}
+	return "", ""
+}
+
 // checkAbsPath accepts an absolute, clean path other than /.
 func checkAbsPath(v string) (string, string) {
 	const hint = `write an absolute path on the master, such as "/var/lib/transit/streams-broker"`
@@ -175,6 +191,9 @@ func checkAddonSettings(c *problems, path string, a Addon) {
 		}
 		if _, set := a.Settings[s.OnlyWithout]; set && s.OnlyWithout != "" {
 			c.add(joinKey(path, k), fmt.Sprintf("has no effect while %s is set", s.OnlyWithout), fmt.Sprintf("remove %s, or %s", k, s.OnlyWithout))
+		}
+		if _, set := a.Settings[s.OnlyWith]; !set && s.OnlyWith != "" {
+			c.add(joinKey(path, k), fmt.Sprintf("has no effect without %s", s.OnlyWith), fmt.Sprintf("set %s too, or remove %s", s.OnlyWith, k))
 		}
 	}
 }

@@ -55,13 +55,20 @@ func TestValidateKubernetes(t *testing.T) {
 			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{"replicas": "3", "history": "100", "upgrade_timeout": "90s", "broker_data_dir": "/srv/kafka"}}}
 		}, nil},
 		{"streams with a Kafka of its own", func(c *Config) {
-			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{"bootstrap": "kafka-0.kafka.svc:9092,10.0.0.7:9093,[fd00::1]:9092,Kafka.Example.com:19092"}}}
+			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{"bootstrap": "kafka-0.kafka.svc:9092,10.0.0.7:9093,[fd00::1]:9092,Kafka.Example.com:19092",
+				"kafka_secret": "kafka-client"}}}
 		}, nil},
+		{"streams Kafka Secret without a Kafka, or misnamed", func(c *Config) {
+			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{"kafka_secret": "Kafka Client"}}}
+		}, Problems{
+			withHint(cl("addons[0].settings.kafka_secret", `"Kafka Client" is not a Secret's name`), `write a DNS subdomain name such as "kafka-client": lower case letters, digits, '-' and '.'`),
+			withHint(cl("addons[0].settings.kafka_secret", "has no effect without bootstrap"), "set bootstrap too, or remove kafka_secret"),
+		}},
 		{"streams settings wrong", func(c *Config) {
 			c.Cluster.Addons = []Addon{{Name: "streams", Settings: map[string]string{
 				"replicas": "0", "history": "101", "upgrade_timeout": "5 minutes", "broker_data_dir": "data/broker", "bootstrp": "kafka:9092"}}}
 		}, Problems{
-			withHint(cl("addons[0].settings.bootstrp", `addon streams has no setting "bootstrp" (settings: bootstrap, broker_data_dir, history, replicas, upgrade_timeout)`), `did you mean "bootstrap"?`),
+			withHint(cl("addons[0].settings.bootstrp", `addon streams has no setting "bootstrp" (settings: bootstrap, broker_data_dir, history, kafka_secret, replicas, upgrade_timeout)`), `did you mean "bootstrap"?`),
 			withHint(cl("addons[0].settings.broker_data_dir", `"data/broker" is not an absolute path`), `write an absolute path on the master, such as "/var/lib/transit/streams-broker"`),
 			cl("addons[0].settings.history", `"101" is not a whole number from 1 to 100`),
 			cl("addons[0].settings.replicas", `"0" is not a whole number from 1 to 10`),

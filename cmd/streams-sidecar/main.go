@@ -21,6 +21,11 @@ import (
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "streams-sidecar:", err)
+		// The pod's status shows why it stopped (the controller quotes it
+		// in the Topology's conditions): a refused login, an ACL.
+		if path := os.Getenv("STREAMS_TERMINATION_LOG"); path != "" {
+			_ = os.WriteFile(path, []byte(err.Error()), 0o644)
+		}
 		os.Exit(1)
 	}
 }

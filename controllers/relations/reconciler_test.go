@@ -256,9 +256,15 @@ func TestRelationshipLifecycle(t *testing.T) {
 		t.Errorf("an unrelated edit made revision %d (%v)", rel.Status.Revision, err)
 	}
 
-	// The annotations removed: one rollout takes everything out.
-	web.Annotations = nil
-	if err := c.Update(ctx, web); err != nil {
+	// The annotations removed: one rollout takes everything out. (The
+	// Deployment's status moves on meanwhile: a user retries on conflict.)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+			return err
+		}
+		web.Annotations = nil
+		return c.Update(ctx, web)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the injection removed", func() (bool, string) {

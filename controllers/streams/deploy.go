@@ -19,6 +19,10 @@ const (
 	SidecarProbe = 8081
 )
 
+// KafkaSecurityDir is where a processor pod's sidecar finds the Kafka
+// Secret (Options.KafkaSecret) mounted.
+const KafkaSecurityDir = "/etc/transit/kafka"
+
 // deploymentName is a processor's Deployment in a revision.
 func deploymentName(rev, processor string) string { return rev + "-" + processor }
 
@@ -29,8 +33,10 @@ func processorLabels(topo, rev, processor string) map[string]string {
 
 // deployment is a processor's Deployment: the function and the sidecar.
 // Source readers' sidecars hold until their revision is active (the gate);
-// every sidecar is Ready once it reaches Kafka and its function.
-func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, replicas int32, sidecarImage string) *appsv1.Deployment {
+// every sidecar is Ready once it reaches Kafka and its function. The
+// sidecar's last error, written to its termination message path, is what
+// the pod's status and the Topology's conditions quote.
+func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, replicas int32, o Options) *appsv1.Deployment {
 	labels := processorLabels(rev.Spec.Topology, rev.Name, p.Name)
 	outputs, _ := json.Marshal(p.Outputs) // endpoints always marshal
 	env := []corev1.EnvVar{
@@ -42,6 +48,7 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 		{Name: "STREAMS_DEADLETTER_TOPIC", Value: p.DeadLetter.Topic},
 		{Name: "STREAMS_DELIVERY", Value: string(rev.Spec.Delivery)},
 		{Name: "STREAMS_REVISION", Value: rev.Name},
+		{Name: "STREAMS_TERMINATION_LOG", Value: corev1.TerminationMessagePathDefault},
 	}
 	if p.ReadsSource {
 		env = append(env,
@@ -49,6 +56,14 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 			corev1.EnvVar{Name: "STREAMS_GATE_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
 				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 		)
+	}
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	if o.KafkaSecret != "" {
+		env = append(env, corev1.EnvVar{Name: "STREAMS_KAFKA_SECURITY_DIR", Value: KafkaSecurityDir})
+		volumes = append(volumes, corev1.Volume{Name: "kafka-security", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: o.KafkaSecret, DefaultMode: ptr.To(int32(0o444))}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "kafka-security", MountPath: KafkaSecurityDir, ReadOnly: true})
 	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
@@ -65,6 +80,7 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: ProcessorAccount,
+					Volumes:            volumes,
 					// The sidecar finishes its batch and commits on SIGTERM;
 					// a batch is bounded by the sidecar's batch limit.
 					TerminationGracePeriodSeconds: ptr.To(int64(sidecar.DefaultGracePeriod().Seconds())),
@@ -74,8 +90,10 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 							Ports: []corev1.ContainerPort{{Name: "function", ContainerPort: FunctionPort}},
 						},
 						{
-							Name: "sidecar", Image: sidecarImage, ImagePullPolicy: corev1.PullIfNotPresent, Env: env,
-							Ports: []corev1.ContainerPort{{Name: "probe", ContainerPort: SidecarProbe}},
+							Name: "sidecar", Image: o.SidecarImage, ImagePullPolicy: corev1.PullIfNotPresent, Env: env,
+							VolumeMounts:           mounts,
+							TerminationMessagePath: corev1.TerminationMessagePathDefault,
+							Ports:                  []corev1.ContainerPort{{Name: "probe", ContainerPort: SidecarProbe}},
 							ReadinessProbe: &corev1.Probe{
 								ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(SidecarProbe)}},
 								PeriodSeconds: 1, FailureThreshold: 2,

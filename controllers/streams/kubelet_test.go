@@ -3,11 +3,13 @@ package streams_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +37,11 @@ import (
 // "v2" → ECHO_VERSION=v2, "error500", "garbage", "hang", "drop" →
 // ECHO_FAULT, "slow" → ECHO_DELAY=20ms, "slow-150ms" → ECHO_DELAY=150ms;
 // an image named in badImages is never started: its container waits with
-// that reason (ErrImagePull).
+// that reason (ErrImagePull). Secret volumes are the Secret's keys written
+// to a directory, and variables naming a mount path (or the termination
+// message path) are pointed there; a container that exits non-zero shows
+// its termination message as its last state, and is restarted after a
+// doubling back-off (from 1 s to 10 s), as a kubelet's crash loop.
 
 type kubelet struct {
 	t          testing.TB
@@ -44,6 +50,7 @@ type kubelet struct {
 	sidecar    string
 	function   string
 	logs       string
+	volumes    string
 
 	mu        sync.Mutex
 	closed    bool // the test ended: nothing starts any more
@@ -60,7 +67,8 @@ type runningPod struct {
 	ready      bool
 	stopping   bool
 	terminated chan struct{}
-	waiting    map[string]string // container → reason, never started
+	waiting    map[string]corev1.ContainerStateWaiting // never started
+	reported   string                                  // the last termination messages written
 }
 
 type process struct {
@@ -71,6 +79,12 @@ type process struct {
 	done     chan struct{}
 	restarts int32
 	stopped  bool // by the harness: not restarted
+	// termination is where the process writes its termination message;
+	// lastExit is its last exit's code and message, failed its exits
+	// in a row with a non-zero code (the back-off).
+	termination string
+	lastExit    *corev1.ContainerStateTerminated
+	failed      int
 }
 
 // startKubelet runs the harness until the test ends.
@@ -78,7 +92,7 @@ func startKubelet(t testing.TB, e *testenv.Env) *kubelet {
 	t.Helper()
 	sidecar, function := cmdtest.Build(t, "streams-sidecar"), cmdtest.Build(t, "streams-echo")
 	k := &kubelet{t: t, c: e.Client, kubeconfig: e.Kubeconfig, sidecar: sidecar, function: function,
-		logs: t.TempDir(), pods: map[types.UID]*runningPod{}, badImages: map[string]string{}, extraEnv: map[string]string{}}
+		logs: t.TempDir(), volumes: t.TempDir(), pods: map[types.UID]*runningPod{}, badImages: map[string]string{}, extraEnv: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -165,14 +179,21 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) {
 		}
 	}
 	rp := &runningPod{ns: pod.Namespace, name: pod.Name, uid: pod.UID, procs: map[string]*process{},
-		probe: freeAddr(k.t), waiting: map[string]string{}, terminated: make(chan struct{})}
+		probe: freeAddr(k.t), waiting: map[string]corev1.ContainerStateWaiting{}, terminated: make(chan struct{})}
 	fport := strings.TrimPrefix(freeAddr(k.t), "127.0.0.1:")
 	for _, c := range pod.Spec.Containers {
 		if reason, bad := k.badImage(c.Image); bad {
-			rp.waiting[c.Name] = reason
+			rp.waiting[c.Name] = corev1.ContainerStateWaiting{Reason: reason, Message: "harness: image " + c.Image + " cannot be pulled"}
 			continue
 		}
-		env := resolveEnv(pod, c.Env)
+		paths, err := k.mount(ctx, pod, c)
+		if err != nil {
+			rp.waiting[c.Name] = corev1.ContainerStateWaiting{Reason: "ContainerCreating", Message: err.Error()}
+			continue
+		}
+		termination := filepath.Join(k.volumes, pod.Name+"."+c.Name+".termination-log")
+		paths[c.TerminationMessagePath] = termination
+		env := resolveEnv(pod, c.Env, paths)
 		bin := k.function
 		switch c.Name {
 		case "sidecar":
@@ -198,7 +219,7 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) {
 				env = append(env, "ECHO_FAULT="+tag)
 			}
 		}
-		pr := &process{name: c.Name, bin: bin, env: append(os.Environ(), env...)}
+		pr := &process{name: c.Name, bin: bin, env: append(os.Environ(), env...), termination: termination}
 		rp.procs[c.Name] = pr
 		k.run(pod.Name, pr)
 	}
@@ -207,6 +228,34 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) {
 	k.mu.Unlock()
 	go k.supervise(rp)
 	k.status(ctx, pod, rp)
+}
+
+// mount writes the Secret volumes c mounts into directories of their own,
+// and returns the local path of each mount path.
+func (k *kubelet) mount(ctx context.Context, pod *corev1.Pod, c corev1.Container) (map[string]string, error) {
+	paths := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 || pod.Spec.Volumes[i].Secret == nil {
+			return nil, fmt.Errorf("harness: volume %s is not a Secret", m.Name)
+		}
+		var secret corev1.Secret
+		name := pod.Spec.Volumes[i].Secret.SecretName
+		if err := k.c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, &secret); err != nil {
+			return nil, fmt.Errorf("MountVolume.SetUp failed for volume %q: %w", m.Name, err)
+		}
+		dir := filepath.Join(k.volumes, pod.Name+"."+m.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		for key, v := range secret.Data {
+			if err := os.WriteFile(filepath.Join(dir, key), v, 0o600); err != nil {
+				return nil, err
+			}
+		}
+		paths[m.MountPath] = dir
+	}
+	return paths, nil
 }
 
 func (k *kubelet) badImage(image string) (string, bool) {
@@ -238,7 +287,20 @@ func (k *kubelet) run(pod string, pr *process) {
 		return
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		k.mu.Lock()
+		if code := cmd.ProcessState.ExitCode(); code > 0 {
+			msg, _ := os.ReadFile(pr.termination)
+			pr.lastExit = &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: "Error", Message: string(msg)}
+			pr.failed++
+		} else {
+			pr.failed = 0
+		}
+		k.mu.Unlock()
+		close(done)
+	}()
 	pr.cmd, pr.done = cmd, done
 }
 
@@ -259,8 +321,12 @@ func (k *kubelet) supervise(rp *runningPod) {
 			case <-pr.done:
 				pr.restarts++
 				pr.done = nil
+				wait := 200 * time.Millisecond
+				if pr.failed > 0 {
+					wait = min(time.Second<<(pr.failed-1), 10*time.Second)
+				}
 				go func() {
-					time.Sleep(200 * time.Millisecond)
+					time.Sleep(wait)
 					k.run(rp.name, pr)
 				}()
 			default:
@@ -344,22 +410,27 @@ func (k *kubelet) status(ctx context.Context, pod *corev1.Pod, rp *runningPod) {
 		}
 	}
 	k.mu.Lock()
-	changed := ready != rp.ready || pod.Status.Phase != corev1.PodRunning
-	rp.ready = ready
 	var statuses []corev1.ContainerStatus
+	var reported strings.Builder
 	for _, c := range pod.Spec.Containers {
 		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: ready}
-		if reason, ok := rp.waiting[c.Name]; ok {
+		if waiting, ok := rp.waiting[c.Name]; ok {
 			cs.Ready = false
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: "harness: image " + c.Image + " cannot be pulled"}
+			cs.State.Waiting = &waiting
 		} else {
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
 			if pr := rp.procs[c.Name]; pr != nil {
 				cs.RestartCount = pr.restarts
+				if pr.lastExit != nil {
+					cs.LastTerminationState.Terminated = pr.lastExit
+					reported.WriteString(pr.lastExit.Message)
+				}
 			}
 		}
 		statuses = append(statuses, cs)
 	}
+	changed := ready != rp.ready || pod.Status.Phase != corev1.PodRunning || reported.String() != rp.reported
+	rp.ready, rp.reported = ready, reported.String()
 	k.mu.Unlock()
 	if !changed {
 		return
@@ -419,10 +490,15 @@ func (k *kubelet) dumpLogs() {
 
 // resolveEnv turns a container's env into KEY=value, with the downward
 // API fields the controller uses.
-func resolveEnv(pod *corev1.Pod, vars []corev1.EnvVar) []string {
+func resolveEnv(pod *corev1.Pod, vars []corev1.EnvVar, paths map[string]string) []string {
 	var out []string
 	for _, v := range vars {
 		val := v.Value
+		for from, to := range paths {
+			if from != "" && (val == from || strings.HasPrefix(val, from+"/")) {
+				val = to + strings.TrimPrefix(val, from)
+			}
+		}
 		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {
 			switch v.ValueFrom.FieldRef.FieldPath {
 			case "metadata.namespace":

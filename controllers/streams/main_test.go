@@ -69,11 +69,15 @@ func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := kafka.New()
 	o := streams.Options{Bootstrap: bootstrap, SidecarImage: "transit.local/streams-sidecar:test"}
 	for _, f := range opts {
 		f(&o)
 	}
+	kopts, err := o.Security.Opts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := kafka.New(kopts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	crashed = make(chan struct{})
 	c := mgr.GetClient()

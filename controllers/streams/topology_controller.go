@@ -46,6 +46,13 @@ type Options struct {
 	// UpgradeTimeout is the standby upgrade timeout of topologies that set
 	// none (5m).
 	UpgradeTimeout time.Duration
+	// Security is how the controller's own clients reach Kafka (the Admin
+	// is made with its options); its Explain words the conditions.
+	Security kafka.Security
+	// KafkaSecret names the Secret every processor pod mounts from its
+	// own namespace for its sidecar's clients (kafka.LoadSecurity's
+	// files); "" is plaintext without SASL.
+	KafkaSecret string
 	// Now is the clock (time.Now).
 	Now func() time.Time
 }
@@ -186,7 +193,7 @@ func (r *TopologyReconciler) reconcile(ctx context.Context, req reconcile.Reques
 
 	kafkaErr := r.reachable(ctx, &t, obs, composed)
 	if kafkaErr != nil {
-		r.condition(&t, v1alpha1.ConditionKafkaReachable, false, "Unreachable", kafkaErr.Error()+": no revision is made, switched or collected until it answers")
+		r.condition(&t, v1alpha1.ConditionKafkaReachable, false, "Unreachable", r.Security.Explain(kafkaErr)+": no revision is made, switched or collected until it answers")
 	} else {
 		r.condition(&t, v1alpha1.ConditionKafkaReachable, true, "Reachable", "")
 	}
@@ -227,7 +234,7 @@ func (r *TopologyReconciler) reconcile(ctx context.Context, req reconcile.Reques
 			return reconcile.Result{Requeue: true}, nil
 		}
 	}
-	r.readiness(&t, obs)
+	r.readiness(ctx, &t, obs)
 	if !equality.Semantic.DeepEqual(before, &t.Status) {
 		if err := r.Client.Status().Update(ctx, &t); err != nil {
 			return reconcile.Result{}, err
@@ -761,28 +768,37 @@ func (r *TopologyReconciler) notReady(ctx context.Context, rev *v1alpha1.Topolog
 }
 
 // podReason is why a pod of a processor is not Ready, as its containers
-// say (image pulls, crashes).
+// say: a container waiting (an image pull) or stopped, or one whose last
+// exit left a message (a crash loop: the sidecar's last words, a refused
+// login or an ACL), before one merely not ready.
 func (r *TopologyReconciler) podReason(ctx context.Context, rev *v1alpha1.TopologyRevision, processor string) string {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(rev.Namespace), client.MatchingLabels(processorLabels(rev.Spec.Topology, rev.Name, processor))); err != nil {
 		return ""
 	}
+	var notReady string
 	for _, pod := range pods.Items {
 		for _, cs := range pod.Status.ContainerStatuses {
+			var last string
+			if t := cs.LastTerminationState.Terminated; t != nil && t.Message != "" {
+				last = fmt.Sprintf("; it last exited %d: %s", t.ExitCode, strings.TrimSpace(t.Message))
+			}
 			switch {
 			case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
-				return fmt.Sprintf("; pod %s, container %s: %s: %s", pod.Name, cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+				return fmt.Sprintf("; pod %s, container %s: %s: %s%s", pod.Name, cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message, last)
 			case cs.State.Terminated != nil:
-				return fmt.Sprintf("; pod %s, container %s: exited %d (%s)", pod.Name, cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
-			case !cs.Ready:
-				return fmt.Sprintf("; pod %s, container %s: not ready", pod.Name, cs.Name)
+				return fmt.Sprintf("; pod %s, container %s: exited %d (%s)%s", pod.Name, cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason, last)
+			case !cs.Ready && last != "":
+				return fmt.Sprintf("; pod %s, container %s: not ready%s", pod.Name, cs.Name, last)
+			case !cs.Ready && notReady == "":
+				notReady = fmt.Sprintf("; pod %s, container %s: not ready", pod.Name, cs.Name)
 			}
 		}
-		if pod.Spec.NodeName == "" {
-			return fmt.Sprintf("; pod %s: not scheduled", pod.Name)
+		if pod.Spec.NodeName == "" && notReady == "" {
+			notReady = fmt.Sprintf("; pod %s: not scheduled", pod.Name)
 		}
 	}
-	return ""
+	return notReady
 }
 
 // fail abandons a standby revision that did not get Ready in time: the
@@ -838,7 +854,7 @@ func (r *TopologyReconciler) sync(ctx context.Context, t *v1alpha1.Topology, obs
 	add := func(rev *v1alpha1.TopologyRevision, keep func(v1alpha1.ComposedProcessor) bool) {
 		for _, p := range rev.Spec.Processors {
 			if keep(p) {
-				d := deployment(rev, p, r.replicas(t, obs, rev.Name, p), r.SidecarImage)
+				d := deployment(rev, p, r.replicas(t, obs, rev.Name, p), r.Options)
 				want[d.Name] = d
 			}
 		}
@@ -1032,7 +1048,7 @@ func (r *TopologyReconciler) prune(ctx context.Context, t *v1alpha1.Topology, ob
 
 // readiness sets Ready: the active revision's processors all have their
 // pods Ready.
-func (r *TopologyReconciler) readiness(t *v1alpha1.Topology, obs *observed) {
+func (r *TopologyReconciler) readiness(ctx context.Context, t *v1alpha1.Topology, obs *observed) {
 	active := obs.revisions[t.Status.Active]
 	if active == nil {
 		reason := "NoRevision"
@@ -1047,7 +1063,7 @@ func (r *TopologyReconciler) readiness(t *v1alpha1.Topology, obs *observed) {
 	for _, p := range active.Spec.Processors {
 		d := obs.deployment(active.Name, p.Name)
 		if d == nil {
-			waiting = append(waiting, p.Name)
+			waiting = append(waiting, p.Name+" (no Deployment yet)")
 			continue
 		}
 		ps := v1alpha1.ProcessorStatus{Name: p.Name, Replicas: ptr.Deref(d.Spec.Replicas, 0)}
@@ -1057,8 +1073,8 @@ func (r *TopologyReconciler) readiness(t *v1alpha1.Topology, obs *observed) {
 		}
 		r.scalers.mu.Unlock()
 		t.Status.Processors = append(t.Status.Processors, ps)
-		if d.Status.ReadyReplicas < ptr.Deref(d.Spec.Replicas, 0) {
-			waiting = append(waiting, p.Name)
+		if want := ptr.Deref(d.Spec.Replicas, 0); d.Status.ReadyReplicas < want {
+			waiting = append(waiting, fmt.Sprintf("%s (%d of %d pods Ready%s)", p.Name, d.Status.ReadyReplicas, want, r.podReason(ctx, active, p.Name)))
 		}
 	}
 	if len(waiting) > 0 {
@@ -1106,13 +1122,13 @@ func (r *TopologyReconciler) finalize(ctx context.Context, t *v1alpha1.Topology)
 			}
 			for _, p := range rev.Spec.Processors {
 				if err := r.Kafka.DeleteGroup(ctx, p.Input.Bootstrap, p.Group); err != nil {
-					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%v (annotate %s=true to leave Kafka as it is)", err, AnnotationSkipKafkaCleanup)
+					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%s (annotate %s=true to leave Kafka as it is)", r.Security.Explain(err), AnnotationSkipKafkaCleanup)
 					return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 				}
 			}
 			for _, it := range rev.Spec.Topics {
 				if err := r.Kafka.DeleteTopic(ctx, it.Bootstrap, it.Name); err != nil {
-					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%v (annotate %s=true to leave Kafka as it is)", err, AnnotationSkipKafkaCleanup)
+					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%s (annotate %s=true to leave Kafka as it is)", r.Security.Explain(err), AnnotationSkipKafkaCleanup)
 					return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 				}
 			}

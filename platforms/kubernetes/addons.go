@@ -87,9 +87,11 @@ type addonValues struct {
 	// The controllers' settings (relations, streams).
 	Replicas, Workers, History, APIQPS, APIBurst int
 	// The streams addon's: the Kafka the controller uses, the sidecar it
-	// runs beside functions, how long a standby upgrade may take, and,
-	// without a Kafka of the user's, the development broker's.
+	// runs beside functions, how long a standby upgrade may take, the
+	// Secret saying how to reach that Kafka (TLS, SASL), and, without a
+	// Kafka of the user's, the development broker's.
 	Bootstrap, SidecarImage, UpgradeTimeout string
+	KafkaSecret                             string
 	DevBroker                               bool
 	BrokerImage, ToolsImage, BrokerAddress  string
 	BrokerDataDir                           string
@@ -241,6 +243,7 @@ func (d *driver) streamsValues(ad districts.Addon, v *addonValues) error {
 		return err
 	}
 	v.UpgradeTimeout = ad.Setting("upgrade_timeout")
+	v.KafkaSecret = ad.Setting("kafka_secret")
 	if v.Bootstrap = ad.Setting("bootstrap"); v.Bootstrap != "" {
 		return nil
 	}

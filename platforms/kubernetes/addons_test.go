@@ -184,6 +184,9 @@ func TestRenderStreams(t *testing.T) {
 		{"settings and a Kafka of the user's", map[string]string{"bootstrap": "kafka-0.kafka:9092,kafka-1.kafka:9092", "replicas": "3", "history": "4", "upgrade_timeout": "90s"},
 			[]string{"--bootstrap=kafka-0.kafka:9092,kafka-1.kafka:9092", "--sidecar-image=" + streamsRefs[1], "--history=4", "--upgrade-timeout=90s", "--leader-election-namespace=transit-streams"},
 			false, "3"},
+		{"a Kafka behind TLS and SASL", map[string]string{"bootstrap": "kafka:9093", "kafka_secret": "kafka-client"},
+			[]string{"--bootstrap=kafka:9093", "--kafka-security-dir=/etc/transit/kafka", "--kafka-secret=kafka-client"},
+			false, "2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := d.renderAddon(districts.Addon{Name: "streams", Settings: tc.settings})
@@ -241,6 +244,18 @@ func TestRenderStreams(t *testing.T) {
 			if ro, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem"); !ro {
 				t.Error("the controller's root file system is writable")
 			}
+			// The Kafka Secret is mounted where the controller reads it,
+			// only when named.
+			mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+			vols, _, _ := unstructured.NestedSlice(ctl.Object, "spec", "template", "spec", "volumes")
+			secretMounted := slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == "/etc/transit/kafka" })
+			secretVolume := slices.ContainsFunc(vols, func(v any) bool {
+				name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName")
+				return name != "" && name == tc.settings["kafka_secret"]
+			})
+			if want := tc.settings["kafka_secret"] != ""; secretMounted != want || secretVolume != want {
+				t.Errorf("Kafka Secret mounted %v, volume of it %v; want %v", secretMounted, secretVolume, want)
+			}
 
 			svc, dep := by["Service/transit-streams/streams-broker"], by["Deployment/transit-streams/streams-broker"]
 			if !tc.broker {
@@ -269,7 +284,7 @@ func TestRenderStreams(t *testing.T) {
 			if b["image"] != streamsRefs[2] || !slices.Equal(bargs, []string{"--listen=:9092", "--advertise=" + broker, "--data-dir=/data"}) {
 				t.Errorf("broker %v %q", b["image"], bargs)
 			}
-			vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
+			vols, _, _ = unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
 			if hp, _, _ := unstructured.NestedStringMap(vols[0].(map[string]any), "hostPath"); hp["path"] != "/var/lib/transit/streams-broker" || hp["type"] != "DirectoryOrCreate" {
 				t.Errorf("broker data %v, want the default hostPath, created if missing", hp)
 			}

@@ -104,6 +104,9 @@ var variables = []string{
 	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL", "STREAMS_BATCH_TIMEOUT", "STREAMS_KAFKA_SECURITY_DIR",
 	"STREAMS_TRANSACTIONAL_ID", "STREAMS_PROBE_ADDR",
 	"STREAMS_GATE_FILE", "STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_NAMESPACE", "STREAMS_FAILPOINT", "STREAMS_LOG_LEVEL",
+	// The command writes its last error there (the container's
+	// terminationMessagePath), for the pod's status and the Topology's.
+	"STREAMS_TERMINATION_LOG",
 }
 
 // VarError is one missing or bad variable.

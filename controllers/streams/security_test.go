@@ -1,0 +1,175 @@
+package streams_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cloudtransit/transit/controllers/streams"
+	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/brokertest"
+	"github.com/cloudtransit/transit/controllers/streams/kafka"
+)
+
+// A Kafka that requires SCRAM logins and enforces ACLs (kfake's, in this
+// process): the controller is the superuser "controller", processors
+// log in as "app", allowed the pipeline's topics and groups but, at
+// first, not to write the sink topic "enriched".
+const (
+	controllerPassword = "controller-pw-4f1c"
+	appPassword        = "app-pw-9d2e"
+)
+
+func secureKafka(t *testing.T) (addr string, adm *kadm.Client) {
+	t.Helper()
+	allow := func(res kmsg.ACLResourceType, name string, pattern kmsg.ACLResourcePatternType, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Allow: true, Resource: res, Name: name, Pattern: pattern, Operation: op}
+	}
+	lit, prefix := kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLResourcePatternTypePrefixed
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("SCRAM-SHA-256", "controller", controllerPassword),
+		kfake.User("SCRAM-SHA-256", "app", appPassword,
+			allow(kmsg.ACLResourceTypeTopic, "orders", lit, kmsg.ACLOperationRead),
+			allow(kmsg.ACLResourceTypeTopic, "orders", lit, kmsg.ACLOperationDescribe),
+			allow(kmsg.ACLResourceTypeTopic, "enriched", lit, kmsg.ACLOperationDescribe),
+			// The topology's own topics: internal ones and dead letters.
+			allow(kmsg.ACLResourceTypeTopic, "streams.default.pipe.", prefix, kmsg.ACLOperationAll),
+			allow(kmsg.ACLResourceTypeGroup, "streams.default.pipe.", prefix, kmsg.ACLOperationRead)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr = c.ListenAddrs()[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), superuser())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return addr, kadm.NewClient(cl)
+}
+
+func superuser() kgo.Opt {
+	return kgo.SASL(scram.Auth{User: "controller", Pass: controllerPassword}.AsSha256Mechanism())
+}
+
+// TestKafkaBehindSASLAndACLs: the controller (its own login, Options.
+// Security) and every processor's sidecar (the Secret each pod mounts,
+// Options.KafkaSecret) reach a Kafka that requires logins. A processor
+// whose principal may not write its sink leaves the Topology not Ready,
+// the condition naming the pod, the ACL, the principal and the topic —
+// never a password; once the ACL is granted, every record reaches the
+// sink without anyone touching the pipeline.
+func TestKafkaBehindSASLAndACLs(t *testing.T) {
+	e := startEnv(t)
+	addr, adm := secureKafka(t)
+	c := e.Client
+	createTopics(t, adm, 2, "orders", "enriched")
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kafka-client", Namespace: "default"}, StringData: map[string]string{
+		kafka.FileMechanism: "SCRAM-SHA-256", kafka.FileUsername: "app", kafka.FilePassword: appPassword}}
+	if err := c.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, e, addr, func(o *streams.Options) {
+		o.Security = kafka.Security{Mechanism: "SCRAM-SHA-256", Username: "controller", Password: controllerPassword}
+		o.KafkaSecret = "kafka-client"
+	})
+	startKubelet(t, e)
+	twoTeams(t, c, "fn:v1")
+	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	out := brokertest.StartSink(t, addr, "enriched", superuser())
+	in := brokertest.StartFeed(t, addr, "orders", 50, superuser())
+
+	var msg string
+	eventuallyWithin(t, 2*time.Minute, "Ready=False naming the ACL on the sink", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		msg = condition(tp, v1alpha1.ConditionReady)
+		return meta.IsStatusConditionFalse(tp.Status.Conditions, v1alpha1.ConditionReady) &&
+			strings.Contains(msg, "an ACL denies User:app") && strings.Contains(msg, "enriched"), msg
+	})
+	t.Logf("the condition: %s", msg)
+	for _, want := range []string{"enrich", "pod pipe-", "container sidecar", "WRITE on its outputs"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the condition does not say %q: %s", want, msg)
+		}
+	}
+	tp := getTopology(t, c, "pipe")
+	if status := fmt.Sprintf("%+v", tp.Status); strings.Contains(status, appPassword) || strings.Contains(status, controllerPassword) {
+		t.Errorf("the Topology's status shows a password: %s", status)
+	}
+	var events corev1.EventList
+	if err := c.List(t.Context(), &events); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		if strings.Contains(ev.Message, appPassword) || strings.Contains(ev.Message, controllerPassword) {
+			t.Errorf("event %s shows a password: %s", ev.Reason, ev.Message)
+		}
+	}
+
+	// Granted: the crash-looping sidecars pick it up at their next start.
+	granted, err := adm.CreateACLs(t.Context(), kadm.NewACLs().Allow("User:app").AllowHosts().Topics("enriched").Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral))
+	if err == nil {
+		for _, r := range granted {
+			err = r.Err
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready once granted", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		return meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
+	})
+	time.Sleep(2 * time.Second)
+	n := in.Halt()
+	out.Expect(t, n, 2*time.Minute, false)
+	t.Logf("%d ids through a Kafka with logins and ACLs", n)
+}
+
+// TestKafkaLoginRefused: a controller whose login Kafka refuses says so
+// in KafkaReachable (which Secret keys to check), without the password,
+// and makes nothing.
+func TestKafkaLoginRefused(t *testing.T) {
+	e := startEnv(t)
+	addr, adm := secureKafka(t)
+	c := e.Client
+	createTopics(t, adm, 1, "orders", "enriched")
+	const wrong = "not-the-password-77"
+	startController(t, e, addr, func(o *streams.Options) {
+		o.Security = kafka.Security{Mechanism: "SCRAM-SHA-256", Username: "controller", Password: wrong}
+	})
+	twoTeams(t, c, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
+	if err := c.Create(t.Context(), topo); err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	eventually(t, "KafkaReachable=False", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		msg = condition(tp, v1alpha1.ConditionKafkaReachable)
+		return meta.IsStatusConditionFalse(tp.Status.Conditions, v1alpha1.ConditionKafkaReachable), msg
+	})
+	t.Logf("the condition: %s", msg)
+	for _, want := range []string{"SCRAM-SHA-256 login", kafka.FilePassword, addr} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the condition does not say %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, wrong) {
+		t.Errorf("the condition shows the password: %s", msg)
+	}
+	if tp := getTopology(t, c, "pipe"); tp.Status.Active != "" {
+		t.Errorf("a revision was made (%s) while Kafka refused the login", tp.Status.Active)
+	}
+}
