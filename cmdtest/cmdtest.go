@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/cloudtransit/transit/hostclean"
 )
 
 const module = "github.com/cloudtransit/transit/cmd/"
@@ -75,7 +77,15 @@ func build(names ...string) error {
 // linking one command took most of a two-minute test deadline, and the
 // test failed having run nothing. A failed build fails only the tests that
 // ask for that command.
+//
+// Main also kills what killed test runs left and marks what this one
+// starts (hostclean.TestRun).
 func Main(m *testing.M, names ...string) int {
+	if killed, err := hostclean.TestRun(); err != nil {
+		fmt.Fprintln(os.Stderr, "cmdtest: what killed test runs left:", err)
+	} else if len(killed) > 0 {
+		fmt.Fprintf(os.Stderr, "cmdtest: killed %d processes killed test runs left\n", len(killed))
+	}
 	mu.Lock()
 	_ = build(names...) // the error is kept for Build to report
 	mu.Unlock()

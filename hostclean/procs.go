@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// findProcs lists the processes that are transit's: those whose command
-// line names a path under base, those in one of the network namespaces
-// (inode → name), and those in a cgroup under transit/. This process and
+// findProcs lists the processes that are transit's: those a killed test
+// run left (OwnerVar), those whose command line names a path under base,
+// those in one of the network namespaces (inode → name), and those in a
+// cgroup under transit/. This process and
 // its ancestors are never listed.
 func findProcs(base string, netns map[uint64]string) ([]Item, error) {
 	entries, err := os.ReadDir("/proc")
@@ -51,7 +53,10 @@ func findProcs(base string, netns map[uint64]string) ([]Item, error) {
 // path under base its command line names, its network namespace, or its
 // cgroup.
 func procReason(pid int, cmdline, base string, netns map[uint64]string) string {
-	if i := strings.Index(cmdline, base+"/"); i >= 0 {
+	if why := ownerGone(pid); why != "" {
+		return why
+	}
+	if i := strings.Index(cmdline, base+"/"); base != "" && i >= 0 {
 		path := cmdline[i:]
 		if j := strings.IndexAny(path, " \"'"); j >= 0 {
 			path = path[:j]
@@ -214,4 +219,73 @@ func pidsIn(dir string) []int {
 		}
 	}
 	return pids
+}
+
+// OwnerVar marks every process a test binary starts, through the
+// environment its children inherit: "<pid>:<start time>" of the test
+// binary. A process whose mark names a process that is gone was left by a
+// test run that was killed (its timeout, kill -9) before it could stop
+// what it started: envtest's etcd and API server, brokers, sidecars.
+const OwnerVar = "TRANSIT_TEST_OWNER"
+
+// TestRun is for test binaries that start processes: once per process,
+// it kills what killed test runs left (KillOrphans) and marks every
+// process this one starts from then on, so that the next run finds what
+// this one leaves if it is killed. It says what it killed.
+func TestRun() (killed []Item, err error) {
+	testRun.Do(func() {
+		testRun.killed, testRun.err = KillOrphans(context.Background())
+		pid := os.Getpid()
+		testRun.err = errors.Join(testRun.err, os.Setenv(OwnerVar, fmt.Sprintf("%d:%d", pid, procStart(pid))))
+	})
+	return testRun.killed, testRun.err
+}
+
+var testRun struct {
+	sync.Once
+	killed []Item
+	err    error
+}
+
+// ownerGone says whose mark process pid carries when that owner is gone
+// ("" when it carries none, or its owner lives).
+func ownerGone(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return ""
+	}
+	for kv := range strings.SplitSeq(string(data), "\x00") {
+		mark, ok := strings.CutPrefix(kv, OwnerVar+"=")
+		if !ok {
+			continue
+		}
+		owner, start, _ := strings.Cut(mark, ":")
+		opid, err1 := strconv.Atoi(owner)
+		ostart, err2 := strconv.ParseUint(start, 10, 64)
+		if err1 != nil || err2 != nil || opid <= 0 {
+			return ""
+		}
+		if procStart(opid) == ostart {
+			return "" // the test run lives
+		}
+		return fmt.Sprintf("started by test run %d, which is gone", opid)
+	}
+	return ""
+}
+
+// KillOrphans kills the processes killed test runs left (see OwnerVar),
+// and returns them; test binaries that run at once spare each other's,
+// whose owners live.
+func KillOrphans(ctx context.Context) ([]Item, error) {
+	items, err := findProcs("", nil)
+	if err != nil {
+		return nil, err
+	}
+	var orphans []Item
+	for _, it := range items {
+		if strings.HasPrefix(it.Because, "started by test run") {
+			orphans = append(orphans, it)
+		}
+	}
+	return orphans, errors.Join(killProcs(ctx, orphans)...)
 }

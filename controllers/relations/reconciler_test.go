@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/relations"
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 	"github.com/cloudtransit/transit/controllers/testenv"
@@ -37,7 +38,8 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)))
-	os.Exit(m.Run())
+	os.Exit(cmdtest.Main(m)) // builds nothing: kills what killed runs left
+
 }
 
 // startController runs the relations controller (and its webhook, when e

@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/cloudtransit/transit/bundle/build"
+	"github.com/cloudtransit/transit/hostclean"
 )
 
 // Options say what the test needs beside the API server.
@@ -171,6 +172,13 @@ func CreateYAML(t testing.TB, c client.Client, manifest []byte) {
 // if asked), installs the CRDs and stops everything when t ends.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
+	// The servers of a test run killed before it could stop them go
+	// first; this run's are marked, for the next one.
+	if killed, err := hostclean.TestRun(); err != nil {
+		t.Logf("testenv: what killed test runs left: %v", err)
+	} else if len(killed) > 0 {
+		t.Logf("testenv: killed %d processes killed test runs left", len(killed))
+	}
 	paths := map[binary]string{}
 	need := []binary{apiServer, etcd, kubectl}
 	if opts.ControllerManager {
