@@ -56,7 +56,10 @@ func TestKillOrphans(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- orphan.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
+		if err == nil {
+			t.Error("the orphan exited by itself, not killed")
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the orphan still runs")
 	}
