@@ -9,7 +9,6 @@ import (
 	"os"
 
 	"github.com/go-logr/logr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,8 +46,8 @@ func run() error {
 	flag.BoolVar(&leaderElect, "leader-elect", true, "one active controller among the replicas")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "where the leader Lease lives (default: the pod's namespace)")
 	flag.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	flag.StringVar(&securityDir, "kafka-security-dir", "", "a mounted Secret's files: how the controller reaches Kafka (TLS, SASL; see the README); none: plaintext")
-	flag.StringVar(&opts.KafkaSecret, "kafka-secret", "", "the Secret every processor pod mounts from its own namespace for its sidecar's Kafka clients; none: plaintext")
+	flag.StringVar(&securityDir, "kafka-security-dir", "", "a mounted Secret's files: how the controller reaches the Kafka of --bootstrap (TLS, SASL; see the README); none: plaintext")
+	flag.StringVar(&opts.KafkaSecret, "kafka-secret", "", "the Secret every processor pod using the Kafka of --bootstrap mounts from its own namespace for its sidecar; none: plaintext")
 	flag.Parse()
 	if opts.SidecarImage == "" {
 		return fmt.Errorf("--sidecar-image is required")
@@ -85,18 +84,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var kopts []kgo.Opt
+	admin := kafka.New()
+	defer admin.Close()
 	if securityDir != "" {
 		if opts.Security, err = kafka.LoadSecurity(securityDir); err != nil {
 			return fmt.Errorf("--kafka-security-dir: %w", err)
 		}
-		if kopts, err = opts.Security.Opts(); err != nil {
+		if err := admin.Secure(opts.Bootstrap, opts.Security); err != nil {
 			return fmt.Errorf("--kafka-security-dir: %w", err)
 		}
-		ctrl.Log.Info("kafka security", "security", opts.Security.String())
+		ctrl.Log.Info("kafka security", "bootstrap", opts.Bootstrap, "security", opts.Security.String())
 	}
-	admin := kafka.New(kopts...)
-	defer admin.Close()
 	if err := (&streams.PartReconciler{Client: mgr.GetClient(), History: history}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"encoding/json"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/kafka"
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
 )
 
@@ -20,7 +22,7 @@ const (
 )
 
 // KafkaSecurityDir is where a processor pod's sidecar finds the Kafka
-// Secret (Options.KafkaSecret) mounted.
+// Secret (Options.KafkaSecret) mounted: how to reach the addon's Kafka.
 const KafkaSecurityDir = "/etc/transit/kafka"
 
 // deploymentName is a processor's Deployment in a revision.
@@ -59,8 +61,14 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 	}
 	var volumes []corev1.Volume
 	var mounts []corev1.VolumeMount
-	if o.KafkaSecret != "" {
-		env = append(env, corev1.EnvVar{Name: "STREAMS_KAFKA_SECURITY_DIR", Value: KafkaSecurityDir})
+	// The addon's Secret says how to reach the addon's Kafka, for the
+	// processors that use it; other clusters are reached in plaintext.
+	onAddonKafka := slices.ContainsFunc(append([]v1alpha1.Endpoint{p.Input, p.DeadLetter}, p.Outputs...), func(e v1alpha1.Endpoint) bool {
+		return kafka.ClusterKey(e.Bootstrap) == kafka.ClusterKey(o.Bootstrap)
+	})
+	if o.KafkaSecret != "" && onAddonKafka {
+		security, _ := json.Marshal(map[string]string{o.Bootstrap: KafkaSecurityDir}) // strings always marshal
+		env = append(env, corev1.EnvVar{Name: "STREAMS_KAFKA_SECURITY", Value: string(security)})
 		volumes = append(volumes, corev1.Volume{Name: "kafka-security", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: o.KafkaSecret, DefaultMode: ptr.To(int32(0o444))}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "kafka-security", MountPath: KafkaSecurityDir, ReadOnly: true})

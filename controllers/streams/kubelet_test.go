@@ -495,8 +495,8 @@ func resolveEnv(pod *corev1.Pod, vars []corev1.EnvVar, paths map[string]string) 
 	for _, v := range vars {
 		val := v.Value
 		for from, to := range paths {
-			if from != "" && (val == from || strings.HasPrefix(val, from+"/")) {
-				val = to + strings.TrimPrefix(val, from)
+			if from != "" {
+				val = strings.ReplaceAll(val, from, to) // a path, or a path in JSON
 			}
 		}
 		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {

@@ -73,11 +73,10 @@ func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, lim
 	for _, f := range opts {
 		f(&o)
 	}
-	kopts, err := o.Security.Opts()
-	if err != nil {
+	admin := kafka.New()
+	if err := admin.Secure(o.Bootstrap, o.Security); err != nil {
 		t.Fatal(err)
 	}
-	admin := kafka.New(kopts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	crashed = make(chan struct{})
 	c := mgr.GetClient()

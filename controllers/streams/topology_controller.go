@@ -46,12 +46,14 @@ type Options struct {
 	// UpgradeTimeout is the standby upgrade timeout of topologies that set
 	// none (5m).
 	UpgradeTimeout time.Duration
-	// Security is how the controller's own clients reach Kafka (the Admin
-	// is made with its options); its Explain words the conditions.
+	// Security is how the controller's own clients reach the Kafka of
+	// Bootstrap (the caller gives it to the Admin: Admin.Secure); its
+	// Explain words the conditions.
 	Security kafka.Security
-	// KafkaSecret names the Secret every processor pod mounts from its
-	// own namespace for its sidecar's clients (kafka.LoadSecurity's
-	// files); "" is plaintext without SASL.
+	// KafkaSecret names the Secret every processor pod that uses the
+	// Kafka of Bootstrap mounts from its own namespace for its sidecar's
+	// clients (kafka.LoadSecurity's files); "" is plaintext. Other
+	// clusters are reached in plaintext.
 	KafkaSecret string
 	// Now is the clock (time.Now).
 	Now func() time.Time

@@ -34,11 +34,39 @@ type Admin struct {
 
 	mu      sync.Mutex
 	clients map[string]*kgo.Client
+	secure  map[string][]kgo.Opt // by cluster (ClusterKey)
 }
 
-// New makes an Admin; opts go to every client (TLS, SASL, dialers).
+// New makes an Admin; opts go to every client (dialers, timeouts). A
+// cluster is reached in plaintext unless Secure says otherwise.
 func New(opts ...kgo.Opt) *Admin {
-	return &Admin{opts: opts, clients: map[string]*kgo.Client{}}
+	return &Admin{opts: opts, clients: map[string]*kgo.Client{}, secure: map[string][]kgo.Opt{}}
+}
+
+// Secure makes the clients of the cluster bootstrap names speak s (TLS,
+// SASL); call it before the Admin's first use of that cluster.
+func (a *Admin) Secure(bootstrap string, s Security) error {
+	opts, err := s.Opts()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.secure[ClusterKey(bootstrap)] = opts
+	return nil
+}
+
+// ClusterKey names the cluster a bootstrap list names, whatever the order
+// and repeats of its brokers.
+func ClusterKey(bootstrap string) string {
+	var hosts []string
+	for h := range strings.SplitSeq(bootstrap, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	slices.Sort(hosts)
+	return strings.Join(slices.Compact(hosts), ",")
 }
 
 // Close closes every client.
@@ -58,8 +86,8 @@ func (a *Admin) client(bootstrap string) (*kgo.Client, error) {
 		return c, nil
 	}
 	seeds := strings.Split(bootstrap, ",")
-	c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RequestRetries(2),
-		kgo.RetryTimeout(10 * time.Second)}, a.opts...)...)
+	c, err := kgo.NewClient(slices.Concat([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RequestRetries(2),
+		kgo.RetryTimeout(10 * time.Second)}, a.opts, a.secure[ClusterKey(bootstrap)])...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka %s: %w", bootstrap, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -64,10 +65,12 @@ type Config struct {
 	// default, BatchLimit's. Polls are sized to it (see BatchLimit).
 	BatchTimeout time.Duration
 
-	// Security (STREAMS_KAFKA_SECURITY_DIR: a mounted Secret's files,
-	// see kafka.LoadSecurity) is how every client reaches Kafka: TLS,
-	// SASL; none is a plaintext listener.
-	Security kafka.Security
+	// Security is how clients reach each Kafka cluster, by cluster (its
+	// brokers, sorted, comma separated): TLS, SASL, read from the files of a mounted
+	// Secret (kafka.LoadSecurity). STREAMS_KAFKA_SECURITY names the
+	// directory of each: {"<bootstrap>": "<dir>"}. A cluster not named
+	// is a plaintext listener.
+	Security map[string]kafka.Security
 
 	// TransactionalID (STREAMS_TRANSACTIONAL_ID; exactly-once) defaults
 	// to Group-<hostname>: a restarted pod fences its predecessor.
@@ -101,7 +104,7 @@ var variables = []string{
 	"STREAMS_INPUT_BOOTSTRAP", "STREAMS_INPUT_TOPIC", "STREAMS_GROUP", "STREAMS_OUTPUTS",
 	"STREAMS_DEADLETTER_BOOTSTRAP", "STREAMS_DEADLETTER_TOPIC", "STREAMS_DELIVERY", "STREAMS_REVISION",
 	"STREAMS_FUNCTION", "STREAMS_CALL_TIMEOUT", "STREAMS_RETRIES", "STREAMS_RETRY_BACKOFF",
-	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL", "STREAMS_BATCH_TIMEOUT", "STREAMS_KAFKA_SECURITY_DIR",
+	"STREAMS_PRODUCE_LINGER", "STREAMS_BATCH_RECORDS", "STREAMS_BATCH_INTERVAL", "STREAMS_BATCH_TIMEOUT", "STREAMS_KAFKA_SECURITY",
 	"STREAMS_TRANSACTIONAL_ID", "STREAMS_PROBE_ADDR",
 	"STREAMS_GATE_FILE", "STREAMS_GATE_TOPOLOGY", "STREAMS_GATE_NAMESPACE", "STREAMS_FAILPOINT", "STREAMS_LOG_LEVEL",
 	// The command writes its last error there (the container's
@@ -229,12 +232,7 @@ func parse(getenv func(string) string) (Config, []VarError) {
 			p.bad("STREAMS_LOG_LEVEL", "%q: want debug, info, warn or error", v)
 		}
 	}
-	if dir := getenv("STREAMS_KAFKA_SECURITY_DIR"); dir != "" {
-		var err error
-		if c.Security, err = kafka.LoadSecurity(dir); err != nil {
-			p.bad("STREAMS_KAFKA_SECURITY_DIR", "%v", err)
-		}
-	}
+	c.Security = p.security("STREAMS_KAFKA_SECURITY", append([]Endpoint{c.Input, c.DeadLetter}, c.Outputs...))
 
 	switch c.Delivery {
 	case AtLeastOnce:
@@ -446,7 +444,41 @@ func brokers(bootstrap string) []string {
 }
 
 // cluster names a bootstrap list independently of order and repeats.
-func cluster(bootstrap string) string { return strings.Join(brokers(bootstrap), ",") }
+func cluster(bootstrap string) string { return kafka.ClusterKey(bootstrap) }
+
+// securityOf is how clients reach the cluster bootstrap names.
+func (c Config) securityOf(bootstrap string) kafka.Security { return c.Security[cluster(bootstrap)] }
+
+// security reads name, {"<bootstrap>": "<dir>"}: each cluster's Secret
+// directory, for clusters the endpoints name.
+func (p *parser) security(name string, endpoints []Endpoint) map[string]kafka.Security {
+	v := p.getenv(name)
+	if v == "" {
+		return nil
+	}
+	var dirs map[string]string
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&dirs); err != nil {
+		p.bad(name, "not a JSON object of bootstrap lists and directories: %v", err)
+		return nil
+	}
+	out := map[string]kafka.Security{}
+	for _, bootstrap := range slices.Sorted(maps.Keys(dirs)) {
+		c := cluster(bootstrap)
+		if !slices.ContainsFunc(endpoints, func(e Endpoint) bool { return cluster(e.Bootstrap) == c }) {
+			p.bad(name, "%s is no cluster of the input, outputs or dead-letter topic", bootstrap)
+			continue
+		}
+		sec, err := kafka.LoadSecurity(dirs[bootstrap])
+		if err != nil {
+			p.bad(name, "%s: %v", bootstrap, err)
+			continue
+		}
+		out[c] = sec
+	}
+	return out
+}
 
 // sameCluster tells whether two bootstrap lists name the same brokers.
 func sameCluster(a, b string) bool { return cluster(a) == cluster(b) }

@@ -2,6 +2,9 @@ package sidecar
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -55,6 +58,10 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
+	badSecurity := t.TempDir() // a Secret naming a mechanism that does not exist
+	if err := os.WriteFile(filepath.Join(badSecurity, "sasl.mechanism"), []byte("GSSAPI"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(map[string]string)
@@ -101,6 +108,14 @@ func TestConfigErrors(t *testing.T) {
 			[]string{"STREAMS_GATE_TOPOLOGY"}, "together"},
 		{"unknown log level", func(m map[string]string) { m["STREAMS_LOG_LEVEL"] = "verbose" },
 			[]string{"STREAMS_LOG_LEVEL"}, `"verbose": want debug`},
+		{"security not JSON", func(m map[string]string) { m["STREAMS_KAFKA_SECURITY"] = "/etc/transit/kafka" },
+			[]string{"STREAMS_KAFKA_SECURITY"}, "not a JSON object"},
+		{"security for a cluster no endpoint names", func(m map[string]string) {
+			m["STREAMS_KAFKA_SECURITY"] = `{"elsewhere:9092": "/nonexistent"}`
+		}, []string{"STREAMS_KAFKA_SECURITY"}, "elsewhere:9092 is no cluster of the input"},
+		{"security files wrong", func(m map[string]string) {
+			m["STREAMS_KAFKA_SECURITY"] = fmt.Sprintf(`{"k2:9092,k1:9092": %q}`, badSecurity)
+		}, []string{"STREAMS_KAFKA_SECURITY"}, "sasl.mechanism"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -86,7 +86,7 @@ func (s *sidecar) check(ctx context.Context, functionHost string) error {
 	for c, ts := range topics {
 		md, err := kadm.NewClient(s.kafka[c]).Metadata(ctx, ts...)
 		if err != nil {
-			return fmt.Errorf("kafka %s: %s", c, s.cfg.Security.Explain(err))
+			return fmt.Errorf("kafka %s: %s", c, s.cfg.Security[c].Explain(err))
 		}
 		for _, t := range ts {
 			td, ok := md.Topics[t]
@@ -94,7 +94,7 @@ func (s *sidecar) check(ctx context.Context, functionHost string) error {
 			case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
 				return fmt.Errorf("kafka %s: topic %s does not exist", c, t)
 			case td.Err != nil:
-				return fmt.Errorf("kafka %s: topic %s: %s", c, t, s.cfg.Security.Explain(td.Err))
+				return fmt.Errorf("kafka %s: topic %s: %s", c, t, s.cfg.Security[c].Explain(td.Err))
 			}
 		}
 	}

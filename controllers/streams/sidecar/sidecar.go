@@ -117,8 +117,9 @@ type sidecar struct {
 	clock clock.Clock
 	fn    *caller
 
-	// secure are the clients' TLS and SASL options (Config.Security).
-	secure []kgo.Opt
+	// secure are the clients' TLS and SASL options by cluster
+	// (Config.Security).
+	secure map[string][]kgo.Opt
 	// kafka holds one client per cluster (by cluster()): at-least-once's
 	// producers, and every mode's readiness checks.
 	kafka    map[string]*kgo.Client
@@ -158,7 +159,9 @@ type delivery struct {
 func Run(ctx context.Context, cfg Config, gate Gate) error {
 	err := run(ctx, cfg, gate)
 	if err != nil {
-		if why := cfg.Security.Explain(err); why != err.Error() {
+		// Most of what fails is the input cluster's (and, exactly-once,
+		// every topic is there).
+		if why := cfg.securityOf(cfg.Input.Bootstrap).Explain(err); why != err.Error() {
 			return &explained{err, why} // a refused login, an ACL: what to fix
 		}
 	}
@@ -238,15 +241,18 @@ func newSidecar(cfg Config) (*sidecar, error) {
 	if s.fn, err = newCaller(cfg.Function, cfg.CallTimeout); err != nil {
 		return nil, fmt.Errorf("STREAMS_FUNCTION: %w", err)
 	}
-	if s.secure, err = cfg.Security.Opts(); err != nil {
-		return nil, fmt.Errorf("STREAMS_KAFKA_SECURITY_DIR: %w", err)
+	s.secure = map[string][]kgo.Opt{}
+	for c, sec := range cfg.Security {
+		if s.secure[c], err = sec.Opts(); err != nil {
+			return nil, fmt.Errorf("STREAMS_KAFKA_SECURITY %s: %w", c, err)
+		}
 	}
 	for _, e := range s.endpoints() {
 		c := cluster(e.Bootstrap)
 		if s.kafka[c] != nil {
 			continue
 		}
-		cl, err := kgo.NewClient(slices.Concat(s.producerOpts(), s.secure,
+		cl, err := kgo.NewClient(slices.Concat(s.producerOpts(), s.secure[c],
 			[]kgo.Opt{kgo.SeedBrokers(brokers(e.Bootstrap)...), kgo.ClientID("streams-sidecar")})...)
 		if err != nil {
 			s.close()
@@ -332,7 +338,7 @@ func (s *sidecar) join() error {
 	}
 	if c.Delivery == ExactlyOnce {
 		var err error
-		s.session, err = kgo.NewGroupTransactSession(slices.Concat(opts, s.producerOpts(), s.secure, []kgo.Opt{
+		s.session, err = kgo.NewGroupTransactSession(slices.Concat(opts, s.producerOpts(), s.secure[cluster(c.Input.Bootstrap)], []kgo.Opt{
 			kgo.TransactionalID(c.TransactionalID), kgo.TransactionTimeout(c.BatchLimit()),
 		})...)
 		if err != nil {
@@ -345,7 +351,7 @@ func (s *sidecar) join() error {
 		return nil
 	}
 	var err error
-	if s.consumer, err = kgo.NewClient(append(opts, s.secure...)...); err != nil {
+	if s.consumer, err = kgo.NewClient(append(opts, s.secure[cluster(c.Input.Bootstrap)]...)...); err != nil {
 		return fmt.Errorf("kafka %s: %w", c.Input.Bootstrap, err)
 	}
 	for _, o := range c.Outputs {

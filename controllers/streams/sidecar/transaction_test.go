@@ -236,7 +236,7 @@ func TestACLDeniesTheSink(t *testing.T) {
 		}
 	}
 	e := baseEnv(k, function(t, echo).URL)
-	e["STREAMS_KAFKA_SECURITY_DIR"] = dir
+	e["STREAMS_KAFKA_SECURITY"] = fmt.Sprintf(`{%q: %q}`, addr, dir)
 	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
 	done := make(chan error, 1)
 	go func() { done <- sidecar.Run(ctx, e.config(t), nil) }()
