@@ -2,6 +2,7 @@ package streams
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,7 +23,7 @@ const (
 )
 
 // KafkaSecurityDir is where a processor pod's sidecar finds the Kafka
-// Secret (Options.KafkaSecret) mounted: how to reach the addon's Kafka.
+// Secrets it uses mounted, each in a directory of its name.
 const KafkaSecurityDir = "/etc/transit/kafka"
 
 // deploymentName is a processor's Deployment in a revision.
@@ -59,19 +60,9 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 		)
 	}
-	var volumes []corev1.Volume
-	var mounts []corev1.VolumeMount
-	// The addon's Secret says how to reach the addon's Kafka, for the
-	// processors that use it; other clusters are reached in plaintext.
-	onAddonKafka := slices.ContainsFunc(append([]v1alpha1.Endpoint{p.Input, p.DeadLetter}, p.Outputs...), func(e v1alpha1.Endpoint) bool {
-		return kafka.ClusterKey(e.Bootstrap) == kafka.ClusterKey(o.Bootstrap)
-	})
-	if o.KafkaSecret != "" && onAddonKafka {
-		security, _ := json.Marshal(map[string]string{o.Bootstrap: KafkaSecurityDir}) // strings always marshal
-		env = append(env, corev1.EnvVar{Name: "STREAMS_KAFKA_SECURITY", Value: string(security)})
-		volumes = append(volumes, corev1.Volume{Name: "kafka-security", VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: o.KafkaSecret, DefaultMode: ptr.To(int32(0o444))}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "kafka-security", MountPath: KafkaSecurityDir, ReadOnly: true})
+	volumes, mounts, security := kafkaSecrets(rev, p, o)
+	if security != "" {
+		env = append(env, corev1.EnvVar{Name: "STREAMS_KAFKA_SECURITY", Value: security})
 	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
@@ -116,4 +107,38 @@ func deployment(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, re
 			},
 		},
 	}
+}
+
+// kafkaSecrets are the Secret volumes a processor's sidecar mounts and
+// STREAMS_KAFKA_SECURITY: for each cluster its endpoints use, the
+// revision's Secret for it (the topology's kafkaSecret), else, on the
+// addon's Kafka, the addon's (Options.KafkaSecret); a cluster with
+// neither is reached in plaintext.
+func kafkaSecrets(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor, o Options) ([]corev1.Volume, []corev1.VolumeMount, string) {
+	dirs := map[string]string{}
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for _, e := range append([]v1alpha1.Endpoint{p.Input, p.DeadLetter}, p.Outputs...) {
+		secret := rev.Spec.KafkaSecret(e.Bootstrap)
+		if secret == "" && kafka.ClusterKey(e.Bootstrap) == kafka.ClusterKey(o.Bootstrap) {
+			secret = o.KafkaSecret
+		}
+		if _, done := dirs[e.Bootstrap]; done || secret == "" {
+			continue
+		}
+		dir := KafkaSecurityDir + "/" + secret
+		dirs[e.Bootstrap] = dir
+		if slices.ContainsFunc(mounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir }) {
+			continue
+		}
+		name := fmt.Sprintf("kafka-%d", len(volumes))
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To(int32(0o444))}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
+	}
+	if len(dirs) == 0 {
+		return nil, nil, ""
+	}
+	security, _ := json.Marshal(dirs) // strings always marshal
+	return volumes, mounts, string(security)
 }

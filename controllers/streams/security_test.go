@@ -173,3 +173,68 @@ func TestKafkaLoginRefused(t *testing.T) {
 		t.Errorf("a revision was made (%s) while Kafka refused the login", tp.Status.Active)
 	}
 }
+
+// TestTopologyKafkaSecret: a topology whose source and sink name another
+// Kafka, one that requires logins, with a kafkaSecret: until that Secret
+// exists, KafkaReachable=False names it; then the controller (for its
+// internal topics, groups and dead letters, all on that cluster) and the
+// processors reach it with the Secret, and every record arrives. The
+// addon's own Kafka is plaintext and the addon names no Secret.
+func TestTopologyKafkaSecret(t *testing.T) {
+	e := startEnv(t)
+	b := brokertest.Start(t) // the addon's Kafka
+	addr, adm := secureKafka(t)
+	c := e.Client
+	createTopics(t, adm, 2, "orders", "enriched")
+	if _, err := adm.CreateACLs(t.Context(), kadm.NewACLs().Allow("User:app").AllowHosts().Topics("enriched").Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, e, b.Addr())
+	startKubelet(t, e)
+	secure := func(topic string) v1alpha1.Endpoint {
+		return v1alpha1.Endpoint{Bootstrap: addr, Topic: topic, KafkaSecret: "team-a"}
+	}
+	for _, p := range []*v1alpha1.TopologyPart{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+			Sources:    map[string]v1alpha1.Endpoint{"orders": secure("orders")},
+			Processors: map[string]v1alpha1.Processor{"clean": {InputFrom: "orders", Image: "fn:v1"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+			Processors: map[string]v1alpha1.Processor{"enrich": {InputFrom: "clean", Image: "fn:v1", SinkBindings: []string{"out"}}},
+			Sinks:      map[string]v1alpha1.Sink{"out": {Endpoint: secure("enriched")}}}},
+	} {
+		if err := c.Create(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
+	if err := c.Create(t.Context(), topo); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "KafkaReachable=False naming the missing Secret", func() (bool, string) {
+		msg := condition(getTopology(t, c, "pipe"), v1alpha1.ConditionKafkaReachable)
+		return strings.Contains(msg, "kafkaSecret default/team-a") && strings.Contains(msg, "not found"), msg
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Namespace: "default"}, StringData: map[string]string{
+		kafka.FileMechanism: "SCRAM-SHA-256", kafka.FileUsername: "app", kafka.FilePassword: appPassword}}
+	if err := c.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
+		tp := getTopology(t, c, "pipe")
+		return meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady) + "; " + condition(tp, v1alpha1.ConditionKafkaReachable)
+	})
+	out := brokertest.StartSink(t, addr, "enriched", superuser())
+	in := brokertest.StartFeed(t, addr, "orders", 50, superuser())
+	time.Sleep(3 * time.Second)
+	n := in.Halt()
+	out.Expect(t, n, 2*time.Minute, false)
+	topics, err := kafkaAdmin(t, b.Addr()).ListTopics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(topics.Names()) > 0 {
+		t.Errorf("the addon's Kafka holds %v: the topology's topics belong on its own cluster", topics.Names())
+	}
+	t.Logf("%d ids through a topology's own Kafka with its own login", n)
+}

@@ -193,7 +193,16 @@ func (r *TopologyReconciler) reconcile(ctx context.Context, req reconcile.Reques
 		r.condition(&t, v1alpha1.ConditionValid, true, "Composed", "revision "+topology.Name(composed))
 	}
 
-	kafkaErr := r.reachable(ctx, &t, obs, composed)
+	specs := []*v1alpha1.TopologyRevisionSpec{composed}
+	for _, name := range append([]string{t.Status.Active, t.Status.Next}, t.Status.PhasingOut...) {
+		if rev := obs.revisions[name]; rev != nil {
+			specs = append(specs, &rev.Spec)
+		}
+	}
+	ctx, kafkaErr := r.kafkaSecurity(ctx, &t, specs...)
+	if kafkaErr == nil {
+		kafkaErr = r.reachable(ctx, &t, obs, composed)
+	}
 	if kafkaErr != nil {
 		r.condition(&t, v1alpha1.ConditionKafkaReachable, false, "Unreachable", r.Security.Explain(kafkaErr)+": no revision is made, switched or collected until it answers")
 	} else {
@@ -312,6 +321,36 @@ func (r *TopologyReconciler) compose(ctx context.Context, t *v1alpha1.Topology, 
 }
 
 // reachable asks every Kafka the topology uses.
+// kafkaSecurity returns ctx carrying how to reach the clusters the
+// revisions name Secrets for (the topology's kafkaSecrets), read from the
+// topology's namespace — but the addon's Kafka, which the controller
+// reaches with its own login. A Secret that is missing or wrong is an
+// error naming it.
+func (r *TopologyReconciler) kafkaSecurity(ctx context.Context, t *v1alpha1.Topology, specs ...*v1alpha1.TopologyRevisionSpec) (context.Context, error) {
+	by := map[string]kafka.Security{}
+	for _, spec := range specs {
+		if spec == nil {
+			continue
+		}
+		for _, cs := range spec.KafkaSecrets {
+			key := kafka.ClusterKey(cs.Bootstrap)
+			if _, done := by[key]; done || key == kafka.ClusterKey(r.Bootstrap) {
+				continue
+			}
+			var secret corev1.Secret
+			if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: cs.Secret}, &secret); err != nil {
+				return ctx, fmt.Errorf("kafka %s: its kafkaSecret %s/%s: %w", cs.Bootstrap, t.Namespace, cs.Secret, err)
+			}
+			sec, err := kafka.SecurityFromSecret(t.Namespace+"/"+cs.Secret, secret.Data)
+			if err != nil {
+				return ctx, fmt.Errorf("kafka %s: %w", cs.Bootstrap, err)
+			}
+			by[key] = sec
+		}
+	}
+	return kafka.WithSecurity(ctx, by), nil
+}
+
 func (r *TopologyReconciler) reachable(ctx context.Context, t *v1alpha1.Topology, obs *observed, composed *v1alpha1.TopologyRevisionSpec) error {
 	seen := map[string]bool{}
 	var errs []error
@@ -1118,6 +1157,15 @@ func (r *TopologyReconciler) finalize(ctx context.Context, t *v1alpha1.Topology)
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	if t.Annotations[AnnotationSkipKafkaCleanup] != "true" {
+		var specs []*v1alpha1.TopologyRevisionSpec
+		for _, rev := range obs.revisions {
+			specs = append(specs, &rev.Spec)
+		}
+		ctx, err := r.kafkaSecurity(ctx, t, specs...)
+		if err != nil {
+			r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%v (annotate %s=true to leave Kafka as it is)", err, AnnotationSkipKafkaCleanup)
+			return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+		}
 		for _, rev := range obs.revisions {
 			if rev.Status.Finished != nil {
 				continue

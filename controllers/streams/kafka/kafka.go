@@ -79,28 +79,52 @@ func (a *Admin) Close() {
 	a.clients = map[string]*kgo.Client{}
 }
 
-func (a *Admin) client(bootstrap string) (*kgo.Client, error) {
+// client is the client of the cluster bootstrap names, with the security
+// ctx gives it (WithSecurity), else Secure's, else none.
+func (a *Admin) client(ctx context.Context, bootstrap string) (*kgo.Client, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if c, ok := a.clients[bootstrap]; ok {
+	key, secure := bootstrap, a.secure[ClusterKey(bootstrap)]
+	if sec, ok := securityFrom(ctx)[ClusterKey(bootstrap)]; ok {
+		opts, err := sec.Opts()
+		if err != nil {
+			return nil, fmt.Errorf("kafka %s: %w", bootstrap, err)
+		}
+		key, secure = bootstrap+"\x00"+sec.fingerprint(), opts
+	}
+	if c, ok := a.clients[key]; ok {
 		return c, nil
 	}
 	seeds := strings.Split(bootstrap, ",")
 	c, err := kgo.NewClient(slices.Concat([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RequestRetries(2),
-		kgo.RetryTimeout(10 * time.Second)}, a.opts, a.secure[ClusterKey(bootstrap)])...)
+		kgo.RetryTimeout(10 * time.Second)}, a.opts, secure)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka %s: %w", bootstrap, err)
 	}
-	a.clients[bootstrap] = c
+	a.clients[key] = c
 	return c, nil
 }
 
-func (a *Admin) admin(bootstrap string) (*kadm.Client, error) {
-	c, err := a.client(bootstrap)
+func (a *Admin) admin(ctx context.Context, bootstrap string) (*kadm.Client, error) {
+	c, err := a.client(ctx, bootstrap)
 	if err != nil {
 		return nil, err
 	}
 	return kadm.NewClient(c), nil
+}
+
+type securityKey struct{}
+
+// WithSecurity returns ctx saying how the Admin's calls made with it reach
+// clusters, by ClusterKey (a topology's own Secrets): for those clusters
+// it takes the place of Secure's.
+func WithSecurity(ctx context.Context, by map[string]Security) context.Context {
+	return context.WithValue(ctx, securityKey{}, by)
+}
+
+func securityFrom(ctx context.Context) map[string]Security {
+	by, _ := ctx.Value(securityKey{}).(map[string]Security)
+	return by
 }
 
 func (a *Admin) write(what string) error {
@@ -112,7 +136,7 @@ func (a *Admin) write(what string) error {
 
 // Reachable asks the cluster for its brokers.
 func (a *Admin) Reachable(ctx context.Context, bootstrap string) error {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return err
 	}
@@ -125,7 +149,7 @@ func (a *Admin) Reachable(ctx context.Context, bootstrap string) error {
 // EnsureTopic creates a topic unless it exists (with whatever partitions
 // it has: more are never added behind readers' backs).
 func (a *Admin) EnsureTopic(ctx context.Context, bootstrap, topic string, partitions int32) error {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return err
 	}
@@ -145,7 +169,7 @@ func (a *Admin) EnsureTopic(ctx context.Context, bootstrap, topic string, partit
 // Partitions is a topic's partition count; a missing topic is an error
 // naming it.
 func (a *Admin) Partitions(ctx context.Context, bootstrap, topic string) (int32, error) {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return 0, err
 	}
@@ -165,7 +189,7 @@ func (a *Admin) Partitions(ctx context.Context, bootstrap, topic string) (int32,
 
 // DeleteTopic deletes a topic; a missing one is no error.
 func (a *Admin) DeleteTopic(ctx context.Context, bootstrap, topic string) error {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return err
 	}
@@ -192,7 +216,7 @@ func (a *Admin) GroupEmpty(ctx context.Context, bootstrap, group string) (bool, 
 // PreparingRebalance, CompletingRebalance, Dead) and its members' ids,
 // sorted; a group that does not exist is Dead.
 func (a *Admin) GroupState(ctx context.Context, bootstrap, group string) (string, []string, error) {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return "", nil, err
 	}
@@ -221,7 +245,7 @@ func (a *Admin) GroupState(ctx context.Context, bootstrap, group string) (string
 // Committed is a group's committed offsets in a topic (partitions without
 // a commit are absent).
 func (a *Admin) Committed(ctx context.Context, bootstrap, group, topic string) (Offsets, error) {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +272,7 @@ func (a *Admin) Committed(ctx context.Context, bootstrap, group, topic string) (
 // readCommitted, the last stable offset (what a read-committed reader can
 // reach while a transaction is open).
 func (a *Admin) Ends(ctx context.Context, bootstrap, topic string, readCommitted bool) (Offsets, error) {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +369,7 @@ func (a *Admin) Positions(ctx context.Context, bootstrap, group, topic string, p
 
 // Starts is the first offset each partition of a topic still holds.
 func (a *Admin) Starts(ctx context.Context, bootstrap, topic string) (Offsets, error) {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +453,7 @@ func (a *Admin) CommitStart(ctx context.Context, bootstrap, group, topic string,
 	if len(os) == 0 {
 		return nil
 	}
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return err
 	}
@@ -444,7 +468,7 @@ func (a *Admin) CommitStart(ctx context.Context, bootstrap, group, topic string,
 
 // DeleteGroup deletes a consumer group; a missing one is no error.
 func (a *Admin) DeleteGroup(ctx context.Context, bootstrap, group string) error {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return err
 	}
@@ -474,7 +498,7 @@ func (a *Admin) UnfinishedTransactions(ctx context.Context, bootstrap string) ([
 }
 
 func (a *Admin) transactions(ctx context.Context, bootstrap string, states ...string) ([]string, error) {
-	adm, err := a.admin(bootstrap)
+	adm, err := a.admin(ctx, bootstrap)
 	if err != nil {
 		return nil, err
 	}
@@ -494,7 +518,7 @@ func (a *Admin) transactions(ctx context.Context, bootstrap string, states ...st
 // FenceTransactions aborts the open transactions of transactional IDs
 // whose producers are gone (see Fence).
 func (a *Admin) FenceTransactions(ctx context.Context, bootstrap string, txnIDs ...string) error {
-	cl, err := a.client(bootstrap)
+	cl, err := a.client(ctx, bootstrap)
 	if err != nil {
 		return err
 	}

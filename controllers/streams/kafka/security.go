@@ -2,14 +2,17 @@ package kafka
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -59,20 +62,13 @@ var Mechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IA
 // none is no security at all.
 func LoadSecurity(dir string) (Security, error) {
 	var unreadable []error
-	read := func(name string) []byte {
+	s := security(func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			unreadable = append(unreadable, err)
 		}
 		return b
-	}
-	text := func(name string) string { return strings.TrimSpace(string(read(name))) }
-	s := Security{
-		CA: read(FileCA), Cert: read(FileCert), Key: read(FileKey),
-		Mechanism: strings.ToUpper(text(FileMechanism)),
-		Username:  text(FileUsername), Password: text(FilePassword), SessionToken: text(FileSessionToken),
-	}
-	s.TLS = text(FileTLS) == "true" || len(s.CA) > 0 || len(s.Cert) > 0
+	})
 	if len(unreadable) > 0 {
 		return Security{}, fmt.Errorf("kafka security in %s: %w", dir, errors.Join(unreadable...))
 	}
@@ -80,6 +76,39 @@ func LoadSecurity(dir string) (Security, error) {
 		return Security{}, fmt.Errorf("kafka security in %s: %w", dir, err)
 	}
 	return s, nil
+}
+
+// SecurityFromSecret reads a Secret's data (the keys LoadSecurity reads as
+// files) and checks it; name is the Secret's, for the error.
+func SecurityFromSecret(name string, data map[string][]byte) (Security, error) {
+	s := security(func(key string) []byte { return data[key] })
+	if err := s.Check(); err != nil {
+		return Security{}, fmt.Errorf("kafka security in Secret %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// security reads the keys of a Secret through read.
+func security(read func(key string) []byte) Security {
+	text := func(name string) string { return strings.TrimSpace(string(read(name))) }
+	s := Security{
+		CA: read(FileCA), Cert: read(FileCert), Key: read(FileKey),
+		Mechanism: strings.ToUpper(text(FileMechanism)),
+		Username:  text(FileUsername), Password: text(FilePassword), SessionToken: text(FileSessionToken),
+	}
+	s.TLS = text(FileTLS) == "true" || len(s.CA) > 0 || len(s.Cert) > 0
+	return s
+}
+
+// fingerprint tells two Securities apart without showing either (a
+// digest of every field), for keying clients.
+func (s Security) fingerprint() string {
+	h := sha256.New()
+	for _, f := range [][]byte{s.CA, s.Cert, s.Key, []byte(s.Mechanism), []byte(s.Username), []byte(s.Password), []byte(s.SessionToken), []byte(strconv.FormatBool(s.TLS))} {
+		_, _ = fmt.Fprintf(h, "%d:", len(f))
+		h.Write(f)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Check says what is wrong with s, naming the Secret key to fix.

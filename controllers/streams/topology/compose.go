@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -161,6 +162,26 @@ func Compose(in Input) (*v1alpha1.TopologyRevisionSpec, Problems) {
 			return normalBootstrap(ep.Bootstrap)
 		}
 		return normalBootstrap(in.Bootstrap)
+	}
+
+	// The Secret of each cluster an endpoint names one for.
+	secretOf := map[string]string{}
+	secretFrom := map[string]*node{}
+	for _, n := range order {
+		if n.kind == processor || n.ep.KafkaSecret == "" {
+			continue
+		}
+		if n.ep.Bootstrap == "" {
+			add(n, "kafkaSecret %q without bootstrap: the addon's Kafka is reached with the addon's kafka_secret (name its bootstrap too to reach it with another Secret)", n.ep.KafkaSecret)
+			continue
+		}
+		c := bootstrap(n.ep)
+		if was, ok := secretOf[c]; ok && was != n.ep.KafkaSecret {
+			o := secretFrom[c]
+			add(n, "kafkaSecret %q, but %s %q of part %q reaches Kafka %s with %q: one Secret per cluster in a topology", n.ep.KafkaSecret, o.kind, o.name, o.part, c, was)
+			continue
+		}
+		secretOf[c], secretFrom[c] = n.ep.KafkaSecret, n
 	}
 
 	// Edges: who reads whom.
@@ -354,6 +375,10 @@ func Compose(in Input) (*v1alpha1.TopologyRevisionSpec, Problems) {
 	}
 	slices.SortFunc(rev.Processors, func(a, b v1alpha1.ComposedProcessor) int { return cmp.Compare(a.Name, b.Name) })
 
+	for _, c := range slices.Sorted(maps.Keys(secretOf)) {
+		rev.KafkaSecrets = append(rev.KafkaSecrets, v1alpha1.ClusterSecret{Bootstrap: c, Secret: secretOf[c]})
+	}
+
 	rev.Hash = contentHash(rev)
 	id := ID(rev.Hash, rev.Predecessor)
 	// Names that depend on the ID: internal topics and new groups.
@@ -429,10 +454,11 @@ func contentHash(rev *v1alpha1.TopologyRevisionSpec) string {
 		procs[i] = p
 	}
 	return digest(struct {
-		Topology   string
-		Delivery   v1alpha1.Delivery
-		Processors []v1alpha1.ComposedProcessor
-	}{rev.Topology, rev.Delivery, procs})
+		Topology     string
+		Delivery     v1alpha1.Delivery
+		Processors   []v1alpha1.ComposedProcessor
+		KafkaSecrets []v1alpha1.ClusterSecret `json:",omitempty"` // a Secret changed is a new revision
+	}{rev.Topology, rev.Delivery, procs, rev.KafkaSecrets})
 }
 
 // ID names a revision: its content and its predecessor, so a crash between

@@ -135,6 +135,12 @@ func TestComposeProblems(t *testing.T) {
 			p.MinScale = ptr(int32(5))
 			in.Parts["a"].Processors["clean"] = p
 		}, []string{`part "a", processor "clean": minScale 5 and maxScale 4`}},
+		{"a Kafka Secret without a Kafka, and two Secrets for one Kafka", func(in *Input) {
+			in.Parts["a"].Sources["orders"] = v1alpha1.Endpoint{Topic: "orders", KafkaSecret: "team-a"}
+			in.Parts["b"].Sinks["out"] = v1alpha1.Sink{Endpoint: v1alpha1.Endpoint{Bootstrap: "other:9092", Topic: "enriched", KafkaSecret: "team-b"}}
+			in.Parts["b"].Sinks["audit"] = v1alpha1.Sink{InputFrom: "enrich", Endpoint: v1alpha1.Endpoint{Bootstrap: "other:9092", Topic: "audit", KafkaSecret: "audit"}}
+		}, []string{`part "a", source "orders": kafkaSecret "team-a" without bootstrap`,
+			`part "b", sink "out": kafkaSecret "team-b", but sink "audit" of part "b" reaches Kafka other:9092 with "audit": one Secret per cluster`}},
 		{"a long topology name", func(in *Input) { in.Name = strings.Repeat("t", MaxTopologyName+1) },
 			[]string{"the topology's name is 126 characters long: at most 125"}},
 	}
@@ -257,5 +263,38 @@ func TestCarriedGroups(t *testing.T) {
 	again, _ := Compose(in)
 	if Name(again) != Name(moved) {
 		t.Errorf("recomposition named %q, then %q", Name(moved), Name(again))
+	}
+}
+
+// A cluster an endpoint names a Secret for is reached with it: the
+// revision says so, once per cluster, whichever endpoints are there
+// (internal topics and dead letters follow their source's cluster); a
+// changed Secret is a new revision.
+func TestKafkaSecrets(t *testing.T) {
+	in := twoTeams()
+	in.Parts["a"].Sources["orders"] = v1alpha1.Endpoint{Bootstrap: "k2:9093,k1:9093", Topic: "orders", KafkaSecret: "team-a"}
+	in.Parts["b"].Sinks["out"] = v1alpha1.Sink{Endpoint: v1alpha1.Endpoint{Bootstrap: "k1:9093,k2:9093", Topic: "enriched", KafkaSecret: "team-a"}}
+	rev, probs := Compose(in)
+	if probs != nil {
+		t.Fatal(probs)
+	}
+	if want := []v1alpha1.ClusterSecret{{Bootstrap: "k1:9093,k2:9093", Secret: "team-a"}}; len(rev.KafkaSecrets) != 1 || rev.KafkaSecrets[0] != want[0] {
+		t.Fatalf("KafkaSecrets %+v, want %+v", rev.KafkaSecrets, want)
+	}
+	for _, p := range rev.Processors {
+		for _, e := range append([]v1alpha1.Endpoint{p.Input, p.DeadLetter}, p.Outputs...) {
+			if rev.KafkaSecret(e.Bootstrap) != "team-a" {
+				t.Errorf("processor %s: %s on %q has no Secret", p.Name, e.Topic, e.Bootstrap)
+			}
+		}
+	}
+	in.Parts["a"].Sources["orders"] = v1alpha1.Endpoint{Bootstrap: "k2:9093,k1:9093", Topic: "orders", KafkaSecret: "team-a-rotated"}
+	in.Parts["b"].Sinks["out"] = v1alpha1.Sink{Endpoint: v1alpha1.Endpoint{Bootstrap: "k1:9093,k2:9093", Topic: "enriched", KafkaSecret: "team-a-rotated"}}
+	again, probs := Compose(in)
+	if probs != nil {
+		t.Fatal(probs)
+	}
+	if again.Hash == rev.Hash {
+		t.Error("another Secret composes the same revision")
 	}
 }

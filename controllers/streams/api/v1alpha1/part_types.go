@@ -58,6 +58,19 @@ type Endpoint struct {
 	// +kubebuilder:validation:MaxLength=249
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9._-]+$`
 	Topic string `json:"topic"`
+	// KafkaSecret names a Secret in this object's namespace that says how
+	// to reach the Kafka of Bootstrap: TLS and SASL, in the keys of the
+	// addon's kafka_secret (ca.crt, tls.crt, tls.key, tls,
+	// sasl.mechanism, sasl.username, sasl.password, sasl.session-token).
+	// Only with Bootstrap; one Secret per cluster in a topology. Every
+	// endpoint of the topology on that cluster (its internal topics and
+	// dead letters too) is reached with it by the processors and, but on
+	// the addon's own Kafka (where the controller uses its own login), by
+	// the controller.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	KafkaSecret string `json:"kafkaSecret,omitempty"`
 }
 
 // Sink is a topic the pipeline writes. Processors name the sinks they write

@@ -51,6 +51,33 @@ type TopologyRevisionSpec struct {
 	// +listMapKey=name
 	// +optional
 	Topics []InternalTopic `json:"topics,omitempty"`
+	// KafkaSecrets say, for the clusters whose endpoints name a
+	// kafkaSecret, which Secret (in the topology's namespace) reaches
+	// them, sorted by bootstrap. Another cluster is reached with the
+	// addon's kafka_secret if it is the addon's Kafka, else in plaintext.
+	// +listType=map
+	// +listMapKey=bootstrap
+	// +optional
+	KafkaSecrets []ClusterSecret `json:"kafkaSecrets,omitempty"`
+}
+
+// ClusterSecret is the Secret that reaches one Kafka cluster.
+type ClusterSecret struct {
+	// Bootstrap is the cluster's broker list, sorted.
+	Bootstrap string `json:"bootstrap"`
+	// Secret is the Secret's name.
+	Secret string `json:"secret"`
+}
+
+// KafkaSecret is the Secret of the cluster bootstrap (sorted, as in
+// KafkaSecrets) names, "" if none.
+func (s *TopologyRevisionSpec) KafkaSecret(bootstrap string) string {
+	for _, c := range s.KafkaSecrets {
+		if c.Bootstrap == bootstrap {
+			return c.Secret
+		}
+	}
+	return ""
 }
 
 // ComposedProcessor is a processor as it runs: its input and outputs
