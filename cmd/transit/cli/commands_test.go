@@ -83,7 +83,7 @@ func TestValidateAddonSettings(t *testing.T) {
 		`cluster.json: addons[0].settings.broker_data_dir: "var/kafka" is not an absolute path; write an absolute path on the master`,
 		`cluster.json: addons[0].settings.broker_data_dir: has no effect while bootstrap is set; remove broker_data_dir, or bootstrap`,
 		`cluster.json: addons[0].settings.history: "0" is not a whole number from 1 to 100`,
-		`cluster.json: addons[0].settings.histroy: addon streams has no setting "histroy" (settings: bootstrap, broker_data_dir, history, replicas, upgrade_timeout); did you mean "history"?`,
+		`cluster.json: addons[0].settings.histroy: addon streams has no setting "histroy" (settings: bootstrap, broker_data_dir, history, kafka_secret, replicas, upgrade_timeout); did you mean "history"?`,
 		`cluster.json: addons[0].settings.replicas: "11" is not a whole number from 1 to 10`,
 		`cluster.json: addons[0].settings.upgrade_timeout: "forever" is not a duration from 10s to 1h; write a Go duration such as "5m" or "90s"`,
 	} {
