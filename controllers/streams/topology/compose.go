@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
+	"github.com/cloudtransit/transit/controllers/streams/kafka"
 )
 
 // Defaults when neither a processor nor the topology names a scale.
@@ -159,9 +160,9 @@ func Compose(in Input) (*v1alpha1.TopologyRevisionSpec, Problems) {
 
 	bootstrap := func(ep v1alpha1.Endpoint) string {
 		if ep.Bootstrap != "" {
-			return normalBootstrap(ep.Bootstrap)
+			return kafka.ClusterKey(ep.Bootstrap)
 		}
-		return normalBootstrap(in.Bootstrap)
+		return kafka.ClusterKey(in.Bootstrap)
 	}
 
 	// The Secret of each cluster an endpoint names one for.
@@ -502,18 +503,6 @@ func Group(namespace, topology, id, processor string) string {
 // cluster its processors read).
 func DeadLetterTopic(namespace, topology string) string {
 	return fmt.Sprintf("%s%s.%s.deadletter", internalPrefix, namespace, topology)
-}
-
-// normalBootstrap sorts a broker list so one cluster has one spelling.
-func normalBootstrap(s string) string {
-	var hosts []string
-	for h := range strings.SplitSeq(s, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			hosts = append(hosts, h)
-		}
-	}
-	slices.Sort(hosts)
-	return strings.Join(slices.Compact(hosts), ",")
 }
 
 // cycles finds processor cycles. Each processor reads one input, so the
