@@ -320,7 +320,6 @@ func (r *TopologyReconciler) compose(ctx context.Context, t *v1alpha1.Topology, 
 	return rev, probs, nil
 }
 
-// reachable asks every Kafka the topology uses.
 // kafkaSecurity returns ctx carrying how to reach the clusters the
 // revisions name Secrets for (the topology's kafkaSecrets), read from the
 // topology's namespace — but the addon's Kafka, which the controller
@@ -351,6 +350,7 @@ func (r *TopologyReconciler) kafkaSecurity(ctx context.Context, t *v1alpha1.Topo
 	return kafka.WithSecurity(ctx, by), nil
 }
 
+// reachable asks every Kafka the topology uses.
 func (r *TopologyReconciler) reachable(ctx context.Context, t *v1alpha1.Topology, obs *observed, composed *v1alpha1.TopologyRevisionSpec) error {
 	seen := map[string]bool{}
 	var errs []error
@@ -817,6 +817,8 @@ func (r *TopologyReconciler) podReason(ctx context.Context, rev *v1alpha1.Topolo
 	if err := r.Client.List(ctx, &pods, client.InNamespace(rev.Namespace), client.MatchingLabels(processorLabels(rev.Spec.Topology, rev.Name, processor))); err != nil {
 		return ""
 	}
+	// By name: the same pods give the same reason (no status churn).
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	var notReady string
 	for _, pod := range pods.Items {
 		for _, cs := range pod.Status.ContainerStatuses {
