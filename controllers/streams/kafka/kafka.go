@@ -85,15 +85,18 @@ func (a *Admin) client(ctx context.Context, bootstrap string) (*kgo.Client, erro
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	key, secure := bootstrap, a.secure[ClusterKey(bootstrap)]
-	if sec, ok := securityFrom(ctx)[ClusterKey(bootstrap)]; ok {
-		opts, err := sec.Opts()
-		if err != nil {
-			return nil, fmt.Errorf("kafka %s: %w", bootstrap, err)
-		}
-		key, secure = bootstrap+"\x00"+sec.fingerprint(), opts
+	sec, own := securityFrom(ctx)[ClusterKey(bootstrap)]
+	if own {
+		key = bootstrap + "\x00" + sec.fingerprint()
 	}
 	if c, ok := a.clients[key]; ok {
 		return c, nil
+	}
+	if own {
+		var err error
+		if secure, err = sec.Opts(); err != nil {
+			return nil, fmt.Errorf("kafka %s: %w", bootstrap, err)
+		}
 	}
 	seeds := strings.Split(bootstrap, ",")
 	c, err := kgo.NewClient(slices.Concat([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RequestRetries(2),
