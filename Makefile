@@ -182,10 +182,11 @@ bench-relations: ## (root) The relations controller: provider change → consume
 	TRANSIT_RELATIONS_RUNS=$(RELATIONS_RUNS) TRANSIT_RELATIONS_OUT=$(CURDIR)/build/relations $(GO) test -run '^$$' -bench BenchmarkRelations -benchtime 1x -timeout 300m ./e2e
 
 STREAMS_RUNS ?= 20
-bench-streams: ## The streams controller: sidecar latency, upgrades and GC (the broker process, real sidecars), scaling (simulated); tables in build/streams
+bench-streams: ## The streams controller: sidecar latency, upgrades and GC (the broker process, real sidecars), scaling (simulated; and, as root, real pods on a local cluster); tables in build/streams
 	$(GO) test -run '^$$' -bench BenchmarkSidecarLatency -benchtime 1x -timeout 60m ./controllers/streams/sidecar
 	TRANSIT_STREAMS_RUNS=$(STREAMS_RUNS) TRANSIT_STREAMS_OUT=$(CURDIR)/build/streams $(GO) test -run '^$$' -bench 'BenchmarkUpgrade|BenchmarkGC' -benchtime 1x -timeout 60m ./controllers/streams
 	$(GO) test -run '^$$' -bench BenchmarkScaling ./controllers/streams/scale
+	if [ "$$(id -u)" = 0 ]; then $(GO) test -run '^$$' -bench BenchmarkStreamsScalingOnCluster -benchtime 1x -timeout 40m -v ./e2e; fi
 
 generate: $(CONTROLLER_GEN) ## Write the controllers' deepcopy code and CRDs (committed; CI checks they are current)
 	$(CONTROLLER_GEN) object crd paths=./controllers/relations/api/... output:crd:dir=./controllers/relations/config/crd

@@ -12,6 +12,8 @@
 //	                without an event), "hang" (never answers), "drop" (204)
 //	ECHO_DELAY      time spent per event, e.g. "20ms" (a slow stage)
 //	ECHO_DROP_EVERY answer 204 to every Nth event
+//	ECHO_CONCURRENCY events handled at once (0: no bound; 1: a
+//	                single-threaded function, one event per ECHO_DELAY)
 package main
 
 import (
@@ -36,6 +38,13 @@ func main() {
 		os.Exit(2)
 	}
 	dropEvery, _ := strconv.Atoi(os.Getenv("ECHO_DROP_EVERY"))
+	// A bound on concurrency makes a pod's throughput finite: more load
+	// needs more pods (the scaling benchmark's function).
+	concurrency, _ := strconv.Atoi(os.Getenv("ECHO_CONCURRENCY"))
+	var slots chan struct{}
+	if concurrency > 0 {
+		slots = make(chan struct{}, concurrency)
+	}
 	var n atomic.Int64
 
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +61,13 @@ func main() {
 			http.Error(w, "not a binary-mode CloudEvent", http.StatusBadRequest)
 			return
 		}
-		time.Sleep(delay)
+		if slots != nil {
+			slots <- struct{}{}
+			time.Sleep(delay)
+			<-slots
+		} else {
+			time.Sleep(delay)
+		}
 		count := n.Add(1)
 		switch {
 		case fault == "error500":
