@@ -1000,3 +1000,72 @@ echo "route_localnet=$(cat /proc/sys/net/ipv4/conf/all/route_localnet)"
 		t.Errorf("the node's net sysctl changed the host's: %s → %s", localnet, got)
 	}
 }
+
+// A process in a frozen cgroup (runc freezes a container to signal it, and
+// a runc killed meanwhile leaves it frozen) cannot die: the teardown thaws
+// it, so the node goes whole (an e2e destroy waited for ever on one).
+func TestFrozenProcessIsTornDown(t *testing.T) {
+	e := newEnv(t)
+	drv := e.driver(e.district())
+	g := e.group(drv, "frozen")
+	inst := e.launch(drv, g, "frozen", "frozen-n1")
+	rec, err := drv.readNode(inst.ProviderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.ssh(inst.PublicIP, "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!"); err != nil {
+		t.Fatalf("start a process on the node: %v\n%s", err, out)
+	}
+	// The sleep, by its command line, among the node's processes.
+	var pid string
+	for deadline := time.Now().Add(5 * time.Second); pid == ""; time.Sleep(20 * time.Millisecond) {
+		for _, cg := range rec.Cgroups {
+			b, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+			for p := range strings.FieldsSeq(string(b)) {
+				if cmd, _ := os.ReadFile("/proc/" + p + "/cmdline"); string(cmd) == "sleep\x001000\x00" {
+					pid = p
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node's sleep is in none of its cgroups")
+		}
+	}
+	frozen := false
+	for _, cg := range rec.Cgroups {
+		dir := filepath.Join(cg, "container")
+		freezer, state := filepath.Join(dir, "freezer.state"), "FROZEN"
+		if !strings.Contains(cg, "/freezer/") {
+			freezer, state = filepath.Join(dir, "cgroup.freeze"), "1"
+			if _, err := os.Stat(filepath.Join(cg, "cgroup.freeze")); err != nil {
+				continue
+			}
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(freezer, []byte(state), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		frozen = true
+		break
+	}
+	if !frozen {
+		t.Fatal("no freezer among the node's cgroups")
+	}
+	if err := drv.Terminate(t.Context(), inst); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, drv, "frozen", inst.ProviderID)
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		t.Errorf("the frozen process %s outlived its node", pid)
+	}
+	for _, cg := range rec.Cgroups {
+		if _, err := os.Stat(cg); err == nil {
+			t.Errorf("cgroup %s outlived its node", cg)
+		}
+	}
+}

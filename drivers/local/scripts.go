@@ -361,10 +361,15 @@ func killScript(w func(format string, args ...any), r *nodeRecord) {
 	}
 	all := strings.Join(cgs, " ")
 	if len(cgs) > 0 {
-		w("# every process of the node (sshd, dockerd, containerd, shims, containers)")
+		w("# every process of the node (sshd, dockerd, containerd, shims, containers);")
+		w("# a container's cgroup runc froze to signal it stays frozen if runc is")
+		w("# killed meanwhile, and a frozen process cannot die: thawed first")
 		w("for i in $(seq 1 400); do")
 		w("  p=$(find %s -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)", all)
 		w("  [ -z \"$p\" ] && break")
+		w("  for f in $(find %s \\( -name freezer.state -o -name cgroup.freeze \\) 2>/dev/null); do", all)
+		w("    case $f in */freezer.state) echo THAWED >\"$f\" ;; *) echo 0 >\"$f\" ;; esac 2>/dev/null")
+		w("  done")
 		w("  kill -9 $p 2>/dev/null")
 		w("  sleep 0.05")
 		w("done")
