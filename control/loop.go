@@ -165,6 +165,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 	var plan Plan
 	lastProgress := -1 // progress of the last round that executed, -1 before any
 	for r.round = 1; ; r.round++ {
+		began := opts.Clock.Now() // a waiting round's time counts whole: observing takes time too
 		if r.round > opts.MaxRounds {
 			return r.finish(res, fmt.Errorf("%w: %d rounds (--max-rounds) ran out with work left: %s", ErrNotConverged, opts.MaxRounds, r.problemText()))
 		}
@@ -273,7 +274,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 				res.Left = r.left(plan)
 				return r.finish(res, err)
 			}
-			waited += opts.PollInterval
+			waited += opts.Clock.Now().Sub(began)
 			r.round--
 			continue
 		}

@@ -414,3 +414,28 @@ func TestFenceStopsTheRun(t *testing.T) {
 		t.Errorf("%d actions started after the fence failed", startedAfter)
 	}
 }
+
+// TestWaitTimeoutIsClockTime: waiting for what only time fixes (here a
+// termination that takes a day) gives up after WaitTimeout of the clock's
+// time, observing included — not after WaitTimeout of sleeps, which with
+// slow listings was several times longer (an e2e apply waited 15 minutes
+// on a 10-minute bound).
+func TestWaitTimeoutIsClockTime(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 1, 1))
+	h.sim.terminateFor = 24 * time.Hour
+	h.sim.clock.Step = 500 * time.Millisecond // every look at the clock: a slow round
+	c := paperCluster(1, 1, 0)                // aws-europe emptied: its group waits for its machine to go
+	h.prepare(c)
+	opts := h.options(c)
+	opts.WaitTimeout = time.Minute
+	start := h.sim.clock.Peek()
+	_, err := Apply(t.Context(), opts)
+	if !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "gave up after") {
+		t.Fatalf("err = %v, want not converged, given up waiting", err)
+	}
+	if took := h.sim.clock.Peek().Sub(start); took > opts.WaitTimeout+30*time.Second {
+		t.Errorf("gave up after %s of the clock's time, want about %s", took, opts.WaitTimeout)
+	}
+}
