@@ -206,7 +206,7 @@ func LoadResources(path string) (Resources, error) {
 
 func loadResources(path string) (Resources, error) {
 	r := Resources{Type: "resources", Version: ResourcesVersion}
-	data, err := os.ReadFile(path)
+	data, read, err := readIdentified(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -218,11 +218,16 @@ func loadResources(path string) (Resources, error) {
 		}
 	}
 	journal, err := os.ReadFile(JournalPath(path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Resources{}, fmt.Errorf("read state journal: %w", err)
+	}
+	// A run that rewrote the file meanwhile started a journal of its own,
+	// maybe still empty: the journal read may not belong to the file read.
+	if now, serr := os.Stat(path); (serr == nil) != (read != nil) || read != nil && !os.SameFile(read, now) {
+		return Resources{}, fmt.Errorf("%w: %s was rewritten while it was read", errJournalGap, filepath.Base(path))
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, nil
-	}
-	if err != nil {
-		return Resources{}, fmt.Errorf("read state journal: %w", err)
 	}
 	file := filepath.Base(JournalPath(path))
 	if r, err = applyJournal(r, file, journal); err != nil {
@@ -233,6 +238,22 @@ func loadResources(path string) (Resources, error) {
 		return Resources{}, c.sorted()
 	}
 	return r, nil
+}
+
+// readIdentified reads the file at path and says which file it read (its
+// FileInfo, for os.SameFile): path may be replaced meanwhile.
+func readIdentified(path string) ([]byte, fs.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(f)
+	return data, fi, err
 }
 
 const resourcesRecovery = "resources.json is a cache of what transit found in the clouds: restore it, or delete it and the next run adopts the nodes it finds by their tags"

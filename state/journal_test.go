@@ -283,7 +283,7 @@ func TestJournalReadWhileCompacting(t *testing.T) {
 			}
 		}
 	}()
-	reads := 0
+	reads, last := 0, int64(0)
 	for {
 		select {
 		case err := <-done:
@@ -301,6 +301,13 @@ func TestJournalReadWhileCompacting(t *testing.T) {
 			t.Fatalf("read %d: %v", reads, err)
 		}
 		reads++
+		// One reader's reads never go back: a file rewritten between its
+		// read and the journal's (compacted: a new, empty journal) is no
+		// older state.
+		if got.Serial < last {
+			t.Fatalf("read %d: serial %d after %d: an older state file was read with a newer (empty) journal", reads, got.Serial, last)
+		}
+		last = got.Serial
 		for i, node := range got.Nodes {
 			want := got.Serial - (got.Serial-int64(i)+n)%n // the last serial ≤ S with serial%n == i
 			if want < 2 {
