@@ -19,6 +19,12 @@ import (
 // cgroup under transit/. This process and
 // its ancestors are never listed.
 func findProcs(base string, netns map[uint64]string) ([]Item, error) {
+	return procsWhere(func(pid int, cmdline string) string { return procReason(pid, cmdline, base, netns) })
+}
+
+// procsWhere lists the processes reason gives a reason for, but this
+// process and its ancestors.
+func procsWhere(reason func(pid int, cmdline string) string) ([]Item, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
@@ -35,7 +41,7 @@ func findProcs(base string, netns map[uint64]string) ([]Item, error) {
 			continue // gone, a kernel thread or a zombie: nothing to kill
 		}
 		cmdline := strings.TrimSpace(strings.ReplaceAll(string(data), "\x00", " "))
-		because := procReason(pid, cmdline, base, netns)
+		because := reason(pid, cmdline)
 		if because == "" {
 			continue
 		}
@@ -56,7 +62,7 @@ func procReason(pid int, cmdline, base string, netns map[uint64]string) string {
 	if why := ownerGone(pid); why != "" {
 		return why
 	}
-	if i := strings.Index(cmdline, base+"/"); base != "" && i >= 0 {
+	if i := strings.Index(cmdline, base+"/"); i >= 0 {
 		path := cmdline[i:]
 		if j := strings.IndexAny(path, " \"'"); j >= 0 {
 			path = path[:j]
@@ -277,15 +283,9 @@ func ownerGone(pid int) string {
 // and returns them; test binaries that run at once spare each other's,
 // whose owners live.
 func KillOrphans(ctx context.Context) ([]Item, error) {
-	items, err := findProcs("", nil)
+	orphans, err := procsWhere(func(pid int, _ string) string { return ownerGone(pid) })
 	if err != nil {
 		return nil, err
-	}
-	var orphans []Item
-	for _, it := range items {
-		if strings.HasPrefix(it.Because, "started by test run") {
-			orphans = append(orphans, it)
-		}
 	}
 	return orphans, errors.Join(killProcs(ctx, orphans)...)
 }

@@ -52,8 +52,9 @@ type Options struct {
 	Security kafka.Security
 	// KafkaSecret names the Secret every processor pod that uses the
 	// Kafka of Bootstrap mounts from its own namespace for its sidecar's
-	// clients (kafka.LoadSecurity's files); "" is plaintext. Other
-	// clusters are reached in plaintext.
+	// clients (kafka.LoadSecurity's files), unless the topology names one
+	// of its own for it (kafkaSecret); "" is plaintext. Other clusters are
+	// reached with the topology's kafkaSecret for them, else in plaintext.
 	KafkaSecret string
 	// Now is the clock (time.Now).
 	Now func() time.Time

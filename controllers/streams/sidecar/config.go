@@ -433,14 +433,10 @@ func checkTopic(t string) error {
 
 // brokers splits a bootstrap list into its sorted, distinct brokers.
 func brokers(bootstrap string) []string {
-	var hosts []string
-	for h := range strings.SplitSeq(bootstrap, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			hosts = append(hosts, h)
-		}
+	if c := kafka.ClusterKey(bootstrap); c != "" {
+		return strings.Split(c, ",")
 	}
-	slices.Sort(hosts)
-	return slices.Compact(hosts)
+	return nil
 }
 
 // cluster names a bootstrap list independently of order and repeats.
