@@ -271,10 +271,21 @@ func TestJournalReadWhileCompacting(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := int64(len(r.Nodes))
-	done := make(chan error, 1)
+	done, stop := make(chan error, 1), make(chan struct{})
+	// A failed read ends the test: the saves stop before its directory goes.
+	t.Cleanup(func() {
+		close(stop)
+		for range done {
+		}
+	})
 	go func() {
 		defer close(done)
 		for k := int64(2); k < 3000; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			i := k % n
 			r.Nodes[i].Message = strconv.FormatInt(k, 10)
 			if err := j.Save(r, []string{r.Nodes[i].ID}, false, false); err != nil {

@@ -26,7 +26,9 @@ func TestKilledRunLeavesNothing(t *testing.T) {
 		return
 	}
 	helper := exec.Command(os.Args[0], "-test.run=^TestKilledRunLeavesNothing$", "-test.v")
-	helper.Env = append(os.Environ(), "TESTENV_KILLED_HELPER=1")
+	// The killed run cannot remove its directories: they go in this
+	// test's.
+	helper.Env = append(os.Environ(), "TESTENV_KILLED_HELPER=1", "TMPDIR="+t.TempDir())
 	out, err := helper.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
