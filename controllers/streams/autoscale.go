@@ -123,6 +123,9 @@ func (r *TopologyReconciler) sample(ctx context.Context, rev *v1alpha1.TopologyR
 	}
 	if d := obs.deployment(rev.Name, p.Name); d != nil {
 		smp.Replicas = d.Status.ReadyReplicas
+		if d.Spec.Replicas != nil {
+			smp.Desired = *d.Spec.Replicas
+		}
 	}
 	return smp, nil
 }

@@ -9,9 +9,10 @@ import (
 
 // The scaling benchmark is a simulation (make bench prints its table): a
 // chain of three stages, 100, 50 and 200 records/s per replica, 64
-// partitions each, fed 10 records/s that step to 800. A stage whose
-// replica count changes stops for rebalancePause (its group rebalances)
-// and its commits pause, so its lag grows for no reason of load. Two
+// partitions each, fed 10 records/s that step to 800. A new replica works
+// startDelay after it was asked for; a stage whose ready replicas change
+// stops for rebalancePause (its group rebalances) and its commits pause,
+// so its lag grows for no reason of load. Two
 // deciders: this package's (every 2 s), and a per-stage lag rule as KEDA's
 // Kafka scaler drives the HPA: every 15 s, replicas = ceil(lag /
 // lagThreshold), at most doubling (or +4) per step, fewer after a 300 s
@@ -21,7 +22,10 @@ import (
 
 const (
 	rebalancePause = 3 * time.Second
-	lagThreshold   = 100
+	// startDelay is how long a new replica takes to work: a pod scheduled,
+	// started and in its group.
+	startDelay   = 10 * time.Second
+	lagThreshold = 100
 )
 
 type decider interface {
@@ -82,22 +86,22 @@ func (s *sim) samples() map[string]Sample {
 			outEnd = s.input[i+1]
 		}
 		out[p.Name] = Sample{At: s.now, InputEnd: s.input[i], Committed: s.done[i], OutputEnd: outEnd,
-			Partitions: 64, Replicas: s.replicas[i], Rebalancing: s.rebal[i]}
+			Partitions: 64, Replicas: s.ready(i), Desired: s.replicas[i], Rebalancing: s.rebal[i]}
 	}
 	return out
 }
 
-// set changes a stage's replicas, which starts a rebalance.
+// set changes a stage's replicas; the group rebalances when they have
+// started or stopped (step).
 func (s *sim) set(i int, n int32) {
-	if n != s.replicas[i] {
-		s.replicas[i] = n
-		s.rebalUntil[i] = s.now.Add(rebalancePause)
-	}
+	s.resize(i, n)
 }
 
 func runScaling(d decider) (reach int, most []int32, drained int) {
 	s := newSim(100, 50, 200)
+	s.startDelay = startDelay
 	s.rebalUntil = make([]time.Time, 3)
+	s.members = make([]int32, 3)
 	target := []int32{8, 16, 4}
 	most = make([]int32, 3)
 	reach, drained = -1, -1
@@ -116,7 +120,7 @@ func runScaling(d decider) (reach int, most []int32, drained int) {
 		ok := true
 		for i := range 3 {
 			most[i] = max(most[i], s.replicas[i])
-			ok = ok && s.replicas[i] >= target[i]
+			ok = ok && s.ready(i) >= target[i]
 		}
 		if ok && reach < 0 {
 			reach = t + 1
@@ -128,9 +132,14 @@ func runScaling(d decider) (reach int, most []int32, drained int) {
 	return reach, most, drained
 }
 
-// step is tick with rebalances: a rebalancing stage does no work.
+// step is tick with rebalances: a stage whose ready replicas changed
+// rebalances, and does no work meanwhile.
 func (s *sim) step(rate int64) {
 	for i := range s.procs {
+		if r := s.ready(i); r != s.members[i] {
+			s.members[i] = r
+			s.rebalUntil[i] = s.now.Add(rebalancePause)
+		}
 		s.rebal[i] = s.now.Before(s.rebalUntil[i])
 	}
 	s.tick(rate)
@@ -146,7 +155,7 @@ func BenchmarkScaling(b *testing.B) {
 		}},
 		{"per-stage lag (KEDA-like)", func() decider { return &perStageLag{lowSince: []int{-1, -1, -1}} }},
 	}
-	fmt.Println("| decider | all stages at target | most replicas (target 8, 16, 4) | backlogs ≤ 1 s of input |")
+	fmt.Println("| decider | all stages' replicas ready at target | most replicas (target 8, 16, 4) | backlogs ≤ 1 s of input |")
 	fmt.Println("|---|---|---|---|")
 	for _, r := range rows {
 		b.Run(r.name, func(b *testing.B) {

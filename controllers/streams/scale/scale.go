@@ -33,8 +33,11 @@ type Sample struct {
 	OutputEnd int64
 	// Partitions of the input: more replicas would idle.
 	Partitions int32
-	// Replicas running now.
+	// Replicas ready now: they do the work the sample shows.
 	Replicas int32
+	// Desired is how many were asked for (the Deployment's spec): more
+	// than Replicas while new ones start. 0 means Replicas.
+	Desired int32
 	// Rebalancing: the group is between generations.
 	Rebalancing bool
 	// Members identifies the group's members (their ids): when it
@@ -168,7 +171,12 @@ func (s *Scaler) observe(name string, smp Sample) {
 func rate(a, b int64, dt float64) float64 { return math.Max(float64(b-a), 0) / dt }
 
 func (s *Scaler) decide(p Processor, st *stage, smp Sample, arrival float64, lag int64) int32 {
+	// Decisions start from what was asked for: replicas still starting
+	// are not taken back because they are not ready yet.
 	current := smp.Replicas
+	if smp.Desired > 0 {
+		current = smp.Desired
+	}
 	ceiling := p.Max
 	if smp.Partitions > 0 {
 		ceiling = min(ceiling, smp.Partitions)

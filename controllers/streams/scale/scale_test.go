@@ -7,18 +7,25 @@ import (
 )
 
 // sim is a chain of stages fed by one source: each second a stage's
-// replicas commit up to capacity records each of what waits, and write as
-// many to the next stage's input.
+// ready replicas commit up to capacity records each of what waits, and
+// write as many to the next stage's input.
 type sim struct {
 	procs    []Processor
 	capacity []float64 // records/s per replica
 	input    []int64   // input ends
 	done     []int64   // committed
-	replicas []int32
-	now      time.Time
-	rebal    map[int]bool
-	// rebalUntil: the benchmark's stages rebalance after a change
+	replicas []int32   // asked for
+	// readyAt holds when each replica asked for is (or was) ready, oldest
+	// first: a new one works only startDelay after it was asked for, as a
+	// pod does once scheduled, started and joined.
+	readyAt    [][]time.Time
+	startDelay time.Duration
+	now        time.Time
+	rebal      map[int]bool
+	// rebalUntil: the benchmark's stages rebalance when their ready
+	// replicas (members) change
 	rebalUntil []time.Time
+	members    []int32
 }
 
 func newSim(capacity ...float64) *sim {
@@ -32,8 +39,30 @@ func newSim(capacity ...float64) *sim {
 		s.input = append(s.input, 0)
 		s.done = append(s.done, 0)
 		s.replicas = append(s.replicas, 1)
+		s.readyAt = append(s.readyAt, []time.Time{s.now})
 	}
 	return s
+}
+
+// resize asks for n replicas of stage i: new ones are ready after
+// startDelay, the newest go first.
+func (s *sim) resize(i int, n int32) {
+	for int32(len(s.readyAt[i])) < n {
+		s.readyAt[i] = append(s.readyAt[i], s.now.Add(s.startDelay))
+	}
+	s.readyAt[i] = s.readyAt[i][:n]
+	s.replicas[i] = n
+}
+
+// ready is how many of stage i's replicas work now.
+func (s *sim) ready(i int) int32 {
+	n := int32(0)
+	for _, at := range s.readyAt[i] {
+		if !at.After(s.now) {
+			n++
+		}
+	}
+	return n
 }
 
 // tick runs a second at a source rate and returns the samples.
@@ -41,7 +70,7 @@ func (s *sim) tick(rate int64) map[string]Sample {
 	s.now = s.now.Add(time.Second)
 	s.input[0] += rate
 	for i := range s.procs {
-		work := min(s.input[i]-s.done[i], int64(float64(s.replicas[i])*s.capacity[i]))
+		work := min(s.input[i]-s.done[i], int64(float64(s.ready(i))*s.capacity[i]))
 		if s.rebal[i] {
 			work = 0
 		}
@@ -57,14 +86,14 @@ func (s *sim) tick(rate int64) map[string]Sample {
 			outEnd = s.input[i+1]
 		}
 		out[p.Name] = Sample{At: s.now, InputEnd: s.input[i], Committed: s.done[i], OutputEnd: outEnd,
-			Partitions: 64, Replicas: s.replicas[i], Rebalancing: s.rebal[i]}
+			Partitions: 64, Replicas: s.ready(i), Desired: s.replicas[i], Rebalancing: s.rebal[i]}
 	}
 	return out
 }
 
 func (s *sim) apply(d map[string]Decision) {
 	for i, p := range s.procs {
-		s.replicas[i] = d[p.Name].Replicas
+		s.resize(i, d[p.Name].Replicas)
 	}
 }
 
@@ -218,5 +247,43 @@ func TestCappedAtPartitions(t *testing.T) {
 	}
 	if s.replicas[0] != 6 {
 		t.Fatalf("far behind on 6 partitions: %d replicas", s.replicas[0])
+	}
+}
+
+// New replicas take a while to start and join (a pod is scheduled,
+// started, and its group rebalances): meanwhile fewer are ready than were
+// asked for. The replicas asked for never fall while the backlog is
+// there, as they did on real pods when decisions started from the ready
+// count (4 → 8 → 4 … with the lag growing).
+func TestStartingReplicasAreNotTakenBack(t *testing.T) {
+	s := newSim(100)
+	s.startDelay = 15 * time.Second
+	sc := &Scaler{TargetDrain: 30 * time.Second, ScaleDownDelay: time.Minute}
+	step := func(rate int64) {
+		smp := s.tick(rate)
+		p := smp["p0"]
+		p.Members = fmt.Sprint(p.Replicas) // a replica that joins rebalances its group
+		smp["p0"] = p
+		s.apply(sc.Step(s.procs, smp))
+	}
+	for range 60 {
+		step(50)
+	}
+	reached := 0
+	for i := 1; i <= 180; i++ {
+		before := s.replicas[0]
+		step(800)
+		if lag := s.input[0] - s.done[0]; s.replicas[0] < before && lag > 0 {
+			t.Fatalf("%d s after the step: asked for %d replicas, then %d, with %d records waiting (%d ready)", i, before, s.replicas[0], lag, s.ready(0))
+		}
+		if reached == 0 && s.ready(0) >= 8 {
+			reached = i
+		}
+	}
+	if reached == 0 || reached > 40 {
+		t.Fatalf("8 replicas ready %d s after a step to 800 records/s at 100 a replica (want within 40 s)", reached)
+	}
+	if lag := s.input[0] - s.done[0]; lag > 800 {
+		t.Errorf("%d records still waiting 3 minutes after the step", lag)
 	}
 }
