@@ -463,15 +463,11 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	var apply []Injection
-	for _, in := range injections {
-		if msg := conflict(w, owned, in); msg != "" {
-			blocked, why = append(blocked, in), append(why, msg)
-			r.Recorder.Eventf(w, corev1.EventTypeWarning, "Conflict", "relationship %s: %s; rename it, or remove it to let the relationship inject", in.Relationship, msg)
-			continue
-		}
-		apply = append(apply, in)
+	apply, conflicts, msgs := admit(w, owned, injections)
+	for i, in := range conflicts {
+		r.Recorder.Eventf(w, corev1.EventTypeWarning, "Conflict", "relationship %s: %s; rename it, or remove it to let the relationship inject", in.Relationship, msgs[i])
 	}
+	blocked, why = append(blocked, conflicts...), append(why, msgs...)
 	live, err := r.inject(ctx, w, owned, apply)
 	var reverted errReverted
 	if errors.As(err, &reverted) {

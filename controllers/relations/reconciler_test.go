@@ -288,9 +288,11 @@ func TestRelationshipLifecycle(t *testing.T) {
 }
 
 // TestUserVariableConflicts: a variable the user set under the name the
-// relationship injects is never overwritten: Injected=False, Conflict.
+// relationship injects is never overwritten: Injected=False, Conflict;
+// not by the controller, nor by the webhook on the controller's own patch
+// or on a user's edit.
 func TestUserVariableConflicts(t *testing.T) {
-	e := startEnv(t)
+	e := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
@@ -311,12 +313,33 @@ func TestUserVariableConflicts(t *testing.T) {
 		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInjected)
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "Conflict", condString(rel)
 	})
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+	// The condition is written after the controller's patch, which went
+	// through the webhook.
+	untouched := func(when string) {
+		t.Helper()
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+			t.Fatal(err)
+		}
+		cs := mine.Spec.Template.Spec.Containers
+		if env := cs[0].Env; len(env) != 1 || env[0].Value != "my-own-db" || env[0].ValueFrom != nil {
+			t.Errorf("%s: the user's variable was changed: %+v", when, env)
+		}
+		if len(cs[1].Env) != 0 {
+			t.Errorf("%s: the relationship was injected into the other container: %+v", when, cs[1].Env)
+		}
+	}
+	untouched("after the controller's patch")
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+			return err
+		}
+		mine.Labels = map[string]string{"edited": "yes"}
+		return c.Update(ctx, mine)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if env := mine.Spec.Template.Spec.Containers[0].Env; len(env) != 1 || env[0].Value != "my-own-db" || env[0].ValueFrom != nil {
-		t.Errorf("the user's variable was changed: %+v", env)
-	}
+	untouched("after a user's edit")
 }
 
 func waitRevision(t *testing.T, c client.Client, key types.NamespacedName, revision int64, value string) {

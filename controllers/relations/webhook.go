@@ -26,7 +26,8 @@ const WebhookPath = "/mutate-workloads"
 
 // Webhook is the mutating admission webhook of consumer workloads: it
 // refuses malformed annotations, injects every relationship's persisted
-// revision (a rewritten template rolls nothing), and holds a consumer
+// revision that takes no name the user set (a rewritten template rolls
+// nothing), and holds a consumer
 // whose start depends on a relationship not yet established with the
 // wait init container, which it removes once every one is.
 type Webhook struct {
@@ -104,6 +105,13 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 			vars = append(vars, awaited(iface, t.keys)...)
 		}
 	}
+	// The controller's conflict rule: a variable or mount the user set is
+	// never overwritten (the controller says so on the Relationship).
+	owned, err := ownedFields(obj)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	injections, _, _ = admit(obj, owned, injections)
 	injectInto(tpl, injections)
 	if len(waiting) > 0 {
 		h.addWait(tpl, waiting, vars)
