@@ -963,7 +963,7 @@ func (r *kindReconciler) inject(ctx context.Context, w client.Object, owned *fie
 		if err != nil {
 			return nil, err
 		}
-		if w.GetAnnotations()[annotationApplied] == hash && carries(tpl, injections) {
+		if w.GetAnnotations()[annotationApplied] == hash && carries(tpl, tplPatch) {
 			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w)
 			if err != nil {
 				return nil, err
@@ -996,12 +996,61 @@ func patchHash(patch map[string]any) (string, error) {
 	return hex.EncodeToString(sum[:8]), nil
 }
 
-// carries says whether tpl holds everything injections put there (no
-// one removed or changed an injected field since it was applied).
-func carries(tpl *corev1.PodTemplateSpec, injections []Injection) bool {
-	want := tpl.DeepCopy()
-	injectInto(want, injections)
-	return equality.Semantic.DeepEqual(want, tpl)
+// carries says whether tpl holds every field of the template patch as
+// it was applied (no one removed or changed an injected field since).
+// Only the fields the patch sets are compared: what the API server
+// defaults beside them (a Secret volume's defaultMode) is no change.
+func carries(tpl *corev1.PodTemplateSpec, patch map[string]any) bool {
+	live, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tpl)
+	return err == nil && holds(live, patch)
+}
+
+// holds says whether live has every field of want, with want's value.
+// List elements are matched by their key (a mount's mountPath, else
+// name), a list of elements without one (a volume's items) by position.
+func holds(live, want any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		l, ok := live.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range w {
+			if !holds(l[k], v) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := live.([]any)
+		if !ok {
+			return false
+		}
+		keyOf := func(e any) (string, any) {
+			m, _ := e.(map[string]any)
+			for _, k := range []string{"mountPath", "name"} {
+				if v, ok := m[k]; ok {
+					return k, v
+				}
+			}
+			return "", nil
+		}
+		for i, e := range w {
+			k, v := keyOf(e)
+			if k == "" {
+				if len(l) != len(w) || !holds(l[i], e) {
+					return false
+				}
+				continue
+			}
+			j := slices.IndexFunc(l, func(le any) bool { m, _ := le.(map[string]any); return m[k] == v })
+			if j < 0 || !holds(l[j], e) {
+				return false
+			}
+		}
+		return true
+	}
+	return live == want
 }
 
 // rolledOut says whether the workload's pods all run its current
