@@ -683,13 +683,15 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	if err != nil {
 		return outcome{}, err
 	}
+	resolved := vals != nil
+	if resolved {
+		problems = checkTakes(t.keys, vals, t.config)
+	}
 	if len(problems) > 0 {
-		var msgs []string
-		for _, p := range problems {
-			msgs = append(msgs, p.String())
-		}
-		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
-		return outcome{in: current(), takes: t, again: true, rel: rel}, finish()
+		report(set, problems, resolved)
+		// A key the consumer takes that the values lack: the template
+		// keeps what it has (it would point at a key its Secret lacks).
+		return outcome{in: current(), takes: t, again: true, hold: resolved, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
 	if slices.ContainsFunc(t.keys, func(k v1alpha1.KeyInjection) bool { return k.Binding != "" }) {
@@ -754,6 +756,34 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 	}
 	return outcome{in: current(), takes: t, rel: rel}, finish()
+}
+
+// report sets the conditions problems are of: InterfaceMatched for those
+// of the agreed interface, ValuesResolved for those of the sources (true
+// when the values resolved).
+func report(set func(t string, ok bool, reason, msg string), problems []Problem, resolved bool) {
+	var typed, sourced []string
+	for _, p := range problems {
+		if p.Interface {
+			typed = append(typed, p.String())
+		} else {
+			sourced = append(sourced, p.String())
+		}
+	}
+	reason := func(typed bool) string {
+		return problems[slices.IndexFunc(problems, func(p Problem) bool { return p.Interface == typed })].Reason
+	}
+	if len(typed) > 0 {
+		set(v1alpha1.ConditionInterfaceMatched, false, reason(true), strings.Join(typed, "; "))
+	}
+	switch {
+	case len(sourced) > 0:
+		set(v1alpha1.ConditionValuesResolved, false, reason(false), strings.Join(sourced, "; "))
+	case resolved:
+		set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
+	default:
+		set(v1alpha1.ConditionValuesResolved, false, reason(true), strings.Join(typed, "; "))
+	}
 }
 
 // ensureRelationship reads rel (by its name) and creates or updates it

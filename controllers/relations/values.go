@@ -47,6 +47,9 @@ type Problem struct {
 	Key    string
 	Reason string // a condition reason: MissingKey, NotExposed, BadFormat…
 	Detail string
+	// Interface: the values break what the two sides agreed (condition
+	// InterfaceMatched), not a source (ValuesResolved).
+	Interface bool
 }
 
 func (p Problem) String() string {
@@ -262,6 +265,25 @@ func check(vals Values, it *v1alpha1.Interface) []Problem {
 		}
 	}
 	slices.SortFunc(problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
+	return problems
+}
+
+// checkTakes holds the keys a consumer takes to the values: a key they
+// lack would point the template at a key its Secret lacks. config names
+// the ConsumerConfig ("": the default interface's one key).
+func checkTakes(keys []v1alpha1.KeyInjection, vals Values, config string) []Problem {
+	var problems []Problem
+	for _, k := range keys {
+		if _, ok := vals[k.Key]; ok {
+			continue
+		}
+		by := "the default interface takes it (no ConsumerConfig names the keys to take)"
+		if config != "" {
+			by = "ConsumerConfig " + config + " takes it"
+		}
+		problems = append(problems, Problem{Key: k.Key, Reason: "MissingKey", Interface: true,
+			Detail: fmt.Sprintf("%s, but the provider supplies only %s", by, strings.Join(sortedKeys(vals), ", "))})
+	}
 	return problems
 }
 

@@ -184,6 +184,8 @@ type takes struct {
 	lifecycle string
 	// inPlace: files updated in a mutable Secret, no rollout.
 	inPlace bool
+	// config is the ConsumerConfig's namespace/name ("": none).
+	config string
 }
 
 // consumerConfig is how a consumer takes iface: its keys and lifecycle
@@ -206,7 +208,7 @@ func consumerConfig(ctx context.Context, r client.Reader, namespace string, c Co
 	case cc.Spec.Interface != iface:
 		return unknown, fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface), nil
 	}
-	t := takes{keys: cc.Spec.Keys, lifecycle: cc.Spec.Lifecycle, inPlace: cc.Spec.Update == v1alpha1.UpdateInPlace}
+	t := takes{keys: cc.Spec.Keys, lifecycle: cc.Spec.Lifecycle, inPlace: cc.Spec.Update == v1alpha1.UpdateInPlace, config: namespace + "/" + name}
 	if t.lifecycle == "" {
 		t.lifecycle = v1alpha1.LifecycleStart
 	}

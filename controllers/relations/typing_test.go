@@ -1,0 +1,96 @@
+package relations_test
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
+)
+
+// waitCondition waits until the Relationship name has the condition typ
+// with status and reason, its message holding every one of msgs.
+func waitCondition(t *testing.T, c client.Client, name, typ string, status metav1.ConditionStatus, reason string, msgs ...string) *v1alpha1.Relationship {
+	t.Helper()
+	rel := &v1alpha1.Relationship{}
+	eventually(t, typ+"="+string(status)+" "+reason, func() (bool, string) {
+		if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, rel); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(rel.Status.Conditions, typ)
+		if cond == nil || cond.Status != status || cond.Reason != reason {
+			return false, condString(rel)
+		}
+		for _, m := range msgs {
+			if !strings.Contains(cond.Message, m) {
+				return false, condString(rel)
+			}
+		}
+		return true, ""
+	})
+	return rel
+}
+
+// takesKey says whether a container of the Deployment takes key of a
+// Secret.
+func takesKey(d *appsv1.Deployment, key string) bool {
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		for _, e := range ctr.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Key == key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestConsumerKeyNotSupplied: a ConsumerConfig that takes a key the
+// provider does not supply is InterfaceMatched=False naming the key and
+// the config, not Ready, and no template points at the key; once the
+// config takes only what is supplied, the relationship is established.
+func TestConsumerKeyNotSupplied(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-port", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "db", Env: "DB_HOST"}, {Key: "port", Env: "DB_PORT"}}}}
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-port"})
+	createAll(t, c, cc, externalService("pg", "db1.example.com"), web)
+	rel := waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, "MissingKey",
+		"key port: ConsumerConfig default/db-port takes it, but the provider supplies only db")
+	if meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Errorf("Ready with a key the provider does not supply: %s", condString(rel))
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+		t.Fatal(err)
+	}
+	if takesKey(web, "port") {
+		t.Errorf("the template takes key port, which no values Secret holds: %+v", web.Spec.Template.Spec.Containers)
+	}
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cc), cc); err != nil {
+			return err
+		}
+		cc.Spec.Keys = cc.Spec.Keys[:1]
+		return c.Update(ctx, cc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionReady, metav1.ConditionTrue, "Established")
+	eventually(t, "DB_HOST injected", func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+			return false, err.Error()
+		}
+		return takesKey(web, "db") && !takesKey(web, "port"), "not yet"
+	})
+}
