@@ -675,13 +675,15 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			r.Recorder.Eventf(w, corev1.EventTypeWarning, "Cycle", "%s: %s", iface, cycle)
 		}
 	}
-	src, err := r.source(ctx, provider, iface)
+	src, problems, err := r.source(ctx, provider, iface)
 	if err != nil {
 		return outcome{}, err
 	}
-	vals, problems, err := Resolve(iface, src, nil)
-	if err != nil {
-		return outcome{}, err
+	var vals Values
+	if problems == nil {
+		if vals, problems, err = Resolve(iface, src, nil); err != nil {
+			return outcome{}, err
+		}
 	}
 	resolved := vals != nil
 	if resolved {
@@ -910,8 +912,10 @@ func CacheOptions() cache.Options {
 	}}
 }
 
-// source is where a provider's values come from.
-func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unstructured, iface string) (Source, error) {
+// source is where a provider's values come from. A ProviderConfig the
+// provider names that does not exist, or is of another interface, is a
+// problem.
+func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unstructured, iface string) (Source, []Problem, error) {
 	src := Source{Provider: provider, ClusterDomain: r.Options.ClusterDomain}
 	ns := provider.GetNamespace()
 	src.Secret = func(name string) (*corev1.Secret, error) {
@@ -932,16 +936,21 @@ func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unst
 	}
 	p, err := ParseProvider(provider.GetAnnotations())
 	if err != nil {
-		return src, nil
+		return src, nil, nil
 	}
 	if name, ok := p.Configs[iface]; ok {
 		pc := &v1alpha1.ProviderConfig{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pc); err != nil {
-			return src, err
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pc)
+		switch {
+		case apierrors.IsNotFound(err):
+			return src, []Problem{{Reason: "ConfigMissing", Detail: fmt.Sprintf("ProviderConfig %s/%s does not exist (%s %s/%s names it for %s in %s): create it, or name another",
+				ns, name, provider.GetKind(), ns, provider.GetName(), iface, AnnotationConfig)}}, nil
+		case err != nil:
+			return src, nil, err
 		}
 		src.Config = pc
 	}
-	return src, nil
+	return src, nil, nil
 }
 
 // writeRevision creates the immutable values Secret of a revision, owned

@@ -94,3 +94,20 @@ func TestConsumerKeyNotSupplied(t *testing.T) {
 		return takesKey(web, "db") && !takesKey(web, "port"), "not yet"
 	})
 }
+
+// TestProviderConfigMissing: a ProviderConfig the provider names that
+// does not exist is ValuesResolved=False naming it (not a reconcile error
+// retried with no word); created, the relationship is established.
+func TestProviderConfigMissing(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	c := e.Client
+	pg := externalService("pg", "db1.example.com")
+	pg.Annotations[relations.AnnotationConfig] = "db=pg-config"
+	createAll(t, c, pg, deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionValuesResolved, metav1.ConditionFalse, "ConfigMissing",
+		"ProviderConfig default/pg-config does not exist", "Service default/pg names it for db")
+	createAll(t, c, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg-config", Namespace: "default"}, Spec: v1alpha1.ProviderConfigSpec{
+		Interface: "db", Values: []v1alpha1.ValueSource{{Key: "db", Field: "{.spec.externalName}"}}}})
+	waitRevision(t, c, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, 1, "db1.example.com")
+}
