@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,6 +56,17 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	if err := h.Decoder.Decode(req, obj); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		// Its finalizers go as they may: a deletion is never held.
+		return admission.Allowed("being deleted")
+	}
+	only, err := onlyFinalizersRemoved(req, obj)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if only {
+		return admission.Allowed("only finalizers removed")
 	}
 	tpl := template(obj)
 	if !IsConsumer(obj.GetAnnotations()) {
@@ -119,6 +132,33 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		removeWait(tpl)
 	}
 	return patched(req, obj)
+}
+
+// onlyFinalizersRemoved says whether an update of obj only removes
+// finalizers: never refused, nothing injected.
+func onlyFinalizersRemoved(req admission.Request, obj client.Object) (bool, error) {
+	if req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
+		return false, nil
+	}
+	old := obj.DeepCopyObject().(client.Object)
+	if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+		return false, err
+	}
+	removed := len(obj.GetFinalizers()) < len(old.GetFinalizers()) &&
+		!slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return !slices.Contains(old.GetFinalizers(), f) })
+	if !removed {
+		return false, nil
+	}
+	// Everything else as it was: compare with the finalizers and the
+	// server's bookkeeping (managed fields, versions) set alike.
+	was, now := old.DeepCopyObject().(client.Object), obj.DeepCopyObject().(client.Object)
+	for _, o := range []client.Object{was, now} {
+		o.SetFinalizers(nil)
+		o.SetManagedFields(nil)
+		o.SetResourceVersion("")
+		o.SetGeneration(0)
+	}
+	return equality.Semantic.DeepEqual(was, now), nil
 }
 
 // patched answers with the patch from the request's object to obj.
@@ -218,7 +258,8 @@ func consumerConfig(ctx context.Context, r client.Reader, namespace string, c Co
 // MutatingWebhookConfiguration is the webhook's registration, calling
 // clientConfig: CREATE and UPDATE of Deployments, StatefulSets and
 // DaemonSets that carry (or carried) the consumes annotation, outside
-// kube-system; a webhook that does not answer refuses the change.
+// kube-system, not being deleted; a webhook that does not answer refuses
+// the change.
 func MutatingWebhookConfiguration(name string, clientConfig admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
 	annotated := func(o string) string {
 		return "has(" + o + ".metadata.annotations) && '" + AnnotationConsumes + "' in " + o + ".metadata.annotations"
@@ -239,6 +280,11 @@ func MutatingWebhookConfiguration(name string, clientConfig admissionregistratio
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "consumers",
 				Expression: annotated("object") + " || (oldObject != null && " + annotated("oldObject") + ")",
+			}, {
+				// The garbage collector's removal of a finalizer from a
+				// workload being deleted never waits for the webhook.
+				Name:       "not-deleted",
+				Expression: "!has(object.metadata.deletionTimestamp)",
 			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
