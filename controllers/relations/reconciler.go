@@ -955,7 +955,8 @@ func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unst
 
 // writeRevision creates the immutable values Secret of a revision, owned
 // by the Relationship. One left by a run that crashed before recording it
-// is reused when it holds the same values.
+// is reused when it holds the same values, and replaced when it holds
+// others: no template refers to a revision not recorded.
 func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relationship, revision int64, hash string, vals Values) (name, foreign string, _ error) {
 	name = rel.Name + "-r" + strconv.FormatInt(revision, 10)
 	s := &corev1.Secret{
@@ -980,10 +981,27 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 		if old.Annotations[annotationHash] == hash && metav1.IsControlledBy(old, rel) {
 			return name, "", nil
 		}
-		// Other values under this revision's name: never rewrite them.
+		if ownWrite(old, rel) {
+			if err := r.Client.Delete(ctx, old, client.Preconditions{UID: &old.UID}); client.IgnoreNotFound(err) != nil {
+				return "", "", err
+			}
+			return name, "", r.Client.Create(ctx, s)
+		}
+		// Someone else's values under this revision's name: never rewrite
+		// them.
 		return "", fmt.Sprintf("Secret %s/%s, revision %d's name, holds other values: delete it if no pod uses it", rel.Namespace, name, revision), nil
 	}
 	return name, "", err
+}
+
+// ownWrite says whether s is a values Secret the controller wrote for
+// rel, untouched: its label, its owner, and values of its recorded hash.
+func ownWrite(s *corev1.Secret, rel *v1alpha1.Relationship) bool {
+	vals := Values{}
+	for k, v := range s.Data {
+		vals[k] = string(v)
+	}
+	return metav1.IsControlledBy(s, rel) && s.Labels[labelRelationship] == rel.Name && s.Annotations[annotationHash] == vals.Hash()
 }
 
 // inject applies w's template patch as the controller's field manager,

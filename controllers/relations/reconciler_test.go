@@ -489,6 +489,41 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 	}
 }
 
+// TestCrashThenAnotherChange: a controller that died after writing
+// revision 2's values Secret and before recording it, followed by another
+// change of the provider: the next controller recognises its own
+// unrecorded Secret and replaces it with the new values (not a
+// SecretConflict for good).
+func TestCrashThenAnotherChange(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	stop := startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	createAll(t, c, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	stop()
+	// What the crashed run left: revision 2's Secret, as it writes one.
+	rel := &v1alpha1.Relationship{}
+	if err := c.Get(ctx, relKey, rel); err != nil {
+		t.Fatal(err)
+	}
+	vals := relations.Values{"db": "db2.example.com"}
+	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r2", Namespace: "default",
+		Labels:      map[string]string{relations.Prefix + "relationship": rel.Name},
+		Annotations: map[string]string{relations.Prefix + "hash": vals.Hash()}},
+		Data: map[string][]byte{"db": []byte(vals["db"])}, Immutable: ptr.To(true)}
+	if err := controllerutil.SetControllerReference(rel, left, e.Scheme); err != nil {
+		t.Fatal(err)
+	}
+	createAll(t, c, left)
+	setHost(t, c, "pg", "db3.example.com")
+	startController(t, e)
+	waitRevision(t, c, relKey, 2, "db3.example.com")
+	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+}
+
 // TestInjectionRestored: a reconcile that would apply the same patch
 // writes nothing, but an injected variable someone removed comes back.
 func TestInjectionRestored(t *testing.T) {
