@@ -516,15 +516,26 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	return reconcile.Result{}, nil
 }
 
-// relationshipName is a consumer's Relationship for an interface: a DNS
-// label, hashed when too long.
+// relationshipName is a consumer's Relationship for an interface: kind,
+// consumer and interface joined by "-", a DNS label. Joined, an interface
+// with a "-" could read as another split ("web"+"db-main" and
+// "web-db"+"main"): its name ends in a hash of the three apart, as does a
+// name too long (shortened). Other names are as they always were.
 func relationshipName(kind, consumer, iface string) string {
 	n := strings.ToLower(kind) + "-" + consumer + "-" + iface
-	if len(n) <= 63 {
+	ambiguous := strings.Contains(iface, "-")
+	if len(n) <= 63 && !ambiguous {
 		return n
 	}
-	sum := sha256.Sum256([]byte(n))
-	return strings.TrimRight(n[:50], "-.") + "-" + hex.EncodeToString(sum[:])[:12]
+	key := n
+	if ambiguous {
+		key = strings.ToLower(kind) + "/" + consumer + "/" + iface
+	}
+	if len(n) > 50 {
+		n = strings.TrimRight(n[:50], "-.")
+	}
+	sum := sha256.Sum256([]byte(key))
+	return n + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
 // outcome is what relating one interface asks of its consumer's template.
@@ -1219,7 +1230,8 @@ func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, rels
 }
 
 // pruneRelationships deletes w's Relationships of interfaces it no longer
-// consumes.
+// consumes, and those of a name no longer theirs (an interface with a "-"
+// named before its name had a hash).
 func (r *kindReconciler) pruneRelationships(ctx context.Context, w client.Object, ifaces []string) error {
 	var list v1alpha1.RelationshipList
 	if err := r.Client.List(ctx, &list, client.InNamespace(w.GetNamespace()), client.MatchingFields{consumerIndex: r.kind + "/" + w.GetName()}); err != nil {
@@ -1227,7 +1239,7 @@ func (r *kindReconciler) pruneRelationships(ctx context.Context, w client.Object
 	}
 	for i := range list.Items {
 		rel := &list.Items[i]
-		if !metav1.IsControlledBy(rel, w) || slices.Contains(ifaces, rel.Spec.Interface) {
+		if !metav1.IsControlledBy(rel, w) || slices.Contains(ifaces, rel.Spec.Interface) && rel.Name == relationshipName(r.kind, w.GetName(), rel.Spec.Interface) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, rel); client.IgnoreNotFound(err) != nil {

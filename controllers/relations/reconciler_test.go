@@ -2,9 +2,11 @@ package relations_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -522,6 +524,61 @@ func TestCrashThenAnotherChange(t *testing.T) {
 	startController(t, e)
 	waitRevision(t, c, relKey, 2, "db3.example.com")
 	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+}
+
+// TestNamesNeverCollide: web consuming db-main and web-db consuming main
+// (joined alike by "-") each get their own Relationship, Ready, and their
+// own provider's values, never the other's.
+func TestNamesNeverCollide(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	provider := func(name, iface, host string) *corev1.Service {
+		svc := externalService(name, host)
+		svc.Annotations[relations.AnnotationProvides] = iface
+		return svc
+	}
+	createAll(t, c, provider("pg", "db-main", "pg.example.com"), provider("mysql", "main", "mysql.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db-main", relations.AnnotationRelationship: "pg"}),
+		deployment("web-db", map[string]string{relations.AnnotationConsumes: "main", relations.AnnotationRelationship: "mysql"}))
+	for _, w := range []struct{ name, env, host string }{{"web", "DB_MAIN", "pg.example.com"}, {"web-db", "MAIN", "mysql.example.com"}} {
+		d := &appsv1.Deployment{}
+		eventually(t, w.name+" takes "+w.host, func() (bool, string) {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: w.name}, d); err != nil {
+				return false, err.Error()
+			}
+			for _, ctr := range d.Spec.Template.Spec.Containers {
+				i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool {
+					return e.Name == w.env && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+				})
+				if i < 0 {
+					return false, ctr.Name + " has no " + w.env
+				}
+				ref := ctr.Env[i].ValueFrom.SecretKeyRef
+				s := &corev1.Secret{}
+				if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: ref.Name}, s); err != nil {
+					return false, err.Error()
+				}
+				if string(s.Data[ref.Key]) != w.host {
+					return false, fmt.Sprintf("%s takes %s from %s: %q", ctr.Name, w.env, ref.Name, s.Data[ref.Key])
+				}
+			}
+			return true, ""
+		})
+	}
+	var rels v1alpha1.RelationshipList
+	if err := c.List(ctx, &rels, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	if len(rels.Items) != 2 || rels.Items[0].Name == rels.Items[1].Name {
+		t.Fatalf("Relationships %+v, want two", rels.Items)
+	}
+	for _, rel := range rels.Items {
+		if !meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReady) {
+			t.Errorf("%s: %s", rel.Name, condString(&rel))
+		}
+	}
 }
 
 // TestInjectionRestored: a reconcile that would apply the same patch

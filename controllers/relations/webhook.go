@@ -93,6 +93,8 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, err)
+		case !consumedBy(rel, req, obj, iface):
+			// Another consumer's: its values are never injected here.
 		case rel.Status.Revision > 0 && missing == "":
 			in := Injection{Relationship: rel.Name, Interface: iface, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: t.keys}
 			if t.inPlace {
@@ -102,7 +104,7 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 				if err != nil && !apierrors.IsNotFound(err) {
 					return admission.Errored(http.StatusInternalServerError, err)
 				}
-				if err == nil {
+				if err == nil && metav1.IsControlledBy(live, rel) {
 					in.Secret, in.InPlace = live.Name, true
 				}
 			}
@@ -159,6 +161,14 @@ func onlyFinalizersRemoved(req admission.Request, obj client.Object) (bool, erro
 		o.SetGeneration(0)
 	}
 	return equality.Semantic.DeepEqual(was, now), nil
+}
+
+// consumedBy says whether rel is obj's relationship over iface: by its
+// spec, and by its owner once obj has an identity (not at creation).
+func consumedBy(rel *v1alpha1.Relationship, req admission.Request, obj client.Object, iface string) bool {
+	c := rel.Spec.Consumer
+	return c.Kind == req.Kind.Kind && c.Name == obj.GetName() && rel.Spec.Interface == iface &&
+		(obj.GetUID() == "" || metav1.IsControlledBy(rel, obj))
 }
 
 // patched answers with the patch from the request's object to obj.
