@@ -94,6 +94,9 @@ const (
 	// another namespace by that namespace: a change there (a config, an
 	// exposed Secret) concerns their consumers too.
 	providerNamespaceIndex = "relations.transit.io/provider-namespace"
+	// interfaceIndex indexes Relationships by their interface: a change
+	// of its Interface concerns their consumers.
+	interfaceIndex = "relations.transit.io/interface"
 )
 
 // workloadKinds are the kinds a consumer may be.
@@ -174,6 +177,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	err = mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Relationship{}, interfaceIndex, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.Relationship).Spec.Interface}
+	})
+	if err != nil {
+		return err
+	}
 	secretNames, err := secretNamesCache(mgr)
 	if err != nil {
 		return err
@@ -201,6 +210,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&appsv1.DaemonSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&v1alpha1.ConsumerConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
+			Watches(&v1alpha1.Interface{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfInterface)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			WatchesRawSource(source.Kind(secretNames, secretMetadata(), handler.TypedEnqueueRequestsFromMapFunc(rec.consumerOfLiveName), foreignLiveName())).
@@ -364,6 +374,24 @@ func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Obje
 		ctrl.LoggerFrom(ctx).Error(err, "list relationships", "provider namespace", ns)
 		return out
 	}
+	for _, rel := range rels.Items {
+		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rel.Namespace, Name: rel.Spec.Consumer.Name}}
+		if rel.Spec.Consumer.Kind == r.kind && !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out
+}
+
+// consumersOfInterface maps an Interface to the consumers of its
+// interface, whose values are held to it.
+func (r *kindReconciler) consumersOfInterface(ctx context.Context, o client.Object) []reconcile.Request {
+	var rels v1alpha1.RelationshipList
+	if err := r.Client.List(ctx, &rels, client.MatchingFields{interfaceIndex: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list relationships", "interface", o.GetName())
+		return nil
+	}
+	var out []reconcile.Request
 	for _, rel := range rels.Items {
 		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rel.Namespace, Name: rel.Spec.Consumer.Name}}
 		if rel.Spec.Consumer.Kind == r.kind && !slices.Contains(out, req) {
@@ -690,15 +718,22 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	if err != nil {
 		return outcome{}, err
 	}
+	// The interface's type, if it has one: both sides are held to it.
+	it := &v1alpha1.Interface{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: iface}, it); apierrors.IsNotFound(err) {
+		it = nil
+	} else if err != nil {
+		return outcome{}, err
+	}
 	var vals Values
 	if problems == nil {
-		if vals, problems, err = Resolve(iface, src, nil); err != nil {
+		if vals, problems, err = Resolve(iface, src, it); err != nil {
 			return outcome{}, err
 		}
 	}
 	resolved := vals != nil
 	if resolved {
-		problems = checkTakes(t.keys, vals, t.config)
+		problems = checkTakes(t.keys, vals, it, t.config)
 	}
 	if len(problems) > 0 {
 		report(set, problems, resolved)
@@ -958,6 +993,9 @@ func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unst
 				ns, name, provider.GetKind(), ns, provider.GetName(), iface, AnnotationConfig)}}, nil
 		case err != nil:
 			return src, nil, err
+		case pc.Spec.Interface != iface:
+			return src, []Problem{{Reason: "InterfaceMismatch", Interface: true, Detail: fmt.Sprintf("ProviderConfig %s/%s is for interface %s, but %s %s/%s names it for %s in %s",
+				ns, name, pc.Spec.Interface, provider.GetKind(), ns, provider.GetName(), iface, AnnotationConfig)}}, nil
 		}
 		src.Config = pc
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -110,4 +111,76 @@ func TestProviderConfigMissing(t *testing.T) {
 	createAll(t, c, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg-config", Namespace: "default"}, Spec: v1alpha1.ProviderConfigSpec{
 		Interface: "db", Values: []v1alpha1.ValueSource{{Key: "db", Field: "{.spec.externalName}"}}}})
 	waitRevision(t, c, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, 1, "db1.example.com")
+}
+
+// TestInterfaceEnforced: an Interface holds both sides: a required key
+// without a value, a value not of its format, a sensitive value from a
+// ConfigMap, a consumer taking a key the Interface does not declare and a
+// ProviderConfig of another interface are each InterfaceMatched=False
+// naming the key or config (a sensitive value never shown), and not
+// Ready; what keeps to it is established.
+func TestInterfaceEnforced(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	c := e.Client
+	expose := map[string]string{relations.LabelExpose: "true"}
+	exposedMeta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: "default", Labels: expose}
+	}
+	createAll(t, c,
+		&v1alpha1.Interface{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: v1alpha1.InterfaceSpec{Keys: []v1alpha1.InterfaceKey{
+			{Name: "host", Required: true, Format: "host"}, {Name: "port", Format: "port"}, {Name: "password", Required: true, Sensitive: true}}}},
+		&corev1.Secret{ObjectMeta: exposedMeta("creds"), StringData: map[string]string{"password": "s3cret-value", "port": "5432"}},
+		&corev1.ConfigMap{ObjectMeta: exposedMeta("cfg"), Data: map[string]string{"password": "cm-s3cret", "port": "http"}},
+		&v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-all", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+			Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "host", Env: "DB_HOST"}, {Key: "port", Env: "DB_PORT"}, {Key: "password", Env: "DB_PASSWORD"}}}},
+		&v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-user", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+			Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "host", Env: "DB_HOST"}, {Key: "user", Env: "DB_USER"}}}},
+	)
+	host := v1alpha1.ValueSource{Key: "host", Field: "{.spec.externalName}"}
+	secret := func(key string) v1alpha1.ValueSource {
+		return v1alpha1.ValueSource{Key: key, SecretKeyRef: &v1alpha1.KeyRef{Name: "creds", Key: key}}
+	}
+	configMap := func(key string) v1alpha1.ValueSource {
+		return v1alpha1.ValueSource{Key: key, ConfigMapKeyRef: &v1alpha1.KeyRef{Name: "cfg", Key: key}}
+	}
+	for _, p := range []struct {
+		name, iface, consumerConfig string
+		values                      []v1alpha1.ValueSource
+	}{
+		{"ok", "db", "db-all", []v1alpha1.ValueSource{host, secret("port"), secret("password")}},
+		{"required", "db", "db-all", []v1alpha1.ValueSource{host, secret("port")}},
+		{"format", "db", "db-all", []v1alpha1.ValueSource{host, configMap("port"), secret("password")}},
+		{"sensitive", "db", "db-all", []v1alpha1.ValueSource{host, secret("port"), configMap("password")}},
+		{"undeclared", "db", "db-user", []v1alpha1.ValueSource{host, secret("port"), secret("password")}},
+		{"other", "cache", "db-all", []v1alpha1.ValueSource{host, secret("port"), secret("password")}},
+	} {
+		svc := externalService(p.name, p.name+".example.com")
+		svc.Annotations[relations.AnnotationConfig] = "db=" + p.name
+		createAll(t, c, svc,
+			&v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "default"}, Spec: v1alpha1.ProviderConfigSpec{Interface: p.iface, Values: p.values}},
+			deployment("c-"+p.name, map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: p.name, relations.AnnotationConfig: "db=" + p.consumerConfig}))
+	}
+	waitCondition(t, c, "deployment-c-ok-db", v1alpha1.ConditionReady, metav1.ConditionTrue, "Established")
+	for _, want := range []struct{ consumer, reason, msg string }{
+		{"required", "MissingKey", "key password: required by Interface db, no value"},
+		{"format", "BadFormat", `key port: "http" is not a port (1-65535)`},
+		{"sensitive", "SensitiveInConfigMap", "key password: sensitive in Interface db, but ProviderConfig sensitive takes it from ConfigMap cfg: keep it in a Secret"},
+		{"undeclared", "MissingKey", "key user: ConsumerConfig default/db-user takes it, but Interface db declares no such key"},
+		{"other", "InterfaceMismatch", "ProviderConfig default/other is for interface cache, but Service default/other names it for db"},
+	} {
+		rel := waitCondition(t, c, "deployment-c-"+want.consumer+"-db", v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, want.reason, want.msg)
+		ready := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != want.reason {
+			t.Errorf("%s: Ready %+v, want False, %s", want.consumer, ready, want.reason)
+		}
+		if rel.Status.Revision != 0 {
+			t.Errorf("%s: revision %d of values that break the Interface", want.consumer, rel.Status.Revision)
+		}
+		for _, cond := range rel.Status.Conditions {
+			if strings.Contains(cond.Message, "s3cret") {
+				t.Errorf("%s: condition %s shows a sensitive value: %s", want.consumer, cond.Type, cond.Message)
+			}
+		}
+	}
 }
