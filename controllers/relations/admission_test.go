@@ -57,6 +57,10 @@ func TestWebhookNeverHoldsFinalizers(t *testing.T) {
 			d.Finalizers = nil
 			d.Spec.Template.Spec.Containers[0].Image = "nginx"
 		}, false},
+		{"a finalizer removed and labels set where there were none", func(d *appsv1.Deployment) {
+			d.Finalizers = nil
+			d.Labels = map[string]string{"team": "a"}
+		}, false},
 		{"a finalizer added", func(d *appsv1.Deployment) { d.Finalizers = append(d.Finalizers, "example.com/c") }, false},
 	} {
 		resp := update(c.edit)

@@ -29,9 +29,9 @@ const WebhookPath = "/mutate-workloads"
 // Webhook is the mutating admission webhook of consumer workloads: it
 // refuses malformed annotations, injects every relationship's persisted
 // revision that takes no name the user set (a rewritten template rolls
-// nothing), and holds a consumer
-// whose start depends on a relationship not yet established with the
-// wait init container, which it removes once every one is.
+// nothing), and holds a consumer whose start depends on a relationship
+// not yet established with the wait init container, which it removes
+// once every one is.
 type Webhook struct {
 	// Reader reads Relationships and ConsumerConfigs uncached: only a
 	// persisted revision is ever injected.
@@ -43,14 +43,14 @@ type Webhook struct {
 
 // Handle mutates one workload.
 func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	var obj client.Object
+	var obj, old client.Object
 	switch req.Kind.Kind {
 	case "Deployment":
-		obj = &appsv1.Deployment{}
+		obj, old = &appsv1.Deployment{}, &appsv1.Deployment{}
 	case "StatefulSet":
-		obj = &appsv1.StatefulSet{}
+		obj, old = &appsv1.StatefulSet{}, &appsv1.StatefulSet{}
 	case "DaemonSet":
-		obj = &appsv1.DaemonSet{}
+		obj, old = &appsv1.DaemonSet{}, &appsv1.DaemonSet{}
 	default:
 		return admission.Allowed("not a workload")
 	}
@@ -61,12 +61,13 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		// Its finalizers go as they may: a deletion is never held.
 		return admission.Allowed("being deleted")
 	}
-	only, err := onlyFinalizersRemoved(req, obj)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	if only {
-		return admission.Allowed("only finalizers removed")
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		if err := h.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, err)
+		}
+		if onlyFinalizersRemoved(old, obj) {
+			return admission.Allowed("only finalizers removed")
+		}
 	}
 	tpl := template(obj)
 	if !IsConsumer(obj.GetAnnotations()) {
@@ -136,20 +137,13 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 	return patched(req, obj)
 }
 
-// onlyFinalizersRemoved says whether an update of obj only removes
-// finalizers: never refused, nothing injected.
-func onlyFinalizersRemoved(req admission.Request, obj client.Object) (bool, error) {
-	if req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
-		return false, nil
-	}
-	old := obj.DeepCopyObject().(client.Object)
-	if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-		return false, err
-	}
+// onlyFinalizersRemoved says whether the update from old to obj only
+// removes finalizers: never refused, nothing injected.
+func onlyFinalizersRemoved(old, obj client.Object) bool {
 	removed := len(obj.GetFinalizers()) < len(old.GetFinalizers()) &&
 		!slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return !slices.Contains(old.GetFinalizers(), f) })
 	if !removed {
-		return false, nil
+		return false
 	}
 	// Everything else as it was: compare with the finalizers and the
 	// server's bookkeeping (managed fields, versions) set alike.
@@ -160,7 +154,7 @@ func onlyFinalizersRemoved(req admission.Request, obj client.Object) (bool, erro
 		o.SetResourceVersion("")
 		o.SetGeneration(0)
 	}
-	return equality.Semantic.DeepEqual(was, now), nil
+	return equality.Semantic.DeepEqual(was, now)
 }
 
 // consumedBy says whether rel is obj's relationship over iface: by its
