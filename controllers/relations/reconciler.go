@@ -792,6 +792,24 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPinned)
 	}
+	if run.Revision != latest.Revision {
+		// An older revision runs (a pin): it must hold the keys taken too.
+		s := &corev1.Secret{}
+		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: run.Secret}, s); err != nil {
+			return outcome{}, err
+		}
+		held := Values{}
+		for k, v := range s.Data {
+			held[k] = string(v)
+		}
+		if problems := checkTakes(t.keys, held, nil, t.config); len(problems) > 0 {
+			for i := range problems {
+				problems[i].Detail = fmt.Sprintf("r%d (pinned): %s", run.Revision, problems[i].Detail)
+			}
+			report(set, problems, true)
+			return outcome{in: current(), takes: t, again: true, hold: true, rel: rel}, finish()
+		}
+	}
 	if run.Revision != st.Revision && st.Revision > 0 {
 		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
 	}

@@ -184,3 +184,61 @@ func TestInterfaceEnforced(t *testing.T) {
 		}
 	}
 }
+
+// TestPinLacksKey: a pin to a revision made before the provider supplied
+// a key the consumer now takes is InterfaceMatched=False naming the
+// revision and key, and the template stays at the revision that has it.
+func TestPinLacksKey(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	pg := externalService("pg", "db1.example.com")
+	pg.Annotations[relations.AnnotationConfig] = "db=pg"
+	pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: "default"}, Spec: v1alpha1.ProviderConfigSpec{
+		Interface: "db", Values: []v1alpha1.ValueSource{{Key: "db", Field: "{.spec.externalName}"}}}}
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-env", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "db", Env: "DB"}}}}
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-env"})
+	createAll(t, c, pg, pc, cc, web)
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	update := func(o client.Object, edit func()) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+				return err
+			}
+			edit()
+			return c.Update(ctx, o)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// r2 supplies host too, which the consumer then takes.
+	update(pc, func() {
+		pc.Spec.Values = append(pc.Spec.Values, v1alpha1.ValueSource{Key: "host", Field: "{.spec.externalName}"})
+	})
+	waitRevision(t, c, relKey, 2, "db1.example.com")
+	update(cc, func() { cc.Spec.Keys = append(cc.Spec.Keys, v1alpha1.KeyInjection{Key: "host", Env: "DB_HOST"}) })
+	eventually(t, "DB_HOST injected", func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+			return false, err.Error()
+		}
+		return takesKey(web, "host"), "not yet"
+	})
+
+	update(web, func() { web.Annotations[relations.AnnotationPin] = "db=1" })
+	rel := waitCondition(t, c, relKey.Name, v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, "MissingKey",
+		"key host: r1 (pinned): ConsumerConfig default/db-env takes it, but the provider supplies only db")
+	if meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReady) || rel.Status.Revision != 2 {
+		t.Errorf("pinned to a revision without a key taken: revision %d, %s; want 2, not Ready", rel.Status.Revision, condString(rel))
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+		t.Fatal(err)
+	}
+	if got := web.Spec.Template.Annotations[relations.RevisionAnnotationPrefix+relKey.Name]; got != "2" {
+		t.Errorf("the template runs revision %s, want 2 (r1 lacks host)", got)
+	}
+}
