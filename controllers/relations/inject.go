@@ -210,6 +210,22 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// admit splits injections into those w's template may take and those
+// that would overwrite a variable or mount someone else set there, with
+// why: the one rule of the controller's patch and the webhook's
+// injection, so a name the user set is never overwritten. owned are the
+// fields the controller applied (ownedFields).
+func admit(w client.Object, owned *fieldpath.Set, injections []Injection) (apply, blocked []Injection, why []string) {
+	for _, in := range injections {
+		if msg := conflict(w, owned, in); msg != "" {
+			blocked, why = append(blocked, in), append(why, msg)
+			continue
+		}
+		apply = append(apply, in)
+	}
+	return apply, blocked, why
+}
+
 // conflict is what an injection would set that another manager set first.
 func conflict(w client.Object, owned *fieldpath.Set, in Injection) string {
 	tpl := template(w)

@@ -94,6 +94,9 @@ const (
 	// another namespace by that namespace: a change there (a config, an
 	// exposed Secret) concerns their consumers too.
 	providerNamespaceIndex = "relations.transit.io/provider-namespace"
+	// interfaceIndex indexes Relationships by their interface: a change
+	// of its Interface concerns their consumers.
+	interfaceIndex = "relations.transit.io/interface"
 )
 
 // workloadKinds are the kinds a consumer may be.
@@ -174,6 +177,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	err = mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Relationship{}, interfaceIndex, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.Relationship).Spec.Interface}
+	})
+	if err != nil {
+		return err
+	}
 	secretNames, err := secretNamesCache(mgr)
 	if err != nil {
 		return err
@@ -201,6 +210,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&appsv1.DaemonSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&v1alpha1.ConsumerConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
+			Watches(&v1alpha1.Interface{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfInterface)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			WatchesRawSource(source.Kind(secretNames, secretMetadata(), handler.TypedEnqueueRequestsFromMapFunc(rec.consumerOfLiveName), foreignLiveName())).
@@ -373,6 +383,24 @@ func (r *kindReconciler) consumersInNamespace(ctx context.Context, o client.Obje
 	return out
 }
 
+// consumersOfInterface maps an Interface to the consumers of its
+// interface, whose values are held to it.
+func (r *kindReconciler) consumersOfInterface(ctx context.Context, o client.Object) []reconcile.Request {
+	var rels v1alpha1.RelationshipList
+	if err := r.Client.List(ctx, &rels, client.MatchingFields{interfaceIndex: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list relationships", "interface", o.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for _, rel := range rels.Items {
+		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rel.Namespace, Name: rel.Spec.Consumer.Name}}
+		if rel.Spec.Consumer.Kind == r.kind && !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out
+}
+
 // Reconcile brings one consumer's relationships and template in line.
 func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	return retryConflicts(r.reconcile(ctx, req))
@@ -463,15 +491,11 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	var apply []Injection
-	for _, in := range injections {
-		if msg := conflict(w, owned, in); msg != "" {
-			blocked, why = append(blocked, in), append(why, msg)
-			r.Recorder.Eventf(w, corev1.EventTypeWarning, "Conflict", "relationship %s: %s; rename it, or remove it to let the relationship inject", in.Relationship, msg)
-			continue
-		}
-		apply = append(apply, in)
+	apply, conflicts, msgs := admit(w, owned, injections)
+	for i, in := range conflicts {
+		r.Recorder.Eventf(w, corev1.EventTypeWarning, "Conflict", "relationship %s: %s; rename it, or remove it to let the relationship inject", in.Relationship, msgs[i])
 	}
+	blocked, why = append(blocked, conflicts...), append(why, msgs...)
 	live, err := r.inject(ctx, w, owned, apply)
 	var reverted errReverted
 	if errors.As(err, &reverted) {
@@ -520,15 +544,26 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	return reconcile.Result{}, nil
 }
 
-// relationshipName is a consumer's Relationship for an interface: a DNS
-// label, hashed when too long.
+// relationshipName is a consumer's Relationship for an interface: kind,
+// consumer and interface joined by "-", a DNS label. Joined, an interface
+// with a "-" could read as another split ("web"+"db-main" and
+// "web-db"+"main"): its name ends in a hash of the three apart, as does a
+// name too long (shortened). Other names are as they always were.
 func relationshipName(kind, consumer, iface string) string {
 	n := strings.ToLower(kind) + "-" + consumer + "-" + iface
-	if len(n) <= 63 {
+	ambiguous := strings.Contains(iface, "-")
+	if len(n) <= 63 && !ambiguous {
 		return n
 	}
-	sum := sha256.Sum256([]byte(n))
-	return strings.TrimRight(n[:50], "-.") + "-" + hex.EncodeToString(sum[:])[:12]
+	key := n
+	if ambiguous {
+		key = strings.ToLower(kind) + "/" + consumer + "/" + iface
+	}
+	if len(n) > 50 {
+		n = strings.TrimRight(n[:50], "-.")
+	}
+	sum := sha256.Sum256([]byte(key))
+	return n + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
 // outcome is what relating one interface asks of its consumer's template.
@@ -679,21 +714,32 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			r.Recorder.Eventf(w, corev1.EventTypeWarning, "Cycle", "%s: %s", iface, cycle)
 		}
 	}
-	src, err := r.source(ctx, provider, iface)
+	src, problems, err := r.source(ctx, provider, iface)
 	if err != nil {
 		return outcome{}, err
 	}
-	vals, problems, err := Resolve(iface, src, nil)
-	if err != nil {
+	// The interface's type, if it has one: both sides are held to it.
+	it := &v1alpha1.Interface{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: iface}, it); apierrors.IsNotFound(err) {
+		it = nil
+	} else if err != nil {
 		return outcome{}, err
+	}
+	var vals Values
+	if problems == nil {
+		if vals, problems, err = Resolve(iface, src, it); err != nil {
+			return outcome{}, err
+		}
+	}
+	resolved := vals != nil
+	if resolved {
+		problems = checkTakes(t.keys, vals, it, t.config)
 	}
 	if len(problems) > 0 {
-		var msgs []string
-		for _, p := range problems {
-			msgs = append(msgs, p.String())
-		}
-		set(v1alpha1.ConditionValuesResolved, false, problems[0].Reason, strings.Join(msgs, "; "))
-		return outcome{in: current(), takes: t, again: true, rel: rel}, finish()
+		report(set, problems, resolved)
+		// A key the consumer takes that the values lack: the template
+		// keeps what it has (it would point at a key its Secret lacks).
+		return outcome{in: current(), takes: t, again: true, hold: resolved, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
 	if slices.ContainsFunc(t.keys, func(k v1alpha1.KeyInjection) bool { return k.Binding != "" }) {
@@ -746,6 +792,24 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPinned)
 	}
+	if run.Revision != latest.Revision {
+		// An older revision runs (a pin): it must hold the keys taken too.
+		s := &corev1.Secret{}
+		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: run.Secret}, s); err != nil {
+			return outcome{}, err
+		}
+		held := Values{}
+		for k, v := range s.Data {
+			held[k] = string(v)
+		}
+		if problems := checkTakes(t.keys, held, nil, t.config); len(problems) > 0 {
+			for i := range problems {
+				problems[i].Detail = fmt.Sprintf("r%d (pinned): %s", run.Revision, problems[i].Detail)
+			}
+			report(set, problems, true)
+			return outcome{in: current(), takes: t, again: true, hold: true, rel: rel}, finish()
+		}
+	}
 	if run.Revision != st.Revision && st.Revision > 0 {
 		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
 	}
@@ -758,6 +822,34 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 	}
 	return outcome{in: current(), takes: t, rel: rel}, finish()
+}
+
+// report sets the conditions problems are of: InterfaceMatched for those
+// of the agreed interface, ValuesResolved for those of the sources (true
+// when the values resolved).
+func report(set func(t string, ok bool, reason, msg string), problems []Problem, resolved bool) {
+	var typed, sourced []string
+	for _, p := range problems {
+		if p.Interface {
+			typed = append(typed, p.String())
+		} else {
+			sourced = append(sourced, p.String())
+		}
+	}
+	reason := func(typed bool) string {
+		return problems[slices.IndexFunc(problems, func(p Problem) bool { return p.Interface == typed })].Reason
+	}
+	if len(typed) > 0 {
+		set(v1alpha1.ConditionInterfaceMatched, false, reason(true), strings.Join(typed, "; "))
+	}
+	switch {
+	case len(sourced) > 0:
+		set(v1alpha1.ConditionValuesResolved, false, reason(false), strings.Join(sourced, "; "))
+	case resolved:
+		set(v1alpha1.ConditionValuesResolved, true, "Resolved", "")
+	default:
+		set(v1alpha1.ConditionValuesResolved, false, reason(true), strings.Join(typed, "; "))
+	}
 }
 
 // ensureRelationship reads rel (by its name) and creates or updates it
@@ -884,8 +976,10 @@ func CacheOptions() cache.Options {
 	}}
 }
 
-// source is where a provider's values come from.
-func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unstructured, iface string) (Source, error) {
+// source is where a provider's values come from. A ProviderConfig the
+// provider names that does not exist, or is of another interface, is a
+// problem.
+func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unstructured, iface string) (Source, []Problem, error) {
 	src := Source{Provider: provider, ClusterDomain: r.Options.ClusterDomain}
 	ns := provider.GetNamespace()
 	src.Secret = func(name string) (*corev1.Secret, error) {
@@ -906,21 +1000,30 @@ func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unst
 	}
 	p, err := ParseProvider(provider.GetAnnotations())
 	if err != nil {
-		return src, nil
+		return src, nil, nil
 	}
 	if name, ok := p.Configs[iface]; ok {
 		pc := &v1alpha1.ProviderConfig{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pc); err != nil {
-			return src, err
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pc)
+		switch {
+		case apierrors.IsNotFound(err):
+			return src, []Problem{{Reason: "ConfigMissing", Detail: fmt.Sprintf("ProviderConfig %s/%s does not exist (%s %s/%s names it for %s in %s): create it, or name another",
+				ns, name, provider.GetKind(), ns, provider.GetName(), iface, AnnotationConfig)}}, nil
+		case err != nil:
+			return src, nil, err
+		case pc.Spec.Interface != iface:
+			return src, []Problem{{Reason: "InterfaceMismatch", Interface: true, Detail: fmt.Sprintf("ProviderConfig %s/%s is for interface %s, but %s %s/%s names it for %s in %s",
+				ns, name, pc.Spec.Interface, provider.GetKind(), ns, provider.GetName(), iface, AnnotationConfig)}}, nil
 		}
 		src.Config = pc
 	}
-	return src, nil
+	return src, nil, nil
 }
 
 // writeRevision creates the immutable values Secret of a revision, owned
 // by the Relationship. One left by a run that crashed before recording it
-// is reused when it holds the same values.
+// is reused when it holds the same values, and replaced when it holds
+// others: no template refers to a revision not recorded.
 func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relationship, revision int64, hash string, vals Values) (name, foreign string, _ error) {
 	name = rel.Name + "-r" + strconv.FormatInt(revision, 10)
 	s := &corev1.Secret{
@@ -945,10 +1048,27 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 		if old.Annotations[annotationHash] == hash && metav1.IsControlledBy(old, rel) {
 			return name, "", nil
 		}
-		// Other values under this revision's name: never rewrite them.
+		if ownWrite(old, rel) {
+			if err := r.Client.Delete(ctx, old, client.Preconditions{UID: &old.UID}); client.IgnoreNotFound(err) != nil {
+				return "", "", err
+			}
+			return name, "", r.Client.Create(ctx, s)
+		}
+		// Someone else's values under this revision's name: never rewrite
+		// them.
 		return "", fmt.Sprintf("Secret %s/%s, revision %d's name, holds other values: delete it if no pod uses it", rel.Namespace, name, revision), nil
 	}
 	return name, "", err
+}
+
+// ownWrite says whether s is a values Secret the controller wrote for
+// rel, untouched: its label, its owner, and values of its recorded hash.
+func ownWrite(s *corev1.Secret, rel *v1alpha1.Relationship) bool {
+	vals := Values{}
+	for k, v := range s.Data {
+		vals[k] = string(v)
+	}
+	return metav1.IsControlledBy(s, rel) && s.Labels[labelRelationship] == rel.Name && s.Annotations[annotationHash] == vals.Hash()
 }
 
 // inject applies w's template patch as the controller's field manager,
@@ -967,7 +1087,7 @@ func (r *kindReconciler) inject(ctx context.Context, w client.Object, owned *fie
 		if err != nil {
 			return nil, err
 		}
-		if w.GetAnnotations()[annotationApplied] == hash && carries(tpl, injections) {
+		if w.GetAnnotations()[annotationApplied] == hash && carries(tpl, tplPatch) {
 			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w)
 			if err != nil {
 				return nil, err
@@ -1000,12 +1120,61 @@ func patchHash(patch map[string]any) (string, error) {
 	return hex.EncodeToString(sum[:8]), nil
 }
 
-// carries says whether tpl holds everything injections put there (no
-// one removed or changed an injected field since it was applied).
-func carries(tpl *corev1.PodTemplateSpec, injections []Injection) bool {
-	want := tpl.DeepCopy()
-	injectInto(want, injections)
-	return equality.Semantic.DeepEqual(want, tpl)
+// carries says whether tpl holds every field of the template patch as
+// it was applied (no one removed or changed an injected field since).
+// Only the fields the patch sets are compared: what the API server
+// defaults beside them (a Secret volume's defaultMode) is no change.
+func carries(tpl *corev1.PodTemplateSpec, patch map[string]any) bool {
+	live, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tpl)
+	return err == nil && holds(live, patch)
+}
+
+// holds says whether live has every field of want, with want's value.
+// List elements are matched by their key (a mount's mountPath, else
+// name), a list of elements without one (a volume's items) by position.
+func holds(live, want any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		l, ok := live.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range w {
+			if !holds(l[k], v) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := live.([]any)
+		if !ok {
+			return false
+		}
+		keyOf := func(e any) (string, any) {
+			m, _ := e.(map[string]any)
+			for _, k := range []string{"mountPath", "name"} {
+				if v, ok := m[k]; ok {
+					return k, v
+				}
+			}
+			return "", nil
+		}
+		for i, e := range w {
+			k, v := keyOf(e)
+			if k == "" {
+				if len(l) != len(w) || !holds(l[i], e) {
+					return false
+				}
+				continue
+			}
+			j := slices.IndexFunc(l, func(le any) bool { m, _ := le.(map[string]any); return m[k] == v })
+			if j < 0 || !holds(l[j], e) {
+				return false
+			}
+		}
+		return true
+	}
+	return live == want
 }
 
 // rolledOut says whether the workload's pods all run its current
@@ -1117,7 +1286,8 @@ func (r *kindReconciler) markInjected(ctx context.Context, w client.Object, rels
 }
 
 // pruneRelationships deletes w's Relationships of interfaces it no longer
-// consumes.
+// consumes, and those of a name no longer theirs (an interface with a "-"
+// named before its name had a hash).
 func (r *kindReconciler) pruneRelationships(ctx context.Context, w client.Object, ifaces []string) error {
 	var list v1alpha1.RelationshipList
 	if err := r.Client.List(ctx, &list, client.InNamespace(w.GetNamespace()), client.MatchingFields{consumerIndex: r.kind + "/" + w.GetName()}); err != nil {
@@ -1125,7 +1295,7 @@ func (r *kindReconciler) pruneRelationships(ctx context.Context, w client.Object
 	}
 	for i := range list.Items {
 		rel := &list.Items[i]
-		if !metav1.IsControlledBy(rel, w) || slices.Contains(ifaces, rel.Spec.Interface) {
+		if !metav1.IsControlledBy(rel, w) || slices.Contains(ifaces, rel.Spec.Interface) && rel.Name == relationshipName(r.kind, w.GetName(), rel.Spec.Interface) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, rel); client.IgnoreNotFound(err) != nil {

@@ -2,9 +2,11 @@ package relations_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,9 +290,11 @@ func TestRelationshipLifecycle(t *testing.T) {
 }
 
 // TestUserVariableConflicts: a variable the user set under the name the
-// relationship injects is never overwritten: Injected=False, Conflict.
+// relationship injects is never overwritten: Injected=False, Conflict;
+// not by the controller, nor by the webhook on the controller's own patch
+// or on a user's edit.
 func TestUserVariableConflicts(t *testing.T) {
-	e := startEnv(t)
+	e := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
@@ -311,12 +315,33 @@ func TestUserVariableConflicts(t *testing.T) {
 		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInjected)
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "Conflict", condString(rel)
 	})
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+	// The condition is written after the controller's patch, which went
+	// through the webhook.
+	untouched := func(when string) {
+		t.Helper()
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+			t.Fatal(err)
+		}
+		cs := mine.Spec.Template.Spec.Containers
+		if env := cs[0].Env; len(env) != 1 || env[0].Value != "my-own-db" || env[0].ValueFrom != nil {
+			t.Errorf("%s: the user's variable was changed: %+v", when, env)
+		}
+		if len(cs[1].Env) != 0 {
+			t.Errorf("%s: the relationship was injected into the other container: %+v", when, cs[1].Env)
+		}
+	}
+	untouched("after the controller's patch")
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+			return err
+		}
+		mine.Labels = map[string]string{"edited": "yes"}
+		return c.Update(ctx, mine)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if env := mine.Spec.Template.Spec.Containers[0].Env; len(env) != 1 || env[0].Value != "my-own-db" || env[0].ValueFrom != nil {
-		t.Errorf("the user's variable was changed: %+v", env)
-	}
+	untouched("after a user's edit")
 }
 
 func waitRevision(t *testing.T, c client.Client, key types.NamespacedName, revision int64, value string) {
@@ -463,6 +488,96 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "deployment-web-db-r1,deployment-web-db-r2" {
 		t.Errorf("values Secrets %v, want r1 and r2 only", names)
+	}
+}
+
+// TestCrashThenAnotherChange: a controller that died after writing
+// revision 2's values Secret and before recording it, followed by another
+// change of the provider: the next controller recognises its own
+// unrecorded Secret and replaces it with the new values (not a
+// SecretConflict for good).
+func TestCrashThenAnotherChange(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	stop := startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	createAll(t, c, externalService("pg", "db1.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	waitRevision(t, c, relKey, 1, "db1.example.com")
+	stop()
+	// What the crashed run left: revision 2's Secret, as it writes one.
+	rel := &v1alpha1.Relationship{}
+	if err := c.Get(ctx, relKey, rel); err != nil {
+		t.Fatal(err)
+	}
+	vals := relations.Values{"db": "db2.example.com"}
+	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r2", Namespace: "default",
+		Labels:      map[string]string{relations.Prefix + "relationship": rel.Name},
+		Annotations: map[string]string{relations.Prefix + "hash": vals.Hash()}},
+		Data: map[string][]byte{"db": []byte(vals["db"])}, Immutable: ptr.To(true)}
+	if err := controllerutil.SetControllerReference(rel, left, e.Scheme); err != nil {
+		t.Fatal(err)
+	}
+	createAll(t, c, left)
+	setHost(t, c, "pg", "db3.example.com")
+	startController(t, e)
+	waitRevision(t, c, relKey, 2, "db3.example.com")
+	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+}
+
+// TestNamesNeverCollide: web consuming db-main and web-db consuming main
+// (joined alike by "-") each get their own Relationship, Ready, and their
+// own provider's values, never the other's.
+func TestNamesNeverCollide(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	provider := func(name, iface, host string) *corev1.Service {
+		svc := externalService(name, host)
+		svc.Annotations[relations.AnnotationProvides] = iface
+		return svc
+	}
+	createAll(t, c, provider("pg", "db-main", "pg.example.com"), provider("mysql", "main", "mysql.example.com"),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db-main", relations.AnnotationRelationship: "pg"}),
+		deployment("web-db", map[string]string{relations.AnnotationConsumes: "main", relations.AnnotationRelationship: "mysql"}))
+	for _, w := range []struct{ name, env, host string }{{"web", "DB_MAIN", "pg.example.com"}, {"web-db", "MAIN", "mysql.example.com"}} {
+		d := &appsv1.Deployment{}
+		eventually(t, w.name+" takes "+w.host, func() (bool, string) {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: w.name}, d); err != nil {
+				return false, err.Error()
+			}
+			for _, ctr := range d.Spec.Template.Spec.Containers {
+				i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool {
+					return e.Name == w.env && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+				})
+				if i < 0 {
+					return false, ctr.Name + " has no " + w.env
+				}
+				ref := ctr.Env[i].ValueFrom.SecretKeyRef
+				s := &corev1.Secret{}
+				if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: ref.Name}, s); err != nil {
+					return false, err.Error()
+				}
+				if string(s.Data[ref.Key]) != w.host {
+					return false, fmt.Sprintf("%s takes %s from %s: %q", ctr.Name, w.env, ref.Name, s.Data[ref.Key])
+				}
+			}
+			return true, ""
+		})
+	}
+	var rels v1alpha1.RelationshipList
+	if err := c.List(ctx, &rels, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	if len(rels.Items) != 2 || rels.Items[0].Name == rels.Items[1].Name {
+		t.Fatalf("Relationships %+v, want two", rels.Items)
+	}
+	for _, rel := range rels.Items {
+		if !meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReady) {
+			t.Errorf("%s: %s", rel.Name, condString(&rel))
+		}
 	}
 }
 

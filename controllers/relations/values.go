@@ -47,6 +47,9 @@ type Problem struct {
 	Key    string
 	Reason string // a condition reason: MissingKey, NotExposed, BadFormat…
 	Detail string
+	// Interface: the values break what the two sides agreed (condition
+	// InterfaceMatched), not a source (ValuesResolved).
+	Interface bool
 }
 
 func (p Problem) String() string {
@@ -123,6 +126,7 @@ func Resolve(iface string, src Source, it *v1alpha1.Interface) (Values, []Proble
 	}
 	if it != nil {
 		problems = append(problems, check(vals, it)...)
+		problems = append(problems, checkSensitive(src.Config, it)...)
 	}
 	size := 0
 	for k, v := range vals {
@@ -244,7 +248,7 @@ func check(vals Values, it *v1alpha1.Interface) []Problem {
 		v, ok := vals[k.Name]
 		if !ok {
 			if k.Required {
-				problems = append(problems, Problem{Key: k.Name, Reason: "MissingKey", Detail: "required by Interface " + it.Name + ", no value"})
+				problems = append(problems, Problem{Key: k.Name, Reason: "MissingKey", Interface: true, Detail: "required by Interface " + it.Name + ", no value"})
 			}
 			continue
 		}
@@ -253,15 +257,56 @@ func check(vals Values, it *v1alpha1.Interface) []Problem {
 			if k.Sensitive {
 				detail = "not a " + k.Format + " (the value is sensitive and not shown)"
 			}
-			problems = append(problems, Problem{Key: k.Name, Reason: "BadFormat", Detail: detail})
+			problems = append(problems, Problem{Key: k.Name, Reason: "BadFormat", Interface: true, Detail: detail})
 		}
 	}
 	for k := range vals {
 		if _, ok := declared[k]; !ok {
-			problems = append(problems, Problem{Key: k, Reason: "InterfaceMismatch", Detail: "Interface " + it.Name + " has no such key"})
+			problems = append(problems, Problem{Key: k, Reason: "InterfaceMismatch", Interface: true, Detail: "Interface " + it.Name + " has no such key"})
 		}
 	}
 	slices.SortFunc(problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
+	return problems
+}
+
+// checkSensitive: a value the Interface marks sensitive comes from a
+// Secret, never from a ConfigMap, which anyone who may read the
+// namespace's configuration reads.
+func checkSensitive(cfg *v1alpha1.ProviderConfig, it *v1alpha1.Interface) []Problem {
+	if cfg == nil {
+		return nil
+	}
+	var problems []Problem
+	for _, vs := range cfg.Spec.Values {
+		i := slices.IndexFunc(it.Spec.Keys, func(k v1alpha1.InterfaceKey) bool { return k.Name == vs.Key })
+		if i >= 0 && it.Spec.Keys[i].Sensitive && vs.ConfigMapKeyRef != nil {
+			problems = append(problems, Problem{Key: vs.Key, Reason: "SensitiveInConfigMap", Interface: true,
+				Detail: fmt.Sprintf("sensitive in Interface %s, but ProviderConfig %s takes it from ConfigMap %s: keep it in a Secret (secretKeyRef)", it.Name, cfg.Name, vs.ConfigMapKeyRef.Name)})
+		}
+	}
+	return problems
+}
+
+// checkTakes holds the keys a consumer takes to the Interface, if any,
+// and to the values: a key they lack would point the template at a key
+// its Secret lacks. config names the ConsumerConfig ("": the default
+// interface's one key).
+func checkTakes(keys []v1alpha1.KeyInjection, vals Values, it *v1alpha1.Interface, config string) []Problem {
+	var problems []Problem
+	for _, k := range keys {
+		if _, ok := vals[k.Key]; ok {
+			continue
+		}
+		by := "the default interface takes it (no ConsumerConfig names the keys to take)"
+		if config != "" {
+			by = "ConsumerConfig " + config + " takes it"
+		}
+		detail := fmt.Sprintf("%s, but the provider supplies only %s", by, strings.Join(sortedKeys(vals), ", "))
+		if it != nil && !slices.ContainsFunc(it.Spec.Keys, func(ik v1alpha1.InterfaceKey) bool { return ik.Name == k.Key }) {
+			detail = fmt.Sprintf("%s, but Interface %s declares no such key", by, it.Name)
+		}
+		problems = append(problems, Problem{Key: k.Key, Reason: "MissingKey", Interface: true, Detail: detail})
+	}
 	return problems
 }
 

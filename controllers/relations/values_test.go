@@ -101,6 +101,13 @@ func TestResolve(t *testing.T) {
 			`key host: "not a host!" is not a host name or IP address`,
 			"key password: not a port (the value is sensitive and not shown)",
 		}},
+		{name: "a sensitive key from a ConfigMap", provider: service("pg", "db.example.com"), iface: iface, config: config(
+			v1alpha1.ValueSource{Key: "host", Field: "{.spec.externalName}"},
+			v1alpha1.ValueSource{Key: "password", ConfigMapKeyRef: &v1alpha1.KeyRef{Name: "pg", Key: "bin"}},
+		), problems: []string{
+			"key password: not a port (the value is sensitive and not shown)",
+			"key password: sensitive in Interface db, but ProviderConfig pg takes it from ConfigMap pg: keep it in a Secret (secretKeyRef)",
+		}},
 		{name: "a required key missing", provider: service("pg", "db.example.com"), iface: iface,
 			config:   config(v1alpha1.ValueSource{Key: "port", Field: "{.spec.ports[0].port}"}),
 			problems: []string{"key host: required by Interface db, no value"}},
@@ -126,6 +133,9 @@ func TestResolve(t *testing.T) {
 			ps = append(ps, p.String())
 			if strings.Contains(p.Detail, "s3cret") {
 				t.Errorf("%s: a problem shows a secret value: %s", c.name, p)
+			}
+			if p.Interface != (c.iface != nil) {
+				t.Errorf("%s: %s: of the Interface %v, want %v", c.name, p, p.Interface, c.iface != nil)
 			}
 		}
 		if !reflect.DeepEqual(ps, c.problems) || !reflect.DeepEqual(got, c.want) {

@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,9 +28,10 @@ const WebhookPath = "/mutate-workloads"
 
 // Webhook is the mutating admission webhook of consumer workloads: it
 // refuses malformed annotations, injects every relationship's persisted
-// revision (a rewritten template rolls nothing), and holds a consumer
-// whose start depends on a relationship not yet established with the
-// wait init container, which it removes once every one is.
+// revision that takes no name the user set (a rewritten template rolls
+// nothing), and holds a consumer whose start depends on a relationship
+// not yet established with the wait init container, which it removes
+// once every one is.
 type Webhook struct {
 	// Reader reads Relationships and ConsumerConfigs uncached: only a
 	// persisted revision is ever injected.
@@ -40,19 +43,31 @@ type Webhook struct {
 
 // Handle mutates one workload.
 func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	var obj client.Object
+	var obj, old client.Object
 	switch req.Kind.Kind {
 	case "Deployment":
-		obj = &appsv1.Deployment{}
+		obj, old = &appsv1.Deployment{}, &appsv1.Deployment{}
 	case "StatefulSet":
-		obj = &appsv1.StatefulSet{}
+		obj, old = &appsv1.StatefulSet{}, &appsv1.StatefulSet{}
 	case "DaemonSet":
-		obj = &appsv1.DaemonSet{}
+		obj, old = &appsv1.DaemonSet{}, &appsv1.DaemonSet{}
 	default:
 		return admission.Allowed("not a workload")
 	}
 	if err := h.Decoder.Decode(req, obj); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		// Its finalizers go as they may: a deletion is never held.
+		return admission.Allowed("being deleted")
+	}
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		if err := h.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, err)
+		}
+		if onlyFinalizersRemoved(old, obj) {
+			return admission.Allowed("only finalizers removed")
+		}
 	}
 	tpl := template(obj)
 	if !IsConsumer(obj.GetAnnotations()) {
@@ -79,6 +94,8 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, err)
+		case !consumedBy(rel, req, obj, iface):
+			// Another consumer's: its values are never injected here.
 		case rel.Status.Revision > 0 && missing == "":
 			in := Injection{Relationship: rel.Name, Interface: iface, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: t.keys}
 			if t.inPlace {
@@ -88,7 +105,7 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 				if err != nil && !apierrors.IsNotFound(err) {
 					return admission.Errored(http.StatusInternalServerError, err)
 				}
-				if err == nil {
+				if err == nil && metav1.IsControlledBy(live, rel) {
 					in.Secret, in.InPlace = live.Name, true
 				}
 			}
@@ -104,6 +121,13 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 			vars = append(vars, awaited(iface, t.keys)...)
 		}
 	}
+	// The controller's conflict rule: a variable or mount the user set is
+	// never overwritten (the controller says so on the Relationship).
+	owned, err := ownedFields(obj)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	injections, _, _ = admit(obj, owned, injections)
 	injectInto(tpl, injections)
 	if len(waiting) > 0 {
 		h.addWait(tpl, waiting, vars)
@@ -111,6 +135,34 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		removeWait(tpl)
 	}
 	return patched(req, obj)
+}
+
+// onlyFinalizersRemoved says whether the update from old to obj only
+// removes finalizers: never refused, nothing injected.
+func onlyFinalizersRemoved(old, obj client.Object) bool {
+	removed := len(obj.GetFinalizers()) < len(old.GetFinalizers()) &&
+		!slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return !slices.Contains(old.GetFinalizers(), f) })
+	if !removed {
+		return false
+	}
+	// Everything else as it was: compare with the finalizers and the
+	// server's bookkeeping (managed fields, versions) set alike.
+	was, now := old.DeepCopyObject().(client.Object), obj.DeepCopyObject().(client.Object)
+	for _, o := range []client.Object{was, now} {
+		o.SetFinalizers(nil)
+		o.SetManagedFields(nil)
+		o.SetResourceVersion("")
+		o.SetGeneration(0)
+	}
+	return equality.Semantic.DeepEqual(was, now)
+}
+
+// consumedBy says whether rel is obj's relationship over iface: by its
+// spec, and by its owner once obj has an identity (not at creation).
+func consumedBy(rel *v1alpha1.Relationship, req admission.Request, obj client.Object, iface string) bool {
+	c := rel.Spec.Consumer
+	return c.Kind == req.Kind.Kind && c.Name == obj.GetName() && rel.Spec.Interface == iface &&
+		(obj.GetUID() == "" || metav1.IsControlledBy(rel, obj))
 }
 
 // patched answers with the patch from the request's object to obj.
@@ -176,6 +228,8 @@ type takes struct {
 	lifecycle string
 	// inPlace: files updated in a mutable Secret, no rollout.
 	inPlace bool
+	// config is the ConsumerConfig's namespace/name ("": none).
+	config string
 }
 
 // consumerConfig is how a consumer takes iface: its keys and lifecycle
@@ -198,7 +252,7 @@ func consumerConfig(ctx context.Context, r client.Reader, namespace string, c Co
 	case cc.Spec.Interface != iface:
 		return unknown, fmt.Sprintf("ConsumerConfig %s/%s is for interface %s, not %s", namespace, name, cc.Spec.Interface, iface), nil
 	}
-	t := takes{keys: cc.Spec.Keys, lifecycle: cc.Spec.Lifecycle, inPlace: cc.Spec.Update == v1alpha1.UpdateInPlace}
+	t := takes{keys: cc.Spec.Keys, lifecycle: cc.Spec.Lifecycle, inPlace: cc.Spec.Update == v1alpha1.UpdateInPlace, config: namespace + "/" + name}
 	if t.lifecycle == "" {
 		t.lifecycle = v1alpha1.LifecycleStart
 	}
@@ -208,7 +262,8 @@ func consumerConfig(ctx context.Context, r client.Reader, namespace string, c Co
 // MutatingWebhookConfiguration is the webhook's registration, calling
 // clientConfig: CREATE and UPDATE of Deployments, StatefulSets and
 // DaemonSets that carry (or carried) the consumes annotation, outside
-// kube-system; a webhook that does not answer refuses the change.
+// kube-system, not being deleted; a webhook that does not answer refuses
+// the change.
 func MutatingWebhookConfiguration(name string, clientConfig admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
 	annotated := func(o string) string {
 		return "has(" + o + ".metadata.annotations) && '" + AnnotationConsumes + "' in " + o + ".metadata.annotations"
@@ -229,6 +284,11 @@ func MutatingWebhookConfiguration(name string, clientConfig admissionregistratio
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "consumers",
 				Expression: annotated("object") + " || (oldObject != null && " + annotated("oldObject") + ")",
+			}, {
+				// The garbage collector's removal of a finalizer from a
+				// workload being deleted never waits for the webhook.
+				Name:       "not-deleted",
+				Expression: "!has(object.metadata.deletionTimestamp)",
 			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),

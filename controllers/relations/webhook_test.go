@@ -6,8 +6,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cloudtransit/transit/controllers/relations"
 )
@@ -80,6 +83,28 @@ func TestWebhook(t *testing.T) {
 	if err := c.Create(ctx, plain); err != nil {
 		t.Errorf("with the webhook down a Deployment without annotations: %v", err)
 	}
+}
+
+// TestForegroundDeleteWebhookDown: with the webhook registered and its
+// server down, a consumer deleted with foreground cascade goes: the
+// garbage collector's removal of its finalizer never waits for the
+// webhook.
+func TestForegroundDeleteWebhookDown(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	stop := startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	createAll(t, c, externalService("pg", "db1.example.com"), web)
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	stop()
+	if err := c.Delete(ctx, web, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the consumer deleted", func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(web), web)
+		return apierrors.IsNotFound(err), fmt.Sprintf("finalizers %v (%v)", web.Finalizers, err)
+	})
 }
 
 func envValue(c corev1.Container, name string) string {
