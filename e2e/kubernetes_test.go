@@ -95,7 +95,7 @@ func testKubernetesLifecycle(t *testing.T) {
 		{"scale workers down: evictions honour a PodDisruptionBudget", testKubeDrainPDB},
 		{"a budget that forbids eviction: the node is skipped, exit 3", testKubeRefusedDrain},
 		{"masters 1 → 3 → 2: etcd quorum held, the API answers", testKubeMasters},
-		{"migrate workers, then masters, to the other district while serving", testKubeMigrate},
+		{"migrate workers and masters to the other district in one edit while serving", testKubeMigrate},
 		{"kill -9 transit during a join and during a drain, then converge", testKubeKill},
 		{"destroy leaves nothing behind", testDestroy},
 	})
@@ -619,20 +619,17 @@ func testKubeMigrate(t *testing.T, c *cluster) {
 		}
 		return fmt.Errorf("no node answered on the node port: %v; pods: %s", errs, pods)
 	}
-	// Workers first, then masters.
+	// Workers and masters in one edit, as a user moves a cluster: the
+	// loop launches what the other district needs at once and removes
+	// one node at a time.
 	c.setQuantity("e2e-b", districts.RoleWorker, 2)
 	c.setQuantity("e2e-a", districts.RoleWorker, 0)
-	samples, errs := c.whileApplying(serving)
-	t.Logf("workers migrated: %d samples", samples)
-	if len(errs) > 0 {
-		t.Errorf("while the workers moved, the deployment did not serve: %v", errs)
-	}
 	c.cfg.Deployments = append(c.cfg.Deployments, districts.Deployment{District: "e2e-b", Flavor: "small", Role: districts.RoleMaster, Quantity: 2, Tags: map[string]string{"site": "b"}})
 	c.setQuantity("e2e-a", districts.RoleMaster, 0)
-	samples, errs = c.whileApplying(serving)
-	t.Logf("masters migrated: %d samples", samples)
+	samples, errs := c.whileApplying(serving)
+	t.Logf("cluster migrated: %d samples", samples)
 	if len(errs) > 0 {
-		t.Errorf("while the masters moved, the deployment did not serve: %v", errs)
+		t.Errorf("while the workers and masters moved, the deployment did not serve: %v", errs)
 	}
 	res := c.status()
 	for _, n := range res.Nodes {
