@@ -244,6 +244,23 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	if _, err := k.AppsV1().Deployments("default").Create(ctx, consumer("plain", "default", 1, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("a workload without annotations was refused while the webhook is down: %v", err)
 	}
+	// A consumer deleted with foreground cascade goes all the same: the
+	// garbage collector's removal of its finalizer never reaches the
+	// webhook that cannot answer.
+	foreground := metav1.DeletePropagationForeground
+	if err := k.AppsV1().Deployments("default").Delete(ctx, "bound", metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the consumer deleted in the foreground gone while the webhook is down", func(ctx context.Context) error {
+		d, err := k.AppsV1().Deployments("default").Get(ctx, "bound", metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return fmt.Errorf("deployment default/bound is still there, finalizers %v", d.Finalizers)
+		case apierrors.IsNotFound(err):
+			return nil
+		}
+		return err
+	})
 	c.apply()
 	if _, err := k.AppsV1().Deployments("default").Create(ctx, late, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("after apply healed the controller: %v", err)
@@ -283,7 +300,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 	})
 
 	// Leave the cluster as the next steps expect it.
-	for _, o := range []struct{ ns, name string }{{"default", "app"}, {"default", "late"}, {"default", "bound"}, {"team", "other"}} {
+	for _, o := range []struct{ ns, name string }{{"default", "app"}, {"default", "late"}, {"team", "other"}} {
 		if err := k.AppsV1().Deployments(o.ns).Delete(ctx, o.name, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 		}
