@@ -104,17 +104,24 @@ func startEnv(t testing.TB) *testenv.Env {
 
 // startEnvWithWebhook is startEnv with the webhook registered as the
 // addon installs it (by Service; envtest points it at the test's server).
-func startEnvWithWebhook(t *testing.T) *testenv.Env {
+func startEnvWithWebhook(t testing.TB) *testenv.Env {
+	return testenv.Start(t, webhookOptions(true))
+}
+
+// webhookOptions are the test environment's with the webhook registered;
+// without controllerManager no ReplicaSets are made (a benchmark's
+// templates alone).
+func webhookOptions(controllerManager bool) testenv.Options {
 	path := relations.WebhookPath
 	svc := &admissionregistrationv1.ServiceReference{Namespace: "transit-relations", Name: "transit-relations-webhook", Path: &path}
-	return testenv.Start(t, testenv.Options{
+	return testenv.Options{
 		CRDDirs:           []string{filepath.Join("config", "crd")},
 		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
-		ControllerManager: true,
+		ControllerManager: controllerManager,
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
 			relations.MutatingWebhookConfiguration("transit-relations", admissionregistrationv1.WebhookClientConfig{Service: svc}),
 		},
-	})
+	}
 }
 
 func deployment(name string, annotations map[string]string, env ...corev1.EnvVar) *appsv1.Deployment {
