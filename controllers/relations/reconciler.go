@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -148,6 +149,8 @@ type Reconciler struct {
 type consumerController struct {
 	ctrl       controller.Controller
 	byProvider handler.EventHandler
+	// byReference maps an object ProviderConfigs read to its consumers.
+	byReference handler.EventHandler
 }
 
 // SetupWithManager registers one controller per workload kind, the
@@ -174,6 +177,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ProviderConfig{}, referenceIndex, referencedObjects); err != nil {
+		return err
+	}
 	secretNames, err := secretNamesCache(mgr)
 	if err != nil {
 		return err
@@ -186,6 +192,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		byProvider := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return rec.consumersOf(ctx, o.GetNamespace(), o.GetName())
 		})
+		byReference := handler.EnqueueRequestsFromMapFunc(rec.consumersOfReferenced)
 		c, err := ctrl.NewControllerManagedBy(mgr).
 			Named("relations-"+strings.ToLower(wk.kind)).
 			For(wk.new(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -199,6 +206,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&appsv1.Deployment{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&appsv1.StatefulSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&appsv1.DaemonSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
+			Watches(&corev1.Service{}, byReference).
+			Watches(&appsv1.Deployment{}, byReference).
+			Watches(&appsv1.StatefulSet{}, byReference).
+			Watches(&appsv1.DaemonSet{}, byReference).
+			Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfEndpoints)).
 			Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&v1alpha1.ConsumerConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
@@ -209,7 +221,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err != nil {
 			return err
 		}
-		r.consumerControllers = append(r.consumerControllers, consumerController{c, byProvider})
+		r.consumerControllers = append(r.consumerControllers, consumerController{c, byProvider, byReference})
 	}
 	return r.setupProtection(mgr)
 }
@@ -589,6 +601,9 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: rel.Generation})
 	}
 	cycle := "" // a cycle of start dependencies this relationship closes
+	// unavailable says what a lifecycle available consumer's first start
+	// waits for: its provider to be available.
+	unavailable := ""
 	finish := func() error {
 		ready := true
 		for _, t := range []string{v1alpha1.ConditionProviderFound, v1alpha1.ConditionPermitted, v1alpha1.ConditionInterfaceMatched, v1alpha1.ConditionValuesResolved} {
@@ -606,6 +621,8 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		switch {
 		case ready && cycle != "":
 			set(v1alpha1.ConditionReady, false, "Cycle", cycle+": each waits for the next to start; give one of these relationships lifecycle none (a ConsumerConfig)")
+		case ready && unavailable != "":
+			set(v1alpha1.ConditionReady, false, "ProviderUnavailable", unavailable+"; the consumer's pods wait in "+WaitContainer+" until then (lifecycle available)")
 		case ready:
 			set(v1alpha1.ConditionReady, true, "Established", fmt.Sprintf("revision %d", st.Revision))
 		}
@@ -669,7 +686,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{again: true, hold: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
-	if t.lifecycle == v1alpha1.LifecycleStart {
+	if t.lifecycle != v1alpha1.LifecycleNone {
 		path, err := r.startCycle(ctx, node{r.kind, w.GetNamespace(), w.GetName()}, node{provider.GetKind(), provider.GetNamespace(), provider.GetName()})
 		if err != nil {
 			return outcome{}, err
@@ -745,6 +762,20 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		}
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPinned)
+	}
+	if t.lifecycle == v1alpha1.LifecycleAvailable {
+		ok, why, err := r.available(ctx, provider)
+		if err != nil {
+			return outcome{}, err
+		}
+		set(v1alpha1.ConditionProviderAvailable, ok, map[bool]string{true: "Available", false: "Unavailable"}[ok], why)
+		if !ok && st.Revision == 0 {
+			// Only the first start waits: the revision is made, the
+			// template gets it once the provider is available.
+			unavailable, run = why, v1alpha1.RevisionRecord{}
+		}
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionProviderAvailable)
 	}
 	if run.Revision != st.Revision && st.Revision > 0 {
 		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
@@ -903,6 +934,9 @@ func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unst
 			return nil, nil
 		}
 		return cm, err
+	}
+	src.Object = func(kind, name string) (*unstructured.Unstructured, string, error) {
+		return r.object(ctx, src, ns, kind, name)
 	}
 	p, err := ParseProvider(provider.GetAnnotations())
 	if err != nil {

@@ -101,12 +101,13 @@ func startEnv(t testing.TB) *testenv.Env {
 }
 
 // startEnvWithWebhook is startEnv with the webhook registered as the
-// addon installs it (by Service; envtest points it at the test's server).
-func startEnvWithWebhook(t *testing.T) *testenv.Env {
+// addon installs it (by Service; envtest points it at the test's server),
+// and the CRDs of crdDirs too.
+func startEnvWithWebhook(t *testing.T, crdDirs ...string) *testenv.Env {
 	path := relations.WebhookPath
 	svc := &admissionregistrationv1.ServiceReference{Namespace: "transit-relations", Name: "transit-relations-webhook", Path: &path}
 	return testenv.Start(t, testenv.Options{
-		CRDDirs:           []string{filepath.Join("config", "crd")},
+		CRDDirs:           append([]string{filepath.Join("config", "crd")}, crdDirs...),
 		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
 		ControllerManager: true,
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
