@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -135,6 +136,7 @@ type Reconciler struct {
 
 	written   written
 	reapplies reapplies
+	held      heldSecrets
 
 	// Set up by SetupWithManager: what watching another provider kind
 	// from its first use takes.
@@ -523,7 +525,7 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, err
 		}
 	}
-	if len(blocked) > 0 {
+	if len(blocked) > 0 || slices.ContainsFunc(slices.Collect(maps.Values(rels)), func(rel *v1alpha1.Relationship) bool { return r.held.has(client.ObjectKeyFromObject(rel)) }) {
 		return reconcile.Result{RequeueAfter: r.Options.Recheck}, nil
 	}
 	if retry {
@@ -781,9 +783,9 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
 	}
 	st.Revision, st.Hash, st.Secret = run.Revision, run.Hash, run.Secret
-	if trimmed {
-		// Revisions left the history: their Secrets go (and any a crash
-		// left behind).
+	if trimmed || r.held.has(client.ObjectKeyFromObject(rel)) {
+		// Revisions left the history (or pods held their Secrets at the
+		// last look): their Secrets go (and any a crash left behind).
 		if err := r.pruneRevisions(ctx, rel, st); err != nil {
 			return outcome{}, err
 		}
@@ -832,16 +834,28 @@ func (r *kindReconciler) updateStatus(ctx context.Context, rel *v1alpha1.Relatio
 }
 
 // pruneRevisions deletes the values Secrets of revisions no longer kept
-// (beyond the history) and not running.
+// (beyond the history) and not running: none a pod refers to, nor, unless
+// consent was withdrawn (no history left), a revision the workload can
+// roll back to.
 func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relationship, st *v1alpha1.RelationshipStatus) error {
 	var secrets corev1.SecretList
 	if err := r.Reader.List(ctx, &secrets, client.InNamespace(rel.Namespace), client.MatchingLabels{labelRelationship: rel.Name}); err != nil {
 		return err
 	}
+	used, err := r.secretsInUse(ctx, rel, len(st.History) > 0)
+	if err != nil {
+		return err
+	}
+	held := false
+	defer func() { r.held.set(client.ObjectKeyFromObject(rel), held) }()
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
 		kept := s.Name == st.Secret || s.Name == liveSecretName(rel.Name) || slices.ContainsFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Secret == s.Name })
-		if kept || !metav1.IsControlledBy(s, rel) {
+		if kept || !metav1.IsControlledBy(s, rel) || used.targets[s.Name] {
+			continue
+		}
+		if used.pods[s.Name] {
+			held = true
 			continue
 		}
 		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
