@@ -8,10 +8,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cloudtransit/transit/controllers/relations"
+	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
 
 // refersTo says whether spec takes anything from Secret name.
@@ -107,4 +110,65 @@ func TestOldValuesKeptWhileUsed(t *testing.T) {
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db-r2"}, &corev1.Secret{}); err != nil {
 		t.Errorf("r2's values Secret, which its ReplicaSet uses: %v", err)
 	}
+}
+
+// TestConsentConditions, with the webhook as installed: a provider of
+// another namespace that does not consent reads exactly as one that does
+// not exist (no kind, no existence, in conditions and spec); withdrawn
+// consent says that the consumer's new pods now wait in the wait
+// container, which the webhook puts back.
+func TestConsentConditions(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	startController(t, e)
+	ctx := t.Context()
+	c := e.Client
+	createAll(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "data"}})
+	pg := externalService("pg", "db1.example.com")
+	pg.Namespace = "data"
+	pg.Annotations[relations.AnnotationAllowNamespaces] = "default"
+	hidden := externalService("hidden", "db2.example.com")
+	hidden.Namespace = "data"
+	broken := externalService("broken", "db3.example.com")
+	broken.Namespace = "data"
+	broken.Annotations[relations.AnnotationProtect] = "maybe" // malformed: a note, not shown to another namespace
+	createAll(t, c, pg, hidden, broken,
+		deployment("poke", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "data/broken"}),
+		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "data/pg"}),
+		deployment("peek", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "data/hidden"}),
+		deployment("ghost", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "data/hidden-not"}))
+	waitRevision(t, c, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, 1, "db1.example.com")
+
+	shown := func(name, provider string) string {
+		rel := waitCondition(t, c, name, v1alpha1.ConditionProviderFound, metav1.ConditionFalse, "NotFound", "")
+		return strings.ReplaceAll(condString(rel), provider, "X") + " spec " + rel.Spec.Provider.Kind + rel.Spec.Provider.APIVersion
+	}
+	peek, poke, ghost := shown("deployment-peek-db", "data/hidden"), shown("deployment-poke-db", "data/broken"), shown("deployment-ghost-db", "data/hidden-not")
+	if peek != ghost || poke != ghost {
+		t.Errorf("a provider that does not consent is told apart from none:\n%s\n%s\n%s", peek, poke, ghost)
+	}
+	if strings.Contains(peek, "Service") {
+		t.Errorf("the conditions name the kind of an object that gave no consent: %s", peek)
+	}
+
+	// Consent withdrawn.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+			return err
+		}
+		delete(pg.Annotations, relations.AnnotationAllowNamespaces)
+		return c.Update(ctx, pg)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionReady, metav1.ConditionFalse, "NotFound",
+		"meanwhile the consumer's new pods wait in transit-relations-wait (lifecycle start), running ones go on: have the provider give consent, remove the relationship, or set lifecycle none")
+	eventually(t, "the wait container back in web's template", func() (bool, string) {
+		d := deployment("web", nil)
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, d); err != nil {
+			return false, err.Error()
+		}
+		ic := d.Spec.Template.Spec.InitContainers
+		return len(ic) == 1 && ic[0].Name == relations.WaitContainer, "no wait container"
+	})
 }

@@ -41,7 +41,7 @@ func TestCrossNamespace(t *testing.T) {
 			return false, err.Error()
 		}
 		p := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionPermitted)
-		return p != nil && p.Status == metav1.ConditionFalse && strings.Contains(p.Message, "does not list namespace default") &&
+		return p != nil && p.Status == metav1.ConditionFalse && strings.Contains(p.Message, "none of data/pg provides db to namespace default") &&
 			meta.IsStatusConditionFalse(rel.Status.Conditions, v1alpha1.ConditionReady), condString(rel)
 	})
 	if rel.Status.Revision != 0 || hasInjected(t, c, "web") {

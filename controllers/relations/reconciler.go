@@ -580,8 +580,13 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{}, err
 	}
 	ref := v1alpha1.ObjectRef{}
-	if provider != nil {
+	// An object of another namespace that does not consent is not shown:
+	// neither its kind nor that it exists.
+	permitted := provider == nil || consents(provider, w.GetNamespace())
+	if provider != nil && permitted {
 		ref = v1alpha1.ObjectRef{APIVersion: provider.GetAPIVersion(), Kind: provider.GetKind(), Namespace: provider.GetNamespace(), Name: provider.GetName()}
+	} else if provider != nil {
+		ref = v1alpha1.ObjectRef{Namespace: provider.GetNamespace(), Name: provider.GetName()}
 	} else if len(c.Requests) > 0 {
 		ref = v1alpha1.ObjectRef{Namespace: c.Requests[0].Namespace, Name: c.Requests[0].Name}
 	}
@@ -646,38 +651,41 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		set(v1alpha1.ConditionProviderFound, false, "Ambiguous", fmt.Sprintf("%s all provide %s: name one provider per interface", strings.Join(candidates, ", "), iface))
 		// The template stays as it is until one provider is named.
 		return outcome{hold: true, rel: rel}, finish()
-	case provider == nil:
-		msg := fmt.Sprintf("none of %s provides %s", requestsString(c.Requests), iface)
-		if len(notes) > 0 {
-			msg += " (" + strings.Join(notes, "; ") + ")"
-		}
-		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
-		if st.Revision == 0 {
-			r.Recorder.Event(w, corev1.EventTypeNormal, "RelationshipPending", msg)
-		}
-		// The values of the last revision stay: a deleted provider's
-		// consumers keep running as they are.
+	case provider == nil || !permitted:
 		t, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{in: current(), takes: t, again: true, hold: missing != "", rel: rel}, finish()
-	}
-	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
-	if provider.GetNamespace() != w.GetNamespace() {
-		p, _ := ParseProvider(provider.GetAnnotations())
-		if !p.AllowAll && !slices.Contains(p.AllowNamespaces, w.GetNamespace()) {
-			set(v1alpha1.ConditionPermitted, false, "NotPermitted", fmt.Sprintf("%s %s/%s does not list namespace %s in %s", provider.GetKind(), provider.GetNamespace(), provider.GetName(), w.GetNamespace(), AnnotationAllowNamespaces))
+		if !permitted {
 			// Consent withdrawn (or never given): nothing of it stays,
 			// not even the copies of its values here.
 			st.Revision, st.Hash, st.Secret, st.History = 0, "", "", nil
 			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPinned)
+		}
+		// Not permitted reads as not found: nothing tells an object of
+		// another namespace exists.
+		msg := notFound(c.Requests, iface, w.GetNamespace(), notes)
+		if st.Revision == 0 && t.lifecycle != v1alpha1.LifecycleNone {
+			msg += "; meanwhile the consumer's new pods wait in " + WaitContainer + " (lifecycle " + t.lifecycle + "), running ones go on: have the provider give consent, remove the relationship, or set lifecycle none"
+		}
+		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
+		if slices.ContainsFunc(c.Requests, func(req Request) bool { return req.Namespace != w.GetNamespace() }) {
+			set(v1alpha1.ConditionPermitted, false, "NotPermitted", msg)
+		}
+		if st.Revision == 0 {
+			r.Recorder.Event(w, corev1.EventTypeNormal, "RelationshipPending", msg)
+		}
+		if !permitted {
 			if err := finish(); err != nil {
 				return outcome{}, err
 			}
 			return outcome{revoked: rel, rel: rel}, nil
 		}
+		// The values of the last revision stay: a deleted provider's
+		// consumers keep running as they are.
+		return outcome{in: current(), takes: t, again: true, hold: missing != "", rel: rel}, finish()
 	}
+	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
 	t, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 	if err != nil {
@@ -904,6 +912,38 @@ func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationshi
 	}
 	in.Secret, in.InPlace = live.Name, true
 	return in, "", nil
+}
+
+// consents says whether provider lets consumers of namespace relate to
+// it: its own namespace's, and those its allow-namespaces annotation
+// lists.
+func consents(provider client.Object, namespace string) bool {
+	if provider.GetNamespace() == namespace {
+		return true
+	}
+	p, _ := ParseProvider(provider.GetAnnotations())
+	return p.AllowAll || slices.Contains(p.AllowNamespaces, namespace)
+}
+
+// notFound says that none of requests provides iface to consumers of
+// namespace. Notes about objects of other namespaces are left out.
+func notFound(requests []Request, iface, namespace string, notes []string) string {
+	msg := fmt.Sprintf("none of %s provides %s", requestsString(requests), iface)
+	foreign := false
+	for _, req := range requests {
+		if req.Namespace == namespace {
+			continue
+		}
+		foreign = true
+		notes = slices.DeleteFunc(notes, func(n string) bool { return strings.Contains(n, " "+req.Key()+": ") })
+	}
+	if foreign {
+		msg += " to namespace " + namespace + " (an object of another namespace is seen only where its " + AnnotationAllowNamespaces + " lists this one)"
+	}
+	if len(notes) > 0 {
+		msg += " (" + strings.Join(notes, "; ") + ")"
+	}
+	return msg
 }
 
 func requestsString(rs []Request) string {
