@@ -1,6 +1,8 @@
 package relations_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -170,5 +173,65 @@ func TestConsentConditions(t *testing.T) {
 		}
 		ic := d.Spec.Template.Spec.InitContainers
 		return len(ic) == 1 && ic[0].Name == relations.WaitContainer, "no wait container"
+	})
+}
+
+// TestControllerPolicy: the controller runs as the addon installs it
+// (its RBAC, its admission policy, the webhook): a consumer of a protected
+// provider is related and the provider protected; what RBAC cannot
+// narrow, the policy refuses to the controller's identity: a Secret not
+// its own, a workload neither consumer nor protected, a pod not waiting.
+func TestControllerPolicy(t *testing.T) {
+	e := startEnvWithWebhook(t)
+	ctx := t.Context()
+	c := e.Client
+	for _, o := range addonRBAC(t) {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	as := rest.CopyConfig(e.Config)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:transit-relations:transit-relations"}
+	asController, err := client.New(as, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: "default"}, Data: map[string][]byte{"k": []byte("v")}}
+	plain := deployment("plain", nil)
+	createAll(t, c, mine, plain)
+	refused := func(what, want string, op func() error) {
+		t.Helper()
+		eventually(t, what+" refused by the policy", func() (bool, string) {
+			err := op()
+			return err != nil && strings.Contains(err.Error(), want), fmt.Sprint(err)
+		})
+	}
+	refused("a Secret not its own, created", "the relations controller writes only its values Secrets", func() error {
+		return asController.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "stolen", Namespace: "default"}})
+	})
+	refused("a Secret not its own, deleted", "not Secret default/mine", func() error { return asController.Delete(ctx, mine.DeepCopy()) })
+	refused("a workload neither consumer nor protected, updated", "updates only consumers and protected providers, not deployments default/plain", func() error {
+		d := plain.DeepCopy()
+		if err := asController.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
+			return err
+		}
+		d.Labels = map[string]string{"taken": "over"}
+		return asController.Update(ctx, d)
+	})
+	if err := asController.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "values", Namespace: "default",
+		Labels: map[string]string{"relations.transit.io/relationship": "x"}}}); err != nil {
+		t.Errorf("a values Secret: %v", err)
+	}
+
+	startControllerAs(t, e, as)
+	pg := externalService("pg", "db1.example.com")
+	pg.Annotations[relations.AnnotationProtect] = "true"
+	createAll(t, c, pg, deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	eventually(t, "the protect finalizer under the policy", func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(pg.Finalizers, relations.ProtectFinalizer), strings.Join(pg.Finalizers, ",")
 	})
 }
