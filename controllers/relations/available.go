@@ -3,6 +3,7 @@ package relations
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,7 +59,7 @@ func (r *kindReconciler) available(ctx context.Context, provider *unstructured.U
 		}
 	}
 	if len(seen) > 0 {
-		return false, fmt.Sprintf("waiting for %s to be available: %v", id, seen), nil
+		return false, fmt.Sprintf("waiting for %s to be available: %s", id, strings.Join(seen, ", ")), nil
 	}
 	for _, path := range [][]string{{"status", "availableReplicas"}, {"status", "numberAvailable"}} {
 		if n, ok, _ := unstructured.NestedInt64(provider.Object, path...); ok {

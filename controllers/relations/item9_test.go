@@ -165,7 +165,7 @@ func TestConsentConditions(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionReady, metav1.ConditionFalse, "NotFound",
-		"meanwhile the consumer's new pods wait in transit-relations-wait (lifecycle start), running ones go on: have the provider give consent, remove the relationship, or set lifecycle none")
+		"meanwhile the consumer's new pods wait in transit-relations-wait (lifecycle start), running ones go on, until a provider is found that consents, the relationship is removed or its lifecycle is none")
 	eventually(t, "the wait container back in web's template", func() (bool, string) {
 		d := deployment("web", nil)
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, d); err != nil {

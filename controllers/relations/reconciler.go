@@ -666,7 +666,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		// another namespace exists.
 		msg := notFound(c.Requests, iface, w.GetNamespace(), notes)
 		if st.Revision == 0 && t.lifecycle != v1alpha1.LifecycleNone {
-			msg += "; meanwhile the consumer's new pods wait in " + WaitContainer + " (lifecycle " + t.lifecycle + "), running ones go on: have the provider give consent, remove the relationship, or set lifecycle none"
+			msg += "; meanwhile the consumer's new pods wait in " + WaitContainer + " (lifecycle " + t.lifecycle + "), running ones go on, until a provider is found that consents, the relationship is removed or its lifecycle is none"
 		}
 		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
 		if slices.ContainsFunc(c.Requests, func(req Request) bool { return req.Namespace != w.GetNamespace() }) {

@@ -320,7 +320,7 @@ func TestLifecycleAvailable(t *testing.T) {
 	}
 	setReady("False")
 	waitCondition(t, c, "deployment-shop-db", v1alpha1.ConditionProviderAvailable, metav1.ConditionFalse, "Unavailable",
-		"waiting for Database default/orders to be available: [Ready=False (Provisioning)]")
+		"waiting for Database default/orders to be available: Ready=False (Provisioning)")
 	if hasInjected(t, c, "shop") || waiting("shop") == "" {
 		t.Fatalf("a consumer of a Database not Ready: injected %v, wait %q", hasInjected(t, c, "shop"), waiting("shop"))
 	}
