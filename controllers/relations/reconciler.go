@@ -56,7 +56,8 @@ type Options struct {
 	ClusterDomain string
 	// Recheck is how soon a consumer that a conflict blocks is looked at
 	// again when no event wakes it (1 minute): a safety net, since the
-	// watches wake it as the conflict clears.
+	// watches wake it as the conflict clears. It is also how often old
+	// values Secrets that pods still use are looked at again.
 	Recheck time.Duration
 }
 
