@@ -343,8 +343,9 @@ func (e *DrainError) Is(target error) bool { return target == ErrDrainRefused }
 
 // ErrAddonInUse marks the removal of an addon the platform refused:
 // objects of the addon's kinds still exist that only its controller can
-// see out (a streams Topology's finalizer deletes its Kafka topics).
-// Nothing of the addon was removed; delete them, then apply again.
+// see out (a streams Topology's finalizer deletes its Kafka topics; only
+// the relations controller lifts its protect finalizer). Nothing of the
+// addon was removed; see to them as the error says, then apply again.
 var ErrAddonInUse = errors.New("addon in use")
 
 // AddonInUseError names what keeps an addon from being removed.
@@ -355,6 +356,8 @@ type AddonInUseError struct {
 	Resource string
 	// Users are the objects, namespace/name, in order.
 	Users []string
+	// Remedy, when set, says what to do instead of deleting them.
+	Remedy string
 }
 
 // maxUsersNamed bounds the objects an AddonInUseError names.
@@ -366,8 +369,12 @@ func (e *AddonInUseError) Error() string {
 	if len(named) > maxUsersNamed {
 		named, more = named[:maxUsersNamed], fmt.Sprintf(" and %d more", len(named)-maxUsersNamed)
 	}
-	return fmt.Sprintf("removing addon %s refused: %d %s still exist (%s%s); delete them first, while the addon still runs (kubectl delete %s --all --all-namespaces), then apply again; nothing of the addon was removed",
-		e.Addon, len(e.Users), e.Resource, strings.Join(named, ", "), more, e.Resource)
+	remedy := e.Remedy
+	if remedy == "" {
+		remedy = fmt.Sprintf("delete them first, while the addon still runs (kubectl delete %s --all --all-namespaces)", e.Resource)
+	}
+	return fmt.Sprintf("removing addon %s refused: %d %s still exist (%s%s); %s, then apply again; nothing of the addon was removed",
+		e.Addon, len(e.Users), e.Resource, strings.Join(named, ", "), more, remedy)
 }
 
 // Is makes errors.Is(err, ErrAddonInUse) true.

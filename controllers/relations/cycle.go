@@ -68,7 +68,7 @@ func (r *kindReconciler) startDependencies(ctx context.Context, n node) ([]node,
 		if err != nil {
 			return nil, err
 		}
-		if t.lifecycle != v1alpha1.LifecycleStart {
+		if t.lifecycle == v1alpha1.LifecycleNone {
 			continue
 		}
 		p, _, _, err := r.findProvider(ctx, c.Requests, iface)

@@ -190,6 +190,9 @@ func (r *Reconciler) watchOther(pk providerKind) error {
 		if err := c.ctrl.Watch(source.Kind(r.cache, pk.new(), c.byProvider, providerOrAnnotated())); err != nil {
 			return err
 		}
+		if err := c.ctrl.Watch(source.Kind(r.cache, pk.new(), c.byReference)); err != nil {
+			return err
+		}
 	}
 	return r.protectKind(pk)
 }

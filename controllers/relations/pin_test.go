@@ -1,6 +1,7 @@
 package relations_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 )
 
 // TestPinAndHistory: the values Secrets of revisions beyond the history
-// are deleted; a pin rolls the consumer back to a kept revision and holds
+// are deleted once nothing uses them; a pin rolls the consumer back to a kept revision and holds
 // it while the provider changes (Pinned), the pinned revision kept beyond
 // the history; unpinning resumes the latest; a pin to a revision no
 // longer kept holds what runs (Pinned=False).
@@ -50,17 +51,26 @@ func TestPinAndHistory(t *testing.T) {
 		waitRevision(t, c, relKey, int64(i+2), host)
 	}
 	waitTemplate(t, c, "web", "deployment-web-db-r4", "4")
-	eventually(t, "only r3 and r4 kept", func() (bool, string) {
-		var secrets corev1.SecretList
-		if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
-			return false, err.Error()
-		}
-		var names []string
-		for _, s := range secrets.Items {
-			names = append(names, s.Name)
-		}
-		return len(names) == 2 && names[0] == "deployment-web-db-r3" && names[1] == "deployment-web-db-r4", strings.Join(names, ",")
-	})
+	kept := func(want ...string) {
+		t.Helper()
+		eventually(t, "only "+strings.Join(want, ", ")+" kept", func() (bool, string) {
+			var secrets corev1.SecretList
+			if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+				return false, err.Error()
+			}
+			var names []string
+			for _, s := range secrets.Items {
+				names = append(names, strings.TrimPrefix(s.Name, "deployment-web-db-"))
+			}
+			return slices.Equal(names, want), strings.Join(names, ",")
+		})
+	}
+	// r1 and r2, beyond the history, stay while the Deployment can roll
+	// back to them (their ReplicaSets); they go at the next prune once
+	// those are gone.
+	kept("r1", "r2", "r3", "r4")
+	dropUsers(t, c, "deployment-web-db-r1")
+	dropUsers(t, c, "deployment-web-db-r2")
 
 	// Pinned to r3: rolled back, held while the provider changes.
 	setAnnotation(relations.AnnotationPin, "db=3")
@@ -75,6 +85,7 @@ func TestPinAndHistory(t *testing.T) {
 			meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionPinned), condString(rel)
 	})
 	waitTemplate(t, c, "web", "deployment-web-db-r3", "3")
+	kept("r3", "r4", "r5")
 
 	// Unpinned: the latest runs.
 	setAnnotation(relations.AnnotationPin, "")

@@ -232,8 +232,9 @@ func TestProvisionedService(t *testing.T) {
 	})
 }
 
-// addonRBAC are the namespace, service account and roles of the addon
-// manifest transit installs: the identity the controller runs as.
+// addonRBAC are the namespace, service account, roles and admission
+// policy of the addon manifest transit installs: the identity the
+// controller runs as and what it may do.
 func addonRBAC(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "platforms", "kubernetes", "addons", "relations.yaml"))
@@ -252,7 +253,8 @@ func addonRBAC(t *testing.T) []*unstructured.Unstructured {
 			t.Fatal(err)
 		}
 		switch u.GetKind() {
-		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			out = append(out, u)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,7 +56,8 @@ type Options struct {
 	ClusterDomain string
 	// Recheck is how soon a consumer that a conflict blocks is looked at
 	// again when no event wakes it (1 minute): a safety net, since the
-	// watches wake it as the conflict clears.
+	// watches wake it as the conflict clears. It is also how often old
+	// values Secrets that pods still use are looked at again.
 	Recheck time.Duration
 }
 
@@ -137,6 +140,7 @@ type Reconciler struct {
 
 	written   written
 	reapplies reapplies
+	held      heldSecrets
 
 	// Set up by SetupWithManager: what watching another provider kind
 	// from its first use takes.
@@ -151,6 +155,8 @@ type Reconciler struct {
 type consumerController struct {
 	ctrl       controller.Controller
 	byProvider handler.EventHandler
+	// byReference maps an object ProviderConfigs read to its consumers.
+	byReference handler.EventHandler
 }
 
 // SetupWithManager registers one controller per workload kind, the
@@ -183,6 +189,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ProviderConfig{}, referenceIndex, referencedObjects); err != nil {
+		return err
+	}
 	secretNames, err := secretNamesCache(mgr)
 	if err != nil {
 		return err
@@ -195,6 +204,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		byProvider := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return rec.consumersOf(ctx, o.GetNamespace(), o.GetName())
 		})
+		byReference := handler.EnqueueRequestsFromMapFunc(rec.consumersOfReferenced)
 		c, err := ctrl.NewControllerManagedBy(mgr).
 			Named("relations-"+strings.ToLower(wk.kind)).
 			For(wk.new(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -208,6 +218,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&appsv1.Deployment{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&appsv1.StatefulSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
 			Watches(&appsv1.DaemonSet{}, byProvider, builder.WithPredicates(providerOrAnnotated())).
+			Watches(&corev1.Service{}, byReference).
+			Watches(&appsv1.Deployment{}, byReference).
+			Watches(&appsv1.StatefulSet{}, byReference).
+			Watches(&appsv1.DaemonSet{}, byReference).
+			Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfEndpoints)).
 			Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&v1alpha1.ConsumerConfig{}, handler.EnqueueRequestsFromMapFunc(rec.consumersInNamespace)).
 			Watches(&v1alpha1.Interface{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfInterface)).
@@ -219,7 +234,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err != nil {
 			return err
 		}
-		r.consumerControllers = append(r.consumerControllers, consumerController{c, byProvider})
+		r.consumerControllers = append(r.consumerControllers, consumerController{c, byProvider, byReference})
 	}
 	return r.setupProtection(mgr)
 }
@@ -535,7 +550,7 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, err
 		}
 	}
-	if len(blocked) > 0 {
+	if len(blocked) > 0 || slices.ContainsFunc(slices.Collect(maps.Values(rels)), func(rel *v1alpha1.Relationship) bool { return r.held.has(client.ObjectKeyFromObject(rel)) }) {
 		return reconcile.Result{RequeueAfter: r.Options.Recheck}, nil
 	}
 	if retry {
@@ -601,8 +616,13 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{}, err
 	}
 	ref := v1alpha1.ObjectRef{}
-	if provider != nil {
+	// An object of another namespace that does not consent is not shown:
+	// neither its kind nor that it exists.
+	permitted := provider == nil || consents(provider, w.GetNamespace())
+	if provider != nil && permitted {
 		ref = v1alpha1.ObjectRef{APIVersion: provider.GetAPIVersion(), Kind: provider.GetKind(), Namespace: provider.GetNamespace(), Name: provider.GetName()}
+	} else if provider != nil {
+		ref = v1alpha1.ObjectRef{Namespace: provider.GetNamespace(), Name: provider.GetName()}
 	} else if len(c.Requests) > 0 {
 		ref = v1alpha1.ObjectRef{Namespace: c.Requests[0].Namespace, Name: c.Requests[0].Name}
 	}
@@ -624,6 +644,9 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: rel.Generation})
 	}
 	cycle := "" // a cycle of start dependencies this relationship closes
+	// unavailable says what a lifecycle available consumer's first start
+	// waits for: its provider to be available.
+	unavailable := ""
 	finish := func() error {
 		ready := true
 		for _, t := range []string{v1alpha1.ConditionProviderFound, v1alpha1.ConditionPermitted, v1alpha1.ConditionInterfaceMatched, v1alpha1.ConditionValuesResolved} {
@@ -641,6 +664,8 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		switch {
 		case ready && cycle != "":
 			set(v1alpha1.ConditionReady, false, "Cycle", cycle+": each waits for the next to start; give one of these relationships lifecycle none (a ConsumerConfig)")
+		case ready && unavailable != "":
+			set(v1alpha1.ConditionReady, false, "ProviderUnavailable", unavailable+"; the consumer's pods wait in "+WaitContainer+" until then (lifecycle available)")
 		case ready:
 			set(v1alpha1.ConditionReady, true, "Established", fmt.Sprintf("revision %d", st.Revision))
 		}
@@ -662,38 +687,41 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		set(v1alpha1.ConditionProviderFound, false, "Ambiguous", fmt.Sprintf("%s all provide %s: name one provider per interface", strings.Join(candidates, ", "), iface))
 		// The template stays as it is until one provider is named.
 		return outcome{hold: true, rel: rel}, finish()
-	case provider == nil:
-		msg := fmt.Sprintf("none of %s provides %s", requestsString(c.Requests), iface)
-		if len(notes) > 0 {
-			msg += " (" + strings.Join(notes, "; ") + ")"
-		}
-		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
-		if st.Revision == 0 {
-			r.Recorder.Event(w, corev1.EventTypeNormal, "RelationshipPending", msg)
-		}
-		// The values of the last revision stay: a deleted provider's
-		// consumers keep running as they are.
+	case provider == nil || !permitted:
 		t, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{in: current(), takes: t, again: true, hold: missing != "", rel: rel}, finish()
-	}
-	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
-	if provider.GetNamespace() != w.GetNamespace() {
-		p, _ := ParseProvider(provider.GetAnnotations())
-		if !p.AllowAll && !slices.Contains(p.AllowNamespaces, w.GetNamespace()) {
-			set(v1alpha1.ConditionPermitted, false, "NotPermitted", fmt.Sprintf("%s %s/%s does not list namespace %s in %s", provider.GetKind(), provider.GetNamespace(), provider.GetName(), w.GetNamespace(), AnnotationAllowNamespaces))
+		if !permitted {
 			// Consent withdrawn (or never given): nothing of it stays,
 			// not even the copies of its values here.
 			st.Revision, st.Hash, st.Secret, st.History = 0, "", "", nil
 			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPinned)
+		}
+		// Not permitted reads as not found: nothing tells an object of
+		// another namespace exists.
+		msg := notFound(c.Requests, iface, w.GetNamespace(), notes)
+		if st.Revision == 0 && t.lifecycle != v1alpha1.LifecycleNone {
+			msg += "; meanwhile the consumer's new pods wait in " + WaitContainer + " (lifecycle " + t.lifecycle + "), running ones go on, until a provider is found that consents, the relationship is removed or its lifecycle is none"
+		}
+		set(v1alpha1.ConditionProviderFound, false, "NotFound", msg)
+		if slices.ContainsFunc(c.Requests, func(req Request) bool { return req.Namespace != w.GetNamespace() }) {
+			set(v1alpha1.ConditionPermitted, false, "NotPermitted", msg)
+		}
+		if st.Revision == 0 {
+			r.Recorder.Event(w, corev1.EventTypeNormal, "RelationshipPending", msg)
+		}
+		if !permitted {
 			if err := finish(); err != nil {
 				return outcome{}, err
 			}
 			return outcome{revoked: rel, rel: rel}, nil
 		}
+		// The values of the last revision stay: a deleted provider's
+		// consumers keep running as they are.
+		return outcome{in: current(), takes: t, again: true, hold: missing != "", rel: rel}, finish()
 	}
+	set(v1alpha1.ConditionProviderFound, true, "Found", fmt.Sprintf("%s %s/%s", provider.GetKind(), provider.GetNamespace(), provider.GetName()))
 	set(v1alpha1.ConditionPermitted, true, "Permitted", "")
 	t, missing, err := consumerConfig(ctx, r.Client, w.GetNamespace(), c, iface)
 	if err != nil {
@@ -704,7 +732,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		return outcome{again: true, hold: true, rel: rel}, finish()
 	}
 	set(v1alpha1.ConditionInterfaceMatched, true, "Matched", "")
-	if t.lifecycle == v1alpha1.LifecycleStart {
+	if t.lifecycle != v1alpha1.LifecycleNone {
 		path, err := r.startCycle(ctx, node{r.kind, w.GetNamespace(), w.GetName()}, node{provider.GetKind(), provider.GetNamespace(), provider.GetName()})
 		if err != nil {
 			return outcome{}, err
@@ -810,13 +838,27 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 			return outcome{in: current(), takes: t, again: true, hold: true, rel: rel}, finish()
 		}
 	}
+	if t.lifecycle == v1alpha1.LifecycleAvailable {
+		ok, why, err := r.available(ctx, provider)
+		if err != nil {
+			return outcome{}, err
+		}
+		set(v1alpha1.ConditionProviderAvailable, ok, map[bool]string{true: "Available", false: "Unavailable"}[ok], why)
+		if !ok && st.Revision == 0 {
+			// Only the first start waits: the revision is made, the
+			// template gets it once the provider is available.
+			unavailable, run = why, v1alpha1.RevisionRecord{}
+		}
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionProviderAvailable)
+	}
 	if run.Revision != st.Revision && st.Revision > 0 {
 		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
 	}
 	st.Revision, st.Hash, st.Secret = run.Revision, run.Hash, run.Secret
-	if trimmed {
-		// Revisions left the history: their Secrets go (and any a crash
-		// left behind).
+	if trimmed || r.held.has(client.ObjectKeyFromObject(rel)) {
+		// Revisions left the history (or pods held their Secrets at the
+		// last look): their Secrets go (and any a crash left behind).
 		if err := r.pruneRevisions(ctx, rel, st); err != nil {
 			return outcome{}, err
 		}
@@ -893,16 +935,28 @@ func (r *kindReconciler) updateStatus(ctx context.Context, rel *v1alpha1.Relatio
 }
 
 // pruneRevisions deletes the values Secrets of revisions no longer kept
-// (beyond the history) and not running.
+// (beyond the history) and not running: none a pod refers to, nor, unless
+// consent was withdrawn (no history left), a revision the workload can
+// roll back to.
 func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relationship, st *v1alpha1.RelationshipStatus) error {
 	var secrets corev1.SecretList
 	if err := r.Reader.List(ctx, &secrets, client.InNamespace(rel.Namespace), client.MatchingLabels{labelRelationship: rel.Name}); err != nil {
 		return err
 	}
+	used, err := r.secretsInUse(ctx, rel, len(st.History) > 0)
+	if err != nil {
+		return err
+	}
+	held := false
+	defer func() { r.held.set(client.ObjectKeyFromObject(rel), held) }()
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
 		kept := s.Name == st.Secret || s.Name == liveSecretName(rel.Name) || slices.ContainsFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Secret == s.Name })
-		if kept || !metav1.IsControlledBy(s, rel) {
+		if kept || !metav1.IsControlledBy(s, rel) || used.targets[s.Name] {
+			continue
+		}
+		if used.pods[s.Name] {
+			held = true
 			continue
 		}
 		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
@@ -953,6 +1007,38 @@ func (r *kindReconciler) complete(ctx context.Context, rel *v1alpha1.Relationshi
 	return in, "", nil
 }
 
+// consents says whether provider lets consumers of namespace relate to
+// it: its own namespace's, and those its allow-namespaces annotation
+// lists.
+func consents(provider client.Object, namespace string) bool {
+	if provider.GetNamespace() == namespace {
+		return true
+	}
+	p, _ := ParseProvider(provider.GetAnnotations())
+	return p.AllowAll || slices.Contains(p.AllowNamespaces, namespace)
+}
+
+// notFound says that none of requests provides iface to consumers of
+// namespace. Notes about objects of other namespaces are left out.
+func notFound(requests []Request, iface, namespace string, notes []string) string {
+	msg := fmt.Sprintf("none of %s provides %s", requestsString(requests), iface)
+	foreign := false
+	for _, req := range requests {
+		if req.Namespace == namespace {
+			continue
+		}
+		foreign = true
+		notes = slices.DeleteFunc(notes, func(n string) bool { return strings.Contains(n, " "+req.Key()+": ") })
+	}
+	if foreign {
+		msg += " to namespace " + namespace + " (an object of another namespace is seen only where its " + AnnotationAllowNamespaces + " lists this one)"
+	}
+	if len(notes) > 0 {
+		msg += " (" + strings.Join(notes, "; ") + ")"
+	}
+	return msg
+}
+
 func requestsString(rs []Request) string {
 	var s []string
 	for _, r := range rs {
@@ -997,6 +1083,9 @@ func (r *kindReconciler) source(ctx context.Context, provider *unstructured.Unst
 			return nil, nil
 		}
 		return cm, err
+	}
+	src.Object = func(kind, name string) (*unstructured.Unstructured, string, error) {
+		return r.object(ctx, src, ns, kind, name)
 	}
 	p, err := ParseProvider(provider.GetAnnotations())
 	if err != nil {

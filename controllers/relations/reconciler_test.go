@@ -103,19 +103,20 @@ func startEnv(t testing.TB) *testenv.Env {
 }
 
 // startEnvWithWebhook is startEnv with the webhook registered as the
-// addon installs it (by Service; envtest points it at the test's server).
-func startEnvWithWebhook(t testing.TB) *testenv.Env {
-	return testenv.Start(t, webhookOptions(true))
+// addon installs it (by Service; envtest points it at the test's server),
+// and the CRDs of crdDirs too.
+func startEnvWithWebhook(t testing.TB, crdDirs ...string) *testenv.Env {
+	return testenv.Start(t, webhookOptions(true, crdDirs...))
 }
 
 // webhookOptions are the test environment's with the webhook registered;
 // without controllerManager no ReplicaSets are made (a benchmark's
 // templates alone).
-func webhookOptions(controllerManager bool) testenv.Options {
+func webhookOptions(controllerManager bool, crdDirs ...string) testenv.Options {
 	path := relations.WebhookPath
 	svc := &admissionregistrationv1.ServiceReference{Namespace: "transit-relations", Name: "transit-relations-webhook", Path: &path}
 	return testenv.Options{
-		CRDDirs:           []string{filepath.Join("config", "crd")},
+		CRDDirs:           append([]string{filepath.Join("config", "crd")}, crdDirs...),
 		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
 		ControllerManager: controllerManager,
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{

@@ -4,14 +4,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/jsonpath"
@@ -71,6 +74,10 @@ type Source struct {
 	// that carries relations.transit.io/expose=true; nil, nil: none such.
 	Secret    func(name string) (*corev1.Secret, error)
 	ConfigMap func(name string) (*corev1.ConfigMap, error)
+	// Object looks up an object of the provider's namespace by kind
+	// (Kind or Kind.group) and name; nil and a note saying why when it
+	// cannot be read (not exposed, a kind the controller may not read).
+	Object func(kind, name string) (*unstructured.Unstructured, string, error)
 	// ClusterDomain is the cluster's DNS domain (cluster.local).
 	ClusterDomain string
 }
@@ -112,6 +119,17 @@ func Resolve(iface string, src Source, it *v1alpha1.Interface) (Values, []Proble
 	case src.Config == nil:
 		vals[iface] = DNSName(src.Provider, src.ClusterDomain)
 	default:
+		// Whole Secrets first: a key Values names takes its own source.
+		for _, vf := range src.Config.Spec.ValuesFrom {
+			fromVals, p, err := resolveFrom(vf, src)
+			if err != nil {
+				return nil, nil, err
+			}
+			if p != nil {
+				problems = append(problems, *p)
+			}
+			maps.Copy(vals, fromVals)
+		}
 		for _, vs := range src.Config.Spec.Values {
 			v, p, err := resolveOne(vs, src)
 			if err != nil {
@@ -198,8 +216,63 @@ func resolveOne(vs v1alpha1.ValueSource, src Source) (string, *Problem, error) {
 			return problem("MissingKey", "binding Secret %s has no entry %s", name, vs.BindingKey)
 		}
 		return string(v), nil, nil
+	case vs.ObjectFieldRef != nil:
+		ref := vs.ObjectFieldRef
+		o, note, err := src.Object(ref.Kind, ref.Name)
+		if err != nil {
+			return "", nil, err
+		}
+		if o == nil {
+			return problem("NotReadable", "%s %s: %s", ref.Kind, ref.Name, note)
+		}
+		v, err := field(o, ref.Field)
+		if err != nil {
+			return problem("MissingField", "%s %s: %v", ref.Kind, ref.Name, err)
+		}
+		return v, nil, nil
 	}
 	return problem("NoSource", "no source (the CRD's validation should have refused this)")
+}
+
+// resolveFrom reads every key of a whole Secret. A key that cannot be an
+// interface key is a problem naming it.
+func resolveFrom(vf v1alpha1.ValuesFromSource, src Source) (Values, *Problem, error) {
+	name := vf.SecretRef.Name
+	s, err := src.Secret(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s == nil {
+		return nil, &Problem{Reason: "NotExposed", Detail: fmt.Sprintf("Secret %s (valuesFrom) does not exist or lacks the label %s=true", name, LabelExpose)}, nil
+	}
+	vals := Values{}
+	for k, v := range s.Data {
+		if !interfaceKey.MatchString(k) {
+			return nil, &Problem{Key: k, Reason: "BadKey", Detail: fmt.Sprintf("Secret %s (valuesFrom): not an interface key (a letter or _ first, then letters, digits, _ . -): rename it or name its keys in values", name)}, nil
+		}
+		vals[k] = string(v)
+	}
+	return vals, nil, nil
+}
+
+// interfaceKey is the CRDs' pattern of a key.
+var interfaceKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+
+// decodedSecret is a Secret as an object whose .data entries are the
+// values themselves, for a JSONPath.
+func decodedSecret(s *corev1.Secret) (*unstructured.Unstructured, error) {
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+	if err != nil {
+		return nil, err
+	}
+	data := map[string]any{}
+	for k, v := range s.Data {
+		data[k] = string(v)
+	}
+	obj["data"] = data
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return u, nil
 }
 
 // field evaluates a JSONPath on obj to one scalar.

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -112,10 +113,13 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 			injections = append(injections, in)
 			continue
 		}
-		if t.lifecycle == v1alpha1.LifecycleStart {
+		if t.lifecycle != v1alpha1.LifecycleNone {
 			what := "interface " + iface + " from " + requestsString(c.Requests)
 			if missing != "" {
 				what += " (" + missing + ")"
+			}
+			if a := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionProviderAvailable); t.lifecycle == v1alpha1.LifecycleAvailable && a != nil && a.Status != metav1.ConditionTrue {
+				what += " (" + a.Message + ")"
 			}
 			waiting = append(waiting, what)
 			vars = append(vars, awaited(iface, t.keys)...)

@@ -508,6 +508,9 @@ func prune(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, w
 			continue
 		}
 		inUse, err := addonInUse(ctx, dyn, addon)
+		if inUse == nil && err == nil && addon == "relations" {
+			inUse, err = protectedProviders(ctx, dyn, mapper)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("addon %s: %w", addon, err)
 		}
@@ -564,4 +567,61 @@ func addonInUse(ctx context.Context, dyn dynamic.Interface, addon string) (*prov
 	}
 	slices.Sort(e.Users)
 	return e, nil
+}
+
+// The relations controller's protect finalizer and its Relationships,
+// which name the providers it may be on.
+const relationsProtectFinalizer = "relations.transit.io/protect"
+
+var relationshipsGVR = schema.GroupVersionResource{Group: "relations.transit.io", Version: "v1alpha1", Resource: "relationships"}
+
+// protectedProviders names the providers that carry the relations
+// controller's protect finalizer, or returns nil when none does: once the
+// controller is gone nothing would lift it, and they could never be
+// deleted. The controller lifts it when their protect annotation goes.
+func protectedProviders(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper) (*provider.AddonInUseError, error) {
+	rels, err := dyn.Resource(relationshipsGVR).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("list %s: %w", relationshipsGVR.GroupResource(), err)
+	}
+	seen := map[string]bool{}
+	var users []string
+	for _, rel := range rels.Items {
+		apiVersion, _, _ := unstructured.NestedString(rel.Object, "spec", "provider", "apiVersion")
+		kind, _, _ := unstructured.NestedString(rel.Object, "spec", "provider", "kind")
+		ns, _, _ := unstructured.NestedString(rel.Object, "spec", "provider", "namespace")
+		name, _, _ := unstructured.NestedString(rel.Object, "spec", "provider", "name")
+		id := kind + " " + ns + "/" + name
+		if kind == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if meta.IsNoMatchError(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		o, err := dyn.Resource(m.Resource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get %s: %w", id, err)
+		}
+		if slices.Contains(o.GetFinalizers(), relationsProtectFinalizer) {
+			users = append(users, id)
+		}
+	}
+	if len(users) == 0 {
+		return nil, nil
+	}
+	slices.Sort(users)
+	return &provider.AddonInUseError{Addon: "relations", Resource: "providers with the finalizer " + relationsProtectFinalizer, Users: users,
+		Remedy: "remove their relations.transit.io/protect annotation first, while the addon still runs (its controller then lifts the finalizer)"}, nil
 }

@@ -18,6 +18,8 @@ type ProviderConfig struct {
 }
 
 // ProviderConfigSpec maps each key to its source.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.values) && size(self.values) > 0) || (has(self.valuesFrom) && size(self.valuesFrom) > 0)",message="values or valuesFrom must name a source"
 type ProviderConfigSpec struct {
 	// Interface is the interface the values are for.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
@@ -26,17 +28,37 @@ type ProviderConfigSpec struct {
 	// Values say where each key's value comes from.
 	// +listType=map
 	// +listMapKey=key
-	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
-	Values []ValueSource `json:"values"`
+	// +optional
+	Values []ValueSource `json:"values,omitempty"`
+	// ValuesFrom are whole Secrets: every key of each is a value (a key
+	// Values also gives takes Values' source).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	ValuesFrom []ValuesFromSource `json:"valuesFrom,omitempty"`
+}
+
+// ValuesFromSource is a source of many keys.
+type ValuesFromSource struct {
+	// SecretRef is a Secret of the provider's namespace (labelled
+	// relations.transit.io/expose=true) whose every key is a value.
+	SecretRef LocalRef `json:"secretRef"`
+}
+
+// LocalRef names an object in the provider's namespace.
+type LocalRef struct {
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // ValueSource is where one key's value comes from: exactly one of a field
 // of the provider object, a key of a Secret or ConfigMap in the
-// provider's namespace (labelled relations.transit.io/expose=true), or an
-// entry of the provider's Service Binding Secret (.status.binding.name).
+// provider's namespace (labelled relations.transit.io/expose=true), an
+// entry of the provider's Service Binding Secret (.status.binding.name),
+// or a field of another object in the provider's namespace.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.field), has(self.secretKeyRef), has(self.configMapKeyRef), has(self.bindingKey)].filter(x, x).size() == 1",message="exactly one of field, secretKeyRef, configMapKeyRef and bindingKey"
+// +kubebuilder:validation:XValidation:rule="[has(self.field), has(self.secretKeyRef), has(self.configMapKeyRef), has(self.bindingKey), has(self.objectFieldRef)].filter(x, x).size() == 1",message="exactly one of field, secretKeyRef, configMapKeyRef, bindingKey and objectFieldRef"
 type ValueSource struct {
 	// Key is the interface's key.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_.-]*$`
@@ -58,6 +80,28 @@ type ValueSource struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	BindingKey string `json:"bindingKey,omitempty"`
+	// ObjectFieldRef is a field of another object in the provider's
+	// namespace (the research prototype's type/name/path).
+	// +optional
+	ObjectFieldRef *ObjectFieldRef `json:"objectFieldRef,omitempty"`
+}
+
+// ObjectFieldRef is a field of an object in the provider's namespace. The
+// controller reads Secrets and ConfigMaps labelled
+// relations.transit.io/expose=true, Services and workloads, and kinds a
+// ClusterRole labelled servicebinding.io/controller=true lets it read.
+type ObjectFieldRef struct {
+	// Kind is the object's kind, Kind.group outside the core and apps
+	// groups (Secret, Service, Database.postgres.example.com).
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
+	// +kubebuilder:validation:MaxLength=253
+	Kind string `json:"kind"`
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Field is a JSONPath into it, e.g. {.status.endpoint}; a Secret's
+	// .data entries read decoded.
+	// +kubebuilder:validation:MaxLength=256
+	Field string `json:"field"`
 }
 
 // KeyRef names a key of a Secret or ConfigMap.
@@ -82,6 +126,10 @@ const (
 	// LifecycleStart: the consumer starts only once the relationship's
 	// values exist (a wait init container holds it until then).
 	LifecycleStart = "start"
+	// LifecycleAvailable: as start, and the consumer first starts only
+	// once the provider is available too (its Ready or Available
+	// condition True; a Service's endpoints a ready address).
+	LifecycleAvailable = "available"
 	// LifecycleNone: the consumer starts whenever.
 	LifecycleNone = "none"
 )
@@ -122,8 +170,9 @@ type ConsumerConfigSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	Interface string `json:"interface"`
 	// Lifecycle is start (the default: the consumer starts once the values
-	// exist) or none.
-	// +kubebuilder:validation:Enum=start;none
+	// exist), available (once the values exist and the provider is
+	// available) or none.
+	// +kubebuilder:validation:Enum=start;available;none
 	// +kubebuilder:default=start
 	// +optional
 	Lifecycle string `json:"lifecycle,omitempty"`

@@ -32,10 +32,10 @@ func TestCRDValidation(t *testing.T) {
 	}{
 		{"a value with two sources", &v1alpha1.ProviderConfig{ObjectMeta: meta("two"), Spec: v1alpha1.ProviderConfigSpec{
 			Interface: "db", Values: []v1alpha1.ValueSource{{Key: "host", Field: "{.spec.externalName}", BindingKey: "host"}}}},
-			"spec.values[0]: Invalid value: \"object\": exactly one of field, secretKeyRef, configMapKeyRef and bindingKey"},
+			"spec.values[0]: Invalid value: \"object\": exactly one of field, secretKeyRef, configMapKeyRef, bindingKey and objectFieldRef"},
 		{"a value without a source", &v1alpha1.ProviderConfig{ObjectMeta: meta("none"), Spec: v1alpha1.ProviderConfigSpec{
 			Interface: "db", Values: []v1alpha1.ValueSource{{Key: "host"}}}},
-			"exactly one of field, secretKeyRef, configMapKeyRef and bindingKey"},
+			"exactly one of field, secretKeyRef, configMapKeyRef, bindingKey and objectFieldRef"},
 		{"an interface name that is no DNS label", &v1alpha1.ProviderConfig{ObjectMeta: meta("bad-iface"), Spec: v1alpha1.ProviderConfigSpec{
 			Interface: "DB_1", Values: []v1alpha1.ValueSource{{Key: "host", Field: "{.spec.externalName}"}}}},
 			"spec.interface: Invalid value: \"DB_1\""},

@@ -77,7 +77,8 @@ type RelationshipStatus struct {
 	// +optional
 	History []RevisionRecord `json:"history,omitempty"`
 	// Conditions: ProviderFound, InterfaceMatched, Permitted,
-	// ValuesResolved, Injected, RolledOut, Pinned and Ready.
+	// ValuesResolved, ProviderAvailable (lifecycle available), Injected,
+	// RolledOut, Pinned and Ready.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -96,14 +97,15 @@ type RevisionRecord struct {
 
 // Condition types of a Relationship.
 const (
-	ConditionProviderFound    = "ProviderFound"
-	ConditionInterfaceMatched = "InterfaceMatched"
-	ConditionPermitted        = "Permitted"
-	ConditionValuesResolved   = "ValuesResolved"
-	ConditionInjected         = "Injected"
-	ConditionRolledOut        = "RolledOut"
-	ConditionPinned           = "Pinned"
-	ConditionReady            = "Ready"
+	ConditionProviderFound     = "ProviderFound"
+	ConditionInterfaceMatched  = "InterfaceMatched"
+	ConditionPermitted         = "Permitted"
+	ConditionValuesResolved    = "ValuesResolved"
+	ConditionInjected          = "Injected"
+	ConditionRolledOut         = "RolledOut"
+	ConditionPinned            = "Pinned"
+	ConditionProviderAvailable = "ProviderAvailable"
+	ConditionReady             = "Ready"
 )
 
 // RelationshipList is a list of Relationships.
