@@ -161,6 +161,62 @@ func testKubeRelations(t *testing.T, c *cluster) {
 		return podsSee(ctx, k, "default", "bound", 1, "db2.example.com")
 	})
 
+	// lifecycle: available: a consumer of a Service first starts once the
+	// Service has a ready endpoint, not as soon as it exists.
+	availCC := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "relations.transit.io/v1alpha1", "kind": "ConsumerConfig",
+		"metadata": map[string]any{"name": "db-available", "namespace": "default"},
+		"spec": map[string]any{"interface": "db", "lifecycle": "available",
+			"keys": []any{map[string]any{"key": "db", "env": "DB"}}},
+	}}
+	if _, err := dyn.Resource(consumerConfigsGVR).Namespace("default").Create(ctx, availCC, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.deployWeb(ctx, k, "cache", 0, nil) // the Service, no pod behind it yet
+	annotate(t, k, "default", "cache", annotations.AnnotationProvides, "db")
+	avail := consumer("avail", "default", 1, map[string]string{annotations.AnnotationConsumes: "db", annotations.AnnotationRelationship: "cache",
+		annotations.AnnotationConfig: "db=db-available"})
+	if _, err := k.AppsV1().Deployments("default").Create(ctx, avail, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the consumer of an unavailable provider held, and told why", func(ctx context.Context) error {
+		if err := relationshipCondition(ctx, dyn, "default", "deployment-avail-db", "ProviderAvailable", "False"); err != nil {
+			return err
+		}
+		pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=avail"})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				return fmt.Errorf("pod %s runs before its provider has a ready endpoint", p.Name)
+			}
+			for _, s := range p.Status.InitContainerStatuses {
+				if s.Name == annotations.WaitContainer && s.State.Running != nil {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no pod of avail in the wait container")
+	})
+	if _, err := k.AppsV1().Deployments("default").UpdateScale(ctx, "cache",
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "default"}, Spec: autoscalingv1.ScaleSpec{Replicas: 1}},
+		metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the consumer runs once its provider has a ready endpoint", func(ctx context.Context) error {
+		return podsSee(ctx, k, "default", "avail", 1, "cache.default.svc.cluster.local")
+	})
+	for _, del := range []func() error{
+		func() error { return k.AppsV1().Deployments("default").Delete(ctx, "avail", metav1.DeleteOptions{}) },
+		func() error { return k.AppsV1().Deployments("default").Delete(ctx, "cache", metav1.DeleteOptions{}) },
+		func() error { return k.CoreV1().Services("default").Delete(ctx, "cache", metav1.DeleteOptions{}) },
+	} {
+		if err := del(); err != nil {
+			t.Error(err)
+		}
+	}
+
 	// Pin: back to revision 1, held.
 	d, err := k.AppsV1().Deployments("default").Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
