@@ -59,3 +59,43 @@ func TestFeedKeepsItsRateOverSlowRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// A sink that keeps receiving missing ids is waited for past within (a
+// slow pipeline on a loaded machine is no loss); one that stops is given
+// up on within after the last.
+func TestCheckWaitsWhileIDsArrive(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "ids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("ids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	sink := StartSink(t, c.ListenAddrs()[0], "ids")
+	const n, gap, within = 8, 250 * time.Millisecond, 600 * time.Millisecond
+	done := make(chan struct{})
+	defer func() { <-done }() // before the client closes
+	go func() {
+		defer close(done)
+		for id := range n - 2 { // the last two never come
+			v := []byte(strconv.Itoa(id))
+			if err := cl.ProduceSync(context.Background(), &kgo.Record{Key: v, Value: v}).FirstErr(); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(gap)
+		}
+	}()
+	began := time.Now()
+	missing, _ := sink.Check(n, within)
+	took := time.Since(began)
+	if len(missing) != 2 || missing[0] != n-2 {
+		t.Errorf("missing %v, want the last two ids", missing)
+	}
+	// The six came over 1.5 s, more than within: it waited for them.
+	if took < (n-3)*gap {
+		t.Errorf("gave up after %s while ids were still arriving every %s", took, gap)
+	}
+}
