@@ -148,8 +148,12 @@ func TestWholeSecretSource(t *testing.T) {
 		Values:     []v1alpha1.ValueSource{{Key: "user", Field: "{.metadata.name}"}}}}
 	pg := externalService("pg", "db1.example.com")
 	pg.Annotations[relations.AnnotationConfig] = "db=pg-config"
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
-	createAll(t, c, creds, pc, pg, web)
+	// The consumer takes the keys the Secret has (the default, a key named
+	// like the interface, is supplied by none: InterfaceMatched=False).
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "creds-env", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "user", Env: "DB_USER"}, {Key: "password", Env: "DB_PASSWORD"}}}}
+	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=creds-env"})
+	createAll(t, c, creds, pc, pg, cc, web)
 	rel := &v1alpha1.Relationship{}
 	values := func() map[string]string {
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, rel); err != nil || rel.Status.Secret == "" {
@@ -167,7 +171,7 @@ func TestWholeSecretSource(t *testing.T) {
 	}
 	eventually(t, "every key of the Secret, user from values", func() (bool, string) {
 		v := values()
-		return len(v) == 2 && v["user"] == "pg" && v["password"] == "s3cret", strings.Join(mapKeys(v), ",")
+		return len(v) == 2 && v["user"] == "pg" && v["password"] == "s3cret", strings.Join(mapKeys(v), ",") + " " + condString(rel)
 	})
 
 	creds.Data["port"] = []byte("5432")
