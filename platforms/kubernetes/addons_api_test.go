@@ -28,17 +28,8 @@ import (
 // and removing the addon is refused, keeping every object, while a
 // Topology exists, then done once it is gone (the CRDs stay).
 func TestStreamsAddonOnAPIServer(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
 	ctx := t.Context()
-	c, err := clientset.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &api{c: c, cfg: env.Config}
+	c, dyn, a := addonsAPIServer(t)
 	d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}},
 		Options{Bundles: map[string]string{"a": testBundle(t, streamsRefs...)}}, nil)
 	d.api = a
@@ -184,4 +175,20 @@ func markAvailable(t *testing.T, c clientset.Interface, namespace, name string) 
 	if _, err := c.AppsV1().Deployments(namespace).UpdateStatus(t.Context(), dep, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// addonsAPIServer starts an API server (envtest on the bundle's; no
+// kubelet) and returns its clients and the driver's api on it.
+func addonsAPIServer(t *testing.T) (clientset.Interface, dynamic.Interface, *api) {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{})
+	c, err := clientset.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, dyn, &api{c: c, cfg: env.Config}
 }

@@ -10,11 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/cloudtransit/transit/bundle"
-	"github.com/cloudtransit/transit/controllers/testenv"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -25,17 +22,8 @@ import (
 // the provider and what to do; once the finalizer is gone the addon is
 // removed.
 func TestRelationsAddonRemovalWhileProtecting(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
 	ctx := t.Context()
-	c, err := clientset.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &api{c: c, cfg: env.Config}
+	c, dyn, a := addonsAPIServer(t)
 	d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}},
 		Options{Bundles: map[string]string{"a": relationsBundle(t, bundle.RelationsRepository+":0123456789abcdef")}}, nil)
 	d.api = a
