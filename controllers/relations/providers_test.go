@@ -133,16 +133,10 @@ func TestProvisionedService(t *testing.T) {
 	})
 	ctx := t.Context()
 	c := e.Client
-	for _, o := range addonRBAC(t) {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
+	as := asAddon(t, e)
 	reader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "databases-binding", Labels: map[string]string{relations.LabelAggregateController: "true"}},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"example.com"}, Resources: []string{"databases"}, Verbs: []string{"get", "list", "watch"}}}}
 	createAll(t, c, reader)
-	as := rest.CopyConfig(e.Config)
-	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:transit-relations:transit-relations"}
 	startControllerAs(t, e, as)
 
 	binding := func(name, user string) *corev1.Secret {
@@ -230,6 +224,20 @@ func TestProvisionedService(t *testing.T) {
 		time.Sleep(time.Second)
 		return false, strings.Join(pg.GetFinalizers(), ",")
 	})
+}
+
+// asAddon installs the addon's RBAC and admission policy (addonRBAC) and
+// returns a configuration with the controller's identity.
+func asAddon(t *testing.T, e *testenv.Env) *rest.Config {
+	t.Helper()
+	for _, o := range addonRBAC(t) {
+		if err := e.Client.Create(t.Context(), o); err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	as := rest.CopyConfig(e.Config)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:transit-relations:transit-relations"}
+	return as
 }
 
 // addonRBAC are the namespace, service account, roles and admission

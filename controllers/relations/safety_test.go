@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -185,13 +184,7 @@ func TestControllerPolicy(t *testing.T) {
 	e := startEnvWithWebhook(t)
 	ctx := t.Context()
 	c := e.Client
-	for _, o := range addonRBAC(t) {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
-	as := rest.CopyConfig(e.Config)
-	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:transit-relations:transit-relations"}
+	as := asAddon(t, e)
 	asController, err := client.New(as, client.Options{Scheme: e.Scheme})
 	if err != nil {
 		t.Fatal(err)

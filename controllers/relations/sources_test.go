@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,13 +56,7 @@ func TestObjectFieldSource(t *testing.T) {
 	})
 	ctx := t.Context()
 	c := e.Client
-	for _, o := range addonRBAC(t) {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
-	as := rest.CopyConfig(e.Config)
-	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:transit-relations:transit-relations"}
+	as := asAddon(t, e)
 	startControllerAs(t, e, as)
 
 	exposed := map[string]string{relations.LabelExpose: "true"}
