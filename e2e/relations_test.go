@@ -529,6 +529,9 @@ func annotate(t *testing.T, k clientset.Interface, ns, name, key, value string) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
 	s.Annotations[key] = value
 	if _, err := k.CoreV1().Services(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
