@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,11 +80,20 @@ type lifecycleStep struct {
 }
 
 // runSteps runs steps in order on c, each a subtest; the first that
-// fails ends the test.
+// fails (or panics) ends the test.
 func (c *cluster) runSteps(t *testing.T, steps []lifecycleStep) {
 	for _, s := range steps {
 		began := time.Now()
-		ok := t.Run(s.name, func(t *testing.T) { s.fn(t, c.with(t)) })
+		ok := t.Run(s.name, func(t *testing.T) {
+			// A step's panic fails the step, not the binary: the group's
+			// cluster is still destroyed and the other groups go on.
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("panic: %v\n%s", r, debug.Stack())
+				}
+			}()
+			s.fn(t, c.with(t))
+		})
 		times.step(t.Name(), s.name, time.Since(began))
 		if !ok {
 			return
