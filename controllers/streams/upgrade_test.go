@@ -288,6 +288,10 @@ func TestUpgradeTwoTeamsOneSource(t *testing.T) {
 	// 150 ids a second; the slow team handles 60 (3 partitions, 50 ms
 	// each): by the upgrade it lags hundreds of ids behind team a.
 	in := brokertest.StartFeed(t, b.Addr(), "orders", 150)
+	// At most 25 s of ids: a switch slow on a loaded machine leaves the
+	// slow team no more than that to work off.
+	capped := time.AfterFunc(25*time.Second, func() { in.Halt() })
+	defer capped.Stop()
 	time.Sleep(5 * time.Second)
 	rev := editPart(t, c, "s", func(s *v1alpha1.PartSpec) { s.Processors = slowTeam("slower") })
 	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 1}, v1alpha1.PartRef{Name: "b", Revision: 1}, v1alpha1.PartRef{Name: "s", Revision: rev})

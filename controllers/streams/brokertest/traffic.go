@@ -18,9 +18,10 @@ import (
 // send time in a header "sent") until halted. Each id is retried until
 // acknowledged: the feed never loses one itself.
 type Feed struct {
-	stop chan struct{}
-	done chan struct{}
-	sent atomic.Int64
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	sent     atomic.Int64
 }
 
 // StartFeed feeds topic on the broker at addr perSecond ids a second;
@@ -108,13 +109,10 @@ func (f *Feed) run(cl *kgo.Client, perSecond, keys int) {
 // Sent is how many ids the broker acknowledged so far.
 func (f *Feed) Sent() int64 { return f.sent.Load() }
 
-// Halt stops the feed and returns how many ids it sent (0…n-1).
+// Halt stops the feed and returns how many ids it sent (0…n-1); it may
+// be called more than once, from any goroutine.
 func (f *Feed) Halt() int64 {
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
-	}
+	f.stopOnce.Do(func() { close(f.stop) })
 	<-f.done
 	return f.sent.Load()
 }
