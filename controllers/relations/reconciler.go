@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -550,7 +549,12 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, err
 		}
 	}
-	if len(blocked) > 0 || slices.ContainsFunc(slices.Collect(maps.Values(rels)), func(rel *v1alpha1.Relationship) bool { return r.held.has(client.ObjectKeyFromObject(rel)) }) {
+	// A conflict, or old values Secrets pods still use: look again.
+	recheck := len(blocked) > 0
+	for _, rel := range rels {
+		recheck = recheck || r.held.has(client.ObjectKeyFromObject(rel))
+	}
+	if recheck {
 		return reconcile.Result{RequeueAfter: r.Options.Recheck}, nil
 	}
 	if retry {
@@ -826,11 +830,7 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: run.Secret}, s); err != nil {
 			return outcome{}, err
 		}
-		held := Values{}
-		for k, v := range s.Data {
-			held[k] = string(v)
-		}
-		if problems := checkTakes(t.keys, held, nil, t.config); len(problems) > 0 {
+		if problems := checkTakes(t.keys, secretValues(s), nil, t.config); len(problems) > 0 {
 			for i := range problems {
 				problems[i].Detail = fmt.Sprintf("r%d (pinned): %s", run.Revision, problems[i].Detail)
 			}
@@ -1153,11 +1153,7 @@ func (r *kindReconciler) writeRevision(ctx context.Context, rel *v1alpha1.Relati
 // ownWrite says whether s is a values Secret the controller wrote for
 // rel, untouched: its label, its owner, and values of its recorded hash.
 func ownWrite(s *corev1.Secret, rel *v1alpha1.Relationship) bool {
-	vals := Values{}
-	for k, v := range s.Data {
-		vals[k] = string(v)
-	}
-	return metav1.IsControlledBy(s, rel) && s.Labels[labelRelationship] == rel.Name && s.Annotations[annotationHash] == vals.Hash()
+	return metav1.IsControlledBy(s, rel) && s.Labels[labelRelationship] == rel.Name && s.Annotations[annotationHash] == secretValues(s).Hash()
 }
 
 // inject applies w's template patch as the controller's field manager,

@@ -255,6 +255,15 @@ func resolveFrom(vf v1alpha1.ValuesFromSource, src Source) (Values, *Problem, er
 	return vals, nil, nil
 }
 
+// secretValues are a Secret's entries as values.
+func secretValues(s *corev1.Secret) Values {
+	vals := Values{}
+	for k, v := range s.Data {
+		vals[k] = string(v)
+	}
+	return vals
+}
+
 // interfaceKey is the CRDs' pattern of a key.
 var interfaceKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 
