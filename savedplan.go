@@ -44,7 +44,8 @@ type SavedPlan struct {
 	Districts []string `json:"districts,omitempty"`
 	// State is the state the plan was made from.
 	State SavedState `json:"state"`
-	// Inputs are the SHA-256 of cluster.json and districts.json as read.
+	// Inputs are the SHA-256 of cluster.json, districts.json and
+	// prices.json as read ("absent" for a file that was not there).
 	Inputs map[string]string `json:"inputs"`
 	// Options are the plan's options, which the apply takes from it.
 	Options SavedOptions `json:"options"`
@@ -72,9 +73,14 @@ type SavedOptions struct {
 	Destroy bool `json:"destroy"`
 }
 
-// inputFiles are the inputs a saved plan records, by their label.
+// inputFiles are the inputs a saved plan records, by their label:
+// prices.json too, as the budget guard reads it.
 func inputFiles(p districts.Paths) map[string]string {
-	return map[string]string{"cluster.json": p.Cluster, "districts.json": p.Districts}
+	in := map[string]string{"cluster.json": p.Cluster, "districts.json": p.Districts}
+	if p.Prices != "" {
+		in["prices.json"] = p.Prices
+	}
+	return in
 }
 
 // hashFile is the SHA-256 of a file's content, "absent" for none.

@@ -144,7 +144,7 @@ type Session struct {
 	platform provider.Platform
 	remote   *remote // a remote state store, nil for a path
 	journal  *state.Journal
-	// inputs are the SHA-256 of cluster.json and districts.json, and
+	// inputs are the SHA-256 of cluster.json, districts.json and prices.json, and
 	// stateSum the state's, as Open read them: a saved plan records them.
 	inputs   map[string]string
 	stateSum string

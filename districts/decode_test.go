@@ -16,7 +16,7 @@ func decodeAs[T any](file, src string, sensitive bool, shape string) (T, Problem
 	return v, c.sorted(), ok
 }
 
-const clusterKeys = "(known: type, id, platform, flavors, deployments, addons, strategy, kubernetes, network)"
+const clusterKeys = "(known: type, id, platform, flavors, deployments, addons, strategy, kubernetes, network, budget)"
 const deploymentKeys = "(known: type, district, flavor, role, quantity, tags)"
 
 func TestDecodeCluster(t *testing.T) {
@@ -126,7 +126,7 @@ func TestDecodeOtherFiles(t *testing.T) {
 		_, got, _ := decodeAs[[]District]("districts.json", `[{"id": "a", "gce_zones": "europe-west1-b", "flavors": [{"flavor": "small", "machine": "n1"}]}, "b"]`, false, districtsShape)
 		want := Problems{
 			ds("[0].gce_zones", "expected a list, got a string"),
-			withHint(ds("[0].flavors[0]", `unknown key "machine" (known: type, flavor, instance_type, machine_type, os_flavor)`), `did you mean "machine_type"?`),
+			withHint(ds("[0].flavors[0]", `unknown key "machine" (known: type, flavor, instance_type, machine_type, os_flavor, hourly_price)`), `did you mean "machine_type"?`),
 			ds("[1]", "expected an object, got a string"),
 		}
 		if diff := cmp.Diff(want, got); diff != "" {

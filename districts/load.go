@@ -15,16 +15,18 @@ import (
 	"github.com/cloudtransit/transit/shellquote"
 )
 
-// Paths names the four files; empty Credentials means none.
+// Paths names the files; empty Credentials or Prices means none.
 type Paths struct {
 	Cluster     string
 	Districts   string
 	Credentials string
 	State       string
+	// Prices is prices.json (prices.go): optional, like credentials.
+	Prices string
 }
 
 // labels are the names problems carry: the base names of the paths given.
-type labels struct{ cluster, districts, credentials string }
+type labels struct{ cluster, districts, credentials, prices string }
 
 func (p Paths) labels() labels {
 	name := func(path, def string) string {
@@ -37,6 +39,7 @@ func (p Paths) labels() labels {
 		cluster:     name(p.Cluster, "cluster.json"),
 		districts:   name(p.Districts, "districts.json"),
 		credentials: name(p.Credentials, "credentials.json"),
+		prices:      name(p.Prices, "prices.json"),
 	}
 }
 
@@ -49,6 +52,9 @@ type Config struct {
 	// CredentialsLoaded says credentials.json existed and was read, so
 	// districts' credential_id references were checked against it.
 	CredentialsLoaded bool
+	// Prices is prices.json when it exists (PricesLoaded).
+	Prices       PriceList
+	PricesLoaded bool
 }
 
 // What each file holds, for a file whose top level has the wrong shape.
@@ -78,6 +84,9 @@ func Load(p Paths) (Config, error) {
 	if p.Credentials != "" {
 		cfg.CredentialsLoaded = readCredentials(kc, p.Credentials, &cfg.Credentials)
 	}
+	pc := newProblems(l.prices, reflect.TypeFor[PriceList]())
+	var pricesOK bool
+	cfg.PricesLoaded, pricesOK = readPrices(pc, p.Prices, &cfg.Prices)
 
 	if clusterOK {
 		validateCluster(cc, cfg.Cluster, cfg.Districts, districtsOK, l.districts)
@@ -88,7 +97,13 @@ func Load(p Paths) (Config, error) {
 	if cfg.CredentialsLoaded {
 		validateCredentials(kc, cfg.Credentials)
 	}
-	if all := collect(cc, dc, kc); len(all) > 0 {
+	if cfg.PricesLoaded {
+		validatePriceList(pc, cfg.Prices, cfg.Districts, districtsOK, l.districts)
+	}
+	if clusterOK && districtsOK && pricesOK {
+		validatePricing(cc, dc, cfg, l)
+	}
+	if all := collect(cc, dc, kc, pc); len(all) > 0 {
 		return Config{Paths: p}, all
 	}
 	return cfg, nil

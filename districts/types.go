@@ -41,6 +41,8 @@ type Cluster struct {
 	// NetworkSettings says how the nodes reach each other (network.go);
 	// nil for the defaults. Network resolves them.
 	NetworkSettings *Network `json:"network,omitempty"`
+	// Budget bounds what the cluster may cost (prices.go); nil for none.
+	Budget *Budget `json:"budget,omitempty"`
 }
 
 // Flavor is a user-defined machine size; districts map it to a provider
@@ -214,6 +216,10 @@ type District struct {
 	// from it.
 	KubernetesBundle string `json:"kubernetes_bundle,omitempty"`
 
+	// Currency is the ISO 4217 code of the district's hourly prices
+	// (default: prices.json's, else USD).
+	Currency string `json:"currency,omitempty"`
+
 	Flavors []DistrictFlavor `json:"flavors"`
 }
 
@@ -224,6 +230,10 @@ type DistrictFlavor struct {
 	InstanceType string `json:"instance_type,omitempty"` // aws
 	MachineType  string `json:"machine_type,omitempty"`  // gce
 	OSFlavor     string `json:"os_flavor,omitempty"`     // openstack
+	// HourlyPrice is what one machine of the flavor costs an hour in the
+	// district's currency; it wins over prices.json's. Nil: unpriced
+	// here.
+	HourlyPrice *float64 `json:"hourly_price,omitempty"`
 }
 
 // MachineType returns the provider machine type for a flavor, and whether

@@ -51,12 +51,17 @@ func Validate(cfg Config) error {
 	cc := newProblems(l.cluster, reflect.TypeFor[Cluster]())
 	dc := newProblems(l.districts, reflect.TypeFor[[]District]())
 	kc := newProblems(l.credentials, reflect.TypeFor[[]Credential]())
+	pc := newProblems(l.prices, reflect.TypeFor[PriceList]())
 	validateCluster(cc, cfg.Cluster, cfg.Districts, true, l.districts)
 	validateDistricts(dc, cfg.Districts, cfg.Credentials, cfg.CredentialsLoaded, l.credentials)
 	if cfg.CredentialsLoaded {
 		validateCredentials(kc, cfg.Credentials)
 	}
-	return collect(cc, dc, kc).Err()
+	if cfg.PricesLoaded {
+		validatePriceList(pc, cfg.Prices, cfg.Districts, true, l.districts)
+	}
+	validatePricing(cc, dc, cfg, l)
+	return collect(cc, dc, kc, pc).Err()
 }
 
 // ValidateResources checks a state as LoadResources does.
@@ -160,6 +165,7 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		checkNotNegative(c, p+".memory_gb", f.MemoryGB)
 		checkNotNegative(c, p+".disk_gb", f.DiskGB)
 	}
+	validateBudget(c, cl.Budget)
 
 	districtByID := make(map[string]District)
 	var districtIDs []string
@@ -486,6 +492,7 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 		}
 
 		checkInstall(c, p+".kubernetes_install", d.KubernetesInstall)
+		checkCurrency(c, p+".currency", d.Currency)
 
 		flavorAt := newFirsts(p+".flavors", "mapped")
 		for j, f := range d.Flavors {
@@ -495,6 +502,9 @@ func validateDistricts(c *problems, ds []District, creds []Credential, credsOK b
 				c.add(fp+".flavor", "missing", "")
 			} else {
 				flavorAt.add(c, fp+".flavor", f.Flavor, j)
+			}
+			if f.HourlyPrice != nil {
+				checkNotNegative(c, fp+".hourly_price", *f.HourlyPrice)
 			}
 			if !providerOK {
 				continue

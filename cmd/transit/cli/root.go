@@ -64,6 +64,7 @@ type GlobalFlags struct {
 	Cluster     string
 	Districts   string
 	Credentials string
+	Prices      string
 	State       string
 	LockTimeout time.Duration
 	LogLevel    string
@@ -76,6 +77,7 @@ func (g *GlobalFlags) paths() districts.Paths {
 		Cluster:     g.Cluster,
 		Districts:   g.Districts,
 		Credentials: g.Credentials,
+		Prices:      g.Prices,
 		State:       g.State,
 	}
 }
@@ -132,6 +134,7 @@ the command line wins.`,
 	pf.StringVarP(&g.Cluster, "cluster", "c", "./cluster.json", "intended state of the cluster")
 	pf.StringVarP(&g.Districts, "districts", "d", "./districts.json", "districts the cluster may run in")
 	pf.StringVar(&g.Credentials, "credentials", "./credentials.json", "provider credentials (must not be readable by group or others; optional)")
+	pf.StringVar(&g.Prices, "prices", "./prices.json", "hourly prices of district flavors that districts.json does not price (transit prices writes it; optional)")
 	pf.StringVar(&g.State, "state", "./resources.json", "current state transit tracks")
 	pf.DurationVar(&g.LockTimeout, "lock-timeout", 0, "how long to wait for another run's lock on the state (0: fail at once, naming the holder)")
 	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
