@@ -96,7 +96,9 @@ func TestValidatePrices(t *testing.T) {
 			Problems{withHint(pr("prices[1].flavor", `"large" is not mapped by district "os-lab" in districts.json`), "remove the price, or run transit prices again")}},
 		{"price of another machine type", func(c *Config) { c.Districts[0].Flavors[0].MachineType = "e2-small" },
 			Problems{withHint(pr("prices[0].machine_type", `prices n1-standard-1, but districts.json maps small in "gce-europe" to e2-small now`), "run transit prices again, or correct the price and its machine_type")}},
-		{"price twice", func(c *Config) { c.Prices.Prices = append(c.Prices.Prices, Price{District: "gce-europe", Flavor: "small", HourlyPrice: 1}) },
+		{"price twice", func(c *Config) {
+			c.Prices.Prices = append(c.Prices.Prices, Price{District: "gce-europe", Flavor: "small", HourlyPrice: 1})
+		},
 			Problems{withHint(pr("prices[2]", "prices gce-europe/small again (first at [0])"), "keep one price per district and flavor")}},
 		{"prices file type", func(c *Config) { c.Prices.Type = "price" },
 			Problems{pr("type", `must be "prices", got "price"`)}},
