@@ -191,6 +191,9 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	if err := refuseDestroy(opts, p); err != nil {
 		return Result{}, err
 	}
+	if err := refuseOverBudget(opts, p); err != nil {
+		return Result{}, err
+	}
 	if o.Confirmed == nil && o.OnPlan != nil {
 		if err := o.OnPlan(p); err != nil {
 			return Result{}, err
@@ -275,6 +278,20 @@ func refuseDestroy(o control.Options, p Plan) error {
 		}
 	}
 	return nil
+}
+
+// refuseOverBudget returns control.ErrOverBudget when the plan's cluster
+// would cost more than cluster.json's budget: before anything is
+// launched. A teardown is never refused.
+func refuseOverBudget(o control.Options, p Plan) error {
+	if o.Destroy || o.Cluster.Budget == nil {
+		return nil
+	}
+	if p.Cost == nil && len(p.Actions) > 0 {
+		// A saved plan made before budgets were priced.
+		return fmt.Errorf("%w: the plan carries no cost, so the budget cannot be checked: make the plan again", control.ErrOverBudget)
+	}
+	return p.Cost.Refusal()
 }
 
 // hasLiveNodes says the state holds a node not on its way out.

@@ -390,6 +390,7 @@ func (s *Session) loopOptions() control.Options {
 		Cluster:     s.cfg.Cluster,
 		Districts:   s.cfg.Districts,
 		Infra:       s.infra,
+		Prices:      s.cfg.PriceTable(),
 		State:       s.state,
 		SaveChanged: s.save,
 		Clock:       s.opts.Clock,

@@ -110,9 +110,12 @@ func MakePlan(ctx context.Context, opts Options, refreshed bool) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	return buildPlan(planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, rotate: rotate,
+	in := planInput{cluster: opts.Cluster, districts: opts.Districts, world: w, rotate: rotate,
 		destroy: opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster), rebuild: opts.RebuildPlatform,
-		ids: newNodeNumbers(opts.Cluster.ID, w), limits: groupLimits(opts.Infra)}), nil
+		ids: newNodeNumbers(opts.Cluster.ID, w), limits: groupLimits(opts.Infra)}
+	p := buildPlan(in)
+	priceActions(in, opts.Prices, &p)
+	return p, nil
 }
 
 // checkSize refuses a cluster larger than validation allows, for callers

@@ -16,6 +16,9 @@ type Options struct {
 	Districts []districts.District
 	// Infra holds one driver per district id named in Districts.
 	Infra map[string]provider.Infrastructure
+	// Prices price the plan MakePlan makes (cost.go); the zero table
+	// prices nothing.
+	Prices districts.PriceTable
 	// Platform is nil only for work that never asks it (plan without
 	// refresh, destroy).
 	Platform provider.Platform

@@ -110,6 +110,10 @@ type Action struct {
 	// adds the cluster's: while the platform does not confirm that the
 	// machines the listings lack are gone, groups only widen.
 	Widen bool `json:"widen,omitempty"`
+	// Hourly, on a launch or a termination, is what the machine adds to
+	// (or, negative, takes from) the cluster's hourly cost; nil when its
+	// flavor has no price in its district.
+	Hourly *float64 `json:"hourly,omitempty"`
 }
 
 // SameActions says two plans' actions are the same, in the same order: a
@@ -140,6 +144,9 @@ type Plan struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Notes report what observation found: adopted and forgotten nodes.
 	Notes []string `json:"notes,omitempty"`
+	// Cost is what the cluster costs now and after the change (cost.go);
+	// nil when nothing is priced and no budget set.
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // Summary counts a plan's actions by symbol.

@@ -122,7 +122,7 @@ state, shows the plan, asks for confirmation (on a terminal; pass
 cluster.json or a round makes no progress. The state is saved to
 resources.json after every action.
 
-With --json it prints one JSON object per line (format_version 1): the plan,
+With --json it prints one JSON object per line (format_version 2): the plan,
 every event of the loop, and always a last "result" line, also when the run
 fails before the loop starts.
 

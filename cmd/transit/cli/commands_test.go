@@ -283,7 +283,7 @@ func TestApplyAndDestroy(t *testing.T) {
 		t.Errorf("cloud after destroy: %d machines, %d groups", n, g)
 	}
 	// cluster.json is untouched: destroy only zeroes a copy.
-	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json")})
+	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json"), Prices: h.path("prices.json")})
 	if err != nil || cfg.Cluster.Deployments[2].Quantity != 10 {
 		t.Errorf("cluster.json changed by destroy: %v", err)
 	}
@@ -710,7 +710,7 @@ func TestStatusPlatformUnreachable(t *testing.T) {
 // set to q.
 func (h *harness) setAllQuantities(t *testing.T, q int) {
 	t.Helper()
-	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json")})
+	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json"), Prices: h.path("prices.json")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ const (
 	kindRefresh             = "refresh"              // asking the clouds before the loop failed
 	kindCancelled           = "cancelled"            // the confirmation was not given
 	kindWouldDestroy        = "would_destroy"        // apply of a cluster.json that wants no node
+	kindOverBudget          = "over_budget"          // the cluster would cost more than cluster.json's budget
 	kindStalePlan           = "stale_plan"           // the cluster changed since the plan was shown
 	kindInterrupted         = "interrupted"          // SIGINT or SIGTERM
 	kindPlatformUnreachable = "platform_unreachable" // no master answered
@@ -73,6 +74,8 @@ func errorKind(err error) string {
 		return kindStateConflict
 	case errors.Is(err, control.ErrWouldDestroy):
 		return kindWouldDestroy
+	case errors.Is(err, control.ErrOverBudget):
+		return kindOverBudget
 	case errors.Is(err, control.ErrStalePlan):
 		return kindStalePlan
 	case errors.Is(err, control.ErrUnknownNode), errors.Is(err, control.ErrNoMesh):

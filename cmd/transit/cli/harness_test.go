@@ -106,7 +106,7 @@ func (h *harness) run(t *testing.T, o runOpts, args ...string) result {
 			}
 		}
 	}
-	args = append(args, "-c", h.path("cluster.json"), "-d", h.path("districts.json"), "--credentials", h.path("credentials.json"))
+	args = append(args, "-c", h.path("cluster.json"), "-d", h.path("districts.json"), "--credentials", h.path("credentials.json"), "--prices", h.path("prices.json"))
 	if !o.noState {
 		args = append(args, "--state", h.path("resources.json"))
 	}
@@ -137,7 +137,7 @@ func (h *harness) state(t *testing.T) districts.Resources {
 // MAPE monitor would.
 func (h *harness) setQuantity(t *testing.T, district, role string, quantity int) {
 	t.Helper()
-	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json")})
+	cfg, err := districts.Load(districts.Paths{Cluster: h.path("cluster.json"), Districts: h.path("districts.json"), Prices: h.path("prices.json")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ var jsonSchema = map[string]reflect.Type{
 	typeResult:  reflect.TypeFor[resultJSON](),
 }
 
-// checkJSON checks one JSON object transit printed: format_version 1, a
+// checkJSON checks one JSON object transit printed: its format_version, a
 // known type, every key its view defines present (lists as lists, never
 // null), no key it does not define. It returns the object's type.
 func checkJSON(t *testing.T, data []byte) string {
@@ -44,8 +45,8 @@ func checkJSON(t *testing.T, data []byte) string {
 	if dec.More() {
 		t.Fatalf("more than one JSON value:\n%s", data)
 	}
-	if v, ok := obj["format_version"].(json.Number); !ok || v.String() != "1" {
-		t.Errorf("format_version is %v, want 1: %s", obj["format_version"], data)
+	if v, ok := obj["format_version"].(json.Number); !ok || v.String() != strconv.Itoa(FormatVersion) {
+		t.Errorf("format_version is %v, want %d: %s", obj["format_version"], FormatVersion, data)
 	}
 	typ, _ := obj["type"].(string)
 	schema, ok := jsonSchema[typ]
@@ -83,6 +84,12 @@ func checkObject(path string, obj map[string]any, st reflect.Type) []string {
 }
 
 func checkValue(path string, v any, typ reflect.Type) []string {
+	if typ.Kind() == reflect.Pointer {
+		if v == nil {
+			return nil
+		}
+		typ = typ.Elem()
+	}
 	switch {
 	case typ == reflect.TypeFor[time.Time]():
 		s, ok := v.(string)

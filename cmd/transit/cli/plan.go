@@ -39,7 +39,13 @@ and rebuilding a lost platform show under "Blocked".
 With --detailed-exitcode it exits 2 when the plan has actions, 0 when it has
 none (also when it only waits, or shows blocked items) and 1 on error.
 
-With --json it prints the plan as one JSON object (format_version 1), the same
+When flavors are priced (hourly_price in districts.json, or prices.json) it
+shows what each launch and termination adds or takes away an hour and what
+the cluster costs now and after. A plan whose cluster would cost more than
+cluster.json's budget is shown, not saved, and exits 1 (over_budget): apply
+would refuse it.
+
+With --json it prints the plan as one JSON object (format_version 2), the same
 object apply --json prints first.
 
 With --out FILE (Terraform's -out is accepted too) it also writes the plan with what it was made from (the
@@ -53,6 +59,9 @@ no secret) for transit apply FILE, which runs exactly that plan and refuses
 				return err
 			}
 			if err := f.render(deps.Out, p); err != nil {
+				return err
+			}
+			if err := p.plan.Cost.Refusal(); err != nil {
 				return err
 			}
 			// Waiting and blocked items are no changes: apply would
@@ -108,7 +117,9 @@ func runPlan(ctx context.Context, deps Deps, g *GlobalFlags, f *planFlags) (_ sh
 	if err != nil {
 		return shownPlan{}, err
 	}
-	if f.out != "" {
+	// A plan the budget refuses is shown, never saved: apply would
+	// refuse it.
+	if f.out != "" && p.Cost.Refusal() == nil {
 		if err := transit.WriteSavedPlan(f.out, s.SavePlan(p, po, BuildVersion().Version)); err != nil {
 			return shownPlan{}, err
 		}

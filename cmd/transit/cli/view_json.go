@@ -16,7 +16,9 @@ import (
 // It changes when a field is removed or changes meaning; new fields and
 // new line types may appear without a change, so readers ignore what they
 // do not know.
-const FormatVersion = 1
+// Version 2: plans carry their cost, actions what they add or take away
+// an hour.
+const FormatVersion = 2
 
 // Types of the JSON objects.
 const (
@@ -63,6 +65,56 @@ type planJSON struct {
 	// Refreshed says the clouds and the platform were asked; false for
 	// plan --refresh=false.
 	Refreshed bool `json:"refreshed"`
+	// Cost is what the cluster costs an hour and a month now and after
+	// the plan; left out when nothing is priced and no budget set.
+	Cost *costJSON `json:"cost,omitempty"`
+}
+
+// costJSON is a plan's cost (control.Cost) with monthly amounts of
+// districts.HoursPerMonth hours.
+type costJSON struct {
+	Currency     string             `json:"currency"`
+	HourlyNow    float64            `json:"hourly_now"`
+	HourlyAfter  float64            `json:"hourly_after"`
+	HourlyPeak   float64            `json:"hourly_peak"`
+	MonthlyNow   float64            `json:"monthly_now"`
+	MonthlyAfter float64            `json:"monthly_after"`
+	Districts    []districtCostJSON `json:"districts"`
+	Unpriced     []string           `json:"unpriced"`
+	// Budget is cluster.json's, nil for none; OverBudget why apply
+	// refuses the plan ("" when it does not).
+	Budget     *budgetJSON `json:"budget"`
+	OverBudget string      `json:"over_budget"`
+}
+
+type districtCostJSON struct {
+	District    string  `json:"district"`
+	HourlyNow   float64 `json:"hourly_now"`
+	HourlyAfter float64 `json:"hourly_after"`
+}
+
+type budgetJSON struct {
+	MaxHourly      float64 `json:"max_hourly"`
+	MaxSurgeHourly float64 `json:"max_surge_hourly"`
+	Currency       string  `json:"currency"`
+}
+
+func newCostJSON(c *control.Cost) *costJSON {
+	if c == nil {
+		return nil
+	}
+	v := &costJSON{
+		Currency: c.Currency, HourlyNow: c.Now, HourlyAfter: c.After, HourlyPeak: c.Peak,
+		MonthlyNow: c.Now * districts.HoursPerMonth, MonthlyAfter: c.After * districts.HoursPerMonth,
+		Districts: make([]districtCostJSON, 0, len(c.Districts)), Unpriced: list(c.Unpriced), OverBudget: c.OverBudget,
+	}
+	for _, d := range c.Districts {
+		v.Districts = append(v.Districts, districtCostJSON{District: d.District, HourlyNow: d.Now, HourlyAfter: d.After})
+	}
+	if b := c.Budget; b != nil {
+		v.Budget = &budgetJSON{MaxHourly: b.MaxHourly, MaxSurgeHourly: b.SurgeLimit(), Currency: b.CurrencyCode()}
+	}
+	return v
 }
 
 // savedPlanJSON is what show --json prints: a saved plan's origin, and
@@ -98,6 +150,9 @@ type actionJSON struct {
 	Group    string   `json:"group,omitempty"`
 	Reason   string   `json:"reason"`
 	After    []string `json:"after,omitempty"`
+	// Hourly, on a launch or a termination, is what the machine adds to
+	// (negative: takes from) the hourly cost; left out when unpriced.
+	Hourly *float64 `json:"hourly,omitempty"`
 }
 
 type summaryJSON struct {
@@ -121,6 +176,7 @@ func newPlanJSON(p control.Plan, round int, t time.Time, refreshed bool) planJSO
 		Summary:   summaryJSON{Add: s.Add, Change: s.Change, Remove: s.Remove},
 		Changes:   len(p.Actions) > 0,
 		Refreshed: refreshed,
+		Cost:      newCostJSON(p.Cost),
 	}
 	for _, a := range p.Actions {
 		v.Actions = append(v.Actions, newActionJSON(a))
@@ -131,7 +187,7 @@ func newPlanJSON(p control.Plan, round int, t time.Time, refreshed bool) planJSO
 func newActionJSON(a control.Action) actionJSON {
 	return actionJSON{
 		Kind: string(a.Kind), District: a.District, Node: a.Node, Role: a.Role, Flavor: a.Flavor,
-		Group: a.Group, Reason: a.Reason, After: a.After,
+		Group: a.Group, Reason: a.Reason, After: a.After, Hourly: a.Hourly,
 	}
 }
 

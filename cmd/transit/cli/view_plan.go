@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
 )
 
 // writePlan prints a plan the way terraform does: a header, the actions
@@ -26,6 +27,7 @@ func writePlan(w io.Writer, p shownPlan) error {
 		b.WriteString("\n")
 	}
 	writeNotes(&b, pl)
+	writeCost(&b, pl.Cost)
 	switch s := pl.Summary(); {
 	case len(pl.Actions) > 0:
 		fmt.Fprintf(&b, "Plan: %d to add, %d to change, %d to remove", s.Add, s.Change, s.Remove)
@@ -68,6 +70,43 @@ func writeNotes(b *bytes.Buffer, p control.Plan) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeCost prints what the cluster costs now and after, per district,
+// what it may cost while it changes, and the budget's verdict.
+func writeCost(b *bytes.Buffer, c *control.Cost) {
+	if c == nil {
+		return
+	}
+	fmt.Fprintf(b, "Cost (%s an hour; a month is %d hours):\n", c.Currency, districts.HoursPerMonth)
+	w := len("cluster")
+	for _, d := range c.Districts {
+		w = max(w, len(d.District))
+	}
+	fmt.Fprintf(b, "  %-*s  %10s  %10s\n", w, "", "now", "after")
+	for _, d := range c.Districts {
+		fmt.Fprintf(b, "  %-*s  %10.4f  %10.4f\n", w, d.District, d.Now, d.After)
+	}
+	fmt.Fprintf(b, "  %-*s  %10.4f  %10.4f\n", w, "cluster", c.Now, c.After)
+	fmt.Fprintf(b, "  a month: %.2f now, %.2f after", c.Now*districts.HoursPerMonth, c.After*districts.HoursPerMonth)
+	if c.Peak > max(c.Now, c.After) {
+		fmt.Fprintf(b, "; up to %.4f an hour while it changes", c.Peak)
+	}
+	b.WriteString("\n")
+	if len(c.Unpriced) > 0 {
+		fmt.Fprintf(b, "  ! unpriced, counted as nothing: %s (set hourly_price in districts.json, or run transit prices)\n", strings.Join(c.Unpriced, ", "))
+	}
+	if bu := c.Budget; bu != nil {
+		switch {
+		case c.OverBudget != "":
+			fmt.Fprintf(b, "  ! budget: apply refuses this plan: %s\n", c.OverBudget)
+		case c.Now > bu.MaxHourly:
+			fmt.Fprintf(b, "  ! budget: %.4f an hour (cluster.json), exceeded now; only growth is refused\n", bu.MaxHourly)
+		default:
+			fmt.Fprintf(b, "  budget: %.4f an hour (cluster.json): within\n", bu.MaxHourly)
+		}
+	}
+	b.WriteString("\n")
 }
 
 // writeActions prints actions grouped by district, in the order of
@@ -127,6 +166,9 @@ func actionDetails(a control.Action) string {
 	}
 	if a.Flavor != "" {
 		parts = append(parts, "flavor "+a.Flavor)
+	}
+	if a.Hourly != nil {
+		parts = append(parts, fmt.Sprintf("%+.4f/h", *a.Hourly))
 	}
 	if len(parts) == 0 {
 		return ""
