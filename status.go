@@ -37,6 +37,9 @@ type Status struct {
 	// Addons say whether each addon serves (the platform's own first);
 	// empty when the platform was not asked or cannot say.
 	Addons []provider.AddonStatus
+	// Bill is what the live machines cost an hour; nil when no flavor
+	// is priced.
+	Bill *control.Bill
 }
 
 // Status reports the cluster's nodes and groups. It takes no lock and
@@ -52,7 +55,8 @@ func (s *Session) Status(ctx context.Context, o StatusOptions) (Status, error) {
 	if err := s.use(need, "status"); err != nil {
 		return Status{}, err
 	}
-	st := Status{Cluster: s.cfg.Cluster, State: s.state, Refreshed: o.Refresh}
+	prices := s.cfg.PriceTable()
+	st := Status{Cluster: s.cfg.Cluster, State: s.state, Refreshed: o.Refresh, Bill: control.StateBill(s.state, prices)}
 	if !o.Refresh {
 		return st, nil
 	}
@@ -66,6 +70,7 @@ func (s *Session) Status(ctx context.Context, o StatusOptions) (Status, error) {
 		return Status{}, atStage(ErrRefresh, err)
 	}
 	st.State, st.Notes, st.PlatformError = obs.State, obs.Notes, obs.PlatformError
+	st.Bill = control.StateBill(obs.State, prices)
 	if v, ok := opts.Platform.(provider.Versioner); ok && obs.PlatformError == "" && len(obs.State.Nodes) > 0 {
 		// The version is a courtesy: a platform that cannot say leaves
 		// it empty.

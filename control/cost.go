@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -50,6 +51,55 @@ type DistrictCost struct {
 	District string  `json:"district"`
 	Now      float64 `json:"hourly_now"`
 	After    float64 `json:"hourly_after"`
+}
+
+// Bill is what the live machines of a state cost an hour: what status
+// shows.
+type Bill struct {
+	Currency  string         `json:"currency"`
+	Hourly    float64        `json:"hourly"`
+	Districts []DistrictBill `json:"districts"`
+	// Unpriced names the district flavors (district/flavor) of live
+	// machines without a price: counted as nothing.
+	Unpriced []string `json:"unpriced"`
+}
+
+// DistrictBill is one district's part of a Bill.
+type DistrictBill struct {
+	District string  `json:"district"`
+	Hourly   float64 `json:"hourly"`
+	Machines int     `json:"machines"`
+}
+
+// StateBill is what res's live machines cost an hour; nil when nothing
+// is priced.
+func StateBill(res districts.Resources, prices districts.PriceTable) *Bill {
+	if !prices.Priced() {
+		return nil
+	}
+	b := &Bill{Currency: prices.Currency, Districts: []DistrictBill{}}
+	byDistrict := map[string]*DistrictBill{}
+	unpriced := map[string]bool{}
+	for _, n := range liveNodes(res) {
+		v, ok := prices.Hourly(n.District, n.Flavor)
+		if !ok {
+			unpriced[n.District+"/"+n.Flavor] = true
+		}
+		if byDistrict[n.District] == nil {
+			byDistrict[n.District] = &DistrictBill{District: n.District}
+		}
+		byDistrict[n.District].Hourly += v
+		byDistrict[n.District].Machines++
+		b.Hourly += v
+	}
+	b.Hourly = rounded(b.Hourly)
+	for _, id := range slices.Sorted(maps.Keys(byDistrict)) {
+		d := *byDistrict[id]
+		d.Hourly = rounded(d.Hourly)
+		b.Districts = append(b.Districts, d)
+	}
+	b.Unpriced = append([]string{}, slices.Sorted(maps.Keys(unpriced))...)
+	return b
 }
 
 // Refusal is the error an apply of a plan of this cost ends with: nil
@@ -161,9 +211,12 @@ func planCost(in planInput, prices districts.PriceTable) *Cost {
 			c.Peak += v
 		}
 	}
+	c.Now, c.After, c.Peak = rounded(c.Now), rounded(c.After), rounded(c.Peak)
 	c.Peak = max(c.Peak, c.Now, c.After)
 	for _, id := range slices.Sorted(maps.Keys(byDistrict)) {
-		c.Districts = append(c.Districts, *byDistrict[id])
+		d := *byDistrict[id]
+		d.Now, d.After = rounded(d.Now), rounded(d.After)
+		c.Districts = append(c.Districts, d)
 	}
 	c.Unpriced = slices.Sorted(maps.Keys(unpriced))
 	c.OverBudget = overBudget(c, in.cluster.Budget, growth)
@@ -195,3 +248,7 @@ func overBudget(c *Cost, b *districts.Budget, growth []string) string {
 	}
 	return ""
 }
+
+// rounded drops what summing binary fractions adds (0.067 ten times is
+// 0.6699999999999999): prices have at most a few decimals.
+func rounded(v float64) float64 { return math.Round(v*1e9) / 1e9 }

@@ -82,6 +82,19 @@ func TestBudgetRefusesGrowth(t *testing.T) {
 
 	h.priced(t, &districts.Budget{MaxHourly: 1})
 	wantCode(t, h.run(t, runOpts{}, "apply", "--auto-approve"), 0)
+	r = h.run(t, runOpts{}, "status")
+	wantCode(t, r, 0)
+	for _, want := range []string{"# district aws-europe (0.6700 USD an hour)", "Cost: 0.9550 USD an hour, 697.15 a month of 730 hours"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.out)
+		}
+	}
+	r = h.run(t, runOpts{}, "status", "--json")
+	wantCode(t, r, 0)
+	checkJSON(t, []byte(r.out))
+	if !strings.Contains(r.out, `"hourly": 0.955`) || !strings.Contains(r.out, `"machines": 10`) {
+		t.Errorf("status --json lacks the cost:\n%s", r.out)
+	}
 	h.setQuantity(t, "aws-europe", "worker", 12) // 1.089 an hour
 	r = h.run(t, runOpts{}, "apply", "--auto-approve")
 	wantCode(t, r, 1)

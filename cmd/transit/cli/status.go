@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cloudtransit/transit"
+	"github.com/cloudtransit/transit/control"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -69,6 +70,8 @@ type shownStatus struct {
 	version string
 	// addons say whether each addon serves (none when not asked).
 	addons []provider.AddonStatus
+	// bill is what the live machines cost; nil when nothing is priced.
+	bill *control.Bill
 }
 
 // runStatus reads the state, and with refresh asks the clouds and the
@@ -92,7 +95,7 @@ func runStatus(ctx context.Context, deps Deps, g *GlobalFlags, refresh bool) (_ 
 		return shownStatus{}, err
 	}
 	return shownStatus{res: st.State, cluster: st.Cluster, order: districtOrder(s), refreshed: st.Refreshed,
-		notes: st.Notes, platformError: st.PlatformError, version: st.PlatformVersion, addons: st.Addons}, nil
+		notes: st.Notes, platformError: st.PlatformError, version: st.PlatformVersion, addons: st.Addons, bill: st.Bill}, nil
 }
 
 // writeStatus prints the nodes grouped by district and role.
@@ -148,8 +151,14 @@ func writeStatus(w io.Writer, st shownStatus) error {
 		w3 = max(w3, len(n.Flavor))
 		w4 = max(w4, len(addresses(n)))
 	}
+	districtCost := map[string]string{}
+	if st.bill != nil {
+		for _, d := range st.bill.Districts {
+			districtCost[d.District] = fmt.Sprintf(" (%.4f %s an hour)", d.Hourly, st.bill.Currency)
+		}
+	}
 	for _, d := range districtsShown {
-		fmt.Fprintf(&b, "\n# district %s\n", d)
+		fmt.Fprintf(&b, "\n# district %s%s\n", d, districtCost[d])
 		for _, g := range r.SecurityGroups {
 			if g.District == d {
 				fmt.Fprintf(&b, "  security group %s (%s): allows %s\n", g.ID, g.ProviderID, plural(len(g.Sources), "source"))
@@ -172,6 +181,12 @@ func writeStatus(w io.Writer, st shownStatus) error {
 					fmt.Fprintf(&b, "      %s\n", n.Message)
 				}
 			}
+		}
+	}
+	if bill := st.bill; bill != nil {
+		fmt.Fprintf(&b, "\nCost: %.4f %s an hour, %.2f a month of %d hours, for the live machines.\n", bill.Hourly, bill.Currency, bill.Hourly*districts.HoursPerMonth, districts.HoursPerMonth)
+		if len(bill.Unpriced) > 0 {
+			fmt.Fprintf(&b, "  ! unpriced, counted as nothing: %s\n", strings.Join(bill.Unpriced, ", "))
 		}
 	}
 	_, err := w.Write(b.Bytes())

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"time"
 
 	"github.com/cloudtransit/transit"
@@ -99,13 +100,18 @@ type budgetJSON struct {
 	Currency       string  `json:"currency"`
 }
 
+// monthly is an hourly amount over a month, to the cent's ten-thousandth.
+func monthly(hourly float64) float64 {
+	return math.Round(hourly*districts.HoursPerMonth*1e6) / 1e6
+}
+
 func newCostJSON(c *control.Cost) *costJSON {
 	if c == nil {
 		return nil
 	}
 	v := &costJSON{
 		Currency: c.Currency, HourlyNow: c.Now, HourlyAfter: c.After, HourlyPeak: c.Peak,
-		MonthlyNow: c.Now * districts.HoursPerMonth, MonthlyAfter: c.After * districts.HoursPerMonth,
+		MonthlyNow: monthly(c.Now), MonthlyAfter: monthly(c.After),
 		Districts: make([]districtCostJSON, 0, len(c.Districts)), Unpriced: list(c.Unpriced), OverBudget: c.OverBudget,
 	}
 	for _, d := range c.Districts {
@@ -210,12 +216,15 @@ type statusJSON struct {
 	Notes  []string               `json:"notes"`
 	// State is the current state in the format of resources.json.
 	State districts.Resources `json:"state"`
+	// Cost is what the live machines cost; left out when nothing is
+	// priced.
+	Cost *control.Bill `json:"cost,omitempty"`
 }
 
 func newStatusJSON(st shownStatus, t time.Time) statusJSON {
 	return statusJSON{
 		header: newHeader(typeStatus), Time: t.UTC(), Cluster: st.cluster.ID, Platform: st.cluster.Platform,
-		Refreshed: st.refreshed, PlatformError: st.platformError, PlatformVersion: st.version, Addons: list(st.addons), Notes: list(st.notes), State: st.res,
+		Refreshed: st.refreshed, PlatformError: st.platformError, PlatformVersion: st.version, Addons: list(st.addons), Notes: list(st.notes), State: st.res, Cost: st.bill,
 	}
 }
 
