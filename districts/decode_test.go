@@ -16,8 +16,8 @@ func decodeAs[T any](file, src string, sensitive bool, shape string) (T, Problem
 	return v, c.sorted(), ok
 }
 
-const clusterKeys = "(known: type, id, platform, flavors, deployments, addons, strategy, kubernetes, network, budget)"
-const deploymentKeys = "(known: type, district, flavor, role, quantity, tags)"
+const clusterKeys = "(known: type, id, platform, flavors, deployments, addons, strategy, kubernetes, network, budget, autoscaler)"
+const deploymentKeys = "(known: type, district, flavor, role, quantity, tags, autoscale)"
 
 func TestDecodeCluster(t *testing.T) {
 	t.Parallel()

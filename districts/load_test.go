@@ -315,7 +315,7 @@ func TestLoadResources(t *testing.T) {
 		{name: "newer version with new keys", content: ptr(`{"type": "resources", "version": 3, "volumes": []}`),
 			wantErr: Problems{rs("version", "written by a newer transit (version 3; this transit reads version 2)", "upgrade transit")}},
 		{name: "unknown key", content: ptr(`{"type": "resources", "version": 1, "nodez": []}`),
-			wantErr: Problems{rs("", `unknown key "nodez" (known: type, version, cluster, lineage, serial, updated_at, platform_formed_at, districts, node_numbers, failures, mesh_peers, mesh_retired, mesh, launching, nodes, security_groups)`, `did you mean "nodes"?`)}},
+			wantErr: Problems{rs("", `unknown key "nodez" (known: type, version, cluster, lineage, serial, updated_at, platform_formed_at, districts, node_numbers, failures, autoscale, mesh_peers, mesh_retired, mesh, launching, nodes, security_groups)`, `did you mean "nodes"?`)}},
 		{name: "node of another cluster", content: ptr(`{"type": "resources", "version": 1, "cluster": "a", "nodes": [{"id": "n", "cluster": "b", "phase": "joined"}]}`),
 			wantErr: Problems{rs("nodes[0].cluster", `"b" does not match the state's cluster "a"`, "")}},
 	}

@@ -43,6 +43,9 @@ type Cluster struct {
 	NetworkSettings *Network `json:"network,omitempty"`
 	// Budget bounds what the cluster may cost (prices.go); nil for none.
 	Budget *Budget `json:"budget,omitempty"`
+	// Autoscaler tunes transit autoscale (autoscale.go); nil for the
+	// defaults.
+	Autoscaler *Autoscaler `json:"autoscaler,omitempty"`
 }
 
 // Flavor is a user-defined machine size; districts map it to a provider
@@ -64,6 +67,9 @@ type Deployment struct {
 	Role     string            `json:"role"`
 	Quantity int               `json:"quantity"`
 	Tags     map[string]string `json:"tags,omitempty"`
+	// Autoscale, instead of Quantity, lets transit autoscale decide the
+	// quantity within bounds (autoscale.go).
+	Autoscale *Autoscale `json:"autoscale,omitempty"`
 }
 
 // Key identifies the deployment line a node belongs to.
@@ -365,6 +371,8 @@ type Resources struct {
 	// Failures counts, per deployment line ("district/flavor/role"),
 	// the launched nodes in a row that failed to install or join.
 	Failures map[string]Failure `json:"failures,omitempty"`
+	// Autoscale is what transit autoscale decided (autoscale.go).
+	Autoscale *AutoscaleState `json:"autoscale,omitempty"`
 	// MeshPeers is a digest of the mesh every node was last given in
 	// full (each node's mesh address, key and endpoints): when the live
 	// nodes' digest differs, a run gives every node its peers again.

@@ -166,6 +166,7 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 		checkNotNegative(c, p+".disk_gb", f.DiskGB)
 	}
 	validateBudget(c, cl.Budget)
+	validateAutoscaler(c, cl.Autoscaler)
 
 	districtByID := make(map[string]District)
 	var districtIDs []string
@@ -214,11 +215,14 @@ func validateCluster(c *problems, cl Cluster, ds []District, districtsOK bool, d
 			c.add(p+".role", fmt.Sprintf("%q is not a role of %s %s", d.Role, cl.Platform, known(roles)), "")
 		}
 
+		validateAutoscale(c, p, d)
 		switch {
 		case d.Quantity < 0:
 			c.add(p+".quantity", fmt.Sprintf("must not be negative, got %d", d.Quantity), "")
 		case d.Quantity > MaxDeploymentQuantity:
 			c.add(p+".quantity", fmt.Sprintf("%d is more than %d, the most one deployment line may hold", d.Quantity, MaxDeploymentQuantity), quantityHint)
+		case d.Autoscale != nil && d.Autoscale.Max >= 0 && d.Autoscale.Max <= MaxDeploymentQuantity:
+			total += d.Autoscale.Max // the most it may grow to
 		default:
 			total += d.Quantity
 			if d.Role == RoleMaster {
