@@ -131,13 +131,13 @@ func Decide(in Input) Output {
 // group is a Group while a decision is made.
 type group struct {
 	Group
-	want   int
-	added  []*room // new nodes, with what is left of them
+	want  int
+	added []*room // new nodes, with what is left of them
 	// upcoming are nodes asked for earlier that the platform does not
 	// have yet, with what is left of them.
 	upcoming []*room
-	why    []string
-	remove []string
+	why      []string
+	remove   []string
 }
 
 type room struct{ cpu, mem int64 }

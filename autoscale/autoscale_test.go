@@ -147,7 +147,10 @@ func TestScaleDown(t *testing.T) {
 		{"at its min", func(in *Input) { in.Groups[1].Min = 2 }, nil},
 		{"a deployment grew lately", func(in *Input) { in.Groups[0].GrewAt = now.Add(-5 * time.Minute) }, nil},
 		{"a workload cannot move", func(in *Input) { in.Demand.Nodes[0].Workloads[0].Unmovable = "no controller: a bare pod" }, nil},
-		{"no room elsewhere", func(in *Input) { in.Demand.Nodes[1].Workloads[0].MilliCPU = 1800; in.Demand.Nodes[2].Workloads[0].MilliCPU = 1800 }, nil},
+		{"no room elsewhere", func(in *Input) {
+			in.Demand.Nodes[1].Workloads[0].MilliCPU = 1800
+			in.Demand.Nodes[2].Workloads[0].MilliCPU = 1800
+		}, nil},
 		{"only the master has room", func(in *Input) {
 			in.Demand.Nodes[1].Workloads[0].MilliCPU = 1800
 			in.Demand.Nodes[2].Workloads[0].MilliCPU = 1800
