@@ -48,6 +48,9 @@ func (s *Session) Plan(ctx context.Context, o PlanOptions) (Plan, error) {
 	if err != nil {
 		return Plan{}, atStage(ErrRefresh, err)
 	}
+	if !o.Destroy {
+		p.Notes = append(p.Notes, autoscaleNotes(s.cfg.Cluster, s.state)...)
+	}
 	return p, nil
 }
 
@@ -186,6 +189,9 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 		preview.SaveChanged = nil
 		if p, err = control.MakePlan(ctx, preview, true); err != nil {
 			return Result{}, atStage(ErrRefresh, err)
+		}
+		if !destroy {
+			p.Notes = append(p.Notes, autoscaleNotes(s.cfg.Cluster, s.state)...)
 		}
 	}
 	if err := refuseDestroy(opts, p); err != nil {

@@ -270,6 +270,10 @@ type fakePlatform struct {
 	built     atomic.Int32
 	// onInstall, when set, runs in every Install.
 	onInstall func(ctx context.Context, n districts.Node) error
+	// pending and running are what Demand reports: the workloads not
+	// placed, and those on each node.
+	pending []provider.Workload
+	running map[string][]provider.Workload
 }
 
 func newFakePlatform() *fakePlatform {
@@ -434,4 +438,20 @@ func registry(cloud *fakeCloud, platform *fakePlatform) transit.Drivers {
 		Infrastructures: map[string]transit.InfrastructureFunc{"gce": cloud.driver, "aws": cloud.driver},
 		Platforms:       map[string]transit.PlatformFunc{"swarm": platform.driver},
 	}
+}
+
+var _ provider.Demander = (*fakePlatform)(nil)
+
+// Demand reports every member as a node of 1000m and 3.75 GiB with its
+// labels, and the workloads the test set.
+func (p *fakePlatform) Demand(_ context.Context, _ []districts.Node) (provider.Demand, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := provider.Demand{Pending: slices.Clone(p.pending)}
+	for _, id := range slices.Sorted(maps.Keys(p.members)) {
+		m := p.members[id]
+		d.Nodes = append(d.Nodes, provider.NodeLoad{Node: id, MilliCPU: 1000, MemoryBytes: 3840 << 20, Labels: maps.Clone(m.Labels),
+			Schedulable: m.Ready && !m.Draining, Workloads: slices.Clone(p.running[id])})
+	}
+	return d, nil
 }

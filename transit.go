@@ -387,7 +387,8 @@ func (s *Session) platformDriver(ctx context.Context) (provider.Platform, error)
 // cluster saves.
 func (s *Session) loopOptions() control.Options {
 	o := control.Options{
-		Cluster:     s.cfg.Cluster,
+		// Autoscaled deployments at the quantity transit autoscale chose.
+		Cluster:     s.cfg.Cluster.Effective(s.state),
 		Districts:   s.cfg.Districts,
 		Infra:       s.infra,
 		Prices:      s.cfg.PriceTable(),

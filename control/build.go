@@ -228,6 +228,8 @@ func classify(in planInput) classified {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.District, b.District), cmp.Compare(a.Flavor, b.Flavor))
 	})
 	unhealthyAfter := in.cluster.Strategy.Resolved().ReplaceUnhealthyAfter
+	chosen := autoscalerChose(in.world.state)
+	order := func(a, b *districts.Node) int { return removeOrder(a, b, in.avoid, chosen) }
 	for _, k := range keys {
 		rw := c.roles[k.Role]
 		if rw == nil {
@@ -250,7 +252,7 @@ func classify(in planInput) classified {
 				usable = append(usable, n)
 			}
 		}
-		slices.SortFunc(usable, func(a, b *districts.Node) int { return removeOrder(a, b, in.avoid) })
+		slices.SortFunc(usable, order)
 		rw.present += len(usable)
 		for _, n := range usable {
 			if n.Phase == districts.PhaseJoined {
@@ -268,20 +270,36 @@ func classify(in planInput) classified {
 		}
 	}
 	for _, rw := range c.roles {
-		slices.SortStableFunc(rw.excess, func(a, b *districts.Node) int { return removeOrder(a, b, in.avoid) })
+		slices.SortStableFunc(rw.excess, order)
 	}
 	return c
 }
 
 // removeOrder orders removal candidates: cheapest phase first, nodes whose
-// drain was refused last, then newest first.
-func removeOrder(a, b *districts.Node, avoid map[string]bool) int {
+// drain was refused last, those transit autoscale chose before others,
+// then newest first.
+func removeOrder(a, b *districts.Node, avoid, chosen map[string]bool) int {
 	return cmp.Or(
 		cmp.Compare(b2i(avoid[a.ID]), b2i(avoid[b.ID])),
 		cmp.Compare(removalRank[a.Phase], removalRank[b.Phase]),
+		cmp.Compare(b2i(!chosen[a.ID]), b2i(!chosen[b.ID])),
 		b.CreatedAt.Compare(a.CreatedAt),
 		-districts.CompareNodeIDs(a.ID, b.ID),
 	)
+}
+
+// autoscalerChose are the nodes transit autoscale chose to remove: its
+// scale-down found them underused with workloads that fit elsewhere.
+func autoscalerChose(s districts.Resources) map[string]bool {
+	chosen := map[string]bool{}
+	if s.Autoscale != nil {
+		for _, a := range s.Autoscale.Deployments {
+			for _, id := range a.Remove {
+				chosen[id] = true
+			}
+		}
+	}
+	return chosen
 }
 
 // planRole plans one role's launches and removals.

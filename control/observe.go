@@ -254,6 +254,7 @@ func merge(opts Options, lineage string, listings []listing) world {
 		Serial: st.Serial, UpdatedAt: st.UpdatedAt, PlatformFormedAt: notAfter(st.PlatformFormedAt, now),
 		NodeNumbers: maps.Clone(st.NodeNumbers), Failures: clampFailures(st.Failures, now),
 		Districts: maps.Clone(st.Districts), MeshPeers: st.MeshPeers, Mesh: st.Mesh,
+		Autoscale: st.Autoscale,
 	}
 	ours := func(tags map[string]string) bool {
 		return tags[districts.TagCluster] == cluster && tags[districts.TagLineage] == lineage

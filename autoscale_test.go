@@ -1,0 +1,196 @@
+package transit_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudtransit/transit"
+	"github.com/cloudtransit/transit/control"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/provider"
+)
+
+// autoscaled makes the paper's workers autoscaled: GCE's (scheduling
+// low, 0.0475 an hour) between 1 and 5, AWS's (high, 0.067) between 2
+// and 12; the masters stay 3.
+func (w *world) autoscaled(t *testing.T, budget *districts.Budget) {
+	t.Helper()
+	cfg, err := districts.Load(districts.Paths{Cluster: w.path("cluster.json"), Districts: w.path("districts.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range cfg.Cluster.Deployments {
+		switch {
+		case d.Role == districts.RoleMaster:
+		case d.District == "gce-europe":
+			cfg.Cluster.Deployments[i].Quantity, cfg.Cluster.Deployments[i].Autoscale = 0, &districts.Autoscale{Min: 1, Max: 5}
+		default:
+			cfg.Cluster.Deployments[i].Quantity, cfg.Cluster.Deployments[i].Autoscale = 0, &districts.Autoscale{Min: 2, Max: 12}
+		}
+	}
+	cfg.Cluster.Budget = budget
+	prices := map[string]float64{"gce-europe": 0.0475, "aws-europe": 0.067}
+	for i, d := range cfg.Districts {
+		for j := range d.Flavors {
+			v := prices[d.ID]
+			cfg.Districts[i].Flavors[j].HourlyPrice = &v
+		}
+	}
+	for name, v := range map[string]any{"cluster.json": cfg.Cluster, "districts.json": cfg.Districts} {
+		data, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(w.path(name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// session runs f in a session of its own, closed after it (its lock
+// freed for the next).
+func (w *world) session(t *testing.T, a transit.Access, f func(*transit.Session)) {
+	t.Helper()
+	s, err := transit.Open(t.Context(), w.options(a, "transit test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) autoscale(t *testing.T, dry bool) (report transit.AutoscaleReport, res transit.Result, err error) {
+	t.Helper()
+	w.session(t, transit.Change, func(s *transit.Session) {
+		report, res, err = s.Autoscale(t.Context(), transit.AutoscaleOptions{DryRun: dry})
+	})
+	return report, res, err
+}
+
+func (w *world) workers(t *testing.T, district string) []string {
+	t.Helper()
+	var ids []string
+	for _, n := range w.state(t).Nodes {
+		if n.District == district && n.Role == districts.RoleWorker && n.Phase == districts.PhaseJoined {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
+}
+
+func workloads(n int, cpu int64, selector map[string]string) []provider.Workload {
+	var out []provider.Workload
+	for i := range n {
+		out = append(out, provider.Workload{Name: fmt.Sprintf("default/web-%d", i), MilliCPU: cpu, MemoryBytes: 256 << 20, Selector: selector})
+	}
+	return out
+}
+
+// transit autoscale, run by cron: pending workloads get nodes in the
+// cheapest deployment that fits them, within its bounds; the decision is
+// kept in the state, never in cluster.json, and plan shows it; idle nodes
+// go once underused for long enough, the ones the autoscaler chose and
+// not the loop's usual pick; the budget refuses growth past it.
+func TestAutoscale(t *testing.T) {
+	w := newWorld(t)
+	w.autoscaled(t, &districts.Budget{MaxHourly: 0.8})
+	clusterJSON, err := os.ReadFile(w.path("cluster.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.session(t, transit.Change, func(s *transit.Session) {
+		if _, err := s.Apply(t.Context(), transit.ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if gce, aws := len(w.workers(t, "gce-europe")), len(w.workers(t, "aws-europe")); gce != 1 || aws != 2 {
+		t.Fatalf("before any decision %d GCE and %d AWS workers, want the mins 1 and 2", gce, aws)
+	}
+
+	// Four workloads of 600m fit on no node: GCE is cheaper.
+	w.platform.mu.Lock()
+	w.platform.pending = workloads(4, 600, nil)
+	w.platform.mu.Unlock()
+	report, _, err := w.autoscale(t, true)
+	if err != nil || len(report.Decisions) != 1 || report.Decisions[0].To != 5 {
+		t.Fatalf("dry run: %+v, %v", report, err)
+	}
+	if w.state(t).Autoscale != nil {
+		t.Fatal("a dry run wrote its decision")
+	}
+	report, res, err := w.autoscale(t, false)
+	if err != nil || !res.Converged {
+		t.Fatalf("autoscale: %v %+v", err, res)
+	}
+	if d := report.Decisions; len(d) != 1 || d[0].Key.District != "gce-europe" || d[0].From != 1 || d[0].To != 5 ||
+		!strings.Contains(d[0].Reason, "4 workloads unschedulable (default/web-0, default/web-1, default/web-2 and 1 more): 4 new node(s) at 0.0475/h each") {
+		t.Fatalf("decisions %+v", d)
+	}
+	if n := len(w.workers(t, "gce-europe")); n != 5 {
+		t.Fatalf("%d GCE workers after the scale-up, want 5", n)
+	}
+	after, _ := os.ReadFile(w.path("cluster.json"))
+	if !bytes.Equal(after, clusterJSON) {
+		t.Error("autoscale rewrote cluster.json")
+	}
+	var p transit.Plan
+	w.session(t, transit.ReadState, func(s *transit.Session) {
+		if p, err = s.Plan(t.Context(), transit.PlanOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !slices.ContainsFunc(p.Notes, func(n string) bool {
+		return strings.HasPrefix(n, "gce-europe/small/worker: autoscaled to 5 (min 1, max 5) on 2026-03-01 10:00: 4 workloads unschedulable")
+	}) || len(p.Actions) != 0 {
+		t.Errorf("plan after the scale-up: actions %v, notes %q", p.Actions, p.Notes)
+	}
+
+	// The workloads run; another run while they start asks for nothing.
+	gce := w.workers(t, "gce-europe")
+	busy := gce[len(gce)-1] // the newest: the loop's usual first pick
+	w.platform.mu.Lock()
+	w.platform.pending = nil
+	w.platform.running = map[string][]provider.Workload{busy: workloads(1, 900, nil)}
+	w.platform.mu.Unlock()
+	if report, _, err := w.autoscale(t, false); err != nil || len(report.Decisions) != 0 {
+		t.Fatalf("a run right after the scale-up: %+v, %v", report, err)
+	}
+	// Eleven minutes later the four idle GCE workers (and one of AWS's
+	// two: its min holds the other) have been underused for long enough.
+	w.clock.Advance(11 * time.Minute)
+	report, res, err = w.autoscale(t, false)
+	if err != nil || !res.Converged {
+		t.Fatalf("scale-down: %v %+v", err, res)
+	}
+	if len(report.Decisions) != 1 || report.Decisions[0].To != 1 {
+		t.Fatalf("scale-down decisions %+v", report.Decisions)
+	}
+	if got := w.workers(t, "gce-europe"); len(got) != 1 || got[0] != busy {
+		t.Errorf("GCE workers after the scale-down %v, want the busy %s alone", got, busy)
+	}
+
+	// Workloads only AWS fits, more than the budget pays for: refused,
+	// and the decision is not kept.
+	w.platform.mu.Lock()
+	w.platform.pending = workloads(10, 600, map[string]string{"scheduling-priority": "high"})
+	w.platform.mu.Unlock()
+	_, _, err = w.autoscale(t, false)
+	if !errors.Is(err, control.ErrOverBudget) {
+		t.Fatalf("growth past the budget: %v", err)
+	}
+	if n := len(w.workers(t, "aws-europe")); n != 2 {
+		t.Errorf("%d AWS workers after a refused growth, want 2", n)
+	}
+	if a := w.state(t).Autoscale; a == nil || a.Deployments["aws-europe/small/worker"].Quantity > 2 {
+		t.Errorf("the refused decision was kept: %+v", a)
+	}
+}
