@@ -36,11 +36,14 @@ const MaxResults = 100
 // Regions are the regions whose endpoints serve the Price List Query API.
 var Regions = []string{"us-east-1", "eu-central-1", "ap-south-1"}
 
+// Credential is the secret half of an access key the front end accepts.
+type Credential = sigv4.Credential
+
 // Options configure a Server; the zero value is usable.
 type Options struct {
 	// Credentials maps access key ids to their secrets (default:
 	// DefaultAccessKeyID with DefaultSecretAccessKey).
-	Credentials map[string]sigv4.Credential
+	Credentials map[string]Credential
 	// Products is the catalogue (default DefaultCatalogue()).
 	Products []Product
 	// PageSize, when between 1 and MaxResults, caps a page below what
