@@ -48,7 +48,8 @@ type BuiltinOptions struct {
 }
 
 // BuiltinDrivers are the drivers compiled into transit: the aws, gce,
-// openstack and local providers, and the swarm and kubernetes platforms.
+// openstack and local providers, the swarm and kubernetes platforms, and
+// the AWS Price List (transit prices).
 func BuiltinDrivers(o BuiltinOptions) Drivers {
 	return Drivers{
 		Infrastructures: map[string]InfrastructureFunc{
@@ -63,6 +64,11 @@ func BuiltinDrivers(o BuiltinOptions) Drivers {
 			},
 			districts.ProviderOpenStack: func(ctx context.Context, d districts.District, cred *districts.Credential) (provider.Infrastructure, error) {
 				return openstack.New(ctx, d, cred, openstack.Options{Waits: cloudutil.Waits{PollInterval: o.PollInterval, PollMaxInterval: o.PollInterval}})
+			},
+		},
+		PriceLists: map[string]PriceListFunc{
+			districts.ProviderAWS: func(ctx context.Context, d districts.District, cred *districts.Credential, types []string) ([]provider.Quote, error) {
+				return aws.Prices(ctx, d, cred, types, aws.Options{})
 			},
 		},
 		Platforms: map[string]PlatformFunc{

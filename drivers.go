@@ -53,6 +53,10 @@ type Drivers struct {
 	// Platforms maps a platform name ("kubernetes", "swarm") to its
 	// driver constructor.
 	Platforms map[string]PlatformFunc
+	// PriceLists maps a provider name to its official price list, for
+	// AskPrices (transit prices); a provider without one is priced in
+	// districts.json by hand.
+	PriceLists map[string]PriceListFunc
 }
 
 // infrastructures builds every district's driver, reporting every district

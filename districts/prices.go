@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"reflect"
 	"time"
 )
 
@@ -277,4 +279,58 @@ func validatePricing(cc, dc *problems, cfg Config, l labels) {
 				fmt.Sprintf("set hourly_price on the flavor in %s, or add it to %s (transit prices writes it)", l.districts, l.prices))
 		}
 	}
+}
+
+// LoadDistricts reads districts.json and (when it exists) credentials.json
+// strictly and validates them together, as Load does, without cluster.json
+// or prices.json: what `transit prices` needs to ask the price lists.
+func LoadDistricts(p Paths) (Config, error) {
+	l := p.labels()
+	cfg := Config{Paths: p}
+	dc := newProblems(l.districts, reflect.TypeFor[[]District]())
+	districtsOK := readConfig(dc, p.Districts, &cfg.Districts, districtsShape, "districts.example.json")
+	kc := newProblems(l.credentials, reflect.TypeFor[[]Credential]())
+	if p.Credentials != "" {
+		cfg.CredentialsLoaded = readCredentials(kc, p.Credentials, &cfg.Credentials)
+	}
+	if districtsOK {
+		validateDistricts(dc, cfg.Districts, cfg.Credentials, cfg.CredentialsLoaded, l.credentials)
+	}
+	if cfg.CredentialsLoaded {
+		validateCredentials(kc, cfg.Credentials)
+	}
+	if all := collect(dc, kc); len(all) > 0 {
+		return Config{Paths: p}, all
+	}
+	return cfg, nil
+}
+
+// ReadPriceList reads prices.json strictly, as Load does, but checks it
+// against nothing: `transit prices` compares what it found with the file
+// it would replace, stale or not. A missing file (or an empty path) is
+// none: ok false, no error.
+func ReadPriceList(path string) (pl PriceList, ok bool, err error) {
+	pc := newProblems(filepath.Base(path), reflect.TypeFor[PriceList]())
+	read, _ := readPrices(pc, path, &pl)
+	if all := collect(pc); len(all) > 0 {
+		return PriceList{}, false, all
+	}
+	return pl, read, nil
+}
+
+// CheckPriceList validates pl as Load would validate it as the file at
+// p.Prices against the districts: each price names a district and a flavor
+// it maps, for the machine type it maps it to, once, and every price of
+// both files is in one currency.
+func CheckPriceList(pl PriceList, ds []District, p Paths) error {
+	l := p.labels()
+	pc := newProblems(l.prices, reflect.TypeFor[PriceList]())
+	validatePriceList(pc, pl, ds, true, l.districts)
+	dc := newProblems(l.districts, reflect.TypeFor[[]District]())
+	cc := newProblems(l.cluster, reflect.TypeFor[Cluster]())
+	validatePricing(cc, dc, Config{Districts: ds, Prices: pl, PricesLoaded: true}, l)
+	if all := collect(pc, dc); len(all) > 0 {
+		return all
+	}
+	return nil
 }

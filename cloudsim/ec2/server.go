@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cloudtransit/transit/cloudsim"
+	"github.com/cloudtransit/transit/cloudsim/sigv4"
 )
 
 // Documentation example keys: what Options.Credentials defaults to.
@@ -42,13 +43,9 @@ const (
 	DefaultStatusCheckDelay = 2 * time.Minute
 )
 
-// Credential is the secret half of an access key the emulator accepts.
-type Credential struct {
-	SecretAccessKey string
-	// SessionToken, if set, must come with every request
-	// (X-Amz-Security-Token), as for temporary credentials.
-	SessionToken string
-}
+// Credential is the secret half of an access key the emulator accepts
+// (SessionToken, if set, must come with every request).
+type Credential = sigv4.Credential
 
 // Image is a machine image the emulator offers, in every region.
 type Image struct {

@@ -29,6 +29,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/cloudsim/openstack"
+	"github.com/cloudtransit/transit/cloudsim/pricing"
 	"github.com/cloudtransit/transit/districts"
 )
 
@@ -90,10 +91,13 @@ const DefaultBackingRoot = "/var/lib/transit/cloudsim"
 // Emulator is a running set of emulated clouds.
 type Emulator struct {
 	// AWSURL is the EC2 endpoint (aws_endpoint); EC2 its front end and
-	// AWSFaults the faults injected into it.
+	// AWSFaults the faults injected into it. The same endpoint serves the
+	// AWS Price List Query API (Pricing), told apart by its requests'
+	// X-Amz-Target.
 	AWSURL    string
 	EC2       *ec2.Server
 	AWSFaults *cloudsim.Faults
+	Pricing   *pricing.Server
 	// GCEURL is the Compute Engine endpoint (gce_endpoint; a service
 	// account key's token_uri is GCEURL + gce.TokenPath); GCE its front
 	// end and GCEFaults the faults injected into it.
@@ -142,8 +146,9 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 		sim := newSim()
 		e.EC2, e.AWSFaults = ec2.New(sim, ec2.Options{Credentials: awsKeys(opts.Credentials),
 			VCPULimit: opts.Quotas.AWSVCPUs, RulesPerGroup: opts.Quotas.AWSRulesPerGroup, VisibilityLag: opts.ListingLag}), &sim.Faults
+		e.Pricing = pricing.New(pricing.Options{Credentials: awsKeys(opts.Credentials)})
 		e.stops = append(e.stops, e.EC2.Close)
-		if e.AWSURL, err = e.serve(ctx, opts.AWS, sim, e.EC2, func() any { return nonNil(e.EC2.Resources()) }); err != nil {
+		if e.AWSURL, err = e.serve(ctx, opts.AWS, sim, awsAPI{ec2: e.EC2, pricing: e.Pricing}, func() any { return nonNil(e.EC2.Resources()) }); err != nil {
 			return nil, fmt.Errorf("cloudsim: serve EC2: %w", err)
 		}
 	}
@@ -237,6 +242,21 @@ func awsKeys(creds []districts.Credential) map[string]ec2.Credential {
 		keys[c.AWSAccessKeyID] = ec2.Credential{SecretAccessKey: string(c.AWSSecretAccessKey), SessionToken: string(c.AWSSessionToken)}
 	}
 	return keys
+}
+
+// awsAPI is the AWS endpoint: the Price List Query API's requests (JSON
+// 1.1, named by X-Amz-Target) go to its front end, the rest to EC2's.
+type awsAPI struct {
+	ec2     http.Handler
+	pricing http.Handler
+}
+
+func (a awsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if pricing.IsRequest(r) {
+		a.pricing.ServeHTTP(w, r)
+		return
+	}
+	a.ec2.ServeHTTP(w, r)
 }
 
 // serve listens on addr and serves api, with the control API beside it.

@@ -12,6 +12,8 @@ import (
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/pricing"
+	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
 
 	ec2sim "github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/cloudsim/gce"
@@ -79,6 +81,18 @@ func TestControlAPI(t *testing.T) {
 		Credentials: credentials.NewStaticCredentialsProvider("AKIAOTHER", "x", ""), RetryMaxAttempts: 1})
 	if _, err := other.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{}); err == nil || !strings.Contains(err.Error(), "AuthFailure") {
 		t.Errorf("DescribeInstances with an unknown key: %v, want AuthFailure", err)
+	}
+
+	// The same endpoint answers the Price List Query API, with the same
+	// keys.
+	prices := pricing.New(pricing.Options{Region: "us-east-1", BaseEndpoint: awssdk.String(e.AWSURL),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "s3cret", ""), RetryMaxAttempts: 1})
+	out, err := prices.GetProducts(t.Context(), &pricing.GetProductsInput{ServiceCode: awssdk.String("AmazonEC2"), Filters: []pricingtypes.Filter{
+		{Type: pricingtypes.FilterTypeTermMatch, Field: awssdk.String("instanceType"), Value: awssdk.String("t3.small")},
+		{Type: pricingtypes.FilterTypeTermMatch, Field: awssdk.String("regionCode"), Value: awssdk.String("eu-central-1")},
+	}})
+	if err != nil || len(out.PriceList) == 0 {
+		t.Errorf("GetProducts on the AWS endpoint: %v products, %v", out, err)
 	}
 
 	if _, err := e.EC2.Plant(t.Context(), "eu-central-1", map[string]string{"team": "x"}); err != nil {

@@ -96,8 +96,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		return nil, invalid(d, "aws_region: missing")
 	}
 	opts = opts.withDefaults()
-	drv := &driver{d: d, opts: opts, keys: map[string]string{}, inflight: map[string]string{},
-		credName: "the SDK's default credential chain"}
+	drv := &driver{d: d, opts: opts, keys: map[string]string{}, inflight: map[string]string{}}
 	var err error
 	if drv.sshCIDRs, err = cloudutil.SSHCIDRs(d); err != nil {
 		return nil, err
@@ -105,9 +104,29 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	if drv.apiCIDRs, err = cloudutil.APICIDRs(d); err != nil {
 		return nil, err
 	}
+	cfg, credName, err := sdkConfig(ctx, d, cred, d.AWSRegion, opts)
+	if err != nil {
+		return nil, err
+	}
+	drv.credName = credName
+	drv.ec2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) {
+		if d.AWSEndpoint != "" {
+			o.BaseEndpoint = sdk.String(d.AWSEndpoint)
+		}
+	})
+	return drv, nil
+}
 
+// sdkConfig is the SDK's configuration for district d in region (the
+// district's, or the one serving another API such as the Price List): the
+// retries of opts, opts.HTTPClient, and cred's access key or profile (nil:
+// the SDK's default chain), whose failures map to provider.ErrCloudAuth.
+// It returns how errors name the credentials. The caller points its client
+// at d.AWSEndpoint when set.
+func sdkConfig(ctx context.Context, d districts.District, cred *districts.Credential, region string, opts Options) (sdk.Config, string, error) {
+	credName := "the SDK's default credential chain"
 	load := []func(*config.LoadOptions) error{
-		config.WithRegion(d.AWSRegion),
+		config.WithRegion(region),
 		config.WithRetryer(func() sdk.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = opts.RetryMaxAttempts
@@ -121,34 +140,29 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	}
 	if cred != nil {
 		if cred.Provider != districts.ProviderAWS {
-			return nil, invalid(d, "credential %q is for provider %q", cred.ID, cred.Provider)
+			return sdk.Config{}, "", invalid(d, "credential %q is for provider %q", cred.ID, cred.Provider)
 		}
-		drv.credName = fmt.Sprintf("credential %q", cred.ID)
+		credName = fmt.Sprintf("credential %q", cred.ID)
 		switch {
 		case cred.AWSAccessKeyID != "":
 			load = append(load, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(
 				cred.AWSAccessKeyID, cred.AWSSecretAccessKey.Reveal(), cred.AWSSessionToken.Reveal())))
 		case cred.AWSProfile != "":
-			drv.credName = fmt.Sprintf("credential %q (aws_profile %q)", cred.ID, cred.AWSProfile)
+			credName = fmt.Sprintf("credential %q (aws_profile %q)", cred.ID, cred.AWSProfile)
 			load = append(load, config.WithSharedConfigProfile(cred.AWSProfile))
 		default:
-			drv.credName = fmt.Sprintf("credential %q (the SDK's default chain)", cred.ID)
+			credName = fmt.Sprintf("credential %q (the SDK's default chain)", cred.ID)
 		}
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, load...)
 	if err != nil {
-		return nil, &cloudError{Kind: districts.ErrInvalid,
-			Msg: fmt.Sprintf("aws district %q: load the AWS configuration for %s", d.ID, drv.credName), Err: err}
+		return sdk.Config{}, "", &cloudError{Kind: districts.ErrInvalid,
+			Msg: fmt.Sprintf("aws district %q: load the AWS configuration for %s", d.ID, credName), Err: err}
 	}
 	if cfg.Credentials != nil {
 		cfg.Credentials = markedCredentials{cfg.Credentials}
 	}
-	drv.ec2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) {
-		if d.AWSEndpoint != "" {
-			o.BaseEndpoint = sdk.String(d.AWSEndpoint)
-		}
-	})
-	return drv, nil
+	return cfg, credName, nil
 }
 
 // fullJitter is exponential backoff with full jitter: attempt n waits a

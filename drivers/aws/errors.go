@@ -24,6 +24,8 @@ var authCodes = map[string]bool{
 	"AuthFailure": true, "UnauthorizedOperation": true, "SignatureDoesNotMatch": true, "InvalidClientTokenId": true,
 	"IncompleteSignature": true, "MissingAuthenticationToken": true, "ExpiredToken": true, "RequestExpired": true,
 	"OptInRequired": true, "Blocked": true, "AccessDenied": true, "AccessDeniedException": true,
+	// The JSON protocol services' (the Price List's) words for the same.
+	"UnrecognizedClientException": true, "InvalidSignatureException": true, "IncompleteSignatureException": true,
 }
 
 // configKeys names the district key behind EC2's answers about a value
@@ -43,7 +45,10 @@ var configKeys = map[string]string{
 var throttles = retry.IsErrorThrottles(retry.DefaultThrottles)
 
 // wrap says what failed (what: "launch node n1") and what it means.
-func (drv *driver) wrap(what string, err error) error {
+func (drv *driver) wrap(what string, err error) error { return drv.wrapAPI("EC2", what, err) }
+
+// wrapAPI is wrap for an error of api ("EC2", "the AWS Price List").
+func (drv *driver) wrapAPI(api, what string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -59,10 +64,10 @@ func (drv *driver) wrap(what string, err error) error {
 	code := ae.ErrorCode()
 	switch {
 	case authCodes[code]:
-		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: EC2 refused %s (%s)", prefix, drv.credName, code), Err: err}
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: %s refused %s (%s)", prefix, api, drv.credName, code), Err: err}
 	case throttles.IsErrorThrottle(err).Bool():
 		return &cloudError{Kind: provider.ErrThrottled,
-			Msg: fmt.Sprintf("%s: EC2 kept throttling the requests (%s) through %d attempts", prefix, code, drv.opts.RetryMaxAttempts), Err: err}
+			Msg: fmt.Sprintf("%s: %s kept throttling the requests (%s) through %d attempts", prefix, api, code, drv.opts.RetryMaxAttempts), Err: err}
 	case strings.HasSuffix(code, "LimitExceeded"):
 		return &cloudError{Kind: provider.ErrQuota, Msg: fmt.Sprintf("%s: quota %s exceeded in %s: %s", prefix, code, drv.d.AWSRegion, ae.ErrorMessage()), Err: err}
 	case configKeys[code] != "":

@@ -14,6 +14,7 @@ const (
 	ExitError        = 1   // any error
 	ExitChanges      = 2   // plan --detailed-exitcode: the plan has actions
 	ExitNotConverged = 3   // apply or destroy ended with the cluster not converged
+	ExitUnpriced     = 4   // prices: some district flavors have no price (named); districts.json's hourly_price prices them by hand
 	ExitInterrupted  = 130 // interrupted (SIGINT, SIGTERM); the state is saved, the next run finishes
 )
 

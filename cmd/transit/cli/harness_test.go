@@ -35,6 +35,8 @@ type harness struct {
 	clock    clock.Clock
 	// noDrivers builds the CLI with empty registries, as main does today.
 	noDrivers bool
+	// priceLists are the registry's price lists (transit prices).
+	priceLists map[string]transit.PriceListFunc
 }
 
 func newHarness(t *testing.T) *harness {
@@ -103,6 +105,7 @@ func (h *harness) run(t *testing.T, o runOpts, args ...string) result {
 			return transit.Drivers{
 				Infrastructures: map[string]transit.InfrastructureFunc{"gce": h.cloud.driver, "aws": h.cloud.driver},
 				Platforms:       map[string]transit.PlatformFunc{"swarm": h.platform.driver},
+				PriceLists:      h.priceLists,
 			}
 		}
 	}
@@ -204,6 +207,7 @@ func TestExitCode(t *testing.T) {
 		{&CodeError{Code: ExitChanges}, 2, true},
 		{fmt.Errorf("apply: %w", control.ErrNotConverged), 3, false},
 		{&CodeError{Code: ExitNotConverged, Err: control.ErrNotConverged}, 3, false},
+		{&CodeError{Code: ExitUnpriced}, 4, true},
 		{fmt.Errorf("launch node x: %w", context.Canceled), ExitInterrupted, false},
 		{&CodeError{Code: ExitInterrupted, Err: context.Canceled}, 130, false},
 		{context.DeadlineExceeded, 1, false},
