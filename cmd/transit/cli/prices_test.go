@@ -216,7 +216,7 @@ func TestPricesReviewThenWrite(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.out), &v); err != nil {
 		t.Fatalf("prices --json: %v\n%s", err, r.out)
 	}
-	if v.Type != "prices" || v.FormatVersion != 1 || v.Written || !v.Changes || v.AllPriced || len(v.Diff) != 2 || len(v.Prices) != 2 ||
+	if v.Type != "prices" || v.FormatVersion != FormatVersion || v.Written || !v.Changes || v.AllPriced || len(v.Diff) != 2 || len(v.Prices) != 2 ||
 		len(v.Unpriced) != 5 || len(v.Districts) != 2 {
 		t.Errorf("prices --json: %+v", v)
 	}
