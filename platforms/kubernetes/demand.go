@@ -1,17 +1,110 @@
 package kubernetes
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 )
+
+var _ provider.Demander = (*driver)(nil)
+
+// Demand reads what the cluster's pods ask for through a master among
+// nodes, as Members reaches the API server: one List of the Nodes, one of
+// the pods and one of the PodDisruptionBudgets, whatever the cluster's
+// size (demandOf says what becomes of them). When no master's API server
+// answers, or a List fails, the error is a *provider.UnreachableError
+// naming the masters (it matches provider.ErrPlatformUnreachable). Unlike
+// Members, Demand does not ask every node over SSH whether a cluster
+// exists at all: the autoscaler asks often, and cannot scale a cluster it
+// cannot read either way.
+func (d *driver) Demand(ctx context.Context, nodes []districts.Node) (provider.Demand, error) {
+	d.askMastersAmong(nodes)
+	a, err := d.client(ctx)
+	if err != nil {
+		var masters []string
+		for _, n := range nodes {
+			if n.Role == districts.RoleMaster {
+				masters = append(masters, n.ID)
+			}
+		}
+		slices.Sort(masters)
+		return provider.Demand{}, &provider.UnreachableError{Masters: masters, Err: fmt.Errorf("read the demand: %w", err)}
+	}
+	dm, err := listDemand(ctx, a.c, nodes)
+	if err != nil {
+		d.dropClient(a.master.ID)
+		return provider.Demand{}, &provider.UnreachableError{Masters: []string{a.master.ID}, Err: err}
+	}
+	return dm, nil
+}
+
+// askMastersAmong makes the masters among nodes (with an address) the
+// ones the driver asks: a master known from earlier that is no longer
+// among them, or has no address, is forgotten, and so is a client through
+// it.
+func (d *driver) askMastersAmong(nodes []districts.Node) {
+	askable := func(id string) bool {
+		return slices.ContainsFunc(nodes, func(n districts.Node) bool { return n.ID == id && hasAddress(n) })
+	}
+	d.mu.Lock()
+	d.masters = slices.DeleteFunc(d.masters, func(m districts.Node) bool { return !askable(m.ID) })
+	if d.api != nil && !askable(d.api.master.ID) {
+		d.api = nil
+	}
+	d.mu.Unlock()
+	for _, n := range nodes {
+		if n.Role == districts.RoleMaster && hasAddress(n) {
+			d.addMaster(n)
+		}
+	}
+}
+
+// listAccept asks the API server for protobuf: at 10,000 pods a fraction
+// of JSON's bytes through the SSH tunnel, and of its decoding time.
+const listAccept = runtime.ContentTypeProtobuf + ", " + runtime.ContentTypeJSON
+
+// listDemand lists the Nodes, pods and PodDisruptionBudgets of the whole
+// cluster, once each and at once, and makes the demand of them
+// (demandOf).
+func listDemand(ctx context.Context, c clientset.Interface, nodes []districts.Node) (provider.Demand, error) {
+	var (
+		kns  corev1.NodeList
+		pods corev1.PodList
+		pdbs policyv1.PodDisruptionBudgetList
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return listAll(gctx, c.CoreV1().RESTClient(), "nodes", &kns) })
+	g.Go(func() error { return listAll(gctx, c.CoreV1().RESTClient(), "pods", &pods) })
+	g.Go(func() error { return listAll(gctx, c.PolicyV1().RESTClient(), "poddisruptionbudgets", &pdbs) })
+	if err := g.Wait(); err != nil {
+		return provider.Demand{}, err
+	}
+	return demandOf(nodes, kns.Items, pods.Items, pdbs.Items), nil
+}
+
+// listAll lists every object of resource, in every namespace, in one
+// request: no pages, one consistent view (an API server since v1.31
+// serves it from its watch cache, not etcd).
+func listAll(ctx context.Context, rc rest.Interface, resource string, into runtime.Object) error {
+	if err := rc.Get().Resource(resource).SetHeader("Accept", listAccept).Do(ctx).Into(into); err != nil {
+		return fmt.Errorf("list %s: %w", resource, err)
+	}
+	return nil
+}
 
 // Why a running pod would not run elsewhere if its node went: Cluster
 // Autoscaler's default rules (its drainability rules with

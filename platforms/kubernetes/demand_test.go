@@ -1,7 +1,10 @@
 package kubernetes
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloudtransit/transit/districts"
@@ -432,6 +437,56 @@ func TestDemandOfNodes(t *testing.T) {
 	if kns[0].Labels["tier"] != "web" || pods[0].Spec.NodeSelector["tier"] != "web" {
 		t.Error("the demand shares its maps with the lists")
 	}
+}
+
+// TestDemandUnreachable: when no master's API server answers, or its
+// Lists fail, Demand is an error matching provider.ErrPlatformUnreachable
+// naming the masters, and the client that failed is forgotten.
+func TestDemandUnreachable(t *testing.T) {
+	t.Parallel()
+	m1 := districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "10.0.0.2"}
+	m2 := districts.Node{ID: "k-master-2", Role: districts.RoleMaster}
+	w1 := districts.Node{ID: "k-worker-1", Role: districts.RoleWorker, PrivateIP: "10.0.0.3"}
+
+	t.Run("no API server answers", func(t *testing.T) {
+		t.Parallel()
+		d := newDriver(districts.Cluster{ID: "k"}, Options{}, &noAPIRunner{})
+		_, err := d.Demand(t.Context(), []districts.Node{w1, m2, m1})
+		ue, ok := errors.AsType[*provider.UnreachableError](err)
+		if !errors.Is(err, provider.ErrPlatformUnreachable) || !ok {
+			t.Fatalf("Demand = %v, want an *UnreachableError", err)
+		}
+		if !slices.Equal(ue.Masters, []string{"k-master-1", "k-master-2"}) {
+			t.Errorf("masters %q, want both", ue.Masters)
+		}
+	})
+
+	t.Run("the lists fail", func(t *testing.T) {
+		t.Parallel()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := &rest.Config{Host: "http://" + addr}
+		c, err := clientset.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := newDriver(districts.Cluster{ID: "k"}, Options{}, &noAPIRunner{})
+		d.api = &api{c: c, cfg: cfg, master: m1}
+		_, err = d.Demand(t.Context(), []districts.Node{m1, w1})
+		ue, ok := errors.AsType[*provider.UnreachableError](err)
+		if !errors.Is(err, provider.ErrPlatformUnreachable) || !ok || !slices.Equal(ue.Masters, []string{"k-master-1"}) {
+			t.Fatalf("Demand = %v, want an *UnreachableError naming k-master-1", err)
+		}
+		if d.api != nil {
+			t.Error("the client whose Lists failed is kept")
+		}
+	})
 }
 
 // BenchmarkDemandOf converts the lists of a cluster of 1,000 nodes and
