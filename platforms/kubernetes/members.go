@@ -59,21 +59,10 @@ const (
 // machine is gone since (not among nodes, or without an address) is
 // forgotten, and so is a client through it.
 func (d *driver) Members(ctx context.Context, nodes []districts.Node) ([]provider.Member, error) {
-	askable := func(id string) bool {
-		return slices.ContainsFunc(nodes, func(n districts.Node) bool { return n.ID == id && hasAddress(n) })
-	}
 	d.mu.Lock()
 	d.nodes = slices.Clone(nodes)
-	d.masters = slices.DeleteFunc(d.masters, func(m districts.Node) bool { return !askable(m.ID) })
-	if d.api != nil && !askable(d.api.master.ID) {
-		d.api = nil
-	}
 	d.mu.Unlock()
-	for _, n := range nodes {
-		if n.Role == districts.RoleMaster && hasAddress(n) {
-			d.addMaster(n)
-		}
-	}
+	d.askMastersAmong(nodes)
 	a, err := d.client(ctx)
 	if err != nil {
 		return nil, d.noAPI(ctx, nodes, err)
