@@ -2,7 +2,8 @@
 // node over SSH (platforms/ssh): it ensures a Docker engine, initialises the
 // swarm on the first master, joins managers and workers with their tokens,
 // keeps the deployment's tags as node labels, drains (waiting until the
-// node's tasks run elsewhere), demotes, leaves and removes nodes.
+// node's tasks run elsewhere), demotes, leaves and removes nodes, and says
+// what the swarm's tasks ask of its nodes (Demand, for transit autoscale).
 //
 // A swarm node is tied to its transit node by the label transit-node=<id>
 // (set at join; the hostname is the fallback), and the label
@@ -140,6 +141,12 @@ type swarmNode struct {
 	}
 	Description struct {
 		Hostname string
+		// Resources are the node's CPUs and memory, all of which
+		// Swarm lets tasks reserve.
+		Resources struct {
+			NanoCPUs    int64
+			MemoryBytes int64
+		}
 	}
 	Status struct {
 		State string
