@@ -114,6 +114,11 @@ func (c *cluster) checkSwarmOnMesh(t *testing.T) {
 		if addr := strings.TrimSpace(c.mustOn(n, `docker info --format '{{.Swarm.NodeAddr}}'`)); addr != n.MeshIP {
 			t.Errorf("node %s advertises %q, want its mesh address %s", n.ID, addr, n.MeshIP)
 		}
+		// Without its device the mesh's range is unreachable, never the
+		// default route's.
+		if routes := c.mustOn(n, "ip -4 route show "+meshRange.String()); !strings.Contains(routes, "unreachable "+meshRange.String()+" metric "+strconv.Itoa(mesh.FailClosedMetric)) {
+			t.Errorf("node %s has no unreachable route for the mesh's range %s, so without its device mesh traffic leaves by the default route:\n%s", n.ID, meshRange, routes)
+		}
 		// Its peers are exactly the other nodes, at their mesh addresses.
 		var peers []provider.MeshPeer
 		if err := json.Unmarshal([]byte(c.mustOn(n, "cat "+meshnode.Dir+"/"+mesh.PeersFile)), &peers); err != nil {
