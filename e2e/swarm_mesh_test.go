@@ -114,6 +114,11 @@ func (c *cluster) checkSwarmOnMesh(t *testing.T) {
 		if addr := strings.TrimSpace(c.mustOn(n, `docker info --format '{{.Swarm.NodeAddr}}'`)); addr != n.MeshIP {
 			t.Errorf("node %s advertises %q, want its mesh address %s", n.ID, addr, n.MeshIP)
 		}
+		// Without its device the mesh's range is unreachable, never the
+		// default route's.
+		if routes := c.mustOn(n, "ip -4 route show "+meshRange.String()); !strings.Contains(routes, "unreachable "+meshRange.String()+" metric "+strconv.Itoa(mesh.FailClosedMetric)) {
+			t.Errorf("node %s has no unreachable route for the mesh's range %s, so without its device mesh traffic leaves by the default route:\n%s", n.ID, meshRange, routes)
+		}
 		// Its peers are exactly the other nodes, at their mesh addresses.
 		var peers []provider.MeshPeer
 		if err := json.Unmarshal([]byte(c.mustOn(n, "cat "+meshnode.Dir+"/"+mesh.PeersFile)), &peers); err != nil {
@@ -184,14 +189,12 @@ docker inspect --format '{{(index .NetworkSettings.Networks "e2e-mesh").IPAddres
 	if n := strings.Count(out, "hello from"); n != 20 || big < 1<<20 || big > 1<<20+1024 {
 		t.Fatalf("20 fetches and 1 MiB (with headers) across clouds answered %d greetings and %d bytes:\n%s", n, big, out)
 	}
-	t.Logf("across the uplink of aws:us-east-1 during the fetches: %v", seen)
-	if seen[flow{"udp", districts.DefaultMeshPort}] < 100 {
-		t.Errorf("%d WireGuard packets for 20 fetches and 1 MiB across clouds: the traffic took another way", seen[flow{"udp", districts.DefaultMeshPort}])
+	t.Logf("across the uplink of aws:us-east-1 during the fetches: %v", seen.count)
+	if n := seen.count[flow{"udp", districts.DefaultMeshPort}]; n < 100 {
+		t.Errorf("%d WireGuard packets for 20 fetches and 1 MiB across clouds: the traffic took another way", n)
 	}
-	for f, n := range seen {
-		if f != (flow{"udp", districts.DefaultMeshPort}) && f != (flow{"tcp", 22}) && f.proto != "1" {
-			t.Errorf("%d packets of %s crossed between clouds outside the mesh", n, f)
-		}
+	for _, msg := range seen.outsideMesh(districts.DefaultMeshPort, c.status().Nodes) {
+		t.Error(msg)
 	}
 }
 

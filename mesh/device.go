@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -131,6 +132,13 @@ func Run(ctx context.Context, o Options) (err error) {
 	if _, err := LoadOrCreateKey(o.Dir); err != nil {
 		return fmt.Errorf("mesh: %w", err)
 	}
+	// Fail closed: without the device, the mesh's range would follow the
+	// default route and the platform's traffic to mesh addresses (gossip,
+	// VXLAN, the API) would leave the node in plaintext. The route stays
+	// when the device goes (a restart, a crash, a stop).
+	if err := ip(ctx, FailClosedRoute(o.Address)...); err != nil {
+		return fmt.Errorf("mesh: %w", err)
+	}
 	dev, err := open(ctx, o, logf)
 	if err != nil {
 		return fmt.Errorf("mesh: %w", err)
@@ -228,6 +236,17 @@ func Run(ctx context.Context, o Options) (err error) {
 			logf("mesh: %v", err)
 		}
 	}
+}
+
+// FailClosedMetric is the metric of the mesh range's unreachable route:
+// the device's own route (metric 0) wins while the device is up.
+const FailClosedMetric = 4242
+
+// FailClosedRoute is the ip(8) command, without "ip", that makes the
+// mesh's range (address's prefix) unreachable when no device routes it,
+// so that nothing meant for the mesh takes another way.
+func FailClosedRoute(address netip.Prefix) []string {
+	return []string{"route", "replace", "unreachable", address.Masked().String(), "metric", strconv.Itoa(FailClosedMetric)}
 }
 
 // open makes o.Impl's device; ImplAuto tries the kernel's first and runs

@@ -672,3 +672,26 @@ func runErr(err error) error {
 	}
 	return err
 }
+
+// TestDownFailsClosed: a node whose default route leads out of its
+// network (a cloud's gateway) sends nothing meant for the mesh that way
+// once its device is gone (transit-mesh stopped, crashed or restarting):
+// the mesh's range stays unreachable instead of following the default
+// route in plaintext.
+func TestDownFailsClosed(t *testing.T) {
+	p := startPair(t)
+	a, b := p.a, p.b
+	serveHello(t, b)
+	sh(t, "ip", "-n", a.ns, "route", "add", "default", "via", b.addr)
+	p.setPeers(a, b)
+	p.setPeers(b, a)
+	if !reach(t, a, b, 15*time.Second) {
+		t.Fatalf("%s never answered through the mesh:\n%s\n%s", b.mesh, a.out.String(), b.out.String())
+	}
+	_ = a.up.Process.Signal(syscall.SIGTERM)
+	_ = a.up.Wait()
+	out, err := exec.Command("ip", "-n", a.ns, "route", "get", b.mesh).CombinedOutput()
+	if err == nil || strings.Contains(string(out), " via ") {
+		t.Errorf("with its device gone, %s routes %s to %q (%v), want it unreachable", a.ns, b.mesh, strings.TrimSpace(string(out)), err)
+	}
+}
