@@ -116,9 +116,15 @@ func TestAutoscale(t *testing.T) {
 		t.Fatalf("before any decision %d GCE and %d AWS workers, want the mins 1 and 2", gce, aws)
 	}
 
-	// Four workloads of 600m fit on no node: GCE is cheaper.
+	// Every node runs 900m of its 1000m; four workloads of 600m fit on
+	// none: GCE is cheaper.
+	busyNodes := map[string][]provider.Workload{}
+	for _, n := range w.state(t).Nodes {
+		busyNodes[n.ID] = []provider.Workload{{Name: "default/filler-" + n.ID, MilliCPU: 900}}
+	}
 	w.platform.mu.Lock()
-	w.platform.pending = workloads(4, 600, nil)
+	w.platform.pinned = busyNodes
+	w.platform.workloads = workloads(4, 600, nil)
 	w.platform.mu.Unlock()
 	report, _, err := w.autoscale(t, true)
 	if err != nil || len(report.Decisions) != 1 || report.Decisions[0].To != 5 {
@@ -154,34 +160,39 @@ func TestAutoscale(t *testing.T) {
 		t.Errorf("plan after the scale-up: actions %v, notes %q", p.Actions, p.Notes)
 	}
 
-	// The workloads run; another run while they start asks for nothing.
-	gce := w.workers(t, "gce-europe")
-	busy := gce[len(gce)-1] // the newest: the loop's usual first pick
-	w.platform.mu.Lock()
-	w.platform.pending = nil
-	w.platform.running = map[string][]provider.Workload{busy: workloads(1, 900, nil)}
-	w.platform.mu.Unlock()
-	if report, _, err := w.autoscale(t, false); err != nil || len(report.Decisions) != 0 {
+	// The workloads run on the new nodes: another run asks for nothing.
+	if report, _, err := w.autoscale(t, false); err != nil || len(report.Decisions) != 0 || report.Pending != 0 {
 		t.Fatalf("a run right after the scale-up: %+v, %v", report, err)
 	}
-	// Eleven minutes later the four idle GCE workers (and one of AWS's
-	// two: its min holds the other) have been underused for long enough.
+	// They end, but for one, on the newest GCE worker (the loop's usual
+	// first pick). Eleven minutes later the three idle new GCE workers
+	// have been underused for long enough; the busy one and the first,
+	// which runs 900m, stay.
+	gce := w.workers(t, "gce-europe")
+	busy := gce[len(gce)-1]
+	w.platform.mu.Lock()
+	w.platform.workloads = nil
+	w.platform.pinned[busy] = workloads(1, 900, nil)
+	w.platform.mu.Unlock()
+	if report, _, err := w.autoscale(t, false); err != nil || len(report.Decisions) != 0 {
+		t.Fatalf("a run once the workloads ended: %+v, %v", report, err)
+	}
 	w.clock.Advance(11 * time.Minute)
 	report, res, err = w.autoscale(t, false)
 	if err != nil || !res.Converged {
 		t.Fatalf("scale-down: %v %+v", err, res)
 	}
-	if len(report.Decisions) != 1 || report.Decisions[0].To != 1 {
+	if len(report.Decisions) != 1 || report.Decisions[0].To != 2 {
 		t.Fatalf("scale-down decisions %+v", report.Decisions)
 	}
-	if got := w.workers(t, "gce-europe"); len(got) != 1 || got[0] != busy {
-		t.Errorf("GCE workers after the scale-down %v, want the busy %s alone", got, busy)
+	if got := w.workers(t, "gce-europe"); len(got) != 2 || !slices.Contains(got, busy) || !slices.Contains(got, gce[0]) {
+		t.Errorf("GCE workers after the scale-down %v, want %s and the busy %s", got, gce[0], busy)
 	}
 
 	// Workloads only AWS fits, more than the budget pays for: refused,
 	// and the decision is not kept.
 	w.platform.mu.Lock()
-	w.platform.pending = workloads(10, 600, map[string]string{"scheduling-priority": "high"})
+	w.platform.workloads = workloads(10, 600, map[string]string{"scheduling-priority": "high"})
 	w.platform.mu.Unlock()
 	_, _, err = w.autoscale(t, false)
 	if !errors.Is(err, control.ErrOverBudget) {

@@ -90,11 +90,14 @@ func Decide(in Input) Output {
 		groups[i] = &group{Group: g, want: min(max(g.Current, g.Min), g.Max)}
 		byKey[g.Key] = groups[i]
 	}
-	// Nodes asked for that are not in the platform yet will take
-	// pending workloads: a run while they start must not ask again.
+	// Nodes asked for that are not in the platform yet, or not ready,
+	// will take pending workloads: a run while they start must not ask
+	// again.
 	registered := map[districts.DeploymentKey]int{}
 	for _, n := range in.Demand.Nodes {
-		registered[in.NodeGroup[n.Node]]++
+		if n.Schedulable {
+			registered[in.NodeGroup[n.Node]]++
+		}
 	}
 	for _, g := range groups {
 		for range max(g.want-registered[g.Key], 0) {
@@ -167,6 +170,7 @@ func scaleUp(in Input, groups []*group, problems map[string]bool) bool {
 		return cmp.Or(cmp.Compare(size(b), size(a)), cmp.Compare(a.Name, b.Name))
 	})
 	placed := map[*group][]string{}
+	existing := freeRoom(in)
 	waiting := 0
 	atMax := map[*group]int{}
 	for _, w := range pending {
@@ -180,7 +184,9 @@ func scaleUp(in Input, groups []*group, problems map[string]bool) bool {
 			problems[unfitProblem(w, groups)] = true
 			continue
 		}
-		if onUpcoming(fitting, w) {
+		// Room on a node the platform has (a node that joined since
+		// the scheduler last tried): the scheduler places it there.
+		if existing.place(w) || onUpcoming(fitting, w) {
 			waiting++
 			continue
 		}
@@ -216,6 +222,46 @@ func scaleUp(in Input, groups []*group, problems map[string]bool) bool {
 		}
 	}
 	return len(placed) > 0 || waiting > 0
+}
+
+// rooms is what is free on the platform's schedulable nodes.
+type rooms struct {
+	order []provider.NodeLoad
+	free  map[string]*room
+	// most bounds every node's free room (room only shrinks): a
+	// workload larger needs no search.
+	most room
+}
+
+func freeRoom(in Input) rooms {
+	rs := rooms{free: map[string]*room{}}
+	for _, n := range in.Demand.Nodes {
+		if !n.Schedulable || in.NoTargets[n.Node] {
+			continue
+		}
+		r := &room{n.MilliCPU - n.OverheadMilliCPU, n.MemoryBytes - n.OverheadMemoryBytes}
+		for _, w := range n.Workloads {
+			r.take(w)
+		}
+		rs.free[n.Node] = r
+		rs.order = append(rs.order, n)
+		rs.most = room{max(rs.most.cpu, r.cpu), max(rs.most.mem, r.mem)}
+	}
+	return rs
+}
+
+// place takes room for w on the first node whose labels and room fit.
+func (rs rooms) place(w provider.Workload) bool {
+	if !rs.most.fits(w) {
+		return false
+	}
+	for _, n := range rs.order {
+		if r := rs.free[n.Node]; labelsFit(n.Labels, w.Selector) && r.fits(w) {
+			r.take(w)
+			return true
+		}
+	}
+	return false
 }
 
 // onUpcoming places w on a node asked for earlier that has not joined.

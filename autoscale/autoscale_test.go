@@ -160,7 +160,10 @@ func TestScaleDown(t *testing.T) {
 			in.Demand.Nodes[0].Workloads[0].Selector = map[string]string{"disk": "ssd"}
 			in.Demand.Nodes[0].Labels = map[string]string{"disk": "ssd"}
 		}, nil},
-		{"pending workloads wait for nodes", func(in *Input) { in.Demand.Pending = pods(1, "web", 500, nil) }, []change{{"gce", 2, 3, ""}}},
+		// The scheduler will place it on gce-1 (a node that joined
+		// since it last tried): no new node, and gce-1 stays.
+		{"a pending workload fits a node", func(in *Input) { in.Demand.Pending = pods(1, "web", 500, nil) }, nil},
+		{"a pending workload fits no node", func(in *Input) { in.Demand.Pending = pods(1, "web", 1800, nil) }, []change{{"gce", 2, 3, ""}}},
 		{"an empty one and one more", func(in *Input) {
 			in.Demand.Nodes[2].Workloads = nil
 			in.UnderusedSince["aws-1"] = now.Add(-time.Hour)

@@ -10,8 +10,8 @@ import (
 )
 
 // BenchmarkDecide: the decider at 1,000 nodes (ten deployments in five
-// districts, each node running 20 workloads) and 10,000 pending
-// workloads of mixed sizes and selectors (goal: under a second).
+// districts, each node nearly full with 20 workloads) and 10,000
+// pending workloads of mixed sizes and selectors (goal: under a second).
 func BenchmarkDecide(b *testing.B) {
 	var gs []Group
 	in := Input{NodeGroup: map[string]districts.DeploymentKey{}, UnderusedSince: map[string]time.Time{}, Settings: settings(), Now: now}
@@ -22,7 +22,7 @@ func BenchmarkDecide(b *testing.B) {
 			id := fmt.Sprintf("%s-%s-%d", k.District, k.Flavor, j)
 			n := provider.NodeLoad{Node: id, MilliCPU: 3900, MemoryBytes: 14 * gib, Schedulable: true, Labels: map[string]string{"zone": k.District}}
 			for w := range 20 {
-				n.Workloads = append(n.Workloads, provider.Workload{Name: fmt.Sprintf("ns/%s-%d", id, w), MilliCPU: int64(20 + j%7*10), MemoryBytes: 64 << 20})
+				n.Workloads = append(n.Workloads, provider.Workload{Name: fmt.Sprintf("ns/%s-%d", id, w), MilliCPU: int64(185 + j%3), MemoryBytes: 640 << 20})
 			}
 			in.Demand.Nodes = append(in.Demand.Nodes, n)
 			in.NodeGroup[id] = k

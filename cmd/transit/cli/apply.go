@@ -27,6 +27,8 @@ type applyFlags struct {
 	watch       bool
 	interval    time.Duration
 	safety      safetyFlags
+	// dryRun: autoscale decides and shows, and changes nothing.
+	dryRun bool
 }
 
 func (f *applyFlags) register(fs *pflag.FlagSet) {
@@ -92,6 +94,8 @@ type change struct {
 	rotate    []string
 	rotateAll bool
 	confirm   func(districts.Cluster) prompt
+	// autoscale decides autoscaled quantities first (Session.Autoscale).
+	autoscale bool
 }
 
 // prompt is a confirmation question and the only answer that accepts it.
@@ -250,6 +254,10 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 			}
 			return confirm(ctx, deps.In, w, ch.confirm(s.Config().Cluster))
 		}
+	}
+	if ch.autoscale {
+		_, res, err := s.Autoscale(ctx, transit.AutoscaleOptions{DryRun: f.dryRun, Apply: ao, OnDecision: view.autoscale})
+		return res, err
 	}
 	run := s.Apply
 	if ch.destroy {

@@ -98,7 +98,7 @@ func errorKind(err error) string {
 		return kindCloudQuota
 	case errors.Is(err, control.ErrNotConverged):
 		return kindNotConverged
-	case errors.Is(err, transit.ErrConfig):
+	case errors.Is(err, transit.ErrConfig), errors.Is(err, transit.ErrNoAutoscale):
 		return kindConfig
 	case errors.Is(err, transit.ErrRefresh):
 		return kindRefresh

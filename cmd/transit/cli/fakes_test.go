@@ -207,6 +207,12 @@ type fakePlatform struct {
 	// onInstall, when set, runs in every Install (a test blocks it until
 	// the run is interrupted).
 	onInstall func(ctx context.Context, n districts.Node) error
+	// workloads are what Demand reports as the platform would: each
+	// placed on the first ready member (by id) with room (1000m, 3.75
+	// GiB) and the labels it selects, pending when none has; pinned ones
+	// run on their node whatever its room.
+	workloads []provider.Workload
+	pinned    map[string][]provider.Workload
 	built     atomic.Int32
 	// addonProblem, when set, is why the platform's network addon does
 	// not serve.
@@ -423,4 +429,51 @@ func (p *fakePlatform) MayRemoveMaster(_ context.Context, n districts.Node, _ []
 		}
 	}
 	return provider.RaftQuorum(n.ID, voters, voters, true)
+}
+
+// Demand schedules the workloads on the members as a platform's
+// scheduler would and reports what runs where and what is left pending.
+func (p *fakePlatform) Demand(_ context.Context, _ []districts.Node) (provider.Demand, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var d provider.Demand
+	free := map[string][2]int64{}
+	ids := slices.Sorted(maps.Keys(p.members))
+	for _, id := range ids {
+		m := p.members[id]
+		n := provider.NodeLoad{Node: id, MilliCPU: 1000, MemoryBytes: 3840 << 20, Labels: maps.Clone(m.Labels), Schedulable: m.Ready && !m.Draining,
+			Workloads: slices.Clone(p.pinned[id])}
+		room := [2]int64{n.MilliCPU, n.MemoryBytes}
+		for _, w := range n.Workloads {
+			room[0], room[1] = room[0]-w.MilliCPU, room[1]-w.MemoryBytes
+		}
+		free[id] = room
+		d.Nodes = append(d.Nodes, n)
+	}
+	for _, w := range p.workloads {
+		placed := false
+		for i, n := range d.Nodes {
+			room := free[n.Node]
+			if !n.Schedulable || w.MilliCPU > room[0] || w.MemoryBytes > room[1] || !selects(n.Labels, w.Selector) {
+				continue
+			}
+			free[n.Node] = [2]int64{room[0] - w.MilliCPU, room[1] - w.MemoryBytes}
+			d.Nodes[i].Workloads = append(d.Nodes[i].Workloads, w)
+			placed = true
+			break
+		}
+		if !placed {
+			d.Pending = append(d.Pending, w)
+		}
+	}
+	return d, nil
+}
+
+func selects(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }

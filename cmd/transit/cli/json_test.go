@@ -21,14 +21,15 @@ import (
 // jsonSchema is the JSON output contract: each object type and the view
 // type that defines its keys. checkJSON holds real output to it.
 var jsonSchema = map[string]reflect.Type{
-	typePlan:    reflect.TypeFor[planJSON](),
-	typeStatus:  reflect.TypeFor[statusJSON](),
-	typeVersion: reflect.TypeFor[versionJSON](),
-	typeRound:   reflect.TypeFor[roundJSON](),
-	typeAction:  reflect.TypeFor[actionEventJSON](),
-	typeWait:    reflect.TypeFor[waitJSON](),
-	typeAddons:  reflect.TypeFor[addonsJSON](),
-	typeResult:  reflect.TypeFor[resultJSON](),
+	typePlan:      reflect.TypeFor[planJSON](),
+	typeStatus:    reflect.TypeFor[statusJSON](),
+	typeVersion:   reflect.TypeFor[versionJSON](),
+	typeRound:     reflect.TypeFor[roundJSON](),
+	typeAction:    reflect.TypeFor[actionEventJSON](),
+	typeWait:      reflect.TypeFor[waitJSON](),
+	typeAddons:    reflect.TypeFor[addonsJSON](),
+	typeAutoscale: reflect.TypeFor[autoscaleJSON](),
+	typeResult:    reflect.TypeFor[resultJSON](),
 }
 
 // checkJSON checks one JSON object transit printed: its format_version, a

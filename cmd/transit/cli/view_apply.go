@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/control"
 )
 
@@ -198,6 +199,31 @@ func (v *progress) logEvent(e control.Event) {
 func (v *progress) encode(line any) {
 	if err := v.json.Encode(line); err != nil && v.writeErr == nil {
 		v.writeErr = fmt.Errorf("write progress: %w", err)
+	}
+}
+
+// autoscale shows what transit autoscale decided.
+func (v *progress) autoscale(r transit.AutoscaleReport) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch {
+	case v.json != nil:
+		v.encode(newAutoscaleJSON(r, v.now()))
+	case v.tty:
+		v.clearStatus()
+		for _, l := range autoscaleText(r) {
+			fmt.Fprintln(v.out, l)
+		}
+	default:
+		for _, d := range r.Decisions {
+			v.log.Info("autoscale", "deployment", d.Key.String(), "from", d.From, "to", d.To, "reason", d.Reason, "remove", d.Remove)
+		}
+		for _, p := range r.Problems {
+			v.log.Warn("autoscale", "problem", p)
+		}
+		if len(r.Decisions) == 0 {
+			v.log.Info("autoscale: no change", "pending", r.Pending, "nodes", r.Nodes)
+		}
 	}
 }
 

@@ -23,15 +23,16 @@ const FormatVersion = 2
 
 // Types of the JSON objects.
 const (
-	typePlan    = "plan"
-	typeSaved   = "saved_plan"
-	typeStatus  = "status"
-	typeVersion = "version"
-	typeRound   = "round"
-	typeAction  = "action"
-	typeWait    = "wait"
-	typeAddons  = "addons"
-	typeResult  = "result"
+	typePlan      = "plan"
+	typeSaved     = "saved_plan"
+	typeStatus    = "status"
+	typeVersion   = "version"
+	typeRound     = "round"
+	typeAction    = "action"
+	typeWait      = "wait"
+	typeAddons    = "addons"
+	typeAutoscale = "autoscale"
+	typeResult    = "result"
 )
 
 // header starts every JSON object transit prints.
@@ -270,6 +271,34 @@ type addonsJSON struct {
 	Changed []string  `json:"changed"`
 	Error   string    `json:"error,omitempty"`
 	Seconds float64   `json:"seconds"`
+}
+
+// autoscaleJSON is what transit autoscale decided: the first line of
+// autoscale --json.
+type autoscaleJSON struct {
+	header
+	Time      time.Time               `json:"time"`
+	Decisions []autoscaleDecisionJSON `json:"decisions"`
+	Problems  []string                `json:"problems"`
+	Pending   int                     `json:"pending"`
+	Nodes     int                     `json:"nodes"`
+}
+
+type autoscaleDecisionJSON struct {
+	Deployment string   `json:"deployment"`
+	From       int      `json:"from"`
+	To         int      `json:"to"`
+	Reason     string   `json:"reason"`
+	Remove     []string `json:"remove"`
+}
+
+func newAutoscaleJSON(r transit.AutoscaleReport, t time.Time) autoscaleJSON {
+	v := autoscaleJSON{header: newHeader(typeAutoscale), Time: t.UTC(), Decisions: []autoscaleDecisionJSON{},
+		Problems: list(r.Problems), Pending: r.Pending, Nodes: r.Nodes}
+	for _, d := range r.Decisions {
+		v.Decisions = append(v.Decisions, autoscaleDecisionJSON{Deployment: d.Key.String(), From: d.From, To: d.To, Reason: d.Reason, Remove: list(d.Remove)})
+	}
+	return v
 }
 
 // resultJSON is the last line of apply and destroy --json, however the run
