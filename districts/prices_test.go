@@ -1,6 +1,7 @@
 package districts
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,10 +109,9 @@ func TestValidatePrices(t *testing.T) {
 			t.Parallel()
 			c := pricedConfig()
 			tc.mutate(&c)
-			err := Validate(c)
 			var got Problems
-			if err != nil {
-				got = err.(Problems)
+			if err := Validate(c); err != nil && !errors.As(err, &got) {
+				t.Fatalf("Validate: %v", err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("problems (-want +got):\n%s", diff)
