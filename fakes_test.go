@@ -14,6 +14,7 @@ import (
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/filelock"
 	"github.com/cloudtransit/transit/provider"
+	"github.com/cloudtransit/transit/provider/demandtest"
 )
 
 // fakeCloud is an in-memory cloud shared by every district of a test, and
@@ -449,44 +450,11 @@ var _ provider.Demander = (*fakePlatform)(nil)
 func (p *fakePlatform) Demand(_ context.Context, _ []districts.Node) (provider.Demand, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var d provider.Demand
-	free := map[string][2]int64{}
-	ids := slices.Sorted(maps.Keys(p.members))
-	for _, id := range ids {
+	var nodes []provider.NodeLoad
+	for _, id := range slices.Sorted(maps.Keys(p.members)) {
 		m := p.members[id]
-		n := provider.NodeLoad{Node: id, MilliCPU: 1000, MemoryBytes: 3840 << 20, Labels: maps.Clone(m.Labels), Schedulable: m.Ready && !m.Draining,
-			Workloads: slices.Clone(p.pinned[id])}
-		room := [2]int64{n.MilliCPU, n.MemoryBytes}
-		for _, w := range n.Workloads {
-			room[0], room[1] = room[0]-w.MilliCPU, room[1]-w.MemoryBytes
-		}
-		free[id] = room
-		d.Nodes = append(d.Nodes, n)
+		nodes = append(nodes, provider.NodeLoad{Node: id, MilliCPU: 1000, MemoryBytes: 3840 << 20, Labels: maps.Clone(m.Labels),
+			Schedulable: m.Ready && !m.Draining, Workloads: p.pinned[id]})
 	}
-	for _, w := range p.workloads {
-		placed := false
-		for i, n := range d.Nodes {
-			room := free[n.Node]
-			if !n.Schedulable || w.MilliCPU > room[0] || w.MemoryBytes > room[1] || !selects(n.Labels, w.Selector) {
-				continue
-			}
-			free[n.Node] = [2]int64{room[0] - w.MilliCPU, room[1] - w.MemoryBytes}
-			d.Nodes[i].Workloads = append(d.Nodes[i].Workloads, w)
-			placed = true
-			break
-		}
-		if !placed {
-			d.Pending = append(d.Pending, w)
-		}
-	}
-	return d, nil
-}
-
-func selects(labels, selector map[string]string) bool {
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
+	return demandtest.Schedule(nodes, p.workloads), nil
 }

@@ -186,11 +186,11 @@ func scaleUp(in Input, groups []*group, problems map[string]bool) bool {
 		}
 		// Room on a node the platform has (a node that joined since
 		// the scheduler last tried): the scheduler places it there.
-		if existing.place(w) || onUpcoming(fitting, w) {
+		if existing.place(w) || onNodes(fitting, w, upcoming) != nil {
 			waiting++
 			continue
 		}
-		if g := onAdded(fitting, w); g != nil {
+		if g := onNodes(fitting, w, added); g != nil {
 			placed[g] = append(placed[g], w.Name)
 			continue
 		}
@@ -264,24 +264,12 @@ func (rs rooms) place(w provider.Workload) bool {
 	return false
 }
 
-// onUpcoming places w on a node asked for earlier that has not joined.
-func onUpcoming(fitting []*group, w provider.Workload) bool {
+// onNodes is the group of the first of its nodes (nodes picks which:
+// those asked for earlier, or this decision's) with room for w, which
+// then takes it; nil when none has.
+func onNodes(fitting []*group, w provider.Workload, nodes func(*group) []*room) *group {
 	for _, g := range fitting {
-		for _, r := range g.upcoming {
-			if r.fits(w) {
-				r.take(w)
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// onAdded is the group of the first node this decision adds with room
-// for w, which then takes it.
-func onAdded(fitting []*group, w provider.Workload) *group {
-	for _, g := range fitting {
-		for _, r := range g.added {
+		for _, r := range nodes(g) {
 			if r.fits(w) {
 				r.take(w)
 				return g
@@ -290,6 +278,9 @@ func onAdded(fitting []*group, w provider.Workload) *group {
 	}
 	return nil
 }
+
+func upcoming(g *group) []*room { return g.upcoming }
+func added(g *group) []*room    { return g.added }
 
 // cheapest is the deployment a new node goes to: the cheapest below its
 // max; when that one spreads, the spreading one with the fewest nodes.
