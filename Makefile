@@ -50,7 +50,7 @@ DEMO_DIR := $(CURDIR)/demo
 # Where `make demo-kubernetes` keeps its working directory.
 DEMO_K8S_DIR := $(CURDIR)/demo-kubernetes
 
-.PHONY: generate help build test test-unit test-race s3-server fuzz bench bench-paper bench-relations bench-streams lint clean clean-host deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
+.PHONY: generate help build test test-unit test-race s3-server fuzz bench bench-paper bench-relations bench-autoscale bench-streams lint clean clean-host deps bundle-deps bundle demo demo-destroy demo-kubernetes demo-kubernetes-destroy
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -170,7 +170,7 @@ demo-kubernetes-destroy: ## (root) Destroy the demo Kubernetes cluster
 	cd $(DEMO_K8S_DIR) && $(BIN)/transit destroy --auto-approve
 
 bench: $(S3_SERVER) ## Run benchmarks (no tests) and print the results (bench-paper and bench-relations apart)
-	TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -run '^$$' -bench . -skip 'BenchmarkPaper|BenchmarkPropagation|BenchmarkRelations|BenchmarkSidecarLatency|BenchmarkUpgrade|BenchmarkGC' -benchmem $(PKGS)
+	TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -run '^$$' -bench . -skip 'BenchmarkPaper|BenchmarkPropagation|BenchmarkRelations|BenchmarkSidecarLatency|BenchmarkUpgrade|BenchmarkGC|BenchmarkAutoscale' -benchmem $(PKGS)
 
 PAPER_SCALE ?= 0.1
 bench-paper: ## (root) Replay the paper's experiments E1-E5 on emulated clouds; table, JSON and SVG in build/paper
@@ -182,6 +182,9 @@ bench-relations: ## (root) The relations controller: provider change → consume
 	TRANSIT_RELATIONS_RUNS=$(RELATIONS_RUNS) TRANSIT_RELATIONS_OUT=$(CURDIR)/build/relations $(GO) test -run '^$$' -bench BenchmarkRelations -benchtime 1x -timeout 300m ./e2e
 
 STREAMS_RUNS ?= 20
+bench-autoscale: ## (root) transit autoscale on a local Swarm in two districts priced differently: seconds to the first new node and to every task running, where the nodes went, seconds until idle nodes are gone
+	$(GO) test -run '^$$' -bench BenchmarkAutoscale -benchtime 1x -timeout 30m -v ./e2e
+
 bench-streams: ## The streams controller: sidecar latency, upgrades and GC (the broker process, real sidecars), scaling (simulated; and, as root, real pods on a local cluster); tables in build/streams
 	$(GO) test -run '^$$' -bench BenchmarkSidecarLatency -benchtime 1x -timeout 60m ./controllers/streams/sidecar
 	TRANSIT_STREAMS_RUNS=$(STREAMS_RUNS) TRANSIT_STREAMS_OUT=$(CURDIR)/build/streams $(GO) test -run '^$$' -bench 'BenchmarkUpgrade|BenchmarkGC' -benchtime 1x -timeout 60m ./controllers/streams

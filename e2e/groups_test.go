@@ -21,11 +21,13 @@ import (
 // share nothing (each has its own local root, subnets and cluster ids).
 
 // TestSwarm is the local Swarm group: the lifecycle of the example
-// cluster, then two CI runners sharing a remote state.
+// cluster, two CI runners sharing a remote state, then transit autoscale
+// adding and removing workers for a service.
 func TestSwarm(t *testing.T) {
 	group(t, "swarm", func(t *testing.T) {
 		t.Run("Lifecycle", timed(testSwarmLifecycle))
 		t.Run("CIRunners", timed(testCIRunners))
+		t.Run("Autoscale", timed(testAutoscale))
 	})
 }
 
