@@ -740,36 +740,15 @@ func (r *TopologyReconciler) upgrade(ctx context.Context, t *v1alpha1.Topology, 
 	}
 
 	// Switching: the Syncer deletes the old source readers; wait until no
-	// pod of theirs lives and Kafka shows their groups empty.
-	alive, err := r.podsAlive(ctx, t.Namespace, active.Name)
+	// pod of theirs lives and Kafka shows their groups empty. The
+	// condition says what is still waited for.
+	waiting, err := r.switchWaits(ctx, t, obs, active)
 	if err != nil {
 		return false, err
 	}
-	for _, p := range active.Spec.Processors {
-		if !p.ReadsSource {
-			continue
-		}
-		if alive[p.Name] > 0 || obs.deployment(active.Name, p.Name) != nil {
-			return false, nil
-		}
-		empty, err := r.Kafka.GroupEmpty(ctx, p.Input.Bootstrap, p.Group)
-		if err != nil || !empty {
-			return false, err
-		}
-		// A reader whose transaction has not ended has not stopped: its
-		// offsets are not committed yet (the carried group would wait
-		// on them, a new reader start short of them). One whose pod is
-		// gone is aborted by fenceGone.
-		if active.Spec.Delivery == v1alpha1.ExactlyOnce {
-			open, err := r.Kafka.UnfinishedTransactions(ctx, p.Input.Bootstrap)
-			if err != nil {
-				return false, err
-			}
-			prefix := sidecar.TransactionalID(p.Group, deploymentName(active.Name, p.Name)+"-")
-			if slices.ContainsFunc(open, func(id string) bool { return strings.HasPrefix(id, prefix) }) {
-				return false, nil
-			}
-		}
+	if waiting != "" {
+		r.condition(t, v1alpha1.ConditionUpgrading, true, reasonSwitching, "stopping the source readers of "+active.Name+": waiting for "+waiting)
+		return false, nil
 	}
 	if err := r.startOffsets(ctx, next, active); err != nil {
 		return false, err
@@ -782,6 +761,74 @@ func (r *TopologyReconciler) upgrade(ctx context.Context, t *v1alpha1.Topology, 
 	}
 	r.Recorder.Eventf(t, corev1.EventTypeNormal, "Switched", "revision %s reads the sources; %s drains", next.Name, active.Name)
 	return true, r.markSwitched(ctx, next)
+}
+
+// switchWaits names what the switch from active still waits for: a
+// source reader of active whose Deployment the cache still shows, whose
+// pods live (read from the API server), whose group Kafka shows with
+// members or rebalancing, or (exactly-once) whose transactions have not
+// ended; "" when nothing. The words are stable while the wait is the
+// same: they go into the Upgrading condition.
+func (r *TopologyReconciler) switchWaits(ctx context.Context, t *v1alpha1.Topology, obs *observed, active *v1alpha1.TopologyRevision) (string, error) {
+	var pods corev1.PodList
+	if err := r.Reader.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels{LabelRevision: active.Name}); err != nil {
+		return "", err
+	}
+	for _, p := range active.Spec.Processors {
+		if !p.ReadsSource {
+			continue
+		}
+		if d := obs.deployment(active.Name, p.Name); d != nil {
+			state := "not deleted yet"
+			if !d.DeletionTimestamp.IsZero() {
+				state = "deleted at " + d.DeletionTimestamp.UTC().Format(time.TimeOnly) + ", still there (finalizers " + strings.Join(d.Finalizers, ", ") + ")"
+			}
+			return fmt.Sprintf("source reader %s: its Deployment %s is %s", p.Name, d.Name, state), nil
+		}
+		var living []string
+		for _, pod := range pods.Items {
+			if pod.Labels[LabelProcessor] != p.Name {
+				continue
+			}
+			state := "not deleted yet"
+			if !pod.DeletionTimestamp.IsZero() {
+				state = "terminating, its grace period ends " + pod.DeletionTimestamp.UTC().Format(time.TimeOnly)
+			}
+			living = append(living, fmt.Sprintf("%s (%s)", pod.Name, state))
+		}
+		if len(living) > 0 {
+			slices.Sort(living)
+			more := ""
+			if len(living) > 3 {
+				living, more = living[:3], fmt.Sprintf(" and %d more", len(living)-3)
+			}
+			return fmt.Sprintf("source reader %s: its pods to end: %s%s", p.Name, strings.Join(living, ", "), more), nil
+		}
+		state, members, err := r.Kafka.GroupState(ctx, p.Input.Bootstrap, p.Group)
+		if err != nil {
+			return "", err
+		}
+		if len(members) > 0 || (state != "Empty" && state != "Dead") {
+			return fmt.Sprintf("source reader %s: its group %s to empty (Kafka: %s, %d members)", p.Name, p.Group, state, len(members)), nil
+		}
+		// A reader whose transaction has not ended has not stopped: its
+		// offsets are not committed yet (the carried group would wait
+		// on them, a new reader start short of them). One whose pod is
+		// gone is aborted by fenceGone.
+		if active.Spec.Delivery == v1alpha1.ExactlyOnce {
+			open, err := r.Kafka.UnfinishedTransactions(ctx, p.Input.Bootstrap)
+			if err != nil {
+				return "", err
+			}
+			prefix := sidecar.TransactionalID(p.Group, deploymentName(active.Name, p.Name)+"-")
+			open = slices.DeleteFunc(open, func(id string) bool { return !strings.HasPrefix(id, prefix) })
+			if len(open) > 0 {
+				slices.Sort(open)
+				return fmt.Sprintf("source reader %s: its transactions to end: %s", p.Name, strings.Join(open, ", ")), nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // markSwitched records when a revision became active (for people: the

@@ -126,6 +126,15 @@ func condition(tp *v1alpha1.Topology, typ string) string {
 	return "none"
 }
 
+// conditions are all of a topology's conditions, one after another.
+func conditions(tp *v1alpha1.Topology) string {
+	var all []string
+	for _, c := range tp.Status.Conditions {
+		all = append(all, fmt.Sprintf("%s %s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(all, "; ")
+}
+
 func deployments(t testing.TB, c client.Client, rev string) map[string]*appsv1.Deployment {
 	t.Helper()
 	var list appsv1.DeploymentList

@@ -28,7 +28,7 @@ func waitSwitched(t testing.TB, c client.Client, from string) string {
 	eventuallyWithin(t, 2*time.Minute, "the switch from "+from, func() (bool, string) {
 		tp = getTopology(t, c, "pipe")
 		return tp.Status.Active != from && tp.Status.Active != "" && tp.Status.Next == "" && len(tp.Status.PhasingOut) == 0,
-			fmt.Sprintf("active %s next %s phasing out %v; %s", tp.Status.Active, tp.Status.Next, tp.Status.PhasingOut, condition(tp, v1alpha1.ConditionUpgrading))
+			fmt.Sprintf("active %s next %s phasing out %v; conditions: %s", tp.Status.Active, tp.Status.Next, tp.Status.PhasingOut, conditions(tp))
 	})
 	return tp.Status.Active
 }

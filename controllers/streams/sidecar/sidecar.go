@@ -96,6 +96,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cloudtransit/transit/clock"
@@ -125,6 +126,9 @@ type sidecar struct {
 	kafka    map[string]*kgo.Client
 	consumer *kgo.Client               // at-least-once
 	session  *kgo.GroupTransactSession // exactly-once
+	// endGroup cancels the group client's context: a join in flight
+	// ends at once (see leave).
+	endGroup context.CancelFunc
 
 	outputs    []sink
 	deadLetter sink
@@ -308,8 +312,11 @@ func (s *sidecar) fence(ctx context.Context) error {
 // session) and the sinks.
 func (s *sidecar) join() error {
 	c := s.cfg
+	var groupCtx context.Context
+	groupCtx, s.endGroup = context.WithCancel(context.Background())
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers(c.Input.Bootstrap)...), kgo.ClientID("streams-sidecar"), noClientMetrics,
+		kgo.WithContext(groupCtx), // see leave
 		kgo.ConsumerGroup(c.Group), kgo.ConsumeTopics(c.Input.Topic),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
@@ -447,15 +454,60 @@ func (s *sidecar) pollSize(elapsed time.Duration, taken int) int {
 
 func (s *sidecar) close() {
 	if s.session != nil {
-		s.session.CloseAllowingRebalance() // leaves the group
+		s.leave(s.session.Client())
+		s.session.Close()
 	}
 	if s.consumer != nil {
-		s.consumer.CloseAllowingRebalance() // leaves the group
+		s.leave(s.consumer)
+		s.consumer.Close()
+	}
+	if s.endGroup != nil {
+		s.endGroup()
 	}
 	for _, c := range s.kafka {
 		c.Close()
 	}
 	s.fn.close()
+}
+
+// leaveWait bounds how long a stopping sidecar waits for kgo to leave its
+// group before it ends the join in flight and leaves by itself.
+const leaveWait = 5 * time.Second
+
+// leave leaves the group of cl, whose offsets are committed (or whose
+// transaction ended) already. kgo leaves only once a join in flight is
+// answered, and a coordinator answers a join once every member has
+// rejoined: a member whose batch in hand holds the rebalance
+// (BlockRebalanceOnPoll) holds it up to the rebalance timeout, BatchLimit
+// — minutes, for which this pod would live on and, its source reader's
+// revision being replaced, the controller's switch would wait. So after
+// leaveWait the join is ended (the client's context) and the member
+// leaves by a LeaveGroup of its own, through the producers' client.
+func (s *sidecar) leave(cl *kgo.Client) {
+	cl.AllowRebalance()
+	member, _ := cl.GroupMetadata()
+	ctx, cancel := context.WithTimeout(context.Background(), leaveWait)
+	defer cancel()
+	if err := cl.LeaveGroupContext(ctx); err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	s.endGroup()
+	if member == "" {
+		return
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = s.cfg.Group
+	m := kmsg.NewLeaveGroupRequestMember()
+	m.MemberID = member
+	m.Reason = kmsg.StringPtr("stopping: leaving while a rebalance holds the join")
+	req.Members = append(req.Members, m)
+	ctx, cancel = context.WithTimeout(context.Background(), leaveWait)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, s.kafka[cluster(s.cfg.Input.Bootstrap)])
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	s.log.Warn("a rebalance held the group's join: left without waiting for it", "waited", leaveWait.String(), "member", member, "err", err)
 }
 
 // consume is at-least-once: poll, handle, wait for every acknowledgement,
