@@ -2,7 +2,25 @@
 // for test platforms that report provider.Demand.
 package demandtest
 
-import "github.com/cloudtransit/transit/provider"
+import (
+	"maps"
+	"slices"
+
+	"github.com/cloudtransit/transit/provider"
+)
+
+// OfMembers schedules workloads on members as nodes of 1000m and 3.75
+// GiB (a ready member not draining is schedulable), pinned ones on their
+// node: the Demand of a test platform that keeps provider.Members.
+func OfMembers(members map[string]provider.Member, pinned map[string][]provider.Workload, workloads []provider.Workload) provider.Demand {
+	var nodes []provider.NodeLoad
+	for _, id := range slices.Sorted(maps.Keys(members)) {
+		m := members[id]
+		nodes = append(nodes, provider.NodeLoad{Node: id, MilliCPU: 1000, MemoryBytes: 3840 << 20, Labels: maps.Clone(m.Labels),
+			Schedulable: m.Ready && !m.Draining, Workloads: pinned[id]})
+	}
+	return Schedule(nodes, workloads)
+}
 
 // Schedule places each workload, in order, on the first schedulable node
 // whose labels it selects with room left (nodes' Workloads already run

@@ -437,11 +437,5 @@ func (p *fakePlatform) MayRemoveMaster(_ context.Context, n districts.Node, _ []
 func (p *fakePlatform) Demand(_ context.Context, _ []districts.Node) (provider.Demand, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var nodes []provider.NodeLoad
-	for _, id := range slices.Sorted(maps.Keys(p.members)) {
-		m := p.members[id]
-		nodes = append(nodes, provider.NodeLoad{Node: id, MilliCPU: 1000, MemoryBytes: 3840 << 20, Labels: maps.Clone(m.Labels),
-			Schedulable: m.Ready && !m.Draining, Workloads: p.pinned[id]})
-	}
-	return demandtest.Schedule(nodes, p.workloads), nil
+	return demandtest.OfMembers(p.members, p.pinned, p.workloads), nil
 }
