@@ -285,8 +285,49 @@ func (d *driver) addMaster(m districts.Node) {
 // Join adds n as a worker, or as a further master (stacked etcd). A node
 // the API server lists already is joined; one holding leftovers of an
 // interrupted join (a kubelet config, an etcd member that never started)
-// has them removed first.
+// has them removed first. A kubeadm join that failed because the API
+// server did not answer in time is tried again, whole, up to joinAttempts
+// times: kubeadm gives some of its calls a single 10 s try, which a
+// loaded control plane misses (CI run 39: "unable to fetch the
+// kubeadm-config ConfigMap: context deadline exceeded").
 func (d *driver) Join(ctx context.Context, n districts.Node) error {
+	for attempt := 1; ; attempt++ {
+		err := d.join(ctx, n)
+		if err == nil || attempt == joinAttempts || !apiTimedOut(err) {
+			return err
+		}
+		d.opts.Logger.Warn("kubeadm join: the API server did not answer in time; joining again", "node", n.ID, "attempt", attempt, "err", err)
+		if d.opts.Clock.Sleep(ctx, time.Duration(attempt)*joinRetryPause) != nil {
+			return err
+		}
+	}
+}
+
+// joinAttempts bounds how often Join runs kubeadm join when the API
+// server did not answer it in time; joinRetryPause, times the attempt,
+// is the pause between.
+const (
+	joinAttempts   = 3
+	joinRetryPause = 5 * time.Second
+)
+
+// apiTimedOut says err is kubeadm's own failure (it exited 1) for want of
+// a timely answer from the API server or etcd: a busy control plane, not
+// a node kubeadm's preflight refused, which another try would not change.
+func apiTimedOut(err error) bool {
+	var re *ssh.RunError
+	if !errors.As(err, &re) || re.ExitStatus != 1 {
+		return false
+	}
+	for _, s := range []string{"context deadline exceeded", "Client.Timeout exceeded", "TLS handshake timeout", "i/o timeout", "etcdserver: request timed out", "unable to return a response in the time allotted"} {
+		if strings.Contains(re.Stderr, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *driver) join(ctx context.Context, n districts.Node) error {
 	a, err := d.client(ctx)
 	if err != nil {
 		return fmt.Errorf("join node %s: %w", n.ID, err)
