@@ -62,25 +62,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Minute, "app's pods held in the wait container", func(ctx context.Context) error {
-		pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
-		if err != nil {
-			return err
-		}
-		waiting := 0
-		for _, p := range pods.Items {
-			for _, s := range p.Status.InitContainerStatuses {
-				if s.Name == annotations.WaitContainer && s.State.Running != nil {
-					waiting++
-				}
-			}
-			if p.Status.Phase == corev1.PodRunning {
-				return fmt.Errorf("pod %s runs without its provider", p.Name)
-			}
-		}
-		if waiting < 3 {
-			return fmt.Errorf("%d of 3 pods in the wait container", waiting)
-		}
-		return nil
+		return heldInWait(ctx, k, "app", 3)
 	})
 	pg := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: "default", Annotations: map[string]string{annotations.AnnotationProvides: "db"}},
@@ -183,21 +165,7 @@ func testKubeRelations(t *testing.T, c *cluster) {
 		if err := relationshipCondition(ctx, dyn, "default", "deployment-avail-db", "ProviderAvailable", "False"); err != nil {
 			return err
 		}
-		pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=avail"})
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				return fmt.Errorf("pod %s runs before its provider has a ready endpoint", p.Name)
-			}
-			for _, s := range p.Status.InitContainerStatuses {
-				if s.Name == annotations.WaitContainer && s.State.Running != nil {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("no pod of avail in the wait container")
+		return heldInWait(ctx, k, "avail", 1)
 	})
 	if _, err := k.AppsV1().Deployments("default").UpdateScale(ctx, "cache",
 		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "default"}, Spec: autoscalingv1.ScaleSpec{Replicas: 1}},
@@ -554,4 +522,29 @@ func relationshipCondition(ctx context.Context, dyn dynamic.Interface, ns, name,
 		}
 	}
 	return fmt.Errorf("Relationship %s/%s: want %s=%s, have %s", ns, name, typ, status, strings.Join(seen, "; "))
+}
+
+// heldInWait says whether at least want pods of the Deployment app in
+// default wait in the wait container, and none runs: a consumer held
+// until its provider is there.
+func heldInWait(ctx context.Context, k clientset.Interface, app string, want int) error {
+	pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return err
+	}
+	waiting := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			return fmt.Errorf("pod %s runs without its provider", p.Name)
+		}
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == annotations.WaitContainer && s.State.Running != nil {
+				waiting++
+			}
+		}
+	}
+	if waiting < want {
+		return fmt.Errorf("%d of %d pods of %s in the wait container", waiting, want, app)
+	}
+	return nil
 }
