@@ -215,9 +215,23 @@ func TestTopologyKafkaSecret(t *testing.T) {
 		msg := condition(getTopology(t, c, "pipe"), v1alpha1.ConditionKafkaReachable)
 		return strings.Contains(msg, "kafkaSecret default/team-a") && strings.Contains(msg, "not found"), msg
 	})
+	// A wrong password is explained by that cluster's login, not by the
+	// addon's (plaintext) Kafka.
+	const wrong = "not-the-password-78"
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Namespace: "default"}, StringData: map[string]string{
-		kafka.FileMechanism: "SCRAM-SHA-256", kafka.FileUsername: "app", kafka.FilePassword: appPassword}}
+		kafka.FileMechanism: "SCRAM-SHA-256", kafka.FileUsername: "app", kafka.FilePassword: wrong}}
 	if err := c.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "KafkaReachable=False explaining the refused login", func() (bool, string) {
+		msg := condition(getTopology(t, c, "pipe"), v1alpha1.ConditionKafkaReachable)
+		return strings.Contains(msg, "SCRAM-SHA-256 login") && strings.Contains(msg, kafka.FilePassword) && strings.Contains(msg, addr), msg
+	})
+	if msg := condition(getTopology(t, c, "pipe"), v1alpha1.ConditionKafkaReachable); strings.Contains(msg, wrong) {
+		t.Errorf("the condition shows the password: %s", msg)
+	}
+	secret.StringData = map[string]string{kafka.FilePassword: appPassword} // written over Data's
+	if err := c.Update(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
 	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {

@@ -205,7 +205,7 @@ func (r *TopologyReconciler) reconcile(ctx context.Context, req reconcile.Reques
 		kafkaErr = r.reachable(ctx, &t, obs, composed)
 	}
 	if kafkaErr != nil {
-		r.condition(&t, v1alpha1.ConditionKafkaReachable, false, "Unreachable", r.Security.Explain(kafkaErr)+": no revision is made, switched or collected until it answers")
+		r.condition(&t, v1alpha1.ConditionKafkaReachable, false, "Unreachable", kafkaErr.Error()+": no revision is made, switched or collected until it answers")
 	} else {
 		r.condition(&t, v1alpha1.ConditionKafkaReachable, true, "Reachable", "")
 	}
@@ -364,7 +364,7 @@ func (r *TopologyReconciler) reachable(ctx context.Context, t *v1alpha1.Topology
 				seen[e.Bootstrap] = true
 				actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				if err := r.Kafka.Reachable(actx, e.Bootstrap); err != nil {
-					errs = append(errs, err)
+					errs = append(errs, errors.New(r.explain(ctx, e.Bootstrap, err)))
 				}
 				cancel()
 			}
@@ -379,6 +379,19 @@ func (r *TopologyReconciler) reachable(ctx context.Context, t *v1alpha1.Topology
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// explain words err, of a client of the cluster bootstrap names, by the
+// security that client used: the topology's Secret for that cluster,
+// the addon's for its own Kafka, else none (plaintext).
+func (r *TopologyReconciler) explain(ctx context.Context, bootstrap string, err error) string {
+	if s, ok := kafka.SecurityOf(ctx, bootstrap); ok {
+		return s.Explain(err)
+	}
+	if kafka.ClusterKey(bootstrap) == kafka.ClusterKey(r.Bootstrap) {
+		return r.Security.Explain(err)
+	}
+	return kafka.Security{}.Explain(err)
 }
 
 // update is the Updater: the first revision becomes active at once; a new
@@ -1222,13 +1235,13 @@ func (r *TopologyReconciler) finalize(ctx context.Context, t *v1alpha1.Topology)
 			}
 			for _, p := range rev.Spec.Processors {
 				if err := r.Kafka.DeleteGroup(ctx, p.Input.Bootstrap, p.Group); err != nil {
-					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%s (annotate %s=true to leave Kafka as it is)", r.Security.Explain(err), AnnotationSkipKafkaCleanup)
+					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%s (annotate %s=true to leave Kafka as it is)", r.explain(ctx, p.Input.Bootstrap, err), AnnotationSkipKafkaCleanup)
 					return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 				}
 			}
 			for _, it := range rev.Spec.Topics {
 				if err := r.Kafka.DeleteTopic(ctx, it.Bootstrap, it.Name); err != nil {
-					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%s (annotate %s=true to leave Kafka as it is)", r.Security.Explain(err), AnnotationSkipKafkaCleanup)
+					r.Recorder.Eventf(t, corev1.EventTypeWarning, "KafkaCleanup", "%s (annotate %s=true to leave Kafka as it is)", r.explain(ctx, it.Bootstrap, err), AnnotationSkipKafkaCleanup)
 					return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 				}
 			}

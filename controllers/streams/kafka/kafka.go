@@ -130,6 +130,13 @@ func securityFrom(ctx context.Context) map[string]Security {
 	return by
 }
 
+// SecurityOf is the security ctx gives the cluster bootstrap names
+// (WithSecurity), if it gives one.
+func SecurityOf(ctx context.Context, bootstrap string) (Security, bool) {
+	s, ok := securityFrom(ctx)[ClusterKey(bootstrap)]
+	return s, ok
+}
+
 func (a *Admin) write(what string) error {
 	if a.BeforeWrite == nil {
 		return nil
