@@ -18,15 +18,11 @@ import (
 // platform cannot report what its workloads ask for.
 var ErrNoAutoscale = errors.New("nothing to autoscale")
 
-// AutoscaleOptions say how Autoscale runs.
+// AutoscaleOptions say how Autoscale applies a decision.
 type AutoscaleOptions struct {
-	// DryRun decides and reports, and writes and changes nothing.
-	DryRun bool
 	// Apply runs the loop when a quantity changes (Confirm and Confirmed
 	// are not used: the autoscaler does not ask).
 	Apply ApplyOptions
-	// OnDecision is called with the decision before anything is applied.
-	OnDecision func(AutoscaleReport)
 }
 
 // AutoscaleReport is one decision of the autoscaler.
@@ -39,37 +35,48 @@ type AutoscaleReport struct {
 	Nodes    int
 }
 
-// Autoscale reads what the platform's workloads ask for, decides the
-// autoscaled deployments' quantities (autoscale.Decide), records them and
-// what it must remember in the state (never in cluster.json), and, when
-// a quantity changed, applies it through the loop like any apply: drains
-// honour disruption budgets, the budget refuses growth past it (and then
-// the decision is not kept). It needs Change access: the lock is held
-// from the observation to the last save.
-func (s *Session) Autoscale(ctx context.Context, o AutoscaleOptions) (AutoscaleReport, Result, error) {
-	if err := s.use(Change, "autoscale"); err != nil {
-		return AutoscaleReport{}, Result{}, err
+// AutoscaleDecision is what DecideAutoscale decided, for Autoscale to
+// record and apply.
+type AutoscaleDecision struct {
+	Report AutoscaleReport
+	// next is the state's autoscale record once the decision is kept;
+	// serial the state's serial it was made from.
+	next   *districts.AutoscaleState
+	serial int64
+}
+
+// ErrStaleDecision says the state changed between an autoscale decision
+// and its apply (another run applied in between): decide again.
+var ErrStaleDecision = errors.New("the state changed since the autoscale decision")
+
+// DecideAutoscale reads what the platform's workloads ask for and decides
+// the autoscaled deployments' quantities (autoscale.Decide). It takes no
+// lock and writes nothing (Observe access): reading a platform takes
+// seconds to minutes, and the lock is another run's meanwhile.
+func (s *Session) DecideAutoscale(ctx context.Context) (AutoscaleDecision, error) {
+	if err := s.use(Observe, "autoscale"); err != nil {
+		return AutoscaleDecision{}, err
 	}
 	cl := s.cfg.Cluster
 	if !cl.Autoscaled() {
-		return AutoscaleReport{}, Result{}, fmt.Errorf("%w: no deployment of cluster %s has autoscale bounds", ErrNoAutoscale, cl.ID)
+		return AutoscaleDecision{}, fmt.Errorf("%w: no deployment of cluster %s has autoscale bounds", ErrNoAutoscale, cl.ID)
 	}
 	p, err := s.platformDriver(ctx)
 	if err != nil {
-		return AutoscaleReport{}, Result{}, err
+		return AutoscaleDecision{}, err
 	}
 	demander, ok := p.(provider.Demander)
 	if !ok {
-		return AutoscaleReport{}, Result{}, fmt.Errorf("%w: platform %s cannot report what its workloads ask for", ErrNoAutoscale, cl.Platform)
+		return AutoscaleDecision{}, fmt.Errorf("%w: platform %s cannot report what its workloads ask for", ErrNoAutoscale, cl.Platform)
 	}
 	opts := s.loopOptions()
 	opts.Platform, opts.SaveChanged = p, nil
 	obs, err := control.Refresh(ctx, opts)
 	if err != nil {
-		return AutoscaleReport{}, Result{}, atStage(ErrRefresh, err)
+		return AutoscaleDecision{}, atStage(ErrRefresh, err)
 	}
 	if obs.PlatformError != "" {
-		return AutoscaleReport{}, Result{}, fmt.Errorf("%w: %s", provider.ErrPlatformUnreachable, obs.PlatformError)
+		return AutoscaleDecision{}, fmt.Errorf("%w: %s", provider.ErrPlatformUnreachable, obs.PlatformError)
 	}
 	var live []districts.Node
 	for _, n := range obs.State.Nodes {
@@ -79,7 +86,7 @@ func (s *Session) Autoscale(ctx context.Context, o AutoscaleOptions) (AutoscaleR
 	}
 	demand, err := demander.Demand(ctx, live)
 	if err != nil {
-		return AutoscaleReport{}, Result{}, atStage(ErrRefresh, err)
+		return AutoscaleDecision{}, atStage(ErrRefresh, err)
 	}
 	now := s.opts.Clock.Now()
 	kept := s.state.Autoscale
@@ -89,14 +96,6 @@ func (s *Session) Autoscale(ctx context.Context, o AutoscaleOptions) (AutoscaleR
 	in := decisionInput(cl, s.cfg.PriceTable(), live, demand, *kept)
 	in.Now = now
 	out := autoscale.Decide(in)
-	report := AutoscaleReport{Decisions: out.Decisions, Problems: out.NewProblems, Pending: len(demand.Pending), Nodes: len(demand.Nodes)}
-	if o.OnDecision != nil {
-		o.OnDecision(report)
-	}
-	if o.DryRun {
-		return report, Result{}, nil
-	}
-
 	next := &districts.AutoscaleState{Deployments: maps.Clone(kept.Deployments), UnderusedSince: out.UnderusedSince, Reported: out.Reported}
 	if next.Deployments == nil {
 		next.Deployments = map[string]districts.Autoscaled{}
@@ -109,17 +108,39 @@ func (s *Session) Autoscale(ctx context.Context, o AutoscaleOptions) (AutoscaleR
 		a.Quantity, a.Reason, a.At, a.Remove = d.To, d.Reason, now, d.Remove
 		next.Deployments[d.Key.String()] = a
 	}
+	return AutoscaleDecision{
+		Report: AutoscaleReport{Decisions: out.Decisions, Problems: out.NewProblems, Pending: len(demand.Pending), Nodes: len(demand.Nodes)},
+		next:   next,
+		serial: s.state.Serial,
+	}, nil
+}
+
+// Autoscale records d in the state (never in cluster.json) and, when a
+// quantity changed, applies it through the loop like any apply: drains
+// honour disruption budgets, the budget refuses growth past it (and then
+// the decision is not kept). It needs Change access, and a state no run
+// changed since d was decided: else ErrStaleDecision, nothing written.
+func (s *Session) Autoscale(ctx context.Context, d AutoscaleDecision, o AutoscaleOptions) (Result, error) {
+	if err := s.use(Change, "autoscale"); err != nil {
+		return Result{}, err
+	}
+	if d.next == nil {
+		return Result{}, errors.New("autoscale: no decision: call DecideAutoscale first")
+	}
+	if s.state.Serial != d.serial {
+		return Result{}, fmt.Errorf("%w (serial %d, now %d)", ErrStaleDecision, d.serial, s.state.Serial)
+	}
 	prev := s.state.Autoscale
-	s.state.Autoscale = next
-	if len(out.Decisions) == 0 {
+	s.state.Autoscale = d.next
+	if len(d.Report.Decisions) == 0 {
 		// Only what it remembers changed: one save, no loop.
-		return report, Result{Converged: true}, s.saveAutoscale(prev)
+		return Result{Converged: true}, s.saveAutoscale(prev)
 	}
 	res, err := s.Apply(ctx, o.Apply)
 	if errors.Is(err, control.ErrOverBudget) {
 		// The budget refused the growth before anything was saved: the
 		// decision is not kept, what it remembers is.
-		kept := &districts.AutoscaleState{UnderusedSince: next.UnderusedSince, Reported: next.Reported}
+		kept := &districts.AutoscaleState{UnderusedSince: d.next.UnderusedSince, Reported: d.next.Reported}
 		if prev != nil {
 			kept.Deployments = prev.Deployments
 		}
@@ -128,7 +149,7 @@ func (s *Session) Autoscale(ctx context.Context, o AutoscaleOptions) (AutoscaleR
 			err = errors.Join(err, serr)
 		}
 	}
-	return report, res, err
+	return res, err
 }
 
 // saveAutoscale writes the state with its autoscale record: on failure

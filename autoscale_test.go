@@ -68,12 +68,21 @@ func (w *world) session(t *testing.T, a transit.Access, f func(*transit.Session)
 	}
 }
 
+// autoscale decides in a session without the lock, then (unless dry)
+// applies the decision in one that holds it, as transit autoscale does.
 func (w *world) autoscale(t *testing.T, dry bool) (report transit.AutoscaleReport, res transit.Result, err error) {
 	t.Helper()
-	w.session(t, transit.Change, func(s *transit.Session) {
-		report, res, err = s.Autoscale(t.Context(), transit.AutoscaleOptions{DryRun: dry})
+	var d transit.AutoscaleDecision
+	w.session(t, transit.Observe, func(s *transit.Session) {
+		d, err = s.DecideAutoscale(t.Context())
 	})
-	return report, res, err
+	if err != nil || dry {
+		return d.Report, res, err
+	}
+	w.session(t, transit.Change, func(s *transit.Session) {
+		res, err = s.Autoscale(t.Context(), d, transit.AutoscaleOptions{})
+	})
+	return d.Report, res, err
 }
 
 func (w *world) workers(t *testing.T, district string) []string {
@@ -203,5 +212,88 @@ func TestAutoscale(t *testing.T) {
 	}
 	if a := w.state(t).Autoscale; a == nil || a.Deployments["aws-europe/small/worker"].Quantity > 2 {
 		t.Errorf("the refused decision was kept: %+v", a)
+	}
+}
+
+// transit autoscale reads the platform without the lock: an apply runs
+// while it decides; the decision, made from a state that apply changed,
+// is refused as stale and nothing of it written; decided again, it
+// applies.
+func TestAutoscaleDecidesWithoutTheLock(t *testing.T) {
+	w := newWorld(t)
+	w.autoscaled(t, nil)
+	w.session(t, transit.Change, func(s *transit.Session) {
+		if _, err := s.Apply(t.Context(), transit.ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	busyNodes := map[string][]provider.Workload{}
+	for _, n := range w.state(t).Nodes {
+		busyNodes[n.ID] = []provider.Workload{{Name: "default/filler-" + n.ID, MilliCPU: 900}}
+	}
+	w.platform.mu.Lock()
+	w.platform.pinned = busyNodes
+	w.platform.workloads = workloads(4, 600, nil)
+	w.platform.onDemand = func() {
+		// Reading the platform: another run takes the lock and applies
+		// (the GCE workers' minimum raised to 2).
+		w.platform.mu.Lock()
+		w.platform.onDemand = nil
+		w.platform.mu.Unlock()
+		cfg, err := districts.Load(districts.Paths{Cluster: w.path("cluster.json"), Districts: w.path("districts.json")})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for i, d := range cfg.Cluster.Deployments {
+			if d.District == "gce-europe" && d.Autoscale != nil {
+				cfg.Cluster.Deployments[i].Autoscale.Min = 2
+			}
+		}
+		data, err := json.MarshalIndent(cfg.Cluster, "", "  ")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.WriteFile(w.path("cluster.json"), data, 0o600); err != nil {
+			t.Error(err)
+			return
+		}
+		s, err := transit.Open(t.Context(), w.options(transit.Change, "transit apply"))
+		if err != nil {
+			t.Errorf("an apply while autoscale reads the platform: %v", err)
+			return
+		}
+		defer s.Close()
+		if _, err := s.Apply(t.Context(), transit.ApplyOptions{}); err != nil {
+			t.Errorf("an apply while autoscale reads the platform: %v", err)
+		}
+	}
+	w.platform.mu.Unlock()
+
+	var d transit.AutoscaleDecision
+	var err error
+	w.session(t, transit.Observe, func(s *transit.Session) {
+		d, err = s.DecideAutoscale(t.Context())
+	})
+	if err != nil || len(d.Report.Decisions) == 0 {
+		t.Fatalf("decide: %+v, %v", d.Report, err)
+	}
+	before := w.state(t)
+	w.session(t, transit.Change, func(s *transit.Session) {
+		_, err = s.Autoscale(t.Context(), d, transit.AutoscaleOptions{})
+	})
+	if !errors.Is(err, transit.ErrStaleDecision) {
+		t.Fatalf("a decision made before another run's apply: %v, want ErrStaleDecision", err)
+	}
+	if after := w.state(t); after.Serial != before.Serial || after.Autoscale != nil {
+		t.Errorf("a stale decision wrote the state: serial %d → %d, autoscale %+v", before.Serial, after.Serial, after.Autoscale)
+	}
+	if n := len(w.workers(t, "gce-europe")); n != 2 {
+		t.Fatalf("%d GCE workers after the other run's apply, want 2", n)
+	}
+	report, res, err := w.autoscale(t, false)
+	if err != nil || !res.Converged || len(report.Decisions) == 0 {
+		t.Fatalf("decided again: %+v %+v, %v", report, res, err)
 	}
 }

@@ -277,6 +277,8 @@ type fakePlatform struct {
 	// run on their node whatever its room.
 	workloads []provider.Workload
 	pinned    map[string][]provider.Workload
+	// onDemand, when set, runs at the start of every Demand.
+	onDemand func()
 }
 
 func newFakePlatform() *fakePlatform {
@@ -448,6 +450,12 @@ var _ provider.Demander = (*fakePlatform)(nil)
 // Demand schedules the workloads on the members as a platform's
 // scheduler would and reports what runs where and what is left pending.
 func (p *fakePlatform) Demand(_ context.Context, _ []districts.Node) (provider.Demand, error) {
+	p.mu.Lock()
+	hook := p.onDemand
+	p.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return demandtest.OfMembers(p.members, p.pinned, p.workloads), nil

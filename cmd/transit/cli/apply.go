@@ -94,7 +94,8 @@ type change struct {
 	rotate    []string
 	rotateAll bool
 	confirm   func(districts.Cluster) prompt
-	// autoscale decides autoscaled quantities first (Session.Autoscale).
+	// autoscale decides autoscaled quantities first, without the lock
+	// (Session.DecideAutoscale), then applies them (Session.Autoscale).
 	autoscale bool
 }
 
@@ -212,6 +213,9 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 			return control.Result{}, err
 		}
 	}
+	if ch.autoscale {
+		return autoscaleOnce(ctx, deps, g, f, ch, view)
+	}
 	o, err := g.sessionOptions(deps, transit.Change, "transit "+ch.verb)
 	if err != nil {
 		return control.Result{}, err
@@ -231,6 +235,22 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 		}
 		return res, err
 	}
+	ao := applyOptions(deps, s, f, ch, view)
+	run := s.Apply
+	if ch.destroy {
+		run = s.Destroy
+	}
+	res, err := run(ctx, ao)
+	// A loop that ran saved what it did before it stopped.
+	if err != nil && errors.Is(err, context.Canceled) && res.Rounds > 0 {
+		err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
+	}
+	return res, err
+}
+
+// applyOptions are how apply, destroy and autoscale run the loop in s:
+// the plan shown, confirmed unless --auto-approve, the events shown.
+func applyOptions(deps Deps, s *transit.Session, f *applyFlags, ch change, view *progress) transit.ApplyOptions {
 	ao := transit.ApplyOptions{
 		Parallel:        f.parallel,
 		MaxRounds:       f.maxRounds,
@@ -255,20 +275,64 @@ func runOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch c
 			return confirm(ctx, deps.In, w, ch.confirm(s.Config().Cluster))
 		}
 	}
-	if ch.autoscale {
-		_, res, err := s.Autoscale(ctx, transit.AutoscaleOptions{DryRun: f.dryRun, Apply: ao, OnDecision: view.autoscale})
-		return res, err
+	return ao
+}
+
+// staleDecisions bounds how often one autoscale run decides again because
+// another run changed the state between its decision and its apply.
+const staleDecisions = 3
+
+// autoscaleOnce decides without the lock (reading the platform takes
+// seconds to minutes: an Observe session), then takes it only to record
+// and apply the decision; one another run made stale meanwhile is made
+// again.
+func autoscaleOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress) (control.Result, error) {
+	for attempt := 1; ; attempt++ {
+		d, err := decideAutoscale(ctx, deps, g)
+		if err != nil {
+			return control.Result{}, err
+		}
+		view.autoscale(d.Report)
+		if f.dryRun {
+			return control.Result{}, nil
+		}
+		res, err := applyAutoscale(ctx, deps, g, f, ch, view, d)
+		if !errors.Is(err, transit.ErrStaleDecision) || attempt == staleDecisions {
+			if err != nil && errors.Is(err, context.Canceled) && res.Rounds > 0 {
+				err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
+			}
+			return res, err
+		}
+		if logger, lerr := g.logger(deps.Err); lerr == nil {
+			logger.Warn("another run changed the state while autoscale decided; deciding again", "attempt", attempt, "err", err)
+		}
 	}
-	run := s.Apply
-	if ch.destroy {
-		run = s.Destroy
+}
+
+func decideAutoscale(ctx context.Context, deps Deps, g *GlobalFlags) (_ transit.AutoscaleDecision, err error) {
+	o, err := g.sessionOptions(deps, transit.Observe, "transit autoscale")
+	if err != nil {
+		return transit.AutoscaleDecision{}, err
 	}
-	res, err := run(ctx, ao)
-	// A loop that ran saved what it did before it stopped.
-	if err != nil && errors.Is(err, context.Canceled) && res.Rounds > 0 {
-		err = &interruptedError{verb: ch.verb, left: res.Left, err: err}
+	s, err := transit.Open(ctx, o)
+	if err != nil {
+		return transit.AutoscaleDecision{}, err
 	}
-	return res, err
+	defer closeInto(s, &err)
+	return s.DecideAutoscale(ctx)
+}
+
+func applyAutoscale(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress, d transit.AutoscaleDecision) (_ control.Result, err error) {
+	o, err := g.sessionOptions(deps, transit.Change, "transit autoscale")
+	if err != nil {
+		return control.Result{}, err
+	}
+	s, err := transit.Open(ctx, o)
+	if err != nil {
+		return control.Result{}, err
+	}
+	defer closeInto(s, &err)
+	return s.Autoscale(ctx, d, transit.AutoscaleOptions{Apply: applyOptions(deps, s, f, ch, view)})
 }
 
 // watch applies every interval until ctx ends. Ending between two applies,

@@ -17,7 +17,7 @@ func NewAutoscaleCommand(deps Deps, g *GlobalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "autoscale",
 		Short: "Scale autoscaled deployments to what the platform's workloads ask for, and apply",
-		Long: `Autoscale takes the state lock, reads the platform (Kubernetes: pods the
+		Long: `Autoscale reads the platform without the state lock (Kubernetes: pods the
 scheduler cannot place, and what runs on each node; Swarm: tasks pending for
 lack of resources or a matching node) and decides each autoscaled deployment's
 quantity within its bounds ("autoscale": {"min": 1, "max": 20} in
@@ -31,15 +31,17 @@ cluster.json):
     fit on the nodes that stay, goes (never below min, never a master, never
     within autoscaler.scale_down_delay_after_add of a growth).
 
-It records the decision and its reason in the state (never in cluster.json:
-plan shows "autoscaled to N (min, max)") and applies it like apply
+Then it takes the lock, records the decision and its reason in the state
+(never in cluster.json: plan shows "autoscaled to N (min, max)") and applies
+it like apply
 --auto-approve: drains honour disruption budgets, and a growth cluster.json's
 budget refuses is not kept (exit 1, over_budget). A workload no deployment
 could ever fit is reported once.
 
-Run it from cron, or with --watch every --interval; the lock is held for one
-run and freed between runs. With --json it prints an "autoscale" line with
-the decision, then apply's lines.`,
+A decision made from a state another run changed meanwhile is made again.
+Run it from cron, or with --watch every --interval; the lock is held only
+to record and apply. With --json it prints an "autoscale" line with the
+decision, then apply's lines.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.autoApprove = true // it decides: nobody is asked
