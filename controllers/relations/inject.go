@@ -25,10 +25,6 @@ import (
 // the same name is a conflict, never overwritten.
 const FieldManager = "transit-relations"
 
-// ControllerUser is the identity the addon runs the controller as (its
-// service account): the webhook leaves this user's writes alone.
-const ControllerUser = "system:serviceaccount:transit-relations:transit-relations"
-
 // RevisionAnnotationPrefix + a relationship's name, on a consumer's pod
 // template, is the revision its pods run. A new revision changes it, and
 // the values Secret the template refers to: one rollout.

@@ -228,7 +228,7 @@ func TestProvisionedService(t *testing.T) {
 
 // asAddon installs the addon's RBAC and admission policy (addonRBAC) and
 // returns a configuration with the controller's identity.
-func asAddon(t testing.TB, e *testenv.Env) *rest.Config {
+func asAddon(t *testing.T, e *testenv.Env) *rest.Config {
 	t.Helper()
 	for _, o := range addonRBAC(t) {
 		if err := e.Client.Create(t.Context(), o); err != nil {
@@ -236,14 +236,14 @@ func asAddon(t testing.TB, e *testenv.Env) *rest.Config {
 		}
 	}
 	as := rest.CopyConfig(e.Config)
-	as.Impersonate = rest.ImpersonationConfig{UserName: relations.ControllerUser}
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:transit-relations:transit-relations"}
 	return as
 }
 
 // addonRBAC are the namespace, service account, roles and admission
 // policy of the addon manifest transit installs: the identity the
 // controller runs as and what it may do.
-func addonRBAC(t testing.TB) []*unstructured.Unstructured {
+func addonRBAC(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "platforms", "kubernetes", "addons", "relations.yaml"))
 	if err != nil {

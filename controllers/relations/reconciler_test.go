@@ -75,8 +75,8 @@ func startControllerAs(t testing.TB, e *testenv.Env, cfg *rest.Config, opts ...r
 		t.Fatal(err)
 	}
 	if e.Webhook.Port != 0 {
-		mgr.GetWebhookServer().Register(relations.WebhookPath, &webhook.Admission{Handler: admissionsOf(e).record(&relations.Webhook{
-			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme), Image: "transit.local/relations:test"})})
+		mgr.GetWebhookServer().Register(relations.WebhookPath, &webhook.Admission{Handler: &relations.Webhook{
+			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme), Image: "transit.local/relations:test"}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -92,56 +92,6 @@ func startControllerAs(t testing.TB, e *testenv.Env, cfg *rest.Config, opts ...r
 	}
 	t.Cleanup(stop)
 	return stop
-}
-
-// admissions counts the requests an environment's webhook was asked to
-// admit, by the user who made them.
-type admissions struct {
-	mu     sync.Mutex
-	byUser map[string]int
-}
-
-var (
-	admissionsMu    sync.Mutex
-	admissionsByEnv = map[*testenv.Env]*admissions{}
-)
-
-// admissionsOf is what e's webhook was asked to admit.
-func admissionsOf(e *testenv.Env) *admissions {
-	admissionsMu.Lock()
-	defer admissionsMu.Unlock()
-	if admissionsByEnv[e] == nil {
-		admissionsByEnv[e] = &admissions{byUser: map[string]int{}}
-	}
-	return admissionsByEnv[e]
-}
-
-// record is h, each request counted.
-func (a *admissions) record(h admission.Handler) admission.Handler {
-	return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
-		a.mu.Lock()
-		a.byUser[req.UserInfo.Username]++
-		a.mu.Unlock()
-		return h.Handle(ctx, req)
-	})
-}
-
-// all is how many requests were admitted.
-func (a *admissions) all() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	n := 0
-	for _, v := range a.byUser {
-		n += v
-	}
-	return n
-}
-
-// of is how many requests of user were admitted.
-func (a *admissions) of(user string) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.byUser[user]
 }
 
 func startEnv(t testing.TB) *testenv.Env {

@@ -227,18 +227,4 @@ func TestControllerPolicy(t *testing.T) {
 		}
 		return slices.Contains(pg.Finalizers, relations.ProtectFinalizer), strings.Join(pg.Finalizers, ",")
 	})
-
-	// A provider's change reaches the consumer through the controller's
-	// own patch, which the webhook leaves alone (matchCondition
-	// not-the-controller: the patch carries the injection already); a
-	// user's write of a consumer still passes through it.
-	users := admissionsOf(e)
-	setHost(t, c, "pg", "db2.example.com")
-	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
-	if n := users.of(relations.ControllerUser); n != 0 {
-		t.Errorf("the webhook was asked to admit %d of the controller's own writes", n)
-	}
-	if users.all() == 0 {
-		t.Errorf("the webhook admitted no user's write of the consumer")
-	}
 }
