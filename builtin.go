@@ -49,7 +49,7 @@ type BuiltinOptions struct {
 
 // BuiltinDrivers are the drivers compiled into transit: the aws, gce,
 // openstack and local providers, the swarm and kubernetes platforms, and
-// the AWS Price List (transit prices).
+// the AWS Price List and GCE's Cloud Billing Catalog (transit prices).
 func BuiltinDrivers(o BuiltinOptions) Drivers {
 	return Drivers{
 		Infrastructures: map[string]InfrastructureFunc{
@@ -69,6 +69,9 @@ func BuiltinDrivers(o BuiltinOptions) Drivers {
 		PriceLists: map[string]PriceListFunc{
 			districts.ProviderAWS: func(ctx context.Context, d districts.District, cred *districts.Credential, types []string) ([]provider.Quote, error) {
 				return aws.Prices(ctx, d, cred, types, aws.Options{})
+			},
+			districts.ProviderGCE: func(ctx context.Context, d districts.District, cred *districts.Credential, types []string) ([]provider.Quote, error) {
+				return gce.Prices(ctx, d, cred, types, gce.Options{})
 			},
 		},
 		Platforms: map[string]PlatformFunc{

@@ -76,9 +76,11 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, body []byte)
 	writeJSON(w, http.StatusOK, map[string]any{"access_token": tok, "expires_in": int(tokenTTL.Seconds()) - 1, "token_type": "Bearer"})
 }
 
-// authorized checks the request's bearer token: one the token endpoint
-// issued, or a JWT a known service account signed.
-func (s *Server) authorized(r *http.Request) bool {
+// Authorized checks the request's bearer token: one the token endpoint
+// issued, or a JWT a known service account signed. Google's other APIs
+// the emulator serves beside Compute Engine (cloudsim/gcebilling) take
+// the same tokens, as Google's do.
+func (s *Server) Authorized(r *http.Request) bool {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || tok == "" {
 		return false

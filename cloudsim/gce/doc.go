@@ -15,7 +15,12 @@
 //     filtered by name, status, operationType, targetId, targetLink;
 //   - global/firewalls: insert, get, list, patch, delete;
 //   - global/images/{name} and global/images/family/{family} of any
-//     project (DefaultImages).
+//     project (DefaultImages);
+//   - zones/{zone}/machineTypes/{name}: get, for the predefined types of
+//     the n1, e2, n2, n2d, c2, t2d and c3 families (standard, highmem,
+//     highcpu as the family has them) with their published vCPUs and
+//     memory, and the shared-core e2-micro, e2-small, e2-medium, f1-micro
+//     and g1-small (isSharedCpu); another name is 404 notFound.
 //
 // Lists take a filter of one or more comparisons "field = value" (or !=),
 // each optionally parenthesised, with fields name, status and labels.KEY.

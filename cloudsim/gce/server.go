@@ -243,6 +243,7 @@ var routes = []route{
 	{"DELETE", "global/firewalls/*", cloudsim.OpGroup, (*call).deleteFirewall},
 	{"GET", "global/images/family/*", cloudsim.OpList, (*call).imageFromFamily},
 	{"GET", "global/images/*", cloudsim.OpList, (*call).getImage},
+	{"GET", "zones/*/machineTypes/*", cloudsim.OpList, (*call).getMachineType},
 }
 
 func (r route) match(method string, rest []string) bool {
@@ -273,7 +274,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveToken(w, r, body)
 		return
 	}
-	if !s.authorized(r) {
+	if !s.Authorized(r) {
 		writeError(w, unauthenticated())
 		return
 	}

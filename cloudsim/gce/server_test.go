@@ -224,3 +224,28 @@ func TestQuotas(t *testing.T) {
 		t.Errorf("a firewall past the FIREWALLS quota: %d %q, want 403 %q", code, message(out), want)
 	}
 }
+
+// machineTypes.get answers a predefined type's shape, shared-core ones
+// marked, and 404 for a name Compute Engine does not have.
+func TestMachineTypes(t *testing.T) {
+	t.Parallel()
+	_, base := newTest(t, cloudsim.Latency{})
+	for name, want := range map[string]struct {
+		cpus, memoryMB float64
+		shared         bool
+	}{
+		"n1-standard-2": {2, 7680, false}, "n1-highmem-4": {4, 26624, false}, "e2-standard-4": {4, 16384, false},
+		"n2d-highcpu-8": {8, 8192, false}, "e2-micro": {2, 1024, true}, "g1-small": {1, 1740, true},
+	} {
+		code, out := do(t, "GET", base+"zones/us-central1-b/machineTypes/"+name, "")
+		if code != 200 || out["guestCpus"] != want.cpus || out["memoryMb"] != want.memoryMB || out["isSharedCpu"] != want.shared ||
+			out["name"] != name || out["zone"] != "us-central1-b" {
+			t.Errorf("GET machineTypes/%s: %d %v, want %v", name, code, out, want)
+		}
+	}
+	for _, name := range []string{"n1-standard-3", "n1-custom-2-4096", "e2-standard-1", "z9-standard-2"} {
+		if code, out := do(t, "GET", base+"zones/us-central1-b/machineTypes/"+name, ""); code != 404 {
+			t.Errorf("GET machineTypes/%s: %d %v, want 404", name, code, out)
+		}
+	}
+}

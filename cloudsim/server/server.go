@@ -27,6 +27,7 @@ import (
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/cloudsim/gce"
+	"github.com/cloudtransit/transit/cloudsim/gcebilling"
 	"github.com/cloudtransit/transit/cloudsim/localnodes"
 	"github.com/cloudtransit/transit/cloudsim/openstack"
 	"github.com/cloudtransit/transit/cloudsim/pricing"
@@ -100,10 +101,13 @@ type Emulator struct {
 	Pricing   *pricing.Server
 	// GCEURL is the Compute Engine endpoint (gce_endpoint; a service
 	// account key's token_uri is GCEURL + gce.TokenPath); GCE its front
-	// end and GCEFaults the faults injected into it.
-	GCEURL    string
-	GCE       *gce.Server
-	GCEFaults *cloudsim.Faults
+	// end and GCEFaults the faults injected into it. The same endpoint
+	// serves the Cloud Billing Catalog API (GCEBilling, under
+	// /v1/services), taking the same credentials.
+	GCEURL     string
+	GCE        *gce.Server
+	GCEFaults  *cloudsim.Faults
+	GCEBilling *gcebilling.Server
 	// OpenStackAuthURL is Keystone's v3 endpoint (os_auth_url); its
 	// catalog lists RegionOne and every backed openstack region.
 	// OpenStack is the front end and OpenStackFaults the faults injected
@@ -159,8 +163,9 @@ func Start(ctx context.Context, opts Options) (_ *Emulator, err error) {
 		}
 		sim := newSim()
 		e.GCE, e.GCEFaults = gce.New(sim, gce.Options{Accounts: accounts, CPUs: opts.Quotas.GCECPUs, Firewalls: opts.Quotas.GCEFirewalls}), &sim.Faults
+		e.GCEBilling = gcebilling.New(gcebilling.Options{Authorize: e.GCE.Authorized})
 		e.stops = append(e.stops, e.GCE.Close)
-		if e.GCEURL, err = e.serve(ctx, opts.GCE, sim, e.GCE, func() any { return nonNil(e.GCE.Resources()) }); err != nil {
+		if e.GCEURL, err = e.serve(ctx, opts.GCE, sim, gceAPI{gce: e.GCE, billing: e.GCEBilling}, func() any { return nonNil(e.GCE.Resources()) }); err != nil {
 			return nil, fmt.Errorf("cloudsim: serve Compute Engine: %w", err)
 		}
 	}
@@ -257,6 +262,22 @@ func (a awsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.ec2.ServeHTTP(w, r)
+}
+
+// gceAPI is the Google endpoint: the Cloud Billing Catalog API's
+// requests (under /v1/services) go to its front end, the rest (Compute
+// Engine's, the token endpoint's) to Compute Engine's.
+type gceAPI struct {
+	gce     http.Handler
+	billing http.Handler
+}
+
+func (a gceAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if gcebilling.IsRequest(r) {
+		a.billing.ServeHTTP(w, r)
+		return
+	}
+	a.gce.ServeHTTP(w, r)
 }
 
 // serve listens on addr and serves api, with the control API beside it.

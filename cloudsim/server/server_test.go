@@ -9,11 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	billing "cloud.google.com/go/billing/apiv1"
+	"cloud.google.com/go/billing/apiv1/billingpb"
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/pricing"
 	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
+	"google.golang.org/api/option"
 
 	ec2sim "github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/cloudsim/gce"
@@ -139,6 +142,45 @@ func TestStartGCE(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a request without a token: %d, want 401", resp.StatusCode)
 	}
+	// The same endpoint serves the Cloud Billing Catalog API to the
+	// official client, with the same service accounts.
+	catalog := func(key []byte) error {
+		var k map[string]any
+		if err := json.Unmarshal(key, &k); err != nil {
+			t.Fatal(err)
+		}
+		k["token_uri"] = e.GCEURL + gce.TokenPath
+		pointed, err := json.Marshal(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := billing.NewCloudCatalogRESTClient(t.Context(), option.WithEndpoint(e.GCEURL), option.WithAuthCredentialsJSON(option.ServiceAccount, pointed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		it := c.ListServices(t.Context(), &billingpb.ListServicesRequest{})
+		for {
+			s, err := it.Next()
+			if err != nil {
+				return err
+			}
+			if s.GetDisplayName() == "Compute Engine" {
+				return nil
+			}
+		}
+	}
+	if err := catalog(key); err != nil {
+		t.Errorf("the Cloud Billing Catalog with the credential's key: %v, want Compute Engine listed", err)
+	}
+	other, err := gce.NewKey("transit-test-1", "other@transit-test-1.iam.gserviceaccount.com", "http://127.0.0.1:1/token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := catalog(other); err == nil || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Errorf("the Cloud Billing Catalog with an unknown key: %v, want the token refused", err)
+	}
+
 	resp, err = http.Get(e.GCEURL + "/_cloudsim/resources")
 	if err != nil {
 		t.Fatal(err)

@@ -56,6 +56,13 @@
 // takes of the project's FIREWALLS quota (100 by default, shared with
 // every other rule of the project; see limits.go).
 //
+// Prices (transit prices) reads the Cloud Billing Catalog API
+// (cloud.google.com/go/billing/apiv1, REST) at gce_endpoint too, with the
+// same credentials: the On-Demand core and RAM rates of the machine
+// type's family in gce_region, times its vCPUs and GiB as machineTypes.get
+// gives them (see pricing.go for shared-core types and what is
+// unpriced).
+//
 // Every request is retried on throttling (429, rateLimitExceeded), 5xx
 // answers and connection errors, with exponential backoff and full
 // jitter, up to Options.RetryMaxAttempts; what is still throttled then is

@@ -28,12 +28,8 @@ func (drv *driver) wrap(what string, err error) error {
 		return nil
 	}
 	prefix := fmt.Sprintf("gce district %q: %s", drv.d.ID, what)
-	var ae *auth.Error
-	if errors.As(err, &ae) && ae.Response != nil && ae.Response.StatusCode < 500 && ae.Response.StatusCode != 429 {
-		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: the token endpoint refused %s", prefix, drv.credName), Err: err}
-	}
-	if errors.As(err, &ae) && ae.Response == nil {
-		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), Err: err}
+	if cerr := drv.tokenError(prefix, err); cerr != nil {
+		return cerr
 	}
 	var ge *googleapi.Error
 	if !errors.As(err, &ge) {
@@ -59,6 +55,38 @@ func (drv *driver) wrap(what string, err error) error {
 		return &cloudError{Kind: districts.ErrInvalid, Msg: fmt.Sprintf("%s: districts.json: district %q: flavors[].machine_type: Compute Engine says %s", prefix, drv.d.ID, ge.Message), Err: err}
 	case ge.Code == 404:
 		return &cloudError{Kind: provider.ErrCloudNotFound, Msg: prefix, Err: err}
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// tokenError is err as a failure to get a token with the district's
+// credentials, or nil when it is another error.
+func (drv *driver) tokenError(prefix string, err error) error {
+	var ae *auth.Error
+	if errors.As(err, &ae) && ae.Response != nil && ae.Response.StatusCode < 500 && ae.Response.StatusCode != 429 {
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: the token endpoint refused %s", prefix, drv.credName), Err: err}
+	}
+	if errors.As(err, &ae) && ae.Response == nil {
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: no usable credentials from %s", prefix, drv.credName), Err: err}
+	}
+	return nil
+}
+
+// wrapCatalog is wrap for the Cloud Billing Catalog API, whose errors
+// name no Compute Engine resource.
+func (drv *driver) wrapCatalog(what string, err error) error {
+	prefix := fmt.Sprintf("gce district %q: %s", drv.d.ID, what)
+	if cerr := drv.tokenError(prefix, err); cerr != nil {
+		return cerr
+	}
+	var ge *googleapi.Error
+	switch {
+	case !errors.As(err, &ge):
+	case throttled(err):
+		return &cloudError{Kind: provider.ErrThrottled,
+			Msg: fmt.Sprintf("%s: %s kept throttling the requests through %d attempts", prefix, catalogName, drv.opts.RetryMaxAttempts), Err: err}
+	case ge.Code == 401 || ge.Code == 403:
+		return &cloudError{Kind: provider.ErrCloudAuth, Msg: fmt.Sprintf("%s: %s refused %s (%d)", prefix, catalogName, drv.credName, ge.Code), Err: err}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
 }

@@ -103,8 +103,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		return nil, invalid(d, "gce_zones: missing")
 	}
 	opts = opts.withDefaults()
-	drv := &driver{d: d, opts: opts, inflight: map[string]string{}, network: d.GCENetwork,
-		credName: "application default credentials"}
+	drv := &driver{d: d, opts: opts, inflight: map[string]string{}, network: d.GCENetwork}
 	if drv.network == "" {
 		drv.network = "default"
 	}
@@ -115,25 +114,11 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	if drv.apiCIDRs, err = cloudutil.APICIDRs(d); err != nil {
 		return nil, err
 	}
-	var copts []option.ClientOption
-	if d.GCEEndpoint != "" {
-		copts = append(copts, option.WithEndpoint(strings.TrimSuffix(d.GCEEndpoint, "/")))
+	copts, credName, err := clientOptions(d, cred)
+	if err != nil {
+		return nil, err
 	}
-	if cred != nil {
-		if cred.Provider != districts.ProviderGCE {
-			return nil, invalid(d, "credential %q is for provider %q", cred.ID, cred.Provider)
-		}
-		drv.credName = fmt.Sprintf("credential %q (application default credentials)", cred.ID)
-		if cred.GCEKeyFile != "" {
-			drv.credName = fmt.Sprintf("credential %q (gce_key_file %s)", cred.ID, cred.GCEKeyFile)
-			key, err := os.ReadFile(cred.GCEKeyFile)
-			if err != nil {
-				return nil, &cloudError{Kind: provider.ErrCloudAuth,
-					Msg: fmt.Sprintf("gce district %q: read the service account key of %s", d.ID, drv.credName), Err: err}
-			}
-			copts = append(copts, option.WithAuthCredentialsJSON(option.ServiceAccount, key))
-		}
-	}
+	drv.credName = credName
 	fail := func(err error) (provider.Infrastructure, error) {
 		drv.Close()
 		return nil, &cloudError{Kind: provider.ErrCloudAuth,
@@ -155,6 +140,36 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 		return fail(err)
 	}
 	return drv, nil
+}
+
+// clientOptions are the options of every Google API client of district d
+// with credential cred (its gce_key_file, read now; nil or none:
+// application default credentials), and how errors name the credential.
+// gce_endpoint, when set, is where every API is asked: the emulator
+// serves them all on one base URL.
+func clientOptions(d districts.District, cred *districts.Credential) ([]option.ClientOption, string, error) {
+	var copts []option.ClientOption
+	if d.GCEEndpoint != "" {
+		copts = append(copts, option.WithEndpoint(strings.TrimSuffix(d.GCEEndpoint, "/")))
+	}
+	credName := "application default credentials"
+	if cred == nil {
+		return copts, credName, nil
+	}
+	if cred.Provider != districts.ProviderGCE {
+		return nil, "", invalid(d, "credential %q is for provider %q", cred.ID, cred.Provider)
+	}
+	credName = fmt.Sprintf("credential %q (application default credentials)", cred.ID)
+	if cred.GCEKeyFile != "" {
+		credName = fmt.Sprintf("credential %q (gce_key_file %s)", cred.ID, cred.GCEKeyFile)
+		key, err := os.ReadFile(cred.GCEKeyFile)
+		if err != nil {
+			return nil, "", &cloudError{Kind: provider.ErrCloudAuth,
+				Msg: fmt.Sprintf("gce district %q: read the service account key of %s", d.ID, credName), Err: err}
+		}
+		copts = append(copts, option.WithAuthCredentialsJSON(option.ServiceAccount, key))
+	}
+	return copts, credName, nil
 }
 
 // Close releases the clients' connections.

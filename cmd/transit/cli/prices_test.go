@@ -16,10 +16,12 @@ import (
 
 	"github.com/cloudtransit/transit"
 	"github.com/cloudtransit/transit/clock/clocktest"
+	gcesim "github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/cloudsim/server"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/aws"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
+	"github.com/cloudtransit/transit/drivers/gce"
 	"github.com/cloudtransit/transit/provider"
 )
 
@@ -347,5 +349,83 @@ func TestPricesBadInput(t *testing.T) {
 				t.Errorf("prices.json changed: %q", got)
 			}
 		})
+	}
+}
+
+// GCE districts priced end to end: transit prices asks the emulator's
+// Cloud Billing Catalog and Compute Engine with the district's key file,
+// writes the prices it found with their sources, and names what the
+// catalog does not price.
+func TestPricesGCE(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.clock = clocktest.NewFake(time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC))
+	keyFile := h.path("gce-key.json")
+	key, err := gcesim.NewKey("transit-test-1", "transit@transit-test-1.iam.gserviceaccount.com", "http://127.0.0.1:1"+gcesim.TokenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cred := districts.Credential{Type: "credential", ID: "gce_default", Provider: districts.ProviderGCE, GCEKeyFile: keyFile}
+	e, err := server.Start(t.Context(), server.Options{GCE: "127.0.0.1:0", Credentials: []districts.Credential{cred}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(context.WithoutCancel(t.Context())); err != nil {
+			t.Error(err)
+		}
+	})
+	e.GCEBilling.SetPageSize(20) // several pages
+	var k map[string]any
+	if err := json.Unmarshal(key, &k); err != nil {
+		t.Fatal(err)
+	}
+	k["token_uri"] = e.GCEURL + gcesim.TokenPath
+	writeJSONFile(t, keyFile, k)
+	writeJSONFile(t, h.path("credentials.json"), []districts.Credential{cred})
+	h.priceLists = map[string]transit.PriceListFunc{
+		districts.ProviderGCE: func(ctx context.Context, d districts.District, cred *districts.Credential, types []string) ([]provider.Quote, error) {
+			return gce.Prices(ctx, d, cred, types, gce.Options{Waits: cloudutil.Waits{RetryMaxAttempts: 3, RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond}})
+		},
+	}
+	writeJSONFile(t, h.path("districts.json"), []districts.District{
+		{Type: "district", ID: "gce-europe", Provider: districts.ProviderGCE, CredentialID: "gce_default", GCEProjectID: "transit-test-1",
+			GCERegion: "europe-west1", GCEZones: []string{"europe-west1-b", "europe-west1-c"}, GCEEndpoint: e.GCEURL, Flavors: []districts.DistrictFlavor{
+				{Flavor: "small", MachineType: "n1-standard-1"}, {Flavor: "med", MachineType: "e2-medium"}, {Flavor: "large", MachineType: "n2-standard-4"},
+			}},
+	})
+
+	r := h.prices(t, "--write")
+	wantCode(t, r, ExitUnpriced)
+	for _, s := range []string{"Wrote " + h.path("prices.json") + ": 2 to add", `has no On-Demand "N2 Instance Core running in …" SKU per h in europe-west1`} {
+		if !strings.Contains(r.out, s) {
+			t.Errorf("output does not say %q:\n%s", s, r)
+		}
+	}
+	pl, ok, err := districts.ReadPriceList(h.path("prices.json"))
+	if err != nil || !ok {
+		t.Fatalf("read the written prices.json: %v (found %v)", err, ok)
+	}
+	got := map[string]districts.Price{}
+	for _, p := range pl.Prices {
+		got[p.District+"/"+p.Flavor] = p
+	}
+	if pl.Currency != "USD" || len(pl.Prices) != 2 {
+		t.Errorf("prices.json: %+v", pl)
+	}
+	// n1-standard-1: 1 vCPU × 0.034773 + 3.75 GiB × 0.004661.
+	if p := got["gce-europe/small"]; p.MachineType != "n1-standard-1" || p.HourlyPrice != 0.05225175 ||
+		!strings.HasPrefix(p.Source, "GCE Cloud Billing Catalog: n1-standard-1, europe-west1, On-Demand, 1 vCPU × USD 0.034773/h (SKU ") {
+		t.Errorf("gce-europe/small: %+v", p)
+	}
+	// e2-medium: 1 (shared) vCPU × 0.023993 + 4 GiB × 0.003215.
+	if p := got["gce-europe/med"]; p.MachineType != "e2-medium" || p.HourlyPrice != 0.036853 {
+		t.Errorf("gce-europe/med: %+v", p)
+	}
+	if _, ok := got["gce-europe/large"]; ok {
+		t.Error("prices.json prices gce-europe/large, which the catalog does not price in europe-west1")
 	}
 }
