@@ -52,7 +52,7 @@ func (b backing) Set(v string) error {
 func run() error {
 	opts := server.Options{Backing: backing{}}
 	flag.StringVar(&opts.AWS, "aws", "127.0.0.1:0", "listen address of the EC2 API and the AWS Price List Query API (empty: no AWS)")
-	flag.StringVar(&opts.GCE, "gce", "127.0.0.1:0", "listen address of the Compute Engine API and its token endpoint (empty: no GCE)")
+	flag.StringVar(&opts.GCE, "gce", "127.0.0.1:0", "listen address of the Compute Engine API, its token endpoint and the Cloud Billing Catalog API (empty: no GCE)")
 	flag.StringVar(&opts.OpenStack, "openstack", "127.0.0.1:0", "listen address of Keystone, Nova, Neutron and Glance (empty: no OpenStack)")
 	profile := flag.String("profile", cloudsim.ProfileKratzke2017, "latency profile: kratzke2017 (the paper's medians: machines are pending, stopping and shutting down for a while) or zero (none)")
 	scale := flag.Float64("time-scale", 0.1, "multiply every latency by this (1: the profile's own times)")
