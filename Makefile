@@ -64,7 +64,7 @@ build: ## Build bin/transit with version information, bin/transit-mesh (the node
 # "Tests"): a slow machine fails with a clear message, not a panic in the
 # middle of a cluster. The e2e suite keeps the last minutes of its own for
 # cleaning up.
-TEST_TIMEOUT ?= 20m
+TEST_TIMEOUT ?= 35m
 E2E_TIMEOUT  ?= 50m
 # The packages that take minutes, slowest first: go test starts packages
 # in the order given, two at a time, and these started last (in the
