@@ -86,21 +86,29 @@ var (
 	_ provider.InUseGroupDeleter = (*driver)(nil)
 )
 
+// checkDistrict says what district d lacks for the GCE driver.
+func checkDistrict(d districts.District) error {
+	if d.Provider != districts.ProviderGCE {
+		return invalid(d, "provider %q is not %q", d.Provider, districts.ProviderGCE)
+	}
+	switch {
+	case d.GCEProjectID == "":
+		return invalid(d, "gce_project_id: missing")
+	case d.GCERegion == "":
+		return invalid(d, "gce_region: missing")
+	case len(d.GCEZones) == 0:
+		return invalid(d, "gce_zones: missing")
+	}
+	return nil
+}
+
 // New returns the driver of a GCE district. cred is the district's
 // credential: its gce_key_file (a service account key, read now); nil, or
 // a credential without a key file, means application default
 // credentials. New makes no API request.
 func New(ctx context.Context, d districts.District, cred *districts.Credential, opts Options) (provider.Infrastructure, error) {
-	if d.Provider != districts.ProviderGCE {
-		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderGCE)
-	}
-	switch {
-	case d.GCEProjectID == "":
-		return nil, invalid(d, "gce_project_id: missing")
-	case d.GCERegion == "":
-		return nil, invalid(d, "gce_region: missing")
-	case len(d.GCEZones) == 0:
-		return nil, invalid(d, "gce_zones: missing")
+	if err := checkDistrict(d); err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults()
 	drv := &driver{d: d, opts: opts, inflight: map[string]string{}, network: d.GCENetwork}

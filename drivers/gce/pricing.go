@@ -71,16 +71,8 @@ var ownSKU = map[string]string{"f1-micro": "Micro Instance with burstable CPU", 
 // of either API — refused credentials, a failed page — fails the whole
 // call: no partial answer.
 func Prices(ctx context.Context, d districts.District, cred *districts.Credential, machineTypes []string, opts Options) ([]provider.Quote, error) {
-	if d.Provider != districts.ProviderGCE {
-		return nil, invalid(d, "provider %q is not %q", d.Provider, districts.ProviderGCE)
-	}
-	switch {
-	case d.GCEProjectID == "":
-		return nil, invalid(d, "gce_project_id: missing")
-	case d.GCERegion == "":
-		return nil, invalid(d, "gce_region: missing")
-	case len(d.GCEZones) == 0:
-		return nil, invalid(d, "gce_zones: missing")
+	if err := checkDistrict(d); err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults()
 	copts, credName, err := clientOptions(d, cred)

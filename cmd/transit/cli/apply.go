@@ -309,30 +309,32 @@ func autoscaleOnce(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags
 	}
 }
 
-func decideAutoscale(ctx context.Context, deps Deps, g *GlobalFlags) (_ transit.AutoscaleDecision, err error) {
-	o, err := g.sessionOptions(deps, transit.Observe, "transit autoscale")
-	if err != nil {
-		return transit.AutoscaleDecision{}, err
-	}
-	s, err := transit.Open(ctx, o)
-	if err != nil {
-		return transit.AutoscaleDecision{}, err
-	}
-	defer closeInto(s, &err)
-	return s.DecideAutoscale(ctx)
+func decideAutoscale(ctx context.Context, deps Deps, g *GlobalFlags) (transit.AutoscaleDecision, error) {
+	return autoscaleSession(ctx, deps, g, transit.Observe, func(s *transit.Session) (transit.AutoscaleDecision, error) {
+		return s.DecideAutoscale(ctx)
+	})
 }
 
-func applyAutoscale(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress, d transit.AutoscaleDecision) (_ control.Result, err error) {
-	o, err := g.sessionOptions(deps, transit.Change, "transit autoscale")
+func applyAutoscale(ctx context.Context, deps Deps, g *GlobalFlags, f *applyFlags, ch change, view *progress, d transit.AutoscaleDecision) (control.Result, error) {
+	return autoscaleSession(ctx, deps, g, transit.Change, func(s *transit.Session) (control.Result, error) {
+		return s.Autoscale(ctx, d, transit.AutoscaleOptions{Apply: applyOptions(deps, s, f, ch, view)})
+	})
+}
+
+// autoscaleSession runs f in a session of transit autoscale opened with access
+// a, closed after it (its lock, if any, freed).
+func autoscaleSession[T any](ctx context.Context, deps Deps, g *GlobalFlags, a transit.Access, f func(*transit.Session) (T, error)) (_ T, err error) {
+	var zero T
+	o, err := g.sessionOptions(deps, a, "transit autoscale")
 	if err != nil {
-		return control.Result{}, err
+		return zero, err
 	}
 	s, err := transit.Open(ctx, o)
 	if err != nil {
-		return control.Result{}, err
+		return zero, err
 	}
 	defer closeInto(s, &err)
-	return s.Autoscale(ctx, d, transit.AutoscaleOptions{Apply: applyOptions(deps, s, f, ch, view)})
+	return f(s)
 }
 
 // watch applies every interval until ctx ends. Ending between two applies,
