@@ -2,10 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"errors"
-	"io"
-	"io/fs"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +20,7 @@ import (
 // per attempt, and then succeeds: its kubelet registers the Node, Ready,
 // as a real join does before kubeadm returns.
 type joinRunner struct {
+	noTransfers
 	c        clientset.Interface
 	mu       sync.Mutex
 	failures []string // kubeadm's stderr, one per failing attempt
@@ -48,14 +45,6 @@ func (r *joinRunner) Run(ctx context.Context, n districts.Node, name, _ string, 
 	kn.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	_, err = r.c.CoreV1().Nodes().UpdateStatus(ctx, kn, metav1.UpdateOptions{})
 	return "", err
-}
-
-func (r *joinRunner) Upload(context.Context, districts.Node, string, fs.FileMode, io.Reader, int64) error {
-	return errors.New("no uploads")
-}
-
-func (r *joinRunner) DialContext(context.Context, districts.Node, string, string) (net.Conn, error) {
-	return nil, errors.New("connection refused")
 }
 
 // A kubeadm join that failed because the API server answered too late is

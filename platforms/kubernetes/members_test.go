@@ -20,6 +20,7 @@ import (
 // either answers the membership probe with what it holds or cannot be
 // reached.
 type noAPIRunner struct {
+	noTransfers
 	mu    sync.Mutex
 	holds map[string]string // node id -> "none" or "member"; missing: unreachable
 }
@@ -37,11 +38,15 @@ func (r *noAPIRunner) Run(_ context.Context, n districts.Node, name, script stri
 	return out + "\n", nil
 }
 
-func (r *noAPIRunner) Upload(context.Context, districts.Node, string, fs.FileMode, io.Reader, int64) error {
+// noTransfers is a test runner's node that takes no upload and no
+// connection: the runner serves scripts only.
+type noTransfers struct{}
+
+func (noTransfers) Upload(context.Context, districts.Node, string, fs.FileMode, io.Reader, int64) error {
 	return errors.New("no uploads")
 }
 
-func (r *noAPIRunner) DialContext(context.Context, districts.Node, string, string) (net.Conn, error) {
+func (noTransfers) DialContext(context.Context, districts.Node, string, string) (net.Conn, error) {
 	return nil, errors.New("connection refused")
 }
 

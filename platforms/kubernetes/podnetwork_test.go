@@ -2,10 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"errors"
-	"io"
-	"io/fs"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -77,6 +73,7 @@ func placeable(t *testing.T, ds *appsv1.DaemonSet, kn *corev1.Node) bool {
 // (created, updated) is one flannel's DaemonSet runs on, flanneld
 // starts there, reading the Node's public-address annotation once.
 type podNetworkCluster struct {
+	noTransfers
 	t  *testing.T
 	c  *fake.Clientset
 	ds *appsv1.DaemonSet
@@ -140,14 +137,6 @@ func (p *podNetworkCluster) Run(ctx context.Context, n districts.Node, name, _ s
 		return "", err
 	}
 	return "", nil
-}
-
-func (p *podNetworkCluster) Upload(context.Context, districts.Node, string, fs.FileMode, io.Reader, int64) error {
-	return errors.New("no uploads")
-}
-
-func (p *podNetworkCluster) DialContext(context.Context, districts.Node, string, string) (net.Conn, error) {
-	return nil, errors.New("no dials")
 }
 
 // A node whose public address is not its own (a cloud VM behind NAT)
