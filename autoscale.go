@@ -182,10 +182,11 @@ func decisionInput(cl districts.Cluster, prices districts.PriceTable, live []dis
 		}
 	}
 	// What goes with every node (DaemonSets): the most any node carries.
-	var overheadCPU, overheadMem int64
+	var overheadCPU, overheadMem, overheadPods int64
 	loads := map[districts.DeploymentKey][]provider.NodeLoad{}
 	for _, n := range demand.Nodes {
 		overheadCPU, overheadMem = max(overheadCPU, n.OverheadMilliCPU), max(overheadMem, n.OverheadMemoryBytes)
+		overheadPods = max(overheadPods, n.OverheadPods)
 		loads[nodeKey[n.Node]] = append(loads[nodeKey[n.Node]], n)
 	}
 	in := autoscale.Input{Demand: demand, NodeGroup: map[string]districts.DeploymentKey{}, NoTargets: map[string]bool{},
@@ -209,6 +210,9 @@ func decisionInput(cl districts.Cluster, prices districts.PriceTable, live []dis
 			// A node of the deployment shows what a new one offers.
 			n := ls[0]
 			g.MilliCPU, g.MemoryBytes = n.MilliCPU-n.OverheadMilliCPU, n.MemoryBytes-n.OverheadMemoryBytes
+			if n.Pods > 0 {
+				g.Pods = n.Pods - n.OverheadPods
+			}
 			g.Labels = maps.Clone(n.Labels)
 			delete(g.Labels, "kubernetes.io/hostname")
 		} else {
@@ -224,6 +228,7 @@ func decisionInput(cl districts.Cluster, prices districts.PriceTable, live []dis
 			if cl.Platform == "kubernetes" {
 				g.Labels["kubernetes.io/os"] = "linux"
 				g.Labels["kubernetes.io/arch"] = runtime.GOARCH
+				g.Pods = kubeletMaxPods - overheadPods
 			}
 		}
 		in.Groups = append(in.Groups, g)
@@ -235,6 +240,10 @@ func decisionInput(cl districts.Cluster, prices districts.PriceTable, live []dis
 	}
 	return in
 }
+
+// kubeletMaxPods is how many pods a kubelet runs at most unless told
+// otherwise (its maxPods; transit's nodes keep it).
+const kubeletMaxPods = 110
 
 // autoscaleNotes say, for a plan, what the autoscaler decided for each
 // autoscaled deployment.

@@ -30,10 +30,12 @@ type Group struct {
 	// Labels are the labels a new node of the deployment carries: a
 	// workload's selector must be among them.
 	Labels map[string]string
-	// MilliCPU and MemoryBytes are the room a new node offers workloads
-	// (its allocatable less what goes with every node).
+	// MilliCPU, MemoryBytes and Pods are the room a new node offers
+	// workloads (its allocatable less what goes with every node); Pods 0
+	// is no limit on how many.
 	MilliCPU    int64
 	MemoryBytes int64
+	Pods        int64
 	// Price is what a node costs an hour; Priced false when unknown
 	// (such deployments come after every priced one).
 	Price  float64
@@ -101,7 +103,7 @@ func Decide(in Input) Output {
 	}
 	for _, g := range groups {
 		for range max(g.want-registered[g.Key], 0) {
-			g.upcoming = append(g.upcoming, &room{g.MilliCPU, g.MemoryBytes})
+			g.upcoming = append(g.upcoming, g.room())
 		}
 	}
 	problems := map[string]bool{}
@@ -143,10 +145,39 @@ type group struct {
 	remove   []string
 }
 
-type room struct{ cpu, mem int64 }
+// room is what a node has left: CPU, memory, and how many more
+// workloads it may run (a Kubernetes node's pods: 110 by default).
+type room struct{ cpu, mem, pods int64 }
 
-func (r *room) fits(w provider.Workload) bool { return w.MilliCPU <= r.cpu && w.MemoryBytes <= r.mem }
-func (r *room) take(w provider.Workload)      { r.cpu -= w.MilliCPU; r.mem -= w.MemoryBytes }
+// noPodLimit stands for a node that limits no count of workloads.
+const noPodLimit = math.MaxInt32
+
+func (r *room) fits(w provider.Workload) bool {
+	return w.MilliCPU <= r.cpu && w.MemoryBytes <= r.mem && r.pods >= 1
+}
+func (r *room) take(w provider.Workload) { r.cpu -= w.MilliCPU; r.mem -= w.MemoryBytes; r.pods-- }
+
+// podSlots is how many workloads a node of allocatable pods may run,
+// less those that go with it: noPodLimit when it sets no limit.
+func podSlots(pods, overhead int64) int64 {
+	if pods <= 0 {
+		return noPodLimit
+	}
+	return pods - overhead
+}
+
+// room is what a new node of g offers.
+func (g *Group) room() *room { return &room{g.MilliCPU, g.MemoryBytes, podSlots(g.Pods, 0)} }
+
+// freeOn is what node n has left once its workloads run, less what
+// goes with it.
+func freeOn(n provider.NodeLoad) *room {
+	r := &room{n.MilliCPU - n.OverheadMilliCPU, n.MemoryBytes - n.OverheadMemoryBytes, podSlots(n.Pods, n.OverheadPods)}
+	for _, w := range n.Workloads {
+		r.take(w)
+	}
+	return r
+}
 
 func (g *group) reason() string { return strings.Join(g.why, "; ") }
 
@@ -176,7 +207,7 @@ func scaleUp(in Input, groups []*group, problems map[string]bool) bool {
 	for _, w := range pending {
 		var fitting []*group
 		for _, g := range groups {
-			if labelsFit(g.Labels, w.Selector) && (&room{g.MilliCPU, g.MemoryBytes}).fits(w) {
+			if labelsFit(g.Labels, w.Selector) && g.room().fits(w) {
 				fitting = append(fitting, g)
 			}
 		}
@@ -201,7 +232,7 @@ func scaleUp(in Input, groups []*group, problems map[string]bool) bool {
 			}
 			continue
 		}
-		r := &room{g.MilliCPU, g.MemoryBytes}
+		r := g.room()
 		r.take(w)
 		g.added = append(g.added, r)
 		g.want++
@@ -239,13 +270,10 @@ func freeRoom(in Input) rooms {
 		if !n.Schedulable || in.NoTargets[n.Node] {
 			continue
 		}
-		r := &room{n.MilliCPU - n.OverheadMilliCPU, n.MemoryBytes - n.OverheadMemoryBytes}
-		for _, w := range n.Workloads {
-			r.take(w)
-		}
+		r := freeOn(n)
 		rs.free[n.Node] = r
 		rs.order = append(rs.order, n)
-		rs.most = room{max(rs.most.cpu, r.cpu), max(rs.most.mem, r.mem)}
+		rs.most = room{max(rs.most.cpu, r.cpu), max(rs.most.mem, r.mem), max(rs.most.pods, r.pods)}
 	}
 	return rs
 }
@@ -382,11 +410,7 @@ func scaleDown(in Input, byKey map[districts.DeploymentKey]*group, since map[str
 		if !n.Schedulable {
 			continue
 		}
-		r := &room{n.MilliCPU, n.MemoryBytes}
-		for _, w := range n.Workloads {
-			r.take(w)
-		}
-		free[n.Node] = r
+		free[n.Node] = freeOn(n)
 		order = append(order, n)
 	}
 	var candidates []provider.NodeLoad
@@ -467,7 +491,9 @@ type move struct {
 func fitElsewhere(n provider.NodeLoad, nodes []provider.NodeLoad, free map[string]*room, noTargets map[string]bool) ([]move, bool) {
 	ws := slices.Clone(n.Workloads)
 	slices.SortFunc(ws, func(a, b provider.Workload) int { return cmp.Compare(size(b), size(a)) })
-	taken := map[string]room{}
+	// What is left of each node's free room as the moves take it (a
+	// copy: free itself is not taken).
+	left := map[string]*room{}
 	var moves []move
 	for _, w := range ws {
 		found := false
@@ -476,11 +502,12 @@ func fitElsewhere(n provider.NodeLoad, nodes []provider.NodeLoad, free map[strin
 			if o.Node == n.Node || !ok || noTargets[o.Node] || !labelsFit(o.Labels, w.Selector) {
 				continue
 			}
-			left := room{r.cpu - taken[o.Node].cpu, r.mem - taken[o.Node].mem}
-			if left.fits(w) {
-				t := taken[o.Node]
-				t.take(w)
-				taken[o.Node] = t
+			if left[o.Node] == nil {
+				c := *r
+				left[o.Node] = &c
+			}
+			if l := left[o.Node]; l.fits(w) {
+				l.take(w)
 				moves = append(moves, move{w, o.Node})
 				found = true
 				break

@@ -164,6 +164,27 @@ func TestScaleDown(t *testing.T) {
 		// since it last tried): no new node, and gce-1 stays.
 		{"a pending workload fits a node", func(in *Input) { in.Demand.Pending = pods(1, "web", 500, nil) }, nil},
 		{"a pending workload fits no node", func(in *Input) { in.Demand.Pending = pods(1, "web", 1800, nil) }, []change{{"gce", 2, 3, ""}}},
+		// Moves to one node take its room in turn: the second 400m
+		// does not fit where only the first did.
+		{"two workloads, room elsewhere for one", func(in *Input) {
+			in.Demand.Nodes[0].Workloads = pods(2, "w", 400, nil)
+			in.Demand.Nodes[2].Workloads[0].MilliCPU = 1600
+		}, nil},
+		{"two workloads, room elsewhere for both", func(in *Input) {
+			in.Demand.Nodes[0].Workloads = pods(2, "w", 400, nil)
+		}, []change{{"gce", 2, 1, "gce-1"}}},
+		// A Kubernetes node runs at most its allocatable pods, those
+		// that go with every node (DaemonSets) among them.
+		{"the other nodes run all the pods they may", func(in *Input) {
+			in.Demand.Nodes[1].Pods = 2
+			in.Demand.Nodes[2].Pods, in.Demand.Nodes[2].OverheadPods = 3, 2
+		}, nil},
+		{"a pending workload fits a node's CPU, not its pod count", func(in *Input) {
+			in.Demand.Pending = pods(1, "web", 500, nil)
+			for i := range in.Demand.Nodes {
+				in.Demand.Nodes[i].Pods = int64(len(in.Demand.Nodes[i].Workloads))
+			}
+		}, []change{{"gce", 2, 3, ""}}},
 		{"an empty one and one more", func(in *Input) {
 			in.Demand.Nodes[2].Workloads = nil
 			in.UnderusedSince["aws-1"] = now.Add(-time.Hour)

@@ -56,9 +56,14 @@ type NodeLoad struct {
 	Labels map[string]string
 	// Schedulable is false for a node cordoned or not ready.
 	Schedulable bool
+	// Pods is how many workloads the node may run at once (Kubernetes'
+	// allocatable pods); 0: no such limit.
+	Pods int64
 	// Overhead is what the workloads that go with the node (DaemonSets)
-	// ask: a new node of the same flavor has that much less room.
+	// ask, and how many they are: a new node of the same flavor has that
+	// much less room.
 	OverheadMilliCPU    int64
 	OverheadMemoryBytes int64
+	OverheadPods        int64
 	Workloads           []Workload
 }

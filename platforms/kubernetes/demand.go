@@ -157,6 +157,7 @@ func demandOf(nodes []districts.Node, kns []corev1.Node, pods []corev1.Pod, pdbs
 			Node:        kn.Name,
 			MilliCPU:    quantity(kn.Status.Allocatable, corev1.ResourceCPU),
 			MemoryBytes: quantity(kn.Status.Allocatable, corev1.ResourceMemory),
+			Pods:        kn.Status.Allocatable.Pods().Value(),
 			Labels:      maps.Clone(kn.Labels),
 			Schedulable: nodeReady(kn) && !kn.Spec.Unschedulable,
 		})
@@ -181,6 +182,7 @@ func demandOf(nodes []districts.Node, kns []corev1.Node, pods []corev1.Pod, pdbs
 		if stays(p) {
 			nl.OverheadMilliCPU += podRequest(&p.Spec, corev1.ResourceCPU)
 			nl.OverheadMemoryBytes += podRequest(&p.Spec, corev1.ResourceMemory)
+			nl.OverheadPods++
 			continue
 		}
 		w := workloadOf(p)

@@ -95,8 +95,8 @@ func TestDemandOnAPIServer(t *testing.T) {
 		{Name: "default/web-pending", MilliCPU: 1250, MemoryBytes: 184 * mi, Selector: map[string]string{"tier": "web", "zone": "a"}},
 		{Name: "team-a/batch", MilliCPU: 2000, MemoryBytes: 1024 * mi},
 	}
-	want.Nodes[0].OverheadMilliCPU = 250
-	want.Nodes[1].OverheadMilliCPU, want.Nodes[1].OverheadMemoryBytes = 100, 50*mi
+	want.Nodes[0].OverheadMilliCPU, want.Nodes[0].OverheadPods = 250, 1
+	want.Nodes[1].OverheadMilliCPU, want.Nodes[1].OverheadMemoryBytes, want.Nodes[1].OverheadPods = 100, 50*mi, 1
 	want.Nodes[1].Workloads = []provider.Workload{
 		{Name: "default/bare", MilliCPU: 100, MemoryBytes: 64 * mi, Unmovable: unmovableBare},
 		{Name: "default/scratch", MilliCPU: 100, MemoryBytes: 64 * mi, Unmovable: unmovableLocalStorage},

@@ -128,10 +128,16 @@ func testNode(name string, ready, cordoned bool, cpu, mem string, lbls map[strin
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
 		Spec:       corev1.NodeSpec{Unschedulable: cordoned},
 		Status: corev1.NodeStatus{
-			Allocatable: res(cpu, mem),
+			Allocatable: withPods(res(cpu, mem), "110"),
 			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}},
 		},
 	}
+}
+
+// withPods is rl with its pods.
+func withPods(rl corev1.ResourceList, pods string) corev1.ResourceList {
+	rl[corev1.ResourcePods] = resource.MustParse(pods)
+	return rl
 }
 
 func pdb(ns, name string, sel *metav1.LabelSelector, allowed int32) policyv1.PodDisruptionBudget {
@@ -170,9 +176,9 @@ func demandKubeNodes() []corev1.Node {
 // demandBase is what demandKubeNodes say without a pod.
 func demandBase() provider.Demand {
 	return provider.Demand{Nodes: []provider.NodeLoad{
-		{Node: "k-master-1", MilliCPU: 2000, MemoryBytes: 4096 * mi, Labels: map[string]string{labelControlPlane: ""}, Schedulable: true},
-		{Node: "k-worker-1", MilliCPU: 4000, MemoryBytes: 8192 * mi, Labels: map[string]string{"tier": "web"}, Schedulable: true},
-		{Node: "k-worker-2", MilliCPU: 4000, MemoryBytes: 8192 * mi},
+		{Node: "k-master-1", MilliCPU: 2000, MemoryBytes: 4096 * mi, Pods: 110, Labels: map[string]string{labelControlPlane: ""}, Schedulable: true},
+		{Node: "k-worker-1", MilliCPU: 4000, MemoryBytes: 8192 * mi, Pods: 110, Labels: map[string]string{"tier": "web"}, Schedulable: true},
+		{Node: "k-worker-2", MilliCPU: 4000, MemoryBytes: 8192 * mi, Pods: 110},
 	}}
 }
 
@@ -327,9 +333,9 @@ func TestDemandOf(t *testing.T) {
 				testPod("default", "on-gone", on("k-worker-9"), bare),
 			},
 			want: func(d *provider.Demand) {
-				d.Nodes[0].OverheadMilliCPU, d.Nodes[0].OverheadMemoryBytes = 100, 100*mi
+				d.Nodes[0].OverheadMilliCPU, d.Nodes[0].OverheadMemoryBytes, d.Nodes[0].OverheadPods = 100, 100*mi, 1
 				w := w1(d)
-				w.OverheadMilliCPU, w.OverheadMemoryBytes = 200, 70*mi
+				w.OverheadMilliCPU, w.OverheadMemoryBytes, w.OverheadPods = 200, 70*mi, 2
 				w.Workloads = []provider.Workload{{Name: "default/web", MilliCPU: 100, MemoryBytes: 64 * mi, Selector: map[string]string{"tier": "web"}}}
 			},
 		},
@@ -419,14 +425,14 @@ func TestDemandOfNodes(t *testing.T) {
 		testNode("k-worker-3", true, false, "", "", nil), // no status yet
 		testNode("other", true, false, "4", "8Gi", nil),
 	}
-	kns[2].Status.Conditions = nil
+	kns[2].Status.Conditions, kns[2].Status.Allocatable = nil, nil
 	nodes := []districts.Node{{ID: "k-worker-1"}, {ID: "k-worker-2"}, {ID: "k-worker-3"}, {ID: "k-worker-4"}}
 	pods := []corev1.Pod{testPod("default", "p", on("k-worker-1"), nodeSelector("tier", "web"))}
 	got := demandOf(nodes, kns, pods, nil)
 	want := provider.Demand{Nodes: []provider.NodeLoad{
-		{Node: "k-worker-1", MilliCPU: 3500, MemoryBytes: 7168 * mi, Labels: map[string]string{"tier": "web"}, Schedulable: true,
+		{Node: "k-worker-1", MilliCPU: 3500, MemoryBytes: 7168 * mi, Pods: 110, Labels: map[string]string{"tier": "web"}, Schedulable: true,
 			Workloads: []provider.Workload{{Name: "default/p", MilliCPU: 100, MemoryBytes: 64 * mi, Selector: map[string]string{"tier": "web"}}}},
-		{Node: "k-worker-2", MilliCPU: 4000, MemoryBytes: 8192 * mi},
+		{Node: "k-worker-2", MilliCPU: 4000, MemoryBytes: 8192 * mi, Pods: 110},
 		{Node: "k-worker-3"},
 	}}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
