@@ -96,6 +96,17 @@ func (w *world) workers(t *testing.T, district string) []string {
 	return ids
 }
 
+// busyNodes pins a 900m workload on every node of the state: four of
+// 600m then fit on none.
+func (w *world) busyNodes(t *testing.T) map[string][]provider.Workload {
+	t.Helper()
+	busy := map[string][]provider.Workload{}
+	for _, n := range w.state(t).Nodes {
+		busy[n.ID] = []provider.Workload{{Name: "default/filler-" + n.ID, MilliCPU: 900}}
+	}
+	return busy
+}
+
 func workloads(n int, cpu int64, selector map[string]string) []provider.Workload {
 	var out []provider.Workload
 	for i := range n {
@@ -127,12 +138,9 @@ func TestAutoscale(t *testing.T) {
 
 	// Every node runs 900m of its 1000m; four workloads of 600m fit on
 	// none: GCE is cheaper.
-	busyNodes := map[string][]provider.Workload{}
-	for _, n := range w.state(t).Nodes {
-		busyNodes[n.ID] = []provider.Workload{{Name: "default/filler-" + n.ID, MilliCPU: 900}}
-	}
+	filled := w.busyNodes(t)
 	w.platform.mu.Lock()
-	w.platform.pinned = busyNodes
+	w.platform.pinned = filled
 	w.platform.workloads = workloads(4, 600, nil)
 	w.platform.mu.Unlock()
 	report, _, err := w.autoscale(t, true)
@@ -227,12 +235,9 @@ func TestAutoscaleDecidesWithoutTheLock(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	busyNodes := map[string][]provider.Workload{}
-	for _, n := range w.state(t).Nodes {
-		busyNodes[n.ID] = []provider.Workload{{Name: "default/filler-" + n.ID, MilliCPU: 900}}
-	}
+	filled := w.busyNodes(t)
 	w.platform.mu.Lock()
-	w.platform.pinned = busyNodes
+	w.platform.pinned = filled
 	w.platform.workloads = workloads(4, 600, nil)
 	w.platform.onDemand = func() {
 		// Reading the platform: another run takes the lock and applies
