@@ -14,13 +14,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 )
 
 // ec2Client reaches the emulated EC2 as an operator would, with the SDK.
 func (env *clouds) ec2Client(region string) *ec2.Client {
-	return ec2.New(ec2.Options{Region: region, BaseEndpoint: sdk.String(env.emu.AWSURL),
+	return ec2.New(ec2.Options{Region: region, BaseEndpoint: sdk.String(env.emu.AWSURL), HTTPClient: awsbody.Wrap(nil),
 		Credentials: credentials.NewStaticCredentialsProvider(awsKeyID, awsSecret, "")})
 }
 

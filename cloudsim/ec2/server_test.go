@@ -25,6 +25,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/cloudsim"
 )
 
@@ -57,6 +58,7 @@ func (f *fixture) client(keyID, secret, token string, attempts int) *ec2.Client 
 		BaseEndpoint:     aws.String(f.url),
 		Credentials:      credentials.NewStaticCredentialsProvider(keyID, secret, token),
 		RetryMaxAttempts: attempts,
+		HTTPClient:       awsbody.Wrap(nil),
 	})
 }
 
@@ -190,7 +192,7 @@ func TestNetworkDefaults(t *testing.T) {
 	wantCode(t, err, "InvalidParameterValue", 400)
 
 	// Another region is another world.
-	other := ec2.New(ec2.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.url), RetryMaxAttempts: 1,
+	other := ec2.New(ec2.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.url), RetryMaxAttempts: 1, HTTPClient: awsbody.Wrap(nil),
 		Credentials: credentials.NewStaticCredentialsProvider(DefaultAccessKeyID, DefaultSecretAccessKey, "")})
 	vpcs2, err := other.DescribeVpcs(ctx, &ec2.DescribeVpcsInput{})
 	if err != nil {

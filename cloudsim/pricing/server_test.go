@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/pricing/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/cloudsim/pricing"
 )
 
@@ -20,7 +21,7 @@ func client(t *testing.T, opts pricing.Options, region, key, secret string) *sdk
 	t.Helper()
 	ts := httptest.NewServer(pricing.New(opts))
 	t.Cleanup(ts.Close)
-	return sdkpricing.New(sdkpricing.Options{Region: region, BaseEndpoint: sdk.String(ts.URL), RetryMaxAttempts: 1,
+	return sdkpricing.New(sdkpricing.Options{Region: region, BaseEndpoint: sdk.String(ts.URL), RetryMaxAttempts: 1, HTTPClient: awsbody.Wrap(nil),
 		Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")})
 }
 

@@ -18,6 +18,7 @@ import (
 	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
 	"google.golang.org/api/option"
 
+	"github.com/cloudtransit/transit/awsbody"
 	ec2sim "github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/cloudsim/gce"
 	"github.com/cloudtransit/transit/districts"
@@ -51,7 +52,7 @@ func TestControlAPI(t *testing.T) {
 		}
 	}
 
-	client := ec2.New(ec2.Options{Region: "eu-central-1", BaseEndpoint: awssdk.String(e.AWSURL),
+	client := ec2.New(ec2.Options{Region: "eu-central-1", BaseEndpoint: awssdk.String(e.AWSURL), HTTPClient: awsbody.Wrap(nil),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "s3cret", ""), RetryMaxAttempts: 1})
 	if _, err := client.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{}); err != nil {
 		t.Fatalf("DescribeInstances with the configured key: %v", err)
@@ -80,7 +81,7 @@ func TestControlAPI(t *testing.T) {
 	if _, err := client.TerminateInstances(t.Context(), &ec2.TerminateInstancesInput{InstanceIds: []string{awssdk.ToString(run.Instances[0].InstanceId)}}); err != nil {
 		t.Fatal(err)
 	}
-	other := ec2.New(ec2.Options{Region: "eu-central-1", BaseEndpoint: awssdk.String(e.AWSURL),
+	other := ec2.New(ec2.Options{Region: "eu-central-1", BaseEndpoint: awssdk.String(e.AWSURL), HTTPClient: awsbody.Wrap(nil),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIAOTHER", "x", ""), RetryMaxAttempts: 1})
 	if _, err := other.DescribeInstances(t.Context(), &ec2.DescribeInstancesInput{}); err == nil || !strings.Contains(err.Error(), "AuthFailure") {
 		t.Errorf("DescribeInstances with an unknown key: %v, want AuthFailure", err)
@@ -88,7 +89,7 @@ func TestControlAPI(t *testing.T) {
 
 	// The same endpoint answers the Price List Query API, with the same
 	// keys.
-	prices := pricing.New(pricing.Options{Region: "us-east-1", BaseEndpoint: awssdk.String(e.AWSURL),
+	prices := pricing.New(pricing.Options{Region: "us-east-1", BaseEndpoint: awssdk.String(e.AWSURL), HTTPClient: awsbody.Wrap(nil),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "s3cret", ""), RetryMaxAttempts: 1})
 	out, err := prices.GetProducts(t.Context(), &pricing.GetProductsInput{ServiceCode: awssdk.String("AmazonEC2"), Filters: []pricingtypes.Filter{
 		{Type: pricingtypes.FilterTypeTermMatch, Field: awssdk.String("instanceType"), Value: awssdk.String("t3.small")},

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
+	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/cloudutil"
 	"github.com/cloudtransit/transit/provider"
@@ -110,6 +111,7 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	}
 	drv.credName = credName
 	drv.ec2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) {
+		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 		if d.AWSEndpoint != "" {
 			o.BaseEndpoint = sdk.String(d.AWSEndpoint)
 		}

@@ -20,6 +20,7 @@ import (
 	sdkec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/cloudsim"
 	"github.com/cloudtransit/transit/cloudsim/ec2"
 	"github.com/cloudtransit/transit/districts"
@@ -108,7 +109,7 @@ func (w *world) forms(action string) []url.Values {
 // sdk is a plain SDK client on the same emulator, to set up and inspect
 // what the driver does not show.
 func (w *world) sdk() *sdkec2.Client {
-	return sdkec2.New(sdkec2.Options{Region: region, BaseEndpoint: sdk.String(w.url), RetryMaxAttempts: 1,
+	return sdkec2.New(sdkec2.Options{Region: region, BaseEndpoint: sdk.String(w.url), RetryMaxAttempts: 1, HTTPClient: awsbody.Wrap(nil),
 		Credentials: credentials.NewStaticCredentialsProvider(keyID, secretKey, session)})
 }
 

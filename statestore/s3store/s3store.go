@@ -82,6 +82,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/statestore"
 )
 
@@ -170,6 +171,7 @@ func New(ctx context.Context, bucket, prefix string, o Options) (*Store, error) 
 		return nil, fmt.Errorf("s3://%s: load the AWS configuration: %w", bucket, err)
 	}
 	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		so.HTTPClient = awsbody.Wrap(so.HTTPClient)
 		so.UsePathStyle = o.PathStyle
 		if o.Endpoint != "" {
 			so.BaseEndpoint = aws.String(o.Endpoint)

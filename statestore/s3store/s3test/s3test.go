@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/statestore/s3store"
 )
 
@@ -247,6 +248,7 @@ func (s *Server) Client(t testing.TB) *s3.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(s.Endpoint),
 		UsePathStyle: true,
+		HTTPClient:   awsbody.Wrap(nil),
 		Credentials: aws.CredentialsProviderFunc(func(ctx context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}, nil
 		}),
