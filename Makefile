@@ -73,6 +73,12 @@ E2E_TIMEOUT  ?= 50m
 # long package goes between them, not a slot spent waiting.
 SLOW_FIRST := platforms/kubernetes controllers/streams controllers/relations platforms/swarm \
 	drivers/local drivers/gce drivers/aws controllers/streams/sidecar cloudsim/localnodes control
+
+# What failed, printed again at the end of make test, where a log that
+# keeps only its tail (CI's) still shows it: each failing test with the
+# lines it logged after it, and every panic and failed package.
+FAILED_AWK := /^ok[[:space:]]/ {n = 0} /^[[:space:]]*--- FAIL/ {n = 13} /^panic: |^FAIL[[:space:]]/ && n == 0 {print} n > 0 {print; n--}
+
 # Where the e2e suite writes its groups' times; make test prints them.
 E2E_TIMES := $(CURDIR)/build/e2e-times.txt
 
@@ -84,15 +90,18 @@ test: $(S3_SERVER) ## Run all tests; e2e tests run only as root
 	rest=$$(grep -vx 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
 	slow=$$(for p in $(SLOW_FIRST); do grep -x "github.com/cloudtransit/transit/$$p" <<< "$$rest" || true; done); \
 	rest=$$(printf '%s\n' $$slow; grep -vxF "$$slow" <<< "$$rest" || true); \
-	out=$$(mktemp); trap 'rm -f $$out' EXIT; e2e_rc=0; rest_rc=0; began=$$SECONDS; \
+	out=$$(mktemp); restout=$$(mktemp); trap 'rm -f $$out $$restout' EXIT; e2e_rc=0; rest_rc=0; began=$$SECONDS; \
 	if [ -n "$$e2e" ]; then \
 		TRANSIT_S3_SERVER=$(S3_SERVER) TRANSIT_E2E_TIMES=$(E2E_TIMES) $(GO) test -timeout $(E2E_TIMEOUT) $(GOTESTFLAGS) $$e2e > $$out 2>&1 & e2e_pid=$$!; \
 	fi; \
 	if [ -n "$$rest" ]; then \
-		TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $$rest || rest_rc=$$?; \
+		{ TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $$rest 2>&1 | tee $$restout; } || rest_rc=$$?; \
 	fi; \
 	if [ -n "$$e2e" ]; then wait $$e2e_pid || e2e_rc=$$?; cat $$out; fi; \
 	if [ -s $(E2E_TIMES) ]; then echo; cat $(E2E_TIMES); fi; \
+	if grep -qE '^\s*--- FAIL|^panic: |^FAIL\s' $$restout $$out; then \
+		echo; echo "what failed (again):"; awk '$(FAILED_AWK)' $$restout $$out | head -n 300; \
+	fi; \
 	echo "make test: $$(( (SECONDS - began) / 60 ))m$$(( (SECONDS - began) % 60 ))s"; \
 	[ $$e2e_rc = 0 ] && [ $$rest_rc = 0 ]
 
