@@ -156,7 +156,7 @@ func (s *Session) Destroy(ctx context.Context, o ApplyOptions) (Result, error) {
 	return s.change(ctx, o, true)
 }
 
-func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Result, error) {
+func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (_ Result, err error) {
 	verb := "apply"
 	if destroy {
 		verb = "destroy"
@@ -178,6 +178,13 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	opts.Fence = s.fence
 	ctx, stopFence := s.fenced(ctx)
 	defer stopFence()
+	defer func() {
+		// Not an interruption: the lock went, whatever step that stopped
+		// (the plan's refresh as well as the loop).
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, statestore.ErrLockLost) {
+			err = cause
+		}
+	}()
 
 	p, approved := Plan{}, o.Confirmed
 	if o.Confirmed != nil {
@@ -223,9 +230,6 @@ func (s *Session) change(ctx context.Context, o ApplyOptions, destroy bool) (Res
 	opts.Confirmed = approved
 	before := s.saves.Load()
 	res, err := control.Apply(ctx, opts)
-	if cause := context.Cause(ctx); errors.Is(cause, statestore.ErrLockLost) {
-		err = cause // not an interruption: the lock went
-	}
 	if s.saves.Load() != before {
 		// Readers of resources.json after the run see it whole.
 		if cerr := s.journal.Close(); cerr != nil {

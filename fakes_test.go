@@ -39,6 +39,9 @@ type fakeCloud struct {
 	built     atomic.Int32                         // drivers constructed
 	calls     atomic.Int32                         // calls that change the cloud
 	keys      map[string]bool                      // the SSH keys machines were launched with
+	// onList, when set, runs at the start of every List, as a slow
+	// cloud's listing takes its time.
+	onList func(ctx context.Context)
 }
 
 type fakeInstance struct {
@@ -116,8 +119,14 @@ type fakeInfra struct {
 
 var _ provider.Infrastructure = (*fakeInfra)(nil)
 
-func (f *fakeInfra) List(_ context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
+func (f *fakeInfra) List(ctx context.Context, cluster string) ([]provider.Instance, []provider.Group, error) {
 	c := f.cloud
+	if c.onList != nil {
+		c.onList(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var insts []provider.Instance

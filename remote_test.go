@@ -513,6 +513,37 @@ func TestPausedHolderStops(t *testing.T) {
 	}
 }
 
+// A run paused while it makes its plan, before the loop starts (the
+// clouds' listings are slow), ends with ErrLockLost too: whatever step the
+// lock's loss cancels, it is the loss that ends the run.
+func TestPausedWhilePlanning(t *testing.T) {
+	rs := newRunners(t, 1)
+	a := rs[0]
+	store := &lockPausing{Store: a.store}
+	o := a.options(transit.Change, "transit apply")
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) { return store, nil }}
+	s := openSession(t, o)
+	var once sync.Once
+	a.cloud.onList = func(ctx context.Context) {
+		once.Do(func() {
+			store.paused.Store(true)
+			select { // past the holder's deadline (0.75 s)
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+			}
+			store.paused.Store(false)
+		})
+	}
+	planned := false
+	_, err := s.Apply(t.Context(), transit.ApplyOptions{OnPlan: func(transit.Plan) error { planned = true; return nil }})
+	if !errors.Is(err, statestore.ErrLockLost) || errors.Is(err, context.Canceled) {
+		t.Fatalf("apply paused while planning: %v, want ErrLockLost", err)
+	}
+	if planned {
+		t.Error("a plan was shown although the lock went while it was made")
+	}
+}
+
 // A lock forced while its holder still runs (it was only cut off):
 // force-unlock writes the state with the next serial, so the holder's
 // next save is refused at the store and the run stops, whatever its

@@ -223,9 +223,9 @@ func testPausedRunner(t *testing.T, srv *s3test.Server, a, b *cluster) {
 	}
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	if !sc.Scan() { // the plan: A holds the lock and acts next
+	if !sc.Scan() || !strings.Contains(sc.Text(), `"type":"plan"`) { // the plan: A holds the lock and acts next
 		_ = cmd.Wait()
-		t.Fatalf("A's apply ended before its plan:\n%s", errb.String())
+		t.Fatalf("A's apply ended before its plan:\n%s\n%s", sc.Text(), errb.String())
 	}
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -89,6 +89,12 @@ func AcquireLease(ctx context.Context, s Store, name string, o LockOptions) (Loc
 			return nil, fmt.Errorf("read the state lock %s/%s: %w", s.Location(), name, err)
 		}
 		holder, _ := parseLockInfo(held.Data) // unreadable: stale only by age or watching
+		if holder.ID == l.info.ID {
+			// This run's own create, whose answer was lost and whose
+			// retry the store refused.
+			l.start(held.Version, sent)
+			return l, nil
+		}
 		if held.Version != seen {
 			seen, seenSince = held.Version, time.Now()
 		}
@@ -270,11 +276,33 @@ func (l *leaseLock) renew() {
 				return
 			}
 			t.Reset(l.lease / 4)
-		case errors.Is(err, ErrConflict):
+		case errors.Is(err, ErrConflict) && !l.adoptOwnWrite():
 			l.markLost()
 			return
 		}
 	}
+}
+
+// adoptOwnWrite tells whether the lock in the store, refusing a renewal,
+// is still this holder's: a renewal whose answer was lost (a timeout, or
+// the store refusing the retry of a write it made) wrote it. The holder
+// then renews from that version; its deadline stays that of its last
+// renewal it saw succeed, as the write's time is unknown.
+func (l *leaseLock) adoptOwnWrite() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), l.lease/4)
+	defer cancel()
+	held, err := l.s.Get(ctx, l.name)
+	if err != nil {
+		return false
+	}
+	holder, err := parseLockInfo(held.Data)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil || holder.ID != l.info.ID {
+		return false
+	}
+	l.version = held.Version
+	return true
 }
 
 func (l *leaseLock) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }

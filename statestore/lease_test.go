@@ -270,3 +270,77 @@ func TestLeaseHolderClockBehindNotTakenOver(t *testing.T) {
 		t.Fatalf("a lock the store wrote just now, its holder's clock an hour behind: %v, want ErrLocked", err)
 	}
 }
+
+// lostOnce writes the next Put of the lock and then answers as a request
+// that timed out: the write took place, its answer never came.
+type lostOnce struct {
+	*memstore.Store
+	lose atomic.Bool
+}
+
+func (s *lostOnce) Put(ctx context.Context, name string, data []byte, ifVersion string) (string, error) {
+	v, err := s.Store.Put(ctx, name, data, ifVersion)
+	if err == nil && s.lose.CompareAndSwap(true, false) {
+		return "", context.DeadlineExceeded
+	}
+	return v, err
+}
+
+// A renewal whose answer was lost — a conflict from the retry of a write
+// that took place (S3 answers 412 to its own earlier write), or a timeout
+// — wrote the holder's own lock: the holder recognises it by its ID,
+// keeps the lock and releases it at the end. It once took its own write
+// for another run's and stopped with lock_lost (seen in CI, a 6 s lease
+// on a loaded machine).
+func TestLeaseOwnRenewalWhoseAnswerWasLost(t *testing.T) {
+	for _, answer := range []string{"conflict", "timeout"} {
+		t.Run(answer, func(t *testing.T) {
+			m := newMemStore()
+			s := &lostOnce{Store: m}
+			lease := 200 * time.Millisecond
+			l, err := statestore.AcquireLease(t.Context(), s, "lock", statestore.LockOptions{Lease: lease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if answer == "conflict" {
+				m.LostResponse.Store(true)
+			} else {
+				s.lose.Store(true)
+			}
+			time.Sleep(4 * lease)
+			if err := l.Valid(); err != nil {
+				t.Fatalf("after a renewal whose answer was lost: %v", err)
+			}
+			if m.LostResponse.Load() || s.lose.Load() {
+				t.Fatal("no renewal met the lost answer")
+			}
+			if err := l.Release(t.Context()); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+			if _, err := m.Get(t.Context(), "lock"); !errors.Is(err, statestore.ErrNotFound) {
+				t.Fatalf("the lock is still there after the release: %v", err)
+			}
+		})
+	}
+}
+
+// A create whose answer was lost, then refused on its retry, wrote this
+// run's lock: the run holds it at once, and takes nothing over.
+func TestLeaseOwnCreateWhoseAnswerWasLost(t *testing.T) {
+	m := newMemStore()
+	m.LostResponse.Store(true)
+	lease := time.Minute
+	start := time.Now()
+	tookOver := false
+	l, err := statestore.AcquireLease(t.Context(), m, "lock", statestore.LockOptions{Lease: lease, Timeout: 0,
+		TookOver: func(statestore.LockInfo) { tookOver = true }})
+	if err != nil {
+		t.Fatalf("lock after a create whose answer was lost: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second || tookOver {
+		t.Fatalf("took %s, took over %t: the run waited for its own lock", took, tookOver)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
