@@ -40,8 +40,8 @@ func TestKubernetes(t *testing.T) {
 }
 
 // TestAddons is the addons group: one local Kubernetes cluster that runs
-// both addons' steps, beside TestKubernetes's (their steps on one cluster
-// took 24 minutes, one after the other).
+// both addons' steps and transit autoscale's, beside TestKubernetes's
+// (their steps on one cluster took 24 minutes, one after the other).
 func TestAddons(t *testing.T) {
 	group(t, "addons", func(t *testing.T) {
 		t.Run("Kubernetes", timed(testKubernetesAddons))

@@ -110,6 +110,7 @@ func testKubernetesAddons(t *testing.T) {
 		{"1 master + 3 workers across two districts from nothing", testKubeLaunch},
 		{"relations addon: consumers wait, changes roll out, namespaces, pin, controller down, removal", testKubeRelations},
 		{"streams addon: two teams' parts, 5 upgrades under load, GC past the history, workers replaced, removal", testKubeStreams},
+		{"autoscale: pods that do not fit get a node in the cheaper district; gone again once idle", testKubeAutoscale},
 		{"destroy leaves nothing behind", testDestroy},
 	})
 }
