@@ -473,16 +473,20 @@ func (p *lockPausing) Lock(ctx context.Context, o statestore.LockOptions) (state
 	return statestore.AcquireLease(ctx, p, memstore.LockName, o)
 }
 
+// pausingRun is a runner's apply session on a lockPausing store.
+func pausingRun(t *testing.T) (*runner, *lockPausing, *transit.Session) {
+	a := newRunners(t, 1)[0]
+	store := &lockPausing{Store: a.store}
+	o := a.options(transit.Change, "transit apply")
+	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) { return store, nil }}
+	return a, store, openSession(t, o)
+}
+
 // A run whose lease could not be renewed past its deadline (the process
 // was paused) starts no further action and writes nothing more: the
 // apply ends with ErrLockLost, not as an interruption.
 func TestPausedHolderStops(t *testing.T) {
-	rs := newRunners(t, 1)
-	a := rs[0]
-	store := &lockPausing{Store: a.store}
-	o := a.options(transit.Change, "transit apply")
-	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) { return store, nil }}
-	s := openSession(t, o)
+	a, store, s := pausingRun(t)
 	var mu sync.Mutex
 	paused, startedAfter := false, 0
 	var writtenAt int32
@@ -517,12 +521,7 @@ func TestPausedHolderStops(t *testing.T) {
 // clouds' listings are slow), ends with ErrLockLost too: whatever step the
 // lock's loss cancels, it is the loss that ends the run.
 func TestPausedWhilePlanning(t *testing.T) {
-	rs := newRunners(t, 1)
-	a := rs[0]
-	store := &lockPausing{Store: a.store}
-	o := a.options(transit.Change, "transit apply")
-	o.Stores = map[string]transit.StoreFunc{"mem": func(context.Context, *url.URL, transit.StoreEnv) (statestore.Store, error) { return store, nil }}
-	s := openSession(t, o)
+	a, store, s := pausingRun(t)
 	var once sync.Once
 	a.cloud.onList = func(ctx context.Context) {
 		once.Do(func() {

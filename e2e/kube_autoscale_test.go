@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,25 +155,14 @@ func freeSlots(ctx context.Context, t *testing.T, k clientset.Interface) (int, s
 // createFiller creates a Deployment of replicas pods asking podCPU each.
 func createFiller(ctx context.Context, t *testing.T, k clientset.Interface, name string, replicas int32) {
 	t.Helper()
-	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(1)),
-					Containers: []corev1.Container{{
-						Name: "sleep", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-						Command:   []string{"sleep", "3600"},
-						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: podCPU}},
-					}},
-				},
-			},
-		},
-	}
+	d := appDeployment(name, "default", replicas, corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr(int64(1)),
+		Containers: []corev1.Container{{
+			Name: "sleep", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Command:   []string{"sleep", "3600"},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: podCPU}},
+		}},
+	})
 	if _, err := k.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

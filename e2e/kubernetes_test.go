@@ -271,37 +271,26 @@ func testKubeLaunch(t *testing.T, c *cluster) {
 // front of it.
 func (c *cluster) deployWeb(ctx context.Context, k clientset.Interface, name string, replicas int32, selector map[string]string) {
 	c.tb.Helper()
-	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  selector,
-					TerminationGracePeriodSeconds: ptr(int64(2)),
-					Containers: []corev1.Container{{
-						Name: "httpd", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"sh", "-c", `mkdir -p /www && echo "hello from $(hostname)" > /www/index.html && exec httpd -f -p 8080 -h /www`},
-						Ports:   []corev1.ContainerPort{{ContainerPort: 8080}},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
-							PeriodSeconds: 1,
-						},
-					}},
-				},
+	d := appDeployment(name, "default", replicas, corev1.PodSpec{
+		NodeSelector:                  selector,
+		TerminationGracePeriodSeconds: ptr(int64(2)),
+		Containers: []corev1.Container{{
+			Name: "httpd", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"sh", "-c", `mkdir -p /www && echo "hello from $(hostname)" > /www/index.html && exec httpd -f -p 8080 -h /www`},
+			Ports:   []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
+				PeriodSeconds: 1,
 			},
-		},
-	}
+		}},
+	})
 	if _, err := k.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		c.tb.Fatal(err)
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		// NodePort too, so the test reaches the pods from the host.
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": name},
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
 	if _, err := k.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
@@ -310,6 +299,20 @@ func (c *cluster) deployWeb(ctx context.Context, k clientset.Interface, name str
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// appDeployment is a Deployment in ns of replicas pods labelled app=name,
+// each as spec says.
+func appDeployment(name, ns string, replicas int32, spec corev1.PodSpec) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+		},
+	}
+}
 
 // podsOf describes app's pods for a failure message: node, phase,
 // readiness, terminating.

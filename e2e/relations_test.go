@@ -374,26 +374,17 @@ func (c *cluster) dynamic() dynamic.Interface {
 // consumer is a busybox Deployment that prints DB once and sleeps, its
 // pods spread over the sites.
 func consumer(name, ns string, replicas int32, ann map[string]string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(1)),
-					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "site",
-						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
-					Containers: []corev1.Container{{
-						Name: "app", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"sh", "-c", `echo "DB=$DB"; exec sleep 3600`},
-					}},
-				},
-			},
-		},
-	}
+	d := appDeployment(name, ns, replicas, corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr(int64(1)),
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "site",
+			WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}}},
+		Containers: []corev1.Container{{
+			Name: "app", Image: bundle.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"sh", "-c", `echo "DB=$DB"; exec sleep 3600`},
+		}},
+	})
+	d.Annotations = ann
+	return d
 }
 
 // lastLine says whether the one running pod of the Deployment last
