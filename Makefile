@@ -30,7 +30,7 @@ CONTROLLER_GEN_VERSION ?= v0.17.3
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 # The S3-compatible server the state store's tests start on loopback
 # (versitygw: one Go binary from the module proxy, a posix backend,
-# conditional writes; README, "State stores").
+# conditional writes; docs/state.md).
 VERSITYGW_VERSION ?= v1.8.0
 S3_SERVER := $(BIN)/versitygw-$(VERSITYGW_VERSION)
 
@@ -60,8 +60,8 @@ build: ## Build bin/transit with version information, bin/transit-mesh (the node
 	GOOS=linux $(GO) build -o $(BIN)/transit-mesh ./cmd/transit-mesh
 	$(GO) build -o $(BIN)/cloudsim ./cmd/cloudsim
 
-# Each test binary's timeout, at least twice its time here (README,
-# "Tests"): a slow machine fails with a clear message, not a panic in the
+# Each test binary's timeout, at least twice its time here (docs/testing.md,
+# "How long make test takes"): a slow machine fails with a clear message, not a panic in the
 # middle of a cluster. The e2e suite keeps the last minutes of its own for
 # cleaning up.
 TEST_TIMEOUT ?= 35m

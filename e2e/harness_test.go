@@ -350,7 +350,7 @@ func (c *cluster) apply() result {
 
 // status runs `transit status --json` and returns the state it shows. A
 // converged apply does not wait for the machines it terminated to finish
-// dying (README: terminations are asynchronous), so status is asked again
+// dying (docs/control-loop.md: terminations are asynchronous), so status is asked again
 // until no node is terminating, for up to a minute.
 func (c *cluster) status() districts.Resources {
 	c.tb.Helper()

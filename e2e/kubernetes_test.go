@@ -29,7 +29,7 @@ import (
 
 // bundleDir is the bundle the Kubernetes tests install from: the one
 // `make bundle` writes, built here if it is missing or stale (seconds when
-// it is up to date; see the README for a cold build).
+// it is up to date; see docs/kubernetes.md for a cold build).
 var bundleDir = sync.OnceValues(func() (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Dir(filepath.Dir(file))

@@ -46,7 +46,7 @@ func run() error {
 	flag.BoolVar(&leaderElect, "leader-elect", true, "one active controller among the replicas")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "where the leader Lease lives (default: the pod's namespace)")
 	flag.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	flag.StringVar(&securityDir, "kafka-security-dir", "", "a mounted Secret's files: how the controller reaches the Kafka of --bootstrap (TLS, SASL; see the README); none: plaintext")
+	flag.StringVar(&securityDir, "kafka-security-dir", "", "a mounted Secret's files: how the controller reaches the Kafka of --bootstrap (TLS, SASL; see docs/streams.md); none: plaintext")
 	flag.StringVar(&opts.KafkaSecret, "kafka-secret", "", "the Secret every processor pod using the Kafka of --bootstrap mounts from its own namespace for its sidecar; none: plaintext")
 	flag.Parse()
 	if opts.SidecarImage == "" {

@@ -344,7 +344,7 @@ func TestReplacedNextGetsItsOwnTimeout(t *testing.T) {
 
 // TestUpgradeKeepsKeyOrderInOneStage: where a source reader writes the
 // sink itself, per-key order holds across upgrades (the old reader stops
-// and commits before the new one reads); this is the order the README
+// and commits before the new one reads); this is the order docs/streams.md
 // promises, and no more (see TestUpgradesUnderLoad for several stages).
 func TestUpgradeKeepsKeyOrderInOneStage(t *testing.T) {
 	e := startEnv(t)

@@ -60,7 +60,7 @@ func TestConformance(t *testing.T) {
 // bundleDir is the bundle the nodes install from: $TRANSIT_BUNDLE as it
 // is, else the repository's build/bundle, brought up to date as `make
 // bundle` does (seconds when it is; a cold build takes minutes, see the
-// README). The build holds the directory's lock, so the e2e tests may
+// docs/kubernetes.md). The build holds the directory's lock, so the e2e tests may
 // build it at the same time.
 func bundleDir(t *testing.T) string {
 	t.Helper()

@@ -45,7 +45,7 @@ func (d *driver) sendMeshBinary(ctx context.Context, n districts.Node) error {
 	case err != nil:
 		return err
 	case dir == "":
-		return fmt.Errorf("node %s: the mesh runs transit-mesh from transit's bundle, and district %s has no bundle directory: set one (see the README's bundle section)", n.ID, n.District)
+		return fmt.Errorf("node %s: the mesh runs transit-mesh from transit's bundle, and district %s has no bundle directory: set one (see docs/kubernetes.md, \"The bundle\")", n.ID, n.District)
 	}
 	for _, f := range m.Files {
 		if f.Path == meshBinary {
