@@ -60,6 +60,45 @@ func dropUsers(t *testing.T, c client.Client, name string) {
 	}
 }
 
+// usersOf names the ReplicaSets and pods of namespace default that take
+// values from Secret name, for a failure message.
+func usersOf(t *testing.T, c client.Client, name string) string {
+	var users []string
+	var sets appsv1.ReplicaSetList
+	if err := c.List(t.Context(), &sets, client.InNamespace("default")); err != nil {
+		return err.Error()
+	}
+	for _, rs := range sets.Items {
+		if refersTo(rs.Spec.Template.Spec, name) {
+			users = append(users, "ReplicaSet "+rs.Name)
+		}
+	}
+	var pods corev1.PodList
+	if err := c.List(t.Context(), &pods, client.InNamespace("default")); err != nil {
+		return err.Error()
+	}
+	for _, p := range pods.Items {
+		if refersTo(p.Spec, name) {
+			users = append(users, "pod "+p.Name)
+		}
+	}
+	return "used by: " + strings.Join(users, ", ")
+}
+
+// waitObserved waits until the Deployment controller has seen
+// generation gen of Deployment name: the ReplicaSet it makes is the one
+// of that template from then on.
+func waitObserved(t *testing.T, c client.Client, name string, gen int64) {
+	t.Helper()
+	eventually(t, "the Deployment controller at generation "+strconvI(gen), func() (bool, string) {
+		d := &appsv1.Deployment{}
+		if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, d); err != nil {
+			return false, err.Error()
+		}
+		return d.Status.ObservedGeneration >= gen, fmt.Sprintf("observed %d", d.Status.ObservedGeneration)
+	})
+}
+
 // usedBy waits until a pod of namespace default takes values from
 // Secret name.
 func usedBy(t *testing.T, c client.Client, name string) {
@@ -96,6 +135,11 @@ func TestOldValuesKeptWhileUsed(t *testing.T) {
 
 	setHost(t, c, "pg", "db2.example.com")
 	waitRevision(t, c, relKey, 2, "db2.example.com") // r1 has left the history of 1
+	// r1's users go only once the Deployment controller has seen the
+	// template at r2: removed while r1's template is still its current
+	// one, r1's ReplicaSet is made again, and stays as a rollback target
+	// (seen under make test's load).
+	waitObserved(t, c, "web", waitTemplate(t, c, "web", "deployment-web-db-r2", "2"))
 	r1 := &corev1.Secret{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db-r1"}, r1); err != nil {
 		t.Fatalf("r1's values Secret, which the old pod and ReplicaSet use: %v", err)
@@ -107,7 +151,7 @@ func TestOldValuesKeptWhileUsed(t *testing.T) {
 	waitRevision(t, c, relKey, 3, "db3.example.com")
 	eventually(t, "r1's Secret deleted once nothing uses it", func() (bool, string) {
 		err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db-r1"}, r1)
-		return apierrors.IsNotFound(err), strings.Join(r1.Finalizers, ",")
+		return apierrors.IsNotFound(err), "finalizers " + strings.Join(r1.Finalizers, ",") + "; " + usersOf(t, c, "deployment-web-db-r1")
 	})
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db-r2"}, &corev1.Secret{}); err != nil {
 		t.Errorf("r2's values Secret, which its ReplicaSet uses: %v", err)
