@@ -81,7 +81,7 @@ func TestCrossNamespace(t *testing.T) {
 	// Pods of the old revisions (rollouts the test's cluster never ends)
 	// keep their copies until they are gone.
 	for _, r := range []string{"r1", "r2", "r3"} {
-		dropUsers(t, c, "deployment-web-db-"+r)
+		dropUsers(t, c, "web", "deployment-web-db-"+r)
 	}
 	eventually(t, "the copies deleted", func() (bool, string) {
 		var secrets corev1.SecretList

@@ -69,8 +69,8 @@ func TestPinAndHistory(t *testing.T) {
 	// back to them (their ReplicaSets); they go at the next prune once
 	// those are gone.
 	kept("r1", "r2", "r3", "r4")
-	dropUsers(t, c, "deployment-web-db-r1")
-	dropUsers(t, c, "deployment-web-db-r2")
+	dropUsers(t, c, "web", "deployment-web-db-r1")
+	dropUsers(t, c, "web", "deployment-web-db-r2")
 
 	// Pinned to r3: rolled back, held while the provider changes.
 	setAnnotation(relations.AnnotationPin, "db=3")

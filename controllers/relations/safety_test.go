@@ -33,9 +33,18 @@ func refersTo(spec corev1.PodSpec, name string) bool {
 
 // dropUsers deletes the ReplicaSets and pods of namespace default that
 // take values from Secret name: an old revision's pods gone at the end
-// of a rollout, its ReplicaSet gone from the Deployment's history.
-func dropUsers(t *testing.T, c client.Client, name string) {
+// of a rollout, its ReplicaSet gone from the Deployment's history. It
+// first waits until the Deployment controller has seen the current
+// template of Deployment deployment: deleted while that controller
+// still holds an older template, the ReplicaSet it deletes is made again
+// and stays as a rollback target (seen under make test's load).
+func dropUsers(t *testing.T, c client.Client, deployment, name string) {
 	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: deployment}, d); err != nil {
+		t.Fatal(err)
+	}
+	waitObserved(t, c, deployment, d.Generation)
 	var sets appsv1.ReplicaSetList
 	if err := c.List(t.Context(), &sets, client.InNamespace("default")); err != nil {
 		t.Fatal(err)
@@ -135,18 +144,14 @@ func TestOldValuesKeptWhileUsed(t *testing.T) {
 
 	setHost(t, c, "pg", "db2.example.com")
 	waitRevision(t, c, relKey, 2, "db2.example.com") // r1 has left the history of 1
-	// r1's users go only once the Deployment controller has seen the
-	// template at r2: removed while r1's template is still its current
-	// one, r1's ReplicaSet is made again, and stays as a rollback target
-	// (seen under make test's load).
-	waitObserved(t, c, "web", waitTemplate(t, c, "web", "deployment-web-db-r2", "2"))
+	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
 	r1 := &corev1.Secret{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db-r1"}, r1); err != nil {
 		t.Fatalf("r1's values Secret, which the old pod and ReplicaSet use: %v", err)
 	}
 
 	// Both gone, r1 goes at the next look: the next revision.
-	dropUsers(t, c, "deployment-web-db-r1")
+	dropUsers(t, c, "web", "deployment-web-db-r1")
 	setHost(t, c, "pg", "db3.example.com")
 	waitRevision(t, c, relKey, 3, "db3.example.com")
 	eventually(t, "r1's Secret deleted once nothing uses it", func() (bool, string) {
