@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cloudtransit/transit"
@@ -13,30 +14,79 @@ import (
 )
 
 // Error kinds: the error_kind of a --json result line, so that a script
-// can act on how a run failed without reading the message.
+// can act on how a run failed without reading the message. What each
+// means, and the exit codes it comes with, is errorKinds.
 const (
-	kindUsage               = "usage"                // a flag, or --auto-approve missing without a terminal
-	kindConfig              = "config"               // configuration, state file or driver set-up
-	kindLocked              = "locked"               // another run holds the state lock
-	kindStateConflict       = "state_conflict"       // another run wrote the state since this one read it
-	kindLockLost            = "lock_lost"            // the state lock stopped being this run's (a lease not renewed in time, taken over, force-unlocked)
-	kindRefresh             = "refresh"              // asking the clouds before the loop failed
-	kindCancelled           = "cancelled"            // the confirmation was not given
-	kindWouldDestroy        = "would_destroy"        // apply of a cluster.json that wants no node
-	kindOverBudget          = "over_budget"          // the cluster would cost more than cluster.json's budget
-	kindStalePlan           = "stale_plan"           // the cluster changed since the plan was shown
-	kindInterrupted         = "interrupted"          // SIGINT or SIGTERM
-	kindPlatformUnreachable = "platform_unreachable" // no master answered
-	kindPlatformLost        = "platform_lost"        // no master is left; see --rebuild-platform
-	kindMissingMachines     = "missing_machines"     // a listing lacks machines that must be there; see --forget-missing
-	kindAddonInUse          = "addon_in_use"         // an addon's removal refused: objects only its controller can see out exist
-	kindForeign             = "foreign"              // resources of the cluster's name from another lineage
-	kindNotConverged        = "not_converged"        // a round made no progress or the rounds ran out
-	kindCloudAuth           = "cloud_auth"           // a cloud refused the credentials: retrying will not help
-	kindCloudThrottled      = "cloud_throttled"      // a cloud kept refusing requests for their rate: retry later
-	kindCloudQuota          = "cloud_quota"          // a cloud refused for a quota: raise it or ask for less
-	kindError               = "error"                // anything else
+	kindUsage               = "usage"
+	kindConfig              = "config"
+	kindLocked              = "locked"
+	kindStateConflict       = "state_conflict"
+	kindLockLost            = "lock_lost"
+	kindRefresh             = "refresh"
+	kindCancelled           = "cancelled"
+	kindWouldDestroy        = "would_destroy"
+	kindOverBudget          = "over_budget"
+	kindStalePlan           = "stale_plan"
+	kindInterrupted         = "interrupted"
+	kindPlatformUnreachable = "platform_unreachable"
+	kindPlatformLost        = "platform_lost"
+	kindMissingMachines     = "missing_machines"
+	kindAddonInUse          = "addon_in_use"
+	kindForeign             = "foreign"
+	kindNotConverged        = "not_converged"
+	kindCloudAuth           = "cloud_auth"
+	kindCloudThrottled      = "cloud_throttled"
+	kindCloudQuota          = "cloud_quota"
+	kindError               = "error"
 )
+
+// ErrorKind is one error_kind transit prints: its name, the exit codes a
+// run that fails so ends with, and what it means.
+type ErrorKind struct {
+	Name string
+	// Exits are the exit codes it comes with, the usual one first: a
+	// kind found by the loop ends a run not converged (3), the same kind
+	// found before the loop exits 1.
+	Exits   []int
+	Meaning string
+}
+
+// errorKinds is every kind errorKind returns, in the order the docs list
+// them.
+var errorKinds = []ErrorKind{
+	{kindUsage, []int{ExitError}, "a bad flag or argument, or --auto-approve missing without a terminal"},
+	{kindConfig, []int{ExitError}, "cluster.json, districts.json, credentials.json, prices.json, resources.json or a saved plan is invalid, or a driver could not be set up"},
+	{kindLocked, []int{ExitError}, "another run holds the state lock"},
+	{kindStateConflict, []int{ExitError}, "another run wrote the state since this one read it: this run stopped without overwriting it"},
+	{kindLockLost, []int{ExitError}, "the state lock stopped being this run's (a lease not renewed in time, taken over, force-unlocked): the run stopped before its next write or action"},
+	{kindRefresh, []int{ExitError}, "asking the clouds before the loop failed"},
+	{kindCancelled, []int{ExitError}, "the confirmation was not given"},
+	{kindWouldDestroy, []int{ExitError}, "apply of a cluster.json that wants no node at all"},
+	{kindOverBudget, []int{ExitError}, "the cluster would cost more an hour than cluster.json's budget allows; nothing was launched"},
+	{kindStalePlan, []int{ExitError}, "the cluster, the state or the files changed since the plan was shown or saved; nothing was done"},
+	{kindForeign, []int{ExitError, ExitNotConverged}, "the clouds hold resources of the cluster's name from another lineage"},
+	{kindPlatformUnreachable, []int{ExitNotConverged, ExitError}, "no master answered (exit 1 when found before the loop); no node was changed"},
+	{kindPlatformLost, []int{ExitNotConverged}, "no master serves the platform any more while workers remain; see --rebuild-platform"},
+	{kindMissingMachines, []int{ExitNotConverged}, "the clouds' listings lack machines that must be there; see --forget-missing"},
+	{kindAddonInUse, []int{ExitNotConverged}, "an addon's removal was refused: objects only its controller can see out still exist"},
+	{kindNotConverged, []int{ExitNotConverged}, "a round made no progress or --max-rounds ran out"},
+	{kindCloudAuth, []int{ExitError}, "a cloud refused the credentials: retrying will not help"},
+	{kindCloudThrottled, []int{ExitError}, "a cloud kept refusing requests for their rate: retry later"},
+	{kindCloudQuota, []int{ExitError}, "a cloud refused for a quota: raise it or ask for less"},
+	{kindInterrupted, []int{ExitInterrupted}, "SIGINT or SIGTERM; the state is saved"},
+	{kindError, []int{ExitError}, "anything else (e.g. the state could not be written)"},
+}
+
+// ErrorKinds lists every error_kind transit prints, for documentation and
+// its tests.
+func ErrorKinds() []ErrorKind {
+	out := make([]ErrorKind, len(errorKinds))
+	for i, k := range errorKinds {
+		k.Exits = slices.Clone(k.Exits)
+		out[i] = k
+	}
+	return out
+}
 
 // stageError marks an error with the stage it happened in, for errors that
 // carry no sentinel of their own.
