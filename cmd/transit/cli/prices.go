@@ -47,9 +47,9 @@ nothing and exits 1. Otherwise it exits 0 when every district flavor is
 priced (by prices.json or districts.json) and 4 when some are not; --write
 writes the prices found either way.
 
-With --json it prints one JSON object (type "prices", format_version 1): the
-prices found, the changes, the unpriced and the districts.json-priced flavors,
-and whether the file was written.`,
+With --json it prints one JSON object (type "prices", format_version ` + strconv.Itoa(FormatVersion) + `):
+the prices found, the changes, the unpriced and the districts.json-priced
+flavors, and whether the file was written.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.out == "" {
