@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,10 +89,43 @@ func startControllerAs(t testing.TB, e *testenv.Env, cfg *rest.Config, opts ...r
 			if err := <-done; err != nil {
 				t.Errorf("manager: %v", err)
 			}
+			// The next test's manager serves the webhook on this port.
+			if e.Webhook.Port != 0 && webhookServing(e) {
+				t.Errorf("the webhook server still serves on port %d after its manager stopped", e.Webhook.Port)
+			}
 		})
 	}
 	t.Cleanup(stop)
+	if e.Webhook.Port != 0 {
+		// The API server calls the webhook as soon as the test writes a
+		// workload: wait until it serves.
+		serving := mgr.GetWebhookServer().StartedChecker()
+		deadline := time.Now().Add(time.Minute)
+		for err := serving(nil); err != nil; err = serving(nil) {
+			select {
+			case err := <-done:
+				done <- err // for stop
+				t.Fatalf("the manager ended before its webhook server served: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waited a minute for the webhook server: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return stop
+}
+
+// webhookServing says whether something accepts connections on e's
+// webhook port.
+func webhookServing(e *testenv.Env) bool {
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(e.Webhook.Host, strconv.Itoa(e.Webhook.Port)), 5*time.Second)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
 }
 
 func startEnv(t testing.TB) *testenv.Env {
