@@ -1,11 +1,13 @@
 package relations
 
 import (
+	"path/filepath"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
@@ -17,11 +19,16 @@ import (
 // carried: injecting the same revision again writes nothing, however
 // often, and never trips the reverting-writer guard.
 func TestReinjectDefaulted(t *testing.T) {
-	e := testenv.Start(t, testenv.Options{})
+	// The server the external tests' startPlainEnv shares.
+	e := testenv.Shared(t, "plain", testenv.Options{
+		CRDDirs:     []string{filepath.Join("config", "crd")},
+		AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+	})
+	ns := e.Namespace(t)
 	ctx := t.Context()
 	labels := map[string]string{"app": "web"}
 	w := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},

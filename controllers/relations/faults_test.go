@@ -47,7 +47,7 @@ func (f *faultyAPI) RoundTrip(r *http.Request) (*http.Response, error) {
 // slowed, the controller converges; killed while a change propagates, a
 // new one finishes it, and no relationship has a duplicate revision.
 func TestFaults(t *testing.T) {
-	e := testenvStartPlain(t)
+	e, ns := startPlainEnv(t)
 	ctx := t.Context()
 	c := e.Client
 	faulty := *e
@@ -57,13 +57,13 @@ func TestFaults(t *testing.T) {
 	stop := startController(t, &faulty)
 
 	const n = 20
-	createAll(t, c, externalService("pg", "db1.example.com"))
+	createAll(t, c, externalService(ns, "pg", "db1.example.com"))
 	for i := range n {
-		createAll(t, c, deployment(fmt.Sprintf("c%02d", i), map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+		createAll(t, c, deployment(ns, fmt.Sprintf("c%02d", i), map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
 	}
 	atRevision := func(revision string) int {
 		var list appsv1.DeploymentList
-		if err := c.List(ctx, &list, client.InNamespace("default")); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
 		at := 0
@@ -80,7 +80,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	// Kill the controller once a few consumers took the change.
-	setHost(t, c, "pg", "db2.example.com")
+	setHost(t, c, ns, "pg", "db2.example.com")
 	eventually(t, "a few consumers at revision 2", func() (bool, string) { at := atRevision("2"); return at >= 3, strconv.Itoa(at) })
 	stop()
 	t.Logf("killed with %d of %d consumers at revision 2", atRevision("2"), n)
@@ -88,7 +88,7 @@ func TestFaults(t *testing.T) {
 	eventually(t, "every consumer at revision 2", func() (bool, string) { at := atRevision("2"); return at == n, strconv.Itoa(at) })
 
 	var rels v1alpha1.RelationshipList
-	if err := c.List(ctx, &rels, client.InNamespace("default")); err != nil {
+	if err := c.List(ctx, &rels, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(rels.Items) != n {
@@ -100,7 +100,7 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	var secrets corev1.SecretList
-	if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+	if err := c.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(secrets.Items) != 2*n {

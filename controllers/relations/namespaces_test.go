@@ -24,42 +24,41 @@ import (
 // namespace; then the values are copied into the consumer's namespace;
 // withdrawn consent takes the injection out and deletes the copies.
 func TestCrossNamespace(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
+	data := e.Namespace(t) // the providers'
 	startController(t, e, relations.Options{Recheck: time.Second})
 	ctx := t.Context()
 	c := e.Client
-	createAll(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "data"}})
 
-	pg := externalService("pg", "db1.example.com")
-	pg.Namespace = "data"
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "data/pg"})
+	pg := externalService(data, "pg", "db1.example.com")
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: data + "/pg"})
 	createAll(t, c, pg, web)
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}
 	rel := &v1alpha1.Relationship{}
 	eventually(t, "Permitted=False", func() (bool, string) {
 		if err := c.Get(ctx, relKey, rel); err != nil {
 			return false, err.Error()
 		}
 		p := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionPermitted)
-		return p != nil && p.Status == metav1.ConditionFalse && strings.Contains(p.Message, "none of data/pg provides db to namespace default") &&
+		return p != nil && p.Status == metav1.ConditionFalse && strings.Contains(p.Message, "none of "+data+"/pg provides db to namespace "+ns) &&
 			meta.IsStatusConditionFalse(rel.Status.Conditions, v1alpha1.ConditionReady), condString(rel)
 	})
-	if rel.Status.Revision != 0 || hasInjected(t, c, "web") {
+	if rel.Status.Revision != 0 || hasInjected(t, c, ns, "web") {
 		t.Fatalf("a consumer not permitted got values: revision %d", rel.Status.Revision)
 	}
 
-	pg.Annotations[relations.AnnotationAllowNamespaces] = "default"
+	pg.Annotations[relations.AnnotationAllowNamespaces] = ns
 	if err := c.Update(ctx, pg); err != nil {
 		t.Fatal(err)
 	}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
-	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 
 	// The provider's values come from an exposed Secret of its namespace:
 	// a change of the Secret reaches the consumer in another namespace.
-	host := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg-host", Namespace: "data", Labels: map[string]string{relations.LabelExpose: "true"}},
+	host := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg-host", Namespace: data, Labels: map[string]string{relations.LabelExpose: "true"}},
 		Data: map[string][]byte{"host": []byte("from-secret.example.com")}}
-	createAll(t, c, host, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg-host", Namespace: "data"}, Spec: v1alpha1.ProviderConfigSpec{
+	createAll(t, c, host, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg-host", Namespace: data}, Spec: v1alpha1.ProviderConfigSpec{
 		Interface: "db", Values: []v1alpha1.ValueSource{{Key: "db", SecretKeyRef: &v1alpha1.KeyRef{Name: "pg-host", Key: "host"}}}}})
 	pg.Annotations[relations.AnnotationConfig] = "db=pg-host"
 	if err := c.Update(ctx, pg); err != nil {
@@ -77,15 +76,15 @@ func TestCrossNamespace(t *testing.T) {
 	if err := c.Update(ctx, pg); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the injection removed", func() (bool, string) { return !hasInjected(t, c, "web"), "still injected" })
+	eventually(t, "the injection removed", func() (bool, string) { return !hasInjected(t, c, ns, "web"), "still injected" })
 	// Pods of the old revisions (rollouts the test's cluster never ends)
 	// keep their copies until they are gone.
 	for _, r := range []string{"r1", "r2", "r3"} {
-		dropUsers(t, c, "web", "deployment-web-db-"+r)
+		dropUsers(t, c, ns, "web", "deployment-web-db-"+r)
 	}
 	eventually(t, "the copies deleted", func() (bool, string) {
 		var secrets corev1.SecretList
-		if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+		if err := c.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
 		}
 		for _, s := range secrets.Items {
@@ -107,18 +106,18 @@ func TestCrossNamespace(t *testing.T) {
 // consumer relates to it; deleting it waits (the consumer keeps its
 // values) until the consumer is gone; without protect, no finalizer.
 func TestProtect(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
 
-	pg := externalService("pg", "db1.example.com")
+	pg := externalService(ns, "pg", "db1.example.com")
 	pg.Annotations[relations.AnnotationProtect] = "true"
-	plain := externalService("cache", "cache.example.com")
+	plain := externalService(ns, "cache", "cache.example.com")
 	plain.Annotations[relations.AnnotationProvides] = "cache"
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db,cache", relations.AnnotationRelationship: "pg,cache"})
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db,cache", relations.AnnotationRelationship: "pg,cache"})
 	createAll(t, c, pg, plain, web)
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
 	eventually(t, "the protect finalizer", func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
@@ -137,11 +136,11 @@ func TestProtect(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
 		t.Fatalf("a protected provider with a consumer was deleted: %v", err)
 	}
-	if !hasInjected(t, c, "web") {
+	if !hasInjected(t, c, ns, "web") {
 		t.Error("the consumer of a provider being deleted lost its values")
 	}
 	eventually(t, "the Protected event", func() (bool, string) {
-		return hasEvent(ctx, c, "pg", "Protected", "deletion waits for the consumers relating to it: Deployment default/web"), ""
+		return hasEvent(ctx, c, ns, "pg", "Protected", "deletion waits for the consumers relating to it: Deployment "+ns+"/web"), ""
 	})
 
 	// The consumer gone (its Relationships collected), the provider goes.
@@ -155,10 +154,10 @@ func TestProtect(t *testing.T) {
 }
 
 // hasInjected says whether the Deployment's template carries any revision.
-func hasInjected(t *testing.T, c client.Client, name string) bool {
+func hasInjected(t *testing.T, c client.Client, ns, name string) bool {
 	t.Helper()
-	d := deployment(name, nil)
-	if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, d); err != nil {
+	d := deployment(ns, name, nil)
+	if err := c.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, d); err != nil {
 		t.Fatal(err)
 	}
 	for k := range d.Spec.Template.Annotations {
@@ -178,16 +177,16 @@ func hasInjected(t *testing.T, c client.Client, name string) bool {
 // $SERVICE_BINDING_ROOT/db/ with the entries, type and provider, into a
 // container without a root (set to /bindings) and one with its own.
 func TestBinding(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-binding", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-binding", Namespace: ns}, Spec: v1alpha1.ConsumerConfigSpec{
 		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "db", Binding: "host"}}}}
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-binding"})
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-binding"})
 	web.Spec.Template.Spec.Containers[1].Env = []corev1.EnvVar{{Name: relations.BindingRootEnv, Value: "/var/bindings"}}
-	createAll(t, c, cc, externalService("pg", "db1.example.com"), web)
-	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	createAll(t, c, cc, externalService(ns, "pg", "db1.example.com"), web)
+	key := types.NamespacedName{Namespace: ns, Name: "web"}
 	eventually(t, "the binding directory mounted", func() (bool, string) {
 		if err := c.Get(ctx, key, web); err != nil {
 			return false, err.Error()
@@ -208,14 +207,14 @@ func TestBinding(t *testing.T) {
 		t.Fatalf("volumes %+v", v)
 	}
 	s := &corev1.Secret{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: v[0].Secret.SecretName}, s); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: v[0].Secret.SecretName}, s); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{}
 	for _, it := range v[0].Secret.Items {
 		files[it.Path] = string(s.Data[it.Key])
 	}
-	if files["host"] != "db1.example.com" || files["type"] != "db" || files["provider"] != "default/pg" {
+	if files["host"] != "db1.example.com" || files["type"] != "db" || files["provider"] != ns+"/pg" {
 		t.Errorf("the binding directory holds %v", files)
 	}
 }
@@ -225,15 +224,15 @@ func TestBinding(t *testing.T) {
 // never the template (no rollout); a pin puts an older revision's values
 // there.
 func TestInPlace(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	// No recheck within the test: only the watches wake a consumer once
 	// its conflict clears.
 	startController(t, e, relations.Options{Recheck: time.Hour})
 	ctx := t.Context()
 	c := e.Client
-	createInPlaceWeb(t, c)
-	key := types.NamespacedName{Namespace: "default", Name: "web"}
-	liveKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db-live"}
+	createInPlaceWeb(t, c, ns)
+	key := types.NamespacedName{Namespace: ns, Name: "web"}
+	liveKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db-live"}
 	live := func(want string) func() (bool, string) {
 		return func() (bool, string) {
 			s := &corev1.Secret{}
@@ -243,7 +242,7 @@ func TestInPlace(t *testing.T) {
 			return string(s.Data["db"]) == want, string(s.Data["db"])
 		}
 	}
-	web := deployment("web", nil)
+	web := deployment(ns, "web", nil)
 	eventually(t, "the template mounts the live Secret", func() (bool, string) {
 		if err := c.Get(ctx, key, web); err != nil {
 			return false, err.Error()
@@ -256,8 +255,8 @@ func TestInPlace(t *testing.T) {
 	eventually(t, "the live Secret at db1", live("db1.example.com"))
 	generation := web.Generation
 
-	setHost(t, c, "pg", "db2.example.com")
-	waitRevisionOf(t, c, "deployment-web-db", 2)
+	setHost(t, c, ns, "pg", "db2.example.com")
+	waitRevisionOf(t, c, ns, "deployment-web-db", 2)
 	eventually(t, "the live Secret at db2", live("db2.example.com"))
 	if err := c.Get(ctx, key, web); err != nil || web.Generation != generation {
 		t.Errorf("an InPlace change wrote the template: generation %d → %d (%v)", generation, web.Generation, err)
@@ -279,16 +278,16 @@ func TestInPlace(t *testing.T) {
 	// The live Secret's name is taken by someone else's Secret: a
 	// condition naming it, not a reconcile error retried forever; once it
 	// is gone, the relationship injects.
-	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-api-db-live", Namespace: "default"}, StringData: map[string]string{"db": "theirs"}}
-	createAll(t, c, theirs, deployment("api", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-api-db-live", Namespace: ns}, StringData: map[string]string{"db": "theirs"}}
+	createAll(t, c, theirs, deployment(ns, "api", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
 	rel := &v1alpha1.Relationship{}
 	eventually(t, "Injected=False Conflict naming the Secret", func() (bool, string) {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-api-db"}, rel); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "deployment-api-db"}, rel); err != nil {
 			return false, err.Error()
 		}
 		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInjected)
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "Conflict" &&
-			strings.Contains(cond.Message, "Secret default/deployment-api-db-live belongs to someone else"), condString(rel)
+			strings.Contains(cond.Message, "Secret "+ns+"/deployment-api-db-live belongs to someone else"), condString(rel)
 	})
 	if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), theirs); err != nil || string(theirs.Data["db"]) != "theirs" {
 		t.Errorf("someone else's Secret was changed: %q (%v)", theirs.Data, err)
@@ -297,7 +296,7 @@ func TestInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "injected once the name is free", func() (bool, string) {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-api-db"}, rel); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "deployment-api-db"}, rel); err != nil {
 			return false, err.Error()
 		}
 		return meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionInjected), condString(rel)
@@ -306,10 +305,10 @@ func TestInPlace(t *testing.T) {
 
 // createInPlaceWeb creates the provider pg and the consumer web, which
 // takes db as the file /etc/db/host, updated in place.
-func createInPlaceWeb(t *testing.T, c client.Client) {
+func createInPlaceWeb(t *testing.T, c client.Client, ns string) {
 	t.Helper()
-	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-files", Namespace: ns}, Spec: v1alpha1.ConsumerConfigSpec{
 		Interface: "db", Update: v1alpha1.UpdateInPlace, Keys: []v1alpha1.KeyInjection{{Key: "db", File: "/etc/db/host"}}}}
-	createAll(t, c, cc, externalService("pg", "db1.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
+	createAll(t, c, cc, externalService(ns, "pg", "db1.example.com"),
+		deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-files"}))
 }

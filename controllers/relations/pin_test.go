@@ -21,18 +21,18 @@ import (
 // the history; unpinning resumes the latest; a pin to a revision no
 // longer kept holds what runs (Pinned=False).
 func TestPinAndHistory(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	startController(t, e, relations.Options{History: 2})
 	ctx := t.Context()
 	c := e.Client
-	pg := externalService("pg", "db1.example.com")
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	pg := externalService(ns, "pg", "db1.example.com")
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
 	createAll(t, c, pg, web)
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}
 	setAnnotation := func(key, value string) {
 		t.Helper()
 		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, web); err != nil {
 				return err
 			}
 			if value == "" {
@@ -47,15 +47,15 @@ func TestPinAndHistory(t *testing.T) {
 	}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
 	for i, host := range []string{"db2.example.com", "db3.example.com", "db4.example.com"} {
-		setHost(t, c, "pg", host)
+		setHost(t, c, ns, "pg", host)
 		waitRevision(t, c, relKey, int64(i+2), host)
 	}
-	waitTemplate(t, c, "web", "deployment-web-db-r4", "4")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r4", "4")
 	kept := func(want ...string) {
 		t.Helper()
 		eventually(t, "only "+strings.Join(want, ", ")+" kept", func() (bool, string) {
 			var secrets corev1.SecretList
-			if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+			if err := c.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
 				return false, err.Error()
 			}
 			var names []string
@@ -69,13 +69,13 @@ func TestPinAndHistory(t *testing.T) {
 	// back to them (their ReplicaSets); they go at the next prune once
 	// those are gone.
 	kept("r1", "r2", "r3", "r4")
-	dropUsers(t, c, "web", "deployment-web-db-r1")
-	dropUsers(t, c, "web", "deployment-web-db-r2")
+	dropUsers(t, c, ns, "web", "deployment-web-db-r1")
+	dropUsers(t, c, ns, "web", "deployment-web-db-r2")
 
 	// Pinned to r3: rolled back, held while the provider changes.
 	setAnnotation(relations.AnnotationPin, "db=3")
-	waitTemplate(t, c, "web", "deployment-web-db-r3", "3")
-	setHost(t, c, "pg", "db5.example.com")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r3", "3")
+	setHost(t, c, ns, "pg", "db5.example.com")
 	rel := &v1alpha1.Relationship{}
 	eventually(t, "r5 made while held at r3", func() (bool, string) {
 		if err := c.Get(ctx, relKey, rel); err != nil {
@@ -84,12 +84,12 @@ func TestPinAndHistory(t *testing.T) {
 		return rel.Status.History[0].Revision == 5 && rel.Status.Revision == 3 &&
 			meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionPinned), condString(rel)
 	})
-	waitTemplate(t, c, "web", "deployment-web-db-r3", "3")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r3", "3")
 	kept("r3", "r4", "r5")
 
 	// Unpinned: the latest runs.
 	setAnnotation(relations.AnnotationPin, "")
-	waitTemplate(t, c, "web", "deployment-web-db-r5", "5")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r5", "5")
 
 	// A pin to a revision no longer kept holds what runs.
 	setAnnotation(relations.AnnotationPin, "db=1")
@@ -100,5 +100,5 @@ func TestPinAndHistory(t *testing.T) {
 		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionPinned)
 		return cond != nil && cond.Reason == "NotKept" && rel.Status.Revision == 5, condString(rel)
 	})
-	waitTemplate(t, c, "web", "deployment-web-db-r5", "5")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r5", "5")
 }

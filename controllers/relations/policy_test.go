@@ -2,6 +2,7 @@ package relations_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,11 +20,20 @@ import (
 )
 
 // installPolicy creates the annotations' ValidatingAdmissionPolicy and its
-// binding, and waits until the API server enforces it.
-func installPolicy(t *testing.T, c client.Client) {
+// binding, and waits until the API server enforces it (probed in
+// namespace ns). The API server is shared: when the test ends, the policy
+// goes, and the test waits until it is no longer enforced.
+func installPolicy(t *testing.T, c client.Client, ns string) {
 	t.Helper()
 	testenv.CreateYAML(t, c, relationsconfig.Policy)
-	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default", Annotations: map[string]string{relations.AnnotationProvides: "Bad"}}}
+	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Annotations: map[string]string{relations.AnnotationProvides: "Bad"}}}
+	t.Cleanup(func() {
+		testenv.DeleteYAML(t, c, relationsconfig.Policy)
+		eventually(t, "the policy no longer enforced", func() (bool, string) {
+			err := c.Create(context.Background(), bad.DeepCopy(), client.DryRunAll)
+			return err == nil, fmt.Sprint(err)
+		})
+	})
 	eventually(t, "the policy enforced", func() (bool, string) {
 		err := c.Create(t.Context(), bad.DeepCopy(), client.DryRunAll)
 		return err != nil, "a malformed annotation was admitted"
@@ -33,9 +43,9 @@ func installPolicy(t *testing.T, c client.Client) {
 // TestAnnotationPolicy: the admission policy refuses exactly what the
 // controller's parser refuses, naming the annotation and the entry.
 func TestAnnotationPolicy(t *testing.T) {
-	e := testenvStartPlain(t)
+	e, ns := startPlainEnv(t)
 	c := e.Client
-	installPolicy(t, c)
+	installPolicy(t, c, ns)
 	ctx := context.Background()
 	p, cons := relations.AnnotationProvides, relations.AnnotationConsumes
 	rel, cfg, allow, protect, pin := relations.AnnotationRelationship, relations.AnnotationConfig, relations.AnnotationAllowNamespaces, relations.AnnotationProtect, relations.AnnotationPin
@@ -76,10 +86,10 @@ func TestAnnotationPolicy(t *testing.T) {
 		var obj client.Object
 		var parseErr error
 		if tc.consumer {
-			obj = deployment("probe", tc.ann)
-			_, parseErr = relations.ParseConsumer("default", tc.ann)
+			obj = deployment(ns, "probe", tc.ann)
+			_, parseErr = relations.ParseConsumer(ns, tc.ann)
 		} else {
-			obj = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default", Annotations: tc.ann}}
+			obj = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Annotations: tc.ann}}
 			_, parseErr = relations.ParseProvider(tc.ann)
 		}
 		err := c.Create(ctx, obj, client.DryRunAll)
@@ -95,15 +105,17 @@ func TestAnnotationPolicy(t *testing.T) {
 		}
 	}
 	// Objects without the annotations are never evaluated.
-	if err := c.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}, Spec: deployment("plain", nil).Spec}, client.DryRunAll); err != nil {
+	if err := c.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: deployment(ns, "plain", nil).Spec}, client.DryRunAll); err != nil {
 		t.Errorf("a workload without annotations: %v", err)
 	}
 }
 
-// testenvStartPlain is an API server with the CRDs, no controller manager.
-func testenvStartPlain(t testing.TB) *testenv.Env {
-	return testenv.Start(t, testenv.Options{
+// startPlainEnv is the API server with the CRDs, no controller manager
+// (shared as startEnv's), and a new namespace.
+func startPlainEnv(t testing.TB) (*testenv.Env, string) {
+	e := testenv.Shared(t, "plain", testenv.Options{
 		CRDDirs:     []string{filepath.Join("config", "crd")},
 		AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
 	})
+	return e, e.Namespace(t)
 }

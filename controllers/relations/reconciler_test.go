@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,8 +42,9 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)))
-	os.Exit(cmdtest.Main(m)) // builds nothing: kills what killed runs left
-
+	// cmdtest builds nothing: it kills what killed runs left. The servers
+	// the tests shared stop after them.
+	os.Exit(testenv.StopShared(cmdtest.Main(m)))
 }
 
 // startController runs the relations controller (and its webhook, when e
@@ -88,25 +91,79 @@ func startControllerAs(t testing.TB, e *testenv.Env, cfg *rest.Config, opts ...r
 			if err := <-done; err != nil {
 				t.Errorf("manager: %v", err)
 			}
+			// The next test's manager serves the webhook on this port.
+			if e.Webhook.Port != 0 && webhookServing(e) {
+				t.Errorf("the webhook server still serves on port %d after its manager stopped", e.Webhook.Port)
+			}
 		})
 	}
 	t.Cleanup(stop)
+	if e.Webhook.Port != 0 {
+		// The API server calls the webhook as soon as the test writes a
+		// workload: wait until it serves.
+		serving := mgr.GetWebhookServer().StartedChecker()
+		deadline := time.Now().Add(time.Minute)
+		for err := serving(nil); err != nil; err = serving(nil) {
+			select {
+			case err := <-done:
+				done <- err // for stop
+				t.Fatalf("the manager ended before its webhook server served: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waited a minute for the webhook server: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return stop
 }
 
-func startEnv(t testing.TB) *testenv.Env {
-	return testenv.Start(t, testenv.Options{
+// webhookServing says whether something accepts connections on e's
+// webhook port.
+func webhookServing(e *testenv.Env) bool {
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(e.Webhook.Host, strconv.Itoa(e.Webhook.Port)), 5*time.Second)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
+}
+
+// The tests share an API server per set of options (testenv.Shared),
+// each test in namespaces of its own: startEnv and its kin return the
+// shared server and a new namespace for the test. A test that changes
+// what is cluster-wide (an Interface, ClusterRoles, admission policies)
+// puts it back before it ends.
+
+// startEnv is the API server with the CRDs and the controller manager.
+func startEnv(t testing.TB) (*testenv.Env, string) {
+	e := testenv.Shared(t, "controller-manager", testenv.Options{
 		CRDDirs:           []string{filepath.Join("config", "crd")},
 		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
 		ControllerManager: true,
 	})
+	return e, e.Namespace(t)
 }
 
 // startEnvWithWebhook is startEnv with the webhook registered as the
-// addon installs it (by Service; envtest points it at the test's server),
-// and the CRDs of crdDirs too.
-func startEnvWithWebhook(t testing.TB, crdDirs ...string) *testenv.Env {
-	return testenv.Start(t, webhookOptions(true, crdDirs...))
+// addon installs it (by Service; envtest points it at the server each
+// test's manager runs in turn), and the CRDs of crdDirs too.
+func startEnvWithWebhook(t testing.TB, crdDirs ...string) (*testenv.Env, string) {
+	key := strings.Join(append([]string{"webhook"}, crdDirs...), "+")
+	e := testenv.Shared(t, key, webhookOptions(true, crdDirs...))
+	return e, e.Namespace(t)
+}
+
+// startEnvWithKinds is startEnv with the test's own kinds too
+// (testdata/crd: Database, Queue).
+func startEnvWithKinds(t testing.TB) (*testenv.Env, string) {
+	e := testenv.Shared(t, "controller-manager+testdata", testenv.Options{
+		CRDDirs:           []string{filepath.Join("config", "crd"), filepath.Join("testdata", "crd")},
+		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+		ControllerManager: true,
+	})
+	return e, e.Namespace(t)
 }
 
 // webhookOptions are the test environment's with the webhook registered;
@@ -125,10 +182,10 @@ func webhookOptions(controllerManager bool, crdDirs ...string) testenv.Options {
 	}
 }
 
-func deployment(name string, annotations map[string]string, env ...corev1.EnvVar) *appsv1.Deployment {
+func deployment(ns, name string, annotations map[string]string, env ...corev1.EnvVar) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -143,19 +200,19 @@ func deployment(name string, annotations map[string]string, env ...corev1.EnvVar
 	}
 }
 
-func externalService(name, host string) *corev1.Service {
+func externalService(ns, name, host string) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: map[string]string{relations.AnnotationProvides: "db"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{relations.AnnotationProvides: "db"}},
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: host},
 	}
 }
 
-// setHost points the ExternalName Service name at host.
-func setHost(t *testing.T, c client.Client, name, host string) {
+// setHost points the ExternalName Service ns/name at host.
+func setHost(t *testing.T, c client.Client, ns, name, host string) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		svc := &corev1.Service{}
-		if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, svc); err != nil {
+		if err := c.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, svc); err != nil {
 			return err
 		}
 		svc.Spec.ExternalName = host
@@ -174,6 +231,20 @@ func createAll(t *testing.T, c client.Client, objs ...client.Object) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// deleteAndWait deletes o and waits until it is gone: what a test made
+// outside its namespaces, on a shared server.
+func deleteAndWait(t *testing.T, c client.Client, o client.Object) {
+	t.Helper()
+	ctx := context.Background() // t.Context is done in cleanups
+	if err := c.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	eventually(t, fmt.Sprintf("%T %s deleted", o, o.GetName()), func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }
 
 // eventually polls cond until it holds or a minute passed (a controller retries a blocked step after 30 s).
@@ -199,17 +270,17 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 // an unrelated edit of the provider writes nothing; removing the
 // annotations removes everything the controller added.
 func TestRelationshipLifecycle(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
 
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
 	if err := c.Create(ctx, web); err != nil {
 		t.Fatal(err)
 	}
 	rel := &v1alpha1.Relationship{}
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}
 	eventually(t, "the pending Relationship", func() (bool, string) {
 		if err := c.Get(ctx, relKey, rel); err != nil {
 			return false, err.Error()
@@ -222,15 +293,15 @@ func TestRelationshipLifecycle(t *testing.T) {
 		t.Errorf("the Relationship is not owned by its consumer: %v", rel.OwnerReferences)
 	}
 	eventually(t, "the RelationshipPending event", func() (bool, string) {
-		return hasEvent(ctx, c, "web", "RelationshipPending", "none of default/pg provides db"), ""
+		return hasEvent(ctx, c, ns, "web", "RelationshipPending", "none of "+ns+"/pg provides db"), ""
 	})
 
-	pg := externalService("pg", "db1.example.com")
+	pg := externalService(ns, "pg", "db1.example.com")
 	if err := c.Create(ctx, pg); err != nil {
 		t.Fatal(err)
 	}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
-	gen := waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	gen := waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 
 	// A change of the provider's value: revision 2, one rollout.
 	pg.Spec.ExternalName = "db2.example.com"
@@ -238,7 +309,7 @@ func TestRelationshipLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRevision(t, c, relKey, 2, "db2.example.com")
-	gen2 := waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+	gen2 := waitTemplate(t, c, ns, "web", "deployment-web-db-r2", "2")
 	if gen2 != gen+1 {
 		t.Errorf("the change took the Deployment from generation %d to %d, want one write", gen, gen2)
 	}
@@ -249,7 +320,7 @@ func TestRelationshipLifecycle(t *testing.T) {
 		t.Errorf("history: %+v", rel.Status.History)
 	}
 	eventually(t, "the ProviderChanged event", func() (bool, string) {
-		return hasEvent(ctx, c, "web", "ProviderChanged", "db: r1→r2"), ""
+		return hasEvent(ctx, c, ns, "web", "ProviderChanged", "db: r1→r2"), ""
 	})
 
 	// An edit that does not change the values writes nothing.
@@ -258,7 +329,7 @@ func TestRelationshipLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, web); err != nil {
 		t.Fatal(err)
 	}
 	if web.Generation != gen2 {
@@ -271,7 +342,7 @@ func TestRelationshipLifecycle(t *testing.T) {
 	// The annotations removed: one rollout takes everything out. (The
 	// Deployment's status moves on meanwhile: a user retries on conflict.)
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, web); err != nil {
 			return err
 		}
 		web.Annotations = nil
@@ -280,7 +351,7 @@ func TestRelationshipLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the injection removed", func() (bool, string) {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, web); err != nil {
 			return false, err.Error()
 		}
 		tpl := web.Spec.Template
@@ -302,19 +373,19 @@ func TestRelationshipLifecycle(t *testing.T) {
 // not by the controller, nor by the webhook on the controller's own patch
 // or on a user's edit.
 func TestUserVariableConflicts(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	if err := c.Create(ctx, externalService("pg", "db1.example.com")); err != nil {
+	if err := c.Create(ctx, externalService(ns, "pg", "db1.example.com")); err != nil {
 		t.Fatal(err)
 	}
-	mine := deployment("mine", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"},
+	mine := deployment(ns, "mine", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"},
 		corev1.EnvVar{Name: "DB", Value: "my-own-db"})
 	if err := c.Create(ctx, mine); err != nil {
 		t.Fatal(err)
 	}
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-mine-db"}
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-mine-db"}
 	rel := &v1alpha1.Relationship{}
 	eventually(t, "Injected=False Conflict", func() (bool, string) {
 		if err := c.Get(ctx, relKey, rel); err != nil {
@@ -327,7 +398,7 @@ func TestUserVariableConflicts(t *testing.T) {
 	// through the webhook.
 	untouched := func(when string) {
 		t.Helper()
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "mine"}, mine); err != nil {
 			t.Fatal(err)
 		}
 		cs := mine.Spec.Template.Spec.Containers
@@ -340,7 +411,7 @@ func TestUserVariableConflicts(t *testing.T) {
 	}
 	untouched("after the controller's patch")
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mine"}, mine); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "mine"}, mine); err != nil {
 			return err
 		}
 		mine.Labels = map[string]string{"edited": "yes"}
@@ -370,14 +441,14 @@ func waitRevision(t *testing.T, c client.Client, key types.NamespacedName, revis
 	}
 }
 
-// waitTemplate waits until the Deployment's every container takes DB from
-// secret and the template carries the revision; it returns the
+// waitTemplate waits until the Deployment ns/name's every container takes
+// DB from secret and the template carries the revision; it returns the
 // Deployment's generation.
-func waitTemplate(t *testing.T, c client.Client, name, secret, revision string) int64 {
+func waitTemplate(t *testing.T, c client.Client, ns, name, secret, revision string) int64 {
 	t.Helper()
 	d := &appsv1.Deployment{}
 	eventually(t, "the template at "+secret, func() (bool, string) {
-		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: name}, d); err != nil {
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, d); err != nil {
 			return false, err.Error()
 		}
 		tpl := d.Spec.Template
@@ -395,9 +466,11 @@ func waitTemplate(t *testing.T, c client.Client, name, secret, revision string) 
 	return d.Generation
 }
 
-func hasEvent(ctx context.Context, c client.Client, object, reason, msg string) bool {
+// hasEvent says whether an event of namespace ns about object has reason
+// and a message holding msg.
+func hasEvent(ctx context.Context, c client.Client, ns, object, reason, msg string) bool {
 	var events corev1.EventList
-	if err := c.List(ctx, &events, client.InNamespace("default")); err != nil {
+	if err := c.List(ctx, &events, client.InNamespace(ns)); err != nil {
 		return false
 	}
 	for _, ev := range events.Items {
@@ -431,15 +504,15 @@ func mapKeys(m map[string]string) []string {
 // next one reuses it (no duplicate revision), and refuses to reuse a
 // Secret of that name holding other values.
 func TestCrashBetweenSecretAndStatus(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	ctx := t.Context()
 	c := e.Client
-	pg := externalService("pg", "db1.example.com")
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	pg := externalService(ns, "pg", "db1.example.com")
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
 	createAll(t, c, pg, web)
 	// What the crashed run left: its Relationship (no revision yet) and
 	// revision 1's Secret.
-	rel := &v1alpha1.Relationship{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db", Namespace: "default"},
+	rel := &v1alpha1.Relationship{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db", Namespace: ns},
 		Spec: v1alpha1.RelationshipSpec{Consumer: v1alpha1.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
 			Provider: v1alpha1.ObjectRef{Name: "pg"}, Interface: "db"}}
 	if err := controllerutil.SetControllerReference(web, rel, e.Scheme); err != nil {
@@ -448,7 +521,7 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 	if err := c.Create(ctx, rel); err != nil {
 		t.Fatal(err)
 	}
-	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r1", Namespace: "default",
+	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r1", Namespace: ns,
 		Annotations: map[string]string{relations.Prefix + "hash": relations.Values{"db": "db1.example.com"}.Hash()}},
 		Data: map[string][]byte{"db": []byte("db1.example.com")}, Immutable: ptr.To(true)}
 	if err := controllerutil.SetControllerReference(rel, left, e.Scheme); err != nil {
@@ -458,13 +531,13 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	startController(t, e)
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
-	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 
 	// Revision 2's name taken by other values: the controller stops
 	// there, saying so, and keeps revision 1.
-	squatter := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r2", Namespace: "default"},
+	squatter := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r2", Namespace: ns},
 		Data: map[string][]byte{"db": []byte("evil.example.com")}}
 	if err := c.Create(ctx, squatter); err != nil {
 		t.Fatal(err)
@@ -480,14 +553,14 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionValuesResolved)
 		return cond != nil && cond.Reason == "SecretConflict" && strings.Contains(cond.Message, "deployment-web-db-r2") && rel.Status.Revision == 1, condString(rel)
 	})
-	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 	if err := c.Delete(ctx, squatter); err != nil {
 		t.Fatal(err)
 	}
 	waitRevision(t, c, relKey, 2, "db2.example.com")
-	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r2", "2")
 	var secrets corev1.SecretList
-	if err := c.List(ctx, &secrets, client.InNamespace("default")); err != nil {
+	if err := c.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -505,13 +578,13 @@ func TestCrashBetweenSecretAndStatus(t *testing.T) {
 // unrecorded Secret and replaces it with the new values (not a
 // SecretConflict for good).
 func TestCrashThenAnotherChange(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	stop := startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	createAll(t, c, externalService("pg", "db1.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	createAll(t, c, externalService(ns, "pg", "db1.example.com"),
+		deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
 	stop()
 	// What the crashed run left: revision 2's Secret, as it writes one.
@@ -520,7 +593,7 @@ func TestCrashThenAnotherChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	vals := relations.Values{"db": "db2.example.com"}
-	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r2", Namespace: "default",
+	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deployment-web-db-r2", Namespace: ns,
 		Labels:      map[string]string{relations.Prefix + "relationship": rel.Name},
 		Annotations: map[string]string{relations.Prefix + "hash": vals.Hash()}},
 		Data: map[string][]byte{"db": []byte(vals["db"])}, Immutable: ptr.To(true)}
@@ -528,32 +601,32 @@ func TestCrashThenAnotherChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	createAll(t, c, left)
-	setHost(t, c, "pg", "db3.example.com")
+	setHost(t, c, ns, "pg", "db3.example.com")
 	startController(t, e)
 	waitRevision(t, c, relKey, 2, "db3.example.com")
-	waitTemplate(t, c, "web", "deployment-web-db-r2", "2")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r2", "2")
 }
 
 // TestNamesNeverCollide: web consuming db-main and web-db consuming main
 // (joined alike by "-") each get their own Relationship, Ready, and their
 // own provider's values, never the other's.
 func TestNamesNeverCollide(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
 	provider := func(name, iface, host string) *corev1.Service {
-		svc := externalService(name, host)
+		svc := externalService(ns, name, host)
 		svc.Annotations[relations.AnnotationProvides] = iface
 		return svc
 	}
 	createAll(t, c, provider("pg", "db-main", "pg.example.com"), provider("mysql", "main", "mysql.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db-main", relations.AnnotationRelationship: "pg"}),
-		deployment("web-db", map[string]string{relations.AnnotationConsumes: "main", relations.AnnotationRelationship: "mysql"}))
+		deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db-main", relations.AnnotationRelationship: "pg"}),
+		deployment(ns, "web-db", map[string]string{relations.AnnotationConsumes: "main", relations.AnnotationRelationship: "mysql"}))
 	for _, w := range []struct{ name, env, host string }{{"web", "DB_MAIN", "pg.example.com"}, {"web-db", "MAIN", "mysql.example.com"}} {
 		d := &appsv1.Deployment{}
 		eventually(t, w.name+" takes "+w.host, func() (bool, string) {
-			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: w.name}, d); err != nil {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: w.name}, d); err != nil {
 				return false, err.Error()
 			}
 			for _, ctr := range d.Spec.Template.Spec.Containers {
@@ -565,7 +638,7 @@ func TestNamesNeverCollide(t *testing.T) {
 				}
 				ref := ctr.Env[i].ValueFrom.SecretKeyRef
 				s := &corev1.Secret{}
-				if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: ref.Name}, s); err != nil {
+				if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, s); err != nil {
 					return false, err.Error()
 				}
 				if string(s.Data[ref.Key]) != w.host {
@@ -576,7 +649,7 @@ func TestNamesNeverCollide(t *testing.T) {
 		})
 	}
 	var rels v1alpha1.RelationshipList
-	if err := c.List(ctx, &rels, client.InNamespace("default")); err != nil {
+	if err := c.List(ctx, &rels, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(rels.Items) != 2 || rels.Items[0].Name == rels.Items[1].Name {
@@ -592,16 +665,16 @@ func TestNamesNeverCollide(t *testing.T) {
 // TestInjectionRestored: a reconcile that would apply the same patch
 // writes nothing, but an injected variable someone removed comes back.
 func TestInjectionRestored(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	createAll(t, c, externalService("pg", "db1.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
-	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	createAll(t, c, externalService(ns, "pg", "db1.example.com"),
+		deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		web := &appsv1.Deployment{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, web); err != nil {
 			return err
 		}
 		web.Spec.Template.Spec.Containers[0].Env = nil
@@ -610,21 +683,21 @@ func TestInjectionRestored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 }
 
 // TestRevertingWriter: a writer that keeps removing the injected variable
 // makes the controller stop re-applying after a few rounds (Conflict,
 // naming the cause), not loop against it.
 func TestRevertingWriter(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	createAll(t, c, externalService("pg", "db1.example.com"),
-		deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
-	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
-	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	createAll(t, c, externalService(ns, "pg", "db1.example.com"),
+		deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
+	key := types.NamespacedName{Namespace: ns, Name: "web"}
 	revert := func() (restored bool) {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			web := &appsv1.Deployment{}
@@ -657,7 +730,7 @@ func TestRevertingWriter(t *testing.T) {
 		t.Errorf("the controller re-applied its fields %d times in 20 s against a writer removing them", restorations)
 	}
 	rel := &v1alpha1.Relationship{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, rel); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}, rel); err != nil {
 		t.Fatal(err)
 	}
 	if cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionInjected); cond == nil || cond.Reason != "Conflict" || !strings.Contains(cond.Message, "another writer removed the injected fields") {

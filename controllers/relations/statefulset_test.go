@@ -22,13 +22,13 @@ import (
 // controller makes it again at the new revision. RolledOut says the
 // rollout is not done while pods are not ready.
 func TestStatefulSetUnblocked(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
 	labels := map[string]string{"app": "cache"}
 	sts := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "default",
+		ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: ns,
 			Annotations: map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas: ptr.To[int32](1), ServiceName: "cache",
@@ -41,7 +41,7 @@ func TestStatefulSetUnblocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{}
-	podKey := types.NamespacedName{Namespace: "default", Name: "cache-0"}
+	podKey := types.NamespacedName{Namespace: ns, Name: "cache-0"}
 	eventually(t, "pod cache-0", func() (bool, string) { return c.Get(ctx, podKey, pod) == nil, "" })
 	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != relations.WaitContainer {
 		t.Fatalf("cache-0 has no wait container: %+v", pod.Spec.InitContainers)
@@ -55,7 +55,7 @@ func TestStatefulSetUnblocked(t *testing.T) {
 	}
 	held := pod.UID
 
-	if err := c.Create(ctx, externalService("pg", "db1.example.com")); err != nil {
+	if err := c.Create(ctx, externalService(ns, "pg", "db1.example.com")); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "cache-0 made again at the new revision", func() (bool, string) {
@@ -64,12 +64,12 @@ func TestStatefulSetUnblocked(t *testing.T) {
 		}
 		return pod.UID != held && len(pod.Spec.InitContainers) == 0 && len(pod.Spec.Containers[0].Env) == 1, "uid " + string(pod.UID)
 	})
-	if !hasEvent(ctx, c, "cache", "Unblocked", "deleted pod cache-0") {
+	if !hasEvent(ctx, c, ns, "cache", "Unblocked", "deleted pod cache-0") {
 		t.Error("no Unblocked event on the StatefulSet")
 	}
 	rel := &v1alpha1.Relationship{}
 	eventually(t, "RolledOut=False while the pod is not ready", func() (bool, string) {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "statefulset-cache-db"}, rel); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "statefulset-cache-db"}, rel); err != nil {
 			return false, err.Error()
 		}
 		cond := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionRolledOut)

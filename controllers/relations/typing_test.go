@@ -16,14 +16,14 @@ import (
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
 
-// waitCondition waits until the Relationship name has the condition typ
+// waitCondition waits until the Relationship ns/name has the condition typ
 // with status and reason ("": any), its message holding every one of
 // msgs.
-func waitCondition(t *testing.T, c client.Client, name, typ string, status metav1.ConditionStatus, reason string, msgs ...string) *v1alpha1.Relationship {
+func waitCondition(t *testing.T, c client.Client, ns, name, typ string, status metav1.ConditionStatus, reason string, msgs ...string) *v1alpha1.Relationship {
 	t.Helper()
 	rel := &v1alpha1.Relationship{}
 	eventually(t, typ+"="+string(status)+" "+reason, func() (bool, string) {
-		if err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, rel); err != nil {
+		if err := c.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, rel); err != nil {
 			return false, err.Error()
 		}
 		cond := meta.FindStatusCondition(rel.Status.Conditions, typ)
@@ -58,16 +58,16 @@ func takesKey(d *appsv1.Deployment, key string) bool {
 // the config, not Ready, and no template points at the key; once the
 // config takes only what is supplied, the relationship is established.
 func TestConsumerKeyNotSupplied(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-port", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-port", Namespace: ns}, Spec: v1alpha1.ConsumerConfigSpec{
 		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "db", Env: "DB_HOST"}, {Key: "port", Env: "DB_PORT"}}}}
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-port"})
-	createAll(t, c, cc, externalService("pg", "db1.example.com"), web)
-	rel := waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, "MissingKey",
-		"key port: ConsumerConfig default/db-port takes it, but the provider supplies only db")
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-port"})
+	createAll(t, c, cc, externalService(ns, "pg", "db1.example.com"), web)
+	rel := waitCondition(t, c, ns, "deployment-web-db", v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, "MissingKey",
+		"key port: ConsumerConfig "+ns+"/db-port takes it, but the provider supplies only db")
 	if meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReady) {
 		t.Errorf("Ready with a key the provider does not supply: %s", condString(rel))
 	}
@@ -88,7 +88,7 @@ func TestConsumerKeyNotSupplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionReady, metav1.ConditionTrue, "Established")
+	waitCondition(t, c, ns, "deployment-web-db", v1alpha1.ConditionReady, metav1.ConditionTrue, "Established")
 	eventually(t, "DB_HOST injected", func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
 			return false, err.Error()
@@ -101,17 +101,17 @@ func TestConsumerKeyNotSupplied(t *testing.T) {
 // does not exist is ValuesResolved=False naming it (not a reconcile error
 // retried with no word); created, the relationship is established.
 func TestProviderConfigMissing(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
 	c := e.Client
-	pg := externalService("pg", "db1.example.com")
+	pg := externalService(ns, "pg", "db1.example.com")
 	pg.Annotations[relations.AnnotationConfig] = "db=pg-config"
-	createAll(t, c, pg, deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
-	waitCondition(t, c, "deployment-web-db", v1alpha1.ConditionValuesResolved, metav1.ConditionFalse, "ConfigMissing",
-		"ProviderConfig default/pg-config does not exist", "Service default/pg names it for db")
-	createAll(t, c, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg-config", Namespace: "default"}, Spec: v1alpha1.ProviderConfigSpec{
+	createAll(t, c, pg, deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitCondition(t, c, ns, "deployment-web-db", v1alpha1.ConditionValuesResolved, metav1.ConditionFalse, "ConfigMissing",
+		"ProviderConfig "+ns+"/pg-config does not exist", "Service "+ns+"/pg names it for db")
+	createAll(t, c, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg-config", Namespace: ns}, Spec: v1alpha1.ProviderConfigSpec{
 		Interface: "db", Values: []v1alpha1.ValueSource{{Key: "db", Field: "{.spec.externalName}"}}}})
-	waitRevision(t, c, types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}, 1, "db1.example.com")
+	waitRevision(t, c, types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}, 1, "db1.example.com")
 }
 
 // TestInterfaceEnforced: an Interface holds both sides: a required key
@@ -121,21 +121,25 @@ func TestProviderConfigMissing(t *testing.T) {
 // naming the key or config (a sensitive value never shown), and not
 // Ready; what keeps to it is established.
 func TestInterfaceEnforced(t *testing.T) {
-	e := startEnvWithWebhook(t)
-	startController(t, e)
+	e, ns := startEnvWithWebhook(t)
 	c := e.Client
+	// An Interface is cluster-wide: it goes when the test ends (its
+	// controller stopped), before another test on the shared server
+	// relates interface db.
+	iface := &v1alpha1.Interface{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: v1alpha1.InterfaceSpec{Keys: []v1alpha1.InterfaceKey{
+		{Name: "host", Required: true, Format: "host"}, {Name: "port", Format: "port"}, {Name: "password", Required: true, Sensitive: true}}}}
+	t.Cleanup(func() { deleteAndWait(t, c, iface) })
+	startController(t, e)
 	expose := map[string]string{relations.LabelExpose: "true"}
 	exposedMeta := func(name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: name, Namespace: "default", Labels: expose}
+		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: expose}
 	}
-	createAll(t, c,
-		&v1alpha1.Interface{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: v1alpha1.InterfaceSpec{Keys: []v1alpha1.InterfaceKey{
-			{Name: "host", Required: true, Format: "host"}, {Name: "port", Format: "port"}, {Name: "password", Required: true, Sensitive: true}}}},
+	createAll(t, c, iface,
 		&corev1.Secret{ObjectMeta: exposedMeta("creds"), StringData: map[string]string{"password": "s3cret-value", "port": "5432"}},
 		&corev1.ConfigMap{ObjectMeta: exposedMeta("cfg"), Data: map[string]string{"password": "cm-s3cret", "port": "http"}},
-		&v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-all", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		&v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-all", Namespace: ns}, Spec: v1alpha1.ConsumerConfigSpec{
 			Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "host", Env: "DB_HOST"}, {Key: "port", Env: "DB_PORT"}, {Key: "password", Env: "DB_PASSWORD"}}}},
-		&v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-user", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+		&v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-user", Namespace: ns}, Spec: v1alpha1.ConsumerConfigSpec{
 			Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "host", Env: "DB_HOST"}, {Key: "user", Env: "DB_USER"}}}},
 	)
 	host := v1alpha1.ValueSource{Key: "host", Field: "{.spec.externalName}"}
@@ -156,21 +160,21 @@ func TestInterfaceEnforced(t *testing.T) {
 		{"undeclared", "db", "db-user", []v1alpha1.ValueSource{host, secret("port"), secret("password")}},
 		{"other", "cache", "db-all", []v1alpha1.ValueSource{host, secret("port"), secret("password")}},
 	} {
-		svc := externalService(p.name, p.name+".example.com")
+		svc := externalService(ns, p.name, p.name+".example.com")
 		svc.Annotations[relations.AnnotationConfig] = "db=" + p.name
 		createAll(t, c, svc,
-			&v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "default"}, Spec: v1alpha1.ProviderConfigSpec{Interface: p.iface, Values: p.values}},
-			deployment("c-"+p.name, map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: p.name, relations.AnnotationConfig: "db=" + p.consumerConfig}))
+			&v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: ns}, Spec: v1alpha1.ProviderConfigSpec{Interface: p.iface, Values: p.values}},
+			deployment(ns, "c-"+p.name, map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: p.name, relations.AnnotationConfig: "db=" + p.consumerConfig}))
 	}
-	waitCondition(t, c, "deployment-c-ok-db", v1alpha1.ConditionReady, metav1.ConditionTrue, "Established")
+	waitCondition(t, c, ns, "deployment-c-ok-db", v1alpha1.ConditionReady, metav1.ConditionTrue, "Established")
 	for _, want := range []struct{ consumer, reason, msg string }{
 		{"required", "MissingKey", "key password: required by Interface db, no value"},
 		{"format", "BadFormat", `key port: "http" is not a port (1-65535)`},
 		{"sensitive", "SensitiveInConfigMap", "key password: sensitive in Interface db, but ProviderConfig sensitive takes it from ConfigMap cfg: keep it in a Secret"},
-		{"undeclared", "MissingKey", "key user: ConsumerConfig default/db-user takes it, but Interface db declares no such key"},
-		{"other", "InterfaceMismatch", "ProviderConfig default/other is for interface cache, but Service default/other names it for db"},
+		{"undeclared", "MissingKey", "key user: ConsumerConfig " + ns + "/db-user takes it, but Interface db declares no such key"},
+		{"other", "InterfaceMismatch", "ProviderConfig " + ns + "/other is for interface cache, but Service " + ns + "/other names it for db"},
 	} {
-		rel := waitCondition(t, c, "deployment-c-"+want.consumer+"-db", v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, want.reason, want.msg)
+		rel := waitCondition(t, c, ns, "deployment-c-"+want.consumer+"-db", v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, want.reason, want.msg)
 		ready := meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionReady)
 		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != want.reason {
 			t.Errorf("%s: Ready %+v, want False, %s", want.consumer, ready, want.reason)
@@ -190,19 +194,19 @@ func TestInterfaceEnforced(t *testing.T) {
 // a key the consumer now takes is InterfaceMatched=False naming the
 // revision and key, and the template stays at the revision that has it.
 func TestPinLacksKey(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	pg := externalService("pg", "db1.example.com")
+	pg := externalService(ns, "pg", "db1.example.com")
 	pg.Annotations[relations.AnnotationConfig] = "db=pg"
-	pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: "default"}, Spec: v1alpha1.ProviderConfigSpec{
+	pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: ns}, Spec: v1alpha1.ProviderConfigSpec{
 		Interface: "db", Values: []v1alpha1.ValueSource{{Key: "db", Field: "{.spec.externalName}"}}}}
-	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-env", Namespace: "default"}, Spec: v1alpha1.ConsumerConfigSpec{
+	cc := &v1alpha1.ConsumerConfig{ObjectMeta: metav1.ObjectMeta{Name: "db-env", Namespace: ns}, Spec: v1alpha1.ConsumerConfigSpec{
 		Interface: "db", Keys: []v1alpha1.KeyInjection{{Key: "db", Env: "DB"}}}}
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-env"})
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg", relations.AnnotationConfig: "db=db-env"})
 	createAll(t, c, pg, pc, cc, web)
-	relKey := types.NamespacedName{Namespace: "default", Name: "deployment-web-db"}
+	relKey := types.NamespacedName{Namespace: ns, Name: "deployment-web-db"}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
 	update := func(o client.Object, edit func()) {
 		t.Helper()
@@ -231,8 +235,8 @@ func TestPinLacksKey(t *testing.T) {
 	})
 
 	update(web, func() { web.Annotations[relations.AnnotationPin] = "db=1" })
-	rel := waitCondition(t, c, relKey.Name, v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, "MissingKey",
-		"key host: r1 (pinned): ConsumerConfig default/db-env takes it, but the provider supplies only db")
+	rel := waitCondition(t, c, ns, relKey.Name, v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, "MissingKey",
+		"key host: r1 (pinned): ConsumerConfig "+ns+"/db-env takes it, but the provider supplies only db")
 	if meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReady) || rel.Status.Revision != 2 {
 		t.Errorf("pinned to a revision without a key taken: revision %d, %s; want 2, not Ready", rel.Status.Revision, condString(rel))
 	}

@@ -23,32 +23,32 @@ import (
 // webhook injects the persisted revision); with the webhook down,
 // annotated workloads are refused and others are not.
 func TestWebhook(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	stop := startController(t, e)
 	ctx := t.Context()
 	c := e.Client
 
-	bad := deployment("bad", map[string]string{relations.AnnotationConsumes: "DB", relations.AnnotationRelationship: "pg"})
+	bad := deployment(ns, "bad", map[string]string{relations.AnnotationConsumes: "DB", relations.AnnotationRelationship: "pg"})
 	if err := c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), `annotation relations.transit.io/consumes: entry "DB": an interface name is a DNS label`) {
 		t.Errorf("a malformed annotation: %v, want the webhook's refusal naming it", err)
 	}
 
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
 	if err := c.Create(ctx, web); err != nil {
 		t.Fatal(err)
 	}
 	init := web.Spec.Template.Spec.InitContainers
 	if len(init) != 1 || init[0].Name != relations.WaitContainer || init[0].Image != "transit.local/relations:test" ||
-		!strings.Contains(envValue(init[0], relations.WaitWhatEnv), "interface db from default/pg") || envValue(init[0], relations.WaitForEnv) != "DB" {
+		!strings.Contains(envValue(init[0], relations.WaitWhatEnv), "interface db from "+ns+"/pg") || envValue(init[0], relations.WaitForEnv) != "DB" {
 		t.Fatalf("a consumer created before its provider: init containers %+v, want the wait container", init)
 	}
 
-	if err := c.Create(ctx, externalService("pg", "db1.example.com")); err != nil {
+	if err := c.Create(ctx, externalService(ns, "pg", "db1.example.com")); err != nil {
 		t.Fatal(err)
 	}
-	gen := waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	gen := waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 	eventually(t, "the wait container removed", func() (bool, string) {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, web); err != nil {
 			return false, err.Error()
 		}
 		return len(web.Spec.Template.Spec.InitContainers) == 0, "still there"
@@ -58,7 +58,7 @@ func TestWebhook(t *testing.T) {
 	// A client that writes back its own template (without the values):
 	// the webhook puts the persisted revision back, nothing rolls.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, web); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, web); err != nil {
 			return err
 		}
 		web.Spec.Template.Spec.Containers[0].Env = nil
@@ -75,11 +75,11 @@ func TestWebhook(t *testing.T) {
 
 	// The webhook down: annotated workloads are refused, others pass.
 	stop()
-	again := deployment("again", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	again := deployment(ns, "again", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
 	if err := c.Create(ctx, again); err == nil || !strings.Contains(err.Error(), "workloads.relations.transit.io") {
 		t.Errorf("with the webhook down an annotated Deployment: %v, want refused naming the webhook", err)
 	}
-	plain := deployment("plain", nil)
+	plain := deployment(ns, "plain", nil)
 	if err := c.Create(ctx, plain); err != nil {
 		t.Errorf("with the webhook down a Deployment without annotations: %v", err)
 	}
@@ -90,13 +90,13 @@ func TestWebhook(t *testing.T) {
 // garbage collector's removal of its finalizer never waits for the
 // webhook.
 func TestForegroundDeleteWebhookDown(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	stop := startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	web := deployment("web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
-	createAll(t, c, externalService("pg", "db1.example.com"), web)
-	waitTemplate(t, c, "web", "deployment-web-db-r1", "1")
+	web := deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"})
+	createAll(t, c, externalService(ns, "pg", "db1.example.com"), web)
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
 	stop()
 	if err := c.Delete(ctx, web, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 		t.Fatal(err)
@@ -120,13 +120,13 @@ func envValue(c corev1.Container, name string) string {
 // without the injection gets the live Secret's volume back from the
 // webhook: nothing rolls.
 func TestWebhookInPlace(t *testing.T) {
-	e := startEnvWithWebhook(t)
+	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
 	ctx := t.Context()
 	c := e.Client
-	createInPlaceWeb(t, c)
-	web := deployment("web", nil)
-	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	createInPlaceWeb(t, c, ns)
+	web := deployment(ns, "web", nil)
+	key := types.NamespacedName{Namespace: ns, Name: "web"}
 	mountsLive := func() bool {
 		v := web.Spec.Template.Spec.Volumes
 		return len(v) == 1 && v[0].Secret != nil && v[0].Secret.SecretName == "deployment-web-db-live" &&

@@ -82,7 +82,8 @@ type Env struct {
 	// Webhook is where Options.MutatingWebhooks expect the server.
 	Webhook Webhook
 
-	env *envtest.Environment
+	env   *envtest.Environment
+	cmLog *lockedBuffer // the controller manager's output, if it runs
 }
 
 // binary is one of the bundle's binaries envtest needs.
@@ -118,14 +119,14 @@ func (b binary) path() (string, error) {
 // once per test binary, unless every binary comes from a TEST_ASSET_*
 // variable. The build holds the bundle's lock: tests of other packages may
 // build it at once.
-func ensureBundle(t testing.TB, need []binary) {
-	t.Helper()
+func ensureBundle(need []binary) error {
 	if !slices.ContainsFunc(need, func(b binary) bool { return os.Getenv(b.env) == "" }) {
-		return
+		return nil
 	}
 	if err := bundleOnce(); err != nil {
-		t.Fatalf("testenv: build the bundle the controller tests run against (make bundle): %v", err)
+		return fmt.Errorf("testenv: build the bundle the controller tests run against (make bundle): %w", err)
 	}
+	return nil
 }
 
 var bundleOnce = sync.OnceValue(func() error {
@@ -149,44 +150,98 @@ func repoRoot() string {
 // that is refused.
 func CreateYAML(t testing.TB, c client.Client, manifest []byte) {
 	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
+	for _, u := range decodeYAML(t, manifest) {
 		if err := c.Create(context.Background(), u); err != nil {
 			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
 		}
 	}
 }
 
+// DeleteYAML deletes every object of a multi-document YAML manifest
+// (what CreateYAML created), failing the test on the first that cannot
+// be deleted; one already gone is fine.
+func DeleteYAML(t testing.TB, c client.Client, manifest []byte) {
+	t.Helper()
+	for _, u := range decodeYAML(t, manifest) {
+		if err := c.Delete(context.Background(), u); client.IgnoreNotFound(err) != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// decodeYAML decodes a multi-document YAML manifest's objects.
+func decodeYAML(t testing.TB, manifest []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
 // Start starts etcd and the API server for t (and the controller manager
-// if asked), installs the CRDs and stops everything when t ends.
+// if asked), installs the CRDs and stops everything when t ends. A test
+// that needs a server of its own (it stops it, say) starts one; others
+// share one (Shared).
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
-	// The servers of a test run killed before it could stop them go
-	// first; this run's are marked, for the next one.
-	if killed, err := hostclean.TestRun(); err != nil {
-		t.Logf("testenv: what killed test runs left: %v", err)
-	} else if len(killed) > 0 {
-		t.Logf("testenv: killed %d processes killed test runs left", len(killed))
+	purgeKilled(t.Logf)
+	paths, skip, err := binaries(opts)
+	if skip != "" {
+		t.Skip(skip)
 	}
-	paths := map[binary]string{}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir is removed after the cleanups below: the servers are
+	// stopped by then.
+	e, stop, err := launch(opts, paths, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	e.logFailed(t, 0)
+	return e
+}
+
+// purgeKilled kills what test runs killed before they could stop their
+// servers left; this run's are marked, for the next one.
+func purgeKilled(logf func(string, ...any)) {
+	if killed, err := hostclean.TestRun(); err != nil {
+		logf("testenv: what killed test runs left: %v", err)
+	} else if len(killed) > 0 {
+		logf("testenv: killed %d processes killed test runs left", len(killed))
+	}
+}
+
+// binaries finds the binaries opts need, building the bundle first
+// (unless -short). With -short a missing binary is a reason to skip;
+// otherwise it is an error naming `make bundle`.
+func binaries(opts Options) (paths map[binary]string, skip string, err error) {
 	need := []binary{apiServer, etcd, kubectl}
 	if opts.ControllerManager {
 		need = append(need, controllerManager)
 	}
 	if !testing.Short() {
-		ensureBundle(t, need)
+		if err := ensureBundle(need); err != nil {
+			return nil, "", err
+		}
 	}
+	paths = map[binary]string{}
 	var missing []error
 	for _, b := range need {
 		p, err := b.path()
@@ -197,24 +252,34 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	if len(missing) > 0 {
 		if testing.Short() {
-			t.Skipf("testenv: %v (skipped with -short)", errors.Join(missing...))
+			return nil, fmt.Sprintf("testenv: %v (skipped with -short)", errors.Join(missing...)), nil
 		}
-		t.Fatalf("testenv: %v", errors.Join(missing...))
+		return nil, "", fmt.Errorf("testenv: %w", errors.Join(missing...))
 	}
+	return paths, "", nil
+}
+
+// launch starts etcd, the API server and, if opts ask, the controller
+// manager, keeping their files in dir, and installs the CRDs and
+// webhooks; stop stops them all.
+func launch(opts Options, paths map[binary]string, dir string) (e *Env, stop func() error, err error) {
 	// envtest finds its binaries by name in one directory.
-	assets := t.TempDir()
+	assets := filepath.Join(dir, "assets")
+	if err := os.Mkdir(assets, 0o755); err != nil {
+		return nil, nil, err
+	}
 	for _, b := range []binary{apiServer, etcd, kubectl} {
 		if err := os.Symlink(paths[b], filepath.Join(assets, b.name)); err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 	}
 	sch := runtime.NewScheme()
 	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, opts.AddToScheme...) {
 		if err := add(sch); err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 	}
-	e := &Env{Scheme: sch, Kubectl: paths[kubectl], env: &envtest.Environment{
+	e = &Env{Scheme: sch, Kubectl: paths[kubectl], env: &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     opts.CRDDirs,
 		ErrorIfCRDPathMissing: true,
@@ -228,26 +293,31 @@ func Start(t testing.TB, opts Options) *Env {
 	cfg, err := e.env.Start()
 	if err != nil {
 		_ = e.env.Stop()
-		t.Fatalf("testenv: start the API server: %v", err)
+		return nil, nil, fmt.Errorf("testenv: start the API server: %w", err)
 	}
-	t.Cleanup(func() {
+	stopServer := func() error {
 		if err := e.env.Stop(); err != nil {
-			t.Errorf("testenv: stop the API server: %v", err)
+			return fmt.Errorf("stop the API server: %w", err)
 		}
-	})
+		return nil
+	}
 	e.Config = cfg
 	wo := e.env.WebhookInstallOptions
 	e.Webhook = Webhook{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: sch}); err != nil {
-		t.Fatal(err)
+		return nil, nil, errors.Join(err, stopServer())
 	}
-	if e.Kubeconfig, err = writeKubeconfig(t.TempDir(), cfg); err != nil {
-		t.Fatal(err)
+	if e.Kubeconfig, err = writeKubeconfig(dir, cfg); err != nil {
+		return nil, nil, errors.Join(err, stopServer())
 	}
-	if opts.ControllerManager {
-		e.startControllerManager(t, paths[controllerManager])
+	if !opts.ControllerManager {
+		return e, stopServer, nil
 	}
-	return e
+	stopCM, err := e.startControllerManager(paths[controllerManager])
+	if err != nil {
+		return nil, nil, errors.Join(err, stopServer())
+	}
+	return e, func() error { stopCM(); return stopServer() }, nil
 }
 
 // writeKubeconfig writes cfg as a kubeconfig file.
@@ -267,9 +337,9 @@ func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
 const controllers = "deployment,replicaset,statefulset,daemonset,garbagecollector,namespace,clusterrole-aggregation"
 
 // startControllerManager runs the bundle's kube-controller-manager against
-// the API server until t ends; its log is printed if t fails.
-func (e *Env) startControllerManager(t testing.TB, path string) {
-	t.Helper()
+// the API server until stop; its output goes to e's controller manager
+// log.
+func (e *Env) startControllerManager(path string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, path,
 		"--kubeconfig="+e.Kubeconfig,
@@ -283,23 +353,33 @@ func (e *Env) startControllerManager(t testing.TB, path string) {
 		"--concurrent-replicaset-syncs=10",
 		"--concurrent-gc-syncs=20",
 	)
-	var log lockedBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	e.cmLog = &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = e.cmLog, e.cmLog
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
 		cancel()
-		t.Fatalf("testenv: start kube-controller-manager: %v", err)
+		return nil, fmt.Errorf("testenv: start kube-controller-manager: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		<-done
+	}, nil
+}
+
+// logFailed prints, if t fails, what the controller manager logged from
+// the byte from on.
+func (e *Env) logFailed(t testing.TB, from int) {
+	if e.cmLog == nil {
+		return
+	}
+	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kube-controller-manager's log:\n%s", log.String())
+			t.Logf("kube-controller-manager's log while the test ran:\n%s", e.cmLog.Since(from))
 		}
 	})
 }
@@ -316,8 +396,16 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+// Len is how much was written so far.
+func (l *lockedBuffer) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.String()
+	return l.b.Len()
+}
+
+// Since is what was written after the first n bytes.
+func (l *lockedBuffer) Since(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b.Bytes()[n:])
 }
