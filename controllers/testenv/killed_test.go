@@ -29,6 +29,17 @@ func TestKilledRunLeavesNothing(t *testing.T) {
 	// The killed run cannot remove its directories: they go in this
 	// test's.
 	helper.Env = append(os.Environ(), "TESTENV_KILLED_HELPER=1", "TMPDIR="+t.TempDir())
+	// The helper takes the binaries this run found (its bundle brought up
+	// to date here, as long as that takes): its 2 minutes are for
+	// starting the servers, not for a bundle check that waited for the
+	// bundle's lock under load (once 2 min 25 s).
+	paths, skip, err := binaries(Options{})
+	if err != nil || skip != "" {
+		t.Fatalf("the bundle's binaries: %v %s", err, skip)
+	}
+	for b, p := range paths {
+		helper.Env = append(helper.Env, b.env+"="+p)
+	}
 	out, err := helper.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
