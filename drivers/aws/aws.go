@@ -111,7 +111,6 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 	}
 	drv.credName = credName
 	drv.ec2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) {
-		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 		if d.AWSEndpoint != "" {
 			o.BaseEndpoint = sdk.String(d.AWSEndpoint)
 		}
@@ -121,7 +120,8 @@ func New(ctx context.Context, d districts.District, cred *districts.Credential, 
 
 // sdkConfig is the SDK's configuration for district d in region (the
 // district's, or the one serving another API such as the Price List): the
-// retries of opts, opts.HTTPClient, and cred's access key or profile (nil:
+// retries of opts, opts.HTTPClient (its request bodies as awsbody sends
+// them), and cred's access key or profile (nil:
 // the SDK's default chain), whose failures map to provider.ErrCloudAuth.
 // It returns how errors name the credentials. The caller points its client
 // at d.AWSEndpoint when set.
@@ -164,6 +164,9 @@ func sdkConfig(ctx context.Context, d districts.District, cred *districts.Creden
 	if cfg.Credentials != nil {
 		cfg.Credentials = markedCredentials{cfg.Credentials}
 	}
+	// After the configuration is loaded, so that a CA bundle it applies
+	// to the SDK's own client is kept.
+	cfg.HTTPClient = awsbody.Wrap(cfg.HTTPClient)
 	return cfg, credName, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/pricing"
 	"github.com/aws/aws-sdk-go-v2/service/pricing/types"
 
-	"github.com/cloudtransit/transit/awsbody"
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/provider"
 )
@@ -63,7 +62,6 @@ func Prices(ctx context.Context, d districts.District, cred *districts.Credentia
 	}
 	drv := &driver{d: d, opts: opts, credName: credName}
 	client := pricing.NewFromConfig(cfg, func(o *pricing.Options) {
-		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 		if d.AWSEndpoint != "" {
 			o.BaseEndpoint = sdk.String(d.AWSEndpoint)
 		}
