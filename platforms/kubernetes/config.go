@@ -136,8 +136,25 @@ func (s kubeadmSettings) clusterConfig() string {
 	b.WriteString("  extraArgs:\n  - name: kubelet-preferred-address-types\n    value: InternalIP,ExternalIP,Hostname\n")
 	b.WriteString("controllerManager:\n  extraArgs:\n  - name: node-monitor-grace-period\n    value: 20s\n")
 	b.WriteString("etcd:\n  local:\n    dataDir: /var/lib/etcd\n")
+	fmt.Fprintf(&b, "    extraArgs:\n    - name: heartbeat-interval\n      value: %q\n    - name: election-timeout\n      value: %q\n",
+		strconv.Itoa(etcdHeartbeatMillis), strconv.Itoa(etcdElectionMillis))
 	return b.String()
 }
+
+// etcd's heartbeat interval and election timeout, in milliseconds, for
+// masters in different clouds: etcd's defaults (100 ms, 1 s) suit members
+// on one LAN, and etcd asks for a heartbeat near the members' round trip
+// and an election timeout of ten. Between continents that round trip is
+// 150-250 ms; a master sharing its machine (local nodes, small VMs) adds
+// the pauses of a busy CPU and disk. With the defaults, a member that
+// joins a loaded cluster missed a second of heartbeats and cost an
+// election while the API server served ("etcdserver: leader changed"
+// in CI, masters 1 → 3). The price: a dead leader is replaced after
+// 2.5 s, not 1 s.
+const (
+	etcdHeartbeatMillis = 250
+	etcdElectionMillis  = 2500
+)
 
 // kubeletConfig is the kubelets' configuration (kubeadm stores it in the
 // cluster; joins fetch it).

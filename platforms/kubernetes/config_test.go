@@ -77,6 +77,9 @@ func TestInitConfig(t *testing.T) {
 		{cluster, []string{"networking", "podSubnet"}, "10.244.0.0/16"},
 		{cluster, []string{"networking", "serviceSubnet"}, "10.96.0.0/12"},
 		{cluster, []string{"apiServer", "certSANs"}, []any{"10.240.1.2", "127.0.0.1", "203.0.113.7", "api.demo.transit.internal", "localhost"}},
+		// Sized for masters in different clouds on busy machines.
+		{cluster, []string{"etcd", "local", "extraArgs"}, []any{map[string]any{"name": "heartbeat-interval", "value": "250"},
+			map[string]any{"name": "election-timeout", "value": "2500"}}},
 		{kubelet, []string{"cgroupDriver"}, "cgroupfs"},
 		{kubelet, []string{"failSwapOn"}, false},
 		{kubelet, []string{"imageGCHighThresholdPercent"}, float64(100)},
