@@ -100,6 +100,10 @@ var (
 	controllerManager = binary{"TEST_ASSET_KUBE_CONTROLLER_MANAGER", "kubernetes/kube-controller-manager", "kube-controller-manager"}
 )
 
+// Etcd is the path of the bundle's etcd, for tests that run one of their
+// own (with TLS, say, as kubeadm's masters do).
+func Etcd() (string, error) { return etcd.path() }
+
 // path finds b, or says how to get it.
 func (b binary) path() (string, error) {
 	if p := os.Getenv(b.env); p != "" {

@@ -334,6 +334,12 @@ func (d *driver) join(ctx context.Context, n districts.Node) error {
 	}
 	master := n.Role == districts.RoleMaster
 	kn, err := a.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{})
+	if err == nil && master && !hasLabel(kn, labelControlPlane) {
+		if err := d.undoHalfJoin(ctx, a, n); err != nil {
+			return fmt.Errorf("join node %s: %w", n.ID, err)
+		}
+		kn, err = a.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{})
+	}
 	switch {
 	case err == nil:
 		if _, cp := kn.Labels[labelControlPlane]; cp != master {
@@ -397,6 +403,30 @@ func (d *driver) join(ctx context.Context, n districts.Node) error {
 	if master {
 		d.addMaster(n)
 		return d.pinEndpoint(ctx, "")
+	}
+	return nil
+}
+
+// undoHalfJoin resets master n when a `kubeadm join --control-plane` was
+// cut short on it after its kubelet registered the Node and before kubeadm
+// made it a master (etcd member, control-plane label: the last phase),
+// say etcd did not answer in time on a loaded control plane. Its Node
+// looks like a worker's; the node holds a control plane's manifests. The
+// node is reset (the kubelet stopped, so it cannot register the Node
+// again) and its Node deleted: the join then starts over. A node without
+// those manifests joined as a worker, and is left for the caller to
+// refuse.
+func (d *driver) undoHalfJoin(ctx context.Context, a *api, n districts.Node) error {
+	out, err := d.r.Run(ctx, n, "reset a half-joined master", resetHalfJoinedMasterScript, nil)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(out, "reset") {
+		return nil
+	}
+	d.opts.Logger.Warn("an earlier join left a master half made (its Node registered, not a control plane); reset, joining again", "node", n.ID)
+	if err := a.c.CoreV1().Nodes().Delete(ctx, n.ID, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the Node of a half-joined master: %w", err)
 	}
 	return nil
 }

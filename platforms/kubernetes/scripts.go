@@ -223,6 +223,19 @@ func hasLeftovers(root string) string {
 	return strings.Join(tests, " || ")
 }
 
+// resetHalfJoinedMasterScript resets a node that holds a control plane's
+// manifests (a `kubeadm join --control-plane` got that far) and prints
+// "reset"; on any other node it does nothing.
+var resetHalfJoinedMasterScript = `set -eu
+` + shPath + `
+if [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ]; then
+	mkdir -p ` + logDir + `
+	kubeadm reset -f >>` + logDir + `/kubeadm.log 2>&1 || true
+	` + stopKubeletScript + `
+	echo reset
+fi
+`
+
 // kubeadmLogged runs `kubeadm <phase> <args>` with its output in logDir
 // (it repeats join commands); on failure it shows the log's last lines,
 // tokens and certificate keys redacted.

@@ -165,3 +165,16 @@ func TestProbeScript(t *testing.T) {
 		t.Errorf("the probe printed %q", out)
 	}
 }
+
+// The scripts that change a node are not run here (they would reset the
+// machine the tests run on); the shell at least parses each.
+func TestNodeScriptsParse(t *testing.T) {
+	for name, script := range map[string]string{
+		"join": joinScript(), "reset": resetScript(), "upload-certs": uploadCertsScript,
+		"reset a half-joined master": resetHalfJoinedMasterScript,
+	} {
+		if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", name, err, out)
+		}
+	}
+}

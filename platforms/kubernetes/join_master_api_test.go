@@ -1,0 +1,304 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
+
+	"github.com/cloudtransit/transit/clock/clocktest"
+	"github.com/cloudtransit/transit/controllers/testenv"
+	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/platforms/ssh"
+)
+
+// masterJoinRunner plays the nodes of a master's join against a real
+// API server and a real etcd (TLS, as kubeadm's): its first kubeadm join
+// gets as far as a real one cut short in its control-plane-join phase
+// does — manifests written, the Node registered without the control-plane
+// label, a learner member added for the node — and fails as kubeadm does
+// when etcd answers too late; the next join succeeds.
+type masterJoinRunner struct {
+	noTransfers
+	c     clientset.Interface
+	etcd  *clientv3.Client
+	addr  string // etcd's client address
+	creds string // CA, client certificate and key, as etcdCredsScript prints them
+
+	mu       sync.Mutex
+	prepared map[string]bool // node id -> holds a control plane's manifests
+	joins    int
+	resets   int
+	// leftover says what the second join found of the first.
+	leftover []string
+}
+
+const etcdTooLate = `[control-plane-join/etcd] Announced new etcd member joining to the existing etcd cluster
+error execution phase control-plane-join/etcd: error creating local etcd static pod manifest file: etcdserver: request timed out`
+
+func (r *masterJoinRunner) Run(ctx context.Context, n districts.Node, name, _ string, _ []byte) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch name {
+	case "read the etcd client credentials":
+		return r.creds, nil
+	case "reset a half-joined master":
+		if !r.prepared[n.ID] {
+			return "", nil
+		}
+		r.prepared[n.ID] = false
+		r.resets++
+		return "reset\n", nil
+	case "kubeadm join":
+	default:
+		return "", nil // the probe, the endpoint's pin, the certificates' upload
+	}
+	r.joins++
+	if r.joins > 1 {
+		if _, err := r.c.CoreV1().Nodes().Get(ctx, n.ID, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			r.leftover = append(r.leftover, fmt.Sprintf("the Node of the first join (get: %v)", err))
+		}
+		list, err := r.etcd.MemberList(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, m := range list.Members {
+			if memberOf(fromPB(m), n) {
+				r.leftover = append(r.leftover, fmt.Sprintf("etcd member %x %v", m.ID, m.PeerURLs))
+			}
+		}
+	}
+	r.prepared[n.ID] = true
+	labels := map[string]string{labelNetworkPending: ""}
+	if r.joins > 1 {
+		labels[labelControlPlane] = ""
+	}
+	kn, err := r.c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.ID, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	kn.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if _, err := r.c.CoreV1().Nodes().UpdateStatus(ctx, kn, metav1.UpdateOptions{}); err != nil {
+		return "", err
+	}
+	if r.joins > 1 {
+		return "", nil
+	}
+	if _, err := r.etcd.MemberAddAsLearner(ctx, []string{"https://" + net.JoinHostPort(n.PrivateIP, "2380")}); err != nil {
+		return "", err
+	}
+	return "", &ssh.RunError{Target: ssh.NodeTarget(n), Name: name, ExitStatus: 1, Stderr: etcdTooLate}
+}
+
+// DialContext reaches the test's etcd, whatever address the driver asks
+// for through the master (it asks for the master's own member).
+func (r *masterJoinRunner) DialContext(ctx context.Context, _ districts.Node, network, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, r.addr)
+}
+
+// A master whose join was cut short after its kubelet registered the Node
+// (kubeadm adds the control-plane label last) is reset and joined again,
+// its Node and etcd member of the first try gone before the second: CI
+// saw the retry call it "a worker of the cluster" and give up. A node of
+// the same name that joined as a worker (no control plane's manifests)
+// is still refused, and left as it is.
+func TestJoinMasterCutShortIsJoinedAgain(t *testing.T) {
+	c, _, a := addonsAPIServer(t)
+	addr, creds, etcd := tlsEtcd(t, "k-master-1")
+	cluster := districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}
+	cfg := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeadmConfigMap, Namespace: metav1.NamespaceSystem},
+		Data:       map[string]string{"ClusterConfiguration": "apiServer:\n  certSANs: []\n"},
+	}
+	if _, err := c.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.master = districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "127.0.0.1"}
+
+	r := &masterJoinRunner{c: c, etcd: etcd, addr: addr, creds: creds, prepared: map[string]bool{}}
+	d := newDriver(cluster, Options{Clock: clocktest.NewFake(time.Now())}, r)
+	d.api = a
+	n := districts.Node{ID: "k-master-2", Role: districts.RoleMaster, PrivateIP: "10.0.0.3"}
+	if err := d.Join(t.Context(), n); err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	if r.joins != 2 || r.resets != 1 {
+		t.Errorf("kubeadm join ran %d times and the node was reset %d times, want 2 and 1", r.joins, r.resets)
+	}
+	if len(r.leftover) > 0 {
+		t.Errorf("the second join found what the first left: %v", r.leftover)
+	}
+	kn, err := c.CoreV1().Nodes().Get(t.Context(), n.ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasLabel(kn, labelControlPlane) {
+		t.Errorf("the joined master's Node is not a control plane: labels %v", kn.Labels)
+	}
+
+	// A worker's Node under a master's name: refused, untouched.
+	w := districts.Node{ID: "k-master-3", Role: districts.RoleMaster, PrivateIP: "10.0.0.4"}
+	if _, err := c.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.ID}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Join(t.Context(), w)
+	if err == nil || !strings.Contains(err.Error(), "it is a worker of the cluster") {
+		t.Fatalf("Join of a worker's Node as a master: %v, want a refusal naming it a worker", err)
+	}
+	if _, err := c.CoreV1().Nodes().Get(t.Context(), w.ID, metav1.GetOptions{}); err != nil {
+		t.Errorf("the worker's Node: %v, want it kept", err)
+	}
+	if r.joins != 2 || r.resets != 1 {
+		t.Errorf("kubeadm join ran %d times and nodes were reset %d times after the refusal, want 2 and 1", r.joins, r.resets)
+	}
+}
+
+// tlsEtcd runs the bundle's etcd as kubeadm runs a master's: clients
+// need a certificate of its CA. It returns the client address, the
+// credentials as etcdCredsScript prints them, and a client.
+func tlsEtcd(t *testing.T, name string) (string, string, *clientv3.Client) {
+	t.Helper()
+	bin, err := testenv.Etcd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, caKey := newCert(t, "etcd-ca", nil, nil, nil)
+	server, serverKey := newCert(t, name, ca, caKey, []net.IP{net.IPv4(127, 0, 0, 1)})
+	client, clientKey := newCert(t, "kube-apiserver-etcd-client", ca, caKey, nil)
+	files := map[string][]byte{"ca.crt": ca.Raw, "server.crt": server.Raw, "server.key": serverKey}
+	for f, der := range files {
+		typ := "CERTIFICATE"
+		if strings.HasSuffix(f, ".key") {
+			typ = "EC PRIVATE KEY"
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clientAddr, peerAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "--name", name, "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", "https://"+clientAddr, "--advertise-client-urls", "https://"+clientAddr,
+		"--listen-peer-urls", "http://"+peerAddr, "--initial-advertise-peer-urls", "http://"+peerAddr,
+		"--initial-cluster", name+"=http://"+peerAddr,
+		"--cert-file", filepath.Join(dir, "server.crt"), "--key-file", filepath.Join(dir, "server.key"),
+		"--trusted-ca-file", filepath.Join(dir, "ca.crt"), "--client-cert-auth")
+	log, err := os.Create(filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = log.Close()
+	})
+	pemOf := func(typ string, der []byte) string {
+		return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+	}
+	creds := pemOf("CERTIFICATE", ca.Raw) + pemOf("CERTIFICATE", client.Raw) + pemOf("EC PRIVATE KEY", clientKey)
+
+	tlsCfg, err := (&driver{r: &masterJoinRunner{creds: creds}}).etcdTLS(t.Context(), districts.Node{ID: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + clientAddr}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = etcd.Close() })
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		_, err := etcd.MemberList(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			out, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
+			t.Fatalf("etcd did not answer in a minute: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return clientAddr, creds, etcd
+}
+
+// newCert makes a certificate for name (a CA when parent is nil), valid
+// for ips, and its DER-encoded EC key.
+func newCert(t *testing.T, name string, parent *x509.Certificate, parentKey []byte, ips []net.IP) (*x509.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  ips,
+	}
+	signer, signerCert := any(key), tmpl
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage |= x509.KeyUsageCertSign
+		tmpl.ExtKeyUsage = nil
+	} else {
+		pk, err := x509.ParseECPrivateKey(parentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		signer, signerCert = pk, parent
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signerCert, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, keyDER
+}
+
+// freeAddr is a loopback address with a port no one listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
