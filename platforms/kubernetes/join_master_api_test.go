@@ -302,3 +302,106 @@ func freeAddr(t *testing.T) string {
 	defer func() { _ = l.Close() }()
 	return l.Addr().String()
 }
+
+// overlapRunner joins every node at once, a master as a control plane,
+// and records how many joins of each role ran together: each join waits
+// up to overlapWait for another of its role to start.
+type overlapRunner struct {
+	noTransfers
+	c     clientset.Interface
+	addr  string
+	creds string
+
+	mu      sync.Mutex
+	running map[string]int // role -> joins running
+	most    map[string]int // role -> most joins that ran together
+	arrived map[string]chan struct{}
+}
+
+const overlapWait = 2 * time.Second
+
+func (r *overlapRunner) Run(ctx context.Context, n districts.Node, name, _ string, _ []byte) (string, error) {
+	switch name {
+	case "read the etcd client credentials":
+		return r.creds, nil
+	case "kubeadm join":
+	default:
+		return "", nil
+	}
+	r.mu.Lock()
+	r.running[n.Role]++
+	r.most[n.Role] = max(r.most[n.Role], r.running[n.Role])
+	other := r.arrived[n.Role]
+	if other == nil {
+		other = make(chan struct{})
+		r.arrived[n.Role] = other
+	} else {
+		close(other)
+	}
+	r.mu.Unlock()
+	select {
+	case <-other:
+	case <-time.After(overlapWait):
+	}
+	r.mu.Lock()
+	r.running[n.Role]--
+	r.mu.Unlock()
+	labels := map[string]string{}
+	if n.Role == districts.RoleMaster {
+		labels[labelControlPlane] = ""
+	}
+	kn, err := r.c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.ID, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	kn.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	_, err = r.c.CoreV1().Nodes().UpdateStatus(ctx, kn, metav1.UpdateOptions{})
+	return "", err
+}
+
+func (r *overlapRunner) DialContext(ctx context.Context, _ districts.Node, network, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, r.addr)
+}
+
+// Masters join one at a time, as etcd grows, while workers join in
+// parallel: two masters joining at once (the loop joins a round's nodes
+// in parallel) failed their etcd phase on a busy control plane in CI.
+func TestMastersJoinOneAtATime(t *testing.T) {
+	c, _, a := addonsAPIServer(t)
+	addr, creds, _ := tlsEtcd(t, "k-master-1")
+	cfg := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeadmConfigMap, Namespace: metav1.NamespaceSystem},
+		Data:       map[string]string{"ClusterConfiguration": "apiServer:\n  certSANs: []\n"},
+	}
+	if _, err := c.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.master = districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "127.0.0.1"}
+	r := &overlapRunner{c: c, addr: addr, creds: creds, running: map[string]int{}, most: map[string]int{}, arrived: map[string]chan struct{}{}}
+	d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}, Options{}, r)
+	d.api = a
+	nodes := []districts.Node{
+		{ID: "k-master-2", Role: districts.RoleMaster, PrivateIP: "10.0.0.2"},
+		{ID: "k-master-3", Role: districts.RoleMaster, PrivateIP: "10.0.0.3"},
+		{ID: "k-worker-1", Role: districts.RoleWorker, PrivateIP: "10.0.0.4"},
+		{ID: "k-worker-2", Role: districts.RoleWorker, PrivateIP: "10.0.0.5"},
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = d.Join(t.Context(), n) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Join %s: %v", nodes[i].ID, err)
+		}
+	}
+	if got := r.most[districts.RoleMaster]; got != 1 {
+		t.Errorf("%d masters joined at once, want 1", got)
+	}
+	if got := r.most[districts.RoleWorker]; got != 2 {
+		t.Errorf("at most %d workers joined at once, want both", got)
+	}
+}

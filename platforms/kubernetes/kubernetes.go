@@ -77,6 +77,8 @@ type driver struct {
 	// district (share.go), with the run's token for their servers.
 	seeds      map[string]*districtSeed
 	shareToken string
+	// masterJoin lets one master join at a time (see Join).
+	masterJoin chan struct{}
 }
 
 var _ provider.Platform = (*driver)(nil)
@@ -104,7 +106,7 @@ func newDriver(c districts.Cluster, opts Options, r runner) *driver {
 	}
 	return &driver{cluster: c, k8s: k.Resolved(), endpoint: ClusterEndpoint(c), opts: opts, r: r,
 		manifests: map[string]*bundle.Manifest{}, systemdOn: map[string]bool{},
-		seeds: map[string]*districtSeed{}, shareToken: newShareToken()}
+		seeds: map[string]*districtSeed{}, shareToken: newShareToken(), masterJoin: make(chan struct{}, 1)}
 }
 
 // Close closes the driver's SSH connections.

@@ -290,7 +290,23 @@ func (d *driver) addMaster(m districts.Node) {
 // times: kubeadm gives some of its calls a single 10 s try, which a
 // loaded control plane misses (CI run 39: "unable to fetch the
 // kubeadm-config ConfigMap: context deadline exceeded").
+//
+// Masters join one at a time, workers in parallel: etcd grows by one
+// member at a time (it takes one learner; kubeadm retries the second's
+// addition for under a minute), and each addition loads the members
+// while the new one catches up. Two masters joining at once on a busy
+// control plane failed their etcd phase, and cost elections while the
+// API server served. Cluster API's control plane scales up one machine
+// at a time for the same reason.
 func (d *driver) Join(ctx context.Context, n districts.Node) error {
+	if n.Role == districts.RoleMaster {
+		select {
+		case d.masterJoin <- struct{}{}:
+			defer func() { <-d.masterJoin }()
+		case <-ctx.Done():
+			return fmt.Errorf("join node %s: waited for another master's join: %w", n.ID, ctx.Err())
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		err := d.join(ctx, n)
 		if err == nil || attempt == joinAttempts || !apiTimedOut(err) {
