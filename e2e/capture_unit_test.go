@@ -2,9 +2,15 @@ package e2e
 
 import (
 	"encoding/binary"
+	"fmt"
+	"net"
 	"net/netip"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cloudtransit/transit/districts"
 )
@@ -67,4 +73,81 @@ func TestOutsideMeshNamesPackets(t *testing.T) {
 	if n := strings.Count(msgs[0], "→"); n != samplesPerFlow {
 		t.Errorf("outsideMesh names %d packets, want the first %d:\n%s", n, samplesPerFlow, msgs[0])
 	}
+}
+
+// A capture sees its own interface's packets alone, from its first read:
+// while another interface carries a flood, a capture opened on a quiet
+// one reads nothing. (CI: a capture on an AWS region's uplink read
+// another e2e group's VXLAN and node-port packets, all "at 1ms".) In a
+// network namespace of the test's own, on a thread that ends with it.
+func TestCaptureSeesItsInterfaceAlone(t *testing.T) {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread leaves with its namespace.
+		runtime.LockOSThread()
+		errc <- captureQuiet()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// captureQuiet, in a new network namespace, floods its loopback with UDP
+// and opens captures on a quiet veth, again and again.
+func captureQuiet() error {
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("a network namespace of the test's own: %w", err)
+	}
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"link", "add", "quiet0", "type", "veth", "peer", "name", "quiet1"}, {"link", "set", "quiet0", "up"}, {"link", "set", "quiet1", "up"}} {
+		// Forked from this thread: in its namespace.
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	// Made on this thread, the sockets live in its namespace, whichever
+	// thread then writes.
+	sink, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sink.Close() }()
+	src, err := net.Dial("udp4", sink.LocalAddr().String())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = src.Close() }()
+	stop := make(chan struct{})
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_, _ = src.Write([]byte("flood"))
+			}
+		}
+	}()
+	defer func() { close(stop); <-flooded }()
+	buf := make([]byte, 65536)
+	for i := range 100 {
+		fd, err := listen("quiet0")
+		if err != nil {
+			return err
+		}
+		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 1000})
+		for {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil {
+				break // nothing more queued
+			}
+			if f, p, ok := parsePacket(buf[:n]); ok {
+				unix.Close(fd)
+				return fmt.Errorf("capture %d on the quiet interface read a %s packet from elsewhere: %s", i, f, p)
+			}
+		}
+		unix.Close(fd)
+	}
+	return nil
 }

@@ -39,11 +39,9 @@ import (
 // label, a learner member added for the node — and fails as kubeadm does
 // when etcd answers too late; the next join succeeds.
 type masterJoinRunner struct {
-	noTransfers
-	c     clientset.Interface
-	etcd  *clientv3.Client
-	addr  string // etcd's client address
-	creds string // CA, client certificate and key, as etcdCredsScript prints them
+	etcdNode
+	c    clientset.Interface
+	etcd *clientv3.Client
 
 	mu       sync.Mutex
 	prepared map[string]bool // node id -> holds a control plane's manifests
@@ -89,20 +87,8 @@ func (r *masterJoinRunner) Run(ctx context.Context, n districts.Node, name, _ st
 		}
 	}
 	r.prepared[n.ID] = true
-	labels := map[string]string{labelNetworkPending: ""}
-	if r.joins > 1 {
-		labels[labelControlPlane] = ""
-	}
-	kn, err := r.c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.ID, Labels: labels}}, metav1.CreateOptions{})
-	if err != nil {
+	if err := registerNode(ctx, r.c, n.ID, r.joins > 1); err != nil || r.joins > 1 {
 		return "", err
-	}
-	kn.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	if _, err := r.c.CoreV1().Nodes().UpdateStatus(ctx, kn, metav1.UpdateOptions{}); err != nil {
-		return "", err
-	}
-	if r.joins > 1 {
-		return "", nil
 	}
 	if _, err := r.etcd.MemberAddAsLearner(ctx, []string{"https://" + net.JoinHostPort(n.PrivateIP, "2380")}); err != nil {
 		return "", err
@@ -110,11 +96,52 @@ func (r *masterJoinRunner) Run(ctx context.Context, n districts.Node, name, _ st
 	return "", &ssh.RunError{Target: ssh.NodeTarget(n), Name: name, ExitStatus: 1, Stderr: etcdTooLate}
 }
 
-// DialContext reaches the test's etcd, whatever address the driver asks
+// etcdNode is a test runner's master as the driver reaches its etcd: its
+// connections go to the test's etcd, whatever address the driver asks
 // for through the master (it asks for the master's own member).
-func (r *masterJoinRunner) DialContext(ctx context.Context, _ districts.Node, network, _ string) (net.Conn, error) {
+type etcdNode struct {
+	noTransfers
+	addr  string // etcd's client address
+	creds string // CA, client certificate and key, as etcdCredsScript prints them
+}
+
+func (e etcdNode) DialContext(ctx context.Context, _ districts.Node, network, _ string) (net.Conn, error) {
 	var d net.Dialer
-	return d.DialContext(ctx, network, r.addr)
+	return d.DialContext(ctx, network, e.addr)
+}
+
+// registerNode makes the Node a join's kubelet registers, Ready, a
+// control plane's if controlPlane (kubeadm labels it last).
+func registerNode(ctx context.Context, c clientset.Interface, name string, controlPlane bool) error {
+	labels := map[string]string{labelNetworkPending: ""}
+	if controlPlane {
+		labels[labelControlPlane] = ""
+	}
+	kn, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	kn.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	_, err = c.CoreV1().Nodes().UpdateStatus(ctx, kn, metav1.UpdateOptions{})
+	return err
+}
+
+// joinedMaster is a cluster of one master, k-master-1, for joins: its API
+// server (the driver's), its etcd with TLS as kubeadm runs it, and the
+// kubeadm configuration a master's join amends.
+func joinedMaster(t *testing.T) (clientset.Interface, *api, etcdNode, *clientv3.Client) {
+	t.Helper()
+	c, _, a := addonsAPIServer(t)
+	addr, creds, etcd := tlsEtcd(t, "k-master-1")
+	cfg := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeadmConfigMap, Namespace: metav1.NamespaceSystem},
+		Data:       map[string]string{"ClusterConfiguration": "apiServer:\n  certSANs: []\n"},
+	}
+	if _, err := c.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.master = districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "127.0.0.1"}
+	return c, a, etcdNode{addr: addr, creds: creds}, etcd
 }
 
 // A master whose join was cut short after its kubelet registered the Node
@@ -124,20 +151,9 @@ func (r *masterJoinRunner) DialContext(ctx context.Context, _ districts.Node, ne
 // the same name that joined as a worker (no control plane's manifests)
 // is still refused, and left as it is.
 func TestJoinMasterCutShortIsJoinedAgain(t *testing.T) {
-	c, _, a := addonsAPIServer(t)
-	addr, creds, etcd := tlsEtcd(t, "k-master-1")
-	cluster := districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}
-	cfg := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: kubeadmConfigMap, Namespace: metav1.NamespaceSystem},
-		Data:       map[string]string{"ClusterConfiguration": "apiServer:\n  certSANs: []\n"},
-	}
-	if _, err := c.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	a.master = districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "127.0.0.1"}
-
-	r := &masterJoinRunner{c: c, etcd: etcd, addr: addr, creds: creds, prepared: map[string]bool{}}
-	d := newDriver(cluster, Options{Clock: clocktest.NewFake(time.Now())}, r)
+	c, a, node, etcd := joinedMaster(t)
+	r := &masterJoinRunner{etcdNode: node, c: c, etcd: etcd, prepared: map[string]bool{}}
+	d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}, Options{Clock: clocktest.NewFake(time.Now())}, r)
 	d.api = a
 	n := districts.Node{ID: "k-master-2", Role: districts.RoleMaster, PrivateIP: "10.0.0.3"}
 	if err := d.Join(t.Context(), n); err != nil {
@@ -222,7 +238,7 @@ func tlsEtcd(t *testing.T, name string) (string, string, *clientv3.Client) {
 	}
 	creds := pemOf("CERTIFICATE", ca.Raw) + pemOf("CERTIFICATE", client.Raw) + pemOf("EC PRIVATE KEY", clientKey)
 
-	tlsCfg, err := (&driver{r: &masterJoinRunner{creds: creds}}).etcdTLS(t.Context(), districts.Node{ID: name})
+	tlsCfg, err := (&driver{r: &masterJoinRunner{etcdNode: etcdNode{creds: creds}}}).etcdTLS(t.Context(), districts.Node{ID: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,10 +323,8 @@ func freeAddr(t *testing.T) string {
 // and records how many joins of each role ran together: each join waits
 // up to overlapWait for another of its role to start.
 type overlapRunner struct {
-	noTransfers
-	c     clientset.Interface
-	addr  string
-	creds string
+	etcdNode
+	c clientset.Interface
 
 	mu      sync.Mutex
 	running map[string]int // role -> joins running
@@ -346,39 +360,15 @@ func (r *overlapRunner) Run(ctx context.Context, n districts.Node, name, _ strin
 	r.mu.Lock()
 	r.running[n.Role]--
 	r.mu.Unlock()
-	labels := map[string]string{}
-	if n.Role == districts.RoleMaster {
-		labels[labelControlPlane] = ""
-	}
-	kn, err := r.c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.ID, Labels: labels}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	kn.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	_, err = r.c.CoreV1().Nodes().UpdateStatus(ctx, kn, metav1.UpdateOptions{})
-	return "", err
-}
-
-func (r *overlapRunner) DialContext(ctx context.Context, _ districts.Node, network, _ string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, network, r.addr)
+	return "", registerNode(ctx, r.c, n.ID, n.Role == districts.RoleMaster)
 }
 
 // Masters join one at a time, as etcd grows, while workers join in
 // parallel: two masters joining at once (the loop joins a round's nodes
 // in parallel) failed their etcd phase on a busy control plane in CI.
 func TestMastersJoinOneAtATime(t *testing.T) {
-	c, _, a := addonsAPIServer(t)
-	addr, creds, _ := tlsEtcd(t, "k-master-1")
-	cfg := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: kubeadmConfigMap, Namespace: metav1.NamespaceSystem},
-		Data:       map[string]string{"ClusterConfiguration": "apiServer:\n  certSANs: []\n"},
-	}
-	if _, err := c.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	a.master = districts.Node{ID: "k-master-1", Role: districts.RoleMaster, PrivateIP: "127.0.0.1"}
-	r := &overlapRunner{c: c, addr: addr, creds: creds, running: map[string]int{}, most: map[string]int{}, arrived: map[string]chan struct{}{}}
+	c, a, node, _ := joinedMaster(t)
+	r := &overlapRunner{etcdNode: node, c: c, running: map[string]int{}, most: map[string]int{}, arrived: map[string]chan struct{}{}}
 	d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}, Options{}, r)
 	d.api = a
 	nodes := []districts.Node{
