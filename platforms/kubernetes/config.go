@@ -136,8 +136,8 @@ func (s kubeadmSettings) clusterConfig() string {
 	b.WriteString("  extraArgs:\n  - name: kubelet-preferred-address-types\n    value: InternalIP,ExternalIP,Hostname\n")
 	b.WriteString("controllerManager:\n  extraArgs:\n  - name: node-monitor-grace-period\n    value: 20s\n")
 	b.WriteString("etcd:\n  local:\n    dataDir: /var/lib/etcd\n")
-	fmt.Fprintf(&b, "    extraArgs:\n    - name: heartbeat-interval\n      value: %q\n    - name: election-timeout\n      value: %q\n",
-		strconv.Itoa(etcdHeartbeatMillis), strconv.Itoa(etcdElectionMillis))
+	fmt.Fprintf(&b, "    extraArgs:\n    - name: heartbeat-interval\n      value: \"%d\"\n    - name: election-timeout\n      value: \"%d\"\n",
+		etcdHeartbeatMillis, etcdElectionMillis)
 	return b.String()
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -238,10 +239,13 @@ func tlsEtcd(t *testing.T, name string) (string, string, *clientv3.Client) {
 	}
 	creds := pemOf("CERTIFICATE", ca.Raw) + pemOf("CERTIFICATE", client.Raw) + pemOf("EC PRIVATE KEY", clientKey)
 
-	tlsCfg, err := (&driver{r: &masterJoinRunner{etcdNode: etcdNode{creds: creds}}}).etcdTLS(t.Context(), districts.Node{ID: name})
+	key, err := x509.ParseECPrivateKey(clientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	tlsCfg := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{{Certificate: [][]byte{client.Raw}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + clientAddr}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

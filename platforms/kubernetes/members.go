@@ -358,7 +358,7 @@ func (d *driver) join(ctx context.Context, n districts.Node) error {
 	}
 	switch {
 	case err == nil:
-		if _, cp := kn.Labels[labelControlPlane]; cp != master {
+		if cp := hasLabel(kn, labelControlPlane); cp != master {
 			return fmt.Errorf("join node %s: it is a %s of the cluster; kubeadm cannot change a node's role in place: remove the node", n.ID, roleOf(cp))
 		}
 		// A join cut short after the kubelet registered the Node.
