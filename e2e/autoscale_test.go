@@ -77,7 +77,7 @@ func autoscaleScenario(tb testing.TB, c *cluster, tasks int) autoscaleRun {
 		r := c.transit("autoscale", "--json")
 		run.autoscaleRuns++
 		if r.code != 0 {
-			tb.Fatalf("autoscale: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			tb.Fatalf("autoscale: exit %d\n%s", r.code, r)
 		}
 		now := c.statusNow()
 		workers := 0
@@ -120,7 +120,7 @@ func autoscaleScenario(tb testing.TB, c *cluster, tasks int) autoscaleRun {
 		r := c.transit("autoscale")
 		run.idleRun++
 		if r.code != 0 {
-			tb.Fatalf("autoscale after the service went: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			tb.Fatalf("autoscale after the service went: exit %d\n%s", r.code, r)
 		}
 		if len(c.statusNow().Nodes) == 1 {
 			run.idleGone = time.Since(removed)

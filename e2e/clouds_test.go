@@ -435,7 +435,7 @@ func testCloudSwarm(t *testing.T, env *clouds) {
 			// Stopped: a node that is not ready, never gone, not replaced.
 			r := c.transit("apply", "--auto-approve")
 			if r.code != 0 || !strings.Contains(r.stdout+r.stderr, victim.ID+": the cloud reports its machine stopped") {
-				t.Fatalf("apply with a stopped worker: exit %d, want 0 and a warning naming it\n%s\n%s", r.code, r.stdout, r.stderr)
+				t.Fatalf("apply with a stopped worker: exit %d, want 0 and a warning naming it\n%s", r.code, r)
 			}
 			res := c.statusNow()
 			if n, ok := find(res); !ok || n.Phase != districts.PhaseStopped || len(res.Nodes) != 6 {
@@ -454,7 +454,7 @@ func testCloudSwarm(t *testing.T, env *clouds) {
 				time.Sleep(time.Second)
 			}
 			if r := c.transit("apply", "--auto-approve"); r.code != 0 {
-				t.Fatalf("apply after the start: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+				t.Fatalf("apply after the start: exit %d\n%s", r.code, r)
 			}
 			res = c.statusNow()
 			n, ok := find(res)
@@ -479,7 +479,7 @@ func testCloudSwarm(t *testing.T, env *clouds) {
 			deadline = time.Now().Add(2 * time.Minute)
 			for {
 				if r := c.transit("apply", "--auto-approve"); r.code != 0 {
-					t.Fatalf("apply with replace_unhealthy_after: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+					t.Fatalf("apply with replace_unhealthy_after: exit %d\n%s", r.code, r)
 				}
 				if _, ok := find(c.statusNow()); !ok || time.Now().After(deadline) {
 					break
@@ -552,7 +552,7 @@ func (env *clouds) checkSwarm(t *testing.T, c *cluster, want int) {
 	r := c.apply()
 	defer func() {
 		if t.Failed() {
-			t.Logf("apply printed:\n%s\n%s", r.stdout, r.stderr)
+			t.Logf("apply printed:\n%s", r)
 		}
 	}()
 	res := c.status()
@@ -639,7 +639,7 @@ func cases(s string) string {
 
 func (env *clouds) checkDestroy(t *testing.T, c *cluster) {
 	if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
-		t.Fatalf("destroy: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("destroy: exit %d\n%s", r.code, r)
 	}
 	if left := env.resources(); len(left) > 0 {
 		t.Errorf("the clouds still hold after destroy:\n  %s", strings.Join(left, "\n  "))

@@ -296,6 +296,15 @@ type result struct {
 	stdout, stderr string
 }
 
+// String shows what a failed run said, its last words first: a CI log
+// keeps only the start of a long failure, and the error that ended a run
+// comes after minutes of its progress log.
+func (r result) String() string {
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	last := lines[max(0, len(lines)-15):]
+	return fmt.Sprintf("stderr ended:\n%s\n\nstdout:\n%s\nstderr:\n%s", strings.Join(last, "\n"), r.stdout, r.stderr)
+}
+
 func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, transitBin, args...)
 	cmd.Dir = c.dir
@@ -329,7 +338,7 @@ func (c *cluster) run(args ...string) (result, error) {
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil && timeLeft(c.tb) <= 0 && !c.teardown:
-		return r, fmt.Errorf("transit %v was stopped: the test binary's deadline (go test -timeout) is near and cleaning up takes up to %s\nstdout:\n%s\nstderr:\n%s", args, cleanupReserve, r.stdout, r.stderr)
+		return r, fmt.Errorf("transit %v was stopped: the test binary's deadline (go test -timeout) is near and cleaning up takes up to %s\n%s", args, cleanupReserve, r)
 	case errors.As(err, &exit):
 		r.code = exit.ExitCode()
 	case err != nil:
@@ -343,7 +352,7 @@ func (c *cluster) apply() result {
 	c.tb.Helper()
 	r := c.transit("apply", "--auto-approve")
 	if r.code != 0 {
-		c.tb.Fatalf("apply: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		c.tb.Fatalf("apply: exit %d\n%s", r.code, r)
 	}
 	return r
 }

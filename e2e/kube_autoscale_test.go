@@ -73,7 +73,7 @@ func testKubeAutoscale(t *testing.T, c *cluster) {
 		runs++
 		r := c.transit("autoscale", "--json")
 		if r.code != 0 {
-			t.Fatalf("autoscale: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			t.Fatalf("autoscale: exit %d\n%s", r.code, r)
 		}
 		if err := available(ctx, k, "e2e-as-fill", replicas); err != nil {
 			return fmt.Errorf("%w; last decision: %s", err, decisionLine(r.stdout))
@@ -102,7 +102,7 @@ func testKubeAutoscale(t *testing.T, c *cluster) {
 		runs++
 		r := c.transit("autoscale", "--json")
 		if r.code != 0 {
-			t.Fatalf("autoscale after the pods went: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			t.Fatalf("autoscale after the pods went: exit %d\n%s", r.code, r)
 		}
 		if got := countRole(c.statusNow(), "e2e-b", districts.RoleWorker); got != wantB {
 			return fmt.Errorf("%d workers in e2e-b, want %d; last decision: %s", got, wantB, decisionLine(r.stdout))

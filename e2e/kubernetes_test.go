@@ -485,7 +485,7 @@ func testKubeRefusedDrain(t *testing.T, c *cluster) {
 	c.cfg.Strategy.DrainTimeout = drainTimeout
 	c.writeConfig()
 	if r.code != 3 {
-		t.Fatalf("apply: exit %d, want 3 (not converged)\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("apply: exit %d, want 3 (not converged)\n%s", r.code, r)
 	}
 	if !strings.Contains(r.stderr, "drain of node") || !strings.Contains(r.stderr, "default/"+pods.Items[0].Name) {
 		t.Errorf("the message does not name the refused drain and the blocking pod default/%s:\n%s", pods.Items[0].Name, r.stderr)

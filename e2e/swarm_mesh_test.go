@@ -228,7 +228,7 @@ func testRotateUnderTraffic(t *testing.T, c *cluster) {
 	})
 	r := c.transit("mesh", "rotate", "--auto-approve", server.ID)
 	if r.code != 0 {
-		t.Fatalf("transit mesh rotate %s: exit %d\n%s\n%s", server.ID, r.code, r.stdout, r.stderr)
+		t.Fatalf("transit mesh rotate %s: exit %d\n%s", server.ID, r.code, r)
 	}
 	before, _ := probes()
 	eventually(t, time.Minute, "answers after the rotation", func(context.Context) error {
@@ -304,7 +304,7 @@ func testTagRemovedWithSibling(t *testing.T, c *cluster, env *clouds) {
 	}()
 	r := c.apply()
 	if !strings.Contains(r.stdout+r.stderr, "machine "+worker.ProviderID+" is listed by districts aws-us and aws-us-b") {
-		t.Errorf("apply does not warn of the machine two districts list:\n%s\n%s", r.stdout, r.stderr)
+		t.Errorf("apply does not warn of the machine two districts list:\n%s", r)
 	}
 	after := c.status()
 	if got, want := machinesOf(after), machinesOf(before); !maps.Equal(got, want) {
@@ -333,7 +333,7 @@ func testZoneUnreachable(t *testing.T, c *cluster, env *clouds) {
 	r := c.transit("apply", "--auto-approve")
 	env.emu.GCEFaults.Clear()
 	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "zones/"+worker.Zone+" unreachable") {
-		t.Errorf("apply with zone %s unreachable: exit %d, want a failure naming the zone\n%s\n%s", worker.Zone, r.code, r.stdout, r.stderr)
+		t.Errorf("apply with zone %s unreachable: exit %d, want a failure naming the zone\n%s", worker.Zone, r.code, r)
 	}
 	if got, want := machinesOf(c.status()), machinesOf(before); !maps.Equal(got, want) {
 		t.Errorf("the nodes' machines changed while a zone was unreachable: %v, were %v", got, want)
@@ -388,7 +388,7 @@ func testRestartedTakesPeers(t *testing.T, c *cluster, env *clouds) {
 	// The district's only machine vanished: transit believes that only
 	// when told (a changed credential looks the same).
 	if r := c.transit("apply", "--auto-approve", "--forget-missing"); r.code != 0 {
-		t.Fatalf("apply --forget-missing with the worker deleted: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("apply --forget-missing with the worker deleted: exit %d\n%s", r.code, r)
 	}
 	var fresh districts.Node
 	for _, n := range c.status().Nodes {

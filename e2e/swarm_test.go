@@ -703,7 +703,7 @@ func testRefusedDrain(t *testing.T, c *cluster) {
 	c.setQuantity("e2e-b", districts.RoleWorker, want-1)
 	r := c.transit("apply", "--auto-approve")
 	if r.code != 3 {
-		t.Fatalf("apply: exit %d, want 3 (not converged)\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("apply: exit %d, want 3 (not converged)\n%s", r.code, r)
 	}
 	if !strings.Contains(r.stderr, "drain of node") || !strings.Contains(r.stderr, "can run on no other node") {
 		t.Errorf("the message does not say which drain was refused and why:\n%s", r.stderr)
@@ -744,7 +744,7 @@ func testBadInput(t *testing.T, c *cluster) {
 		}
 		r := c.transit("status")
 		if r.code != 0 || !strings.Contains(r.stdout, "Platform unreachable") || !strings.Contains(r.stdout, want) {
-			t.Errorf("%s: status exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0, \"Platform unreachable\" and %q", name, r.code, r.stdout, r.stderr, want)
+			t.Errorf("%s: status exit %d, want exit 0, \"Platform unreachable\" and %q:\n%s", name, r.code, want, r)
 		}
 		if after, err := os.ReadFile(statePath); err != nil || !bytes.Equal(after, before) {
 			t.Errorf("%s: status changed resources.json or it is unreadable (%v)", name, err)
@@ -854,7 +854,7 @@ func newPrivateKey(t *testing.T) []byte {
 
 func testDestroy(t *testing.T, c *cluster) {
 	if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
-		t.Fatalf("destroy: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("destroy: exit %d\n%s", r.code, r)
 	}
 	// Terminations finish in the background; give them a moment.
 	deadline := time.Now().Add(60 * time.Second)
