@@ -21,15 +21,18 @@ import (
 // a provider's change until every consumer's pod template carries the new
 // revision (no kubelet: the rollouts themselves are the cluster benchmark's
 // part). Goals: ≤ 1 s for 55 consumers, ≤ 10 s for 1,000. The controller
-// runs as the addon's settings allow at most: 64 workers, 1,000 QPS, and
-// its webhook is registered as the addon installs it: every template
-// patch passes through it.
+// runs as the addon's settings allow at most (64 workers, 1,000 QPS) and
+// as the addon installs it: its service account, roles and admission
+// policy, and the webhook registered, which admits every user's write of
+// a consumer and the controller's own only while the wait container is
+// there.
 func BenchmarkPropagation(b *testing.B) {
 	// A server of its own: no other test's leftovers in the measurement,
 	// and the raised QPS is its client configuration's alone.
 	e := testenv.Start(b, webhookOptions(false))
 	e.Config.QPS, e.Config.Burst = 1000, 2000
-	startController(b, e, relations.Options{Workers: 64})
+	// As installed: the addon's identity, roles and admission policy.
+	startControllerAs(b, e, asAddon(b, e), relations.Options{Workers: 64})
 	k, err := kubernetes.NewForConfig(e.Config)
 	if err != nil {
 		b.Fatal(err)

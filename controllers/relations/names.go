@@ -16,6 +16,10 @@ const (
 	WaitContainer             = annotations.WaitContainer
 )
 
+// ControllerUser is the user the addon's controller acts as (its service
+// account).
+const ControllerUser = "system:serviceaccount:transit-relations:transit-relations"
+
 type (
 	// ProviderAnnotations is what a provider's annotations say.
 	ProviderAnnotations = annotations.ProviderAnnotations

@@ -255,7 +255,7 @@ func deleteClusterRoles(t *testing.T, c client.Client, group, resource string, n
 // returns a configuration with the controller's identity. The tests that
 // share a server share them: the first installs them; a test that adds to
 // them (a ClusterRole they aggregate) takes it out again before it ends.
-func asAddon(t *testing.T, e *testenv.Env) *rest.Config {
+func asAddon(t testing.TB, e *testenv.Env) *rest.Config {
 	t.Helper()
 	for _, o := range addonRBAC(t) {
 		if err := e.Client.Create(t.Context(), o); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -270,7 +270,7 @@ func asAddon(t *testing.T, e *testenv.Env) *rest.Config {
 // addonRBAC are the namespace, service account, roles and admission
 // policy of the addon manifest transit installs: the identity the
 // controller runs as and what it may do.
-func addonRBAC(t *testing.T) []*unstructured.Unstructured {
+func addonRBAC(t testing.TB) []*unstructured.Unstructured {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "platforms", "kubernetes", "addons", "relations.yaml"))
 	if err != nil {

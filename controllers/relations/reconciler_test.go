@@ -47,10 +47,39 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.StopShared(cmdtest.Main(m)))
 }
 
+// webhookCalls counts the webhook's admissions by namespace and user.
+var webhookCalls = struct {
+	sync.Mutex
+	n map[[2]string]int
+}{n: map[[2]string]int{}}
+
+// countedWebhook is the webhook, its admissions counted in webhookCalls.
+type countedWebhook struct{ admission.Handler }
+
+func (h countedWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	webhookCalls.Lock()
+	webhookCalls.n[[2]string{req.Namespace, req.UserInfo.Username}]++
+	webhookCalls.Unlock()
+	return h.Handler.Handle(ctx, req)
+}
+
+// admissions is how often the webhook admitted user's writes in ns.
+func admissions(ns, user string) int {
+	webhookCalls.Lock()
+	defer webhookCalls.Unlock()
+	return webhookCalls.n[[2]string{ns, user}]
+}
+
 // startController runs the relations controller (and its webhook, when e
 // installed one) against e until the test ends; stop stops it earlier.
 func startController(t testing.TB, e *testenv.Env, opts ...relations.Options) (stop func()) {
 	t.Helper()
+	if e.Webhook.Port != 0 {
+		// With the webhook registered, as installed: which of the
+		// controller's writes it admits depends on the controller's
+		// identity.
+		return startControllerAs(t, e, asAddon(t, e), opts...)
+	}
 	return startControllerAs(t, e, e.Config, opts...)
 }
 
@@ -78,8 +107,8 @@ func startControllerAs(t testing.TB, e *testenv.Env, cfg *rest.Config, opts ...r
 		t.Fatal(err)
 	}
 	if e.Webhook.Port != 0 {
-		mgr.GetWebhookServer().Register(relations.WebhookPath, &webhook.Admission{Handler: &relations.Webhook{
-			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme), Image: "transit.local/relations:test"}})
+		mgr.GetWebhookServer().Register(relations.WebhookPath, &webhook.Admission{Handler: countedWebhook{&relations.Webhook{
+			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme), Image: "transit.local/relations:test"}}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -200,6 +201,12 @@ func TestLifecycleAvailable(t *testing.T) {
 	e, ns := startEnvWithWebhook(t, filepath.Join("testdata", "crd"))
 	ctx := t.Context()
 	c := e.Client
+	// The controller runs as the addon (the webhook is registered): it
+	// reads Databases once a ClusterRole it aggregates lets it.
+	reader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "databases-available", Labels: map[string]string{relations.LabelAggregateController: "true"}},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"example.com"}, Resources: []string{"databases"}, Verbs: []string{"get", "list", "watch"}}}}
+	createAll(t, c, reader)
+	t.Cleanup(func() { deleteClusterRoles(t, c, "example.com", "databases", reader.Name) })
 	startController(t, e)
 
 	pg := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: ns, Annotations: map[string]string{relations.AnnotationProvides: "db"}},

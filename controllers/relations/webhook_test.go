@@ -15,16 +15,18 @@ import (
 	"github.com/cloudtransit/transit/controllers/relations"
 )
 
-// TestWebhook, with the real API server calling the webhook over TLS: a
-// consumer created before its provider is held by the wait container;
-// malformed annotations are refused, naming the entry; once established,
-// the controller's rollout brings the values and removes the wait; a
-// client that rewrites the template without them rolls nothing (the
-// webhook injects the persisted revision); with the webhook down,
+// TestWebhook, with the real API server calling the webhook over TLS and
+// the controller acting as the addon's service account: a consumer
+// created before its provider is held by the wait container; malformed
+// annotations are refused, naming the entry; once established, the
+// controller's rollout brings the values and removes the wait (its patch
+// admitted by the webhook); a client that rewrites the template without
+// them rolls nothing (the webhook injects the persisted revision); the
+// controller's later patches skip the webhook; with the webhook down,
 // annotated workloads are refused and others are not.
 func TestWebhook(t *testing.T) {
 	e, ns := startEnvWithWebhook(t)
-	stop := startController(t, e)
+	stop := startControllerAs(t, e, asAddon(t, e))
 	ctx := t.Context()
 	c := e.Client
 
@@ -71,6 +73,18 @@ func TestWebhook(t *testing.T) {
 	}
 	if web.Generation != gen || len(web.Spec.Template.Spec.Containers[0].Env) != 1 {
 		t.Errorf("a rewritten template: generation %d (was %d), env %+v; want nothing changed", web.Generation, gen, web.Spec.Template.Spec.Containers[0].Env)
+	}
+
+	// Established, no wait: the controller's patch of the next revision
+	// is not a round trip to the webhook.
+	if admissions(ns, relations.ControllerUser) == 0 {
+		t.Error("the controller's establishing patch was not admitted by the webhook (which removes the wait)")
+	}
+	before := admissions(ns, relations.ControllerUser)
+	setHost(t, c, ns, "pg", "db2.example.com")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r2", "2")
+	if n := admissions(ns, relations.ControllerUser) - before; n != 0 {
+		t.Errorf("the controller's patch of revision 2 went through the webhook %d time(s), want none", n)
 	}
 
 	// The webhook down: annotated workloads are refused, others pass.

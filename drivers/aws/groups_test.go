@@ -1,9 +1,11 @@
 package aws
 
 import (
+	"context"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,6 +149,11 @@ func TestGroupQuota(t *testing.T) {
 	}
 }
 
+// TestDeleteGroupWaitsForTerminations: a group still used by a
+// terminating instance is deleted once the termination ends, within
+// GroupWait, and refused naming the dependency past it. The emulator's
+// clock is held while the instance terminates, so no step depends on how
+// fast a loaded machine runs it.
 func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, ec2.Options{})
@@ -156,12 +163,14 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if err := drv.Terminate(t.Context(), inst); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 400*time.Millisecond {
-		t.Errorf("Terminate waited %s", d)
+	clock := holdClock(w.sim)
+	// Terminate does not wait for the termination (which cannot end
+	// while the clock is held).
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	err = drv.Terminate(ctx, inst)
+	cancel()
+	if err != nil {
+		t.Fatalf("Terminate while the instance terminates: %v (does it wait for the termination?)", err)
 	}
 	insts, _, err := drv.List(t.Context(), "dep")
 	if err != nil || len(insts) != 1 || insts[0].State != provider.InstanceTerminating {
@@ -178,7 +187,14 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 		t.Errorf("DeleteGroup while an instance terminates: %v", err)
 	}
 
+	// The termination ends once a patient DeleteGroup was refused.
 	w.actions()
+	go func() {
+		for len(w.forms("DeleteSecurityGroup")) == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		clock.resume(time.Second)
+	}()
 	if err := drv.DeleteGroup(t.Context(), g); err != nil {
 		t.Fatalf("DeleteGroup: %v", err)
 	}
@@ -199,4 +215,35 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 	if _, groups, err := drv.List(t.Context(), "dep"); err != nil || len(groups) != 0 {
 		t.Errorf("after DeleteGroup by name: %v %+v", err, groups)
 	}
+}
+
+// heldClock is an emulator's clock that stands still until resumed.
+type heldClock struct {
+	mu      sync.Mutex
+	at      time.Time
+	running bool
+	ahead   time.Duration
+}
+
+// holdClock stops sim's clock at now.
+func holdClock(sim *cloudsim.Sim) *heldClock {
+	c := &heldClock{at: time.Now()}
+	sim.Now = c.now
+	return c
+}
+
+func (c *heldClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		return time.Now().Add(c.ahead)
+	}
+	return c.at
+}
+
+// resume lets the clock run again, jumped ahead by d.
+func (c *heldClock) resume(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running, c.ahead = true, d
 }
