@@ -25,8 +25,13 @@ const (
 )
 
 // listingWait bounds how long a run waits for listings that lack machines
-// they must show (eventual consistency) before it stops.
-const listingWait = 2 * time.Minute
+// they must show (eventual consistency) before it stops; silentWait how
+// long it waits for a platform that stopped answering after the run
+// changed it.
+const (
+	listingWait = 2 * time.Minute
+	silentWait  = 2 * time.Minute
+)
 
 func withDefaults(o Options) Options {
 	if o.Parallel <= 0 {
@@ -155,7 +160,9 @@ func missingText(missing []missingMachine) string {
 // next round tries; each node is refused at most once per run). A round
 // all of whose actions failed or found nothing to do made none, and the
 // run stops. Waiting for what only time fixes (terminations, new members
-// becoming ready) is no round at all: it is bounded by WaitTimeout.
+// becoming ready) is no round at all: it is bounded by WaitTimeout, and so
+// is waiting for a platform that stopped answering right after a round
+// changed it (by silentWait too).
 func Apply(ctx context.Context, opts Options) (Result, error) {
 	opts = withDefaults(opts)
 	if err := checkSize(opts.Cluster); err != nil {
@@ -164,7 +171,7 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 	r := newRunner(opts)
 	destroy := opts.Destroy || opts.AllowDestroy && wantsNothing(opts.Cluster)
 	var res Result
-	var waited, listingWaited time.Duration
+	var waited, listingWaited, silentWaited time.Duration
 	var plan Plan
 	lastProgress := -1 // progress of the last round that executed, -1 before any
 	for r.round = 1; ; r.round++ {
@@ -260,6 +267,22 @@ func Apply(ctx context.Context, opts Options) (Result, error) {
 			}
 			res.Converged = true
 			return r.finish(res, nil)
+		}
+		if w.platform != platformUnreachable {
+			silentWaited = 0
+		}
+		if len(plan.Actions) == 0 && len(plan.Waiting) == 0 && w.platform == platformUnreachable &&
+			lastProgress > 0 && silentWaited < min(opts.WaitTimeout, silentWait) {
+			// The run changed the platform a moment ago: a master that
+			// joined or left costs an etcd election, a restart of an
+			// API server. Not the silence a run finds at its start.
+			r.emit(Event{Type: EventWait, Phase: PhaseStart, Message: fmt.Sprintf("the platform does not answer since the last round changed it (%v); asking again", w.platformErr)})
+			if err := opts.Clock.Sleep(ctx, opts.PollInterval); err != nil {
+				return r.finish(res, err)
+			}
+			silentWaited += opts.Clock.Now().Sub(began)
+			r.round--
+			continue
 		}
 		if len(plan.Actions) == 0 && len(plan.Waiting) == 0 {
 			r.problems = append(r.problems, plan.Blocked...)

@@ -449,3 +449,29 @@ func TestAddonsStepRunsOnceConverged(t *testing.T) {
 		t.Errorf("destroy ran the addons step: %v", h.sim.addonsRuns)
 	}
 }
+
+// A control plane that does not answer for a moment after the run
+// changed it (etcd electing a leader once a master joined or left, an
+// API server restarting) is waited for, then the run goes on: it is not
+// the unreachable platform a run finds at its start (CI run 40: the
+// round after a master's join asked while etcd elected, and the run
+// ended not converged). One that stays silent still ends the run, naming
+// it.
+func TestPlatformSilentAfterAJoinIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	h := newTestHarness(t)
+	h.mustConverge(paperCluster(1, 1, 0))
+	h.sim.afterJoin = 3
+	h.mustConverge(paperCluster(1, 2, 0))
+	if ids := h.nodeIDs("worker"); len(ids) != 2 {
+		t.Errorf("workers %v, want 2", ids)
+	}
+
+	h.sim.afterJoin = 1 << 20
+	c := paperCluster(1, 3, 0)
+	h.prepare(c)
+	_, err := h.apply(c, 0)
+	if !errors.Is(err, provider.ErrPlatformUnreachable) || !strings.Contains(err.Error(), "etcdserver: leader changed") {
+		t.Fatalf("err = %v, want the platform unreachable, naming why", err)
+	}
+}

@@ -48,6 +48,10 @@ type sim struct {
 	sloppyList   bool           // List also returns foreign machines
 	sickProb     float64        // probability a member turns sick at a Members call
 	membersFail  float64        // probability Members times out (no master answers)
+	// afterJoin is how many Members calls fail, at once, after each
+	// join: a control plane electing a leader or restarting its API
+	// server once the platform changed.
+	afterJoin, unanswered int
 	joinDrop     float64        // probability a join succeeds but the connection drops before transit hears
 	labelFail    float64        // probability a label fails
 	addonsFail   float64        // probability the addons step fails
@@ -712,6 +716,7 @@ func (p *simPlatform) Join(ctx context.Context, n districts.Node) error {
 		s.members[n.ID] = &simMember{role: n.Role, ready: true, machine: n.ProviderID, addr: n.PrivateIP, gen: s.gen,
 			voter: n.Role == districts.RoleMaster && s.rng.Float64() >= s.learnerProb}
 	}
+	s.unanswered = s.afterJoin
 	if err == nil && s.rng.Float64() < s.joinDrop {
 		// It joined; transit never hears.
 		return errors.New("ssh: connection lost after docker swarm join")
@@ -862,6 +867,10 @@ func (p *simPlatform) Members(ctx context.Context, nodes []districts.Node) ([]pr
 	if s.rng.Float64() < s.membersFail {
 		s.clock.Advance(2 * time.Minute) // the SSH timeout
 		return nil, &provider.UnreachableError{Masters: masters, Err: errors.New("ssh: dial tcp: i/o timeout")}
+	}
+	if s.unanswered > 0 {
+		s.unanswered--
+		return nil, &provider.UnreachableError{Masters: masters, Err: errors.New("etcdserver: leader changed")}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.members)) {
 		m := s.members[id]
