@@ -466,6 +466,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	if diff := gocmp.Diff(map[string]string{"transit-cluster": "c", "team": "x"}, tagMap(in.Tags)); diff != "" {
 		t.Errorf("tags (-want +got):\n%s", diff)
 	}
+	time.Sleep(350 * time.Millisecond) // LOADSIM
 	out, err := c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id)})
 	if err != nil || aws.ToString(out.Output) != "" {
 		t.Errorf("console of a pending instance: %v %q", err, aws.ToString(out.Output))
@@ -509,6 +510,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	if st := term.TerminatingInstances[0]; st.CurrentState.Name != types.InstanceStateNameShuttingDown || st.PreviousState.Name != types.InstanceStateNameRunning {
 		t.Errorf("terminate: %s -> %s", st.PreviousState.Name, st.CurrentState.Name)
 	}
+	time.Sleep(350 * time.Millisecond) // LOADSIM
 	if st := f.describe(id).State.Name; st != types.InstanceStateNameShuttingDown {
 		t.Errorf("right after terminate: %s", st)
 	}
@@ -521,6 +523,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	if got := f.describe(id); got.PublicIpAddress != nil || got.StateReason == nil {
 		t.Errorf("terminated instance keeps its address or has no reason: %+v", got)
 	}
+	time.Sleep(450 * time.Millisecond) // LOADSIM
 	// Terminating again is fine and says terminated.
 	term, err = c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
 	if err != nil || term.TerminatingInstances[0].CurrentState.Name != types.InstanceStateNameTerminated {
