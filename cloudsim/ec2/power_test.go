@@ -38,10 +38,13 @@ func changes(sc []types.InstanceStateChange) []string {
 
 // Stop and start as EC2 does them for an EBS-backed instance: stopping,
 // stopped (no public address, the private one kept), pending, running
-// with a new public address; a stopped instance can be terminated.
+// with a new public address; a stopped instance can be terminated. The
+// emulator's clock is held, so stopping and pending last however slowly
+// the steps run, and advanced past the latency when they must end.
 func TestStopStart(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{})
+	clock := cloudsim.Hold(f.sim)
 	c, ctx := f.ec2(), t.Context()
 	f.srv.SetLatency(cloudsim.Latency{Stop: 300 * time.Millisecond, Start: 300 * time.Millisecond})
 	id := aws.ToString(f.run(&ec2.RunInstancesInput{TagSpecifications: []types.TagSpecification{tagSpec(types.ResourceTypeInstance, "k", "v")}}).InstanceId)
@@ -59,8 +62,9 @@ func TestStopStart(t *testing.T) {
 	}
 	stopping := f.describe(id)
 	if stopping.State.Name != types.InstanceStateNameStopping || stopping.State.Code == nil || *stopping.State.Code != 64 {
-		t.Errorf("right after StopInstances: %+v", stopping.State)
+		t.Errorf("before the stop latency passed: %+v", stopping.State)
 	}
+	clock.Advance(300 * time.Millisecond)
 	stopped := f.waitState(id, types.InstanceStateNameStopped)
 	if *stopped.State.Code != 80 || aws.ToString(stopped.PublicIpAddress) != "" ||
 		aws.ToString(stopped.PrivateIpAddress) != aws.ToString(before.PrivateIpAddress) {
@@ -92,6 +96,7 @@ func TestStopStart(t *testing.T) {
 	if diff := gocmp.Diff([]string{id + " stopped pending"}, changes(started.StartingInstances)); diff != "" {
 		t.Errorf("StartInstances (-want +got):\n%s", diff)
 	}
+	clock.Advance(300 * time.Millisecond)
 	running := f.waitState(id, types.InstanceStateNameRunning)
 	if pub := aws.ToString(running.PublicIpAddress); pub == "" || pub == aws.ToString(before.PublicIpAddress) {
 		t.Errorf("started again with public address %q, want a new one (was %q)", pub, aws.ToString(before.PublicIpAddress))
@@ -107,7 +112,8 @@ func TestStopStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{id}})
-	wantCode(t, err, "IncorrectInstanceState", 400)
+	wantCode(t, err, "IncorrectInstanceState", 400) // still stopping
+	clock.Advance(300 * time.Millisecond)
 	f.waitState(id, types.InstanceStateNameStopped)
 	term, err := c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
 	if err != nil {
@@ -143,7 +149,8 @@ func TestStopPendingRefused(t *testing.T) {
 
 // A launch that fails (cloudsim.FaultFailed) is accepted, pending, then
 // terminated with Server.InternalError, or stopped with
-// Server.InsufficientInstanceCapacity.
+// Server.InsufficientInstanceCapacity. The emulator's clock is held while
+// the launch must be pending.
 func TestFailedLaunch(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -156,12 +163,14 @@ func TestFailedLaunch(t *testing.T) {
 		t.Run(tc.code, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, Options{})
+			clock := cloudsim.Hold(f.sim)
 			f.srv.SetLatency(cloudsim.Latency{Launch: 300 * time.Millisecond})
 			f.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultFailed, Reason: tc.reason})
 			id := aws.ToString(f.run(&ec2.RunInstancesInput{}).InstanceId)
 			if st := f.describe(id).State.Name; st != types.InstanceStateNamePending {
 				t.Errorf("a failing launch is %s at first, want pending", st)
 			}
+			clock.Resume(300 * time.Millisecond)
 			got := f.waitState(id, tc.end)
 			if got.StateReason == nil || aws.ToString(got.StateReason.Code) != tc.code {
 				t.Errorf("state reason %+v, want %s", got.StateReason, tc.code)

@@ -446,9 +446,15 @@ func TestSecurityGroups(t *testing.T) {
 	}
 }
 
+// TestInstanceLifecycle: pending for the launch latency, running with
+// addresses and a console, shutting-down for the termination latency,
+// then terminated and visible so for TerminatedVisible. The emulator's
+// clock is held, and advanced past each latency when its state must end,
+// so no state depends on how fast a loaded machine runs the steps.
 func TestInstanceLifecycle(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{TerminatedVisible: 400 * time.Millisecond})
+	clock := cloudsim.Hold(f.sim)
 	f.srv.SetLatency(cloudsim.Latency{Launch: 300 * time.Millisecond, Terminate: 300 * time.Millisecond})
 	c, ctx := f.ec2(), t.Context()
 	key := authorizedKey(t)
@@ -466,20 +472,20 @@ func TestInstanceLifecycle(t *testing.T) {
 	if diff := gocmp.Diff(map[string]string{"transit-cluster": "c", "team": "x"}, tagMap(in.Tags)); diff != "" {
 		t.Errorf("tags (-want +got):\n%s", diff)
 	}
-	time.Sleep(350 * time.Millisecond) // LOADSIM
 	out, err := c.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(id)})
 	if err != nil || aws.ToString(out.Output) != "" {
 		t.Errorf("console of a pending instance: %v %q", err, aws.ToString(out.Output))
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
-	for f.describe(id).State.Name != types.InstanceStateNameRunning {
-		if time.Now().After(deadline) {
-			t.Fatal("instance never ran")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if st := f.describe(id).State.Name; st != types.InstanceStateNamePending {
+		t.Errorf("before the launch latency passed: %s, want pending", st)
 	}
+
+	clock.Advance(300 * time.Millisecond)
 	run := f.describe(id)
+	if run.State.Name != types.InstanceStateNameRunning {
+		t.Fatalf("once the launch latency passed: %s, want running", run.State.Name)
+	}
 	if !strings.HasPrefix(aws.ToString(run.PrivateIpAddress), "172.31.32.") || !strings.HasPrefix(aws.ToString(run.PublicIpAddress), "198.1") ||
 		run.LaunchTime == nil || aws.ToString(run.KeyName) != "k" {
 		t.Errorf("running instance %+v", run)
@@ -510,20 +516,17 @@ func TestInstanceLifecycle(t *testing.T) {
 	if st := term.TerminatingInstances[0]; st.CurrentState.Name != types.InstanceStateNameShuttingDown || st.PreviousState.Name != types.InstanceStateNameRunning {
 		t.Errorf("terminate: %s -> %s", st.PreviousState.Name, st.CurrentState.Name)
 	}
-	time.Sleep(350 * time.Millisecond) // LOADSIM
 	if st := f.describe(id).State.Name; st != types.InstanceStateNameShuttingDown {
-		t.Errorf("right after terminate: %s", st)
+		t.Errorf("before the termination latency passed: %s, want shutting-down", st)
 	}
-	for f.describe(id).State.Name != types.InstanceStateNameTerminated {
-		if time.Now().After(deadline) {
-			t.Fatal("instance never terminated")
-		}
-		time.Sleep(20 * time.Millisecond)
+	clock.Advance(300 * time.Millisecond)
+	ended := f.describe(id)
+	if ended.State.Name != types.InstanceStateNameTerminated {
+		t.Fatalf("once the termination latency passed: %s, want terminated", ended.State.Name)
 	}
-	if got := f.describe(id); got.PublicIpAddress != nil || got.StateReason == nil {
-		t.Errorf("terminated instance keeps its address or has no reason: %+v", got)
+	if ended.PublicIpAddress != nil || ended.StateReason == nil {
+		t.Errorf("terminated instance keeps its address or has no reason: %+v", ended)
 	}
-	time.Sleep(450 * time.Millisecond) // LOADSIM
 	// Terminating again is fine and says terminated.
 	term, err = c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
 	if err != nil || term.TerminatingInstances[0].CurrentState.Name != types.InstanceStateNameTerminated {
@@ -532,17 +535,10 @@ func TestInstanceLifecycle(t *testing.T) {
 	if len(f.srv.Resources()) != 1 { // the key pair
 		t.Errorf("resources: %+v", f.srv.Resources())
 	}
-	for {
-		_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
-		if err != nil {
-			wantCode(t, err, "InvalidInstanceID.NotFound", 400)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("terminated instance stays visible")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Once TerminatedVisible passed, it is gone.
+	clock.Advance(400 * time.Millisecond)
+	_, err = c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	wantCode(t, err, "InvalidInstanceID.NotFound", 400)
 	_, err = c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
 	wantCode(t, err, "InvalidInstanceID.NotFound", 400)
 	_, err = c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{"not-an-id"}})
@@ -1113,9 +1109,13 @@ func TestWildcard(t *testing.T) {
 	}
 }
 
+// TestVisibilityLag: a new instance is not found, by id or by filter,
+// until VisibilityLag has passed. The emulator's clock is held, so the lag
+// lasts however slowly the steps run, and advanced past it.
 func TestVisibilityLag(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{VisibilityLag: 300 * time.Millisecond})
+	clock := cloudsim.Hold(f.sim)
 	c, ctx := f.ec2(), t.Context()
 	id := aws.ToString(f.run(&ec2.RunInstancesInput{TagSpecifications: []types.TagSpecification{tagSpec(types.ResourceTypeInstance, "k", "v")}}).InstanceId)
 	_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
@@ -1126,7 +1126,7 @@ func TestVisibilityLag(t *testing.T) {
 	if err != nil || len(out.Reservations) != 0 {
 		t.Errorf("a new instance is listed at once: %v %+v", err, out.Reservations)
 	}
-	time.Sleep(300 * time.Millisecond)
+	clock.Advance(300 * time.Millisecond)
 	if got := f.describe(id); aws.ToString(got.InstanceId) != id {
 		t.Errorf("after the lag: %+v", got)
 	}

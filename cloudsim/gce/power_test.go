@@ -51,8 +51,11 @@ func waitOp(t *testing.T, base string, op map[string]any) map[string]any {
 // (the internal address kept, the external one given back), then
 // PROVISIONING or STAGING and RUNNING with a new external address. A
 // TERMINATED instance can be deleted; operations list by type and status.
+// The emulator's clock is held, so each state between lasts however slowly
+// the steps run, and advanced past the latency when it must end.
 func TestStopStart(t *testing.T) {
 	s, base := newTest(t, cloudsim.Latency{})
+	clock := cloudsim.Hold(s.sim)
 	inst := base + "zones/europe-west1-b/instances/n1"
 	if code, op := do(t, "POST", base+"zones/europe-west1-b/instances", instanceBody); code != 200 {
 		t.Fatalf("insert: %d %v", code, op)
@@ -74,6 +77,7 @@ func TestStopStart(t *testing.T) {
 	if code != 400 {
 		t.Errorf("start of a STOPPING instance: %d, want 400 resourceNotReady", code)
 	}
+	clock.Advance(300 * time.Millisecond)
 	waitOp(t, base, op)
 	priv, pub := waitStatus(t, base, "TERMINATED")
 	if priv != priv0 || pub != "" {
@@ -92,6 +96,7 @@ func TestStopStart(t *testing.T) {
 	if st, _, _ := instanceState(t, base); st != "PROVISIONING" && st != "STAGING" {
 		t.Errorf("right after start: %s", st)
 	}
+	clock.Advance(300 * time.Millisecond)
 	waitOp(t, base, op)
 	priv, pub = waitStatus(t, base, "RUNNING")
 	if priv != priv0 || pub == "" || pub == pub0 {
@@ -102,6 +107,7 @@ func TestStopStart(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("stop: %d %v", code, op)
 	}
+	clock.Advance(300 * time.Millisecond)
 	waitOp(t, base, op)
 	code, op = do(t, "DELETE", inst, "")
 	if code != 200 || op["operationType"] != "delete" {
@@ -114,6 +120,7 @@ func TestStopStart(t *testing.T) {
 	if code != 400 {
 		t.Errorf("start of an instance being deleted: %d, want 400", code)
 	}
+	clock.Advance(300 * time.Millisecond)
 	waitOp(t, base, op)
 	if code, _ := do(t, "GET", inst, ""); code != 404 {
 		t.Errorf("after the delete: %d", code)
@@ -122,8 +129,10 @@ func TestStopStart(t *testing.T) {
 
 // An insert hit by FaultFailed succeeds, and its instance is TERMINATED
 // (with a statusMessage) right after; Fail does the same to a running one.
+// The emulator's clock is held while the insert must be in progress.
 func TestFailedInsert(t *testing.T) {
 	s, base := newTest(t, cloudsim.Latency{Launch: 200 * time.Millisecond})
+	clock := cloudsim.Hold(s.sim)
 	s.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpLaunch, Kind: cloudsim.FaultFailed})
 	code, op := do(t, "POST", base+"zones/europe-west1-b/instances", instanceBody)
 	if code != 200 {
@@ -132,6 +141,7 @@ func TestFailedInsert(t *testing.T) {
 	if st, _, _ := instanceState(t, base); st != "PROVISIONING" {
 		t.Errorf("at first: %s", st)
 	}
+	clock.Resume(200 * time.Millisecond)
 	if done := waitOp(t, base, op); done["error"] != nil {
 		t.Errorf("the insert operation failed: %v", done)
 	}

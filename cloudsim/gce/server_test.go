@@ -80,9 +80,11 @@ func TestUnauthenticated(t *testing.T) {
 // An insert repeated with its requestId answers the first operation and
 // makes nothing new; the operation is done, and the instance RUNNING,
 // only after the launch latency; delete keeps it STOPPING for the
-// termination latency.
+// termination latency. The emulator's clock is held, so each latency lasts
+// however slowly the steps run, and advanced past it when it must end.
 func TestOperations(t *testing.T) {
 	s, api := newTest(t, cloudsim.Latency{Launch: 300 * time.Millisecond, Terminate: 300 * time.Millisecond})
+	clock := cloudsim.Hold(s.sim)
 	const rid = "0f8fad5b-d9cb-469f-a165-70867728950e"
 	code, op := do(t, "POST", api+"zones/europe-west1-b/instances?requestId="+rid, instanceBody)
 	if code != 200 || op["status"] != "RUNNING" {
@@ -99,6 +101,7 @@ func TestOperations(t *testing.T) {
 	if in["status"] == "RUNNING" {
 		t.Errorf("instance RUNNING before the launch latency")
 	}
+	clock.Advance(300 * time.Millisecond)
 	_, done := do(t, "POST", api+"zones/europe-west1-b/operations/"+op["name"].(string)+"/wait", "")
 	if done["status"] != "DONE" {
 		t.Errorf("wait answered %v", done["status"])
@@ -111,6 +114,7 @@ func TestOperations(t *testing.T) {
 	if _, in = do(t, "GET", api+"zones/europe-west1-b/instances/n1", ""); in["status"] != "STOPPING" {
 		t.Errorf("right after delete: %v, want STOPPING", in["status"])
 	}
+	clock.Advance(300 * time.Millisecond)
 	do(t, "POST", api+"zones/europe-west1-b/operations/"+del["name"].(string)+"/wait", "")
 	if code, _ := do(t, "GET", api+"zones/europe-west1-b/instances/n1", ""); code != 404 {
 		t.Errorf("after the delete operation: %d, want 404", code)
@@ -121,9 +125,11 @@ func TestOperations(t *testing.T) {
 }
 
 // A firewall exists only once its insert is done; a second insert of the
-// name meanwhile conflicts. Filters that are not filters are refused.
+// name meanwhile conflicts (the emulator's clock is held meanwhile).
+// Filters that are not filters are refused.
 func TestFirewallCreation(t *testing.T) {
-	_, api := newTest(t, cloudsim.Latency{GroupCreate: 300 * time.Millisecond})
+	s, api := newTest(t, cloudsim.Latency{GroupCreate: 300 * time.Millisecond})
+	clock := cloudsim.Hold(s.sim)
 	body := `{"name":"fw","allowed":[{"IPProtocol":"all"}],"sourceRanges":["10.0.0.1/32"]}`
 	_, op := do(t, "POST", api+"global/firewalls", body)
 	if code, _ := do(t, "GET", api+"global/firewalls/fw", ""); code != 404 {
@@ -132,6 +138,7 @@ func TestFirewallCreation(t *testing.T) {
 	if code, _ := do(t, "POST", api+"global/firewalls", body); code != 409 {
 		t.Errorf("second insert while the first is pending: %d, want 409", code)
 	}
+	clock.Advance(300 * time.Millisecond)
 	do(t, "POST", api+"global/operations/"+op["name"].(string)+"/wait", "")
 	if code, _ := do(t, "GET", api+"global/firewalls/fw", ""); code != 200 {
 		t.Errorf("firewall after its insert: %d", code)

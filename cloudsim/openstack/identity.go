@@ -28,7 +28,7 @@ func (s *Server) project(t string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tok, ok := s.tokens[t]
-	if ok && !time.Now().Before(tok.expires) {
+	if ok && !s.sim.Time().Before(tok.expires) {
 		delete(s.tokens, t)
 		return "", false
 	}
@@ -150,7 +150,7 @@ func (s *Server) issueToken(w http.ResponseWriter, base string, body []byte) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	tokenID := "gAAAAA" + hex.EncodeToString(raw[:])
-	now := time.Now().UTC()
+	now := s.sim.Time().UTC()
 	s.mu.Lock()
 	s.tokens[tokenID] = token{project: project, expires: now.Add(s.opts.TokenLife)}
 	s.mu.Unlock()

@@ -42,9 +42,12 @@ func (c *client) waitStatus(id, want string) map[string]any {
 // os-stop and os-start as Nova does them: ACTIVE with task_state
 // powering-off, SHUTOFF (vm_state stopped, power_state 4), SHUTOFF with
 // powering-on, ACTIVE; the fixed address and the floating IP stay; a
-// wrong state answers 409; a SHUTOFF server can be deleted.
+// wrong state answers 409; a SHUTOFF server can be deleted. The
+// emulator's clock is held, so each task lasts however slowly the steps
+// run, and advanced past its latency when it must end.
 func TestStopStart(t *testing.T) {
 	sim := cloudsim.New(cloudsim.Profile{})
+	clock := cloudsim.Hold(sim)
 	c, srv := newClient(t, sim)
 	c.login("pw")
 	id := c.server("a")
@@ -73,6 +76,7 @@ func TestStopStart(t *testing.T) {
 	if code, out := c.action(id, `{"os-stop":null}`); code != 409 {
 		t.Errorf("os-stop while powering off: %d %v, want 409", code, out)
 	}
+	clock.Advance(300 * time.Millisecond)
 	sv = c.waitStatus(id, "SHUTOFF")
 	if sv["OS-EXT-STS:vm_state"] != "stopped" || sv["OS-EXT-STS:power_state"] != float64(4) {
 		t.Errorf("SHUTOFF: vm_state %v, power_state %v", sv["OS-EXT-STS:vm_state"], sv["OS-EXT-STS:power_state"])
@@ -89,6 +93,7 @@ func TestStopStart(t *testing.T) {
 	if _, sv := c.show(id); sv["status"] != "SHUTOFF" || sv["OS-EXT-STS:task_state"] != "powering-on" {
 		t.Errorf("right after os-start: %v %v", sv["status"], sv["OS-EXT-STS:task_state"])
 	}
+	clock.Advance(300 * time.Millisecond)
 	sv = c.waitStatus(id, "ACTIVE")
 	if fixedOf(sv) != fixed || floatingOf(sv) == "" {
 		t.Errorf("ACTIVE again: addresses %v", sv["addresses"])
@@ -96,6 +101,7 @@ func TestStopStart(t *testing.T) {
 	if code, out := c.action(id, `{"os-stop":null}`); code != 202 {
 		t.Fatalf("os-stop: %d %v", code, out)
 	}
+	clock.Advance(300 * time.Millisecond)
 	c.waitStatus(id, "SHUTOFF")
 	if code, _, _ := c.do("DELETE", "/RegionOne/compute/v2.1/servers/"+id, ""); code != 204 {
 		t.Fatalf("delete of a SHUTOFF server: %d", code)
@@ -103,12 +109,9 @@ func TestStopStart(t *testing.T) {
 	if _, sv := c.show(id); sv["OS-EXT-STS:task_state"] != "deleting" {
 		t.Errorf("while deleted: %v", sv["OS-EXT-STS:task_state"])
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for code, _ := c.show(id); code != 404; code, _ = c.show(id) {
-		if time.Now().After(deadline) {
-			t.Fatal("a deleted SHUTOFF server never went")
-		}
-		time.Sleep(10 * time.Millisecond)
+	clock.Advance(300 * time.Millisecond)
+	if code, _ := c.show(id); code != 404 {
+		t.Errorf("a deleted SHUTOFF server once the termination latency passed: %d, want 404", code)
 	}
 }
 
@@ -129,9 +132,11 @@ func addrOf(sv map[string]any, kind string) string {
 // A create hit by FaultFailed is accepted, BUILD, then ERROR with the
 // scheduler's fault; such a server has no host, so it cannot be stopped,
 // and a DELETE removes it. Fail makes an ACTIVE server ERROR; os-stop
-// takes an ERROR server on a host.
+// takes an ERROR server on a host. The emulator's clock is held while the
+// server must be building.
 func TestFailedServer(t *testing.T) {
 	sim := cloudsim.New(cloudsim.Profile{})
+	clock := cloudsim.Hold(sim)
 	c, srv := newClient(t, sim)
 	c.login("pw")
 	srv.SetLatency(cloudsim.Latency{Launch: 200 * time.Millisecond})
@@ -140,6 +145,7 @@ func TestFailedServer(t *testing.T) {
 	if _, sv := c.show(id); sv["status"] != "BUILD" {
 		t.Errorf("at first: %v", sv["status"])
 	}
+	clock.Resume(200 * time.Millisecond)
 	sv := c.waitStatus(id, "ERROR")
 	if f, _ := sv["fault"].(map[string]any); f == nil || f["message"] != noValidHost {
 		t.Errorf("fault %v", sv["fault"])
@@ -176,9 +182,12 @@ func TestFailedServer(t *testing.T) {
 // With a reclaim interval a DELETE soft-deletes: SOFT_DELETED, and a
 // DELETE of a SOFT_DELETED server leaves it so (as Nova's soft_delete of
 // it does); forceDelete deletes it; restore brings one back; the interval
-// reclaims one.
+// reclaims one. The emulator's clock is held while a server must stay
+// soft-deleting, SOFT_DELETED or deleting, so neither the termination
+// latency nor the reclaim interval ends early on a slow run.
 func TestSoftDelete(t *testing.T) {
 	sim := cloudsim.New(cloudsim.Profile{})
+	clock := cloudsim.Hold(sim)
 	srv := New(sim, Options{Users: []User{{Name: "ann", Password: "pw", Project: "p1"}}, ReclaimInterval: 400 * time.Millisecond})
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() { ts.Close(); srv.Close() })
@@ -195,6 +204,7 @@ func TestSoftDelete(t *testing.T) {
 	c.waitStatus(b, "ACTIVE")
 	srv.SetLatency(cloudsim.Latency{Terminate: 200 * time.Millisecond})
 	del(a)
+	clock.Advance(200 * time.Millisecond)
 	sv := c.waitStatus(a, "SOFT_DELETED")
 	if sv["OS-EXT-STS:vm_state"] != "soft-delete" || sv["OS-EXT-STS:power_state"] != float64(4) {
 		t.Errorf("SOFT_DELETED: %v %v", sv["OS-EXT-STS:vm_state"], sv["OS-EXT-STS:power_state"])
@@ -210,11 +220,15 @@ func TestSoftDelete(t *testing.T) {
 		t.Errorf("after forceDelete: %v", sv["OS-EXT-STS:task_state"])
 	}
 	del(b)
+	clock.Advance(200 * time.Millisecond)
 	c.waitStatus(b, "SOFT_DELETED")
 	if code, out := c.action(b, `{"restore":null}`); code != 202 {
 		t.Fatalf("restore: %d %v", code, out)
 	}
 	c.waitStatus(b, "ACTIVE")
+	// The rest only has to happen in time: the reclaim interval and the
+	// deletions run.
+	clock.Resume(0)
 	del(b)
 	deadline := time.Now().Add(10 * time.Second)
 	for code, _ := c.show(b); code != 404; code, _ = c.show(b) {

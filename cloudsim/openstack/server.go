@@ -56,8 +56,9 @@ type Options struct {
 	// DefaultFlavors).
 	Images  []Image
 	Flavors []Flavor
-	// TokenLife is how long a token is valid (default an hour); a
-	// request with an expired one answers 401, as Keystone's does.
+	// TokenLife is how long a token is valid (default an hour) by the
+	// sim's clock; a request with an expired one answers 401, as
+	// Keystone's does.
 	TokenLife time.Duration
 	// ReclaimInterval is Nova's reclaim_instance_interval (cloud time):
 	// set, a DELETE soft-deletes a server that was ever ACTIVE

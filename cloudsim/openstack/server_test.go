@@ -108,9 +108,12 @@ func TestKeystone(t *testing.T) {
 
 // TestServerLifecycle: BUILD until the launch latency passes, ACTIVE with
 // an address, deleting until the termination latency passes, then gone;
-// lists page by limit and marker with a next link.
+// lists page by limit and marker with a next link. The emulator's clock
+// is held, so each latency lasts however slowly the steps run, and
+// advanced past it when it must end.
 func TestServerLifecycle(t *testing.T) {
 	sim := cloudsim.New(cloudsim.Profile{})
+	clock := cloudsim.Hold(sim)
 	c, srv := newClient(t, sim)
 	c.login("pw")
 	srv.SetLatency(cloudsim.Latency{Launch: 300 * time.Millisecond, Terminate: 300 * time.Millisecond})
@@ -126,7 +129,7 @@ func TestServerLifecycle(t *testing.T) {
 	if code, _, _ := c.do("POST", "/RegionOne/compute/v2.1/servers/"+id+"/action", `{"os-getConsoleOutput":{}}`); code != 409 {
 		t.Errorf("console of a building server: %d, want 409", code)
 	}
-	time.Sleep(350 * time.Millisecond)
+	clock.Advance(300 * time.Millisecond)
 	if _, sv := status(); sv["status"] != "ACTIVE" || len(sv["addresses"].(map[string]any)) == 0 {
 		t.Errorf("after the launch latency: %v", sv)
 	}
@@ -161,7 +164,7 @@ func TestServerLifecycle(t *testing.T) {
 	if _, sv := status(); sv["OS-EXT-STS:task_state"] != "deleting" {
 		t.Errorf("right after delete: task_state %v, want deleting", sv["OS-EXT-STS:task_state"])
 	}
-	time.Sleep(350 * time.Millisecond)
+	clock.Advance(300 * time.Millisecond)
 	if code, _ := status(); code != 404 {
 		t.Errorf("after the termination latency: %d, want 404", code)
 	}

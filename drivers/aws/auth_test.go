@@ -1,6 +1,7 @@
 package aws
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -37,13 +38,19 @@ func TestThrottling(t *testing.T) {
 		t.Errorf("after a throttled launch: %v %+v", err, insts)
 	}
 
-	// Throttled for good: ErrThrottled, soon.
+	// Throttled for good: ErrThrottled once the attempts are spent (a
+	// driver that retried on would run into the deadline).
 	w.sim.Faults.Add(cloudsim.Fault{Op: cloudsim.OpList, Kind: cloudsim.FaultThrottle, Times: -1})
-	start := time.Now()
-	_, _, err := drv.List(t.Context(), "thr")
+	w.actions()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	_, _, err := drv.List(ctx, "thr")
+	if ctx.Err() != nil {
+		t.Fatalf("List throttled for good ran until the deadline: %v; retries must be bounded", err)
+	}
 	wantKind(t, err, provider.ErrThrottled)
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("gave up after %s", d)
+	if n, want := count(w.actions(), "DescribeInstances"), fast().RetryMaxAttempts; n != want {
+		t.Errorf("List throttled for good made %d DescribeInstances attempts, want RetryMaxAttempts (%d)", n, want)
 	}
 	if !strings.Contains(err.Error(), "RequestLimitExceeded") || !strings.Contains(err.Error(), "aws-test") {
 		t.Errorf("throttling error: %v", err)

@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -163,7 +162,7 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := holdClock(w.sim)
+	w.clock.Hold()
 	// Terminate does not wait for the termination (which cannot end
 	// while the clock is held).
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -187,13 +186,18 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 		t.Errorf("DeleteGroup while an instance terminates: %v", err)
 	}
 
-	// The termination ends once a patient DeleteGroup was refused.
+	// The termination ends once a patient DeleteGroup was refused: when
+	// it tries again (its first request is recorded before the emulator
+	// answers it, so that one may still be on its way).
 	w.actions()
 	go func() {
-		for len(w.forms("DeleteSecurityGroup")) == 0 {
+		for len(w.forms("DeleteSecurityGroup")) < 2 {
+			if t.Context().Err() != nil {
+				return
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		clock.resume(time.Second)
+		w.clock.Resume(time.Second)
 	}()
 	if err := drv.DeleteGroup(t.Context(), g); err != nil {
 		t.Fatalf("DeleteGroup: %v", err)
@@ -215,35 +219,4 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 	if _, groups, err := drv.List(t.Context(), "dep"); err != nil || len(groups) != 0 {
 		t.Errorf("after DeleteGroup by name: %v %+v", err, groups)
 	}
-}
-
-// heldClock is an emulator's clock that stands still until resumed.
-type heldClock struct {
-	mu      sync.Mutex
-	at      time.Time
-	running bool
-	ahead   time.Duration
-}
-
-// holdClock stops sim's clock at now.
-func holdClock(sim *cloudsim.Sim) *heldClock {
-	c := &heldClock{at: time.Now()}
-	sim.Now = c.now
-	return c
-}
-
-func (c *heldClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.running {
-		return time.Now().Add(c.ahead)
-	}
-	return c.at
-}
-
-// resume lets the clock run again, jumped ahead by d.
-func (c *heldClock) resume(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.running, c.ahead = true, d
 }

@@ -45,6 +45,8 @@ type world struct {
 	sim *cloudsim.Sim
 	srv *ec2.Server
 	url string
+	// clock is the emulator's, running until a test holds it.
+	clock *cloudsim.HeldClock
 
 	mu       sync.Mutex
 	requests []url.Values
@@ -56,6 +58,8 @@ func newWorld(t *testing.T, opts ec2.Options) *world {
 		opts.Credentials = map[string]ec2.Credential{keyID: {SecretAccessKey: secretKey, SessionToken: session}}
 	}
 	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero})}
+	w.clock = cloudsim.Hold(w.sim) // before the emulator serves: Sim.Now is read unlocked
+	w.clock.Resume(0)
 	w.srv = ec2.New(w.sim, opts)
 	ts := httptest.NewServer(http.HandlerFunc(w.serve))
 	t.Cleanup(func() {
@@ -156,6 +160,7 @@ func (c cloud) Plant(ctx context.Context, tags map[string]string) (string, error
 func (c cloud) Remove(ctx context.Context, id string) error { return c.w.srv.Remove(ctx, region, id) }
 func (c cloud) SetPageSize(n int)                           { c.w.srv.SetPageSize(n) }
 func (c cloud) SetLatency(l cloudsim.Latency)               { c.w.srv.SetLatency(l) }
+func (c cloud) Clock() *cloudsim.HeldClock                  { return c.w.clock }
 
 // Stop and Start go through the EC2 API with the SDK.
 func (c cloud) Stop(ctx context.Context, id string) error {

@@ -130,6 +130,11 @@ type Cloud interface {
 	SetPageSize(n int)
 	// SetLatency replaces the provider's latencies.
 	SetLatency(l cloudsim.Latency)
+	// Clock is the emulator's clock, installed before it served anything
+	// and running: the suite holds it while a state that lasts a latency
+	// must last (a termination in progress), whatever the wall time its
+	// steps take, and resumes it when the state must end.
+	Clock() *cloudsim.HeldClock
 	// Stop and Start stop and start a machine through the cloud's API
 	// with its SDK, as someone in the console would (EC2 StopInstances
 	// and StartInstances, Compute Engine instances.stop and
@@ -468,28 +473,14 @@ func (s *suite) listInstances(t *testing.T) {
 func (s *suite) terminate(t *testing.T) {
 	ctx := t.Context()
 	if s.cfg.Cloud != nil {
-		s.cfg.Cloud.SetLatency(cloudsim.Latency{Terminate: 2 * time.Second})
-		defer s.cfg.Cloud.SetLatency(cloudsim.Latency{})
-	}
-	if err := s.drv.Terminate(ctx, s.inst); err != nil {
-		t.Fatalf("Terminate: %v", err)
-	}
-	if s.cfg.Cloud != nil {
-		// The cloud takes 2s to finish: a driver that returned already
-		// must see the machine terminating, not gone and not running.
-		insts, _, err := s.drv.List(ctx, s.cfg.Cluster)
-		if err != nil {
-			t.Fatalf("List: %v", err)
+		s.terminateHeld(t)
+	} else {
+		if err := s.drv.Terminate(ctx, s.inst); err != nil {
+			t.Fatalf("Terminate: %v", err)
 		}
-		switch got := findInstance(insts, s.inst.ProviderID); {
-		case got == nil:
-			t.Errorf("instance %s left List as soon as Terminate returned: Terminate waited for the cloud to finish (it must not)", s.inst.ProviderID)
-		case got.State != provider.InstanceTerminating:
-			t.Errorf("instance %s is %q right after Terminate, want %q", s.inst.ProviderID, got.State, provider.InstanceTerminating)
+		if err := s.drv.Terminate(ctx, s.inst); err != nil {
+			t.Fatalf("Terminate again: %v", err)
 		}
-	}
-	if err := s.drv.Terminate(ctx, s.inst); err != nil {
-		t.Fatalf("Terminate again: %v", err)
 	}
 	s.waitGone(t, s.inst.ProviderID)
 	if err := s.drv.Terminate(ctx, s.inst); err != nil {
@@ -510,6 +501,39 @@ func (s *suite) terminate(t *testing.T) {
 	}
 	s.inst = provider.Instance{}
 	s.terminateExtras(t)
+}
+
+// terminateHeld terminates the instance while the cloud's clock stands
+// still, so that its termination (2s) cannot end however long the steps
+// take: Terminate returns without waiting for it, List shows the machine
+// terminating (not gone, not running), and Terminate of a terminating
+// machine is fine. Then the clock runs on, past the termination.
+func (s *suite) terminateHeld(t *testing.T) {
+	ctx := t.Context()
+	s.cfg.Cloud.SetLatency(cloudsim.Latency{Terminate: 2 * time.Second})
+	defer s.cfg.Cloud.SetLatency(cloudsim.Latency{})
+	clock := s.cfg.Cloud.Clock()
+	clock.Hold()
+	defer clock.Resume(2 * time.Second)
+	// A driver that waits for the termination waits until the deadline.
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if err := s.drv.Terminate(tctx, s.inst); err != nil {
+		t.Fatalf("Terminate while the cloud terminates the instance: %v (Terminate must not wait for the cloud to finish)", err)
+	}
+	insts, _, err := s.drv.List(ctx, s.cfg.Cluster)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	switch got := findInstance(insts, s.inst.ProviderID); {
+	case got == nil:
+		t.Errorf("instance %s is not listed while the cloud still terminates it: List must show it terminating", s.inst.ProviderID)
+	case got.State != provider.InstanceTerminating:
+		t.Errorf("instance %s is %q right after Terminate, want %q", s.inst.ProviderID, got.State, provider.InstanceTerminating)
+	}
+	if err := s.drv.Terminate(tctx, s.inst); err != nil {
+		t.Fatalf("Terminate again while the cloud terminates the instance: %v", err)
+	}
 }
 
 // terminateExtras terminates the other machines the suite made and waits

@@ -45,11 +45,15 @@ type world struct {
 	keyFile string
 	key     []byte // the key file's bytes: a secret
 	rec     *drivertest.Recorder
+	// clock is the emulator's, running until a test holds it.
+	clock *cloudsim.HeldClock
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero}), rec: &drivertest.Recorder{}}
+	w.clock = cloudsim.Hold(w.sim) // before the emulator serves: Sim.Now is read unlocked
+	w.clock.Resume(0)
 	ts := httptest.NewServer(w.rec)
 	w.url = ts.URL
 	key, err := gce.NewKey(project, account, ts.URL+gce.TokenPath)
@@ -134,6 +138,7 @@ func (c cloud) Plant(ctx context.Context, tags map[string]string) (string, error
 func (c cloud) Remove(ctx context.Context, id string) error { return c.w.srv.Remove(ctx, project, id) }
 func (c cloud) SetPageSize(n int)                           { c.w.srv.SetPageSize(n) }
 func (c cloud) SetLatency(l cloudsim.Latency)               { c.w.srv.SetLatency(l) }
+func (c cloud) Clock() *cloudsim.HeldClock                  { return c.w.clock }
 
 // instances is a Compute Engine client of the SDK's on the emulator, with
 // the world's key: how someone in the console reaches it.

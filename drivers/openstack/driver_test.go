@@ -199,7 +199,9 @@ func (failingBacker) PowerOn(context.Context, string, string) (cloudsim.Machine,
 }
 
 // TestGroupInUse: Neutron refuses to delete a group a deleting server
-// still uses; DeleteGroup waits for the server to be gone.
+// still uses; DeleteGroup waits for the server to be gone. The emulator's
+// clock is held while the server is deleting, so the deletion lasts until
+// DeleteGroup was refused, however slowly the steps run.
 func TestGroupInUse(t *testing.T) {
 	w := newWorld(t)
 	ctx := t.Context()
@@ -213,9 +215,22 @@ func TestGroupInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.srv.SetLatency(cloudsim.Latency{Terminate: 300 * time.Millisecond})
+	w.clock.Hold()
 	if err := drv.Terminate(ctx, inst); err != nil {
 		t.Fatal(err)
 	}
+	// The deletion ends once DeleteGroup was refused: when it tries again
+	// (its first request is recorded before the emulator answers it, so
+	// that one may still be on its way).
+	go func() {
+		for len(w.rec.Sent("DELETE /RegionOne/network/v2.0/security-groups/")) < 2 {
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		w.clock.Resume(time.Second)
+	}()
 	if err := drv.DeleteGroup(ctx, g); err != nil {
 		t.Fatalf("DeleteGroup while its server is deleting: %v", err)
 	}
@@ -275,15 +290,18 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // TestTokenExpiry: a token that expires mid-run is renewed with the
-// credential, and the request it failed is made again.
+// credential, and the request it failed is made again. Keystone's clock
+// (the emulator's) is held, so a token lasts however slowly a List runs,
+// and advanced past the token's life between Lists.
 func TestTokenExpiry(t *testing.T) {
 	w := newWorld(t, func(o *openstack.Options) { o.TokenLife = 200 * time.Millisecond })
+	w.clock.Hold()
 	drv := w.driver(w.district(), w.credential(), fast())
 	for i := range 3 {
 		if _, _, err := drv.List(t.Context(), "c"); err != nil {
 			t.Fatalf("List %d: %v", i, err)
 		}
-		time.Sleep(250 * time.Millisecond)
+		w.clock.Advance(250 * time.Millisecond)
 	}
 	if n := len(w.rec.Sent("POST /identity/v3/auth/tokens")); n != 3 {
 		t.Errorf("%d token requests for three Lists each after the last token expired, want 3", n)

@@ -42,6 +42,8 @@ type world struct {
 	srv *openstack.Server
 	url string
 	rec *drivertest.Recorder
+	// clock is the emulator's, running until a test holds it.
+	clock *cloudsim.HeldClock
 }
 
 // newWorld starts the cloud: its users, application credentials and zones
@@ -49,6 +51,8 @@ type world struct {
 func newWorld(t *testing.T, mod ...func(*openstack.Options)) *world {
 	t.Helper()
 	w := &world{t: t, sim: cloudsim.New(cloudsim.Profile{Name: cloudsim.ProfileZero})}
+	w.clock = cloudsim.Hold(w.sim) // before the emulator serves: Sim.Now is read unlocked
+	w.clock.Resume(0)
 	opts := openstack.Options{
 		Users:          []openstack.User{{Name: user, Password: password, Project: project}},
 		AppCredentials: []openstack.AppCredential{{ID: appID, Secret: appKey, Project: project}},
@@ -115,6 +119,7 @@ func (c cloud) Remove(ctx context.Context, id string) error {
 }
 func (c cloud) SetPageSize(n int)             { c.w.srv.SetPageSize(n) }
 func (c cloud) SetLatency(l cloudsim.Latency) { c.w.srv.SetLatency(l) }
+func (c cloud) Clock() *cloudsim.HeldClock    { return c.w.clock }
 
 // Stop and Start go through Nova's os-stop and os-start with gophercloud.
 func (c cloud) Stop(ctx context.Context, id string) error {
