@@ -63,7 +63,7 @@ func (c *HeldClock) Resume(d time.Duration) {
 	if c.held {
 		// Run on from the wall clock, never behind where it stood (an
 		// Advance may have put it ahead of the wall clock).
-		c.offset = max(c.offset, c.at.Sub(time.Now()))
+		c.offset = max(c.offset, time.Until(c.at))
 		c.held = false
 	}
 	c.offset += d
