@@ -1,6 +1,7 @@
 package cloudsim
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -67,6 +68,23 @@ func (c *HeldClock) Resume(d time.Duration) {
 		c.held = false
 	}
 	c.offset += d
+}
+
+// ResumeWhen resumes the clock, jumped ahead by d, once seen says so
+// (asked every 5 ms in a goroutine of its own), unless ctx ends first: a
+// state held until the test's code under test did something, say a
+// request was refused and tried again.
+func (c *HeldClock) ResumeWhen(ctx context.Context, d time.Duration, seen func() bool) {
+	checkAhead("ResumeWhen", d)
+	go func() {
+		for !seen() {
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		c.Resume(d)
+	}()
 }
 
 // Advance moves the clock ahead by d, held or running; a held clock stays

@@ -48,20 +48,21 @@ type sim struct {
 	sloppyList   bool           // List also returns foreign machines
 	sickProb     float64        // probability a member turns sick at a Members call
 	membersFail  float64        // probability Members times out (no master answers)
+	joinDrop     float64        // probability a join succeeds but the connection drops before transit hears
+	labelFail    float64        // probability a label fails
+	addonsFail   float64        // probability the addons step fails
+	addonsErr    error          // what a failing addons step returns (default: a timeout)
+	addonsRuns   [][]string     // the addons each addons step was given
+	rebuild      bool           // the run may initialise a new platform over a lost one
+	forget       bool           // the run believes listings that lack machines (--forget-missing)
+	rotate       []string       // the run rotates these nodes' mesh keys (transit mesh rotate)
+	gen          int            // the platform's generation: Init over a lost platform starts a new one
+	meshOn       bool           // the cluster runs on the mesh: joins are checked against it
+
 	// afterJoin is how many Members calls fail, at once, after each
-	// join: a control plane electing a leader or restarting its API
-	// server once the platform changed.
+	// join (unanswered counts them down): a control plane electing a
+	// leader or restarting its API server once the platform changed.
 	afterJoin, unanswered int
-	joinDrop              float64    // probability a join succeeds but the connection drops before transit hears
-	labelFail             float64    // probability a label fails
-	addonsFail            float64    // probability the addons step fails
-	addonsErr             error      // what a failing addons step returns (default: a timeout)
-	addonsRuns            [][]string // the addons each addons step was given
-	rebuild               bool       // the run may initialise a new platform over a lost one
-	forget                bool       // the run believes listings that lack machines (--forget-missing)
-	rotate                []string   // the run rotates these nodes' mesh keys (transit mesh rotate)
-	gen                   int        // the platform's generation: Init over a lost platform starts a new one
-	meshOn                bool       // the cluster runs on the mesh: joins are checked against it
 
 	// Listing and cloud faults.
 	emptyList    float64 // probability a district's listing answers an empty page

@@ -26,7 +26,7 @@ import (
 // annotated workloads are refused and others are not.
 func TestWebhook(t *testing.T) {
 	e, ns := startEnvWithWebhook(t)
-	stop := startControllerAs(t, e, asAddon(t, e))
+	stop := startController(t, e) // as the addon: the webhook is registered
 	ctx := t.Context()
 	c := e.Client
 

@@ -190,15 +190,7 @@ func TestDeleteGroupWaitsForTerminations(t *testing.T) {
 	// it tries again (its first request is recorded before the emulator
 	// answers it, so that one may still be on its way).
 	w.actions()
-	go func() {
-		for len(w.forms("DeleteSecurityGroup")) < 2 {
-			if t.Context().Err() != nil {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		w.clock.Resume(time.Second)
-	}()
+	w.clock.ResumeWhen(t.Context(), time.Second, func() bool { return len(w.forms("DeleteSecurityGroup")) >= 2 })
 	if err := drv.DeleteGroup(t.Context(), g); err != nil {
 		t.Fatalf("DeleteGroup: %v", err)
 	}

@@ -222,15 +222,7 @@ func TestGroupInUse(t *testing.T) {
 	// The deletion ends once DeleteGroup was refused: when it tries again
 	// (its first request is recorded before the emulator answers it, so
 	// that one may still be on its way).
-	go func() {
-		for len(w.rec.Sent("DELETE /RegionOne/network/v2.0/security-groups/")) < 2 {
-			if ctx.Err() != nil {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		w.clock.Resume(time.Second)
-	}()
+	w.clock.ResumeWhen(ctx, time.Second, func() bool { return len(w.rec.Sent("DELETE /RegionOne/network/v2.0/security-groups/")) >= 2 })
 	if err := drv.DeleteGroup(ctx, g); err != nil {
 		t.Fatalf("DeleteGroup while its server is deleting: %v", err)
 	}
