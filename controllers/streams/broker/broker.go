@@ -11,6 +11,9 @@
 // and advertises the name clients must dial (in a cluster, the Service's DNS
 // name), so pods on other nodes reach it.
 //
+// kfake lets a member waiting in a join expire after its session, which
+// Kafka does not: this package heartbeats for it (see joinKeepalive).
+//
 // After a crash kfake aborts the transactions that were open without writing
 // their abort markers; this package writes them before it serves (see
 // repairAborts).
@@ -60,8 +63,9 @@ type Options struct {
 
 // Broker is a running broker.
 type Broker struct {
-	cluster *kfake.Cluster
-	addr    string
+	cluster   *kfake.Cluster
+	keepalive *joinKeepalive
+	addr      string
 }
 
 // Start serves a broker until Close. With a data dir, it first repairs
@@ -106,7 +110,26 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	if opts.InitialRebalanceDelay > 0 {
 		installJoinDelay(c, opts.InitialRebalanceDelay)
 	}
-	return &Broker{cluster: c, addr: addr}, nil
+	self := dialable(addr)
+	keepalive, err := installJoinKeepalive(c, self, map[string]string{advertise: self})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("start the broker: %w", err)
+	}
+	return &Broker{cluster: c, keepalive: keepalive, addr: addr}, nil
+}
+
+// dialable is how this process reaches a listener on addr: on loopback
+// when it listens on every address.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
 
 // onListeners has kfake serve broker i on lns[i], known by ports[i]:
@@ -328,7 +351,10 @@ func (b *Broker) Addr() string { return b.addr }
 func (b *Broker) MoveCoordinators() { b.cluster.RehashCoordinators() }
 
 // Close stops serving and, with a data dir, writes what is still unsaved.
-func (b *Broker) Close() { b.cluster.Close() }
+func (b *Broker) Close() {
+	b.keepalive.close() // before the cluster: it asks kfake's loop
+	b.cluster.Close()
+}
 
 // advertised is a listener that names the advertised address as its own:
 // kfake puts a listener's address in metadata and coordinator answers.
