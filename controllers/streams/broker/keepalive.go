@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -23,8 +22,14 @@ import (
 // the group went on without them while their clients waited out the
 // rebalance timeout (minutes) with partitions no one read. The broker
 // heartbeats for each waiting member, through its own listener, until the
-// join ends; a member that stops heartbeating without joining is dropped
-// after its session as before.
+// join is answered; a member that stops heartbeating without a join
+// waiting is dropped after its session as before.
+//
+// A join waits in the generation the group had when it came (a rebalance
+// starts in it; only the join's answer moves it on), so the broker
+// heartbeats in that generation, and stops at the first answer that is not
+// REBALANCE_IN_PROGRESS: the generation moved on (answered), the group is
+// stable again or completing (answered at once), or the member is gone.
 type joinKeepalive struct {
 	c    *kfake.Cluster
 	cl   *kgo.Client // the broker's own client
@@ -35,8 +40,11 @@ type joinKeepalive struct {
 	waiting map[[2]string]*watched // by group and member
 }
 
+// watched is a member whose latest join is kept alive.
+type watched struct{ join int }
+
 // installJoinKeepalive starts keeping waiting joins alive on c, reached at
-// dial: the address each advertised host:port is served on.
+// seed; dial maps each advertised host:port to where it is served.
 func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string) (*joinKeepalive, error) {
 	var d net.Dialer
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seed), kgo.ClientID("streams-broker-keepalive"), noClientMetrics,
@@ -52,9 +60,17 @@ func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string)
 	k := &joinKeepalive{c: c, cl: cl, stop: make(chan struct{}), waiting: map[[2]string]*watched{}}
 	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		if r := req.(*kmsg.JoinGroupRequest); r.MemberID != "" {
-			k.watch(r.Group, r.MemberID, r.InstanceID, time.Duration(r.SessionTimeoutMillis)*time.Millisecond)
+		r := req.(*kmsg.JoinGroupRequest)
+		if r.MemberID == "" {
+			return nil, nil, false // answered MEMBER_ID_REQUIRED at once
 		}
+		// Control functions run beside kfake's loop, which answers
+		// GroupInfo meanwhile: this is the group before the join.
+		generation := int32(0)
+		if info := c.GroupInfo(r.Group); info != nil {
+			generation = info.Epoch
+		}
+		k.keep(r.Group, r.MemberID, r.InstanceID, generation, time.Duration(r.SessionTimeoutMillis)*time.Millisecond)
 		return nil, nil, false // kfake handles it
 	})
 	return k, nil
@@ -62,50 +78,28 @@ func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string)
 
 var noClientMetrics = kgo.DisableClientMetrics()
 
-// watch heartbeats for member while its join waits: while the group
-// prepares the rebalance of the generation it joined in. GroupInfo runs on
-// kfake's loop, as control functions do, so the watch sees what kfake made
-// of the join. A member that joins again while watched (its join was
-// answered, it rejoins) is watched from its new join on.
-func (k *joinKeepalive) watch(group, member string, instance *string, session time.Duration) {
+// keep heartbeats for member in generation while its join waits. A later
+// join of the same member takes over.
+func (k *joinKeepalive) keep(group, member string, instance *string, generation int32, session time.Duration) {
 	key := [2]string{group, member}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if w, ok := k.waiting[key]; ok {
-		w.joins++
-		return
+	w := k.waiting[key]
+	if w == nil {
+		w = &watched{}
+		k.waiting[key] = w
 	}
-	w := &watched{joins: 1}
-	k.waiting[key] = w
+	w.join++
+	join := w.join
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
-		seen, generation := 0, int32(-1)
 		for {
 			k.mu.Lock()
-			if w.joins != seen {
-				seen, generation = w.joins, -1
-			}
+			superseded := w.join != join
 			k.mu.Unlock()
-			info := k.c.GroupInfo(group)
-			waiting := info != nil && info.State == "PreparingRebalance" &&
-				(generation == -1 || info.Epoch == generation) && // else answered
-				slices.ContainsFunc(info.Members, func(m kfake.GroupMember) bool { return m.MemberID == member })
-			if !waiting {
-				k.mu.Lock()
-				done := w.joins == seen
-				if done {
-					delete(k.waiting, key)
-				}
-				k.mu.Unlock()
-				if done {
-					return
-				}
-				continue
-			}
-			generation = info.Epoch
-			if !k.heartbeat(group, member, instance, generation, session) {
-				generation = -2 // no longer known: done unless it joins again
+			if superseded || !k.heartbeat(group, member, instance, generation, session) {
+				break
 			}
 			select {
 			case <-k.stop:
@@ -113,14 +107,16 @@ func (k *joinKeepalive) watch(group, member string, instance *string, session ti
 			case <-time.After(session / 4):
 			}
 		}
+		k.mu.Lock()
+		if w.join == join {
+			delete(k.waiting, key)
+		}
+		k.mu.Unlock()
 	}()
 }
 
-// watched is a member whose joins are watched.
-type watched struct{ joins int }
-
-// heartbeat refreshes member's session; false when the broker no longer
-// knows it in that generation.
+// heartbeat refreshes member's session; false once the answer says its
+// join no longer waits. The request comes after the join on kfake's loop.
 func (k *joinKeepalive) heartbeat(group, member string, instance *string, generation int32, session time.Duration) bool {
 	req := kmsg.NewPtrHeartbeatRequest()
 	req.Group, req.MemberID, req.InstanceID, req.Generation = group, member, instance, generation
@@ -135,10 +131,9 @@ func (k *joinKeepalive) heartbeat(group, member string, instance *string, genera
 	}()
 	resp, err := req.RequestWith(ctx, k.cl)
 	if err != nil {
-		return true // the next tick tries again
+		return true // no answer: again at the next tick (or the stop)
 	}
-	err = kerr.ErrorForCode(resp.ErrorCode)
-	return err == nil || errors.Is(err, kerr.RebalanceInProgress)
+	return errors.Is(kerr.ErrorForCode(resp.ErrorCode), kerr.RebalanceInProgress)
 }
 
 func (k *joinKeepalive) close() {

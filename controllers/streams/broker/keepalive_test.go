@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,6 +67,31 @@ func TestAMemberWaitingInAJoinStaysAlive(t *testing.T) {
 		t.Fatal("a dead member held the rebalance: it was kept alive")
 	}
 	t.Logf("the rebalance without the dead member ended after %s", time.Since(began).Round(100*time.Millisecond))
+	syncAll(t, waiter, third, fourth)
+
+	// A join answered at once (a follower rejoining a stable group,
+	// twice) waits for nothing: the member, killed after it, is dropped
+	// after its session when the next rebalance comes.
+	follower := waiter
+	if waiter.leader {
+		follower = third
+	}
+	for range 2 {
+		if r := follower.join(t.Context()); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	joins := map[string]<-chan joined{"fifth": newRawMember(t, b.Addr()).joinAsync()}
+	for i, m := range []*rawMember{waiter, third, fourth} {
+		if m == follower {
+			continue
+		}
+		m.rejoinWhenAsked(t)
+		joins[fmt.Sprint("member ", i)] = m.joinAsync()
+	}
+	if !expectJoins(t, 4*session, 3, joins) {
+		t.Fatal("a member whose join was answered at once was kept alive after it died")
+	}
 }
 
 // expectJoins waits for each join's answer, the leader's naming members
