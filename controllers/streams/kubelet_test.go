@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,7 @@ import (
 	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/streams"
 	"github.com/cloudtransit/transit/controllers/testenv"
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // The harness stands in for the kubelet: it runs each processor pod the
@@ -179,8 +179,8 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) {
 		}
 	}
 	rp := &runningPod{ns: pod.Namespace, name: pod.Name, uid: pod.UID, procs: map[string]*process{},
-		probe: freeAddr(k.t), waiting: map[string]corev1.ContainerStateWaiting{}, terminated: make(chan struct{})}
-	fport := strings.TrimPrefix(freeAddr(k.t), "127.0.0.1:")
+		probe: freeport.Addr(k.t), waiting: map[string]corev1.ContainerStateWaiting{}, terminated: make(chan struct{})}
+	fport := strconv.Itoa(freeport.Port(k.t))
 	for _, c := range pod.Spec.Containers {
 		if reason, bad := k.badImage(c.Image); bad {
 			rp.waiting[c.Name] = corev1.ContainerStateWaiting{Reason: reason, Message: "harness: image " + c.Image + " cannot be pulled"}
@@ -510,15 +510,4 @@ func resolveEnv(pod *corev1.Pod, vars []corev1.EnvVar, paths map[string]string) 
 		out = append(out, v.Name+"="+val)
 	}
 	return out
-}
-
-// freeAddr is a loopback address nobody listens on.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }

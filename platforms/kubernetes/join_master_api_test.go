@@ -2,15 +2,9 @@ package kubernetes
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -30,7 +24,9 @@ import (
 	"github.com/cloudtransit/transit/clock/clocktest"
 	"github.com/cloudtransit/transit/controllers/testenv"
 	"github.com/cloudtransit/transit/districts"
+	"github.com/cloudtransit/transit/freeport"
 	"github.com/cloudtransit/transit/platforms/ssh"
+	"github.com/cloudtransit/transit/testpki"
 )
 
 // masterJoinRunner plays the nodes of a master's join against a real
@@ -201,20 +197,16 @@ func tlsEtcd(t *testing.T, name string) (string, string, *clientv3.Client) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	ca, caKey := newCert(t, "etcd-ca", nil, nil, nil)
-	server, serverKey := newCert(t, name, ca, caKey, []net.IP{net.IPv4(127, 0, 0, 1)})
-	client, clientKey := newCert(t, "kube-apiserver-etcd-client", ca, caKey, nil)
-	files := map[string][]byte{"ca.crt": ca.Raw, "server.crt": server.Raw, "server.key": serverKey}
-	for f, der := range files {
-		typ := "CERTIFICATE"
-		if strings.HasSuffix(f, ".key") {
-			typ = "EC PRIVATE KEY"
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	ca := testpki.NewCA(t, "etcd-ca")
+	server := ca.Issue(testpki.Leaf{Name: name, IPs: testpki.Loopback})
+	client := ca.Issue(testpki.Leaf{Name: "kube-apiserver-etcd-client"})
+	files := map[string][]byte{"ca.crt": ca.PEM, "server.crt": server.CertPEM, "server.key": server.KeyPEM}
+	for f, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	clientAddr, peerAddr := freeAddr(t), freeAddr(t)
+	clientAddr, peerAddr := freeport.Addr(t), freeport.Addr(t)
 	cmd := exec.Command(bin, "--name", name, "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", "https://"+clientAddr, "--advertise-client-urls", "https://"+clientAddr,
 		"--listen-peer-urls", "http://"+peerAddr, "--initial-advertise-peer-urls", "http://"+peerAddr,
@@ -234,18 +226,10 @@ func tlsEtcd(t *testing.T, name string) (string, string, *clientv3.Client) {
 		_ = cmd.Wait()
 		_ = log.Close()
 	})
-	pemOf := func(typ string, der []byte) string {
-		return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
-	}
-	creds := pemOf("CERTIFICATE", ca.Raw) + pemOf("CERTIFICATE", client.Raw) + pemOf("EC PRIVATE KEY", clientKey)
-
-	key, err := x509.ParseECPrivateKey(clientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := string(ca.PEM) + string(client.CertPEM) + string(client.KeyPEM)
 	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	tlsCfg := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{{Certificate: [][]byte{client.Raw}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
+	pool.AddCert(ca.Cert)
+	tlsCfg := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{{Certificate: [][]byte{client.Cert.Raw}, PrivateKey: client.Key}}, MinVersion: tls.VersionTLS12}
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + clientAddr}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -266,61 +250,6 @@ func tlsEtcd(t *testing.T, name string) (string, string, *clientv3.Client) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return clientAddr, creds, etcd
-}
-
-// newCert makes a certificate for name (a CA when parent is nil), valid
-// for ips, and its DER-encoded EC key.
-func newCert(t *testing.T, name string, parent *x509.Certificate, parentKey []byte, ips []net.IP) (*x509.Certificate, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  ips,
-	}
-	signer, signerCert := any(key), tmpl
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-		tmpl.KeyUsage |= x509.KeyUsageCertSign
-		tmpl.ExtKeyUsage = nil
-	} else {
-		pk, err := x509.ParseECPrivateKey(parentKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		signer, signerCert = pk, parent
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signerCert, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, keyDER
-}
-
-// freeAddr is a loopback address with a port no one listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
 }
 
 // overlapRunner joins every node at once, a master as a control plane,

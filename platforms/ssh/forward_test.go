@@ -17,6 +17,8 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // listen starts a TCP listener on loopback for one test.
@@ -227,7 +229,7 @@ func TestDialContextRefused(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	c := e.dial(t)
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	_, err := c.DialContext(t.Context(), "tcp", addr)
 	var oe *gossh.OpenChannelError
 	if !errors.As(err, &oe) || oe.Reason != gossh.ConnectionFailed {

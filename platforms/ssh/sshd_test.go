@@ -16,6 +16,8 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/cloudtransit/transit/freeport"
 )
 
 const sshdPath = "/usr/sbin/sshd"
@@ -52,7 +54,7 @@ func newSSHD(t *testing.T, authorizedKey string) *testSSHD {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	s := &testSSHD{t: t, dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	s := &testSSHD{t: t, dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))}
 	s.writeHostKey()
 	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), []byte(authorizedKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)

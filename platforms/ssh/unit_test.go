@@ -18,6 +18,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/cloudtransit/transit/clock/clocktest"
+	"github.com/cloudtransit/transit/freeport"
 )
 
 func TestRunErrorMessage(t *testing.T) {
@@ -186,20 +187,6 @@ func newSigner(t *testing.T) gossh.Signer {
 	return s
 }
 
-// freePort returns a localhost port nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
 func TestDialClosedPortGivesUp(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.NewFake(time.Unix(1e9, 0))
@@ -209,7 +196,7 @@ func TestDialClosedPortGivesUp(t *testing.T) {
 		Clock:       clk,
 		WaitTimeout: time.Second,
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	_, err := Dial(t.Context(), cfg, Target{HostID: "i-1", Name: "w1", Addr: addr})
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Dial = %v, want ErrUnreachable", err)
@@ -233,7 +220,7 @@ func TestDialBackoffCapped(t *testing.T) {
 		Clock:       clk,
 		WaitTimeout: 7 * time.Second,
 	}
-	_, err := Dial(t.Context(), cfg, Target{HostID: "i-1", Addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	_, err := Dial(t.Context(), cfg, Target{HostID: "i-1", Addr: fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))})
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Dial = %v, want ErrUnreachable", err)
 	}
@@ -249,7 +236,7 @@ func TestDialCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	cfg := Config{Signer: newSigner(t), HostKeys: openHostKeys(t, filepath.Join(t.TempDir(), "known_hosts"))}
-	_, err := Dial(ctx, cfg, Target{HostID: "i-1", Addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	_, err := Dial(ctx, cfg, Target{HostID: "i-1", Addr: fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Dial = %v, want context.Canceled", err)
 	}

@@ -15,12 +15,13 @@ import (
 
 	"github.com/cloudtransit/transit/controllers/streams/broker"
 	"github.com/cloudtransit/transit/controllers/streams/brokertest"
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // The broker advertises the name clients must dial, not kfake's 127.0.0.1:
 // metadata and the group coordinator both carry it.
 func TestAdvertisesItsName(t *testing.T) {
-	port := freePort(t)
+	port := freeport.Port(t)
 	advertise := net.JoinHostPort("localhost", strconv.Itoa(port))
 	b, err := broker.Start(t.Context(), broker.Options{Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Advertise: advertise})
 	if err != nil {
@@ -144,16 +145,6 @@ func TestKilledBrokerKeepsItsData(t *testing.T) {
 			t.Fatalf("read %q after restart (an aborted or open transaction's record?): %v", v, got)
 		}
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Another Kafka client than franz-go — Debian's kcat (librdkafka) — writes

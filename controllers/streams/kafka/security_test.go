@@ -2,15 +2,8 @@ package kafka
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,70 +13,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cloudtransit/transit/testpki"
 )
-
-// pki is a CA and what it signs, for brokers and clients.
-type pki struct {
-	t      *testing.T
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	caPEM  []byte
-	serial int64
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	p := &pki{t: t}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ca, _ = x509.ParseCertificate(der)
-	p.caKey, p.caPEM = key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return p
-}
 
 // issue signs a certificate for 127.0.0.1 valid until notAfter; it
 // returns the PEM certificate and key.
-func (p *pki) issue(name string, notAfter time.Time, usage x509.ExtKeyUsage) ([]byte, []byte) {
-	p.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial + 1), Subject: pkix.Name{CommonName: name},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: notAfter}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+func issue(ca *testpki.CA, name string, notAfter time.Time, usage x509.ExtKeyUsage) ([]byte, []byte) {
+	c := ca.Issue(testpki.Leaf{Name: name, IPs: testpki.Loopback, NotAfter: notAfter, Usage: []x509.ExtKeyUsage{usage}})
+	return c.CertPEM, c.KeyPEM
 }
 
 // secureBroker is a kfake broker with a TLS listener that requires a
 // client certificate of p's CA, SASL (SCRAM-SHA-256: the superuser admin,
 // and app, who may only read topic "in"), and ACLs on.
-func secureBroker(t *testing.T, p *pki) string {
+func secureBroker(t *testing.T, p *testpki.CA) string {
 	t.Helper()
-	cert, key := p.issue("broker", time.Now().Add(time.Hour), x509.ExtKeyUsageServerAuth)
+	cert, key := issue(p, "broker", time.Now().Add(time.Hour), x509.ExtKeyUsageServerAuth)
 	pair, err := tls.X509KeyPair(cert, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(p.ca)
+	pool.AddCert(p.Cert)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}),
 		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "admin", "admin-secret"),
@@ -139,10 +91,10 @@ func produceWith(t *testing.T, addr string, s Security, topic string) error {
 // broker that requires both; each way to get them wrong is explained,
 // naming what to fix, and no explanation or description shows a secret.
 func TestSecurity(t *testing.T) {
-	p := newPKI(t)
+	p := testpki.NewCA(t, "test CA")
 	addr := secureBroker(t, p)
-	clientCert, clientKey := p.issue("client", time.Now().Add(time.Hour), x509.ExtKeyUsageClientAuth)
-	good := map[string][]byte{FileCA: p.caPEM, FileCert: clientCert, FileKey: clientKey,
+	clientCert, clientKey := issue(p, "client", time.Now().Add(time.Hour), x509.ExtKeyUsageClientAuth)
+	good := map[string][]byte{FileCA: p.PEM, FileCert: clientCert, FileKey: clientKey,
 		FileMechanism: []byte("scram-sha-256\n"), FileUsername: []byte("admin"), FilePassword: []byte("admin-secret\n")}
 	load := func(change map[string][]byte) Security {
 		files := map[string][]byte{}
@@ -170,9 +122,9 @@ func TestSecurity(t *testing.T) {
 		t.Errorf("String: %q", got)
 	}
 
-	other := newPKI(t)
-	otherCert, otherKey := other.issue("client", time.Now().Add(time.Hour), x509.ExtKeyUsageClientAuth)
-	expiredCert, expiredKey := p.issue("client", time.Now().Add(-time.Minute), x509.ExtKeyUsageClientAuth)
+	other := testpki.NewCA(t, "test CA")
+	otherCert, otherKey := issue(other, "client", time.Now().Add(time.Hour), x509.ExtKeyUsageClientAuth)
+	expiredCert, expiredKey := issue(p, "client", time.Now().Add(-time.Minute), x509.ExtKeyUsageClientAuth)
 	for _, tc := range []struct {
 		what   string
 		change map[string][]byte
@@ -180,7 +132,7 @@ func TestSecurity(t *testing.T) {
 		want   string
 	}{
 		{"a wrong password", map[string][]byte{FilePassword: []byte("guess")}, "out", "it refused the login"},
-		{"the broker's CA unknown", map[string][]byte{FileCA: other.caPEM}, "out", "authority the client does not trust"},
+		{"the broker's CA unknown", map[string][]byte{FileCA: other.PEM}, "out", "authority the client does not trust"},
 		{"a client certificate of another CA", map[string][]byte{FileCert: otherCert, FileKey: otherKey}, "out", "refused the TLS handshake"},
 		{"an expired client certificate", map[string][]byte{FileCert: expiredCert, FileKey: expiredKey}, "out", "has not expired: renew"},
 		{"an ACL that denies writing", map[string][]byte{FileUsername: []byte("app"), FilePassword: []byte("app-secret")}, "in", "an ACL denies User:app"},
@@ -204,8 +156,8 @@ func TestSecurity(t *testing.T) {
 
 // A Secret that cannot work is refused when it is read, naming its key.
 func TestSecurityRefused(t *testing.T) {
-	p := newPKI(t)
-	cert, _ := p.issue("client", time.Now().Add(time.Hour), x509.ExtKeyUsageClientAuth)
+	p := testpki.NewCA(t, "test CA")
+	cert, _ := issue(p, "client", time.Now().Add(time.Hour), x509.ExtKeyUsageClientAuth)
 	for _, tc := range []struct {
 		files map[string][]byte
 		want  string

@@ -19,6 +19,7 @@ import (
 	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // BenchmarkSidecarLatency measures end-to-end latency, source topic →
@@ -100,7 +101,7 @@ func BenchmarkSidecarLatency(b *testing.B) {
 // echoProcess runs cmd/streams-echo, the example function, as its own
 // process, as it runs in a pod beside the sidecar, and returns its URL.
 func echoProcess(b *testing.B) string {
-	addr := freeAddr(b)
+	addr := freeport.Addr(b)
 	_, port, _ := net.SplitHostPort(addr)
 	cmd := exec.Command(cmdtest.Build(b, "streams-echo"))
 	cmd.Env = append(os.Environ(), "PORT="+port)
@@ -150,7 +151,7 @@ func runSidecar(ctx context.Context, b *testing.B, addr, function, src, sink str
 		"STREAMS_OUTPUTS":              fmt.Sprintf(`[{"bootstrap":%q,"topic":%q}]`, addr, sink),
 		"STREAMS_DEADLETTER_BOOTSTRAP": addr, "STREAMS_DEADLETTER_TOPIC": strings.TrimSuffix(src, "-src") + "-dlq",
 		"STREAMS_REVISION": "bench", "STREAMS_FUNCTION": function + "/", "STREAMS_DELIVERY": string(d),
-		"STREAMS_PROBE_ADDR": freeAddr(b), "STREAMS_TRANSACTIONAL_ID": src + "-txn",
+		"STREAMS_PROBE_ADDR": freeport.Addr(b), "STREAMS_TRANSACTIONAL_ID": src + "-txn",
 	}
 	cfg, err := sidecar.ConfigFromEnv(func(k string) string { return e[k] })
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +26,7 @@ import (
 	"github.com/cloudtransit/transit/cmdtest"
 	"github.com/cloudtransit/transit/controllers/streams/brokertest"
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // kafka is a broker process (or, b nil, a broker in this process at
@@ -315,16 +315,6 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // echo answers a binary-mode event with the same event, marked
 // ce-echoed: yes.
 func echo(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -390,7 +380,7 @@ type running struct {
 func run(t *testing.T, e env, gate sidecar.Gate) *running {
 	t.Helper()
 	if e["STREAMS_PROBE_ADDR"] == "" {
-		e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+		e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
 	}
 	cfg := e.config(t)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // TestSIGTERM: on SIGTERM the sidecar finishes its batch, commits, leaves
@@ -32,7 +34,7 @@ func TestSIGTERM(t *testing.T) {
 	k.produce(ctx, inputs("in", 300, 1)...)
 	e := baseEnv(k, fn.URL)
 	e["STREAMS_BATCH_RECORDS"] = "20"
-	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
 	p := start(t, e)
 	waitFor(ctx, t, "40 records committed", func() bool { return k.committed(ctx, "rev-1-p", "in", 1)[0] >= 40 })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -71,7 +73,7 @@ func TestCrashAfterProduce(t *testing.T) {
 			e := baseEnv(k, fn.URL)
 			e["STREAMS_DELIVERY"] = delivery
 			e["STREAMS_BATCH_RECORDS"] = "10"
-			e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+			e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
 			e["STREAMS_FAILPOINT"] = "after-produce:3"
 			p := start(t, e)
 			if ws := p.wait(ctx, t); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
@@ -129,7 +131,7 @@ func TestBrokerRestart(t *testing.T) {
 	}
 	fn := function(t, echo)
 	e := baseEnv(k, fn.URL)
-	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
 
 	// The producer: 400 ids, one every 2 ms, riding out the restart.
 	pc, err := kgo.NewClient(kgo.SeedBrokers(k.addr()), kgo.RecordPartitioner(kgo.ManualPartitioner()))

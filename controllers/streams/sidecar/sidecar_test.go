@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // TestForward: events reach every output (fan-out across two clusters)
@@ -299,7 +300,7 @@ func TestFunctionDownThenUp(t *testing.T) {
 	for _, topic := range []string{"in", "out", "dlq"} {
 		k.topic(ctx, topic, 2)
 	}
-	addr := freeAddr(t) // nothing listens yet
+	addr := freeport.Addr(t) // nothing listens yet
 	k.produce(ctx, inputs("in", 20, 2)...)
 	e := baseEnv(k, "http://"+addr)
 	e["STREAMS_RETRIES"] = "1"

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/cloudtransit/transit/controllers/streams/sidecar"
+	"github.com/cloudtransit/transit/freeport"
 )
 
 // TestGroupSessionLostInTransaction: the coordinator forgets the member
@@ -93,7 +94,7 @@ func TestRestartFencesAbandonedTransaction(t *testing.T) {
 	k.produce(ctx, inputs("in", 10, 1)...)
 	e := baseEnv(k, fn.URL)
 	e["STREAMS_DELIVERY"] = "exactlyOnce"
-	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
 	e["STREAMS_FAILPOINT"] = "after-produce:1"
 	e["STREAMS_CALL_TIMEOUT"] = "60s" // a batch budget, so a transaction timeout, past two minutes
 	p := start(t, e)
@@ -105,7 +106,7 @@ func TestRestartFencesAbandonedTransaction(t *testing.T) {
 	}
 
 	delete(e, "STREAMS_FAILPOINT")
-	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
 	run(t, e, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
 	// Far less than the transaction's timeout (3 minutes by default).
 	fenced := timeout(t, 30*time.Second)
@@ -237,7 +238,7 @@ func TestACLDeniesTheSink(t *testing.T) {
 	}
 	e := baseEnv(k, function(t, echo).URL)
 	e["STREAMS_KAFKA_SECURITY"] = fmt.Sprintf(`{%q: %q}`, addr, dir)
-	e["STREAMS_PROBE_ADDR"] = freeAddr(t)
+	e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
 	done := make(chan error, 1)
 	go func() { done <- sidecar.Run(ctx, e.config(t), nil) }()
 	select {
