@@ -183,8 +183,8 @@ func streamsOnCluster(t testing.TB, c *cluster, upgrades, history int) streamsMe
 	// too (a sidecar may finish its batch first), and only then counts in
 	// the history, the oldest pruned as another finishes: once none phases
 	// out, the history and the active one are kept (CI counted 5 where 4
-	// are kept while a revision's pods were still stopping).
-	// A pod's grace period bounds its stopping.
+	// are kept while a revision's pods were still stopping). A pod's grace
+	// period bounds its stopping.
 	eventually(t, sidecar.DefaultGracePeriod()+time.Minute, "the old revisions finished, the history kept", func(ctx context.Context) error {
 		var trs v1alpha1.TopologyRevisionList
 		if err := admin.List(ctx, &trs, client.InNamespace("shop")); err != nil {
