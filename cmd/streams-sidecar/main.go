@@ -61,8 +61,11 @@ func chooseGate(cfg sidecar.Config) (sidecar.Gate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the Topology gate: %w", err)
 		}
-		return func(ctx context.Context) error {
-			return gate.WaitActive(ctx, c, cfg.GateNamespace, cfg.GateTopology, cfg.Revision)
+		return func(ctx context.Context) (sidecar.Start, error) {
+			if err := gate.WaitActive(ctx, c, cfg.GateNamespace, cfg.GateTopology, cfg.Revision); err != nil {
+				return nil, err
+			}
+			return gate.StartOffsets(ctx, c, cfg.GateNamespace, cfg.Revision, cfg.Group, cfg.Input.Topic)
 		}, nil
 	}
 	return nil, nil

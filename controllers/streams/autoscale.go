@@ -93,9 +93,10 @@ func (r *TopologyReconciler) sample(ctx context.Context, rev *v1alpha1.TopologyR
 	if err != nil {
 		return scale.Sample{}, err
 	}
-	// A partition never committed has all it holds to read: a stage at
-	// zero replicas is woken by it.
-	from, err := r.Kafka.Positions(ctx, p.Input.Bootstrap, p.Group, p.Input.Topic, ends)
+	// A partition never committed has all from where its reader begins to
+	// read (a source reader: the recorded start; else all it holds): a
+	// stage at zero replicas is woken by it.
+	from, err := r.Kafka.Positions(ctx, p.Input.Bootstrap, p.Group, p.Input.Topic, ends, recordedStart(rev, p))
 	if err != nil {
 		return scale.Sample{}, err
 	}

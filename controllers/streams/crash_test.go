@@ -167,7 +167,7 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 		t.Fatal(err)
 	}
 	for _, p := range old.Spec.Processors {
-		if _, ok := groups[p.Group]; ok && !p.ReadsSource {
+		if _, ok := groups[p.Group]; ok {
 			t.Errorf("the finished revision's group %s is left", p.Group)
 		}
 	}

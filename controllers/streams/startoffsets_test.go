@@ -6,9 +6,10 @@ import (
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
 )
 
-// Which old readers a new source reader takes over from: those that fed
-// its sinks, else those of its part; another team's reader of the same
-// source never, and a new branch has none.
+// Which old readers a new source reader takes over from: the one of its
+// name (it continues that stream), else those that fed its sinks, else
+// those of its part; another team's reader of the same source never, and
+// a new branch has none.
 func TestPredecessors(t *testing.T) {
 	orders := v1alpha1.Endpoint{Bootstrap: "k:9092", Topic: "orders"}
 	ep := func(topic string) v1alpha1.Endpoint { return v1alpha1.Endpoint{Bootstrap: "k:9092", Topic: topic} }
@@ -38,6 +39,7 @@ func TestPredecessors(t *testing.T) {
 		want []string
 	}{
 		{"renamed, same sink", reader("slower", "s", ep("slowed")), []string{"slow"}},
+		{"same name, now feeding another's sink", reader("clean", "a", ep("slowed")), []string{"clean"}},
 		{"renamed upstream of another team's sink", reader("scrub", "a", ep("t-clean")), []string{"clean"}},
 		{"same part, its sink renamed", reader("slow2", "s", ep("slowed-v2")), []string{"slow"}},
 		{"a new branch", reader("audit", "x", ep("audit")), nil},

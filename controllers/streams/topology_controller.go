@@ -502,64 +502,72 @@ func (r *TopologyReconciler) ensureRevision(ctx context.Context, t *v1alpha1.Top
 	return rev, nil
 }
 
-// startOffsets records, then commits, where the revision's new source
-// groups begin (the upgrade point): per partition, where the reader's
-// predecessors stopped (the earliest of their commits: records may repeat
-// into a sink one of them fed further, none is lost), else, for a new
-// branch, the source's end. Recorded once: a crash after recording commits
-// the same offsets.
+// startOffsets records where the revision's source readers begin (the
+// upgrade point): per partition, where the reader's predecessors stopped
+// (the earliest of their commits: records may repeat into a sink one of
+// them fed further, none is lost), else, for a new branch, the source's
+// end. Recorded once, before the switch: the readers, in their groups
+// already, take a partition their group never committed from there as
+// their gate opens.
 func (r *TopologyReconciler) startOffsets(ctx context.Context, rev *v1alpha1.TopologyRevision, old *v1alpha1.TopologyRevision) error {
-	if rev.Status.StartOffsets == nil {
-		recorded := []v1alpha1.GroupOffsets{}
-		for _, p := range rev.Spec.Processors {
-			if !p.ReadsSource || p.CarriedGroup {
-				continue
-			}
-			start, err := r.Kafka.Ends(ctx, p.Input.Bootstrap, p.Input.Topic, false)
-			if err != nil {
+	if rev.Status.StartOffsets != nil {
+		return nil
+	}
+	recorded := []v1alpha1.GroupOffsets{}
+	for _, p := range rev.Spec.Processors {
+		if !p.ReadsSource {
+			continue
+		}
+		start, err := r.Kafka.Ends(ctx, p.Input.Bootstrap, p.Input.Topic, false)
+		if err != nil {
+			return err
+		}
+		if old != nil {
+			if start, err = r.predecessorsStop(ctx, old, predecessors(&rev.Spec, &old.Spec, p), p.Input, start); err != nil {
 				return err
 			}
-			if old != nil {
-				if start, err = r.predecessorsStop(ctx, predecessors(&rev.Spec, &old.Spec, p), p.Input, start); err != nil {
-					return err
-				}
-			}
-			g := v1alpha1.GroupOffsets{Group: p.Group, Bootstrap: p.Input.Bootstrap, Topic: p.Input.Topic, Offsets: make([]int64, len(start))}
-			for part, at := range start {
-				if int(part) < len(g.Offsets) {
-					g.Offsets[part] = at
-				}
-			}
-			recorded = append(recorded, g)
 		}
-		rev.Status.StartOffsets = recorded
-		if err := r.Client.Status().Update(ctx, rev); err != nil {
-			return fmt.Errorf("record start offsets of %s: %w", rev.Name, err)
+		g := v1alpha1.GroupOffsets{Group: p.Group, Bootstrap: p.Input.Bootstrap, Topic: p.Input.Topic, Offsets: make([]int64, len(start))}
+		for part, at := range start {
+			if int(part) < len(g.Offsets) {
+				g.Offsets[part] = at
+			}
 		}
+		recorded = append(recorded, g)
 	}
+	rev.Status.StartOffsets = recorded
+	if err := r.Client.Status().Update(ctx, rev); err != nil {
+		return fmt.Errorf("record start offsets of %s: %w", rev.Name, err)
+	}
+	return nil
+}
+
+// recordedStart is where the revision's reader p begins a partition its
+// group never committed, as startOffsets recorded (nil: not recorded).
+func recordedStart(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor) kafka.Offsets {
 	for _, g := range rev.Status.StartOffsets {
-		offsets := kafka.Offsets{}
-		for part, at := range g.Offsets {
-			offsets[int32(part)] = at
-		}
-		if err := r.Kafka.CommitStart(ctx, g.Bootstrap, g.Group, g.Topic, offsets); err != nil {
-			return err
+		if g.Group == p.Group && g.Topic == p.Input.Topic {
+			start := kafka.Offsets{}
+			for part, at := range g.Offsets {
+				start[int32(part)] = at
+			}
+			return start
 		}
 	}
 	return nil
 }
 
 // predecessorsStop is where a new source reader starts, given its
-// predecessors: per partition the earliest of their commits (a partition
-// one never committed: the topic's start, as that reader would have
-// begun there); with no predecessor, ends.
-func (r *TopologyReconciler) predecessorsStop(ctx context.Context, preds []v1alpha1.ComposedProcessor, in v1alpha1.Endpoint, ends kafka.Offsets) (kafka.Offsets, error) {
+// predecessors in old: per partition the earliest of their commits (a
+// partition one never committed: where it began, its recorded start or
+// the topic's start); with no predecessor, ends.
+func (r *TopologyReconciler) predecessorsStop(ctx context.Context, old *v1alpha1.TopologyRevision, preds []v1alpha1.ComposedProcessor, in v1alpha1.Endpoint, ends kafka.Offsets) (kafka.Offsets, error) {
 	if len(preds) == 0 {
 		return ends, nil
 	}
 	start := kafka.Offsets{}
 	for _, q := range preds {
-		from, err := r.Kafka.Positions(ctx, in.Bootstrap, q.Group, in.Topic, ends)
+		from, err := r.Kafka.Positions(ctx, in.Bootstrap, q.Group, in.Topic, ends, recordedStart(old, q))
 		if err != nil {
 			return nil, err
 		}
@@ -573,16 +581,20 @@ func (r *TopologyReconciler) predecessorsStop(ctx context.Context, preds []v1alp
 }
 
 // predecessors are the readers of old whose place the new source reader p
-// of next takes: old's readers of the same source that fed a sink p feeds
-// (through the processors downstream of each), else those of p's part.
-// None: p begins a new branch. Another team's reader of the same source
-// is never one, however far it read.
+// of next takes: old's reader of the same name and source (p continues
+// its stream: nothing repeats), else old's readers of the same source that
+// fed a sink p feeds (through the processors downstream of each), else
+// those of p's part. None: p begins a new branch. Another team's reader
+// of the same source is never one, however far it read.
 func predecessors(next, old *v1alpha1.TopologyRevisionSpec, p v1alpha1.ComposedProcessor) []v1alpha1.ComposedProcessor {
 	mine := sinksFed(next, p)
 	var bySink, byPart []v1alpha1.ComposedProcessor
 	for _, q := range old.Processors {
 		if !q.ReadsSource || q.Input != p.Input {
 			continue
+		}
+		if q.Name == p.Name {
+			return []v1alpha1.ComposedProcessor{q}
 		}
 		if slices.ContainsFunc(sinksFed(old, q), func(e v1alpha1.Endpoint) bool { return slices.Contains(mine, e) }) {
 			bySink = append(bySink, q)
@@ -694,7 +706,7 @@ func (r *TopologyReconciler) dropOrphans(ctx context.Context, t *v1alpha1.Topolo
 // dropKafka deletes a revision's topics and the groups only it uses.
 func (r *TopologyReconciler) dropKafka(ctx context.Context, rev *v1alpha1.TopologyRevision, t *v1alpha1.Topology) error {
 	for _, p := range rev.Spec.Processors {
-		if p.CarriedGroup || r.groupInUse(ctx, t, rev.Name, p.Group) {
+		if r.groupInUse(ctx, t, rev.Name, p.Group) {
 			continue
 		}
 		if err := r.Kafka.DeleteGroup(ctx, p.Input.Bootstrap, p.Group); err != nil {
@@ -709,7 +721,9 @@ func (r *TopologyReconciler) dropKafka(ctx context.Context, rev *v1alpha1.Topolo
 	return nil
 }
 
-// groupInUse says another live revision of the topology reads in group.
+// groupInUse says another live revision of the topology reads in group
+// (revisions made before groups were per revision shared their source
+// readers' groups).
 func (r *TopologyReconciler) groupInUse(ctx context.Context, t *v1alpha1.Topology, except, group string) bool {
 	for _, name := range append([]string{t.Status.Active, t.Status.Next}, t.Status.PhasingOut...) {
 		if name == "" || name == except {
@@ -825,8 +839,8 @@ func (r *TopologyReconciler) switchWaits(ctx context.Context, t *v1alpha1.Topolo
 			return fmt.Sprintf("source reader %s: its group %s to empty (Kafka: %s, %d members)", p.Name, p.Group, state, len(members)), nil
 		}
 		// A reader whose transaction has not ended has not stopped: its
-		// offsets are not committed yet (the carried group would wait
-		// on them, a new reader start short of them). One whose pod is
+		// offsets are not committed yet (its successor would start short
+		// of them). One whose pod is
 		// gone is aborted by fenceGone.
 		if active.Spec.Delivery == v1alpha1.ExactlyOnce {
 			open, err := r.Kafka.UnfinishedTransactions(ctx, p.Input.Bootstrap)
@@ -1252,19 +1266,30 @@ func (r *TopologyReconciler) finalize(ctx context.Context, t *v1alpha1.Topology)
 	return reconcile.Result{}, r.Client.Update(ctx, t)
 }
 
+// processorRules are what processor pods may do: read Topologies and
+// their revisions (the sidecar's gate and its start offsets).
+var processorRules = []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"topologies"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"topologyrevisions"}, Verbs: []string{"get"}}}
+
 // ensureAccount gives a namespace the service account processor pods run
-// as, allowed to read Topologies (the sidecar's gate).
+// as, allowed processorRules (a Role an earlier version made gets them).
 func (r *TopologyReconciler) ensureAccount(ctx context.Context, namespace string) error {
 	objs := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ProcessorAccount}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ProcessorAccount},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"topologies"}, Verbs: []string{"get", "list", "watch"}}}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ProcessorAccount}, Rules: processorRules},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ProcessorAccount},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ProcessorAccount},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: ProcessorAccount}}},
 	}
 	for _, o := range objs {
-		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(o), o.DeepCopyObject().(client.Object)); err == nil {
+		have := o.DeepCopyObject().(client.Object)
+		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(o), have); err == nil {
+			if role, ok := have.(*rbacv1.Role); ok && !equality.Semantic.DeepEqual(role.Rules, processorRules) {
+				role.Rules = processorRules
+				if err := r.Client.Update(ctx, role); err != nil {
+					return fmt.Errorf("update Role %s/%s: %w", namespace, role.Name, err)
+				}
+			}
 			continue
 		} else if !apierrors.IsNotFound(err) {
 			return err

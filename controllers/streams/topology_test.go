@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -161,8 +162,8 @@ func envOf(d *appsv1.Deployment, container string) map[string]string {
 }
 
 // TestComposition, without pods: the first revision becomes active at
-// once with its Deployments, internal and dead-letter topics, and its new
-// source group committed at the source's end; an invalid composition is
+// once with its Deployments, internal and dead-letter topics, and its
+// source reader's start recorded at the source's end; an invalid composition is
 // reported naming part and node and touches nothing that runs; a
 // scale-only edit applies in place; a standby revision whose pods never
 // get Ready is abandoned in time, naming the pod, and the active revision
@@ -210,14 +211,8 @@ func TestComposition(t *testing.T) {
 		}
 	}
 	group := rev.Spec.Processors[0].Group
-	offs, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[int32]int64{0: 3, 1: 2} {
-		if o, ok := offs.Lookup("orders", p); !ok || o.At != want {
-			t.Errorf("group %s starts at %+v on partition %d, want %d (the end when it became active)", group, o, p, want)
-		}
+	if want := []v1alpha1.GroupOffsets{{Group: group, Bootstrap: b.Addr(), Topic: "orders", Offsets: []int64{3, 2}}}; !equality.Semantic.DeepEqual(rev.Status.StartOffsets, want) {
+		t.Errorf("start offsets %+v, want %+v (the source's end when it became active)", rev.Status.StartOffsets, want)
 	}
 
 	// Invalid: a cycle across the two parts, then a missing revision.

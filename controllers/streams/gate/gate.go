@@ -1,8 +1,9 @@
 // Package gate holds a source reader's sidecar until its revision is the
-// Topology's active one: a standby revision starts whole, and its readers
-// of the sources begin only once the controller switched (after the old
-// readers are gone and their groups empty). It watches the Topology, so
-// the wait ends within a watch event of the switch.
+// Topology's active one: a standby revision starts whole, its readers of
+// the sources in their groups already, and they read only once the
+// controller switched (after the old readers are gone and their groups
+// empty), from where the controller recorded in the revision. It watches
+// the Topology, so the wait ends within a watch event of the switch.
 package gate
 
 import (
@@ -82,4 +83,32 @@ func watchFor(ctx context.Context, c client.WithWatch, opts []client.ListOption,
 		}
 	}
 	return fmt.Errorf("watch ended")
+}
+
+// StartOffsets is where the revision's reader in group begins each
+// partition of topic the group never committed, as the controller recorded
+// in the revision before it made it active; nil if it recorded none for
+// the group. Errors of the API server are retried until ctx ends.
+func StartOffsets(ctx context.Context, c client.Client, namespace, revision, group, topic string) (map[int32]int64, error) {
+	for {
+		var rev v1alpha1.TopologyRevision
+		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: revision}, &rev)
+		if err == nil {
+			for _, g := range rev.Status.StartOffsets {
+				if g.Group == group && g.Topic == topic {
+					start := map[int32]int64{}
+					for p, at := range g.Offsets {
+						start[int32(p)] = at
+					}
+					return start, nil
+				}
+			}
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading the start offsets of revision %s/%s: %w (last: %v)", namespace, revision, ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -216,12 +216,6 @@ func (a *Admin) DeleteTopic(ctx context.Context, bootstrap, topic string) error 
 	return nil
 }
 
-// GroupEmpty says a consumer group has no member (or does not exist).
-func (a *Admin) GroupEmpty(ctx context.Context, bootstrap, group string) (bool, error) {
-	state, members, err := a.GroupState(ctx, bootstrap, group)
-	return len(members) == 0 && (state == "Empty" || state == "Dead"), err
-}
-
 // GroupState is a group's state as the coordinator says (Empty, Stable,
 // PreparingRebalance, CompletingRebalance, Dead) and its members' ids,
 // sorted; a group that does not exist is Dead.
@@ -331,7 +325,7 @@ func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, rea
 			}
 		}
 	}
-	from, err := a.Positions(ctx, bootstrap, group, topic, ends)
+	from, err := a.Positions(ctx, bootstrap, group, topic, ends, nil)
 	if err != nil {
 		return false, err
 	}
@@ -353,9 +347,10 @@ func (a *Admin) Drained(ctx context.Context, bootstrap, group, topic string, rea
 }
 
 // Positions is where the group reads each partition of parts from: its
-// commit, or, never committed, the partition's start (where a reader
-// begins: the sidecars reset to the start).
-func (a *Admin) Positions(ctx context.Context, bootstrap, group, topic string, parts Offsets) (Offsets, error) {
+// commit, or, never committed, where its reader begins: begin's offset
+// for it (a revision's recorded start), else the partition's start (the
+// sidecars reset to the start).
+func (a *Admin) Positions(ctx context.Context, bootstrap, group, topic string, parts, begin Offsets) (Offsets, error) {
 	committed, err := a.Committed(ctx, bootstrap, group, topic)
 	if err != nil {
 		return nil, err
@@ -364,6 +359,9 @@ func (a *Admin) Positions(ctx context.Context, bootstrap, group, topic string, p
 	from := Offsets{}
 	for p := range parts {
 		at, ok := committed[p]
+		if !ok {
+			at, ok = begin[p]
+		}
 		if !ok {
 			if starts == nil {
 				if starts, err = a.Starts(ctx, bootstrap, topic); err != nil {
@@ -437,43 +435,6 @@ func (a *Admin) nothingReadable(ctx context.Context, bootstrap, topic string, fr
 		})
 	}
 	return !readable, nil
-}
-
-// CommitStart commits a new group's starting offsets. It refuses a group
-// with members (they read already) and leaves partitions that have a commit
-// as they are, so doing it twice is doing it once.
-func (a *Admin) CommitStart(ctx context.Context, bootstrap, group, topic string, offsets Offsets) error {
-	empty, err := a.GroupEmpty(ctx, bootstrap, group)
-	if err != nil {
-		return err
-	}
-	if !empty {
-		return fmt.Errorf("kafka %s: group %s has members: its start is theirs", bootstrap, group)
-	}
-	have, err := a.Committed(ctx, bootstrap, group, topic)
-	if err != nil {
-		return err
-	}
-	os := kadm.Offsets{}
-	for p, at := range offsets {
-		if _, ok := have[p]; !ok {
-			os.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1})
-		}
-	}
-	if len(os) == 0 {
-		return nil
-	}
-	adm, err := a.admin(ctx, bootstrap)
-	if err != nil {
-		return err
-	}
-	if err := a.write("commit the start of group " + group); err != nil {
-		return err
-	}
-	if err := adm.CommitAllOffsets(ctx, group, os); err != nil {
-		return fmt.Errorf("kafka %s: commit start of group %s: %w", bootstrap, group, err)
-	}
-	return nil
 }
 
 // DeleteGroup deletes a consumer group; a missing one is no error.

@@ -93,20 +93,27 @@ func TestGroups(t *testing.T) {
 	if err := a.EnsureTopic(ctx, b.Addr(), "in", 2); err != nil {
 		t.Fatal(err)
 	}
-	if empty, err := a.GroupEmpty(ctx, b.Addr(), "g"); err != nil || !empty {
-		t.Fatalf("an unknown group: empty %v, %v", empty, err)
+	state := func() (string, int) {
+		t.Helper()
+		st, members, err := a.GroupState(ctx, b.Addr(), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, len(members)
 	}
-	start := Offsets{0: 4, 1: 7}
-	if err := a.CommitStart(ctx, b.Addr(), "g", "in", start); err != nil {
-		t.Fatal(err)
+	if st, n := state(); st != "Dead" || n != 0 {
+		t.Fatalf("an unknown group: %s with %d members", st, n)
 	}
-	commit(ctx, t, b.Addr(), "g", "in", 9) // the group moved on
-	if err := a.CommitStart(ctx, b.Addr(), "g", "in", start); err != nil {
-		t.Fatal(err)
+	commit(ctx, t, b.Addr(), "g", "in", 9)
+	if got, err := a.Committed(ctx, b.Addr(), "g", "in"); err != nil || len(got) != 1 || got[0] != 9 {
+		t.Fatalf("committed %v, %v: want 0→9", got, err)
 	}
-	got, err := a.Committed(ctx, b.Addr(), "g", "in")
-	if err != nil || got[0] != 9 || got[1] != 7 {
-		t.Fatalf("committed %v, %v: want 0→9 (kept), 1→7", got, err)
+	// Never committed: where the reader begins, given, else the start.
+	if from, err := a.Positions(ctx, b.Addr(), "g", "in", Offsets{0: 20, 1: 20}, Offsets{0: 4, 1: 7}); err != nil || from[0] != 9 || from[1] != 7 {
+		t.Fatalf("positions %v, %v: want 0→9 (the commit), 1→7 (the begin given)", from, err)
+	}
+	if from, err := a.Positions(ctx, b.Addr(), "g", "in", Offsets{0: 20, 1: 20}, nil); err != nil || from[0] != 9 || from[1] != 0 {
+		t.Fatalf("positions %v, %v: want 0→9, 1→0 (the partition's start)", from, err)
 	}
 
 	member, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"))
@@ -115,11 +122,7 @@ func TestGroups(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		empty, err := a.GroupEmpty(ctx, b.Addr(), "g")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !empty {
+		if st, n := state(); st == "Stable" && n == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -129,12 +132,9 @@ func TestGroups(t *testing.T) {
 		member.PollFetches(pctx)
 		cancel()
 	}
-	if err := a.CommitStart(ctx, b.Addr(), "g", "in", Offsets{0: 1}); err == nil || !strings.Contains(err.Error(), "has members") {
-		t.Fatalf("CommitStart on a group with members: %v", err)
-	}
 	member.Close() // leaves the group
-	if empty, err := a.GroupEmpty(ctx, b.Addr(), "g"); err != nil || !empty {
-		t.Fatalf("after the member left: empty %v, %v", empty, err)
+	if st, n := state(); st != "Empty" || n != 0 {
+		t.Fatalf("after the member left: %s with %d members", st, n)
 	}
 	if err := a.DeleteGroup(ctx, b.Addr(), "g"); err != nil {
 		t.Fatal(err)

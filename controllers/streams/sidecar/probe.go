@@ -19,13 +19,14 @@ import (
 )
 
 // readiness is what /readyz answers: ready once every topic exists on its
-// cluster and the function accepts connections; not while calls find the
-// function refusing them.
+// cluster, the function accepts connections and the group gave the member
+// its share once; not while calls find the function refusing them.
 type readiness struct {
 	mu           sync.Mutex
 	reason       string // "" is ready
 	checked      bool
 	functionDown atomic.Bool
+	joined       atomic.Bool
 }
 
 func (r *readiness) set(err error) {
@@ -49,6 +50,8 @@ func (r *readiness) ready() string {
 		return r.reason
 	case r.functionDown.Load():
 		return "the function refuses connections"
+	case !r.joined.Load():
+		return "not in its consumer group yet"
 	}
 	return ""
 }

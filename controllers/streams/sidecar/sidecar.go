@@ -60,14 +60,19 @@
 //
 // # Lifecycle
 //
-// Run serves the probes, fences its transactional ID (exactly-once), then
-// waits for its Gate (a standby revision's source reader waits until its
-// revision is active) without joining the group, Ready meanwhile once it
-// reaches its topics and the function. When ctx ends (SIGTERM) it stops
-// polling, finishes the batch in hand (calls, produce, acknowledgements),
-// commits it, leaves the group and returns nil; if the function is gone
-// by then, it commits the records it finished and leaves the rest to the
-// next owner.
+// Run serves the probes, fences its transactional ID (exactly-once), joins
+// its group and waits for its Gate before it reads: a standby revision's
+// source reader is a member of its revision's group (so Kafka's initial
+// rebalance delay is paid before the switch, not in it) but reads nothing
+// until its revision is active; then it begins each partition its group
+// never committed where the gate says (the controller's start offsets).
+// It is Ready once it reaches its topics and the function and the group
+// has given it its share (none, with more replicas than partitions).
+//
+// When ctx ends (SIGTERM) it stops polling, finishes the batch in hand
+// (calls, produce, acknowledgements), commits it, leaves the group and
+// returns nil; if the function is gone by then, it commits the records it
+// finished and leaves the rest to the next owner.
 //
 // # Fault point
 //
@@ -132,6 +137,14 @@ type sidecar struct {
 
 	outputs    []sink
 	deadLetter sink
+
+	// gate holds the reading of the input (see opening).
+	gate   Gate
+	gateMu sync.Mutex
+	opened bool
+	start  Start
+	// stop ends the run with a cause: a gate that failed.
+	stop context.CancelCauseFunc
 
 	ready   readiness
 	m       metrics
@@ -210,26 +223,56 @@ func run(ctx context.Context, cfg Config, gate Gate) error {
 			return err
 		}
 	}
-	if gate != nil {
-		s.log.Info("held by the gate")
-		if err := gate(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while held: nothing read, nothing to commit
-			}
-			return fmt.Errorf("gate: %w", err)
-		}
-		s.log.Info("gate open")
-	}
 	if ctx.Err() != nil {
 		return nil
 	}
+	s.gate = gate
+	if gate != nil {
+		s.log.Info("held by the gate: in the group, reading nothing")
+	}
+	parent := ctx
+	ctx, s.stop = context.WithCancelCause(parent)
+	defer s.stop(nil)
 	if err := s.join(); err != nil {
 		return err
 	}
 	if s.session != nil {
-		return s.transact(ctx)
+		err = s.transact(ctx)
+	} else {
+		err = s.consume(ctx)
 	}
-	return s.consume(ctx)
+	if cause := context.Cause(ctx); err == nil && parent.Err() == nil && cause != nil {
+		return cause // the gate failed
+	}
+	return err
+}
+
+// opening is the group's AdjustFetchOffsetsFn: before the first session
+// reads, it waits for the gate (later sessions pass at once), then moves
+// each partition of the input the group never committed to where the gate
+// says it begins. ctx ends when the session does (a rebalance): the next
+// one waits again.
+func (s *sidecar) opening(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if !s.opened && s.gate != nil {
+		start, err := s.gate(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.stop(fmt.Errorf("gate: %w", err))
+			}
+			return nil, err
+		}
+		s.start = start
+		s.log.Info("gate open", "start", start)
+	}
+	s.opened = true
+	for p, o := range offsets[s.cfg.Input.Topic] {
+		if at, ok := s.start[p]; ok && o.EpochOffset().Offset < 0 { // never committed
+			offsets[s.cfg.Input.Topic][p] = kgo.NewOffset().At(at).WithEpoch(-1)
+		}
+	}
+	return offsets, nil
 }
 
 func newSidecar(cfg Config) (*sidecar, error) {
@@ -332,8 +375,10 @@ func (s *sidecar) join() error {
 		// What the group hands and takes, for whoever reads a stalled
 		// pipeline's log.
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
+			s.ready.joined.Store(true)
 			s.log.Info("partitions assigned", "partitions", p)
 		}),
+		kgo.AdjustFetchOffsetsFn(s.opening),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
 			if len(p) > 0 {
 				s.log.Info("partitions revoked", "partitions", p)

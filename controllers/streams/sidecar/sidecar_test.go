@@ -405,9 +405,57 @@ func TestPartitionOrder(t *testing.T) {
 	t.Logf("at most %d calls at once", peak.Load())
 }
 
-// TestGate: held by its gate, the sidecar is Ready but no group member and
-// reads nothing; once the gate opens it joins and forwards.
+// TestGate: held by its gate, the sidecar is a member of its group (the
+// group formed: Kafka's initial rebalance delay paid) and Ready, but reads
+// nothing; once the gate opens it begins each partition where the gate
+// says (partition 0 at offset 2; partition 1, not named, at the start).
 func TestGate(t *testing.T) {
+	integration(t)
+	t.Parallel()
+	ctx := timeout(t, 60*time.Second)
+	k := startKafka(t)
+	k.topic(ctx, "in", 2)
+	for _, topic := range []string{"out", "dlq"} {
+		k.topic(ctx, topic, 1)
+	}
+	fn := function(t, echo)
+	file := filepath.Join(t.TempDir(), "active")
+	e := baseEnv(k, fn.URL)
+	e["STREAMS_GATE_FILE"] = file
+	s := run(t, e, sidecar.FileGate(file))
+	k.produce(ctx, inputs("in", 10, 2)...) // partition 0: ids 0, 2, …; 1: ids 1, 3, …
+	waitFor(ctx, t, "/readyz 200 while held", func() bool { code, _ := get(s.probe, "/readyz"); return code == http.StatusOK })
+	if state, members := k.members(ctx, "rev-1-p"); state != "Stable" || members != 1 {
+		t.Fatalf("group %s with %d members while held and Ready: want Stable with 1", state, members)
+	}
+	time.Sleep(500 * time.Millisecond) // a held sidecar that read would have by now
+	if c := k.committed(ctx, "rev-1-p", "in", 2); c[0] != 0 || c[1] != 0 {
+		t.Fatalf("committed %v while held", c)
+	}
+	if got := k.readAll(ctx, "out", false); len(got) != 0 {
+		t.Fatalf("forwarded %v while held", values(got))
+	}
+	tmp := file + ".tmp" // the file appears whole
+	if err := os.WriteFile(tmp, []byte(`{"0": 2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "both partitions committed to their ends", func() bool {
+		c := k.committed(ctx, "rev-1-p", "in", 2)
+		return c[0] == 5 && c[1] == 5
+	})
+	got := values(k.readAll(ctx, "out", false))
+	slices.Sort(got)
+	want := []string{id(1), id(3), id(4), id(5), id(6), id(7), id(8), id(9)}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("out (-want +got):\n%s", d)
+	}
+}
+
+// A gate that fails (not a stop) ends the run with its error.
+func TestGateFails(t *testing.T) {
 	integration(t)
 	t.Parallel()
 	ctx := timeout(t, 60*time.Second)
@@ -417,26 +465,22 @@ func TestGate(t *testing.T) {
 	}
 	fn := function(t, echo)
 	file := filepath.Join(t.TempDir(), "active")
-	e := baseEnv(k, fn.URL)
-	e["STREAMS_GATE_FILE"] = file
-	s := run(t, e, sidecar.FileGate(file))
-	k.produce(ctx, inputs("in", 10, 1)...)
-	waitFor(ctx, t, "/readyz 200 while held", func() bool { code, _ := get(s.probe, "/readyz"); return code == http.StatusOK })
-	if state, members := k.members(ctx, "rev-1-p"); members != 0 {
-		t.Fatalf("group %s with %d members while held", state, members)
-	}
-	if c := k.committed(ctx, "rev-1-p", "in", 1); c[0] != 0 {
-		t.Fatalf("committed %v while held", c)
-	}
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
+	if err := os.WriteFile(file, []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k.waitCommitted(ctx, "rev-1-p", "in", 1)
-	if state, members := k.members(ctx, "rev-1-p"); members != 1 {
-		t.Fatalf("group %s with %d members once open", state, members)
+	s := run(t, baseEnv(k, fn.URL), sidecar.FileGate(file))
+	k.produce(ctx, inputs("in", 3, 1)...)
+	select {
+	case err := <-s.done:
+		close(s.done) // for the cleanup's stop
+		if err == nil || !strings.Contains(err.Error(), "gate") || !strings.Contains(err.Error(), file) {
+			t.Fatalf("run ended with %v, want the gate file's error", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a failed gate did not end the run")
 	}
-	if d := cmp.Diff(ids(0, 10), values(k.readAll(ctx, "out", false))); d != "" {
-		t.Fatalf("out (-want +got):\n%s", d)
+	if c := k.committed(ctx, "rev-1-p", "in", 1); c[0] != 0 {
+		t.Fatalf("committed %v behind a failed gate", c)
 	}
 }
 

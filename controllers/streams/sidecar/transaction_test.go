@@ -107,7 +107,7 @@ func TestRestartFencesAbandonedTransaction(t *testing.T) {
 
 	delete(e, "STREAMS_FAILPOINT")
 	e["STREAMS_PROBE_ADDR"] = freeport.Addr(t)
-	run(t, e, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	run(t, e, func(ctx context.Context) (sidecar.Start, error) { <-ctx.Done(); return nil, ctx.Err() })
 	// Far less than the transaction's timeout (3 minutes by default).
 	fenced := timeout(t, 30*time.Second)
 	waitFor(fenced, t, "the abandoned transaction's end", func() bool { return len(k.open(ctx, "out")) == 0 })

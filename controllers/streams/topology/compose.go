@@ -382,7 +382,7 @@ func Compose(in Input) (*v1alpha1.TopologyRevisionSpec, Problems) {
 
 	rev.Hash = contentHash(rev)
 	id := ID(rev.Hash, rev.Predecessor)
-	// Names that depend on the ID: internal topics and new groups.
+	// Names that depend on the ID: internal topics and groups.
 	idx := map[string]int{}
 	for i, p := range rev.Processors {
 		idx[p.Name] = i
@@ -406,9 +406,6 @@ func Compose(in Input) (*v1alpha1.TopologyRevisionSpec, Problems) {
 			p.Input = v1alpha1.Endpoint{Bootstrap: clusterFor(p.InputFrom), Topic: InternalTopic(in.Namespace, in.Name, id, p.InputFrom)}
 		}
 		p.Group = Group(in.Namespace, in.Name, id, p.Name)
-		if g, ok := carried(in.Predecessor, *p); ok {
-			p.Group, p.CarriedGroup = g, true
-		}
 	}
 
 	if rev.Delivery == v1alpha1.ExactlyOnce {
@@ -428,20 +425,6 @@ func Compose(in Input) (*v1alpha1.TopologyRevisionSpec, Problems) {
 		}
 	}
 	return rev, nil
-}
-
-// carried is the predecessor's group of a source reader of the same name
-// reading the same source topic.
-func carried(pred *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor) (string, bool) {
-	if pred == nil || !p.ReadsSource {
-		return "", false
-	}
-	for _, old := range pred.Spec.Processors {
-		if old.Name == p.Name && old.ReadsSource && old.Input == p.Input {
-			return old.Group, true
-		}
-	}
-	return "", false
 }
 
 // contentHash identifies what a composition runs: its processors, their

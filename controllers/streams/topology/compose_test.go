@@ -1,9 +1,11 @@
 package topology
 
 import (
-	corev1 "k8s.io/api/core/v1"
+	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
 )
@@ -52,7 +54,7 @@ func TestComposeTwoTeams(t *testing.T) {
 	if len(rev.Topics) != 1 || rev.Topics[0].Name != internal || rev.Topics[0].Partitions != DefaultMaxScale {
 		t.Errorf("topics: %+v", rev.Topics)
 	}
-	if clean.Group == enrich.Group || clean.CarriedGroup {
+	if clean.Group == enrich.Group || clean.Group != "streams.ns.pipe."+id+".clean" {
 		t.Errorf("groups: %q %q", clean.Group, enrich.Group)
 	}
 	if clean.DeadLetter != (v1alpha1.Endpoint{Bootstrap: "kafka:9092", Topic: "streams.ns.pipe.deadletter"}) {
@@ -215,10 +217,11 @@ func TestHash(t *testing.T) {
 	}
 }
 
-// A source reader of the same name reading the same source keeps its
-// group across revisions; a new reader and every internal reader get new
-// ones, and the new revision writes new topics.
-func TestCarriedGroups(t *testing.T) {
+// Every reader of a revision has a group of its own, a source reader of
+// the same name included: a standby revision's readers join their groups
+// while the old ones still read (where each begins is the controller's
+// start offsets), and the new revision writes new topics.
+func TestGroupsPerRevision(t *testing.T) {
 	first, _ := Compose(twoTeams())
 	pred := &v1alpha1.TopologyRevision{Spec: *first}
 	pred.Name = Name(first)
@@ -237,32 +240,24 @@ func TestCarriedGroups(t *testing.T) {
 	if next.Predecessor != pred.Name || Name(next) == pred.Name {
 		t.Fatalf("predecessor %q, name %q", next.Predecessor, Name(next))
 	}
-	groups := map[string]v1alpha1.ComposedProcessor{}
+	old := map[string]bool{}
+	for _, p := range first.Processors {
+		old[p.Group] = true
+	}
+	id := ID(next.Hash, next.Predecessor)
 	for _, p := range next.Processors {
-		groups[p.Name] = p
-	}
-	if g := groups["clean"]; !g.CarriedGroup || g.Group != first.Processors[0].Group {
-		t.Errorf("clean: group %q carried %v, want %q", g.Group, g.CarriedGroup, first.Processors[0].Group)
-	}
-	if g := groups["audit"]; g.CarriedGroup || g.Group == first.Processors[0].Group {
-		t.Errorf("audit, a new reader: group %q carried %v", g.Group, g.CarriedGroup)
-	}
-	if g := groups["enrich"]; g.CarriedGroup || g.Group == first.Processors[1].Group || g.Input.Topic == first.Processors[1].Input.Topic {
-		t.Errorf("enrich, an internal reader, reuses its predecessor's group or topic: %+v", g)
-	}
-	// Reading another topic under the same name is a new reader.
-	in.Parts["a"].Sources["orders"] = ep("orders-v2")
-	moved, _ := Compose(in)
-	for _, p := range moved.Processors {
-		if p.CarriedGroup {
-			t.Errorf("%s kept its group after its source's topic changed", p.Name)
+		if want := Group("ns", "pipe", id, p.Name); p.Group != want || old[p.Group] {
+			t.Errorf("%s: group %q, want %q, a group of its own", p.Name, p.Group, want)
+		}
+		if !p.ReadsSource && slices.ContainsFunc(first.Processors, func(q v1alpha1.ComposedProcessor) bool { return q.Input == p.Input }) {
+			t.Errorf("%s, an internal reader, reads its predecessor's topic %s", p.Name, p.Input.Topic)
 		}
 	}
 	// Composing again (a controller restarted between writes) names the
 	// same revision.
 	again, _ := Compose(in)
-	if Name(again) != Name(moved) {
-		t.Errorf("recomposition named %q, then %q", Name(moved), Name(again))
+	if Name(again) != Name(next) {
+		t.Errorf("recomposition named %q, then %q", Name(next), Name(again))
 	}
 }
 

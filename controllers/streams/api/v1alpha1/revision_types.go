@@ -97,12 +97,9 @@ type ComposedProcessor struct {
 	// processors read it, and its sinks.
 	// +listType=atomic
 	Outputs []Endpoint `json:"outputs"`
-	// Group is the consumer group; a source reader of the same name reading
-	// the same source in the predecessor keeps the predecessor's group.
+	// Group is the consumer group, the revision's own: a standby
+	// revision's readers join it before the switch.
 	Group string `json:"group"`
-	// CarriedGroup says Group is the predecessor's.
-	// +optional
-	CarriedGroup bool `json:"carriedGroup,omitempty"`
 	// DeadLetter is where events the function fails on go.
 	DeadLetter Endpoint `json:"deadLetter"`
 	Image      string   `json:"image"`
@@ -124,8 +121,9 @@ type InternalTopic struct {
 
 // TopologyRevisionStatus records the revision's switch and drain.
 type TopologyRevisionStatus struct {
-	// StartOffsets are where new consumer groups of sources begin: recorded
-	// before the switch, committed to the groups before they start.
+	// StartOffsets are where the source readers begin, per partition their
+	// group never committed: recorded before the switch, read by the
+	// readers as their gate opens.
 	// +listType=atomic
 	// +optional
 	StartOffsets []GroupOffsets `json:"startOffsets,omitempty"`
