@@ -107,7 +107,7 @@ func StartOffsets(ctx context.Context, c client.Client, namespace, revision, gro
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("reading the start offsets of revision %s/%s: %w (last: %v)", namespace, revision, ctx.Err(), err)
+			return nil, fmt.Errorf("reading the start offsets of revision %s/%s: %w (last: %w)", namespace, revision, ctx.Err(), err)
 		case <-time.After(time.Second):
 		}
 	}
