@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -163,7 +164,8 @@ func envOf(d *appsv1.Deployment, container string) map[string]string {
 
 // TestComposition, without pods: the first revision becomes active at
 // once with its Deployments, internal and dead-letter topics, and its
-// source reader's start recorded at the source's end; an invalid composition is
+// source reader's start recorded at the source's end, and the processors'
+// Role an earlier version made given the rule the gate now needs; an invalid composition is
 // reported naming part and node and touches nothing that runs; a
 // scale-only edit applies in place; a standby revision whose pods never
 // get Ready is abandoned in time, naming the pod, and the active revision
@@ -183,6 +185,12 @@ func TestComposition(t *testing.T) {
 		cl.Close()
 	}
 	twoTeams(t, c, "fn:1")
+	// The processors' Role as an earlier version made it: Topologies only.
+	oldRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: streams.ProcessorAccount},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"topologies"}, Verbs: []string{"get", "list", "watch"}}}}
+	if err := c.Create(ctx, oldRole); err != nil {
+		t.Fatal(err)
+	}
 	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
 		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
 	if err := c.Create(ctx, topo); err != nil {
@@ -192,6 +200,17 @@ func TestComposition(t *testing.T) {
 		topo = getTopology(t, c, "pipe")
 		return topo.Status.Active != "" && len(deployments(t, c, topo.Status.Active)) == 2, condition(topo, v1alpha1.ConditionValid)
 	})
+	// Its sidecars' gates read the revision's start offsets: the Role
+	// gets that rule.
+	role := &rbacv1.Role{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(oldRole), role); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Equal(r.Resources, []string{"topologyrevisions"}) && slices.Equal(r.Verbs, []string{"get"})
+	}) {
+		t.Errorf("the processors' Role an earlier version made was not given get on topologyrevisions: %+v", role.Rules)
+	}
 	first := topo.Status.Active
 	var rev v1alpha1.TopologyRevision
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: first}, &rev); err != nil {
