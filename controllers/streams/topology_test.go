@@ -165,11 +165,11 @@ func envOf(d *appsv1.Deployment, container string) map[string]string {
 // TestComposition, without pods: the first revision becomes active at
 // once with its Deployments, internal and dead-letter topics, and its
 // source reader's start recorded at the source's end, and the processors'
-// Role an earlier version made given the rule the gate now needs; an invalid composition is
-// reported naming part and node and touches nothing that runs; a
-// scale-only edit applies in place; a standby revision whose pods never
-// get Ready is abandoned in time, naming the pod, and the active revision
-// runs on.
+// Role an earlier version made is given the rule the gate now needs; an
+// invalid composition is reported naming part and node and touches
+// nothing that runs; a scale-only edit applies in place; a standby
+// revision whose pods never get Ready is abandoned in time, naming the
+// pod, and the active revision runs on.
 func TestComposition(t *testing.T) {
 	e := startEnv(t)
 	b := brokertest.Start(t)
