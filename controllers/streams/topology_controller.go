@@ -545,16 +545,7 @@ func (r *TopologyReconciler) startOffsets(ctx context.Context, rev *v1alpha1.Top
 // recordedStart is where the revision's reader p begins a partition its
 // group never committed, as startOffsets recorded (nil: not recorded).
 func recordedStart(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor) kafka.Offsets {
-	for _, g := range rev.Status.StartOffsets {
-		if g.Group == p.Group && g.Topic == p.Input.Topic {
-			start := kafka.Offsets{}
-			for part, at := range g.Offsets {
-				start[int32(part)] = at
-			}
-			return start
-		}
-	}
-	return nil
+	return rev.Status.StartOf(p.Group, p.Input.Topic)
 }
 
 // predecessorsStop is where a new source reader starts, given its
@@ -840,8 +831,7 @@ func (r *TopologyReconciler) switchWaits(ctx context.Context, t *v1alpha1.Topolo
 		}
 		// A reader whose transaction has not ended has not stopped: its
 		// offsets are not committed yet (its successor would start short
-		// of them). One whose pod is
-		// gone is aborted by fenceGone.
+		// of them). One whose pod is gone is aborted by fenceGone.
 		if active.Spec.Delivery == v1alpha1.ExactlyOnce {
 			open, err := r.Kafka.UnfinishedTransactions(ctx, p.Input.Bootstrap)
 			if err != nil {

@@ -94,16 +94,7 @@ func StartOffsets(ctx context.Context, c client.Client, namespace, revision, gro
 		var rev v1alpha1.TopologyRevision
 		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: revision}, &rev)
 		if err == nil {
-			for _, g := range rev.Status.StartOffsets {
-				if g.Group == group && g.Topic == topic {
-					start := map[int32]int64{}
-					for p, at := range g.Offsets {
-						start[int32(p)] = at
-					}
-					return start, nil
-				}
-			}
-			return nil, nil
+			return rev.Status.StartOf(group, topic), nil
 		}
 		select {
 		case <-ctx.Done():

@@ -138,10 +138,10 @@ type sidecar struct {
 	outputs    []sink
 	deadLetter sink
 
-	// gate holds the reading of the input (see opening).
+	// gate holds the reading of the input until it opens, then is nil
+	// (see opening); start is what it said.
 	gate   Gate
 	gateMu sync.Mutex
-	opened bool
 	start  Start
 	// stop ends the run with a cause: a gate that failed.
 	stop context.CancelCauseFunc
@@ -255,7 +255,7 @@ func run(ctx context.Context, cfg Config, gate Gate) error {
 func (s *sidecar) opening(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	s.gateMu.Lock()
 	defer s.gateMu.Unlock()
-	if !s.opened && s.gate != nil {
+	if s.gate != nil {
 		start, err := s.gate(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -263,10 +263,9 @@ func (s *sidecar) opening(ctx context.Context, offsets map[string]map[int32]kgo.
 			}
 			return nil, err
 		}
-		s.start = start
+		s.gate, s.start = nil, start
 		s.log.Info("gate open", "start", start)
 	}
-	s.opened = true
 	for p, o := range offsets[s.cfg.Input.Topic] {
 		if at, ok := s.start[p]; ok && o.EpochOffset().Offset < 0 { // never committed
 			offsets[s.cfg.Input.Topic][p] = kgo.NewOffset().At(at).WithEpoch(-1)

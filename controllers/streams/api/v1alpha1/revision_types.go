@@ -149,6 +149,21 @@ type GroupOffsets struct {
 	Offsets []int64 `json:"offsets"`
 }
 
+// StartOf is where the reader in group begins each partition of topic its
+// group never committed, as StartOffsets record; nil if they name none.
+func (s *TopologyRevisionStatus) StartOf(group, topic string) map[int32]int64 {
+	for _, g := range s.StartOffsets {
+		if g.Group == group && g.Topic == topic {
+			start := make(map[int32]int64, len(g.Offsets))
+			for p, at := range g.Offsets {
+				start[int32(p)] = at
+			}
+			return start
+		}
+	}
+	return nil
+}
+
 // TopologyRevisionList is a list of TopologyRevisions.
 //
 // +kubebuilder:object:root=true
