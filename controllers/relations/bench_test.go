@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cloudtransit/transit/controllers/relations"
+	relationsconfig "github.com/cloudtransit/transit/controllers/relations/config"
 	"github.com/cloudtransit/transit/controllers/testenv"
 )
 
@@ -23,16 +24,20 @@ import (
 // part). Goals: ≤ 1 s for 55 consumers, ≤ 10 s for 1,000. The controller
 // runs as the addon's settings allow at most (64 workers, 1,000 QPS) and
 // as the addon installs it: its service account, roles and admission
-// policy, and the webhook registered, which admits every user's write of
+// policies, and the webhook registered, which admits every user's write of
 // a consumer and the controller's own only while the wait container is
-// there.
+// there. Before the timed changes the history fills (10 changes): each
+// timed change also prunes the revision that leaves it, as every change
+// does from a relationship's eleventh on.
 func BenchmarkPropagation(b *testing.B) {
 	// A server of its own: no other test's leftovers in the measurement,
 	// and the raised QPS is its client configuration's alone.
 	e := testenv.Start(b, webhookOptions(false))
 	e.Config.QPS, e.Config.Burst = 1000, 2000
-	// As installed: the addon's identity, roles and admission policy.
-	startControllerAs(b, e, asAddon(b, e), relations.Options{Workers: 64})
+	// As installed: the addon's identity, roles and admission policies.
+	testenv.CreateYAML(b, e.Client, relationsconfig.Policy)
+	const history = 10 // the default
+	startControllerAs(b, e, asAddon(b, e), relations.Options{Workers: 64, History: history})
 	k, err := kubernetes.NewForConfig(e.Config)
 	if err != nil {
 		b.Fatal(err)
@@ -45,8 +50,11 @@ func BenchmarkPropagation(b *testing.B) {
 		b.Run("consumers="+strconv.Itoa(n), func(b *testing.B) {
 			if revision == 0 {
 				setupConsumers(b, k, ns, n)
-				revision = 1
-				waitAllAt(b, k, ns, n, revision, "")
+				waitAllAt(b, k, ns, n, 1, "")
+				for revision = 2; revision <= history+1; revision++ {
+					waitAllAt(b, k, ns, n, revision, fmt.Sprintf("host-%d.example.com", revision))
+				}
+				revision--
 			}
 			b.ResetTimer()
 			var total time.Duration

@@ -24,10 +24,10 @@ type inUse struct {
 	targets map[string]bool
 }
 
-// secretsInUse reads what refers to values Secrets of rel's consumer:
-// the pods and rollback targets its selector matches. withTargets false:
-// pods only.
-func (r *kindReconciler) secretsInUse(ctx context.Context, rel *v1alpha1.Relationship, withTargets bool) (inUse, error) {
+// secretsInUse reads what refers to the values Secrets of rel's consumer
+// named: the pods and rollback targets its selector matches. withTargets
+// false: pods only.
+func (r *kindReconciler) secretsInUse(ctx context.Context, rel *v1alpha1.Relationship, names []string, withTargets bool) (inUse, error) {
 	used := inUse{pods: map[string]bool{}, targets: map[string]bool{}}
 	w := r.new()
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: rel.Spec.Consumer.Name}, w)
@@ -72,16 +72,12 @@ func (r *kindReconciler) secretsInUse(ctx context.Context, rel *v1alpha1.Relatio
 	if err := r.Reader.List(ctx, &revisions, in...); err != nil {
 		return used, err
 	}
-	var secrets corev1.SecretList
-	if err := r.Reader.List(ctx, &secrets, client.InNamespace(rel.Namespace), client.MatchingLabels{labelRelationship: rel.Name}); err != nil {
-		return used, err
-	}
 	// A ControllerRevision holds its template as a raw patch: a Secret's
 	// quoted name in it refers to it.
 	for _, rev := range revisions.Items {
-		for _, s := range secrets.Items {
-			if bytes.Contains(rev.Data.Raw, []byte(`"`+s.Name+`"`)) {
-				used.targets[s.Name] = true
+		for _, name := range names {
+			if bytes.Contains(rev.Data.Raw, []byte(`"`+name+`"`)) {
+				used.targets[name] = true
 			}
 		}
 	}

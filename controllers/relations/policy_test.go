@@ -45,10 +45,15 @@ func installPolicy(t *testing.T, c client.Client, ns string) {
 func TestAnnotationPolicy(t *testing.T) {
 	e, ns := startPlainEnv(t)
 	c := e.Client
-	installPolicy(t, c, ns)
-	ctx := context.Background()
 	p, cons := relations.AnnotationProvides, relations.AnnotationConsumes
 	rel, cfg, allow, protect, pin := relations.AnnotationRelationship, relations.AnnotationConfig, relations.AnnotationAllowNamespaces, relations.AnnotationProtect, relations.AnnotationPin
+	// Written before the policy: a malformed annotation.
+	stale := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stale", Namespace: ns, Annotations: map[string]string{p: "Bad"}}}
+	if err := c.Create(t.Context(), stale); err != nil {
+		t.Fatal(err)
+	}
+	installPolicy(t, c, ns)
+	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
 		consumer bool
@@ -107,6 +112,41 @@ func TestAnnotationPolicy(t *testing.T) {
 	// Objects without the annotations are never evaluated.
 	if err := c.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: deployment(ns, "plain", nil).Spec}, client.DryRunAll); err != nil {
 		t.Errorf("a workload without annotations: %v", err)
+	}
+
+	// An update that leaves the annotations users write as they were is
+	// not evaluated (the controller's patches, its own annotations, a
+	// scale): what an earlier write left is never refused for it.
+	stale.Labels = map[string]string{"team": "data"}
+	stale.Annotations[relations.Prefix+"applied"] = "h1"
+	if err := c.Update(ctx, stale, client.DryRunAll); err != nil {
+		t.Errorf("an update that leaves the annotations as they were: %v", err)
+	}
+	stale.Annotations[p] = "Bad,Worse"
+	if err := c.Update(ctx, stale, client.DryRunAll); err == nil || !strings.Contains(err.Error(), `relations.transit.io/provides: entry "Bad"`) {
+		t.Errorf("an update that changes a malformed annotation: %v, want refused", err)
+	}
+	// Changing (or removing) any one of them is evaluated.
+	valid := map[string]string{p: "api", cons: "db", rel: "pg", cfg: "db=pg-config", allow: "team-a", protect: "true", pin: "db=1"}
+	both := deployment(ns, "both", valid)
+	if err := c.Create(ctx, both); err != nil {
+		t.Fatal(err)
+	}
+	for key, bad := range map[string]string{p: "Bad", cons: "db,db", rel: "a/b/c", cfg: "db=", allow: "team-a,*", protect: "yes", pin: "db=0"} {
+		for _, value := range []string{bad, ""} {
+			if value == "" && key != rel {
+				continue // removed: only the relationship of a consumer is required
+			}
+			changed := both.DeepCopy()
+			if value == "" {
+				delete(changed.Annotations, key)
+			} else {
+				changed.Annotations[key] = value
+			}
+			if err := c.Update(ctx, changed, client.DryRunAll); err == nil || !strings.Contains(err.Error(), key) {
+				t.Errorf("%s changed to %q: %v, want refused naming it", key, value, err)
+			}
+		}
 	}
 }
 

@@ -99,6 +99,11 @@ const (
 	// interfaceIndex indexes Relationships by their interface: a change
 	// of its Interface concerns their consumers.
 	interfaceIndex = "relations.transit.io/interface"
+	// valuesIndex indexes the Secret names cache by the Relationship a
+	// values Secret is labelled with: pruning reads a relationship's own
+	// Secrets, not the namespace's every one (a live list by label scans
+	// them all in the API server, for each consumer of a change).
+	valuesIndex = "relations.transit.io/values-of"
 )
 
 // workloadKinds are the kinds a consumer may be.
@@ -145,6 +150,7 @@ type Reconciler struct {
 	// from its first use takes.
 	mgr                 manager.Manager
 	cache               cache.Cache
+	secretNames         cache.Cache
 	consumerControllers []consumerController
 	others              otherKinds
 }
@@ -191,8 +197,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ProviderConfig{}, referenceIndex, referencedObjects); err != nil {
 		return err
 	}
-	secretNames, err := secretNamesCache(mgr)
-	if err != nil {
+	if r.secretNames, err = secretNamesCache(mgr); err != nil {
 		return err
 	}
 	for _, wk := range workloadKinds {
@@ -227,7 +232,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&v1alpha1.Interface{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfInterface)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
 			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(rec.consumersOfData)).
-			WatchesRawSource(source.Kind(secretNames, secretMetadata(), handler.TypedEnqueueRequestsFromMapFunc(rec.consumerOfLiveName), foreignLiveName())).
+			WatchesRawSource(source.Kind(r.secretNames, secretMetadata(), handler.TypedEnqueueRequestsFromMapFunc(rec.consumerOfLiveName), foreignLiveName())).
 			WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.Workers}).
 			Build(rec)
 		if err != nil {
@@ -242,7 +247,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // data), started with the manager's caches. The main cache holds only
 // exposed Secrets, so it never sees someone else's Secret that takes a
 // relationship's mutable values Secret's name go: the conflict would
-// clear unnoticed until the next recheck.
+// clear unnoticed until the next recheck. It also answers which values
+// Secrets a relationship has (valuesIndex).
 func secretNamesCache(mgr ctrl.Manager) (cache.Cache, error) {
 	c, err := cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
 		o.Scheme, o.MapperProvider = mgr.GetScheme(), func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
@@ -252,10 +258,31 @@ func secretNamesCache(mgr ctrl.Manager) (cache.Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the cache of Secrets' names: %w", err)
 	}
+	err = c.GetCache().IndexField(context.Background(), secretMetadata(), valuesIndex, func(o client.Object) []string {
+		if rel := o.GetLabels()[labelRelationship]; rel != "" {
+			return []string{rel}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(c); err != nil {
 		return nil, err
 	}
 	return c.GetCache(), nil
+}
+
+// valuesSecrets lists the metadata of the values Secrets labelled as
+// rel's, from the Secret names cache: one a moment old may be missing
+// (the next prune sees it), one just deleted may still be there.
+func (r *Reconciler) valuesSecrets(ctx context.Context, rel *v1alpha1.Relationship) ([]metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := r.secretNames.List(ctx, list, client.InNamespace(rel.Namespace), client.MatchingFields{valuesIndex: rel.Name}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // secretMetadata is a Secret's metadata, what secretNamesCache holds.
@@ -939,27 +966,41 @@ func (r *kindReconciler) updateStatus(ctx context.Context, rel *v1alpha1.Relatio
 // consent was withdrawn (no history left), a revision the workload can
 // roll back to.
 func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relationship, st *v1alpha1.RelationshipStatus) error {
-	var secrets corev1.SecretList
-	if err := r.Reader.List(ctx, &secrets, client.InNamespace(rel.Namespace), client.MatchingLabels{labelRelationship: rel.Name}); err != nil {
+	secrets, err := r.valuesSecrets(ctx, rel)
+	if err != nil {
 		return err
 	}
-	used, err := r.secretsInUse(ctx, rel, len(st.History) > 0)
+	var gone []*metav1.PartialObjectMetadata
+	var names []string
+	for i := range secrets {
+		s := &secrets[i]
+		kept := s.Name == st.Secret || s.Name == liveSecretName(rel.Name) || slices.ContainsFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Secret == s.Name })
+		if !kept && metav1.IsControlledBy(s, rel) {
+			gone, names = append(gone, s), append(names, s.Name)
+		}
+	}
+	if len(gone) == 0 {
+		r.held.set(client.ObjectKeyFromObject(rel), false)
+		return nil // nothing to delete: no need to read what uses them
+	}
+	used, err := r.secretsInUse(ctx, rel, names, len(st.History) > 0)
 	if err != nil {
 		return err
 	}
 	held := false
 	defer func() { r.held.set(client.ObjectKeyFromObject(rel), held) }()
-	for i := range secrets.Items {
-		s := &secrets.Items[i]
-		kept := s.Name == st.Secret || s.Name == liveSecretName(rel.Name) || slices.ContainsFunc(st.History, func(h v1alpha1.RevisionRecord) bool { return h.Secret == s.Name })
-		if kept || !metav1.IsControlledBy(s, rel) || used.targets[s.Name] {
+	for _, s := range gone {
+		if used.targets[s.Name] {
 			continue
 		}
 		if used.pods[s.Name] {
 			held = true
 			continue
 		}
-		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+		// The cached copy may be of a Secret since deleted (not found) or
+		// replaced under its name (another UID: a conflict): not this one.
+		err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return err
 		}
 	}
