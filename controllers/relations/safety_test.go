@@ -257,6 +257,18 @@ func TestControllerPolicy(t *testing.T) {
 		d.Labels = map[string]string{"taken": "over"}
 		return asController.Update(ctx, d)
 	})
+	// Anyone else's same writes pass: the policy judges the controller.
+	other := plain.DeepCopy()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(other), other); err != nil {
+		t.Fatal(err)
+	}
+	other.Labels = map[string]string{"taken": "over"}
+	if err := c.Update(ctx, other); err != nil {
+		t.Errorf("a workload updated by someone else: %v", err)
+	}
+	if err := c.Delete(ctx, mine.DeepCopy(), client.DryRunAll); err != nil {
+		t.Errorf("a Secret deleted by someone else: %v", err)
+	}
 	if err := asController.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "values", Namespace: ns,
 		Labels: map[string]string{"relations.transit.io/relationship": "x"}}}); err != nil {
 		t.Errorf("a values Secret: %v", err)
