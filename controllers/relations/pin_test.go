@@ -1,6 +1,8 @@
 package relations_test
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -127,3 +130,40 @@ func TestPinAndHistory(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestCleanupBehindTheChange: a provider change reaches the consumer's
+// template while the cleanup of the revision leaving the history cannot
+// run (listing what uses it fails); that Secret goes once it can.
+func TestCleanupBehindTheChange(t *testing.T) {
+	e, ns := startPlainEnv(t)
+	c := e.Client
+	var failing atomic.Bool
+	failing.Store(true)
+	faulty := *e
+	faulty.Config = rest.CopyConfig(e.Config)
+	faulty.Config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if failing.Load() && req.Method == http.MethodGet && req.URL.Path == "/api/v1/namespaces/"+ns+"/pods" {
+				body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500,"message":"injected"}`
+				return &http.Response{StatusCode: http.StatusInternalServerError, Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startController(t, &faulty, relations.Options{History: 1})
+	createAll(t, c, externalService(ns, "pg", "db1.example.com"),
+		deployment(ns, "web", map[string]string{relations.AnnotationConsumes: "db", relations.AnnotationRelationship: "pg"}))
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1")
+	setHost(t, c, ns, "pg", "db2.example.com")
+	waitTemplate(t, c, ns, "web", "deployment-web-db-r2", "2")
+	old := &corev1.Secret{}
+	if err := c.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "deployment-web-db-r1"}, old); err != nil {
+		t.Fatalf("r1, beyond the history, went while what uses it could not be listed: %v", err)
+	}
+	failing.Store(false)
+	eventually(t, "r1 deleted once the cleanup can run", func() (bool, string) {
+		err := c.Get(t.Context(), client.ObjectKeyFromObject(old), old)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}

@@ -145,6 +145,7 @@ type Reconciler struct {
 	written   written
 	reapplies reapplies
 	held      heldSecrets
+	prunes    *pruner
 
 	// Set up by SetupWithManager: what watching another provider kind
 	// from its first use takes.
@@ -200,11 +201,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.secretNames, err = secretNamesCache(mgr); err != nil {
 		return err
 	}
+	r.prunes = newPruner()
+	if err := mgr.Add(r.prunes); err != nil {
+		return err
+	}
 	for _, wk := range workloadKinds {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), wk.new(), providerIndex, requestedProviders); err != nil {
 			return err
 		}
 		rec := &kindReconciler{Reconciler: r, workloadKind: wk}
+		r.prunes.kinds[wk.kind] = rec
 		byProvider := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return rec.consumersOf(ctx, o.GetNamespace(), o.GetName())
 		})
@@ -883,14 +889,16 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 		r.Recorder.Eventf(w, corev1.EventTypeNormal, "ProviderChanged", "%s: r%d→r%d", iface, st.Revision, run.Revision)
 	}
 	st.Revision, st.Hash, st.Secret = run.Revision, run.Hash, run.Secret
-	if trimmed || r.held.has(client.ObjectKeyFromObject(rel)) {
-		// Revisions left the history (or pods held their Secrets at the
-		// last look): their Secrets go (and any a crash left behind).
-		if err := r.pruneRevisions(ctx, rel, st); err != nil {
-			return outcome{}, err
-		}
+	if err := finish(); err != nil {
+		return outcome{}, err
 	}
-	return outcome{in: current(), takes: t, rel: rel}, finish()
+	if key := client.ObjectKeyFromObject(rel); trimmed || r.held.has(key) {
+		// Revisions left the history (or pods held their Secrets at the
+		// last look): their Secrets go (and any a crash left behind),
+		// behind the template's patch.
+		r.prunes.add(r.kind, key)
+	}
+	return outcome{in: current(), takes: t, rel: rel}, nil
 }
 
 // report sets the conditions problems are of: InterfaceMatched for those
