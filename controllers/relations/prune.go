@@ -3,6 +3,9 @@ package relations
 import (
 	"context"
 	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,9 +39,15 @@ type pruner struct {
 }
 
 func newPruner() *pruner {
+	// A failed cleanup is tried again sooner or later, never after more
+	// than half a minute (the controllers' default waits up to 1,000 s);
+	// at most 10 a second in all, as theirs.
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[pruneItem](5*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[pruneItem]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 	return &pruner{
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[pruneItem](),
-			workqueue.TypedRateLimitingQueueConfig[pruneItem]{Name: "relations-prune"}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[pruneItem]{Name: "relations-prune"}),
 		kinds: map[string]*kindReconciler{},
 	}
 }
