@@ -15,8 +15,8 @@ import (
 	"github.com/cloudtransit/transit/controllers/relations/api/v1alpha1"
 )
 
-// pruneWorkers delete old values Secrets at once: few, so that a
-// change's cleanup (what still uses them, then a deletion, per consumer)
+// pruneWorkers is how many Relationships' old values Secrets are deleted
+// at once: few, so that a change's cleanup (what still uses them, then a deletion, per consumer)
 // takes a small share of the API server while the next change's values
 // propagate.
 const pruneWorkers = 2
