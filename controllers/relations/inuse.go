@@ -3,7 +3,6 @@ package relations
 import (
 	"bytes"
 	"context"
-	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -118,31 +117,4 @@ func podSecrets(spec *corev1.PodSpec, into map[string]bool) {
 			}
 		}
 	}
-}
-
-// heldSecrets remembers the Relationships whose old values Secrets pods
-// still used at the last prune: they are pruned again at the next
-// reconcile, which comes after Options.Recheck.
-type heldSecrets struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]bool
-}
-
-func (h *heldSecrets) set(key types.NamespacedName, held bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !held {
-		delete(h.m, key)
-		return
-	}
-	if h.m == nil {
-		h.m = map[types.NamespacedName]bool{}
-	}
-	h.m[key] = true
-}
-
-func (h *heldSecrets) has(key types.NamespacedName) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.m[key]
 }

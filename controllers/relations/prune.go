@@ -16,9 +16,9 @@ import (
 )
 
 // pruneWorkers is how many Relationships' old values Secrets are deleted
-// at once: few, so that a change's cleanup (what still uses them, then a deletion, per consumer)
-// takes a small share of the API server while the next change's values
-// propagate.
+// at once: few, so that a change's cleanup (what still uses them, then a
+// deletion, per consumer) takes a small share of the API server while
+// the next change's values propagate.
 const pruneWorkers = 2
 
 // pruneItem is a Relationship whose values Secrets beyond its history
@@ -30,7 +30,8 @@ type pruneItem struct {
 
 // pruner deletes old values Secrets behind the consumers' reconciles: a
 // change writes each consumer's new revision, status and template first,
-// and hands the Relationships whose history it trimmed to this queue.
+// and hands the Relationships whose history it trimmed (or whose consent
+// was withdrawn) to this queue.
 // Items are lost with the process; the next trim finds every Secret the
 // history no longer keeps, those included.
 type pruner struct {
@@ -90,9 +91,10 @@ func (p *pruner) next(ctx context.Context) bool {
 	r := p.kinds[item.kind]
 	rel := &v1alpha1.Relationship{}
 	// What this process wrote last, while the cache lags behind it.
+	held := false
 	err := r.written.get(ctx, r.Client, item.rel, rel)
 	if err == nil {
-		err = r.pruneRevisions(ctx, rel, &rel.Status)
+		held, err = r.pruneRevisions(ctx, rel)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
@@ -102,7 +104,7 @@ func (p *pruner) next(ctx context.Context) bool {
 		p.queue.AddRateLimited(item)
 	default:
 		p.queue.Forget(item)
-		if r.held.has(item.rel) {
+		if held {
 			p.queue.AddAfter(item, r.Options.Recheck)
 		}
 	}

@@ -144,7 +144,6 @@ type Reconciler struct {
 
 	written   written
 	reapplies reapplies
-	held      heldSecrets
 	prunes    *pruner
 
 	// Set up by SetupWithManager: what watching another provider kind
@@ -564,9 +563,7 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	// Values of a relationship no longer permitted go once the template
 	// no longer refers to them.
 	for _, rel := range revoked {
-		if err := r.pruneRevisions(ctx, rel, &rel.Status); err != nil {
-			return reconcile.Result{}, err
-		}
+		r.prunes.add(r.kind, client.ObjectKeyFromObject(rel))
 	}
 	rolled, rollMsg := rolledOut(live)
 	rollStatus := metav1.ConditionFalse
@@ -582,12 +579,8 @@ func (r *kindReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, err
 		}
 	}
-	// A conflict, or old values Secrets pods still use: look again.
-	recheck := len(blocked) > 0
-	for _, rel := range rels {
-		recheck = recheck || r.held.has(client.ObjectKeyFromObject(rel))
-	}
-	if recheck {
+	// A conflict: look again.
+	if len(blocked) > 0 {
 		return reconcile.Result{RequeueAfter: r.Options.Recheck}, nil
 	}
 	if retry {
@@ -892,11 +885,10 @@ func (r *kindReconciler) relate(ctx context.Context, w client.Object, c Consumer
 	if err := finish(); err != nil {
 		return outcome{}, err
 	}
-	if key := client.ObjectKeyFromObject(rel); trimmed || r.held.has(key) {
-		// Revisions left the history (or pods held their Secrets at the
-		// last look): their Secrets go (and any a crash left behind),
-		// behind the template's patch.
-		r.prunes.add(r.kind, key)
+	if trimmed {
+		// Revisions left the history: their Secrets go (and any a crash
+		// left behind), behind the template's patch.
+		r.prunes.add(r.kind, client.ObjectKeyFromObject(rel))
 	}
 	return outcome{in: current(), takes: t, rel: rel}, nil
 }
@@ -972,12 +964,14 @@ func (r *kindReconciler) updateStatus(ctx context.Context, rel *v1alpha1.Relatio
 // pruneRevisions deletes the values Secrets of revisions no longer kept
 // (beyond the history) and not running: none a pod refers to, nor, unless
 // consent was withdrawn (no history left), a revision the workload can
-// roll back to.
-func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relationship, st *v1alpha1.RelationshipStatus) error {
+// roll back to. held: some pods still use one, which is to be looked at
+// again.
+func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relationship) (held bool, _ error) {
 	secrets, err := r.valuesSecrets(ctx, rel)
 	if err != nil {
-		return err
+		return false, err
 	}
+	st := &rel.Status
 	var gone []*metav1.PartialObjectMetadata
 	var names []string
 	for i := range secrets {
@@ -988,15 +982,12 @@ func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relat
 		}
 	}
 	if len(gone) == 0 {
-		r.held.set(client.ObjectKeyFromObject(rel), false)
-		return nil // nothing to delete: no need to read what uses them
+		return false, nil // nothing to delete: no need to read what uses them
 	}
 	used, err := r.secretsInUse(ctx, rel, names, len(st.History) > 0)
 	if err != nil {
-		return err
+		return false, err
 	}
-	held := false
-	defer func() { r.held.set(client.ObjectKeyFromObject(rel), held) }()
 	for _, s := range gone {
 		if used.targets[s.Name] {
 			continue
@@ -1009,10 +1000,10 @@ func (r *kindReconciler) pruneRevisions(ctx context.Context, rel *v1alpha1.Relat
 		// replaced under its name (another UID: a conflict): not this one.
 		err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return err
+			return held, err
 		}
 	}
-	return nil
+	return held, nil
 }
 
 // complete gives an injection its keys (none: the default interface's).
