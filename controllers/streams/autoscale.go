@@ -96,7 +96,7 @@ func (r *TopologyReconciler) sample(ctx context.Context, rev *v1alpha1.TopologyR
 	// A partition never committed has all from where its reader begins to
 	// read (a source reader: the recorded start; else all it holds): a
 	// stage at zero replicas is woken by it.
-	from, err := r.Kafka.Positions(ctx, p.Input.Bootstrap, p.Group, p.Input.Topic, ends, recordedStart(rev, p))
+	from, err := r.Kafka.Positions(ctx, p.Input.Bootstrap, p.Group, p.Input.Topic, ends, rev.Status.StartOf(p.Group, p.Input.Topic))
 	if err != nil {
 		return scale.Sample{}, err
 	}

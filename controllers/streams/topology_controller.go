@@ -542,12 +542,6 @@ func (r *TopologyReconciler) startOffsets(ctx context.Context, rev *v1alpha1.Top
 	return nil
 }
 
-// recordedStart is where the revision's reader p begins a partition its
-// group never committed, as startOffsets recorded (nil: not recorded).
-func recordedStart(rev *v1alpha1.TopologyRevision, p v1alpha1.ComposedProcessor) kafka.Offsets {
-	return rev.Status.StartOf(p.Group, p.Input.Topic)
-}
-
 // predecessorsStop is where a new source reader starts, given its
 // predecessors in old: per partition the earliest of their commits (a
 // partition one never committed: where it began, its recorded start or
@@ -558,7 +552,7 @@ func (r *TopologyReconciler) predecessorsStop(ctx context.Context, old *v1alpha1
 	}
 	start := kafka.Offsets{}
 	for _, q := range preds {
-		from, err := r.Kafka.Positions(ctx, in.Bootstrap, q.Group, in.Topic, ends, recordedStart(old, q))
+		from, err := r.Kafka.Positions(ctx, in.Bootstrap, q.Group, in.Topic, ends, old.Status.StartOf(q.Group, q.Input.Topic))
 		if err != nil {
 			return nil, err
 		}
