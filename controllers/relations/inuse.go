@@ -46,13 +46,7 @@ func (r *kindReconciler) secretsInUse(ctx context.Context, rel *v1alpha1.Relatio
 	if err != nil || selector.Empty() {
 		return used, err
 	}
-	// From the API server's watch cache as it is (resourceVersion 0), not
-	// after a round trip to etcd that makes it current: the Secrets asked
-	// about left the history a revision ago, and what can still refer to
-	// them (a ReplicaSet, a ControllerRevision, the pods of either) was
-	// there long before this moment.
-	in := []client.ListOption{client.InNamespace(rel.Namespace), client.MatchingLabelsSelector{Selector: selector},
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}}
+	in := []client.ListOption{client.InNamespace(rel.Namespace), client.MatchingLabelsSelector{Selector: selector}}
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, in...); err != nil {
 		return used, err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,11 +67,16 @@ func TestPinAndHistory(t *testing.T) {
 		}
 	}
 	waitRevision(t, c, relKey, 1, "db1.example.com")
+	// Each revision's template seen by the Deployment controller, so that
+	// each has its ReplicaSet (a rollback target): a template replaced
+	// before the controller syncs gets none, and its Secret rightly goes.
+	waitObserved(t, c, ns, "web", waitTemplate(t, c, ns, "web", "deployment-web-db-r1", "1"))
 	for i, host := range []string{"db2.example.com", "db3.example.com", "db4.example.com"} {
 		setHost(t, c, ns, "pg", host)
 		waitRevision(t, c, relKey, int64(i+2), host)
+		r := strconv.Itoa(i + 2)
+		waitObserved(t, c, ns, "web", waitTemplate(t, c, ns, "web", "deployment-web-db-r"+r, r))
 	}
-	waitTemplate(t, c, ns, "web", "deployment-web-db-r4", "4")
 	kept := func(want ...string) {
 		t.Helper()
 		eventually(t, "only "+strings.Join(want, ", ")+" kept", func() (bool, string) {
