@@ -258,12 +258,17 @@ func TestControllerPolicy(t *testing.T) {
 		return asController.Update(ctx, d)
 	})
 	// Anyone else's same writes pass: the policy judges the controller.
-	other := plain.DeepCopy()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(other), other); err != nil {
-		t.Fatal(err)
-	}
-	other.Labels = map[string]string{"taken": "over"}
-	if err := c.Update(ctx, other); err != nil {
+	// (The Deployment controller writes its status meanwhile: a conflict
+	// is retried, a refusal is not.)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		other := plain.DeepCopy()
+		if err := c.Get(ctx, client.ObjectKeyFromObject(other), other); err != nil {
+			return err
+		}
+		other.Labels = map[string]string{"taken": "over"}
+		return c.Update(ctx, other)
+	})
+	if err != nil {
 		t.Errorf("a workload updated by someone else: %v", err)
 	}
 	if err := c.Delete(ctx, mine.DeepCopy(), client.DryRunAll); err != nil {
