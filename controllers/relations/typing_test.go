@@ -57,6 +57,8 @@ func takesKey(d *appsv1.Deployment, key string) bool {
 // provider does not supply is InterfaceMatched=False naming the key and
 // the config, not Ready, and no template points at the key; once the
 // config takes only what is supplied, the relationship is established.
+// Taken again, the key stays out of the template after the team's own
+// edit of the workload too (the webhook injects what the revision holds).
 func TestConsumerKeyNotSupplied(t *testing.T) {
 	e, ns := startEnvWithWebhook(t)
 	startController(t, e)
@@ -95,6 +97,34 @@ func TestConsumerKeyNotSupplied(t *testing.T) {
 		}
 		return takesKey(web, "db") && !takesKey(web, "port"), "not yet"
 	})
+
+	// The key taken again, then the team edits its workload: the webhook
+	// injects only what the revision's Secret holds, as the controller
+	// keeps the template — new pods never point at key port.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cc), cc); err != nil {
+			return err
+		}
+		cc.Spec.Keys = append(cc.Spec.Keys, v1alpha1.KeyInjection{Key: "port", Env: "DB_PORT"})
+		return c.Update(ctx, cc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, c, ns, "deployment-web-db", v1alpha1.ConditionInterfaceMatched, metav1.ConditionFalse, "MissingKey", "key port")
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+			return err
+		}
+		web.Spec.Template.Labels["edited"] = "by-the-team"
+		return c.Update(ctx, web)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !takesKey(web, "db") || takesKey(web, "port") {
+		t.Errorf("after the team's edit the template takes key port, which no values Secret holds (or lost db): %+v", web.Spec.Template.Spec.Containers)
+	}
 }
 
 // TestProviderConfigMissing: a ProviderConfig the provider names that

@@ -99,17 +99,26 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 			// Another consumer's: its values are never injected here.
 		case rel.Status.Revision > 0 && missing == "":
 			in := Injection{Relationship: rel.Name, Interface: iface, Revision: rel.Status.Revision, Secret: rel.Status.Secret, Keys: t.keys}
+			values := &corev1.Secret{}
 			if t.inPlace {
 				// The mutable Secret only once the controller wrote it.
-				live := &corev1.Secret{}
-				err := h.Reader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: liveSecretName(rel.Name)}, live)
+				err := h.Reader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: liveSecretName(rel.Name)}, values)
 				if err != nil && !apierrors.IsNotFound(err) {
 					return admission.Errored(http.StatusInternalServerError, err)
 				}
-				if err == nil && metav1.IsControlledBy(live, rel) {
-					in.Secret, in.InPlace = live.Name, true
+				if err == nil && metav1.IsControlledBy(values, rel) {
+					in.Secret, in.InPlace = values.Name, true
+				} else {
+					values = &corev1.Secret{}
 				}
 			}
+			if !in.InPlace {
+				err := h.Reader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: in.Secret}, values)
+				if err != nil && !apierrors.IsNotFound(err) {
+					return admission.Errored(http.StatusInternalServerError, err)
+				}
+			}
+			in.Keys = heldKeys(in.Keys, values)
 			injections = append(injections, in)
 			continue
 		}
@@ -139,6 +148,21 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		removeWait(tpl)
 	}
 	return patched(req, obj)
+}
+
+// heldKeys are the keys of keys that values holds: a key the consumer
+// takes that its revision lacks (a ConsumerConfig edited since; the
+// controller says MissingKey and keeps the template) is not injected, so
+// new pods never point at it. A Secret not found (the controller
+// replacing its own) keeps them all: the controller heals the template.
+func heldKeys(keys []v1alpha1.KeyInjection, values *corev1.Secret) []v1alpha1.KeyInjection {
+	if values.Name == "" {
+		return keys
+	}
+	return slices.DeleteFunc(slices.Clone(keys), func(k v1alpha1.KeyInjection) bool {
+		_, ok := values.Data[k.Key]
+		return !ok
+	})
 }
 
 // onlyFinalizersRemoved says whether the update from old to obj only
