@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,15 +31,41 @@ import (
 // starts in it; only the join's answer moves it on), so the broker
 // heartbeats in that generation, and stops at the first answer that is not
 // REBALANCE_IN_PROGRESS: the generation moved on (answered), the group is
-// stable again or completing (answered at once), or the member is gone.
+// stable again or completing, or the member is gone.
+//
+// A join answered at once (a follower rejoining a stable group with the
+// same metadata, or any member while the group completes) keeps the
+// generation: a heartbeat in it that comes late — a loaded machine, a
+// first answer lost — meets the next rebalance and cannot tell it from a
+// join still waiting, and a member that died meanwhile was kept alive for
+// good, holding that rebalance (run 29). Such a join is not kept alive:
+// the broker knows it as kfake does, from the group's state, its leader
+// (who sends the assignments) and the member's last join. When a
+// generation's leader left, kfake names every member leader of the next
+// (each then sends assignments, one counts): a join of any of them is
+// kept alive, as before.
 type joinKeepalive struct {
 	c    *kfake.Cluster
 	cl   *kgo.Client // the broker's own client
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// firstBeat delays each keepalive's first heartbeat (tests: a
+	// loaded machine).
+	firstBeat time.Duration
 
 	mu      sync.Mutex
 	waiting map[[2]string]*watched // by group and member
+	// joins are each member's last join's protocols, by group and
+	// member; leaders the members that sent assignments in each
+	// group's latest generation.
+	joins   map[[2]string][]kmsg.JoinGroupRequestProtocol
+	leaders map[string]*leaders
+}
+
+// leaders are the members that sent assignments in a generation.
+type leaders struct {
+	generation int32
+	members    map[string]bool
 }
 
 // watched is a member whose latest join is kept alive.
@@ -57,7 +85,8 @@ func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string)
 	if err != nil {
 		return nil, err
 	}
-	k := &joinKeepalive{c: c, cl: cl, stop: make(chan struct{}), waiting: map[[2]string]*watched{}}
+	k := &joinKeepalive{c: c, cl: cl, stop: make(chan struct{}), waiting: map[[2]string]*watched{},
+		joins: map[[2]string][]kmsg.JoinGroupRequestProtocol{}, leaders: map[string]*leaders{}}
 	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		r := req.(*kmsg.JoinGroupRequest)
@@ -66,14 +95,72 @@ func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string)
 		}
 		// Control functions run beside kfake's loop, which answers
 		// GroupInfo meanwhile: this is the group before the join.
+		info := c.GroupInfo(r.Group)
+		if k.answeredAtOnce(r, info) {
+			return nil, nil, false
+		}
 		generation := int32(0)
-		if info := c.GroupInfo(r.Group); info != nil {
+		if info != nil {
 			generation = info.Epoch
 		}
 		k.keep(r.Group, r.MemberID, r.InstanceID, generation, time.Duration(r.SessionTimeoutMillis)*time.Millisecond)
 		return nil, nil, false // kfake handles it
 	})
+	c.ControlKey(int16(kmsg.SyncGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if r := req.(*kmsg.SyncGroupRequest); len(r.GroupAssignment) > 0 {
+			k.mu.Lock()
+			l := k.leaders[r.Group]
+			if l == nil || r.Generation != l.generation {
+				l = &leaders{generation: r.Generation, members: map[string]bool{}}
+				k.leaders[r.Group] = l
+			}
+			l.members[r.MemberID] = true
+			k.mu.Unlock()
+		}
+		return nil, nil, false // kfake handles it
+	})
 	return k, nil
+}
+
+// answeredAtOnce records r as its member's last join and says whether
+// kfake answers it at once, info being the group before it: a member of
+// a stable group other than its leader, or of a completing one, whose
+// protocols are those of its last join. A leader not seen since the
+// broker started could be this member (the join is kept alive).
+func (k *joinKeepalive) answeredAtOnce(r *kmsg.JoinGroupRequest, info *kfake.GroupInfo) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	key := [2]string{r.Group, r.MemberID}
+	last, seen := k.joins[key]
+	k.joins[key] = r.Protocols
+	if info == nil {
+		return false
+	}
+	// Forget the joins of members the group no longer has.
+	for other := range k.joins {
+		if other[0] == r.Group && other != key && !slices.ContainsFunc(info.Members, func(m kfake.GroupMember) bool { return m.MemberID == other[1] }) {
+			delete(k.joins, other)
+		}
+	}
+	member := slices.ContainsFunc(info.Members, func(m kfake.GroupMember) bool { return m.MemberID == r.MemberID })
+	if !member || !seen || !sameProtocols(last, r.Protocols) {
+		return false
+	}
+	switch info.State {
+	case "CompletingRebalance":
+		return true
+	case "Stable":
+		l := k.leaders[r.Group]
+		return l != nil && !l.members[r.MemberID]
+	}
+	return false
+}
+
+func sameProtocols(a, b []kmsg.JoinGroupRequestProtocol) bool {
+	return slices.EqualFunc(a, b, func(x, y kmsg.JoinGroupRequestProtocol) bool {
+		return x.Name == y.Name && bytes.Equal(x.Metadata, y.Metadata)
+	})
 }
 
 var noClientMetrics = kgo.DisableClientMetrics()
@@ -94,6 +181,11 @@ func (k *joinKeepalive) keep(group, member string, instance *string, generation 
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
+		select {
+		case <-k.stop:
+			return
+		case <-time.After(k.firstBeat):
+		}
 		for {
 			k.mu.Lock()
 			superseded := w.join != join
