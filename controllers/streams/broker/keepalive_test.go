@@ -32,20 +32,13 @@ func TestAMemberWaitingInAJoinStaysAlive(t *testing.T) {
 	holder, waiter, third := newRawMember(t, b.Addr()), newRawMember(t, b.Addr()), newRawMember(t, b.Addr())
 
 	// The holder forms the group, the waiter joins it.
-	if r := holder.join(t.Context()); r.err != nil {
-		t.Fatal(r.err)
-	}
-	syncAll(t, holder)
-	waiterJoin := waiter.joinAsync()
-	holder.rejoinWhenAsked(t)
-	expectJoins(t, 20*time.Second, 2, map[string]<-chan joined{"holder": holder.joinAsync(), "waiter": waiterJoin})
-	syncAll(t, holder, waiter)
+	formPair(t, holder, waiter)
 
 	// A third member joins; the waiter rejoins at once; the holder
 	// heartbeats through twice the session before it rejoins.
 	thirdJoin := third.joinAsync()
 	waiter.rejoinWhenAsked(t)
-	waiterJoin = waiter.joinAsync()
+	waiterJoin := waiter.joinAsync()
 	held := time.Now()
 	for time.Since(held) < 2*session {
 		holder.heartbeat(t)
@@ -113,14 +106,7 @@ func TestAJoinAnsweredAtOnceIsNotKeptAlive(t *testing.T) {
 	broker.DelayKeepalive(b, 3*time.Second)
 	const session = 6 * time.Second
 	leader, follower := newRawMember(t, b.Addr()), newRawMember(t, b.Addr())
-	if r := leader.join(t.Context()); r.err != nil {
-		t.Fatal(r.err)
-	}
-	syncAll(t, leader)
-	followerJoin := follower.joinAsync()
-	leader.rejoinWhenAsked(t)
-	expectJoins(t, 20*time.Second, 2, map[string]<-chan joined{"leader": leader.joinAsync(), "follower": followerJoin})
-	syncAll(t, leader, follower)
+	formPair(t, leader, follower)
 	if follower.leader {
 		t.Fatal("the member that formed the group is not its leader")
 	}
@@ -134,6 +120,20 @@ func TestAJoinAnsweredAtOnceIsNotKeptAlive(t *testing.T) {
 	if !expectJoins(t, 4*session, 2, map[string]<-chan joined{"leader": leader.joinAsync(), "third": thirdJoin}) {
 		t.Fatal("a member whose join was answered at once was kept alive after it died")
 	}
+}
+
+// formPair makes a group of two: first forms it, second joins it, first
+// rejoins when asked (and stays its leader).
+func formPair(t *testing.T, first, second *rawMember) {
+	t.Helper()
+	if r := first.join(t.Context()); r.err != nil {
+		t.Fatal(r.err)
+	}
+	syncAll(t, first)
+	secondJoin := second.joinAsync()
+	first.rejoinWhenAsked(t)
+	expectJoins(t, 20*time.Second, 2, map[string]<-chan joined{"first": first.joinAsync(), "second": secondJoin})
+	syncAll(t, first, second)
 }
 
 // expectJoins waits for each join's answer, the leader's naming members
