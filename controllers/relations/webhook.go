@@ -150,7 +150,7 @@ func (h *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 	return patched(req, obj)
 }
 
-// heldKeys are the keys of keys that values holds: a key the consumer
+// heldKeys are those of keys that values holds: a key the consumer
 // takes that its revision lacks (a ConsumerConfig edited since; the
 // controller says MissingKey and keeps the template) is not injected, so
 // new pods never point at it. A Secret not found (the controller

@@ -37,8 +37,8 @@ import (
 // same metadata, or any member while the group completes) keeps the
 // generation: a heartbeat in it that comes late — a loaded machine, a
 // first answer lost — meets the next rebalance and cannot tell it from a
-// join still waiting, and a member that died meanwhile was kept alive for
-// good, holding that rebalance (run 29). Such a join is not kept alive:
+// join still waiting, and a member that died meanwhile was kept alive
+// until the rebalance timeout, holding that rebalance (run 29). Such a join is not kept alive:
 // the broker knows it as kfake does, from the group's state, its leader
 // (who sends the assignments) and the member's last join. When a
 // generation's leader left, kfake names every member leader of the next
