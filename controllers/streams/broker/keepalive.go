@@ -59,11 +59,12 @@ type joinKeepalive struct {
 	// member; leaders the members that sent assignments in each
 	// group's latest generation.
 	joins   map[[2]string][]kmsg.JoinGroupRequestProtocol
-	leaders map[string]*leaders
+	leaders map[string]*generationLeaders
 }
 
-// leaders are the members that sent assignments in a generation.
-type leaders struct {
+// generationLeaders are the members that sent assignments in a
+// generation.
+type generationLeaders struct {
 	generation int32
 	members    map[string]bool
 }
@@ -86,7 +87,7 @@ func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string)
 		return nil, err
 	}
 	k := &joinKeepalive{c: c, cl: cl, stop: make(chan struct{}), waiting: map[[2]string]*watched{},
-		joins: map[[2]string][]kmsg.JoinGroupRequestProtocol{}, leaders: map[string]*leaders{}}
+		joins: map[[2]string][]kmsg.JoinGroupRequestProtocol{}, leaders: map[string]*generationLeaders{}}
 	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		r := req.(*kmsg.JoinGroupRequest)
@@ -112,7 +113,7 @@ func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string)
 			k.mu.Lock()
 			l := k.leaders[r.Group]
 			if l == nil || r.Generation != l.generation {
-				l = &leaders{generation: r.Generation, members: map[string]bool{}}
+				l = &generationLeaders{generation: r.Generation, members: map[string]bool{}}
 				k.leaders[r.Group] = l
 			}
 			l.members[r.MemberID] = true
@@ -137,14 +138,17 @@ func (k *joinKeepalive) answeredAtOnce(r *kmsg.JoinGroupRequest, info *kfake.Gro
 	if info == nil {
 		return false
 	}
+	members := make(map[string]bool, len(info.Members))
+	for _, m := range info.Members {
+		members[m.MemberID] = true
+	}
 	// Forget the joins of members the group no longer has.
 	for other := range k.joins {
-		if other[0] == r.Group && other != key && !slices.ContainsFunc(info.Members, func(m kfake.GroupMember) bool { return m.MemberID == other[1] }) {
+		if other[0] == r.Group && other != key && !members[other[1]] {
 			delete(k.joins, other)
 		}
 	}
-	member := slices.ContainsFunc(info.Members, func(m kfake.GroupMember) bool { return m.MemberID == r.MemberID })
-	if !member || !seen || !sameProtocols(last, r.Protocols) {
+	if !members[r.MemberID] || !seen || !sameProtocols(last, r.Protocols) {
 		return false
 	}
 	switch info.State {
