@@ -142,7 +142,11 @@ func setupScript(images []bundleImage) string {
 }
 
 // imports imports the images whose archives changed since their last
-// import into containerd's k8s.io namespace.
+// import into containerd's k8s.io namespace. They are not unpacked: the
+// CRI unpacks an image when it first makes a container of it, so a node
+// pays the decompression only for what it runs (about 6.7 s of CPU for
+// the whole set, two thirds of the import; a worker runs a third of its
+// images).
 func imports(images []bundleImage) string {
 	var b strings.Builder
 	for _, im := range images {
@@ -150,7 +154,7 @@ func imports(images []bundleImage) string {
 		// again, an unchanged one is not read at all.
 		mark := imageDir + "/" + im.file + ".imported"
 		fmt.Fprintf(&b, "if [ \"$(cat %s 2>/dev/null)\" != %s ]; then\n", shellquote.Quote(mark), shellquote.Quote(im.sha))
-		fmt.Fprintf(&b, "  ctr -n k8s.io images import --no-unpack=false %s >/dev/null\n", shellquote.Quote(imageDir+"/"+im.file))
+		fmt.Fprintf(&b, "  ctr -n k8s.io images import --no-unpack %s >/dev/null\n", shellquote.Quote(imageDir+"/"+im.file))
 		fmt.Fprintf(&b, "  echo %s > %s\n", shellquote.Quote(im.sha), shellquote.Quote(mark))
 		b.WriteString("fi\n")
 	}
