@@ -121,7 +121,52 @@ func installJoinKeepalive(c *kfake.Cluster, seed string, dial map[string]string)
 		}
 		return nil, nil, false // kfake handles it
 	})
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		for {
+			select {
+			case <-k.stop:
+				return
+			case <-time.After(forgetEvery):
+				k.forgetEmptyGroups()
+			}
+		}
+	}()
 	return k, nil
+}
+
+// forgetEvery is how often the keepalive forgets groups left empty.
+const forgetEvery = time.Minute
+
+// forgetEmptyGroups drops what is remembered of groups without members
+// (an old topology revision's): a group that empties gets no join that
+// would prune it, and each would stay for the broker's life. A join that
+// comes meanwhile may be forgotten with its group: its member's next
+// join is then kept alive, as after a restart.
+func (k *joinKeepalive) forgetEmptyGroups() {
+	k.mu.Lock()
+	groups := map[string]bool{}
+	for key := range k.joins {
+		groups[key[0]] = true
+	}
+	for group := range k.leaders {
+		groups[group] = true
+	}
+	k.mu.Unlock()
+	for group := range groups {
+		if info := k.c.GroupInfo(group); info != nil && len(info.Members) > 0 {
+			continue
+		}
+		k.mu.Lock()
+		for key := range k.joins {
+			if key[0] == group {
+				delete(k.joins, key)
+			}
+		}
+		delete(k.leaders, group)
+		k.mu.Unlock()
+	}
 }
 
 // answeredAtOnce records r as its member's last join and says whether

@@ -122,6 +122,28 @@ func TestAJoinAnsweredAtOnceIsNotKeptAlive(t *testing.T) {
 	}
 }
 
+// A group whose members all left (an old revision's) is forgotten; one
+// with members is not.
+func TestEmptyGroupsAreForgotten(t *testing.T) {
+	b, err := broker.Start(t.Context(), broker.Options{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	first, second := newRawMember(t, b.Addr()), newRawMember(t, b.Addr())
+	formPair(t, first, second)
+	broker.ForgetEmptyGroups(b)
+	if n := broker.Remembered(b); n != 1 {
+		t.Fatalf("remembered %d groups while the group has members, want 1", n)
+	}
+	first.leave(t)
+	second.leave(t)
+	broker.ForgetEmptyGroups(b)
+	if n := broker.Remembered(b); n != 0 {
+		t.Errorf("remembered %d groups after every member left, want 0", n)
+	}
+}
+
 // formPair makes a group of two: first forms it, second joins it, first
 // rejoins when asked (and stays its leader).
 func formPair(t *testing.T, first, second *rawMember) {
@@ -236,6 +258,22 @@ func (m *rawMember) rejoinWhenAsked(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatal("no rebalance within 10 s of a member joining")
+}
+
+func (m *rawMember) leave(t *testing.T) {
+	t.Helper()
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = rawGroup
+	member := kmsg.NewLeaveGroupRequestMember()
+	member.MemberID = m.id
+	req.Members = append(req.Members, member)
+	resp, err := req.RequestWith(t.Context(), m.cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("leave: %v", err)
+	}
 }
 
 func (m *rawMember) heartbeat(t *testing.T) {
