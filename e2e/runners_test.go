@@ -87,13 +87,7 @@ func testCIRunners(t *testing.T) {
 		// A sees them all as swarm members: transit asked the manager over
 		// SSH with the key from the store.
 		st := a.with(t).status()
-		joined := 0
-		for _, n := range st.Nodes {
-			if n.Phase == districts.PhaseJoined {
-				joined++
-			}
-		}
-		if len(st.Nodes) != 4 || joined != 4 {
+		if joined := joinedNodes(st); len(st.Nodes) != 4 || joined != 4 {
 			t.Fatalf("after B's apply A sees %d nodes, %d joined; want 4 joined", len(st.Nodes), joined)
 		}
 		repoOnly(a)
@@ -296,15 +290,20 @@ func testPausedRunner(t *testing.T, srv *s3test.Server, a, b *cluster) {
 	longLease()
 	b.with(t).apply()
 	res := b.with(t).status()
+	if joined := joinedNodes(res); len(res.Nodes) != 4 || joined != 4 {
+		t.Errorf("after B's next run %d nodes, %d joined; want B's 4 (a manager, 3 workers) joined", len(res.Nodes), joined)
+	}
+}
+
+// joinedNodes counts res's nodes in phase joined.
+func joinedNodes(res districts.Resources) int {
 	joined := 0
 	for _, n := range res.Nodes {
 		if n.Phase == districts.PhaseJoined {
 			joined++
 		}
 	}
-	if len(res.Nodes) != 4 || joined != 4 {
-		t.Errorf("after B's next run %d nodes, %d joined; want B's 4 (a manager, 3 workers) joined", len(res.Nodes), joined)
-	}
+	return joined
 }
 
 // writeStateCredential gives the runner the store's keys as CI would: a
