@@ -15,12 +15,5 @@ func Remembered(b *Broker) int {
 	k := b.keepalive
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	groups := map[string]bool{}
-	for key := range k.joins {
-		groups[key[0]] = true
-	}
-	for group := range k.leaders {
-		groups[group] = true
-	}
-	return len(groups)
+	return len(k.remembered())
 }

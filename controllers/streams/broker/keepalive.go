@@ -146,13 +146,7 @@ const forgetEvery = time.Minute
 // join is then kept alive, as after a restart.
 func (k *joinKeepalive) forgetEmptyGroups() {
 	k.mu.Lock()
-	groups := map[string]bool{}
-	for key := range k.joins {
-		groups[key[0]] = true
-	}
-	for group := range k.leaders {
-		groups[group] = true
-	}
+	groups := k.remembered()
 	k.mu.Unlock()
 	for group := range groups {
 		if info := k.c.GroupInfo(group); info != nil && len(info.Members) > 0 {
@@ -167,6 +161,19 @@ func (k *joinKeepalive) forgetEmptyGroups() {
 		delete(k.leaders, group)
 		k.mu.Unlock()
 	}
+}
+
+// remembered are the groups whose joins or assignment senders are
+// remembered; k.mu is held.
+func (k *joinKeepalive) remembered() map[string]bool {
+	groups := map[string]bool{}
+	for key := range k.joins {
+		groups[key[0]] = true
+	}
+	for group := range k.leaders {
+		groups[group] = true
+	}
+	return groups
 }
 
 // answeredAtOnce records r as its member's last join and says whether
