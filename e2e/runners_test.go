@@ -385,7 +385,6 @@ func waitForLock(t *testing.T, srv *s3test.Server, bucket, prefix string) {
 	}
 }
 
-// resultKind is the error_kind of apply --json's result line.
 // actionsStartedAfter lists the actions a --json output started after
 // since, as "kind node".
 func actionsStartedAfter(t *testing.T, stdout string, since time.Time) []string {
@@ -411,6 +410,7 @@ func actionsStartedAfter(t *testing.T, stdout string, since time.Time) []string 
 	return started
 }
 
+// resultKind is the error_kind of apply --json's result line.
 func resultKind(t *testing.T, stdout string) string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
