@@ -9,6 +9,7 @@
 //	transit-mesh rotate -dir DIR               print key=PUB and next=PUB: the node's public key and its next one (made if need be)
 //	transit-mesh rotate -dir DIR -commit PUB   make the next key (public half PUB) the node's key; print key=PUB
 //	transit-mesh share -listen ADDR < request  serve bundle files to the district's other nodes (package bundle/share)
+//	transit-mesh sha256 FILE...                print each file's SHA-256 as sha256sum does
 //
 // up runs the kernel's WireGuard where the kernel has it (-impl auto, the
 // default: a link of type wireguard, made with ip link add, or one a
@@ -27,11 +28,16 @@
 // line) from stdin, prints "listening HOST:PORT" once it listens, and ends
 // after -idle without a request or -max.
 //
+// sha256 is what a node checks the bundle files it fetches with: Go's
+// SHA-256 uses the CPU's SHA instructions, four to five times faster than
+// coreutils' sha256sum here (a node fetches ~550 MB).
+//
 // The private key never leaves DIR (mode 0600) and is never printed.
 package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,7 +66,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("want a command: key, up, peers, rotate or share")
+		return fmt.Errorf("want a command: key, up, peers, rotate, share or sha256")
 	}
 	fs := flag.NewFlagSet("transit-mesh "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", defaultDir, "where the key and the peers are")
@@ -121,8 +127,10 @@ func run(args []string) error {
 			return err
 		}
 		return serveShare(*listen, *idle, *most)
+	case "sha256":
+		return sha256sum(os.Stdout, args[1:])
 	}
-	return fmt.Errorf("unknown command %q: want key, up, peers, rotate or share", args[0])
+	return fmt.Errorf("unknown command %q: want key, up, peers, rotate, share or sha256", args[0])
 }
 
 // rotate prints the node's public key and its next one, or commits the
@@ -167,4 +175,35 @@ func serveShare(listen string, idle, most time.Duration) error {
 	fmt.Println("listening", l.Addr())
 	logger := log.New(os.Stderr, "", log.LstdFlags)
 	return share.Serve(context.Background(), l, share.Options{Token: lines[0], Files: lines[1:], Idle: idle, Max: most, Log: logger.Printf})
+}
+
+// sha256sum writes each file's digest and name as sha256sum does
+// ("HEX  NAME"); a file it cannot read fails the command.
+func sha256sum(w io.Writer, files []string) error {
+	if len(files) == 0 {
+		return errors.New("sha256: want the files to hash")
+	}
+	for _, name := range files {
+		sum, err := fileSHA256(name)
+		if err != nil {
+			return fmt.Errorf("sha256: %w", err)
+		}
+		if _, err := fmt.Fprintf(w, "%x  %s\n", sum, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fileSHA256(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -147,5 +148,36 @@ func TestRotate(t *testing.T) {
 		if strings.Contains(asked, k.String()) {
 			t.Error("rotate printed a private key")
 		}
+	}
+}
+
+// TestSHA256 prints what sha256sum prints, so that a node's fetch checks
+// the bundle's files with either; a file it cannot read fails it.
+func TestSHA256(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "kubelet"), filepath.Join(dir, "pause.tar")
+	for name, content := range map[string]string{a: "the kubelet", b: ""} {
+		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	if err := sha256sum(&out, []string{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%x  %s\n%x  %s\n", sha256.Sum256([]byte("the kubelet")), a, sha256.Sum256(nil), b)
+	if out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+	if sum, err := exec.LookPath("sha256sum"); err == nil {
+		if got, err := exec.Command(sum, a, b).Output(); err != nil || string(got) != want {
+			t.Errorf("sha256sum printed %q (%v), transit-mesh %q", got, err, want)
+		}
+	}
+	if err := sha256sum(io.Discard, []string{a, filepath.Join(dir, "absent")}); err == nil {
+		t.Error("a missing file did not fail the command")
+	}
+	if err := run([]string{"sha256"}); err == nil {
+		t.Error("no file to hash did not fail the command")
 	}
 }

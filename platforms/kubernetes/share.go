@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -161,6 +162,7 @@ rm -f "$req.out"
 // returns those it did not get (the operator sends them).
 func (d *driver) fetchFromSeed(ctx context.Context, n districts.Node, seed districts.Node, addr string, files []bundle.File) []bundle.File {
 	host, port, _ := net.SplitHostPort(addr)
+	files = meshFirst(files)
 	var req strings.Builder
 	fmt.Fprintf(&req, "%s %s %s\n", host, port, d.shareToken)
 	for _, f := range files {
@@ -189,10 +191,26 @@ func (d *driver) fetchFromSeed(ctx context.Context, n districts.Node, seed distr
 	return left
 }
 
+// meshFirst is files with the bundle's transit-mesh first: the fetch
+// checks the files after it with it.
+func meshFirst(files []bundle.File) []bundle.File {
+	out := slices.Clone(files)
+	rank := func(f bundle.File) int {
+		if f.Path == meshBinary {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(out, func(a, b bundle.File) int { return cmp.Compare(rank(a), rank(b)) })
+	return out
+}
+
 // fetchScript fetches each file of stdin ("DEST SHA256 MODE" lines after
 // "HOST PORT TOKEN") from the seed with bash's /dev/tcp (nothing to
 // install), keeps it only if its digest is the manifest's, and prints
-// "fetched DEST" for each it got. It gives up after two failures (bytes
+// "fetched DEST" for each it got. The digest is transit-mesh's where the
+// node has one that hashes (fetched first: fetchFromSeed puts it first),
+// else sha256sum's: the same bytes, four to five times less CPU. It gives up after two failures (bytes
 // that are not the file's), and at once when the seed does not answer
 // within 5 s; a file the seed does not have (nothing comes) is no failure.
 var fetchScript = `set -u
@@ -204,13 +222,14 @@ exec bash -c ` + shellquote.Quote(fetchBash) + `
 const fetchBash = `set -u
 read -r host port token
 timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$host" "$port" </dev/null 2>/dev/null || { echo "note: the seed $host:$port does not answer within 5 s"; exit 0; }
+digest() { d=$(transit-mesh sha256 "$1" 2>/dev/null) || d=$(sha256sum "$1"); echo "${d%% *}"; }
 failures=0
 while read -r dest sha mode; do
 	[ $failures -lt 2 ] || continue
 	mkdir -p "$(dirname "$dest")"
 	part="$dest.transit-part"
 	timeout 600 bash -c 'exec 3<>"/dev/tcp/$1/$2" && printf "%s %s\n" "$3" "$4" >&3 && cat <&3' _ "$host" "$port" "$token" "$dest" </dev/null >"$part" 2>/dev/null
-	if [ "$(sha256sum "$part" | cut -d" " -f1)" = "$sha" ] && chmod "$mode" "$part" && mv -f "$part" "$dest"; then
+	if [ "$(digest "$part")" = "$sha" ] && chmod "$mode" "$part" && mv -f "$part" "$dest"; then
 		echo "fetched $dest"
 	elif [ -s "$part" ]; then
 		failures=$((failures+1)) # cut short or other bytes

@@ -349,6 +349,7 @@ func TestFetchScript(t *testing.T) {
 	}()
 	host, port, _ := net.SplitHostPort(l.Addr().String())
 
+	path := os.Getenv("PATH")
 	// The node asks for the seed's path; it lands at the same path under
 	// nodeDir here (the nodes' paths are equal, this machine is one).
 	fetch := func(host, port string, lines ...string) (string, time.Duration) {
@@ -360,6 +361,7 @@ func TestFetchScript(t *testing.T) {
 		script := strings.ReplaceAll(fetchBash, `mkdir -p "$(dirname "$dest")"`, `src=$dest; dest=`+nodeDir+`/$(basename "$dest"); mkdir -p "$(dirname "$dest")"`)
 		script = strings.ReplaceAll(script, `"$token" "$dest"`, `"$token" "$src"`)
 		cmd := exec.Command("bash", "-c", script)
+		cmd.Env = append(os.Environ(), "PATH="+path)
 		cmd.Stdin = strings.NewReader(host + " " + port + " " + token + "\n" + strings.Join(lines, "\n") + "\n")
 		began := time.Now()
 		out, err := cmd.CombinedOutput()
@@ -403,6 +405,41 @@ func TestFetchScript(t *testing.T) {
 		}
 	}
 
+	// A transit-mesh on the node checks the files; one that cannot (an
+	// older one: "unknown command") leaves it to sha256sum; a digest
+	// that is not the manifest's keeps the file out either way.
+	bin := t.TempDir()
+	calls := filepath.Join(bin, "calls")
+	mesh := func(body string) {
+		t.Helper()
+		script := "#!/bin/sh\necho \"$*\" >> " + calls + "\n" + body + "\n"
+		if err := os.WriteFile(filepath.Join(bin, "transit-mesh"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.Remove(calls)
+	}
+	path = bin + ":" + os.Getenv("PATH")
+	for _, c := range []struct {
+		name, body string
+		installed  bool
+	}{
+		{"hashes", `[ "$1" = sha256 ] && exec sha256sum "$2"`, true},
+		{"older", `echo "transit-mesh: unknown command \"$1\"" >&2; exit 1`, true},
+		{"lies", `echo "0000000000000000000000000000000000000000000000000000000000000000  $2"`, false},
+	} {
+		_ = os.Remove(filepath.Join(nodeDir, "late"))
+		mesh(c.body)
+		out, _ := fetch(host, port, line("late", sum("after the bad ones")))
+		_, err := os.Stat(filepath.Join(nodeDir, "late"))
+		if installed := err == nil; installed != c.installed {
+			t.Errorf("transit-mesh that %s: installed %t, want %t (output %q)", c.name, installed, c.installed, out)
+		}
+		if got, _ := os.ReadFile(calls); !strings.HasPrefix(string(got), "sha256 ") {
+			t.Errorf("transit-mesh that %s: the fetch did not ask it (calls %q)", c.name, got)
+		}
+	}
+	path = os.Getenv("PATH")
+
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -411,5 +448,21 @@ func TestFetchScript(t *testing.T) {
 	_ = dead.Close()
 	if out, took := fetch("127.0.0.1", deadPort, line("late", sum("after the bad ones"))); strings.Contains(out, "fetched") || !strings.Contains(out, "does not answer") || took > 30*time.Second {
 		t.Errorf("a seed that does not answer: %q after %s", out, took)
+	}
+}
+
+// TestMeshFirst: the fetch gets transit-mesh before the files it checks
+// with it, the others in their order.
+func TestMeshFirst(t *testing.T) {
+	files := []bundle.File{{Path: "bin/kubelet"}, {Path: "images/pause.tar"}, {Path: meshBinary}, {Path: "bin/kubeadm"}}
+	var got []string
+	for _, f := range meshFirst(files) {
+		got = append(got, f.Path)
+	}
+	if want := []string{meshBinary, "bin/kubelet", "images/pause.tar", "bin/kubeadm"}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if files[0].Path != "bin/kubelet" {
+		t.Error("meshFirst changed its argument")
 	}
 }
