@@ -79,6 +79,12 @@ SLOW_FIRST := platforms/kubernetes controllers/streams controllers/relations pla
 # lines it logged after it, and every panic and failed package.
 FAILED_AWK := /^ok[[:space:]]/ {n = 0} /^[[:space:]]*--- FAIL/ {n = 13} /^panic: |^FAIL[[:space:]]/ && n == 0 {print} n > 0 {print; n--}
 
+# Test binaries and the commands tests build are linked without DWARF
+# (-ldflags=-w, through GOFLAGS so that the builds inside tests get it
+# too): a third less linking, about 25 s of CPU per make test while the
+# e2e's clusters start; panics still print their stacks.
+TEST_GOFLAGS := -ldflags=-w $(GOFLAGS)
+
 # Where the e2e suite writes its groups' times; make test prints them.
 E2E_TIMES := $(CURDIR)/build/e2e-times.txt
 
@@ -94,10 +100,10 @@ test: $(S3_SERVER) ## Run all tests; e2e tests run only as root
 	rest=$$(printf '%s\n' $$slow; grep -vxF "$$slow" <<< "$$rest" || true); \
 	out=$$(mktemp); restout=$$(mktemp); trap 'rm -f $$out $$restout' EXIT; e2e_rc=0; rest_rc=0; began=$$SECONDS; \
 	if [ -n "$$e2e" ]; then \
-		TRANSIT_S3_SERVER=$(S3_SERVER) TRANSIT_E2E_TIMES=$(E2E_TIMES) $(GO) test -timeout $(E2E_TIMEOUT) $(GOTESTFLAGS) $$e2e > $$out 2>&1 & e2e_pid=$$!; \
+		GOFLAGS='$(TEST_GOFLAGS)' TRANSIT_S3_SERVER=$(S3_SERVER) TRANSIT_E2E_TIMES=$(E2E_TIMES) $(GO) test -timeout $(E2E_TIMEOUT) $(GOTESTFLAGS) $$e2e > $$out 2>&1 & e2e_pid=$$!; \
 	fi; \
 	if [ -n "$$rest" ]; then \
-		{ TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $$rest 2>&1 | tee $$restout; } || rest_rc=$$?; \
+		{ GOFLAGS='$(TEST_GOFLAGS)' TRANSIT_S3_SERVER=$(S3_SERVER) $(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $$rest 2>&1 | tee $$restout; } || rest_rc=$$?; \
 		rest_took=$$(( SECONDS - began )); \
 	fi; \
 	if [ -n "$$e2e" ]; then wait $$e2e_pid || e2e_rc=$$?; cat $$out; fi; \
