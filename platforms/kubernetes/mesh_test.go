@@ -65,6 +65,19 @@ func TestOnTheMesh(t *testing.T) {
 	}
 }
 
+// TestFlannelResync: flannel checks its iptables rules every 30 s, on
+// the mesh or not (every 5 s, its default, ran two dozen iptables
+// processes a second on a host of local nodes).
+func TestFlannelResync(t *testing.T) {
+	d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}, Options{}, nil)
+	for _, masters := range [][]districts.Node{{onMeshNode}, {{ID: "m1", PrivateIP: "10.0.0.1"}}} {
+		d.masters = masters
+		if a := flannelDaemonSet(t, d).Spec.Template.Spec.Containers[0].Args; !slices.Contains(a, "--iptables-resync=30") {
+			t.Errorf("flannel runs with %v, want --iptables-resync=30", a)
+		}
+	}
+}
+
 // TestMeshBinary: starting the mesh sends transit-mesh from the
 // district's bundle unless the node has it (a node installed from
 // packages gets only that file), and says what to do without a bundle or
