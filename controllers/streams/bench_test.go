@@ -56,7 +56,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // onePipeline makes a part with one source, the given processors in
 // series (each reading the one before) and a sink, and a Topology of it
 // (runPipe), and returns its revision once Ready.
-func onePipeline(b testing.TB, c client.Client, upgrade v1alpha1.Upgrade, images ...string) string {
+func onePipeline(b testing.TB, c client.Client, ns string, upgrade v1alpha1.Upgrade, images ...string) string {
 	b.Helper()
 	spec := v1alpha1.PartSpec{
 		Sources:    map[string]v1alpha1.Endpoint{"in": {Topic: "orders"}},
@@ -73,10 +73,10 @@ func onePipeline(b testing.TB, c client.Client, upgrade v1alpha1.Upgrade, images
 		spec.Processors[name] = p
 		from = name
 	}
-	if err := c.Create(context.Background(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: spec}); err != nil {
+	if err := c.Create(context.Background(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: spec}); err != nil {
 		b.Fatal(err)
 	}
-	return runPipe(b, c, v1alpha1.TopologySpec{Upgrade: upgrade, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}})
+	return runPipe(b, c, ns, v1alpha1.TopologySpec{Upgrade: upgrade, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}})
 }
 
 // BenchmarkUpgrade: one processor between a source and a sink, a stream of
@@ -88,13 +88,13 @@ func onePipeline(b testing.TB, c client.Client, upgrade v1alpha1.Upgrade, images
 func BenchmarkUpgrade(b *testing.B) {
 	for _, mode := range []v1alpha1.Upgrade{v1alpha1.Standby, v1alpha1.Cold} {
 		b.Run(string(mode), func(b *testing.B) {
-			e := startEnv(b)
+			e, ns := startOwnEnv(b)
 			br := brokertest.Start(b)
-			startController(b, e, br.Addr())
-			startKubelet(b, e)
+			startController(b, e, ns, br.Addr())
+			startKubelet(b, e, ns)
 			c := e.Client
 			createTopics(b, kafkaAdmin(b, br.Addr()), 1, "orders", "enriched")
-			active := onePipeline(b, c, mode, "fn:v1")
+			active := onePipeline(b, c, ns, mode, "fn:v1")
 			out := brokertest.StartSink(b, br.Addr(), "enriched")
 			in := brokertest.StartFeed(b, br.Addr(), "orders", 200)
 			time.Sleep(2 * time.Second)
@@ -107,14 +107,14 @@ func BenchmarkUpgrade(b *testing.B) {
 					return slices.Contains(out.Revisions(), active), fmt.Sprint(out.Revisions())
 				})
 				image := fmt.Sprintf("fn:v%d", i+2)
-				rev := editPart(b, c, "a", func(s *v1alpha1.PartSpec) {
+				rev := editPart(b, c, ns, "a", func(s *v1alpha1.PartSpec) {
 					p := s.Processors["p0"]
 					p.Image = image
 					s.Processors["p0"] = p
 				})
 				pinned := time.Now()
-				pin(b, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
-				next := waitSwitched(b, c, active)
+				pin(b, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
+				next := waitSwitched(b, c, ns, active)
 				var first, lastOld time.Time
 				eventually(b, "the new revision's first event", func() (bool, string) {
 					lastOld, first = out.Switch(active, next)
@@ -146,25 +146,25 @@ func BenchmarkUpgrade(b *testing.B) {
 // revision reads the source. Reported: losses, duplicates, and how long
 // after the old revision's last event it was gone.
 func BenchmarkGC(b *testing.B) {
-	e := startEnv(b)
+	e, ns := startOwnEnv(b)
 	br := brokertest.Start(b)
-	startController(b, e, br.Addr())
-	startKubelet(b, e)
+	startController(b, e, ns, br.Addr())
+	startKubelet(b, e, ns)
 	c := e.Client
 	createTopics(b, kafkaAdmin(b, br.Addr()), 2, "orders", "enriched")
-	active := onePipeline(b, c, v1alpha1.Standby, "fn:v1", "fn:slow")
+	active := onePipeline(b, c, ns, v1alpha1.Standby, "fn:v1", "fn:slow")
 	out := brokertest.StartSink(b, br.Addr(), "enriched")
 	in := brokertest.StartFeed(b, br.Addr(), "orders", 60)
 	time.Sleep(2 * time.Second)
 	var gone []time.Duration
 	for i := range benchRuns() {
-		rev := editPart(b, c, "a", func(s *v1alpha1.PartSpec) {
+		rev := editPart(b, c, ns, "a", func(s *v1alpha1.PartSpec) {
 			p := s.Processors["p0"]
 			p.Image = fmt.Sprintf("fn:v%d", i+2)
 			s.Processors["p0"] = p
 		})
-		pin(b, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
-		next := waitSwitched(b, c, active)
+		pin(b, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
+		next := waitSwitched(b, c, ns, active)
 		finished := time.Now()
 		lastOld, _ := out.Switch(active, next)
 		gone = append(gone, finished.Sub(lastOld))
@@ -194,10 +194,10 @@ func BenchmarkGC(b *testing.B) {
 func BenchmarkUpgradeTeams(b *testing.B) {
 	for _, delivery := range []v1alpha1.Delivery{v1alpha1.AtLeastOnce, v1alpha1.ExactlyOnce} {
 		b.Run(string(delivery), func(b *testing.B) {
-			e := startEnv(b)
+			e, ns := startOwnEnv(b)
 			br := brokertest.Start(b)
-			startController(b, e, br.Addr())
-			startKubelet(b, e)
+			startController(b, e, ns, br.Addr())
+			startKubelet(b, e, ns)
 			c := e.Client
 			createTopics(b, kafkaAdmin(b, br.Addr()), 3, "orders", "enriched", "slowed")
 			max3 := int32(3)
@@ -214,7 +214,7 @@ func BenchmarkUpgradeTeams(b *testing.B) {
 			}
 			refs := map[string]int64{}
 			for _, name := range []string{"a", "b", "s"} {
-				if err := c.Create(context.Background(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: parts[name]}); err != nil {
+				if err := c.Create(context.Background(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: parts[name]}); err != nil {
 					b.Fatal(err)
 				}
 				refs[name] = 1
@@ -222,7 +222,7 @@ func BenchmarkUpgradeTeams(b *testing.B) {
 			pinned := func() []v1alpha1.PartRef {
 				return []v1alpha1.PartRef{{Name: "a", Revision: refs["a"]}, {Name: "b", Revision: refs["b"]}, {Name: "s", Revision: refs["s"]}}
 			}
-			active := runPipe(b, c, v1alpha1.TopologySpec{Delivery: delivery, Parts: pinned()})
+			active := runPipe(b, c, ns, v1alpha1.TopologySpec{Delivery: delivery, Parts: pinned()})
 			fast := brokertest.StartSink(b, br.Addr(), "enriched")
 			slow := brokertest.StartSink(b, br.Addr(), "slowed")
 			in := brokertest.StartFeed(b, br.Addr(), "orders", 150)
@@ -242,9 +242,9 @@ func BenchmarkUpgradeTeams(b *testing.B) {
 			}
 			for _, u := range upgrades {
 				time.Sleep(4 * time.Second)
-				refs[u.part] = editPart(b, c, u.part, u.edit)
-				pin(b, c, "pipe", pinned()...)
-				active = waitSwitched(b, c, active)
+				refs[u.part] = editPart(b, c, ns, u.part, u.edit)
+				pin(b, c, ns, "pipe", pinned()...)
+				active = waitSwitched(b, c, ns, active)
 			}
 			// The slow team's backlog past 5,000 (it falls 120 ids/s
 			// behind).

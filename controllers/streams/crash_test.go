@@ -31,7 +31,7 @@ func TestCrashAtEveryWrite(t *testing.T) {
 }
 
 func crashSweep(t *testing.T, kafkaOnly bool) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
 	ctx, c := t.Context(), e.Client
 	adm := kafkaAdmin(t, b.Addr())
@@ -42,7 +42,7 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := wc.Watch(ctx, &v1alpha1.TopologyRevisionList{}, client.InNamespace("default"))
+	w, err := wc.Watch(ctx, &v1alpha1.TopologyRevisionList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,8 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 		}
 	}()
 
-	twoTeams(t, c, "fn:v1")
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+	twoTeams(t, c, ns, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns},
 		Spec: v1alpha1.TopologySpec{Upgrade: v1alpha1.Cold, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
 	if err := c.Create(ctx, topo); err != nil {
 		t.Fatal(err)
@@ -71,16 +71,16 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 	// The stages: 0 → the first revision runs; 1 → pinned a new one, it
 	// runs and the first is finished.
 	converged := func() bool {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		switch stage {
 		case 0:
-			if tp.Status.Active == "" || len(deployments(t, c, tp.Status.Active)) != 2 {
+			if tp.Status.Active == "" || len(deployments(t, c, ns, tp.Status.Active)) != 2 {
 				return false
 			}
 			first = tp.Status.Active
 			p := &v1alpha1.TopologyPart{}
 			if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "a"}, p); err != nil {
+				if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, p); err != nil {
 					return err
 				}
 				p.Spec.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
@@ -93,10 +93,10 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 		case 1:
 			// The part's revision 2 is made by the (crashing) controller.
 			var pr v1alpha1.TopologyPartRevision
-			if c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "a-2"}, &pr) != nil {
+			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a-2"}, &pr) != nil {
 				return false
 			}
-			pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 2}, v1alpha1.PartRef{Name: "b", Revision: 1})
+			pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: 2}, v1alpha1.PartRef{Name: "b", Revision: 1})
 			stage = 2
 			return false
 		default:
@@ -104,17 +104,17 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 				return false
 			}
 			var old v1alpha1.TopologyRevision
-			if c.Get(ctx, client.ObjectKey{Namespace: "default", Name: first}, &old) != nil || old.Status.Finished == nil {
+			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &old) != nil || old.Status.Finished == nil {
 				return false
 			}
 			second = tp.Status.Active
-			return len(deployments(t, c, first)) == 0 && len(deployments(t, c, second)) == 2
+			return len(deployments(t, c, ns, first)) == 0 && len(deployments(t, c, ns, second)) == 2
 		}
 	}
 
 	crashes := 0
 	for limit := int64(1); ; limit++ {
-		stop, crashed := startCrashingController(t, e, b.Addr(), limit, kafkaOnly)
+		stop, crashed := startCrashingController(t, e, ns, b.Addr(), limit, kafkaOnly)
 		done := false
 		deadline := time.Now().Add(time.Minute)
 		for !done {
@@ -129,7 +129,7 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 				done = true
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("limit %d: no progress in a minute at stage %d: %s", limit, stage, condition(getTopology(t, c, "pipe"), v1alpha1.ConditionUpgrading))
+				t.Fatalf("limit %d: no progress in a minute at stage %d: %s", limit, stage, condition(getTopology(t, c, ns, "pipe"), v1alpha1.ConditionUpgrading))
 			}
 		}
 		stop()
@@ -149,12 +149,12 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 		t.Errorf("%d crashes at Kafka's writes, want at least 3", crashes)
 	}
 
-	tp := getTopology(t, c, "pipe")
+	tp := getTopology(t, c, ns, "pipe")
 	if !meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionValid) {
 		t.Errorf("Valid: %s", condition(tp, v1alpha1.ConditionValid))
 	}
 	var old v1alpha1.TopologyRevision
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: first}, &old); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &old); err != nil {
 		t.Fatal(err)
 	}
 	for _, it := range old.Spec.Topics {
@@ -177,36 +177,36 @@ func crashSweep(t *testing.T, kafkaOnly bool) {
 // or collected (KafkaReachable=False names it); once it is back, the
 // pinned change goes through.
 func TestKafkaDown(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
+	startController(t, e, ns, b.Addr())
 	ctx, c := t.Context(), e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 2, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+	twoTeams(t, c, ns, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns},
 		Spec: v1alpha1.TopologySpec{Upgrade: v1alpha1.Cold, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
 	if err := c.Create(ctx, topo); err != nil {
 		t.Fatal(err)
 	}
 	var first string
 	eventually(t, "the first revision", func() (bool, string) {
-		first = getTopology(t, c, "pipe").Status.Active
+		first = getTopology(t, c, ns, "pipe").Status.Active
 		return first != "", ""
 	})
 
 	b.Kill()
-	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+	rev := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
 	eventually(t, "KafkaReachable=False", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		return meta.IsStatusConditionFalse(tp.Status.Conditions, v1alpha1.ConditionKafkaReachable), condition(tp, v1alpha1.ConditionKafkaReachable)
 	})
 	time.Sleep(3 * time.Second)
-	tp := getTopology(t, c, "pipe")
-	if tp.Status.Active != first || tp.Status.Next != "" || len(deployments(t, c, first)) != 2 {
-		t.Fatalf("with Kafka down: active %q next %q, %d Deployments of %s", tp.Status.Active, tp.Status.Next, len(deployments(t, c, first)), first)
+	tp := getTopology(t, c, ns, "pipe")
+	if tp.Status.Active != first || tp.Status.Next != "" || len(deployments(t, c, ns, first)) != 2 {
+		t.Fatalf("with Kafka down: active %q next %q, %d Deployments of %s", tp.Status.Active, tp.Status.Next, len(deployments(t, c, ns, first)), first)
 	}
 	if msg := condition(tp, v1alpha1.ConditionKafkaReachable); !strings.Contains(msg, b.Addr()) {
 		t.Errorf("KafkaReachable does not name the broker: %s", msg)
@@ -214,7 +214,7 @@ func TestKafkaDown(t *testing.T) {
 
 	b.Restart()
 	eventuallyWithin(t, 2*time.Minute, "the upgrade once Kafka is back", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		return tp.Status.Active != first && tp.Status.Next == "" && len(tp.Status.PhasingOut) == 0 &&
 			meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionKafkaReachable), condition(tp, v1alpha1.ConditionUpgrading)
 	})

@@ -21,18 +21,18 @@ import (
 // pipeline's records after it reach the sink, once each, and the dead
 // producer can no longer commit.
 func TestFencesTransactionsOfGonePods(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
-	startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	startKubelet(t, e, ns)
 	ctx, c := t.Context(), e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	active := runPipe(t, c, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	twoTeams(t, c, ns, "fn:v1")
+	active := runPipe(t, c, ns, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 
 	// The transaction a killed sidecar of a deleted enrich pod left.
 	var rev v1alpha1.TopologyRevision
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: active}, &rev); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: active}, &rev); err != nil {
 		t.Fatal(err)
 	}
 	var group string

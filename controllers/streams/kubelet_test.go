@@ -41,11 +41,13 @@ import (
 // to a directory, and variables naming a mount path (or the termination
 // message path) are pointed there; a container that exits non-zero shows
 // its termination message as its last state, and is restarted after a
-// doubling back-off (from 1 s to 10 s), as a kubelet's crash loop.
+// doubling back-off (from 1 s to 10 s), as a kubelet's crash loop. It
+// runs the pods of its test's namespace only.
 
 type kubelet struct {
 	t          testing.TB
 	c          client.Client
+	ns         string // the pods' namespace: the test's
 	kubeconfig string
 	sidecar    string
 	function   string
@@ -87,11 +89,12 @@ type process struct {
 	failed      int
 }
 
-// startKubelet runs the harness until the test ends.
-func startKubelet(t testing.TB, e *testenv.Env) *kubelet {
+// startKubelet runs the harness for the pods of namespace ns until the
+// test ends.
+func startKubelet(t testing.TB, e *testenv.Env, ns string) *kubelet {
 	t.Helper()
 	sidecar, function := cmdtest.Build(t, "streams-sidecar"), cmdtest.Build(t, "streams-echo")
-	k := &kubelet{t: t, c: e.Client, kubeconfig: e.Kubeconfig, sidecar: sidecar, function: function,
+	k := &kubelet{t: t, c: e.Client, ns: ns, kubeconfig: e.Kubeconfig, sidecar: sidecar, function: function,
 		logs: t.TempDir(), volumes: t.TempDir(), pods: map[types.UID]*runningPod{}, badImages: map[string]string{}, extraEnv: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -132,7 +135,7 @@ func startKubelet(t testing.TB, e *testenv.Env) *kubelet {
 
 func (k *kubelet) sync(ctx context.Context) {
 	var pods corev1.PodList
-	if err := k.c.List(ctx, &pods, client.HasLabels{streams.LabelTopology}); err != nil {
+	if err := k.c.List(ctx, &pods, client.InNamespace(k.ns), client.HasLabels{streams.LabelTopology}); err != nil {
 		return
 	}
 	seen := map[types.UID]bool{}

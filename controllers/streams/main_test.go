@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -29,26 +31,49 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	os.Exit(cmdtest.Main(m, "streams-broker", "streams-sidecar", "streams-echo"))
+	os.Exit(testenv.StopShared(cmdtest.Main(m, "streams-broker", "streams-sidecar", "streams-echo")))
 }
 
-// startEnv runs an API server with the streams CRDs and the bundle's
+// The tests share one API server (testenv.Shared), each test in a
+// namespace of its own, and run one after another. What a test starts
+// that watches the server — its controller (startController), its
+// harness kubelet (startKubelet) — sees that namespace only and stops
+// before the test ends; what a test makes cluster-wide (the admission
+// policy, installPolicy) goes when it ends. A test's namespace is deleted
+// then, but may stay terminating (a Topology's Kafka finalizer, which
+// only the test's controller removes; pods bound to the harness's node):
+// nothing of a later test watches it.
+
+// envOptions are the API server's: the streams CRDs and the bundle's
 // controller manager (Deployments make ReplicaSets make Pods).
-func startEnv(t testing.TB) *testenv.Env {
-	t.Helper()
-	return testenv.Start(t, testenv.Options{
+func envOptions() testenv.Options {
+	return testenv.Options{
 		CRDDirs:           []string{filepath.Join("config", "crd")},
 		AddToScheme:       []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
 		ControllerManager: true,
-	})
+	}
 }
 
-// startController runs the streams controller against e and Kafka at
-// bootstrap until the test ends; stop stops it earlier (a crash: nothing
-// is cleaned up).
-func startController(t testing.TB, e *testenv.Env, bootstrap string, opts ...func(*streams.Options)) (stop func()) {
+// startEnv is the shared API server and a new namespace for the test.
+func startEnv(t testing.TB) (*testenv.Env, string) {
 	t.Helper()
-	stop, _ = startCrashingController(t, e, bootstrap, 0, false, opts...)
+	e := testenv.Shared(t, "controller-manager", envOptions())
+	return e, e.Namespace(t)
+}
+
+// startOwnEnv runs an API server for the benchmark alone (what it
+// measures has the server to itself), its objects in "default".
+func startOwnEnv(b testing.TB) (*testenv.Env, string) {
+	b.Helper()
+	return testenv.Start(b, envOptions()), "default"
+}
+
+// startController runs the streams controller against e, for namespace
+// ns only, and Kafka at bootstrap until the test ends; stop stops it
+// earlier (a crash: nothing is cleaned up).
+func startController(t testing.TB, e *testenv.Env, ns, bootstrap string, opts ...func(*streams.Options)) (stop func()) {
+	t.Helper()
+	stop, _ = startCrashingController(t, e, ns, bootstrap, 0, false, opts...)
 	return stop
 }
 
@@ -56,12 +81,19 @@ func startController(t testing.TB, e *testenv.Env, bootstrap string, opts ...fun
 // its limit-th write (0: never) to the API server or Kafka, or with
 // kafkaOnly at its limit-th write to Kafka: that write and every later
 // one are dropped and the manager stops, as a kill -9 would leave it.
-// crashed is closed then.
-func startCrashingController(t testing.TB, e *testenv.Env, bootstrap string, limit int64, kafkaOnly bool, opts ...func(*streams.Options)) (stop func(), crashed chan struct{}) {
+// crashed is closed then. Its cache holds namespace ns alone: it never
+// sees, so never reconciles, another test's objects on a shared server.
+func startCrashingController(t testing.TB, e *testenv.Env, ns, bootstrap string, limit int64, kafkaOnly bool, opts ...func(*streams.Options)) (stop func(), crashed chan struct{}) {
 	t.Helper()
+	cacheOpts := streams.CacheOptions()
+	cacheOpts.DefaultNamespaces = maps.Clone(cacheOpts.DefaultNamespaces)
+	if cacheOpts.DefaultNamespaces == nil {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+	}
+	cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
-		Cache:                  streams.CacheOptions(),
+		Cache:                  cacheOpts,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -190,10 +222,12 @@ func (s *crashingStatus) Patch(ctx context.Context, o client.Object, p client.Pa
 	return s.SubResourceWriter.Patch(ctx, o, p, opts...)
 }
 
-// installPolicy creates the part revisions' admission policy and waits
-// until the API server enforces it.
+// installPolicy creates the part revisions' admission policy (cluster
+// wide) and waits until the API server enforces it; it goes when the test
+// ends.
 func installPolicy(t testing.TB, c client.Client, probe func() error) {
 	t.Helper()
+	t.Cleanup(func() { testenv.DeleteYAML(t, c, streamsconfig.Policy) }) // what was made of it, too
 	testenv.CreateYAML(t, c, streamsconfig.Policy)
 	eventually(t, "the policy enforced", func() (bool, string) {
 		err := probe()

@@ -14,10 +14,10 @@ import (
 	"github.com/cloudtransit/transit/controllers/streams/api/v1alpha1"
 )
 
-func revisionsOf(t testing.TB, c client.Client, part string) map[int64]v1alpha1.TopologyPartRevision {
+func revisionsOf(t testing.TB, c client.Client, ns, part string) map[int64]v1alpha1.TopologyPartRevision {
 	t.Helper()
 	var list v1alpha1.TopologyPartRevisionList
-	if err := c.List(t.Context(), &list, client.InNamespace("default"), client.MatchingLabels{streams.LabelPart: part}); err != nil {
+	if err := c.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{streams.LabelPart: part}); err != nil {
 		t.Fatal(err)
 	}
 	out := map[int64]v1alpha1.TopologyPartRevision{}
@@ -32,17 +32,17 @@ func revisionsOf(t testing.TB, c client.Client, part string) map[int64]v1alpha1.
 // policy names the Topology) or edited; unpinned, old revisions beyond the
 // history go, and a deleted part's unused ones with it.
 func TestPartRevisions(t *testing.T) {
-	e := startEnv(t)
-	startController(t, e, "127.0.0.1:1") // no Kafka needed for parts
+	e, ns := startEnv(t)
+	startController(t, e, ns, "127.0.0.1:1") // no Kafka needed for parts
 	ctx, c := t.Context(), e.Client
 
-	part := &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"},
+	part := &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns},
 		Spec: v1alpha1.PartSpec{Sources: map[string]v1alpha1.Endpoint{"orders": {Topic: "orders"}}}}
 	if err := c.Create(ctx, part); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "revision 1", func() (bool, string) {
-		revs := revisionsOf(t, c, "a")
+		revs := revisionsOf(t, c, ns, "a")
 		return len(revs) == 1 && revs[1].Spec.Spec.Sources["orders"].Topic == "orders", fmt.Sprint(len(revs), " revisions")
 	})
 	// The controller writes the part's status meanwhile: a user's write
@@ -66,7 +66,7 @@ func TestPartRevisions(t *testing.T) {
 			return part.Status.LatestRevision == int64(i), fmt.Sprint("latest ", part.Status.LatestRevision)
 		})
 		if i == 2 { // pin revision 2 before it could be pruned
-			topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+			topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns},
 				Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 2}}}}
 			if err := c.Create(ctx, topo); err != nil {
 				t.Fatal(err)
@@ -75,9 +75,9 @@ func TestPartRevisions(t *testing.T) {
 	}
 	// A write of the same spec (a label) makes no revision.
 	update(func() { part.Labels = map[string]string{"team": "a"} })
-	revs := revisionsOf(t, c, "a")
+	revs := revisionsOf(t, c, ns, "a")
 	eventually(t, "pruning to the history", func() (bool, string) {
-		revs = revisionsOf(t, c, "a")
+		revs = revisionsOf(t, c, ns, "a")
 		_, pinned := revs[2]
 		_, pruned := revs[1]
 		return len(revs) == 11 && pinned && !pruned, fmt.Sprint(len(revs), " revisions")
@@ -102,14 +102,14 @@ func TestPartRevisions(t *testing.T) {
 	}
 
 	// Unpinned and the part deleted: its revisions go.
-	if err := c.Delete(ctx, &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"}}); err != nil {
+	if err := c.Delete(ctx, &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Delete(ctx, part); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a deleted part's revisions gone", func() (bool, string) {
-		revs := revisionsOf(t, c, "a")
+		revs := revisionsOf(t, c, ns, "a")
 		return len(revs) == 0, fmt.Sprint(len(revs), " revisions")
 	})
 }

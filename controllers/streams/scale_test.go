@@ -21,23 +21,23 @@ import (
 // forgets the arrival rates), and it must be woken by them: a partition
 // never committed has all of its records to read, not none.
 func TestScaledToZeroWakes(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	stop := startController(t, e, b.Addr())
-	startKubelet(t, e)
+	stop := startController(t, e, ns, b.Addr())
+	startKubelet(t, e, ns)
 	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	rev := editPart(t, c, "b", func(s *v1alpha1.PartSpec) {
+	twoTeams(t, c, ns, "fn:v1")
+	rev := editPart(t, c, ns, "b", func(s *v1alpha1.PartSpec) {
 		s.Processors["enrich"] = v1alpha1.Processor{InputFrom: "clean", Image: "fn:v1", SinkBindings: []string{"out"}, MinScale: ptr.To[int32](0), MaxScale: ptr.To[int32](2)}
 	})
-	runPipe(t, c, v1alpha1.TopologySpec{
+	runPipe(t, c, ns, v1alpha1.TopologySpec{
 		Parts:   []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: rev}},
 		Scaling: v1alpha1.Scaling{ScaleDownDelay: &metav1.Duration{Duration: 2 * time.Second}},
 	})
 	eventuallyWithin(t, time.Minute, "enrich scaled to zero while idle", func() (bool, string) {
 		var ds appsv1.DeploymentList
-		if err := c.List(t.Context(), &ds, client.InNamespace("default"), client.MatchingLabels{streams.LabelProcessor: "enrich"}); err != nil {
+		if err := c.List(t.Context(), &ds, client.InNamespace(ns), client.MatchingLabels{streams.LabelProcessor: "enrich"}); err != nil {
 			return false, err.Error()
 		}
 		for _, d := range ds.Items {
@@ -51,6 +51,6 @@ func TestScaledToZeroWakes(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	n := in.Halt()
 	time.Sleep(3 * time.Second) // clean forwards them all meanwhile
-	startController(t, e, b.Addr())
+	startController(t, e, ns, b.Addr())
 	out.Expect(t, n, time.Minute, false)
 }

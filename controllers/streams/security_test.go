@@ -30,7 +30,7 @@ const (
 	appPassword        = "app-pw-9d2e"
 )
 
-func secureKafka(t *testing.T) (addr string, adm *kadm.Client) {
+func secureKafka(t *testing.T, ns string) (addr string, adm *kadm.Client) {
 	t.Helper()
 	allow := func(res kmsg.ACLResourceType, name string, pattern kmsg.ACLResourcePatternType, op kmsg.ACLOperation) kfake.ACL {
 		return kfake.ACL{Allow: true, Resource: res, Name: name, Pattern: pattern, Operation: op}
@@ -43,8 +43,8 @@ func secureKafka(t *testing.T) (addr string, adm *kadm.Client) {
 			allow(kmsg.ACLResourceTypeTopic, "orders", lit, kmsg.ACLOperationDescribe),
 			allow(kmsg.ACLResourceTypeTopic, "enriched", lit, kmsg.ACLOperationDescribe),
 			// The topology's own topics: internal ones and dead letters.
-			allow(kmsg.ACLResourceTypeTopic, "streams.default.pipe.", prefix, kmsg.ACLOperationAll),
-			allow(kmsg.ACLResourceTypeGroup, "streams.default.pipe.", prefix, kmsg.ACLOperationRead)))
+			allow(kmsg.ACLResourceTypeTopic, "streams."+ns+".pipe.", prefix, kmsg.ACLOperationAll),
+			allow(kmsg.ACLResourceTypeGroup, "streams."+ns+".pipe.", prefix, kmsg.ACLOperationRead)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,28 +70,28 @@ func superuser() kgo.Opt {
 // never a password; once the ACL is granted, every record reaches the
 // sink without anyone touching the pipeline.
 func TestKafkaBehindSASLAndACLs(t *testing.T) {
-	e := startEnv(t)
-	addr, adm := secureKafka(t)
+	e, ns := startEnv(t)
+	addr, adm := secureKafka(t, ns)
 	c := e.Client
 	createTopics(t, adm, 2, "orders", "enriched")
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kafka-client", Namespace: "default"}, StringData: map[string]string{
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kafka-client", Namespace: ns}, StringData: map[string]string{
 		kafka.FileMechanism: "SCRAM-SHA-256", kafka.FileUsername: "app", kafka.FilePassword: appPassword}}
 	if err := c.Create(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
-	startController(t, e, addr, func(o *streams.Options) {
+	startController(t, e, ns, addr, func(o *streams.Options) {
 		o.Security = kafka.Security{Mechanism: "SCRAM-SHA-256", Username: "controller", Password: controllerPassword}
 		o.KafkaSecret = "kafka-client"
 	})
-	startKubelet(t, e)
-	twoTeams(t, c, "fn:v1")
-	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	startKubelet(t, e, ns)
+	twoTeams(t, c, ns, "fn:v1")
+	runPipe(t, c, ns, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	out := brokertest.StartSink(t, addr, "enriched", superuser())
 	in := brokertest.StartFeed(t, addr, "orders", 50, superuser())
 
 	var msg string
 	eventuallyWithin(t, 2*time.Minute, "Ready=False naming the ACL on the sink", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		msg = condition(tp, v1alpha1.ConditionReady)
 		return meta.IsStatusConditionFalse(tp.Status.Conditions, v1alpha1.ConditionReady) &&
 			strings.Contains(msg, "an ACL denies User:app") && strings.Contains(msg, "enriched"), msg
@@ -102,7 +102,7 @@ func TestKafkaBehindSASLAndACLs(t *testing.T) {
 			t.Errorf("the condition does not say %q: %s", want, msg)
 		}
 	}
-	tp := getTopology(t, c, "pipe")
+	tp := getTopology(t, c, ns, "pipe")
 	if status := fmt.Sprintf("%+v", tp.Status); strings.Contains(status, appPassword) || strings.Contains(status, controllerPassword) {
 		t.Errorf("the Topology's status shows a password: %s", status)
 	}
@@ -127,7 +127,7 @@ func TestKafkaBehindSASLAndACLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready once granted", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		return meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
 	})
 	time.Sleep(2 * time.Second)
@@ -140,23 +140,23 @@ func TestKafkaBehindSASLAndACLs(t *testing.T) {
 // in KafkaReachable (which Secret keys to check), without the password,
 // and makes nothing.
 func TestKafkaLoginRefused(t *testing.T) {
-	e := startEnv(t)
-	addr, adm := secureKafka(t)
+	e, ns := startEnv(t)
+	addr, adm := secureKafka(t, ns)
 	c := e.Client
 	createTopics(t, adm, 1, "orders", "enriched")
 	const wrong = "not-the-password-77"
-	startController(t, e, addr, func(o *streams.Options) {
+	startController(t, e, ns, addr, func(o *streams.Options) {
 		o.Security = kafka.Security{Mechanism: "SCRAM-SHA-256", Username: "controller", Password: wrong}
 	})
-	twoTeams(t, c, "fn:v1")
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+	twoTeams(t, c, ns, "fn:v1")
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns},
 		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
 	if err := c.Create(t.Context(), topo); err != nil {
 		t.Fatal(err)
 	}
 	var msg string
 	eventually(t, "KafkaReachable=False", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		msg = condition(tp, v1alpha1.ConditionKafkaReachable)
 		return meta.IsStatusConditionFalse(tp.Status.Conditions, v1alpha1.ConditionKafkaReachable), msg
 	})
@@ -169,7 +169,7 @@ func TestKafkaLoginRefused(t *testing.T) {
 	if strings.Contains(msg, wrong) {
 		t.Errorf("the condition shows the password: %s", msg)
 	}
-	if tp := getTopology(t, c, "pipe"); tp.Status.Active != "" {
+	if tp := getTopology(t, c, ns, "pipe"); tp.Status.Active != "" {
 		t.Errorf("a revision was made (%s) while Kafka refused the login", tp.Status.Active)
 	}
 }
@@ -181,24 +181,24 @@ func TestKafkaLoginRefused(t *testing.T) {
 // processors reach it with the Secret, and every record arrives. The
 // addon's own Kafka is plaintext and the addon names no Secret.
 func TestTopologyKafkaSecret(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t) // the addon's Kafka
-	addr, adm := secureKafka(t)
+	addr, adm := secureKafka(t, ns)
 	c := e.Client
 	createTopics(t, adm, 2, "orders", "enriched")
 	if _, err := adm.CreateACLs(t.Context(), kadm.NewACLs().Allow("User:app").AllowHosts().Topics("enriched").Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)); err != nil {
 		t.Fatal(err)
 	}
-	startController(t, e, b.Addr())
-	startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	startKubelet(t, e, ns)
 	secure := func(topic string) v1alpha1.Endpoint {
 		return v1alpha1.Endpoint{Bootstrap: addr, Topic: topic, KafkaSecret: "team-a"}
 	}
 	for _, p := range []*v1alpha1.TopologyPart{
-		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.PartSpec{
 			Sources:    map[string]v1alpha1.Endpoint{"orders": secure("orders")},
 			Processors: map[string]v1alpha1.Processor{"clean": {InputFrom: "orders", Image: "fn:v1"}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.PartSpec{
 			Processors: map[string]v1alpha1.Processor{"enrich": {InputFrom: "clean", Image: "fn:v1", SinkBindings: []string{"out"}}},
 			Sinks:      map[string]v1alpha1.Sink{"out": {Endpoint: secure("enriched")}}}},
 	} {
@@ -206,28 +206,28 @@ func TestTopologyKafkaSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns},
 		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
 	if err := c.Create(t.Context(), topo); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "KafkaReachable=False naming the missing Secret", func() (bool, string) {
-		msg := condition(getTopology(t, c, "pipe"), v1alpha1.ConditionKafkaReachable)
-		return strings.Contains(msg, "kafkaSecret default/team-a") && strings.Contains(msg, "not found"), msg
+		msg := condition(getTopology(t, c, ns, "pipe"), v1alpha1.ConditionKafkaReachable)
+		return strings.Contains(msg, "kafkaSecret "+ns+"/team-a") && strings.Contains(msg, "not found"), msg
 	})
 	// A wrong password is explained by that cluster's login, not by the
 	// addon's (plaintext) Kafka.
 	const wrong = "not-the-password-78"
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Namespace: "default"}, StringData: map[string]string{
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Namespace: ns}, StringData: map[string]string{
 		kafka.FileMechanism: "SCRAM-SHA-256", kafka.FileUsername: "app", kafka.FilePassword: wrong}}
 	if err := c.Create(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "KafkaReachable=False explaining the refused login", func() (bool, string) {
-		msg := condition(getTopology(t, c, "pipe"), v1alpha1.ConditionKafkaReachable)
+		msg := condition(getTopology(t, c, ns, "pipe"), v1alpha1.ConditionKafkaReachable)
 		return strings.Contains(msg, "SCRAM-SHA-256 login") && strings.Contains(msg, kafka.FilePassword) && strings.Contains(msg, addr), msg
 	})
-	if msg := condition(getTopology(t, c, "pipe"), v1alpha1.ConditionKafkaReachable); strings.Contains(msg, wrong) {
+	if msg := condition(getTopology(t, c, ns, "pipe"), v1alpha1.ConditionKafkaReachable); strings.Contains(msg, wrong) {
 		t.Errorf("the condition shows the password: %s", msg)
 	}
 	secret.StringData = map[string]string{kafka.FilePassword: appPassword} // written over Data's
@@ -235,7 +235,7 @@ func TestTopologyKafkaSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		return meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady) + "; " + condition(tp, v1alpha1.ConditionKafkaReachable)
 	})
 	out := brokertest.StartSink(t, addr, "enriched", superuser())

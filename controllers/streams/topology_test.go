@@ -58,13 +58,13 @@ func topicExists(t testing.TB, adm *kadm.Client, topic string) bool {
 
 // twoTeams writes the research's use case: team a reads orders and
 // cleans them, team b enriches them into a sink.
-func twoTeams(t testing.TB, c client.Client, image string) {
+func twoTeams(t testing.TB, c client.Client, ns, image string) {
 	t.Helper()
 	for _, p := range []*v1alpha1.TopologyPart{
-		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.PartSpec{
 			Sources:    map[string]v1alpha1.Endpoint{"orders": {Topic: "orders"}},
 			Processors: map[string]v1alpha1.Processor{"clean": {InputFrom: "orders", Image: image}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.PartSpec{
 			Processors: map[string]v1alpha1.Processor{"enrich": {InputFrom: "clean", Image: image, SinkBindings: []string{"out"}}},
 			Sinks:      map[string]v1alpha1.Sink{"out": {Endpoint: v1alpha1.Endpoint{Topic: "enriched"}}}}},
 	} {
@@ -75,11 +75,11 @@ func twoTeams(t testing.TB, c client.Client, image string) {
 }
 
 // editPart changes a part's spec and waits for its new revision.
-func editPart(t testing.TB, c client.Client, name string, edit func(*v1alpha1.PartSpec)) int64 {
+func editPart(t testing.TB, c client.Client, ns, name string, edit func(*v1alpha1.PartSpec)) int64 {
 	t.Helper()
 	part := &v1alpha1.TopologyPart{}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, part); err != nil {
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, part); err != nil {
 			return err
 		}
 		edit(&part.Spec)
@@ -97,11 +97,11 @@ func editPart(t testing.TB, c client.Client, name string, edit func(*v1alpha1.Pa
 }
 
 // pin points the topology at part revisions.
-func pin(t testing.TB, c client.Client, topo string, refs ...v1alpha1.PartRef) {
+func pin(t testing.TB, c client.Client, ns, topo string, refs ...v1alpha1.PartRef) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var tp v1alpha1.Topology
-		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: topo}, &tp); err != nil {
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: topo}, &tp); err != nil {
 			return err
 		}
 		tp.Spec.Parts = refs
@@ -112,10 +112,10 @@ func pin(t testing.TB, c client.Client, topo string, refs ...v1alpha1.PartRef) {
 	}
 }
 
-func getTopology(t testing.TB, c client.Client, name string) *v1alpha1.Topology {
+func getTopology(t testing.TB, c client.Client, ns, name string) *v1alpha1.Topology {
 	t.Helper()
 	var tp v1alpha1.Topology
-	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, &tp); err != nil {
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &tp); err != nil {
 		t.Fatal(err)
 	}
 	return &tp
@@ -137,10 +137,10 @@ func conditions(tp *v1alpha1.Topology) string {
 	return strings.Join(all, "; ")
 }
 
-func deployments(t testing.TB, c client.Client, rev string) map[string]*appsv1.Deployment {
+func deployments(t testing.TB, c client.Client, ns, rev string) map[string]*appsv1.Deployment {
 	t.Helper()
 	var list appsv1.DeploymentList
-	if err := c.List(t.Context(), &list, client.InNamespace("default"), client.MatchingLabels{streams.LabelRevision: rev}); err != nil {
+	if err := c.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{streams.LabelRevision: rev}); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]*appsv1.Deployment{}
@@ -171,9 +171,9 @@ func envOf(d *appsv1.Deployment, container string) map[string]string {
 // revision whose pods never get Ready is abandoned in time, naming the
 // pod, and the active revision runs on.
 func TestComposition(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr(), func(o *streams.Options) { o.UpgradeTimeout = 3 * time.Second })
+	startController(t, e, ns, b.Addr(), func(o *streams.Options) { o.UpgradeTimeout = 3 * time.Second })
 	ctx, c := t.Context(), e.Client
 	adm := kafkaAdmin(t, b.Addr())
 	createTopics(t, adm, 2, "orders", "enriched")
@@ -184,21 +184,21 @@ func TestComposition(t *testing.T) {
 		}
 		cl.Close()
 	}
-	twoTeams(t, c, "fn:1")
+	twoTeams(t, c, ns, "fn:1")
 	// The processors' Role as an earlier version made it: Topologies only.
-	oldRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: streams.ProcessorAccount},
+	oldRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: streams.ProcessorAccount},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"topologies"}, Verbs: []string{"get", "list", "watch"}}}}
 	if err := c.Create(ctx, oldRole); err != nil {
 		t.Fatal(err)
 	}
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"},
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns},
 		Spec: v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}}}
 	if err := c.Create(ctx, topo); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the first revision active", func() (bool, string) {
-		topo = getTopology(t, c, "pipe")
-		return topo.Status.Active != "" && len(deployments(t, c, topo.Status.Active)) == 2, condition(topo, v1alpha1.ConditionValid)
+		topo = getTopology(t, c, ns, "pipe")
+		return topo.Status.Active != "" && len(deployments(t, c, ns, topo.Status.Active)) == 2, condition(topo, v1alpha1.ConditionValid)
 	})
 	// Its sidecars' gates read the revision's start offsets: the Role
 	// gets that rule.
@@ -213,10 +213,10 @@ func TestComposition(t *testing.T) {
 	}
 	first := topo.Status.Active
 	var rev v1alpha1.TopologyRevision
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: first}, &rev); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &rev); err != nil {
 		t.Fatal(err)
 	}
-	deps := deployments(t, c, first)
+	deps := deployments(t, c, ns, first)
 	clean, enrich := envOf(deps["clean"], "sidecar"), envOf(deps["enrich"], "sidecar")
 	internal := rev.Spec.Topics[0].Name
 	if clean["STREAMS_INPUT_TOPIC"] != "orders" || !strings.Contains(clean["STREAMS_OUTPUTS"], internal) ||
@@ -224,7 +224,7 @@ func TestComposition(t *testing.T) {
 		clean["STREAMS_REVISION"] != first || clean["STREAMS_GATE_TOPOLOGY"] != "pipe" || enrich["STREAMS_GATE_TOPOLOGY"] != "" {
 		t.Fatalf("sidecar env: clean %v, enrich %v", clean, enrich)
 	}
-	for _, topic := range []string{internal, "streams.default.pipe.deadletter"} {
+	for _, topic := range []string{internal, "streams." + ns + ".pipe.deadletter"} {
 		if !topicExists(t, adm, topic) {
 			t.Errorf("topic %s was not made", topic)
 		}
@@ -235,50 +235,50 @@ func TestComposition(t *testing.T) {
 	}
 
 	// Invalid: a cycle across the two parts, then a missing revision.
-	bad := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+	bad := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "enrich", Image: "fn:1"}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: bad}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: bad}, v1alpha1.PartRef{Name: "b", Revision: 1})
 	eventually(t, "Valid=False naming the cycle", func() (bool, string) {
-		topo = getTopology(t, c, "pipe")
+		topo = getTopology(t, c, ns, "pipe")
 		return strings.Contains(strings.Join(topo.Status.Problems, "\n"), `processors "clean" → "enrich" → "clean" form a cycle (parts "a", "b")`),
 			condition(topo, v1alpha1.ConditionValid)
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 1}, v1alpha1.PartRef{Name: "b", Revision: 9})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: 1}, v1alpha1.PartRef{Name: "b", Revision: 9})
 	eventually(t, "Valid=False naming the missing revision", func() (bool, string) {
-		topo = getTopology(t, c, "pipe")
+		topo = getTopology(t, c, ns, "pipe")
 		return slices.Contains(topo.Status.Problems, `part "b": revision 9 does not exist (no TopologyPartRevision b-9)`), strings.Join(topo.Status.Problems, "; ")
 	})
-	if topo.Status.Active != first || topo.Status.Next != "" || len(deployments(t, c, first)) != 2 {
+	if topo.Status.Active != first || topo.Status.Next != "" || len(deployments(t, c, ns, first)) != 2 {
 		t.Fatalf("an invalid composition changed what runs: active %q next %q", topo.Status.Active, topo.Status.Next)
 	}
 
 	// Scale only: in place.
-	scaled := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+	scaled := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:1", MinScale: ptr.To[int32](2), MaxScale: ptr.To[int32](6)}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: scaled}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: scaled}, v1alpha1.PartRef{Name: "b", Revision: 1})
 	eventually(t, "the scale applied in place", func() (bool, string) {
-		topo = getTopology(t, c, "pipe")
-		d := deployments(t, c, first)["clean"]
+		topo = getTopology(t, c, ns, "pipe")
+		d := deployments(t, c, ns, first)["clean"]
 		return d != nil && *d.Spec.Replicas == 2 && topo.Status.Active == first && topo.Status.Next == "" &&
 			meta.IsStatusConditionTrue(topo.Status.Conditions, v1alpha1.ConditionValid), condition(topo, v1alpha1.ConditionValid)
 	})
 
 	// A new image: a standby revision starts, never gets Ready (no kubelet
 	// here), and is abandoned after the timeout.
-	newer := editPart(t, c, "b", func(s *v1alpha1.PartSpec) {
+	newer := editPart(t, c, ns, "b", func(s *v1alpha1.PartSpec) {
 		s.Processors["enrich"] = v1alpha1.Processor{InputFrom: "clean", Image: "fn:2", SinkBindings: []string{"out"}}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: scaled}, v1alpha1.PartRef{Name: "b", Revision: newer})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: scaled}, v1alpha1.PartRef{Name: "b", Revision: newer})
 	var next string
 	eventually(t, "a next revision", func() (bool, string) {
-		topo = getTopology(t, c, "pipe")
+		topo = getTopology(t, c, ns, "pipe")
 		next = topo.Status.Next
-		return next != "" && len(deployments(t, c, next)) == 2, condition(topo, v1alpha1.ConditionUpgrading)
+		return next != "" && len(deployments(t, c, ns, next)) == 2, condition(topo, v1alpha1.ConditionUpgrading)
 	})
 	eventually(t, "UpgradeFailed", func() (bool, string) {
-		topo = getTopology(t, c, "pipe")
+		topo = getTopology(t, c, ns, "pipe")
 		return meta.IsStatusConditionTrue(topo.Status.Conditions, v1alpha1.ConditionUpgradeFailed), condition(topo, v1alpha1.ConditionUpgrading)
 	})
 	msg := condition(topo, v1alpha1.ConditionUpgradeFailed)
@@ -289,15 +289,15 @@ func TestComposition(t *testing.T) {
 		t.Errorf("after the failure: active %q next %q failed %q", topo.Status.Active, topo.Status.Next, topo.Status.Failed)
 	}
 	eventually(t, "the failed revision's Deployments gone", func() (bool, string) {
-		n := len(deployments(t, c, next))
+		n := len(deployments(t, c, ns, next))
 		return n == 0, fmt.Sprint(n, " left")
 	})
-	if len(deployments(t, c, first)) != 2 {
+	if len(deployments(t, c, ns, first)) != 2 {
 		t.Error("the running revision lost Deployments")
 	}
 	// It is not tried again.
 	time.Sleep(2 * time.Second)
-	if topo = getTopology(t, c, "pipe"); topo.Status.Next != "" {
+	if topo = getTopology(t, c, ns, "pipe"); topo.Status.Next != "" {
 		t.Errorf("the failed revision was tried again: next %q", topo.Status.Next)
 	}
 

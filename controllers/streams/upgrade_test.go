@@ -22,11 +22,11 @@ import (
 
 // waitSwitched waits until the topology runs a revision other than from,
 // with nothing left phasing out.
-func waitSwitched(t testing.TB, c client.Client, from string) string {
+func waitSwitched(t testing.TB, c client.Client, ns, from string) string {
 	t.Helper()
 	var tp *v1alpha1.Topology
 	eventuallyWithin(t, 2*time.Minute, "the switch from "+from, func() (bool, string) {
-		tp = getTopology(t, c, "pipe")
+		tp = getTopology(t, c, ns, "pipe")
 		return tp.Status.Active != from && tp.Status.Active != "" && tp.Status.Next == "" && len(tp.Status.PhasingOut) == 0,
 			fmt.Sprintf("active %s next %s phasing out %v; conditions: %s", tp.Status.Active, tp.Status.Next, tp.Status.PhasingOut, conditions(tp))
 	})
@@ -35,15 +35,15 @@ func waitSwitched(t testing.TB, c client.Client, from string) string {
 
 // runPipe creates the Topology "pipe" of spec and waits until it runs,
 // Ready; it returns the active revision.
-func runPipe(t testing.TB, c client.Client, spec v1alpha1.TopologySpec) string {
+func runPipe(t testing.TB, c client.Client, ns string, spec v1alpha1.TopologySpec) string {
 	t.Helper()
-	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: "default"}, Spec: spec}
+	topo := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: "pipe", Namespace: ns}, Spec: spec}
 	if err := c.Create(t.Context(), topo); err != nil {
 		t.Fatal(err)
 	}
 	var active string
 	eventuallyWithin(t, 2*time.Minute, "the pipeline Ready", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		active = tp.Status.Active
 		return active != "" && meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionReady), condition(tp, v1alpha1.ConditionReady)
 	})
@@ -57,20 +57,20 @@ func runPipe(t testing.TB, c client.Client, spec v1alpha1.TopologySpec) string {
 // event from the old revision is read from the source), and the old
 // revisions drain and go.
 func TestUpgradesUnderLoad(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
-	k := startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	k := startKubelet(t, e, ns)
 	ctx, c := t.Context(), e.Client
 	adm := kafkaAdmin(t, b.Addr())
 	createTopics(t, adm, 3, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	twoTeams(t, c, ns, "fn:v1")
+	runPipe(t, c, ns, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 
 	out := brokertest.StartSink(t, b.Addr(), "enriched")
 	in := brokertest.StartFeed(t, b.Addr(), "orders", 200)
 	time.Sleep(2 * time.Second)
-	active := getTopology(t, c, "pipe").Status.Active
+	active := getTopology(t, c, ns, "pipe").Status.Active
 	// A function killed mid-stream: its sidecar waits for it (restarted,
 	// as the kubelet would), nothing is dead-lettered or lost.
 	if n := k.kill(active+"-clean", "function", syscall.SIGKILL); n == 0 {
@@ -82,12 +82,12 @@ func TestUpgradesUnderLoad(t *testing.T) {
 		if i%2 == 1 {
 			mode = v1alpha1.Cold
 		}
-		rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+		rev := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 			s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: fmt.Sprintf("fn:v%d", i)}
 		})
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var tp v1alpha1.Topology
-			if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "pipe"}, &tp); err != nil {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pipe"}, &tp); err != nil {
 				return err
 			}
 			tp.Spec.Upgrade = mode
@@ -97,14 +97,14 @@ func TestUpgradesUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		next := waitSwitched(t, c, active)
+		next := waitSwitched(t, c, ns, active)
 		t.Logf("upgrade %d (%s): %s → %s", i, mode, active, next)
 		active = next
 		time.Sleep(time.Second)
 	}
 	n := in.Halt()
 	out.Expect(t, n, time.Minute, true)
-	ends, err := adm.ListEndOffsets(ctx, "streams.default.pipe.deadletter")
+	ends, err := adm.ListEndOffsets(ctx, "streams."+ns+".pipe.deadletter")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,30 +121,30 @@ func TestUpgradesUnderLoad(t *testing.T) {
 // committing (every 7th batch), its controller is killed in the middle of
 // an upgrade and the broker is killed and restarted mid-stream.
 func TestFaultsExactlyOnce(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	stop := startController(t, e, b.Addr())
-	k := startKubelet(t, e)
+	stop := startController(t, e, ns, b.Addr())
+	k := startKubelet(t, e, ns)
 	k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:7"
 	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	runPipe(t, c, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	twoTeams(t, c, ns, "fn:v1")
+	runPipe(t, c, ns, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	out := brokertest.StartSink(t, b.Addr(), "enriched")
 	in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
 	time.Sleep(3 * time.Second)
 
 	// An upgrade, the controller killed as it starts.
-	active := getTopology(t, c, "pipe").Status.Active
-	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+	active := getTopology(t, c, ns, "pipe").Status.Active
+	rev := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
 	time.Sleep(300 * time.Millisecond)
 	stop()
 	time.Sleep(time.Second)
-	startController(t, e, b.Addr())
-	active = waitSwitched(t, c, active)
+	startController(t, e, ns, b.Addr())
+	active = waitSwitched(t, c, ns, active)
 
 	// The broker killed and back.
 	b.Kill()
@@ -152,11 +152,11 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	b.Restart()
 	time.Sleep(3 * time.Second)
 
-	rev = editPart(t, c, "b", func(s *v1alpha1.PartSpec) {
+	rev = editPart(t, c, ns, "b", func(s *v1alpha1.PartSpec) {
 		s.Processors["enrich"] = v1alpha1.Processor{InputFrom: "clean", Image: "fn:v3", SinkBindings: []string{"out"}}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 2}, v1alpha1.PartRef{Name: "b", Revision: rev})
-	waitSwitched(t, c, active)
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: 2}, v1alpha1.PartRef{Name: "b", Revision: rev})
+	waitSwitched(t, c, ns, active)
 	time.Sleep(2 * time.Second)
 	n := in.Halt()
 	out.Expect(t, n, 2*time.Minute, true)
@@ -169,15 +169,15 @@ func TestFaultsExactlyOnce(t *testing.T) {
 func TestKilledBetweenProduceAndCommit(t *testing.T) {
 	for _, delivery := range []v1alpha1.Delivery{v1alpha1.AtLeastOnce, v1alpha1.ExactlyOnce} {
 		t.Run(string(delivery), func(t *testing.T) {
-			e := startEnv(t)
+			e, ns := startEnv(t)
 			b := brokertest.Start(t)
-			startController(t, e, b.Addr())
-			k := startKubelet(t, e)
+			startController(t, e, ns, b.Addr())
+			k := startKubelet(t, e, ns)
 			k.extraEnv["STREAMS_FAILPOINT"] = "after-produce:8"
 			c := e.Client
 			createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
-			twoTeams(t, c, "fn:v1")
-			runPipe(t, c, v1alpha1.TopologySpec{Delivery: delivery, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+			twoTeams(t, c, ns, "fn:v1")
+			runPipe(t, c, ns, v1alpha1.TopologySpec{Delivery: delivery, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 			out := brokertest.StartSink(t, b.Addr(), "enriched")
 			in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
 			time.Sleep(10 * time.Second)
@@ -196,29 +196,29 @@ func TestKilledBetweenProduceAndCommit(t *testing.T) {
 // the pod, the container and ErrImagePull; the running revision goes on
 // processing throughout.
 func TestImageCannotBePulled(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
-	k := startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	k := startKubelet(t, e, ns)
 	k.badImages["fn:missing"] = "ErrImagePull"
 	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 2, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
-	first := getTopology(t, c, "pipe").Status.Active
+	twoTeams(t, c, ns, "fn:v1")
+	runPipe(t, c, ns, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	first := getTopology(t, c, ns, "pipe").Status.Active
 	out := brokertest.StartSink(t, b.Addr(), "enriched")
 	in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
-	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+	rev := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:missing"}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
 	// The timeout (the default 5 minutes) is cut to a second once the
 	// kubelet has told why the new pod cannot start: a short timeout set
 	// from the start races the kubelet on a loaded machine, and the
 	// message then has no reason to give.
 	eventually(t, "the new pod waiting with ErrImagePull", func() (bool, string) {
 		var pods corev1.PodList
-		if err := c.List(t.Context(), &pods, client.InNamespace("default"), client.MatchingLabels{streams.LabelProcessor: "clean"}); err != nil {
+		if err := c.List(t.Context(), &pods, client.InNamespace(ns), client.MatchingLabels{streams.LabelProcessor: "clean"}); err != nil {
 			return false, err.Error()
 		}
 		for _, p := range pods.Items {
@@ -231,7 +231,7 @@ func TestImageCannotBePulled(t *testing.T) {
 		return false, fmt.Sprint(len(pods.Items), " clean pods, none waiting with ErrImagePull")
 	})
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		tp.Spec.UpgradeTimeout = &metav1.Duration{Duration: time.Second}
 		return c.Update(t.Context(), tp)
 	})
@@ -240,7 +240,7 @@ func TestImageCannotBePulled(t *testing.T) {
 	}
 	var msg string
 	eventuallyWithin(t, time.Minute, "UpgradeFailed", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
+		tp := getTopology(t, c, ns, "pipe")
 		msg = condition(tp, v1alpha1.ConditionUpgradeFailed)
 		return meta.IsStatusConditionTrue(tp.Status.Conditions, v1alpha1.ConditionUpgradeFailed), condition(tp, v1alpha1.ConditionUpgrading)
 	})
@@ -250,7 +250,7 @@ func TestImageCannotBePulled(t *testing.T) {
 	time.Sleep(time.Second)
 	n := in.Halt()
 	out.Expect(t, n, time.Minute, true) // while the upgrade failed
-	if tp := getTopology(t, c, "pipe"); tp.Status.Active != first {
+	if tp := getTopology(t, c, ns, "pipe"); tp.Status.Active != first {
 		t.Errorf("active %s, want %s still", tp.Status.Active, first)
 	}
 }
@@ -263,31 +263,31 @@ func TestImageCannotBePulled(t *testing.T) {
 // pod, whose image cannot be pulled; once that is mended (a replacing
 // next revision) the switch goes through: every id once.
 func TestStandbyJoinsBeforeTheSwitch(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
-	k := startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	k := startKubelet(t, e, ns)
 	k.badImages["fn:missing"] = "ErrImagePull"
 	ctx, c := t.Context(), e.Client
 	adm := kafkaAdmin(t, b.Addr())
 	createTopics(t, adm, 2, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	first := runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	twoTeams(t, c, ns, "fn:v1")
+	first := runPipe(t, c, ns, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	out := brokertest.StartSink(t, b.Addr(), "enriched")
 	in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
-	a2 := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+	a2 := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
 	})
-	b2 := editPart(t, c, "b", func(s *v1alpha1.PartSpec) {
+	b2 := editPart(t, c, ns, "b", func(s *v1alpha1.PartSpec) {
 		p := s.Processors["enrich"]
 		p.Image = "fn:missing"
 		s.Processors["enrich"] = p
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: a2}, v1alpha1.PartRef{Name: "b", Revision: b2})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: a2}, v1alpha1.PartRef{Name: "b", Revision: b2})
 	var next v1alpha1.TopologyRevision
 	eventually(t, "a next revision", func() (bool, string) {
-		tp := getTopology(t, c, "pipe")
-		return tp.Status.Next != "" && c.Get(ctx, client.ObjectKey{Namespace: "default", Name: tp.Status.Next}, &next) == nil, conditions(tp)
+		tp := getTopology(t, c, ns, "pipe")
+		return tp.Status.Next != "" && c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tp.Status.Next}, &next) == nil, conditions(tp)
 	})
 	var clean v1alpha1.ComposedProcessor
 	for _, p := range next.Spec.Processors {
@@ -304,7 +304,7 @@ func TestStandbyJoinsBeforeTheSwitch(t *testing.T) {
 		return d.State == "Stable" && len(d.Members) == 1, fmt.Sprintf("group %s: %s with %d members", clean.Group, d.State, len(d.Members))
 	})
 	time.Sleep(time.Second) // a standby reader that read would have by now
-	if tp := getTopology(t, c, "pipe"); tp.Status.Active != first || tp.Status.Next != next.Name {
+	if tp := getTopology(t, c, ns, "pipe"); tp.Status.Active != first || tp.Status.Next != next.Name {
 		t.Fatalf("active %s next %s: the held upgrade went on (%s)", tp.Status.Active, tp.Status.Next, conditions(tp))
 	}
 	if offs, err := adm.FetchOffsets(ctx, clean.Group); err != nil || len(offs) > 0 {
@@ -320,13 +320,13 @@ func TestStandbyJoinsBeforeTheSwitch(t *testing.T) {
 		}
 	})
 
-	b3 := editPart(t, c, "b", func(s *v1alpha1.PartSpec) {
+	b3 := editPart(t, c, ns, "b", func(s *v1alpha1.PartSpec) {
 		p := s.Processors["enrich"]
 		p.Image = "fn:v2"
 		s.Processors["enrich"] = p
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: a2}, v1alpha1.PartRef{Name: "b", Revision: b3})
-	waitSwitched(t, c, first)
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: a2}, v1alpha1.PartRef{Name: "b", Revision: b3})
+	waitSwitched(t, c, ns, first)
 	n := in.Halt()
 	out.Expect(t, n, time.Minute, true)
 	// The replaced next revision goes once it is older than a status
@@ -343,17 +343,17 @@ func TestStandbyJoinsBeforeTheSwitch(t *testing.T) {
 // s's old one stopped, not where team a's did, and team s's sink gets
 // every id.
 func TestUpgradeTwoTeamsOneSource(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
-	startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	startKubelet(t, e, ns)
 	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched", "slowed")
-	twoTeams(t, c, "fn:v1")
+	twoTeams(t, c, ns, "fn:v1")
 	slowTeam := func(processor string) map[string]v1alpha1.Processor {
 		return map[string]v1alpha1.Processor{processor: {InputFrom: "orders-s", Image: "fn:slow-50ms", SinkBindings: []string{"slowed"}}}
 	}
-	part := &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "default"}, Spec: v1alpha1.PartSpec{
+	part := &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, Spec: v1alpha1.PartSpec{
 		Sources:    map[string]v1alpha1.Endpoint{"orders-s": {Topic: "orders"}},
 		Processors: slowTeam("slow"),
 		Sinks:      map[string]v1alpha1.Sink{"slowed": {Endpoint: v1alpha1.Endpoint{Topic: "slowed"}}}}}
@@ -364,7 +364,7 @@ func TestUpgradeTwoTeamsOneSource(t *testing.T) {
 		_ = c.Get(t.Context(), client.ObjectKeyFromObject(part), part)
 		return part.Status.LatestRevision == 1, ""
 	})
-	active := runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}, {Name: "s", Revision: 1}}})
+	active := runPipe(t, c, ns, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}, {Name: "s", Revision: 1}}})
 	fast := brokertest.StartSink(t, b.Addr(), "enriched")
 	slow := brokertest.StartSink(t, b.Addr(), "slowed")
 	// 150 ids a second; the slow team handles 60 (3 partitions, 50 ms
@@ -375,9 +375,9 @@ func TestUpgradeTwoTeamsOneSource(t *testing.T) {
 	capped := time.AfterFunc(25*time.Second, func() { in.Halt() })
 	defer capped.Stop()
 	time.Sleep(5 * time.Second)
-	rev := editPart(t, c, "s", func(s *v1alpha1.PartSpec) { s.Processors = slowTeam("slower") })
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: 1}, v1alpha1.PartRef{Name: "b", Revision: 1}, v1alpha1.PartRef{Name: "s", Revision: rev})
-	waitSwitched(t, c, active)
+	rev := editPart(t, c, ns, "s", func(s *v1alpha1.PartSpec) { s.Processors = slowTeam("slower") })
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: 1}, v1alpha1.PartRef{Name: "b", Revision: 1}, v1alpha1.PartRef{Name: "s", Revision: rev})
+	waitSwitched(t, c, ns, active)
 	n := in.Halt()
 	fast.Expect(t, n, time.Minute, false)
 	slow.Expect(t, n, 3*time.Minute, false)
@@ -389,25 +389,25 @@ func TestUpgradeTwoTeamsOneSource(t *testing.T) {
 // upgrade starts when it was pinned, not when the first one was, so its
 // upgradeTimeout is whole.
 func TestReplacedNextGetsItsOwnTimeout(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
-	k := startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	k := startKubelet(t, e, ns)
 	k.badImages["fn:missing"] = "ErrImagePull"
 	k.badImages["fn:missing-too"] = "ErrImagePull"
 	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 1, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	twoTeams(t, c, ns, "fn:v1")
+	runPipe(t, c, ns, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	upgrade := func(image, from string) (string, time.Time) {
-		rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+		rev := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 			s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: image}
 		})
 		pinned := time.Now().Truncate(time.Second) // conditions keep whole seconds
-		pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+		pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
 		var next string
 		eventually(t, "the upgrade to "+image+" starting", func() (bool, string) {
-			tp := getTopology(t, c, "pipe")
+			tp := getTopology(t, c, ns, "pipe")
 			next = tp.Status.Next
 			return next != "" && next != from && strings.Contains(condition(tp, v1alpha1.ConditionUpgrading), next), condition(tp, v1alpha1.ConditionUpgrading)
 		})
@@ -416,7 +416,7 @@ func TestReplacedNextGetsItsOwnTimeout(t *testing.T) {
 	first, _ := upgrade("fn:missing", "")
 	time.Sleep(3 * time.Second)
 	second, pinned := upgrade("fn:missing-too", first)
-	tp := getTopology(t, c, "pipe")
+	tp := getTopology(t, c, ns, "pipe")
 	cond := meta.FindStatusCondition(tp.Status.Conditions, v1alpha1.ConditionUpgrading)
 	if cond.LastTransitionTime.Time.Before(pinned) {
 		t.Errorf("the upgrade to %s counts from %s, before it was pinned at %s: its timeout is cut short",
@@ -429,10 +429,10 @@ func TestReplacedNextGetsItsOwnTimeout(t *testing.T) {
 // and commits before the new one reads); this is the order docs/streams.md
 // promises, and no more (see TestUpgradesUnderLoad for several stages).
 func TestUpgradeKeepsKeyOrderInOneStage(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t)
-	startController(t, e, b.Addr())
-	startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	startKubelet(t, e, ns)
 	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
 	one := func(image string) v1alpha1.PartSpec {
@@ -441,10 +441,10 @@ func TestUpgradeKeepsKeyOrderInOneStage(t *testing.T) {
 			Processors: map[string]v1alpha1.Processor{"enrich": {InputFrom: "orders", Image: image, SinkBindings: []string{"out"}}},
 			Sinks:      map[string]v1alpha1.Sink{"out": {Endpoint: v1alpha1.Endpoint{Topic: "enriched"}}}}
 	}
-	if err := c.Create(t.Context(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Spec: one("fn:v1")}); err != nil {
+	if err := c.Create(t.Context(), &v1alpha1.TopologyPart{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: one("fn:v1")}); err != nil {
 		t.Fatal(err)
 	}
-	active := runPipe(t, c, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}})
+	active := runPipe(t, c, ns, v1alpha1.TopologySpec{Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}}})
 	out := brokertest.StartSink(t, b.Addr(), "enriched")
 	in := brokertest.StartKeyedFeed(t, b.Addr(), "orders", 150, 10)
 	for i := 2; i <= 4; i++ {
@@ -452,9 +452,9 @@ func TestUpgradeKeepsKeyOrderInOneStage(t *testing.T) {
 		eventually(t, active+" writing the sink", func() (bool, string) {
 			return slices.Contains(out.Revisions(), active), fmt.Sprint(out.Revisions())
 		})
-		rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) { *s = one(fmt.Sprintf("fn:v%d", i)) })
-		pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
-		active = waitSwitched(t, c, active)
+		rev := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) { *s = one(fmt.Sprintf("fn:v%d", i)) })
+		pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev})
+		active = waitSwitched(t, c, ns, active)
 	}
 	n := in.Halt()
 	out.Expect(t, n, time.Minute, true)
@@ -471,24 +471,24 @@ func TestUpgradeKeepsKeyOrderInOneStage(t *testing.T) {
 // runs. Every id arrives once. (Leader moves are not tested: see
 // broker.MoveCoordinators.)
 func TestUpgradesOnThreeBrokers(t *testing.T) {
-	e := startEnv(t)
+	e, ns := startEnv(t)
 	b := brokertest.Start(t, "-brokers", "3")
-	startController(t, e, b.Addr())
-	startKubelet(t, e)
+	startController(t, e, ns, b.Addr())
+	startKubelet(t, e, ns)
 	c := e.Client
 	createTopics(t, kafkaAdmin(t, b.Addr()), 3, "orders", "enriched")
-	twoTeams(t, c, "fn:v1")
-	active := runPipe(t, c, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
+	twoTeams(t, c, ns, "fn:v1")
+	active := runPipe(t, c, ns, v1alpha1.TopologySpec{Delivery: v1alpha1.ExactlyOnce, Parts: []v1alpha1.PartRef{{Name: "a", Revision: 1}, {Name: "b", Revision: 1}}})
 	out := brokertest.StartSink(t, b.Addr(), "enriched")
 	in := brokertest.StartFeed(t, b.Addr(), "orders", 100)
 	eventually(t, active+" writing the sink", func() (bool, string) { return slices.Contains(out.Revisions(), active), "" })
-	rev := editPart(t, c, "a", func(s *v1alpha1.PartSpec) {
+	rev := editPart(t, c, ns, "a", func(s *v1alpha1.PartSpec) {
 		s.Processors["clean"] = v1alpha1.Processor{InputFrom: "orders", Image: "fn:v2"}
 	})
-	pin(t, c, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
+	pin(t, c, ns, "pipe", v1alpha1.PartRef{Name: "a", Revision: rev}, v1alpha1.PartRef{Name: "b", Revision: 1})
 	time.Sleep(500 * time.Millisecond)
 	b.MoveCoordinators()
-	next := waitSwitched(t, c, active)
+	next := waitSwitched(t, c, ns, active)
 	eventually(t, next+" writing the sink", func() (bool, string) { return slices.Contains(out.Revisions(), next), "" })
 	b.MoveCoordinators()
 	time.Sleep(4 * time.Second)
