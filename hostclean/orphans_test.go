@@ -67,3 +67,41 @@ func TestKillOrphans(t *testing.T) {
 		t.Error("a spared process exited")
 	}
 }
+
+// TestReasonOfAReusedPIDIsNotLent: a process that goes while its reason
+// is read, its pid taken by a new process, is not listed — the new one
+// would have been killed for the old one's reason.
+func TestReasonOfAReusedPIDIsNotLent(t *testing.T) {
+	victim := exec.Command("sleep", "60")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
+	pid := victim.Process.Pid
+	reused := false // the old process went and a new one took its pid
+	procStart = func(p int) uint64 {
+		if p == pid && reused {
+			return 1 // the new process's start time
+		}
+		return readProcStart(p)
+	}
+	t.Cleanup(func() { procStart = readProcStart })
+	items, err := procsWhere(func(p int, _ string) string {
+		if p != pid {
+			return ""
+		}
+		reused = true
+		return "the old process's reason"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.pid == pid {
+			t.Errorf("listed pid %d (start %d) for the reason of the process that had it before", pid, it.start)
+		}
+	}
+	if !reused {
+		t.Fatal("the reason was never asked about the process")
+	}
+}

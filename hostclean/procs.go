@@ -36,17 +36,21 @@ func procsWhere(reason func(pid int, cmdline string) string) ([]Item, error) {
 		if err != nil || pid <= 0 || spare[pid] {
 			continue
 		}
+		// The start time is read before what the reason reads and checked
+		// after: a process that went meanwhile and whose pid a new one
+		// took (pid_max is often 32768) must not lend the new one its
+		// reason, which killProcs would then act on.
+		start := procStart(pid)
+		if start == 0 {
+			continue
+		}
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || len(data) == 0 {
 			continue // gone, a kernel thread or a zombie: nothing to kill
 		}
 		cmdline := strings.TrimSpace(strings.ReplaceAll(string(data), "\x00", " "))
 		because := reason(pid, cmdline)
-		if because == "" {
-			continue
-		}
-		start := procStart(pid)
-		if start == 0 {
+		if because == "" || procStart(pid) != start {
 			continue
 		}
 		items = append(items, Item{Kind: KindProcess, Name: strconv.Itoa(pid), Detail: cmdline, Because: because,
@@ -139,7 +143,9 @@ func statFields(pid int) []string {
 // procStart is a process's start time (clock ticks since boot), which
 // tells it from a later process that reused its pid; 0 if it is gone or
 // a zombie (as drivers/local reads it).
-func procStart(pid int) uint64 {
+var procStart = readProcStart
+
+func readProcStart(pid int) uint64 {
 	f := statFields(pid)
 	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 		return 0
