@@ -37,7 +37,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cloudtransit/transit/bundle"
 	"github.com/cloudtransit/transit/bundle/share"
 	"github.com/cloudtransit/transit/mesh"
 )
@@ -184,26 +184,13 @@ func sha256sum(w io.Writer, files []string) error {
 		return errors.New("sha256: want the files to hash")
 	}
 	for _, name := range files {
-		sum, err := fileSHA256(name)
+		sum, _, err := bundle.HashFile(name)
 		if err != nil {
 			return fmt.Errorf("sha256: %w", err)
 		}
-		if _, err := fmt.Fprintf(w, "%x  %s\n", sum, name); err != nil {
+		if _, err := fmt.Fprintf(w, "%s  %s\n", sum, name); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func fileSHA256(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, err
-	}
-	return h.Sum(nil), nil
 }

@@ -210,9 +210,10 @@ func meshFirst(files []bundle.File) []bundle.File {
 // install), keeps it only if its digest is the manifest's, and prints
 // "fetched DEST" for each it got. The digest is transit-mesh's where the
 // node has one that hashes (fetched first: fetchFromSeed puts it first),
-// else sha256sum's: the same bytes, four to five times less CPU. It gives up after two failures (bytes
-// that are not the file's), and at once when the seed does not answer
-// within 5 s; a file the seed does not have (nothing comes) is no failure.
+// else sha256sum's: the same bytes, four to five times less CPU. It gives
+// up after two failures (bytes that are not the file's), and at once when
+// the seed does not answer within 5 s; a file the seed does not have
+// (nothing comes) is no failure.
 var fetchScript = `set -u
 ` + shPath + `
 command -v bash >/dev/null 2>&1 || { echo "note: no bash on the node"; exit 0; }
