@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -84,11 +85,79 @@ func ParsePeers(data []byte) ([]Peer, error) {
 // cloud's NAT stays reachable between packets.
 const keepalive = 25 * time.Second
 
+// waits says whether a device with the public key own should give a
+// new peer k no keepalive for now, so as not to start a handshake with
+// it. A keepalive turned on sends one at once, and transit gives the
+// nodes of a mesh their peers at the same moment: each would start a
+// handshake with the other, and wireguard-go, taking the other's
+// initiation and the response to its own in two workers at once, can
+// keep a session that sends but never receives until it gives up on it
+// 15 s later. So of two new peers the one whose key sorts first starts
+// the handshake; the other waits for it (Run).
+func waits(own, k Key) bool { return bytes.Compare(own[:], k[:]) > 0 }
+
+// quietAtMost is how long a peer that waits (waits) goes without a
+// keepalive if no handshake comes: the other node's first initiation
+// may have come before this one had it as a peer (it tries again only
+// after 5 s), or it may not have this one as a peer yet, or not reach it
+// (a NAT before this one). Then this one starts. Not a whole number of
+// seconds, so that it does not meet the other's look at its files (Run:
+// every second) when it gets this one as a peer a second or two after.
+const quietAtMost = 1500 * time.Millisecond
+
+// quieten is which peers go without keepalive now, each until when at
+// most: the new ones that wait (waits), and those of quiet that still
+// wait (no handshake with them yet, and until not passed). A new key at
+// a mesh address that had another among the peers before is a node that
+// rotated its key: it runs the new one already and tried to handshake
+// with it (this device did not know it yet; the next try is 5 s away),
+// so it is never waited for.
+func quieten(own Key, before, peers []Peer, handshakes map[Key]time.Time, quiet map[Key]time.Time, now time.Time) map[Key]time.Time {
+	held := map[string]string{} // mesh address → its key before
+	for _, p := range before {
+		held[p.Address] = p.PublicKey
+	}
+	next := map[Key]time.Time{}
+	for _, p := range peers {
+		k, err := ParseKey(p.PublicKey)
+		if err != nil {
+			continue // ParsePeers refused it before
+		}
+		last, have := handshakes[k]
+		until, was := quiet[k]
+		switch {
+		case !have && waits(own, k) && (held[p.Address] == "" || held[p.Address] == p.PublicKey):
+			next[k] = now.Add(quietAtMost)
+		case was && last.IsZero() && now.Before(until):
+			next[k] = until
+		}
+	}
+	return next
+}
+
+// keySet is m's keys.
+func keySet[V any](m map[Key]V) map[Key]bool {
+	s := make(map[Key]bool, len(m))
+	for k := range m {
+		s[k] = true
+	}
+	return s
+}
+
+// peerKeepalive is peer k's keepalive: none while it is quiet.
+func peerKeepalive(quiet map[Key]bool, k Key) time.Duration {
+	if quiet[k] {
+		return 0
+	}
+	return keepalive
+}
+
 // uapi is the WireGuard configuration (the cross-platform userspace API's
 // "set" body) that turns a device with peers have into one with peers
 // want: peers gone are removed, the others set in place, so a change
-// never breaks the sessions of peers that stay.
-func uapi(private Key, port int, have map[Key]bool, want []Peer) (string, error) {
+// never breaks the sessions of peers that stay. The quiet ones get no
+// keepalive.
+func uapi(private Key, port int, have map[Key]bool, want []Peer, quiet map[Key]bool) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "private_key=%s\nlisten_port=%d\n", private.hex(), port)
 	keep := map[Key]bool{}
@@ -98,7 +167,7 @@ func uapi(private Key, port int, have map[Key]bool, want []Peer) (string, error)
 			return "", err
 		}
 		keep[k] = true
-		fmt.Fprintf(&b, "public_key=%s\nendpoint=%s\npersistent_keepalive_interval=%d\nreplace_allowed_ips=true\n", k.hex(), p.Endpoint, int(keepalive.Seconds()))
+		fmt.Fprintf(&b, "public_key=%s\nendpoint=%s\npersistent_keepalive_interval=%d\nreplace_allowed_ips=true\n", k.hex(), p.Endpoint, int(peerKeepalive(quiet, k).Seconds()))
 		ips, err := allowedIPs(p)
 		if err != nil {
 			return "", err
@@ -119,7 +188,7 @@ func uapi(private Key, port int, have map[Key]bool, want []Peer) (string, error)
 // the kernel, as wireguard-go, would remove every peer and add it again,
 // and a peer that stays would lose its session and handshake anew. Nor
 // UpdateOnly: a wanted peer missing from the device is added back.
-func wgConfig(private Key, port int, have map[Key]bool, want []Peer) (wgtypes.Config, error) {
+func wgConfig(private Key, port int, have map[Key]bool, want []Peer, quiet map[Key]bool) (wgtypes.Config, error) {
 	priv := wgtypes.Key(private)
 	conf := wgtypes.Config{PrivateKey: &priv, ListenPort: &port}
 	keep := map[Key]bool{}
@@ -140,7 +209,7 @@ func wgConfig(private Key, port int, have map[Key]bool, want []Peer) (wgtypes.Co
 		pc := wgtypes.PeerConfig{
 			PublicKey:                   wgtypes.Key(k),
 			Endpoint:                    net.UDPAddrFromAddrPort(ep),
-			PersistentKeepaliveInterval: new(keepalive),
+			PersistentKeepaliveInterval: new(peerKeepalive(quiet, k)),
 			ReplaceAllowedIPs:           true,
 		}
 		for _, ip := range ips {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -58,11 +60,13 @@ func (i Impl) MarshalText() ([]byte, error) { return []byte(i), nil }
 // device is a running WireGuard device Run keeps configured: the
 // kernel's or wireguard-go's.
 type device interface {
-	// peers are the public keys of the device's peers now.
-	peers() (map[Key]bool, error)
+	// peers are the public keys of the device's peers now, each with its
+	// last handshake (zero: none yet).
+	peers() (map[Key]time.Time, error)
 	// configure gives the device the key and port and turns its peers
-	// have into want, keeping the sessions of the peers that stay.
-	configure(private Key, port int, have map[Key]bool, want []Peer) error
+	// have into want, keeping the sessions of the peers that stay; the
+	// quiet ones get no keepalive.
+	configure(private Key, port int, have map[Key]bool, want []Peer, quiet map[Key]bool) error
 	// up starts the device (before its link is set up).
 	up() error
 	// closed is closed when the device stopped by itself.
@@ -159,7 +163,8 @@ func Run(ctx context.Context, o Options) (err error) {
 		applied      []byte
 		appliedPeers []Peer
 		appliedKey   Key
-		written      Key // in RunningKeyFile
+		written      Key               // in RunningKeyFile
+		quiet        map[Key]time.Time // peers without keepalive (waits), until when at most
 	)
 	apply := func() error {
 		var errs []error
@@ -182,13 +187,18 @@ func Run(ctx context.Context, o Options) (err error) {
 				data, peers, errs = applied, appliedPeers, append(errs, fmt.Errorf("the peers stay: %w", err))
 			}
 		}
-		if key != appliedKey || !bytes.Equal(data, applied) {
-			have, err := dev.peers()
+		if key != appliedKey || !bytes.Equal(data, applied) || len(quiet) > 0 {
+			handshakes, err := dev.peers()
 			if err != nil {
 				return err
 			}
-			if err := dev.configure(key, o.Port, have, peers); err != nil {
-				return err
+			was := len(quiet)
+			quiet = quieten(key.Public(), appliedPeers, peers, handshakes, quiet, time.Now())
+			// Unless the key or peers changed, quiet peers only leave.
+			if key != appliedKey || !bytes.Equal(data, applied) || len(quiet) != was {
+				if err := dev.configure(key, o.Port, keySet(handshakes), peers, keySet(quiet)); err != nil {
+					return err
+				}
 			}
 			if appliedKey != (Key{}) && key != appliedKey {
 				logf("mesh: new key, public key %s", key.Public())
@@ -224,6 +234,10 @@ func Run(ctx context.Context, o Options) (err error) {
 	tick := time.NewTicker(o.Reload)
 	defer tick.Stop()
 	for {
+		var quietEnds <-chan time.Time // a quiet peer's time is up, between ticks
+		if len(quiet) > 0 {
+			quietEnds = time.After(time.Until(slices.MinFunc(slices.Collect(maps.Values(quiet)), time.Time.Compare)))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -231,6 +245,7 @@ func Run(ctx context.Context, o Options) (err error) {
 			return errors.New("mesh: the device closed")
 		case <-tick.C:
 		case <-o.Changed:
+		case <-quietEnds:
 		}
 		if err := apply(); err != nil {
 			logf("mesh: %v", err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -507,6 +508,73 @@ func TestLinkOfAnotherType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOneStartsTheHandshake: of two nodes that get each other as peers,
+// only the one whose key sorts first starts a handshake at once (its
+// keepalive); the other turns its keepalive on a second later, over the
+// session the first made. Were both to start, wireguard-go could take
+// the initiation of one and the response to its own in two workers at
+// once and keep a session that sends but never receives for 15 s.
+// Counted on the wire: the handshake initiations (148-byte UDP payloads)
+// each namespace sends.
+func TestOneStartsTheHandshake(t *testing.T) {
+	p := startPair(t)
+	first, second := p.a, p.b
+	if k1, k2 := mustKey(t, first.pub), mustKey(t, second.pub); bytes.Compare(k1[:], k2[:]) > 0 {
+		first, second = second, first
+	}
+	for _, n := range []*node{first, second} {
+		sh(t, "nsenter", "--net=/run/netns/"+n.ns, "iptables", "-w", "-I", "OUTPUT", "-p", "udp", "--dport", "51820",
+			"-m", "length", "--length", "176") // 20 + 8 + 148
+	}
+	// second has first as a peer before first has it: first's initiation
+	// is answered, and any of second's would be seen.
+	p.setPeers(second, first)
+	waitFor(t, 5*time.Second, second.ns+"'s device to take its peer", func() bool { return strings.Contains(second.out.String(), "mesh: 1 peers") })
+	p.setPeers(first, second)
+
+	wg, err := wgctrl.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wg.Close()
+	peerOf := func(n *node) wgtypes.Peer {
+		d, err := wg.Device(n.iface)
+		if err != nil || len(d.Peers) != 1 {
+			t.Fatalf("%s's device: %v, %v", n.ns, err, d)
+		}
+		return d.Peers[0]
+	}
+	waitFor(t, 10*time.Second, "a handshake", func() bool { return !peerOf(second).LastHandshakeTime.IsZero() })
+	waitFor(t, 5*time.Second, second.ns+"'s keepalive to turn on", func() bool { return peerOf(second).PersistentKeepaliveInterval == 25*time.Second })
+	if got := peerOf(first).PersistentKeepaliveInterval; got != 25*time.Second {
+		t.Errorf("%s keeps its peer alive every %s, want 25s", first.ns, got)
+	}
+	if n := initiationsSent(t, second); n != 0 {
+		t.Errorf("%s (key sorting second) sent %d handshake initiations; want none, %s's answered\n%s", second.ns, n, first.ns, second.out.String())
+	}
+	if n := initiationsSent(t, first); n != 1 {
+		t.Errorf("%s (key sorting first) sent %d handshake initiations; want 1\n%s", first.ns, n, first.out.String())
+	}
+}
+
+// initiationsSent is the count of n's OUTPUT rule for packets the size
+// of a WireGuard handshake initiation to the mesh port.
+func initiationsSent(t *testing.T, n *node) int {
+	t.Helper()
+	out := sh(t, "nsenter", "--net=/run/netns/"+n.ns, "iptables", "-w", "-L", "OUTPUT", "-v", "-x", "-n")
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) > 0 && strings.Contains(line, "length 176") {
+			c, err := strconv.Atoi(f[0])
+			if err != nil {
+				t.Fatalf("%s's OUTPUT chain: %q", n.ns, line)
+			}
+			return c
+		}
+	}
+	t.Fatalf("%s's OUTPUT chain has no counting rule:\n%s", n.ns, out)
+	return 0
 }
 
 // runningKey is the public key n's device says it runs with.

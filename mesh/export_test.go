@@ -17,13 +17,16 @@ func NewWgctrl(name string) (*Wgctrl, error) {
 	return &Wgctrl{&kernel{name: name, wg: c}}, nil
 }
 
-// Configure is the kernel device's configure.
+// Configure is the kernel device's configure, no peer quiet.
 func (w *Wgctrl) Configure(private Key, port int, have map[Key]bool, want []Peer) error {
-	return w.k.configure(private, port, have, want)
+	return w.k.configure(private, port, have, want, nil)
 }
 
 // Peers is the kernel device's peers.
-func (w *Wgctrl) Peers() (map[Key]bool, error) { return w.k.peers() }
+func (w *Wgctrl) Peers() (map[Key]bool, error) {
+	have, err := w.k.peers()
+	return keySet(have), err
+}
 
 // Close closes wgctrl, not the device.
 func (w *Wgctrl) Close() error { return w.k.wg.Close() }

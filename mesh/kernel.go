@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl"
 )
@@ -97,20 +98,23 @@ func linkKind(ctx context.Context, name string) (kind string, exists bool, err e
 
 func (k *kernel) String() string { return "kernel WireGuard" }
 
-func (k *kernel) peers() (map[Key]bool, error) {
+func (k *kernel) peers() (map[Key]time.Time, error) {
 	d, err := k.wg.Device(k.name)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", k.name, err)
 	}
-	have := map[Key]bool{}
+	have := map[Key]time.Time{}
 	for _, p := range d.Peers {
-		have[Key(p.PublicKey)] = true
+		have[Key(p.PublicKey)] = time.Time{}
+		if t := p.LastHandshakeTime; t.UnixNano() > 0 { // the epoch before any
+			have[Key(p.PublicKey)] = t
+		}
 	}
 	return have, nil
 }
 
-func (k *kernel) configure(private Key, port int, have map[Key]bool, want []Peer) error {
-	conf, err := wgConfig(private, port, have, want)
+func (k *kernel) configure(private Key, port int, have map[Key]bool, want []Peer, quiet map[Key]bool) error {
+	conf, err := wgConfig(private, port, have, want, quiet)
 	if err != nil {
 		return err
 	}

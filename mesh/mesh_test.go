@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"os"
@@ -124,7 +125,7 @@ func TestUAPIKeepsPeersThatStay(t *testing.T) {
 	k1, _ := newPrivateKey()
 	k2, _ := newPrivateKey()
 	stay := Peer{Node: "n1", PublicKey: k1.Public().String(), Endpoint: "192.0.2.1:51820", Address: "10.99.0.1"}
-	conf, err := uapi(priv, 51820, map[Key]bool{k1.Public(): true, k2.Public(): true}, []Peer{stay})
+	conf, err := uapi(priv, 51820, map[Key]bool{k1.Public(): true, k2.Public(): true}, []Peer{stay}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,20 +231,22 @@ func TestWgConfigIsUAPI(t *testing.T) {
 		have    map[Key]bool
 		want    []Peer
 		removed []Key
+		quiet   map[Key]bool
 	}{
-		{"first", nil, []Peer{p1, p2}, nil},
-		{"none", nil, nil, nil},
-		{"one gone, one new", map[Key]bool{k1: true, k2: true}, []Peer{p1, p4}, []Key{k2}},
-		{"all gone", map[Key]bool{k1: true, k2: true, k3: true}, nil, []Key{k1, k2, k3}},
-		{"unchanged", map[Key]bool{k1: true, k2: true, k4: true}, []Peer{p4, p2, p1}, nil},
+		{"first", nil, []Peer{p1, p2}, nil, nil},
+		{"none", nil, nil, nil, nil},
+		{"one gone, one new", map[Key]bool{k1: true, k2: true}, []Peer{p1, p4}, []Key{k2}, nil},
+		{"all gone", map[Key]bool{k1: true, k2: true, k3: true}, nil, []Key{k1, k2, k3}, nil},
+		{"unchanged", map[Key]bool{k1: true, k2: true, k4: true}, []Peer{p4, p2, p1}, nil, nil},
+		{"one quiet", map[Key]bool{k1: true}, []Peer{p1, p2}, nil, map[Key]bool{k2: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			text, err := uapi(priv, 51820, c.have, c.want)
+			text, err := uapi(priv, 51820, c.have, c.want, c.quiet)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := wgConfig(priv, 51820, c.have, c.want)
+			got, err := wgConfig(priv, 51820, c.have, c.want, c.quiet)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,11 +269,67 @@ func TestWgConfigIsUAPI(t *testing.T) {
 			if got.ReplacePeers {
 				t.Error("ReplacePeers breaks the sessions of peers that stay")
 			}
+			for _, p := range got.Peers {
+				if want := map[bool]time.Duration{false: 25 * time.Second, true: 0}[c.quiet[Key(p.PublicKey)]]; !p.Remove && *p.PersistentKeepaliveInterval != want {
+					t.Errorf("peer %s: keepalive %s, want %s", p.PublicKey, *p.PersistentKeepaliveInterval, want)
+				}
+			}
 			byKey := cmpopts.SortSlices(func(a, b Key) bool { return a.hex() < b.hex() })
 			if d := cmp.Diff(c.removed, removed, byKey, cmpopts.EquateEmpty()); d != "" {
 				t.Errorf("peers removed (+got -want):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestQuieten: of two nodes given each other as peers, exactly one
+// waits; a peer that waits is quiet until a handshake with it or
+// quietAtMost, whichever comes first; a peer the device has already is
+// never made quiet again, nor a node's new key (at the address its old
+// key had).
+func TestQuieten(t *testing.T) {
+	t.Parallel()
+	own, _ := newPrivateKey()
+	var before, after Key // peer keys sorting before and after own's public key
+	for before == (Key{}) || after == (Key{}) {
+		k, _ := newPrivateKey()
+		pub, o := k.Public(), own.Public()
+		if bytes.Compare(pub[:], o[:]) < 0 {
+			before = pub
+		} else {
+			after = pub
+		}
+	}
+	if o := own.Public(); waits(o, before) == waits(before, o) || waits(o, after) == waits(after, o) || waits(o, o) {
+		t.Fatal("waits: want exactly one of two nodes to wait for the other")
+	}
+	peer := func(k Key) Peer {
+		addr := map[bool]string{true: "10.99.0.1", false: "10.99.0.2"}[k == before]
+		return Peer{Node: "n" + addr, PublicKey: k.String(), Endpoint: "192.0.2.1:51820", Address: addr}
+	}
+	rotatedFrom, _ := newPrivateKey()
+	wasBefore := peer(rotatedFrom.Public())
+	wasBefore.Address = peer(before).Address
+	now := time.Unix(1000, 0)
+	later := now.Add(time.Second)
+	for _, c := range []struct {
+		name       string
+		before     []Peer
+		handshakes map[Key]time.Time
+		quiet      map[Key]time.Time
+		at         time.Time
+		want       map[Key]time.Time
+	}{
+		{"new", nil, nil, nil, now, map[Key]time.Time{before: now.Add(quietAtMost)}},
+		{"rotated", []Peer{wasBefore, peer(after)}, map[Key]time.Time{rotatedFrom.Public(): {}, after: {}}, nil, now, map[Key]time.Time{}},
+		{"waiting", nil, map[Key]time.Time{before: {}, after: {}}, map[Key]time.Time{before: now.Add(quietAtMost)}, later, map[Key]time.Time{before: now.Add(quietAtMost)}},
+		{"handshake came", nil, map[Key]time.Time{before: later, after: {}}, map[Key]time.Time{before: now.Add(quietAtMost)}, later, map[Key]time.Time{}},
+		{"waited enough", nil, map[Key]time.Time{before: {}, after: {}}, map[Key]time.Time{before: now.Add(quietAtMost)}, now.Add(quietAtMost), map[Key]time.Time{}},
+		{"had it already", nil, map[Key]time.Time{before: {}, after: {}}, nil, now, map[Key]time.Time{}},
+	} {
+		if got := quieten(own.Public(), c.before, []Peer{peer(before), peer(after)}, c.handshakes, c.quiet, c.at); !cmp.Equal(got, c.want) {
+			t.Errorf("%s: quiet %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

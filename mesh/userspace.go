@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+	"time"
 
 	"golang.zx2c4.com/wireguard/conn"
 	wgdevice "golang.zx2c4.com/wireguard/device"
@@ -56,27 +58,36 @@ func (u *userspace) String() string {
 	return "userspace WireGuard (wireguard-go on a TUN device)"
 }
 
-func (u *userspace) peers() (map[Key]bool, error) {
+func (u *userspace) peers() (map[Key]time.Time, error) {
 	conf, err := u.dev.IpcGet()
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", u.name, err)
 	}
-	have := map[Key]bool{}
+	have := map[Key]time.Time{}
+	var peer Key
+	var sec int64
 	sc := bufio.NewScanner(strings.NewReader(conf))
 	for sc.Scan() {
-		if h, ok := strings.CutPrefix(sc.Text(), "public_key="); ok {
-			k, err := parseHexKey(h)
-			if err != nil {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		switch k {
+		case "public_key":
+			if peer, err = parseHexKey(v); err != nil {
 				return nil, fmt.Errorf("read %s: %w", u.name, err)
 			}
-			have[k] = true
+			have[peer] = time.Time{}
+		case "last_handshake_time_sec":
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		case "last_handshake_time_nsec": // follows _sec
+			if nsec, _ := strconv.ParseInt(v, 10, 64); sec != 0 || nsec != 0 {
+				have[peer] = time.Unix(sec, nsec)
+			}
 		}
 	}
 	return have, nil
 }
 
-func (u *userspace) configure(private Key, port int, have map[Key]bool, want []Peer) error {
-	conf, err := uapi(private, port, have, want)
+func (u *userspace) configure(private Key, port int, have map[Key]bool, want []Peer, quiet map[Key]bool) error {
+	conf, err := uapi(private, port, have, want, quiet)
 	if err != nil {
 		return err
 	}
