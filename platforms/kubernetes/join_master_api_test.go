@@ -39,6 +39,8 @@ type masterJoinRunner struct {
 	etcdNode
 	c    clientset.Interface
 	etcd *clientv3.Client
+	// failure is what the first kubeadm join says (default etcdTooLate).
+	failure string
 
 	mu       sync.Mutex
 	prepared map[string]bool // node id -> holds a control plane's manifests
@@ -50,6 +52,11 @@ type masterJoinRunner struct {
 
 const etcdTooLate = `[control-plane-join/etcd] Announced new etcd member joining to the existing etcd cluster
 error execution phase control-plane-join/etcd: error creating local etcd static pod manifest file: etcdserver: request timed out`
+
+// learnerBehind is kubeadm giving up on promoting the new member: it had
+// not caught up with the leader in kubeadm's 2 minutes.
+const learnerBehind = `{"level":"warn","ts":"2026-12-05T08:37:36.885526Z","logger":"etcd-client","caller":"v3@v3.5.16/retry_interceptor.go:63","msg":"retrying of unary invoker failed","target":"etcd-endpoints://0x3482441c41e0/10.213.0.2:2379","attempt":0,"error":"rpc error: code = FailedPrecondition desc = etcdserver: can only promote a learner member which is in sync with leader"}
+error execution phase control-plane-join/etcd: error creating local etcd static pod manifest file: etcdserver: can only promote a learner member which is in sync with leader`
 
 func (r *masterJoinRunner) Run(ctx context.Context, n districts.Node, name, _ string, _ []byte) (string, error) {
 	r.mu.Lock()
@@ -90,7 +97,11 @@ func (r *masterJoinRunner) Run(ctx context.Context, n districts.Node, name, _ st
 	if _, err := r.etcd.MemberAddAsLearner(ctx, []string{"https://" + net.JoinHostPort(n.PrivateIP, "2380")}); err != nil {
 		return "", err
 	}
-	return "", &ssh.RunError{Target: ssh.NodeTarget(n), Name: name, ExitStatus: 1, Stderr: etcdTooLate}
+	failure := r.failure
+	if failure == "" {
+		failure = etcdTooLate
+	}
+	return "", &ssh.RunError{Target: ssh.NodeTarget(n), Name: name, ExitStatus: 1, Stderr: failure}
 }
 
 // etcdNode is a test runner's master as the driver reaches its etcd: its
@@ -144,38 +155,44 @@ func joinedMaster(t *testing.T) (clientset.Interface, *api, etcdNode, *clientv3.
 // A master whose join was cut short after its kubelet registered the Node
 // (kubeadm adds the control-plane label last) is reset and joined again,
 // its Node and etcd member of the first try gone before the second: CI
-// saw the retry call it "a worker of the cluster" and give up. A node of
-// the same name that joined as a worker (no control plane's manifests)
-// is still refused, and left as it is.
+// saw the retry call it "a worker of the cluster" and give up; e2e run 46
+// saw kubeadm give up promoting a learner that had not caught up, and
+// the master stay a learner, never ready. A node of the same name that
+// joined as a worker (no control plane's manifests) is still refused, and
+// left as it is.
 func TestJoinMasterCutShortIsJoinedAgain(t *testing.T) {
 	c, a, node, etcd := joinedMaster(t)
 	r := &masterJoinRunner{etcdNode: node, c: c, etcd: etcd, prepared: map[string]bool{}}
 	d := newDriver(districts.Cluster{ID: "k", Kubernetes: &districts.Kubernetes{}}, Options{Clock: clocktest.NewFake(time.Now())}, r)
 	d.api = a
-	n := districts.Node{ID: "k-master-2", Role: districts.RoleMaster, PrivateIP: "10.0.0.3"}
-	if err := d.Join(t.Context(), n); err != nil {
-		t.Fatalf("Join: %v", err)
+	for i, failure := range []string{etcdTooLate, learnerBehind} {
+		r.failure, r.joins, r.resets, r.leftover = failure, 0, 0, nil
+		n := districts.Node{ID: fmt.Sprintf("k-master-%d", 2+i), Role: districts.RoleMaster, PrivateIP: fmt.Sprintf("10.0.0.%d", 5+i)}
+		if err := d.Join(t.Context(), n); err != nil {
+			t.Fatalf("Join after %q: %v", failure[strings.LastIndex(failure, ": ")+2:], err)
+		}
+		if r.joins != 2 || r.resets != 1 {
+			t.Errorf("%s: kubeadm join ran %d times and the node was reset %d times, want 2 and 1", n.ID, r.joins, r.resets)
+		}
+		if len(r.leftover) > 0 {
+			t.Errorf("%s: the second join found what the first left: %v", n.ID, r.leftover)
+		}
+		kn, err := c.CoreV1().Nodes().Get(t.Context(), n.ID, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasLabel(kn, labelControlPlane) {
+			t.Errorf("%s: the joined master's Node is not a control plane: labels %v", n.ID, kn.Labels)
+		}
 	}
-	if r.joins != 2 || r.resets != 1 {
-		t.Errorf("kubeadm join ran %d times and the node was reset %d times, want 2 and 1", r.joins, r.resets)
-	}
-	if len(r.leftover) > 0 {
-		t.Errorf("the second join found what the first left: %v", r.leftover)
-	}
-	kn, err := c.CoreV1().Nodes().Get(t.Context(), n.ID, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !hasLabel(kn, labelControlPlane) {
-		t.Errorf("the joined master's Node is not a control plane: labels %v", kn.Labels)
-	}
+	r.joins, r.resets = 2, 1
 
 	// A worker's Node under a master's name: refused, untouched.
-	w := districts.Node{ID: "k-master-3", Role: districts.RoleMaster, PrivateIP: "10.0.0.4"}
+	w := districts.Node{ID: "k-master-4", Role: districts.RoleMaster, PrivateIP: "10.0.0.4"}
 	if _, err := c.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.ID}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = d.Join(t.Context(), w)
+	err := d.Join(t.Context(), w)
 	if err == nil || !strings.Contains(err.Error(), "it is a worker of the cluster") {
 		t.Fatalf("Join of a worker's Node as a master: %v, want a refusal naming it a worker", err)
 	}

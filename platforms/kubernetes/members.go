@@ -328,14 +328,19 @@ const (
 )
 
 // apiTimedOut says err is kubeadm's own failure (it exited 1) for want of
-// a timely answer from the API server or etcd: a busy control plane, not
-// a node kubeadm's preflight refused, which another try would not change.
+// a timely answer from the API server or etcd, or for a new master's etcd
+// member that had not caught up with the leader when kubeadm stopped
+// waiting to promote it (2 minutes; a loaded machine, e2e run 46): a busy
+// control plane, not a node kubeadm's preflight refused, which another
+// try would not change. The next try starts over (undoHalfJoin, the
+// learner removed).
 func apiTimedOut(err error) bool {
 	var re *ssh.RunError
 	if !errors.As(err, &re) || re.ExitStatus != 1 {
 		return false
 	}
-	for _, s := range []string{"context deadline exceeded", "Client.Timeout exceeded", "TLS handshake timeout", "i/o timeout", "etcdserver: request timed out", "unable to return a response in the time allotted"} {
+	for _, s := range []string{"context deadline exceeded", "Client.Timeout exceeded", "TLS handshake timeout", "i/o timeout", "etcdserver: request timed out", "unable to return a response in the time allotted",
+		"etcdserver: can only promote a learner member which is in sync with leader"} {
 		if strings.Contains(re.Stderr, s) {
 			return true
 		}
