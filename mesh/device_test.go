@@ -529,10 +529,19 @@ func TestOneStartsTheHandshake(t *testing.T) {
 			"-m", "length", "--length", "176") // 20 + 8 + 148
 	}
 	// second has first as a peer before first has it: first's initiation
-	// is answered, and any of second's would be seen.
+	// is answered, and any of second's would be seen. Each takes its peers
+	// at once (SIGHUP, as transit signals), well within second's wait.
+	hup := func(n *node) {
+		waitFor(t, 10*time.Second, n.ns+"'s device to be up (and to take SIGHUP)", func() bool { return strings.Contains(n.out.String(), " up at ") })
+		if err := n.up.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p.setPeers(second, first)
+	hup(second)
 	waitFor(t, 5*time.Second, second.ns+"'s device to take its peer", func() bool { return strings.Contains(second.out.String(), "mesh: 1 peers") })
 	p.setPeers(first, second)
+	hup(first)
 
 	wg, err := wgctrl.New()
 	if err != nil {
