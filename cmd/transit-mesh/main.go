@@ -68,6 +68,13 @@ func run(args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("want a command: key, up, peers, rotate, share or sha256")
 	}
+	if args[0] != "up" {
+		// transit gives the mesh its peers with `pkill -HUP -x
+		// transit-mesh`, which reaches every transit-mesh of the node: a
+		// share serving the bundle, a digest check of a fetched file. Only
+		// up listens; SIGHUP must end no other.
+		signal.Ignore(syscall.SIGHUP)
+	}
 	fs := flag.NewFlagSet("transit-mesh "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", defaultDir, "where the key and the peers are")
 	switch args[0] {
@@ -160,9 +167,6 @@ func rotate(dir, commit string) error {
 }
 
 func serveShare(listen string, idle, most time.Duration) error {
-	// transit gives the mesh its peers with `pkill -HUP -x transit-mesh`,
-	// which reaches this process too: it must not end a transfer.
-	signal.Ignore(syscall.SIGHUP)
 	data, err := io.ReadAll(os.Stdin)
 	if err != nil {
 		return err

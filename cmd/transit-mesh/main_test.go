@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -89,6 +90,41 @@ func TestShareOutlivesSIGHUP(t *testing.T) {
 	got, err := io.ReadAll(c)
 	if err != nil || string(got) != content {
 		t.Errorf("after SIGHUP the share sent %d bytes (%v), want the file's %d", len(got), err, len(content))
+	}
+}
+
+// TestSHA256OutlivesSIGHUP: a node's fetch checks each file with
+// transit-mesh sha256 while peers may be given (pkill -HUP -x
+// transit-mesh): the check goes on. The file is a FIFO, so the signal
+// comes while the hash reads it.
+func TestSHA256OutlivesSIGHUP(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "kubelet")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "TRANSIT_MESH_ARGS=sha256 "+fifo)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // returns once sha256 opened it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	content := strings.Repeat("kubelet ", 100_000)
+	_, werr := io.WriteString(w, content)
+	_ = w.Close()
+	if err := cmd.Wait(); err != nil || werr != nil {
+		t.Fatalf("sha256 with a SIGHUP while it read: %v (write: %v)\n%s", err, werr, out.String())
+	}
+	if want := fmt.Sprintf("%x  %s\n", sha256.Sum256([]byte(content)), fifo); out.String() != want {
+		t.Errorf("sha256 printed %q, want %q", out.String(), want)
 	}
 }
 
