@@ -187,7 +187,8 @@ func Run(ctx context.Context, o Options) (err error) {
 				data, peers, errs = applied, appliedPeers, append(errs, fmt.Errorf("the peers stay: %w", err))
 			}
 		}
-		if key != appliedKey || !bytes.Equal(data, applied) || len(quiet) > 0 {
+		changed := key != appliedKey || !bytes.Equal(data, applied)
+		if changed || len(quiet) > 0 {
 			handshakes, err := dev.peers()
 			if err != nil {
 				return err
@@ -195,7 +196,7 @@ func Run(ctx context.Context, o Options) (err error) {
 			was := len(quiet)
 			quiet = quieten(key.Public(), appliedPeers, peers, handshakes, quiet, time.Now())
 			// Unless the key or peers changed, quiet peers only leave.
-			if key != appliedKey || !bytes.Equal(data, applied) || len(quiet) != was {
+			if changed || len(quiet) != was {
 				if err := dev.configure(key, o.Port, keySet(handshakes), peers, keySet(quiet)); err != nil {
 					return err
 				}

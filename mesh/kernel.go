@@ -105,10 +105,11 @@ func (k *kernel) peers() (map[Key]time.Time, error) {
 	}
 	have := map[Key]time.Time{}
 	for _, p := range d.Peers {
-		have[Key(p.PublicKey)] = time.Time{}
-		if t := p.LastHandshakeTime; t.UnixNano() > 0 { // the epoch before any
-			have[Key(p.PublicKey)] = t
+		var last time.Time // the epoch before any
+		if p.LastHandshakeTime.UnixNano() > 0 {
+			last = p.LastHandshakeTime
 		}
+		have[Key(p.PublicKey)] = last
 	}
 	return have, nil
 }
