@@ -92,13 +92,22 @@ E2E_TIMES := $(CURDIR)/build/e2e-times.txt
 # its output printed when it ends. (Running the others at a lower nice
 # level changes nothing: local nodes run in cgroups and sessions of their
 # own, which the scheduler shares the CPU among regardless of nice.)
+# The bundle is brought up to date once, before the packages, and handed
+# to them as TRANSIT_BUNDLE (taken as it is): each test binary that needs
+# it checked it again otherwise (nine, about 6 s of CPU each while the
+# clusters start). If it does not build, the tests that need it say why.
 test: $(S3_SERVER) ## Run all tests; e2e tests run only as root
 	@rm -f $(E2E_TIMES); mkdir -p $(dir $(E2E_TIMES))
-	@pkgs=$$($(GO) list $(PKGS)); e2e=$$(grep -x 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
+	@began=$$SECONDS; bundle=$${TRANSIT_BUNDLE:-}; log=$$(mktemp); \
+	if [ -n "$$bundle" ]; then echo "TRANSIT_BUNDLE=$$bundle: the tests take that bundle as it is"; \
+	elif $(GO) run ./cmd/transit-bundle -repo $(CURDIR) -out $(BUNDLE_DIR) > $$log 2>&1; then tail -n 1 $$log; bundle=$(BUNDLE_DIR); \
+	else echo "make test: the bundle did not build (the tests that need it build it again and say why):"; tail -n 5 $$log; fi; \
+	rm -f $$log; export TRANSIT_BUNDLE=$$bundle; [ -n "$$bundle" ] || unset TRANSIT_BUNDLE; \
+	pkgs=$$($(GO) list $(PKGS)); e2e=$$(grep -x 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
 	rest=$$(grep -vx 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
 	slow=$$(for p in $(SLOW_FIRST); do grep -x "github.com/cloudtransit/transit/$$p" <<< "$$rest" || true; done); \
 	rest=$$(printf '%s\n' $$slow; grep -vxF "$$slow" <<< "$$rest" || true); \
-	out=$$(mktemp); restout=$$(mktemp); trap 'rm -f $$out $$restout' EXIT; e2e_rc=0; rest_rc=0; began=$$SECONDS; \
+	out=$$(mktemp); restout=$$(mktemp); trap 'rm -f $$out $$restout' EXIT; e2e_rc=0; rest_rc=0; \
 	if [ -n "$$e2e" ]; then \
 		GOFLAGS='$(TEST_GOFLAGS)' TRANSIT_S3_SERVER=$(S3_SERVER) TRANSIT_E2E_TIMES=$(E2E_TIMES) $(GO) test -timeout $(E2E_TIMEOUT) $(GOTESTFLAGS) $$e2e > $$out 2>&1 & e2e_pid=$$!; \
 	fi; \

@@ -27,16 +27,21 @@ import (
 	"github.com/cloudtransit/transit/districts"
 )
 
-// bundleDir is the bundle the Kubernetes tests install from: the one
-// `make bundle` writes, built here if it is missing or stale (seconds when
-// it is up to date; see docs/kubernetes.md for a cold build).
+// bundleDir is the bundle the Kubernetes tests install from:
+// $TRANSIT_BUNDLE as it is (`make test` builds it once, before every
+// package), else the one `make bundle` writes, built here if it is missing
+// or stale (seconds when it is up to date; see docs/kubernetes.md for a
+// cold build).
 var bundleDir = sync.OnceValues(func() (string, error) {
+	if dir := os.Getenv("TRANSIT_BUNDLE"); dir != "" {
+		if _, err := bundle.Read(dir); err != nil {
+			return "", fmt.Errorf("TRANSIT_BUNDLE=%s: %w", dir, err)
+		}
+		return dir, nil
+	}
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Dir(filepath.Dir(file))
 	dir := filepath.Join(repo, "build", "bundle")
-	if v := os.Getenv("TRANSIT_BUNDLE"); v != "" {
-		dir = v
-	}
 	cmd := exec.Command("go", "run", "./cmd/transit-bundle", "-repo", repo, "-out", dir)
 	cmd.Dir = repo
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

@@ -63,6 +63,19 @@ func build(ctx context.Context, opts Options, p plan) (*bundle.Manifest, error) 
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
+	// The builds run in other directories (a module's, a temporary one):
+	// a relative path, transit-bundle's default among them, would point
+	// elsewhere there.
+	for _, p := range []*string{&opts.Out, &opts.Repo} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, err
+		}
+		*p = abs
+	}
 	for _, d := range []string{"bin", "cni", "images", ".work"} {
 		if err := os.MkdirAll(filepath.Join(opts.Out, d), 0o755); err != nil {
 			return nil, err

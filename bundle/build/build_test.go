@@ -110,3 +110,32 @@ func TestBuildKeepsWhatDidNotChange(t *testing.T) {
 		t.Errorf("a failed build damaged the last good bundle: %v", err)
 	}
 }
+
+// transit-bundle's default -out is relative (build/bundle): the bundle
+// lands there, whichever directory its builds run in.
+func TestBuildIntoARelativeDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build")
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := filepath.Join(t.TempDir(), "tool")
+	if err := os.WriteFile(host, []byte("tool v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	var log strings.Builder
+	if _, err := build(context.Background(), Options{Repo: repo, Out: "build/bundle", Log: &log}, smallPlan(host)); err != nil {
+		t.Fatalf("build into build/bundle: %v\n%s", err, log.String())
+	}
+	m, err := bundle.Read(filepath.Join(dir, "build", "bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Verify(filepath.Join(dir, "build", "bundle")); err != nil {
+		t.Error(err)
+	}
+}

@@ -112,19 +112,29 @@ func (b binary) path() (string, error) {
 		}
 		return p, nil
 	}
-	p := filepath.Join(repoRoot(), "build", "bundle", ".work", filepath.FromSlash(b.work))
+	p := filepath.Join(bundleDir(), ".work", filepath.FromSlash(b.work))
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("%s is missing: run `make bundle` (it builds the Kubernetes v1.32.4 binaries the controller tests run against), or set %s", p, b.env)
 	}
 	return p, nil
 }
 
+// bundleDir is $TRANSIT_BUNDLE, a bundle taken as it is (`make test`
+// builds it once, before every package), else the repository's
+// build/bundle.
+func bundleDir() string {
+	if dir := os.Getenv("TRANSIT_BUNDLE"); dir != "" {
+		return dir
+	}
+	return filepath.Join(repoRoot(), "build", "bundle")
+}
+
 // ensureBundle brings build/bundle up to date as `make bundle` does,
 // once per test binary, unless every binary comes from a TEST_ASSET_*
-// variable. The build holds the bundle's lock: tests of other packages may
-// build it at once.
+// variable or the bundle from $TRANSIT_BUNDLE. The build holds the
+// bundle's lock: tests of other packages may build it at once.
 func ensureBundle(need []binary) error {
-	if !slices.ContainsFunc(need, func(b binary) bool { return os.Getenv(b.env) == "" }) {
+	if os.Getenv("TRANSIT_BUNDLE") != "" || !slices.ContainsFunc(need, func(b binary) bool { return os.Getenv(b.env) == "" }) {
 		return nil
 	}
 	if err := bundleOnce(); err != nil {
