@@ -50,21 +50,13 @@ func TestAddons(t *testing.T) {
 
 // TestClouds is the emulated multi-cloud group: one emulator (AWS, GCE and
 // OpenStack whose instances are local nodes, networks apart) serves a
-// Swarm across clouds, then a Swarm on the node mesh.
+// Swarm across clouds, a Swarm on the node mesh and Kubernetes across
+// clouds, one after the other.
 func TestClouds(t *testing.T) {
 	group(t, "clouds", func(t *testing.T) {
-		env := startClouds(t, swarmSite, cloudsim.Profile{Name: cloudsim.ProfileZero})
+		env := startClouds(t, cloudsim.Profile{Name: cloudsim.ProfileZero})
 		t.Run("Swarm", timed(func(t *testing.T) { testCloudSwarm(t, env.with(t)) }))
 		t.Run("SwarmOnTheMesh", timed(func(t *testing.T) { testCloudSwarmOnTheMesh(t, env.with(t)) }))
-	})
-}
-
-// TestAcross is Kubernetes across clouds, on an emulator of its own (the
-// clouds group injects faults into its emulator's APIs): its steps were
-// the clouds group's last, the e2e package's long pole.
-func TestAcross(t *testing.T) {
-	group(t, "across", func(t *testing.T) {
-		env := startClouds(t, acrossSite, cloudsim.Profile{Name: cloudsim.ProfileZero})
 		t.Run("KubernetesAcrossClouds", timed(func(t *testing.T) { testKubernetesAcrossClouds(t, env.with(t)) }))
 	})
 }
