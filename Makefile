@@ -94,16 +94,19 @@ E2E_TIMES := $(CURDIR)/build/e2e-times.txt
 # own, which the scheduler shares the CPU among regardless of nice.)
 # The bundle is brought up to date once, before the packages, and handed
 # to them as TRANSIT_BUNDLE (taken as it is): each test binary that needs
-# it checked it again otherwise (nine, about 6 s of CPU each while the
-# clusters start). If it does not build, the tests that need it say why.
+# it (the e2e, controllers and Kubernetes platform tests; no other package
+# waits for a build) checked it again otherwise, nine, about 6 s of CPU
+# each while the clusters start. If it does not build, the tests that
+# need it say why.
 test: $(S3_SERVER) ## Run all tests; e2e tests run only as root
 	@rm -f $(E2E_TIMES); mkdir -p $(dir $(E2E_TIMES))
-	@began=$$SECONDS; bundle=$${TRANSIT_BUNDLE:-}; log=$$(mktemp); \
+	@began=$$SECONDS; pkgs=$$($(GO) list $(PKGS)); bundle=$${TRANSIT_BUNDLE:-}; log=$$(mktemp); \
 	if [ -n "$$bundle" ]; then echo "TRANSIT_BUNDLE=$$bundle: the tests take that bundle as it is"; \
+	elif ! grep -qE '/(e2e|controllers(/.*)?|platforms/kubernetes)$$' <<< "$$pkgs"; then :; \
 	elif $(GO) run ./cmd/transit-bundle -repo $(CURDIR) -out $(BUNDLE_DIR) > $$log 2>&1; then tail -n 1 $$log; bundle=$(BUNDLE_DIR); \
 	else echo "make test: the bundle did not build (the tests that need it build it again and say why):"; tail -n 5 $$log; fi; \
 	rm -f $$log; export TRANSIT_BUNDLE=$$bundle; [ -n "$$bundle" ] || unset TRANSIT_BUNDLE; \
-	pkgs=$$($(GO) list $(PKGS)); e2e=$$(grep -x 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
+	e2e=$$(grep -x 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
 	rest=$$(grep -vx 'github.com/cloudtransit/transit/e2e' <<< "$$pkgs" || true); \
 	slow=$$(for p in $(SLOW_FIRST); do grep -x "github.com/cloudtransit/transit/$$p" <<< "$$rest" || true; done); \
 	rest=$$(printf '%s\n' $$slow; grep -vxF "$$slow" <<< "$$rest" || true); \
