@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,28 @@ const (
 	addonsRoot = "/var/lib/transit/e2e-addons"
 	cloudsRoot = "/var/lib/transit/e2e-clouds"
 )
+
+// binDirPrefix names the directory each e2e run builds transit into, then
+// its process id: a run killed (its timeout, kill -9) leaves it, 130 MB,
+// and the next run removes it once that process is gone. A live one may
+// be another group's run, which shares nothing else.
+const binDirPrefix = "transit-e2e-bin-"
+
+// removeDeadBinDirs removes the build directories under tmp of e2e runs
+// whose process is gone.
+func removeDeadBinDirs(tmp string) {
+	dirs, _ := filepath.Glob(filepath.Join(tmp, binDirPrefix+"*"))
+	for _, d := range dirs {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), binDirPrefix), "-")
+		if !ok {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		_ = os.RemoveAll(d)
+	}
+}
 
 // image is the container image the tests run; the local provider hands it
 // to every node (no registry here).
@@ -67,7 +90,8 @@ func run(m *testing.M) int {
 	}
 	began := time.Now()
 	defer func() { writeReport(time.Since(began)) }()
-	dir, err := os.MkdirTemp("", "transit-e2e-bin-")
+	removeDeadBinDirs(os.TempDir())
+	dir, err := os.MkdirTemp("", binDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
