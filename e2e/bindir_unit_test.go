@@ -1,33 +1,35 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
+
+	"github.com/cloudtransit/transit/hostclean"
 )
 
 // A killed e2e run leaves the directory it built transit into; the next
-// run removes it, never the directory of a run still going (another
-// group's, started apart).
+// run removes it — also when a later process took its pid — never the
+// directory of a run still going (another group's, started apart).
 func TestDeadRunsBinDirsAreRemoved(t *testing.T) {
-	done := exec.Command("true")
-	if err := done.Run(); err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
-	dead := filepath.Join(tmp, binDirPrefix+strconv.Itoa(done.Process.Pid)+"-123")
-	live := filepath.Join(tmp, binDirPrefix+strconv.Itoa(os.Getpid())+"-456")
+	// This process's pid with another start time: the run that had the
+	// pid before is gone, as pids come round every few minutes here.
+	reused := filepath.Join(tmp, binDirPrefix+fmt.Sprintf("%d:1", os.Getpid())+"-123")
+	free := filepath.Join(tmp, binDirPrefix+"999999:1-124") // above any pid_max here
+	live := filepath.Join(tmp, binDirPrefix+hostclean.Mark()+"-456")
 	other := filepath.Join(tmp, "transit-e2e-binary")
-	for _, d := range []string{dead, live, other} {
+	for _, d := range []string{reused, free, live, other} {
 		if err := os.MkdirAll(filepath.Join(d, "sub"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	removeDeadBinDirs(tmp)
-	if _, err := os.Stat(dead); !os.IsNotExist(err) {
-		t.Errorf("the dead run's %s is still there (%v)", dead, err)
+	for _, d := range []string{reused, free} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("the dead run's %s is still there (%v)", d, err)
+		}
 	}
 	for _, d := range []string{live, other} {
 		if _, err := os.Stat(d); err != nil {

@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/cloudtransit/transit/districts"
 	"github.com/cloudtransit/transit/drivers/local"
+	"github.com/cloudtransit/transit/hostclean"
 	"github.com/cloudtransit/transit/platforms/platformtest"
 	"github.com/cloudtransit/transit/platforms/ssh"
 )
@@ -44,9 +44,10 @@ const (
 )
 
 // binDirPrefix names the directory each e2e run builds transit into, then
-// its process id: a run killed (its timeout, kill -9) leaves it, 130 MB,
-// and the next run removes it once that process is gone. A live one may
-// be another group's run, which shares nothing else.
+// its process's mark (hostclean.Mark: pid and start time): a run killed
+// (its timeout, kill -9) leaves it, 130 MB, and the next run removes it
+// once that process is gone, its pid free or reused. A live one may be
+// another group's run, which shares nothing else.
 const binDirPrefix = "transit-e2e-bin-"
 
 // removeDeadBinDirs removes the build directories under tmp of e2e runs
@@ -54,14 +55,9 @@ const binDirPrefix = "transit-e2e-bin-"
 func removeDeadBinDirs(tmp string) {
 	dirs, _ := filepath.Glob(filepath.Join(tmp, binDirPrefix+"*"))
 	for _, d := range dirs {
-		pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), binDirPrefix), "-")
-		if !ok {
-			continue
+		if mark, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), binDirPrefix), "-"); ok && hostclean.Gone(mark) {
+			_ = os.RemoveAll(d)
 		}
-		if _, err := os.Stat("/proc/" + pid); err == nil || !errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		_ = os.RemoveAll(d)
 	}
 }
 
@@ -91,7 +87,7 @@ func run(m *testing.M) int {
 	began := time.Now()
 	defer func() { writeReport(time.Since(began)) }()
 	removeDeadBinDirs(os.TempDir())
-	dir, err := os.MkdirTemp("", binDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	dir, err := os.MkdirTemp("", binDirPrefix+hostclean.Mark()+"-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -247,10 +247,26 @@ const OwnerVar = "TRANSIT_TEST_OWNER"
 func TestRun() (killed []Item, err error) {
 	testRun.Do(func() {
 		testRun.killed, testRun.err = KillOrphans(context.Background())
-		pid := os.Getpid()
-		testRun.err = errors.Join(testRun.err, os.Setenv(OwnerVar, fmt.Sprintf("%d:%d", pid, procStart(pid))))
+		testRun.err = errors.Join(testRun.err, os.Setenv(OwnerVar, Mark()))
 	})
 	return testRun.killed, testRun.err
+}
+
+// Mark is this process's mark, as OwnerVar carries it: "<pid>:<start
+// time>", which no later process reusing the pid shares.
+func Mark() string {
+	pid := os.Getpid()
+	return fmt.Sprintf("%d:%d", pid, procStart(pid))
+}
+
+// Gone says whether the process a mark names is gone: its pid is free or
+// taken by a later process. A malformed mark is not gone (there is
+// nothing to act on).
+func Gone(mark string) bool {
+	owner, start, _ := strings.Cut(mark, ":")
+	pid, err1 := strconv.Atoi(owner)
+	since, err2 := strconv.ParseUint(start, 10, 64)
+	return err1 == nil && err2 == nil && pid > 0 && procStart(pid) != since
 }
 
 var testRun struct {
@@ -271,16 +287,11 @@ func ownerGone(pid int) string {
 		if !ok {
 			continue
 		}
-		owner, start, _ := strings.Cut(mark, ":")
-		opid, err1 := strconv.Atoi(owner)
-		ostart, err2 := strconv.ParseUint(start, 10, 64)
-		if err1 != nil || err2 != nil || opid <= 0 {
-			return ""
+		if !Gone(mark) {
+			return "" // the test run lives, or the mark is not one
 		}
-		if procStart(opid) == ostart {
-			return "" // the test run lives
-		}
-		return fmt.Sprintf("started by test run %d, which is gone", opid)
+		owner, _, _ := strings.Cut(mark, ":")
+		return fmt.Sprintf("started by test run %s, which is gone", owner)
 	}
 	return ""
 }
