@@ -117,6 +117,10 @@ const maxAnswer = 1000000 - 12<<10
 // connections, so the record cannot be finished.
 var errFunctionAway = errors.New("stopping while the function refuses connections")
 
+// errStartBy: the batch's startBy passed while the function refused
+// connections; the record is read again in the next batch.
+var errStartBy = errors.New("the batch's time to start records passed while the function refuses connections")
+
 type sidecar struct {
 	cfg   Config
 	log   *slog.Logger
@@ -437,16 +441,31 @@ func (c Config) worstRecord() time.Duration {
 // by default one record's worst case (every attempt timing out) and 30 s,
 // at least a minute and at most 15. A batch must end within it whatever
 // the function's pace, so polls are sized to it: a poll takes as many
-// records as fit in what is left of the limit beside one record's worst
-// case, at the slowest pace records were lately handled (one record
-// while no pace is known). A slow function makes batches small, never
-// longer than the limit.
+// records as fit before startBy, at the slowest pace records were lately
+// handled (one record while no pace is known). A function that slows
+// down within a batch would still outlast it, so no record starts past
+// startBy: the batch ends with the records handled, the others are read
+// again (see rewind). A slow function makes batches small, never longer
+// than the limit.
 func (c Config) BatchLimit() time.Duration {
 	if c.BatchTimeout > 0 {
 		return c.BatchTimeout
 	}
 	return min(max(c.worstRecord()+c.BatchInterval+30*time.Second, time.Minute), maxBatchTimeout)
 }
+
+// startBy is how far into a batch a record may start: one that starts
+// then and takes its worst case ends with endReserve of the limit left to
+// end the batch (flush, commit). Each partition's first record of a poll
+// starts whenever: a batch always makes progress.
+func (c Config) startBy() time.Duration {
+	limit := c.BatchLimit()
+	return limit - min(limit/10, endReserve) - c.worstRecord()
+}
+
+// endReserve is the most of the batch limit kept to end a batch: a few
+// round trips to the coordinators.
+const endReserve = 5 * time.Second
 
 // GracePeriod is the termination grace period a sidecar needs: its batch
 // limit, and time to commit and leave the group.
@@ -489,7 +508,7 @@ func (p *pace) records(left time.Duration, most int) int {
 // pollSize is how many records a poll may take once elapsed of the batch
 // has passed: 0 when no more fit.
 func (s *sidecar) pollSize(elapsed time.Duration, taken int) int {
-	left := s.cfg.BatchLimit() - s.cfg.worstRecord() - elapsed
+	left := s.cfg.startBy() - elapsed
 	if left <= 0 {
 		return 0
 	}
@@ -566,7 +585,7 @@ func (s *sidecar) consume(ctx context.Context) error {
 		s.fetchErrors(fs)
 		if recs := fs.Records(); len(recs) > 0 {
 			began := s.clock.Now()
-			done, err := s.handleBatch(ctx, work, recs)
+			done, err := s.handleBatch(ctx, work, recs, began.Add(s.cfg.startBy()))
 			if err != nil {
 				return fmt.Errorf("nothing of the batch committed: %w", err)
 			}
@@ -579,9 +598,12 @@ func (s *sidecar) consume(ctx context.Context) error {
 			s.m.batches.Add(1)
 			s.log.Debug("batch", "records", len(done), "offsets", offsetSpans(done).String(), "took", s.clock.Now().Sub(began).String(), "committed", true)
 			if len(done) < len(recs) {
-				s.log.Warn("stopped while the function refuses connections: the records after the committed ones go to the next owner",
-					"committed", len(done), "left", len(recs)-len(done))
-				return nil
+				if ctx.Err() != nil {
+					s.log.Warn("stopping: the records after the committed ones go to the next owner",
+						"committed", len(done), "left", len(recs)-len(done))
+					return nil
+				}
+				s.rewind(s.consumer, recs, done)
 			}
 		}
 		s.consumer.AllowRebalance()
@@ -611,16 +633,20 @@ func (s *sidecar) transact(ctx context.Context) error {
 			began, n := s.clock.Now(), 0
 			var spans spans
 			for len(recs) > 0 {
-				spans.add(recs)
-				done, err := s.handleBatch(ctx, work, recs)
+				done, err := s.handleBatch(ctx, work, recs, began.Add(s.cfg.startBy()))
 				if err != nil {
 					return s.abort(work, fmt.Errorf("transaction aborted: %w", err))
 				}
+				spans.add(done)
+				n += len(done)
 				if len(done) < len(recs) {
-					s.log.Warn("stopped while the function refuses connections: transaction aborted, its records go to the next owner")
-					return s.abort(work, nil)
+					if ctx.Err() != nil {
+						s.log.Warn("stopping: transaction aborted, its records go to the next owner")
+						return s.abort(work, nil)
+					}
+					s.rewind(cl, recs, done) // the transaction commits the offsets up to them
+					break
 				}
-				n += len(recs)
 				elapsed := s.clock.Now().Sub(began)
 				more := s.pollSize(elapsed, n)
 				if more == 0 || elapsed >= s.cfg.BatchInterval || ctx.Err() != nil || cl.BufferedFetchRecords() == 0 {
@@ -650,6 +676,43 @@ func (s *sidecar) transact(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// rewind sets cl to fetch again, partition by partition, the records of
+// recs after those done (each partition's handled prefix): the batch ends
+// with done, and commits the offsets up to the first record not handled.
+// The buffered fetches of those partitions are dropped. Called while the
+// poll holds rebalances (BlockRebalanceOnPoll), as kgo asks.
+func (s *sidecar) rewind(cl *kgo.Client, recs, done []*kgo.Record) {
+	handled := map[topicPartition]int{}
+	for _, r := range done {
+		handled[topicPartition{r.Topic, r.Partition}]++
+	}
+	to := map[string]map[int32]kgo.EpochOffset{}
+	for _, r := range recs {
+		k := topicPartition{r.Topic, r.Partition}
+		if handled[k] > 0 {
+			handled[k]--
+			continue
+		}
+		if _, ok := to[r.Topic][r.Partition]; ok {
+			continue
+		}
+		if to[r.Topic] == nil {
+			to[r.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		to[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+	}
+	cl.SetOffsets(to)
+	left := len(recs) - len(done)
+	s.m.consumed.Add(-int64(left)) // counted again when read again
+	s.log.Info("the batch reached its time limit: the records left are read again in the next one",
+		"handled", len(done), "left", left, "limit", s.cfg.BatchLimit().String())
 }
 
 // end commits the transaction in hand, unless the group took its
@@ -743,23 +806,21 @@ func (s *sidecar) failpoint() {
 
 // handleBatch handles a poll's records, each partition's in order and the
 // partitions at once, produces what they yield and waits for every
-// acknowledgement. It returns the records handled: all of them, or, when
-// stop ended while the function refused connections, each partition's
-// handled prefix. An error is a produce that failed for good.
-func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
+// acknowledgement. No record but each partition's first starts after
+// startBy (see Config.startBy). It returns the records handled: all of
+// them, or each partition's handled prefix when startBy passed or stop
+// ended while the function refused connections. An error is a produce
+// that failed for good.
+func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record, startBy time.Time) ([]*kgo.Record, error) {
 	n := int64(len(recs))
 	s.m.consumed.Add(n)
 	s.m.inFlight.Add(n)
 	defer s.m.inFlight.Add(-n)
 
-	type tp struct {
-		topic     string
-		partition int32
-	}
 	var parts [][]*kgo.Record
-	index := map[tp]int{}
+	index := map[topicPartition]int{}
 	for _, r := range recs {
-		k := tp{r.Topic, r.Partition}
+		k := topicPartition{r.Topic, r.Partition}
 		i, ok := index[k]
 		if !ok {
 			i = len(parts)
@@ -790,8 +851,11 @@ func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record) ([
 			if failed.Load() {
 				return nil // the batch is lost anyway
 			}
+			if j > 0 && !s.clock.Now().Before(startBy) {
+				return nil // read again in the next batch
+			}
 			began := time.Now()
-			ds, err := s.handle(stop, work, r)
+			ds, err := s.handle(stop, work, r, startBy)
 			if err != nil {
 				return err
 			}
@@ -804,7 +868,7 @@ func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record) ([
 		}
 		return nil
 	}
-	// errFunctionAway only: the handled prefixes say how far.
+	// errFunctionAway or errStartBy only: the handled prefixes say how far.
 	if len(parts) == 1 {
 		_ = handlePart(0) // no goroutine to hand over to
 	} else {
@@ -836,8 +900,9 @@ func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record) ([
 // handle calls the function for a record until it answers or the
 // attempts are spent, and returns what to produce: the answer for every
 // output, nothing (dropped), or the dead letter. It fails only with
-// errFunctionAway.
-func (s *sidecar) handle(stop, work context.Context, in *kgo.Record) ([]delivery, error) {
+// errFunctionAway, or errStartBy once startBy passed while the function
+// refused connections.
+func (s *sidecar) handle(stop, work context.Context, in *kgo.Record, startBy time.Time) ([]delivery, error) {
 	ev := fromRecord(in)
 	ev.attrs[RevisionAttribute] = s.cfg.Revision
 	backoff, refusedBackoff := s.cfg.RetryBackoff, s.cfg.RetryBackoff
@@ -851,6 +916,9 @@ func (s *sidecar) handle(stop, work context.Context, in *kgo.Record) ([]delivery
 			// Not the record's fault: again, however long, unless stopping.
 			if s.clock.Sleep(stop, refusedBackoff) != nil {
 				return nil, errFunctionAway
+			}
+			if !s.clock.Now().Before(startBy) {
+				return nil, errStartBy
 			}
 			refusedBackoff = min(2*refusedBackoff, time.Second)
 			continue

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -127,11 +128,12 @@ func TestRestartFencesAbandonedTransaction(t *testing.T) {
 
 // TestSlowFunctionUnderBacklog: a backlog and a slow but healthy function
 // (150 ms a record) under exactly-once, with a batch limit (the
-// transaction timeout) of 3 s. A transaction holding the whole backlog
+// transaction timeout) of 4 s. A transaction holding the whole backlog
 // would outlive it: the broker aborts it, the sidecar fails
 // (INVALID_PRODUCER_EPOCH), restarts and takes the same records, for ever.
 // Polls are sized to the limit instead: every id arrives once, no
-// transaction aborted.
+// transaction aborted. (A call that a loaded machine makes late is
+// retried, not dead-lettered: that is not what is tested here.)
 func TestSlowFunctionUnderBacklog(t *testing.T) {
 	integration(t)
 	t.Parallel()
@@ -140,7 +142,7 @@ func TestSlowFunctionUnderBacklog(t *testing.T) {
 	for _, topic := range []string{"in", "out", "dlq"} {
 		k.topic(ctx, topic, 1)
 	}
-	const n = 60 // 9 s of work, three times the limit
+	const n = 60 // 9 s of work, over twice the limit
 	k.produce(ctx, inputs("in", n, 1)...)
 	fn := function(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
 		time.Sleep(150 * time.Millisecond)
@@ -148,9 +150,9 @@ func TestSlowFunctionUnderBacklog(t *testing.T) {
 	})
 	e := baseEnv(k, fn.URL)
 	e["STREAMS_DELIVERY"] = "exactlyOnce"
-	e["STREAMS_CALL_TIMEOUT"] = "500ms"
-	e["STREAMS_RETRIES"] = "0"
-	e["STREAMS_BATCH_TIMEOUT"] = "3s"
+	e["STREAMS_CALL_TIMEOUT"] = "1s"
+	e["STREAMS_RETRIES"] = "1"
+	e["STREAMS_BATCH_TIMEOUT"] = "4s"
 	r := run(t, e, nil)
 	k.waitCommitted(ctx, "rev-1-p", "in", 1)
 	if d := cmp.Diff(ids(0, n), values(k.readAll(ctx, "out", true))); d != "" {
@@ -158,6 +160,78 @@ func TestSlowFunctionUnderBacklog(t *testing.T) {
 	}
 	if got := metric(r.probe, "streams_sidecar_transactions_aborted_total"); got != "0" {
 		t.Errorf("%s transactions aborted", got)
+	}
+}
+
+// TestFunctionSlowsDownWithinABatch: a function fast for the first
+// records (10 ms) and then slow (250 ms) under a backlog, with a batch
+// limit of 6 s. The fast pace sizes a poll to the whole backlog; handling
+// it at the slow pace would take 10 s, past the limit: the broker would
+// abort the transaction (INVALID_PRODUCER_EPOCH), and a second member
+// joining meanwhile would have the first, whose batch holds the
+// rebalance, dropped from the group. So no record starts past the
+// batch's time: the batch ends with the records handled and the others
+// are read again. Every id arrives once, in both delivery modes; no
+// transaction is aborted, no member dropped.
+func TestFunctionSlowsDownWithinABatch(t *testing.T) {
+	integration(t)
+	t.Parallel()
+	for _, delivery := range []string{"exactlyOnce", "atLeastOnce"} {
+		t.Run(delivery, func(t *testing.T) {
+			t.Parallel()
+			ctx := timeout(t, 120*time.Second)
+			k := startKafka(t)
+			for _, topic := range []string{"in", "out", "dlq"} {
+				k.topic(ctx, topic, 1)
+			}
+			const n, fast = 60, 20
+			k.produce(ctx, inputs("in", n, 1)...)
+			slow := make(chan struct{})
+			var once sync.Once
+			fn := function(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+				i, _ := strconv.Atoi(strings.TrimPrefix(string(body), "id-"))
+				if i < fast {
+					time.Sleep(10 * time.Millisecond)
+				} else {
+					once.Do(func() { close(slow) })
+					time.Sleep(250 * time.Millisecond)
+				}
+				echo(w, r, body)
+			})
+			e := baseEnv(k, fn.URL)
+			e["STREAMS_DELIVERY"] = delivery
+			e["STREAMS_CALL_TIMEOUT"] = "1s"
+			e["STREAMS_RETRIES"] = "2"
+			e["STREAMS_BATCH_TIMEOUT"] = "6s"
+			first := run(t, e, nil)
+			select {
+			case <-slow:
+			case <-ctx.Done():
+				t.Fatal("no slow record handled")
+			}
+			e2 := maps.Clone(e)
+			e2["HOSTNAME"], e2["STREAMS_PROBE_ADDR"] = "pod-2", ""
+			second := run(t, e2, nil)
+
+			k.waitCommitted(ctx, "rev-1-p", "in", 1)
+			if d := cmp.Diff(ids(0, n), values(k.readAll(ctx, "out", true))); d != "" {
+				t.Fatalf("out, read committed (-want +got):\n%s", d)
+			}
+			consumed := 0
+			for name, r := range map[string]*running{"pod-1": first, "pod-2": second} {
+				if got := metric(r.probe, "streams_sidecar_transactions_aborted_total"); got != "0" {
+					t.Errorf("%s: %s transactions aborted", name, got)
+				}
+				c, _ := strconv.Atoi(metric(r.probe, "streams_sidecar_records_consumed_total"))
+				consumed += c
+				if err := r.stop(); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			}
+			if consumed != n {
+				t.Errorf("%d records consumed, want %d: one count for each, whatever was read again", consumed, n)
+			}
+		})
 	}
 }
 
