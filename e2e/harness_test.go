@@ -40,7 +40,6 @@ const (
 	swarmRoot  = "/var/lib/transit/e2e-swarm"
 	kubeRoot   = "/var/lib/transit/e2e-kubernetes"
 	addonsRoot = "/var/lib/transit/e2e-addons"
-	cloudsRoot = "/var/lib/transit/e2e-clouds"
 )
 
 // binDirPrefix names the directory each e2e run builds transit into, then
@@ -154,7 +153,10 @@ type cluster struct {
 	tb testing.TB
 	// root is the local provider's root the cluster's districts use.
 	root string
-	dir  string
+	// backing is the root of the emulated clouds' machines (a cluster on
+	// a cloudSite's emulator).
+	backing string
+	dir     string
 	// cfg is shared by the copies with makes: a step's change to
 	// cluster.json is the next step's starting point.
 	cfg *districts.Cluster
