@@ -60,7 +60,13 @@ func acrossCluster(t testing.TB, env *clouds) (districts.Cluster, []districts.Di
 // between nodes goes over the WireGuard mesh.
 func testKubernetesAcrossClouds(t *testing.T, env *clouds) {
 	cfg, ds := acrossCluster(t, env)
-	c := env.newCluster(t, cfg, ds)
+	c := newCluster(t, cloudsRoot, cfg, ds)
+	env.writeCredentials(c)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
+		}
+	})
 	c.runSteps(t, []lifecycleStep{
 		{"three masters in three clouds, workers in two AWS regions on one subnet, on the mesh", testAcrossLaunch},
 		{"between clouds only WireGuard travels", testAcrossCapture},
@@ -72,12 +78,12 @@ func testKubernetesAcrossClouds(t *testing.T, env *clouds) {
 
 func testAcrossLaunch(t *testing.T, c *cluster) {
 	start := time.Now()
-	sentBefore := c.uplinkSent("aws:eu-central-1")
+	sentBefore := uplinkSent(t, "aws:eu-central-1")
 	c.apply()
 	t.Logf("apply from nothing converged in %s", time.Since(start).Round(time.Second))
 	// aws-eu's master and worker: the bundle crosses into the region
 	// once, the worker fetches its files from the master.
-	sent, whole := c.uplinkSent("aws:eu-central-1")-sentBefore, wholeBundle(t)
+	sent, whole := uplinkSent(t, "aws:eu-central-1")-sentBefore, wholeBundle(t)
 	t.Logf("sent into aws:eu-central-1 (a master and a worker): %d MB; the whole bundle %d MB", sent>>20, whole>>20)
 	if sent > whole+whole/4 {
 		t.Errorf("%d MB crossed into aws:eu-central-1 for its 2 nodes, want about one bundle (%d MB): its nodes did not share it", sent>>20, whole>>20)
@@ -224,7 +230,7 @@ func testAcrossCapture(t *testing.T, c *cluster) {
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("web pods: %v", err)
 	}
-	stop := capture(t, localnodes.Uplink(c.backing, "aws:us-east-1"))
+	stop := capture(t, localnodes.Uplink(cloudRoot, "aws:us-east-1"))
 	target := "http://" + pods.Items[0].Status.PodIP + ":8080/"
 	out := c.probe(ctx, k, map[string]string{"site": "gce-eu"}, "for i in $(seq 20); do wget -q -O - "+target+" || exit 1; done")
 	waitQuiet()
@@ -355,16 +361,16 @@ func testAcrossKill(t *testing.T, c *cluster) {
 }
 
 // uplinkSent is how many bytes this host has sent into an emulated
-// region of c's clouds: everything for its machines crosses its uplink.
-func (c *cluster) uplinkSent(region string) int64 {
-	c.tb.Helper()
-	data, err := os.ReadFile("/sys/class/net/" + localnodes.Uplink(c.backing, region) + "/statistics/tx_bytes")
+// region: everything for its machines crosses its uplink.
+func uplinkSent(t testing.TB, region string) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/sys/class/net/" + localnodes.Uplink(cloudRoot, region) + "/statistics/tx_bytes")
 	if err != nil {
 		return 0 // the region's network is made with its first machine
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	if err != nil {
-		c.tb.Fatal(err)
+		t.Fatal(err)
 	}
 	return n
 }

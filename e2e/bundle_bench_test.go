@@ -37,7 +37,7 @@ func BenchmarkBundleShare(b *testing.B) {
 }
 
 func bundleShare(b *testing.B) (awsMB, gceMB, secs float64) {
-	env := startClouds(b, cloudsSite, cloudsim.Profile{Name: cloudsim.ProfileZero})
+	env := startClouds(b, cloudsim.Profile{Name: cloudsim.ProfileZero})
 	cfg, ds := acrossCluster(b, env)
 	cfg.ID = "bench-share"
 	site := func(s string) map[string]string { return map[string]string{"site": s} }
@@ -46,17 +46,18 @@ func bundleShare(b *testing.B) (awsMB, gceMB, secs float64) {
 		{District: "aws-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 4, Tags: site("aws-eu")},
 		{District: "gce-eu", Flavor: "small", Role: districts.RoleWorker, Quantity: 5, Tags: site("gce-eu")},
 	}
-	c := env.newCluster(b, cfg, ds)
+	c := newCluster(b, cloudsRoot, cfg, ds)
+	env.writeCredentials(c)
 	defer func() {
 		if r := c.transit("destroy", "--auto-approve"); r.code != 0 {
 			b.Fatalf("destroy: exit %d\n%s", r.code, r.stderr)
 		}
 	}()
-	awsBefore, gceBefore := c.uplinkSent("aws:eu-central-1"), c.uplinkSent("gce:europe-west1")
+	awsBefore, gceBefore := uplinkSent(b, "aws:eu-central-1"), uplinkSent(b, "gce:europe-west1")
 	start := time.Now()
 	c.apply()
 	secs = time.Since(start).Seconds()
-	awsMB = float64(c.uplinkSent("aws:eu-central-1")-awsBefore) / (1 << 20)
-	gceMB = float64(c.uplinkSent("gce:europe-west1")-gceBefore) / (1 << 20)
+	awsMB = float64(uplinkSent(b, "aws:eu-central-1")-awsBefore) / (1 << 20)
+	gceMB = float64(uplinkSent(b, "gce:europe-west1")-gceBefore) / (1 << 20)
 	return awsMB, gceMB, secs
 }

@@ -22,54 +22,23 @@ import (
 	"github.com/cloudtransit/transit/drivers/local"
 )
 
-// cloudSite is what one emulator's clouds hold on the host: the root its
-// backing nodes keep their records in, the regions' private subnets, the
-// pool of public addresses, and the local root of the clusters transit
-// makes on it. Two sites run at once (the clouds group's, and the Swarm on
-// the mesh's at the swarm group's end), so each has names and addresses of
-// its own; a site's emulator serves one group, whose tests then share it
-// one after the other (a fault injected into an emulator hits every
-// caller of its API).
-type cloudSite struct {
-	backing string
-	// subnets: the regions' networks are apart (BackingApart), as
-	// clouds' are, and the two AWS regions use one private subnet, as two
-	// default VPCs often do. Apart from the local e2e districts' and the
-	// drivers' own backed tests'.
-	subnets map[string]string
-	// public is where backed instances' public addresses come from: apart
-	// from their private ones, as behind a cloud's 1:1 NAT.
-	public string
-	root   string
+// cloudRoot is where the emulated clouds' backing nodes keep their records.
+const cloudRoot = "/var/lib/transit/e2e-cloud"
+
+// Backing subnets of the emulated regions: apart from the local e2e
+// districts' and from the drivers' own backed tests'. The regions'
+// networks are apart (BackingApart), as clouds' are, and the two AWS
+// regions use one private subnet, as two default VPCs often do.
+var cloudBacking = map[string]string{
+	"aws:eu-central-1":    "10.246.1.0/24",
+	"aws:us-east-1":       "10.246.1.0/24",
+	"gce:europe-west1":    "10.246.3.0/24",
+	"openstack:RegionOne": "10.246.4.0/24",
 }
 
-var (
-	// cloudsSite serves the clouds group (a Swarm, then Kubernetes, across
-	// clouds) and the benchmarks.
-	cloudsSite = cloudSite{
-		backing: "/var/lib/transit/e2e-cloud",
-		subnets: map[string]string{
-			"aws:eu-central-1":    "10.246.1.0/24",
-			"aws:us-east-1":       "10.246.1.0/24",
-			"gce:europe-west1":    "10.246.3.0/24",
-			"openstack:RegionOne": "10.246.4.0/24",
-		},
-		public: "100.127.0.0/17",
-		root:   "/var/lib/transit/e2e-clouds",
-	}
-	// meshSite serves the Swarm on the node mesh.
-	meshSite = cloudSite{
-		backing: "/var/lib/transit/e2e-mesh-cloud",
-		subnets: map[string]string{
-			"aws:eu-central-1":    "10.246.11.0/24",
-			"aws:us-east-1":       "10.246.11.0/24",
-			"gce:europe-west1":    "10.246.13.0/24",
-			"openstack:RegionOne": "10.246.14.0/24",
-		},
-		public: "100.127.128.0/17",
-		root:   "/var/lib/transit/e2e-mesh",
-	}
-)
+// cloudPublic is where backed instances' public addresses come from: apart
+// from their private ones, as behind a cloud's 1:1 NAT.
+const cloudPublic = "100.127.0.0/16"
 
 // Credentials the emulated clouds accept; their secrets must appear in
 // nothing transit writes or prints.
@@ -92,21 +61,20 @@ const (
 // are real local nodes.
 type clouds struct {
 	tb     testing.TB
-	site   cloudSite
 	emu    *server.Emulator
 	creds  []districts.Credential
 	gceKey []byte // the service account key file, token_uri the emulator's
 }
 
-// startClouds starts an emulator of site with the given profile; its
-// cleanup (registered first, so it runs after the cluster's destroy) stops
-// it, removes every backing node and checks the host is as it was.
-func startClouds(tb testing.TB, site cloudSite, profile cloudsim.Profile) *clouds {
+// startClouds starts the emulator with the given profile; its cleanup
+// (registered first, so it runs after the cluster's destroy) stops it,
+// removes every backing node and checks the host is as it was.
+func startClouds(tb testing.TB, profile cloudsim.Profile) *clouds {
 	tb.Helper()
 	requireE2E(tb)
 	ctx := context.Background()
 	keyFile := filepath.Join(tb.TempDir(), "gce-key.json")
-	c := &clouds{tb: tb, site: site, creds: []districts.Credential{
+	c := &clouds{tb: tb, creds: []districts.Credential{
 		{Type: "credential", ID: "aws-e2e", Provider: districts.ProviderAWS, AWSAccessKeyID: awsKeyID, AWSSecretAccessKey: awsSecret},
 		{Type: "credential", ID: "gce-e2e", Provider: districts.ProviderGCE, GCEKeyFile: keyFile},
 		{Type: "credential", ID: "os-e2e", Provider: districts.ProviderOpenStack, OSUsername: osUser, OSPassword: osSecret,
@@ -123,15 +91,15 @@ func startClouds(tb testing.TB, site cloudSite, profile cloudsim.Profile) *cloud
 	}
 	// What a crashed or interrupted earlier run left: its machines may
 	// still run, writing into the files a plain removal would race.
-	if err := local.Purge(ctx, site.backing); err != nil {
+	if err := local.Purge(ctx, cloudRoot); err != nil {
 		tb.Fatal(err)
 	}
-	if err := writeImage(filepath.Join(site.backing, "images", "busybox.tar")); err != nil {
+	if err := writeImage(filepath.Join(cloudRoot, "images", "busybox.tar")); err != nil {
 		tb.Fatal(err)
 	}
 	emu, err := server.Start(ctx, server.Options{
 		Profile: profile, AWS: "127.0.0.1:0", GCE: "127.0.0.1:0", OpenStack: "127.0.0.1:0",
-		Backing: site.subnets, BackingRoot: site.backing, BackingPublic: site.public, BackingApart: true, Credentials: c.creds,
+		Backing: cloudBacking, BackingRoot: cloudRoot, BackingPublic: cloudPublic, BackingApart: true, Credentials: c.creds,
 	})
 	if err != nil {
 		tb.Fatalf("start the cloud emulator: %v", err)
@@ -148,24 +116,7 @@ func startClouds(tb testing.TB, site cloudSite, profile cloudsim.Profile) *cloud
 		if left := c.leftovers(made); len(left) > 0 {
 			tb.Errorf("left behind on the host by the emulated clouds:\n  %s", strings.Join(left, "\n  "))
 		}
-		_ = os.RemoveAll(site.backing)
-	})
-	return c
-}
-
-// newCluster is a cluster of cfg on the site's clouds, its
-// credentials.json written; a failed test logs what tells the machines
-// apart.
-func (env *clouds) newCluster(t testing.TB, cfg districts.Cluster, ds []districts.District) *cluster {
-	c := newCluster(t, env.site.root, cfg, ds)
-	c.backing = env.site.backing
-	env.writeCredentials(c)
-	// Registered after the cluster's teardown, so it runs before it: the
-	// machines are still there to be told apart.
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the emulated clouds' backing, for the failure above:\n%s", env.backingReport())
-		}
+		_ = os.RemoveAll(cloudRoot)
 	})
 	return c
 }
@@ -305,10 +256,10 @@ func (env *clouds) leftovers(made []string) []string {
 			left = append(left, x)
 		}
 	}
-	for pid, cmdline := range processesUnder(env.site.backing) {
+	for pid, cmdline := range processesUnder(cloudRoot) {
 		left = append(left, "process "+pid+": "+cmdline)
 	}
-	_ = filepath.WalkDir(filepath.Join(env.site.backing, "districts"), func(path string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(cloudRoot, "districts"), func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			left = append(left, "record "+path)
 		}
@@ -320,11 +271,11 @@ func (env *clouds) leftovers(made []string) []string {
 // backingReport is what tells a machine from another when a test failed:
 // the nat table (public to private addresses) and each backing node's
 // address and host key, from its record.
-func (env *clouds) backingReport() string {
+func backingReport() string {
 	var b strings.Builder
 	nat, err := exec.Command("iptables", "-w", "-t", "nat", "-S").CombinedOutput()
 	fmt.Fprintf(&b, "iptables -t nat -S (%v):\n%s", err, nat)
-	records, _ := filepath.Glob(filepath.Join(env.site.backing, "districts", "*", "nodes", "*", "record.json"))
+	records, _ := filepath.Glob(filepath.Join(cloudRoot, "districts", "*", "nodes", "*", "record.json"))
 	for _, rec := range records {
 		var r struct {
 			ProviderID string `json:"provider_id"`
@@ -423,7 +374,15 @@ func testCloudSwarm(t *testing.T, env *clouds) {
 		},
 		Strategy: districts.Strategy{MaxSurge: districts.Int(2), MaxUnavailable: districts.Int(1), DrainTimeout: districts.Duration(time.Minute)},
 	}
-	c := env.newCluster(t, cfg, env.districts())
+	c := newCluster(t, cloudsRoot, cfg, env.districts())
+	env.writeCredentials(c)
+	// Registered after the cluster's teardown, so it runs before it: the
+	// machines are still there to be told apart.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
+		}
+	})
 
 	c.runSteps(t, []lifecycleStep{
 		{"launch across two AWS regions and a GCE one", func(t *testing.T, c *cluster) { env.checkSwarm(t, c, 5) }},

@@ -20,19 +20,14 @@ import (
 // multi-cloud for the cloud tests) and run one after the other; the groups
 // share nothing (each has its own local root, subnets and cluster ids).
 
-// TestSwarm is the Swarm group: the lifecycle of the example cluster, two
-// CI runners sharing a remote state, transit autoscale adding and removing
-// workers for a service, then a Swarm on the node mesh across emulated
-// clouds.
+// TestSwarm is the local Swarm group: the lifecycle of the example
+// cluster, two CI runners sharing a remote state, then transit autoscale
+// adding and removing workers for a service.
 func TestSwarm(t *testing.T) {
 	group(t, "swarm", func(t *testing.T) {
 		t.Run("Lifecycle", timed(testSwarmLifecycle))
 		t.Run("CIRunners", timed(testCIRunners))
 		t.Run("Autoscale", timed(testAutoscale))
-		// On an emulator of its own (the clouds group's injects faults).
-		t.Run("SwarmOnTheMesh", timed(func(t *testing.T) {
-			testCloudSwarmOnTheMesh(t, startClouds(t, meshSite, cloudsim.Profile{Name: cloudsim.ProfileZero}))
-		}))
 	})
 }
 
@@ -55,13 +50,13 @@ func TestAddons(t *testing.T) {
 
 // TestClouds is the emulated multi-cloud group: one emulator (AWS, GCE and
 // OpenStack whose instances are local nodes, networks apart) serves a
-// Swarm across clouds, then Kubernetes across clouds. (The Swarm on the
-// node mesh is the swarm group's last test: this group was the e2e
-// package's long pole, the swarm group ended minutes before the others.)
+// Swarm across clouds, a Swarm on the node mesh and Kubernetes across
+// clouds, one after the other.
 func TestClouds(t *testing.T) {
 	group(t, "clouds", func(t *testing.T) {
-		env := startClouds(t, cloudsSite, cloudsim.Profile{Name: cloudsim.ProfileZero})
+		env := startClouds(t, cloudsim.Profile{Name: cloudsim.ProfileZero})
 		t.Run("Swarm", timed(func(t *testing.T) { testCloudSwarm(t, env.with(t)) }))
+		t.Run("SwarmOnTheMesh", timed(func(t *testing.T) { testCloudSwarmOnTheMesh(t, env.with(t)) }))
 		t.Run("KubernetesAcrossClouds", timed(func(t *testing.T) { testKubernetesAcrossClouds(t, env.with(t)) }))
 	})
 }

@@ -40,6 +40,7 @@ const (
 	swarmRoot  = "/var/lib/transit/e2e-swarm"
 	kubeRoot   = "/var/lib/transit/e2e-kubernetes"
 	addonsRoot = "/var/lib/transit/e2e-addons"
+	cloudsRoot = "/var/lib/transit/e2e-clouds"
 )
 
 // binDirPrefix names the directory each e2e run builds transit into, then
@@ -153,10 +154,7 @@ type cluster struct {
 	tb testing.TB
 	// root is the local provider's root the cluster's districts use.
 	root string
-	// backing is the root of the emulated clouds' machines (a cluster on
-	// a cloudSite's emulator).
-	backing string
-	dir     string
+	dir  string
 	// cfg is shared by the copies with makes: a step's change to
 	// cluster.json is the next step's starting point.
 	cfg *districts.Cluster

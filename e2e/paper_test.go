@@ -106,7 +106,7 @@ func BenchmarkPaper(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	env := startClouds(b, cloudsSite, profile)
+	env := startClouds(b, profile)
 	provider := map[string]string{}
 	for _, d := range env.districts() {
 		provider[d.ID] = d.Provider
@@ -180,7 +180,8 @@ func paperCluster(b *testing.B, env *clouds, platform string) *cluster {
 			ds[i].KubernetesInstall, ds[i].KubernetesBundle = districts.InstallBundle, dir
 		}
 	}
-	c := env.newCluster(b, cfg, ds)
+	c := newCluster(b, cloudsRoot, cfg, ds)
+	env.writeCredentials(c)
 	c.env = append(c.env, "TRANSIT_POLL_INTERVAL=50ms")
 	if platform == "kubernetes" {
 		// E5 runs 20 Kubernetes nodes at once on the host's cores.

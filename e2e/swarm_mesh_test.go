@@ -49,7 +49,13 @@ func testCloudSwarmOnTheMesh(t *testing.T, env *clouds) {
 	ds := append(env.districts(), districts.District{Type: "district", ID: "aws-us-b", Provider: districts.ProviderAWS, CredentialID: "aws-e2e",
 		AWSRegion: "us-east-1", AWSZones: []string{"us-east-1b"}, AWSEndpoint: env.emu.AWSURL,
 		Flavors: []districts.DistrictFlavor{{Flavor: "small", InstanceType: "t3.small"}}})
-	c := env.newCluster(t, cfg, ds)
+	c := newCluster(t, cloudsRoot, cfg, ds)
+	env.writeCredentials(c)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the emulated clouds' backing, for the failure above:\n%s", backingReport())
+		}
+	})
 	c.runSteps(t, []lifecycleStep{
 		{"a manager in AWS eu-central-1, workers in AWS us-east-1 (same subnet) and GCE, joined at their mesh addresses", func(t *testing.T, c *cluster) {
 			start := time.Now()
@@ -172,7 +178,7 @@ docker inspect --format '{{(index .NetworkSettings.Networks "e2e-mesh").IPAddres
 		}
 		return nil
 	})
-	stop := capture(t, localnodes.Uplink(c.backing, "aws:us-east-1"))
+	stop := capture(t, localnodes.Uplink(cloudRoot, "aws:us-east-1"))
 	out := c.mustOn(client, `docker run --rm --network e2e-mesh `+image+` sh -c "for i in \$(busybox seq 20); do `+get("/")+` || exit 1; done; `+get("/big")+` | busybox wc -c"`)
 	waitQuiet()
 	seen := stop()
