@@ -164,28 +164,38 @@ func TestSlowFunctionUnderBacklog(t *testing.T) {
 }
 
 // TestFunctionSlowsDownWithinABatch: a function fast for the first
-// records (10 ms) and then slow (250 ms) under a backlog, with a batch
-// limit of 6 s. The fast pace sizes a poll to the whole backlog; handling
-// it at the slow pace would take 10 s, past the limit: the broker would
-// abort the transaction (INVALID_PRODUCER_EPOCH), and a second member
-// joining meanwhile would have the first, whose batch holds the
-// rebalance, dropped from the group. So no record starts past the
-// batch's time: the batch ends with the records handled and the others
-// are read again. Every id arrives once, in both delivery modes; no
-// transaction is aborted, no member dropped.
+// records (10 ms) and then slow (250 ms; 600 ms when three partitions run
+// side by side) under a backlog, with a batch limit of 6 s. The fast pace
+// sizes a poll to the whole backlog; handling it at the slow pace would
+// take 10 s (8 s a partition), past the limit: the broker would abort
+// the transaction (INVALID_PRODUCER_EPOCH), and a second member joining
+// meanwhile would have the first, whose batch holds the rebalance,
+// dropped from the group. So no record starts past the batch's time: the
+// batch ends with the records handled and each partition's others are
+// read again. Every id arrives once, in both delivery modes; no
+// transaction outlives its timeout, no member is dropped.
 func TestFunctionSlowsDownWithinABatch(t *testing.T) {
 	integration(t)
 	t.Parallel()
-	for _, delivery := range []string{"exactlyOnce", "atLeastOnce"} {
-		t.Run(delivery, func(t *testing.T) {
+	for _, tc := range []struct {
+		delivery   string
+		partitions int32
+		slow       time.Duration
+	}{
+		{"exactlyOnce", 1, 250 * time.Millisecond},
+		{"atLeastOnce", 1, 250 * time.Millisecond},
+		{"exactlyOnce", 3, 600 * time.Millisecond},
+		{"atLeastOnce", 3, 600 * time.Millisecond},
+	} {
+		t.Run(fmt.Sprintf("%s/%d-partitions", tc.delivery, tc.partitions), func(t *testing.T) {
 			t.Parallel()
 			ctx := timeout(t, 120*time.Second)
 			k := startKafka(t)
-			for _, topic := range []string{"in", "out", "dlq"} {
-				k.topic(ctx, topic, 1)
-			}
+			k.topic(ctx, "in", tc.partitions)
+			k.topic(ctx, "out", 1)
+			k.topic(ctx, "dlq", 1)
 			const n, fast = 60, 20
-			k.produce(ctx, inputs("in", n, 1)...)
+			k.produce(ctx, inputs("in", n, tc.partitions)...)
 			slow := make(chan struct{})
 			var once sync.Once
 			fn := function(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -194,12 +204,12 @@ func TestFunctionSlowsDownWithinABatch(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				} else {
 					once.Do(func() { close(slow) })
-					time.Sleep(250 * time.Millisecond)
+					time.Sleep(tc.slow)
 				}
 				echo(w, r, body)
 			})
 			e := baseEnv(k, fn.URL)
-			e["STREAMS_DELIVERY"] = delivery
+			e["STREAMS_DELIVERY"] = tc.delivery
 			e["STREAMS_CALL_TIMEOUT"] = "1s"
 			e["STREAMS_RETRIES"] = "2"
 			e["STREAMS_BATCH_TIMEOUT"] = "6s"
@@ -213,24 +223,30 @@ func TestFunctionSlowsDownWithinABatch(t *testing.T) {
 			e2["HOSTNAME"], e2["STREAMS_PROBE_ADDR"] = "pod-2", ""
 			second := run(t, e2, nil)
 
-			k.waitCommitted(ctx, "rev-1-p", "in", 1)
-			if d := cmp.Diff(ids(0, n), values(k.readAll(ctx, "out", true))); d != "" {
-				t.Fatalf("out, read committed (-want +got):\n%s", d)
+			k.waitCommitted(ctx, "rev-1-p", "in", tc.partitions)
+			got := values(k.readAll(ctx, "out", true))
+			slices.Sort(got) // the partitions' records interleave
+			if d := cmp.Diff(ids(0, n), got); d != "" {
+				t.Fatalf("out, read committed, sorted (-want +got):\n%s", d)
 			}
-			consumed := 0
+			// A transaction past its timeout, a member dropped from the
+			// group: either stops its sidecar with an error.
+			consumed, aborted := 0, 0
 			for name, r := range map[string]*running{"pod-1": first, "pod-2": second} {
-				if got := metric(r.probe, "streams_sidecar_transactions_aborted_total"); got != "0" {
-					t.Errorf("%s: %s transactions aborted", name, got)
-				}
 				c, _ := strconv.Atoi(metric(r.probe, "streams_sidecar_records_consumed_total"))
-				consumed += c
+				a, _ := strconv.Atoi(metric(r.probe, "streams_sidecar_transactions_aborted_total"))
+				consumed, aborted = consumed+c, aborted+a
 				if err := r.stop(); err != nil {
 					t.Errorf("%s: %v", name, err)
 				}
 			}
-			if consumed != n {
-				t.Errorf("%d records consumed, want %d: one count for each, whatever was read again", consumed, n)
+			// A transaction that ends while the second member's join is
+			// under way may be aborted (REBALANCE_IN_PROGRESS): its records
+			// are read again, and counted again.
+			if aborted == 0 && consumed != n || consumed < n {
+				t.Errorf("%d records consumed, %d transactions aborted by a rebalance: want %d, one count for each whatever was read again", consumed, aborted, n)
 			}
+			t.Logf("%d records consumed, %d transactions aborted by the rebalance", consumed, aborted)
 		})
 	}
 }
