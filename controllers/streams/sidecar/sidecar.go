@@ -585,7 +585,7 @@ func (s *sidecar) consume(ctx context.Context) error {
 		s.fetchErrors(fs)
 		if recs := fs.Records(); len(recs) > 0 {
 			began := s.clock.Now()
-			done, err := s.handleBatch(ctx, work, recs, began.Add(s.cfg.startBy()))
+			done, next, err := s.handleBatch(ctx, work, recs, began.Add(s.cfg.startBy()))
 			if err != nil {
 				return fmt.Errorf("nothing of the batch committed: %w", err)
 			}
@@ -597,13 +597,13 @@ func (s *sidecar) consume(ctx context.Context) error {
 			}
 			s.m.batches.Add(1)
 			s.log.Debug("batch", "records", len(done), "offsets", offsetSpans(done).String(), "took", s.clock.Now().Sub(began).String(), "committed", true)
-			if len(done) < len(recs) {
+			if len(next) > 0 {
 				if ctx.Err() != nil {
 					s.log.Warn("stopping: the records after the committed ones go to the next owner",
 						"committed", len(done), "left", len(recs)-len(done))
 					return nil
 				}
-				s.rewind(s.consumer, recs, done)
+				s.rewind(s.consumer, next, len(recs)-len(done))
 			}
 		}
 		s.consumer.AllowRebalance()
@@ -631,20 +631,21 @@ func (s *sidecar) transact(ctx context.Context) error {
 				return fmt.Errorf("begin a transaction: %w", err)
 			}
 			began, n := s.clock.Now(), 0
+			startBy := began.Add(s.cfg.startBy())
 			var spans spans
 			for len(recs) > 0 {
-				done, err := s.handleBatch(ctx, work, recs, began.Add(s.cfg.startBy()))
+				done, next, err := s.handleBatch(ctx, work, recs, startBy)
 				if err != nil {
 					return s.abort(work, fmt.Errorf("transaction aborted: %w", err))
 				}
 				spans.add(done)
 				n += len(done)
-				if len(done) < len(recs) {
+				if len(next) > 0 {
 					if ctx.Err() != nil {
 						s.log.Warn("stopping: transaction aborted, its records go to the next owner")
 						return s.abort(work, nil)
 					}
-					s.rewind(cl, recs, done) // the transaction commits the offsets up to them
+					s.rewind(cl, next, len(recs)-len(done)) // the transaction commits the offsets up to them
 					break
 				}
 				elapsed := s.clock.Now().Sub(began)
@@ -678,41 +679,23 @@ func (s *sidecar) transact(ctx context.Context) error {
 	}
 }
 
-type topicPartition struct {
-	topic     string
-	partition int32
-}
-
-// rewind sets cl to fetch again, partition by partition, the records of
-// recs after those done (each partition's handled prefix): the batch ends
-// with done, and commits the offsets up to the first record not handled.
-// The buffered fetches of those partitions are dropped. Called while the
-// poll holds rebalances (BlockRebalanceOnPoll), as kgo asks.
-func (s *sidecar) rewind(cl *kgo.Client, recs, done []*kgo.Record) {
-	handled := map[topicPartition]int{}
-	for _, r := range done {
-		handled[topicPartition{r.Topic, r.Partition}]++
-	}
+// rewind sets cl to fetch each partition again from next, its first
+// record not handled: the batch ends with those handled, and commits the
+// offsets up to next. The buffered fetches of those partitions are
+// dropped. Called while the poll holds rebalances (BlockRebalanceOnPoll),
+// as kgo asks. left is how many records are read again.
+func (s *sidecar) rewind(cl *kgo.Client, next []*kgo.Record, left int) {
 	to := map[string]map[int32]kgo.EpochOffset{}
-	for _, r := range recs {
-		k := topicPartition{r.Topic, r.Partition}
-		if handled[k] > 0 {
-			handled[k]--
-			continue
-		}
-		if _, ok := to[r.Topic][r.Partition]; ok {
-			continue
-		}
+	for _, r := range next {
 		if to[r.Topic] == nil {
 			to[r.Topic] = map[int32]kgo.EpochOffset{}
 		}
 		to[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
 	}
 	cl.SetOffsets(to)
-	left := len(recs) - len(done)
 	s.m.consumed.Add(-int64(left)) // counted again when read again
 	s.log.Info("the batch reached its time limit: the records left are read again in the next one",
-		"handled", len(done), "left", left, "limit", s.cfg.BatchLimit().String())
+		"left", left, "limit", s.cfg.BatchLimit().String())
 }
 
 // end commits the transaction in hand, unless the group took its
@@ -809,14 +792,19 @@ func (s *sidecar) failpoint() {
 // acknowledgement. No record but each partition's first starts after
 // startBy (see Config.startBy). It returns the records handled: all of
 // them, or each partition's handled prefix when startBy passed or stop
-// ended while the function refused connections. An error is a produce
-// that failed for good.
-func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record, startBy time.Time) ([]*kgo.Record, error) {
+// ended while the function refused connections; then next holds the
+// first record not handled of each partition that has one. An error is
+// a produce that failed for good.
+func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record, startBy time.Time) (done, next []*kgo.Record, err error) {
 	n := int64(len(recs))
 	s.m.consumed.Add(n)
 	s.m.inFlight.Add(n)
 	defer s.m.inFlight.Add(-n)
 
+	type topicPartition struct {
+		topic     string
+		partition int32
+	}
 	var parts [][]*kgo.Record
 	index := map[topicPartition]int{}
 	for _, r := range recs {
@@ -881,20 +869,21 @@ func (s *sidecar) handleBatch(stop, work context.Context, recs []*kgo.Record, st
 	}
 	acks.Wait()
 	if produced != nil {
-		return nil, produced
+		return nil, nil, produced
 	}
-	done := recs
+	done = recs
 	for i, part := range parts {
 		if handled[i] < len(part) {
-			done = nil
+			next = append(next, part[handled[i]])
 		}
 	}
-	if done == nil {
+	if len(next) > 0 {
+		done = nil
 		for i, part := range parts {
 			done = append(done, part[:handled[i]]...)
 		}
 	}
-	return done, nil
+	return done, next, nil
 }
 
 // handle calls the function for a record until it answers or the
