@@ -307,14 +307,15 @@ func (b *builder) image(spec imageSpec) (bundle.Image, error) {
 	return bundle.Image{Ref: spec.ref, File: bundle.File{Path: path, SHA256: sum, Size: size, Mode: 0o644, For: spec.role, Inputs: inputs}}, nil
 }
 
-// treeInputs digests everything an image is made from: its ref, config,
-// role and every entry of its tree, host files by content.
+// treeInputs digests everything an image is made from: its layer's
+// format, ref, config, role and every entry of its tree, host files by
+// content.
 func (b *builder) treeInputs(spec imageSpec, t *tree) (string, error) {
 	cfg, err := json.Marshal(spec.cfg)
 	if err != nil {
 		return "", err
 	}
-	parts := []string{"image", spec.ref, string(cfg), spec.role}
+	parts := []string{"image", layerFormat, spec.ref, string(cfg), spec.role}
 	paths := make([]string, 0, len(t.entries))
 	for p := range t.entries {
 		paths = append(paths, p)

@@ -2,6 +2,7 @@ package build
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +54,22 @@ func TestWriteImage(t *testing.T) {
 	}
 	if len(m) != 1 || !slices.Equal(m[0].RepoTags, []string{ref}) {
 		t.Errorf("archive tags %v, want [%s]", m, ref)
+	}
+	// The layer is zstd: every node unpacks every image it runs, and
+	// gzip's decompression was a sixth of a master's start.
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %d, %v; want one", len(layers), err)
+	}
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	magic := make([]byte, 4)
+	_, err = io.ReadFull(rc, magic)
+	_ = rc.Close()
+	if err != nil || !bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		t.Errorf("the layer starts % x (%v), not zstd's magic number", magic, err)
 	}
 	got := map[string]string{}
 	r := tar.NewReader(mutate.Extract(img))

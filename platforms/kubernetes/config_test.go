@@ -76,6 +76,7 @@ func TestInitConfig(t *testing.T) {
 		{cluster, []string{"kubernetesVersion"}, Version},
 		{cluster, []string{"networking", "podSubnet"}, "10.244.0.0/16"},
 		{cluster, []string{"networking", "serviceSubnet"}, "10.96.0.0/12"},
+		{cluster, []string{"encryptionAlgorithm"}, "ECDSA-P256"},
 		{cluster, []string{"apiServer", "certSANs"}, []any{"10.240.1.2", "127.0.0.1", "203.0.113.7", "api.demo.transit.internal", "localhost"}},
 		// Sized for masters in different clouds on busy machines.
 		{cluster, []string{"etcd", "local", "extraArgs"}, []any{map[string]any{"name": "heartbeat-interval", "value": "250"},
