@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -142,10 +144,9 @@ func (d *driver) addonServes(ctx context.Context, a *api, ad districts.Addon) er
 	if name == "flannel" && !slices.ContainsFunc(dss.Items, func(ds appsv1.DaemonSet) bool { return ds.Namespace+"/"+ds.Name == flannelDaemonSetKey }) {
 		return fmt.Errorf("DaemonSet %s does not exist", flannelDaemonSetKey)
 	}
-	for _, ds := range dss.Items {
-		st := ds.Status
-		if st.ObservedGeneration < ds.Generation || st.UpdatedNumberScheduled < st.DesiredNumberScheduled || st.NumberAvailable < st.DesiredNumberScheduled {
-			return fmt.Errorf("DaemonSet %s/%s: %d of %d pods updated and available", ds.Namespace, ds.Name, min(st.UpdatedNumberScheduled, st.NumberAvailable), st.DesiredNumberScheduled)
+	for i := range dss.Items {
+		if err := daemonSetServes(ctx, a, &dss.Items[i]); err != nil {
+			return err
 		}
 	}
 	switch name {
@@ -157,6 +158,69 @@ func (d *driver) addonServes(ctx context.Context, a *api, ad districts.Addon) er
 		return relationsWebhookServes(ctx, a)
 	}
 	return nil
+}
+
+// daemonSetServes says why DaemonSet ds is not rolled out and available.
+// Its pods that are not available on nodes the platform reports not ready
+// are left out, as podNetworkUp leaves those nodes out: a member that is
+// down (its machine gone behind transit's back, a kubelet registered
+// under another name) keeps a pod it will never run until the Node goes,
+// and the loop reports it; the addon serves the other nodes.
+func daemonSetServes(ctx context.Context, a *api, ds *appsv1.DaemonSet) error {
+	st := ds.Status
+	served := min(st.UpdatedNumberScheduled, st.NumberAvailable)
+	if st.ObservedGeneration >= ds.Generation && served >= st.DesiredNumberScheduled {
+		return nil
+	}
+	down, err := podsOnNodesDown(ctx, a, ds)
+	if err != nil {
+		return err
+	}
+	if st.ObservedGeneration < ds.Generation || served+down < st.DesiredNumberScheduled {
+		msg := fmt.Sprintf("DaemonSet %s/%s: %d of %d pods updated and available", ds.Namespace, ds.Name, served, st.DesiredNumberScheduled)
+		if down > 0 {
+			msg += fmt.Sprintf(" (%d more on nodes not ready, left out)", down)
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// podsOnNodesDown counts ds's pods that are not available on nodes that
+// are not ready.
+func podsOnNodesDown(ctx context.Context, a *api, ds *appsv1.DaemonSet) (int32, error) {
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return 0, fmt.Errorf("DaemonSet %s/%s: its selector: %w", ds.Namespace, ds.Name, err)
+	}
+	pods, err := a.c.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return 0, err
+	}
+	var down int32
+	nodes := map[string]bool{} // name → ready
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != ds.UID || p.Spec.NodeName == "" || podReady(p) {
+			continue
+		}
+		ready, seen := nodes[p.Spec.NodeName]
+		if !seen {
+			kn, err := a.c.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return 0, err
+			default:
+				ready = nodeReady(kn)
+			}
+			nodes[p.Spec.NodeName] = ready
+		}
+		if !ready {
+			down++
+		}
+	}
+	return down, nil
 }
 
 // Where flannel runs, and what it writes on each Node once its flanneld

@@ -190,6 +190,43 @@ func flannelUp(t *testing.T, c clientset.Interface, node, public string, availab
 	}
 }
 
+// ghostDown adds Node name, not ready, with a flannel pod of the
+// DaemonSet's that never runs, counted as desired and updated but not
+// available, as the DaemonSet controller counts it.
+func ghostDown(t *testing.T, c clientset.Interface, name string) {
+	t.Helper()
+	ctx := t.Context()
+	kn, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kn.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, kn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := c.AppsV1().DaemonSets(flannelNamespace).Get(ctx, "kube-flannel-ds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-ds-" + name, Namespace: flannelNamespace,
+		Labels:          ds.Spec.Selector.MatchLabels,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ds, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))}},
+		Spec: corev1.PodSpec{NodeName: name, ServiceAccountName: "flannel", AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "kube-flannel", Image: "flannel"}}}}
+	if _, err := c.CoreV1().Pods(flannelNamespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := ds.Status
+	st.DesiredNumberScheduled++
+	st.CurrentNumberScheduled++
+	st.UpdatedNumberScheduled++
+	ds.Status = st
+	if _, err := c.AppsV1().DaemonSets(flannelNamespace).UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func readyNode(t *testing.T, c clientset.Interface, name string) {
 	t.Helper()
 	kn, err := c.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -252,6 +289,21 @@ func TestEnsureAddonsWaitsUntilUsable(t *testing.T) {
 		}
 	}
 
+	// A member that is down (a kubelet that registered under its machine's
+	// hostname, the machine gone since) keeps a flannel pod it never runs:
+	// the DaemonSet counts it, the addons still serve the other nodes.
+	ghostDown(t, c, "i-0d6238072a341a1e4")
+	w.mu.Lock()
+	w.steps, w.done = nil, 0
+	w.mu.Unlock()
+	began = clk.Peek()
+	if _, err := d.EnsureAddons(t.Context(), nil); err != nil {
+		t.Errorf("EnsureAddons with a member down: %v", err)
+	}
+	if waited := clk.Peek().Sub(began); waited >= addonReadyTimeout {
+		t.Errorf("with a member down, waited %s", waited)
+	}
+
 	// A cluster that is not usable: past the bound, the error says why.
 	for _, tc := range []struct {
 		name  string
@@ -269,7 +321,7 @@ func TestEnsureAddonsWaitsUntilUsable(t *testing.T) {
 				dns.answer(true)
 				readyNode(t, c, "k-worker-2")
 			},
-			want: []string{"addon flannel does not serve after 4m0s", "the pod network is not up on 1 of 3 nodes: k-worker-2 (no Ready flannel pod)", "kubectl -n kube-flannel get pods,events"},
+			want: []string{"addon flannel does not serve after 4m0s", "the pod network is not up on 1 of 4 nodes: k-worker-2 (no Ready flannel pod)", "kubectl -n kube-flannel get pods,events"},
 		},
 		{
 			name: "a node held back, another announcing its private address",
@@ -297,7 +349,7 @@ func TestEnsureAddonsWaitsUntilUsable(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []string{"the pod network is not up on 2 of 3 nodes",
+			want: []string{"the pod network is not up on 2 of 4 nodes",
 				"k-worker-1 (flanneld announces 10.240.1.3, not the node's public address 203.0.113.3",
 				"k-worker-2 (not released by transit yet: label transit.io/pod-network-pending)"},
 		},

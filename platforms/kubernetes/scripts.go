@@ -68,12 +68,18 @@ const superviseScript = meshnode.SuperviseScript
 // kubeletScript is what kubeadm's kubelet.service drop-in does: wait until
 // kubeadm wrote the kubelet's configuration (init, join), then run it with
 // kubeadm's flags. After kubeadm reset removed the configuration it waits
-// again.
+// again. kubeadm writes the flags (the node's name among them) after the
+// configuration, and on a node without systemd it cannot restart the
+// kubelet once they are there: a kubelet started between the two
+// registered under the machine's hostname, a member transit never made
+// (CI: an emulated EC2 master joined as its instance id). So it waits
+// for the flags too, their line complete.
 const kubeletScript = `#!/bin/sh
 ` + shPath + `
-while [ ! -f /var/lib/kubelet/config.yaml ]; do sleep 1; done
-KUBELET_KUBEADM_ARGS=
-[ -f /var/lib/kubelet/kubeadm-flags.env ] && . /var/lib/kubelet/kubeadm-flags.env
+until [ -f /var/lib/kubelet/config.yaml ] && grep -qx 'KUBELET_KUBEADM_ARGS=".*"' /var/lib/kubelet/kubeadm-flags.env 2>/dev/null; do
+	sleep 0.2
+done
+. /var/lib/kubelet/kubeadm-flags.env
 # shellcheck disable=SC2086 # kubeadm's flags are words
 exec kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
 	--kubeconfig=/etc/kubernetes/kubelet.conf --config=/var/lib/kubelet/config.yaml $KUBELET_KUBEADM_ARGS

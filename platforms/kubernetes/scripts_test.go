@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,5 +177,82 @@ func TestNodeScriptsParse(t *testing.T) {
 		if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
 			t.Errorf("%s: %v\n%s", name, err, out)
 		}
+	}
+}
+
+// The kubelet starts only once kubeadm wrote its flags, their line
+// complete, not as soon as its configuration is there: kubeadm writes the
+// flags (the node's name among them) after it, and on a node without
+// systemd cannot restart the kubelet. Started in between, a kubelet
+// registered under the machine's hostname.
+func TestKubeletWaitsForKubeadmsFlags(t *testing.T) {
+	dir := t.TempDir()
+	at := func(name string) string { return filepath.Join(dir, name) }
+	fake := at("kubelet")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$@\" > "+at("args.tmp")+" && mv "+at("args.tmp")+" "+at("args")+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(kubeletScript, "/var/lib/kubelet", dir)
+	script = strings.Replace(script, "exec kubelet", "exec "+fake, 1)
+	// Each look that finds no flags yet leaves a mark.
+	script = strings.Replace(script, "\tsleep 0.2\n", "\techo >> "+at("looks")+"; sleep 0.2\n", 1)
+	if !strings.Contains(script, "exec "+fake) {
+		t.Fatalf("the script no longer has the lines this test replaces:\n%s", kubeletScript)
+	}
+	looks := func() int {
+		b, _ := os.ReadFile(at("looks"))
+		return strings.Count(string(b), "\n")
+	}
+	started := func() bool { _, err := os.Stat(at("args")); return err == nil }
+	// waitFor waits until the script looked at least n times or started
+	// the kubelet, and says whether it started it.
+	waitFor := func(n int) bool {
+		t.Helper()
+		for range 500 {
+			if started() {
+				return true
+			}
+			if looks() >= n {
+				return false
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("the script neither looked %d times nor started the kubelet", n)
+		return false
+	}
+
+	if err := os.WriteFile(at("config.yaml"), []byte("kind: KubeletConfiguration\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", script)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2) // one for the test, one for its cleanup
+	go func() { err := cmd.Wait(); done <- err; done <- err }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+
+	if waitFor(1) {
+		t.Fatal("the kubelet started with its configuration but without kubeadm's flags")
+	}
+	// A line half written: the closing quote not there yet.
+	if err := os.WriteFile(at("kubeadm-flags.env"), []byte(`KUBELET_KUBEADM_ARGS="--hostname-override=k-master-1`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if waitFor(looks() + 2) {
+		t.Fatal("the kubelet started on half of kubeadm's flags")
+	}
+	if err := os.WriteFile(at("kubeadm-flags.env"), []byte(`KUBELET_KUBEADM_ARGS="--hostname-override=k-master-1 --node-ip=10.240.1.2"`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the script: %v", err)
+	}
+	args, err := os.ReadFile(at("args"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(args), "--hostname-override=k-master-1 --node-ip=10.240.1.2") || !strings.Contains(string(args), "--config="+at("config.yaml")) {
+		t.Errorf("the kubelet ran with %q, want kubeadm's flags and its configuration", args)
 	}
 }
