@@ -230,7 +230,7 @@ func TestKubeletWaitsForKubeadmsFlags(t *testing.T) {
 	}
 	done := make(chan error, 2) // one for the test, one for its cleanup
 	go func() { err := cmd.Wait(); done <- err; done <- err }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = <-done })
 
 	if waitFor(1) {
 		t.Fatal("the kubelet started with its configuration but without kubeadm's flags")
