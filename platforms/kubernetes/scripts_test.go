@@ -228,9 +228,10 @@ func TestKubeletWaitsForKubeadmsFlags(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 2) // one for the test, one for its cleanup
-	go func() { err := cmd.Wait(); done <- err; done <- err }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = <-done })
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 
 	if waitFor(1) {
 		t.Fatal("the kubelet started with its configuration but without kubeadm's flags")
@@ -245,8 +246,9 @@ func TestKubeletWaitsForKubeadmsFlags(t *testing.T) {
 	if err := os.WriteFile(at("kubeadm-flags.env"), []byte(`KUBELET_KUBEADM_ARGS="--hostname-override=k-master-1 --node-ip=10.240.1.2"`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("the script: %v", err)
+	<-exited
+	if waitErr != nil {
+		t.Fatalf("the script: %v", waitErr)
 	}
 	args, err := os.ReadFile(at("args"))
 	if err != nil {
