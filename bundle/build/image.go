@@ -26,6 +26,10 @@ type imageConfig struct {
 	User string
 }
 
+// layerFormat names how writeImage writes layers: a bundle of images
+// written otherwise is written again.
+const layerFormat = "zstd"
+
 // writeImage writes an image of one layer (the tree) as a docker-save
 // archive at out, tagged ref: the format `ctr images import` reads.
 // go-containerregistry writes the config, manifest and layer digests. The
@@ -33,10 +37,6 @@ type imageConfig struct {
 // decompression was a sixth of a master's start (25 s of CPU with gzip,
 // 21 with zstd). Nothing in it depends on the time, so the same tree
 // gives the same image id.
-// layerFormat names how writeImage writes layers: a bundle of images
-// written otherwise is written again.
-const layerFormat = "zstd"
-
 func writeImage(out, ref string, t *tree, cfg imageConfig) error {
 	tag, err := name.NewTag(ref, name.StrictValidation)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -197,26 +196,21 @@ func podsOnNodesDown(ctx context.Context, a *api, ds *appsv1.DaemonSet) (int32, 
 	if err != nil {
 		return 0, err
 	}
+	nodes, err := a.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	ready := map[string]bool{} // a Node gone is not ready either
+	for i := range nodes.Items {
+		ready[nodes.Items[i].Name] = nodeReady(&nodes.Items[i])
+	}
 	var down int32
-	nodes := map[string]bool{} // name → ready
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != ds.UID || p.Spec.NodeName == "" || podReady(p) {
 			continue
 		}
-		ready, seen := nodes[p.Spec.NodeName]
-		if !seen {
-			kn, err := a.c.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-			case err != nil:
-				return 0, err
-			default:
-				ready = nodeReady(kn)
-			}
-			nodes[p.Spec.NodeName] = ready
-		}
-		if !ready {
+		if !ready[p.Spec.NodeName] {
 			down++
 		}
 	}
