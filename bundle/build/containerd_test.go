@@ -11,6 +11,30 @@ import (
 	"time"
 )
 
+// ctrNamespace is the containerd namespace the tests' containers run in,
+// and so the cgroup their cgroups go under: the test's own, not the
+// k8s.io of a Kubernetes node on the host.
+const ctrNamespace = "transit-build-test"
+
+// removeCgroups removes the cgroup name, and the cgroups in it, from
+// every hierarchy under /sys/fs/cgroup, and returns those that remain.
+func removeCgroups(name string) []string {
+	var left []string
+	for _, pattern := range []string{"/sys/fs/cgroup/" + name, "/sys/fs/cgroup/*/" + name} {
+		dirs, _ := filepath.Glob(pattern)
+		for _, d := range dirs {
+			inner, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
+			for _, p := range inner {
+				_ = os.Remove(filepath.Dir(p))
+			}
+			if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+				left = append(left, d)
+			}
+		}
+	}
+	return left
+}
+
 // containerd starts a containerd of its own in a temporary directory and
 // returns a function running ctr against it.
 func containerd(t *testing.T) func(args ...string) (string, error) {
@@ -58,9 +82,15 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 		// once containerd is gone, but unmount anything below dir first.
 		_ = exec.Command("sh", "-c", "grep -o ' "+dir+"[^ ]*' /proc/self/mounts | sort -r | xargs -r -n1 umount -l").Run()
 		_ = os.RemoveAll(dir)
+		// ctr run puts a container in the cgroup /<namespace>/<id> of
+		// every hierarchy; runc removes the container's, not the
+		// namespace's.
+		if left := removeCgroups(ctrNamespace); len(left) > 0 {
+			t.Errorf("cgroups left behind: %s", strings.Join(left, ", "))
+		}
 	})
 	ctr := func(args ...string) (string, error) {
-		out, err := exec.Command("ctr", append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+		out, err := exec.Command("ctr", append([]string{"--address", sock, "--namespace", ctrNamespace}, args...)...).CombinedOutput()
 		return string(out), err
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
