@@ -20,6 +20,11 @@ import (
 // under, in every hierarchy: transit/<provider id>.
 const cgroupParent = "transit"
 
+// makeTestCgroup is the cgroup make test runs the packages other than the
+// e2e in (the Makefile names it): what a killed make test left running
+// there is transit's test processes.
+const makeTestCgroup = "transit-make-test"
+
 // cgroupWait bounds how long a cgroup's killed processes may take to go
 // before it can be removed.
 const cgroupWait = 15 * time.Second
@@ -94,12 +99,15 @@ func unescapeMount(s string) string {
 
 // findCgroups lists the cgroups under transit/ in every hierarchy, one
 // item per name ("transit/ln-…", holding its directory in each
-// hierarchy), and transit/ itself last.
+// hierarchy), transit/ itself after them, and make test's cgroup.
 func findCgroups(mounts []string) ([]Item, error) {
 	byName := map[string][]string{}
-	var parents []string
+	var parents, makeTest []string
 	var errs []error
 	for _, m := range mounts {
+		if _, err := os.Stat(filepath.Join(m, makeTestCgroup)); err == nil {
+			makeTest = append(makeTest, filepath.Join(m, makeTestCgroup))
+		}
 		parent := filepath.Join(m, cgroupParent)
 		entries, err := os.ReadDir(parent)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -123,6 +131,9 @@ func findCgroups(mounts []string) ([]Item, error) {
 	}
 	if len(parents) > 0 {
 		items = append(items, Item{Kind: KindCgroup, Name: cgroupParent, Detail: hierarchies(len(parents)), paths: parents})
+	}
+	if len(makeTest) > 0 {
+		items = append(items, Item{Kind: KindCgroup, Name: makeTestCgroup, Detail: hierarchies(len(makeTest)), paths: makeTest})
 	}
 	return items, errors.Join(errs...)
 }

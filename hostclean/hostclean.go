@@ -51,7 +51,7 @@ const (
 	KindChain   Kind = "iptables chain"    // Name is "<table> <chain>"
 	KindLink    Kind = "link"              // Name is the interface's
 	KindNetns   Kind = "network namespace" // Name is the namespace's (/run/netns/NAME)
-	KindCgroup  Kind = "cgroup"            // Name is "transit/<name>" or "transit", in every hierarchy
+	KindCgroup  Kind = "cgroup"            // Name is "transit/<name>", "transit" or "transit-make-test", in every hierarchy
 )
 
 // Kinds are every kind, in the order Remove removes them.

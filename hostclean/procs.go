@@ -16,7 +16,7 @@ import (
 // findProcs lists the processes that are transit's: those a killed test
 // run left (OwnerVar), those whose command line names a path under base,
 // those in one of the network namespaces (inode → name), and those in a
-// cgroup under transit/. This process and
+// cgroup under transit/ or in make test's. This process and
 // its ancestors are never listed.
 func findProcs(base string, netns map[uint64]string) ([]Item, error) {
 	return procsWhere(func(pid int, cmdline string) string { return procReason(pid, cmdline, base, netns) })
@@ -87,7 +87,7 @@ func procReason(pid int, cmdline, base string, netns map[uint64]string) string {
 }
 
 // transitCgroupOf is the cgroup under transit/ process pid is in (in any
-// hierarchy), "" if none.
+// hierarchy), or make test's, "" if none.
 func transitCgroupOf(pid int) string {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
@@ -96,7 +96,7 @@ func transitCgroupOf(pid int) string {
 	for line := range strings.Lines(string(data)) {
 		// "hierarchy-ID:controllers:path"
 		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(f) == 3 && (f[2] == "/"+cgroupParent || strings.HasPrefix(f[2], "/"+cgroupParent+"/")) {
+		if len(f) == 3 && (f[2] == "/"+cgroupParent || strings.HasPrefix(f[2], "/"+cgroupParent+"/") || f[2] == "/"+makeTestCgroup) {
 			return strings.TrimPrefix(f[2], "/")
 		}
 	}

@@ -154,6 +154,34 @@ func TestParseCgroupMounts(t *testing.T) {
 	}
 }
 
+// TestFindCgroups: the nodes' cgroups under transit/ in each hierarchy,
+// one item a name, transit/ after them, and the cgroup a killed make test
+// left its other packages' processes in; nothing else.
+func TestFindCgroups(t *testing.T) {
+	t.Parallel()
+	cpu, memory := t.TempDir(), t.TempDir()
+	for _, d := range []string{
+		filepath.Join(cpu, "transit", "ln-a"), filepath.Join(memory, "transit", "ln-a"), filepath.Join(cpu, "transit", "ln-b"),
+		filepath.Join(cpu, "transit-make-test"), filepath.Join(cpu, "k8s.io"), filepath.Join(memory, "user.slice"),
+	} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items, err := findCgroups([]string{cpu, memory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range items {
+		got = append(got, it.Name+" "+it.Detail)
+	}
+	want := []string{"transit/ln-a in 2 hierarchies", "transit/ln-b in 1 hierarchy", "transit in 2 hierarchies", "transit-make-test in 1 hierarchy"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("cgroups (-want +got):\n%s", diff)
+	}
+}
+
 // TestFindRoots: a root is a directory with a districts subdirectory, up
 // to the depth; Find does not enter a root, nor follow a link.
 func TestFindRoots(t *testing.T) {
