@@ -67,8 +67,8 @@ type Item struct {
 	// root holds, which chains jump to a chain.
 	Detail string
 	// Because says, for a process, what makes it transit's: "names
-	// <path under the base>", "in network namespace <name>" or "in
-	// cgroup transit/<name>".
+	// <path under the base>", "in network namespace <name>", "in
+	// cgroup transit/<name>" or "in cgroup transit-make-test".
 	Because string
 
 	pid   int    // process
