@@ -116,7 +116,7 @@ test: $(S3_SERVER) ## Run all tests; e2e tests run only as root
 	slow=$$(for p in $(SLOW_FIRST); do grep -x "github.com/cloudtransit/transit/$$p" <<< "$$rest" || true; done); \
 	rest=$$(printf '%s\n' $$slow; grep -vxF "$$slow" <<< "$$rest" || true); \
 	out=$$(mktemp); restout=$$(mktemp); trap 'rm -f $$out $$restout' EXIT; e2e_rc=0; rest_rc=0; \
-	cg=; if [ "$$(id -u)" = 0 ] && [ -f $(dir $(MAKE_TEST_CGROUP))cpu.shares ] && { [ -d $(MAKE_TEST_CGROUP) ] || mkdir $(MAKE_TEST_CGROUP); } && \
+	cg=; if [ "$$(id -u)" = 0 ] && [ -f $(dir $(MAKE_TEST_CGROUP))cpu.shares ] && mkdir -p $(MAKE_TEST_CGROUP) && \
 		echo 512 > $(MAKE_TEST_CGROUP)/cpu.shares; then cg=$(MAKE_TEST_CGROUP); fi; \
 	if [ -n "$$e2e" ]; then \
 		GOFLAGS='$(TEST_GOFLAGS)' TRANSIT_S3_SERVER=$(S3_SERVER) TRANSIT_E2E_TIMES=$(E2E_TIMES) $(GO) test -timeout $(E2E_TIMEOUT) $(GOTESTFLAGS) $$e2e > $$out 2>&1 & e2e_pid=$$!; \
